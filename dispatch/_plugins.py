@@ -1,0 +1,280 @@
+"""Backend plugins: discovery through entry points, registration, rollback and load failures."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from importlib.metadata import entry_points
+from types import MappingProxyType
+from typing import Any
+
+import pluggy
+from attrs import frozen
+
+from . import hookspec
+from ._spec import BackendInfo, CallSpec, Verdict
+from .autotune.space import EMPTY, Config, TuneResult, TuneSettings, TuneSpace
+from .errors import PluginError
+
+ENTRY_POINT_GROUP = "dispatch.backends"
+ENV_DISABLE_AUTOLOAD = "DISPATCH_DISABLE_PLUGIN_AUTOLOAD"
+ENV_PLUGINS = "DISPATCH_PLUGINS"
+#: Loaded even with autoload off: the reference is the oracle every other backend is checked against.
+ALWAYS_LOADED = ("torch",)
+
+
+@frozen
+class LoadFailure:
+    """A plugin that could not be loaded: its entry-point name, where it came from, and why."""
+
+    name: str
+    origin: str
+    error: str
+    traceback: str = ""
+
+
+@frozen
+class Fault:
+    """A hook that raised: which backend, which hook, what error."""
+
+    backend: str
+    hook: str
+    error: str
+
+
+class Backend:
+    """A loaded backend: its card and its hooks, called directly and guarded.
+
+    ``check`` never raises (a raising hook is a refusal with the error as its reason, and a
+    recorded fault); the other hooks raise what the plugin raised, after recording it.
+    """
+
+    def __init__(self, info: BackendInfo, plugin: object, hooks: Mapping[str, Callable[..., Any]]) -> None:
+        self.info = info
+        self.plugin = plugin
+        self._hooks = dict(hooks)
+        self.faults: list[Fault] = []
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def __repr__(self) -> str:
+        return f"<Backend {self.name} {self.info.version}>"
+
+    def _record(self, hook: str, exc: BaseException) -> None:
+        self.faults.append(Fault(self.name, hook, f"{type(exc).__name__}: {exc}"))
+
+    def check(self, op: str, spec: CallSpec) -> Verdict:
+        if op not in self.info.ops:
+            return Verdict.no(f"does not implement {op} (it implements {', '.join(sorted(self.info.ops))})")
+        if not self.info.available:
+            return Verdict.no(f"unavailable here: {self.info.available.reason}")
+        try:
+            verdict = self._hooks["dispatch_check"](op=op, spec=spec)
+        except Exception as exc:
+            self._record("dispatch_check", exc)
+            return Verdict.no(f"dispatch_check raised {type(exc).__name__}: {exc}")
+        if not isinstance(verdict, Verdict):
+            self._record("dispatch_check", PluginError(f"returned {verdict!r}"))
+            return Verdict.no(f"dispatch_check returned {type(verdict).__name__}, not a Verdict (plugin bug)")
+        return verdict
+
+    def _call(self, hook: str, **kwargs: Any) -> Any:
+        fn = self._hooks.get(hook)
+        if fn is None:
+            return None
+        try:
+            return fn(**kwargs)
+        except Exception as exc:
+            self._record(hook, exc)
+            raise
+
+    def kernel(self, op: str, spec: CallSpec, config: Config = EMPTY) -> Callable:
+        fn = self._call("dispatch_kernel", op=op, spec=spec, config=config)
+        if not callable(fn):
+            raise PluginError(f"backend {self.name!r}: dispatch_kernel({op}) returned {fn!r}, not a callable")
+        return fn
+
+    def tune_space(self, op: str, spec: CallSpec) -> TuneSpace | None:
+        space = self._call("dispatch_tune_space", op=op, spec=spec)
+        if space is not None and not isinstance(space, TuneSpace):
+            raise PluginError(f"backend {self.name!r}: dispatch_tune_space returned {space!r}, not a TuneSpace")
+        return space
+
+    def native_tune(self, op: str, spec: CallSpec, space: TuneSpace, example: tuple,
+                    settings: TuneSettings) -> TuneResult | None:
+        result = self._call("dispatch_native_tune", op=op, spec=spec, space=space, example=example,
+                            settings=settings)
+        if result is not None and not isinstance(result, TuneResult):
+            raise PluginError(f"backend {self.name!r}: dispatch_native_tune returned {result!r}, not a TuneResult")
+        return result
+
+    def backward(self, op: str, spec: CallSpec) -> Callable | None:
+        return self._call("dispatch_backward", op=op, spec=spec)
+
+
+def _hook_functions(pm: pluggy.PluginManager, plugin_name: str) -> dict[str, Callable[..., Any]]:
+    hooks = {}
+    for hook_name in dir(pm.hook):
+        if not hook_name.startswith("dispatch_"):
+            continue
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            if impl.plugin_name == plugin_name:
+                hooks[hook_name] = impl.function
+    return hooks
+
+
+class Registry:
+    """The loaded backends and the plugins that failed to load. Read it through views."""
+
+    def __init__(self) -> None:
+        self._pm = pluggy.PluginManager(hookspec.PROJECT)
+        self._pm.add_hookspecs(hookspec)
+        self._backends: dict[str, Backend] = {}
+        self._failures: list[LoadFailure] = []
+        self._lock = threading.RLock()
+
+    @property
+    def backends(self) -> Mapping[str, Backend]:
+        return MappingProxyType(self._backends)
+
+    @property
+    def failures(self) -> tuple[LoadFailure, ...]:
+        return tuple(self._failures)
+
+    def register(self, plugin: object, name: str | None = None, origin: str = "register()") -> Backend:
+        """Register ``plugin``; all or nothing: on any error it is rolled back and the error raised."""
+        with self._lock:
+            plugin_name = name or getattr(plugin, "__name__", None) or repr(plugin)
+            if plugin_name in self._backends:
+                raise PluginError(f"a backend named {plugin_name!r} is already registered "
+                                  f"({self._backends[plugin_name].plugin!r}); unregister it first")
+            try:
+                self._pm.register(plugin, name=plugin_name)
+            except Exception as exc:
+                raise PluginError(f"plugin {plugin_name!r} from {origin}: {exc}") from exc
+            try:
+                self._pm.check_pending()
+                hooks = _hook_functions(self._pm, plugin_name)
+                missing = [h for h in hookspec.REQUIRED_HOOKS if h not in hooks]
+                if missing:
+                    raise PluginError(f"plugin {plugin_name!r} from {origin} does not implement the required "
+                                      f"hook(s) {', '.join(missing)}; see docs/writing-a-backend.md")
+                info = hooks["dispatch_backend_info"]()
+                if not isinstance(info, BackendInfo):
+                    raise PluginError(f"plugin {plugin_name!r}: dispatch_backend_info returned {info!r}, "
+                                      "not a dispatch.BackendInfo")
+                if name is not None and info.name != name:
+                    raise PluginError(f"plugin registered as {name!r} calls itself {info.name!r}; the entry-point "
+                                      "name and BackendInfo.name must agree")
+                if info.name in self._backends:
+                    raise PluginError(f"plugin {plugin_name!r} from {origin} calls itself {info.name!r}, which is "
+                                      "already registered")
+            except BaseException:
+                self._pm.unregister(name=plugin_name)
+                raise
+            backend = Backend(info, plugin, hooks)
+            self._backends[info.name] = backend
+            return backend
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            backend = self._backends.pop(name, None)
+            if backend is None:
+                raise KeyError(f"no backend named {name!r} is registered (registered: {', '.join(self._backends)})")
+            self._pm.unregister(plugin=backend.plugin)
+
+    def load_entry_points(self, environ: Mapping[str, str] = os.environ) -> None:
+        """Load every ``dispatch.backends`` entry point that may load; record the ones that fail."""
+        autoload = environ.get(ENV_DISABLE_AUTOLOAD, "").strip().lower() not in ("1", "true", "yes", "on")
+        named = {n for n in environ.get(ENV_PLUGINS, "").replace(" ", "").split(",") if n}
+        for ep in _entry_points():
+            if ep.name in self._backends:
+                continue
+            if not autoload and ep.name not in named and ep.name not in ALWAYS_LOADED:
+                continue
+            origin = f"entry point {ep.name!r} = {ep.value!r}" + (f" of {ep.dist.name} {ep.dist.version}"
+                                                                 if getattr(ep, "dist", None) else "")
+            modules_before = set(sys.modules)
+            try:
+                plugin = ep.load()
+                self.register(plugin, name=ep.name, origin=origin)
+            except Exception as exc:
+                top = ep.value.split(":")[0].split(".")[0]
+                for mod in set(sys.modules) - modules_before:  # roll back a half-imported plugin
+                    if mod == top or mod.startswith(top + "."):
+                        sys.modules.pop(mod, None)
+                self._failures.append(LoadFailure(ep.name, origin, f"{type(exc).__name__}: {exc}",
+                                                  "".join(traceback.format_exception(
+                                                      type(exc), exc, exc.__traceback__, chain=False))))
+
+
+def _entry_points() -> Iterable[Any]:
+    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+_registry: Registry | None = None
+_registry_lock = threading.Lock()
+_listeners: list[Callable[[], None]] = []
+
+
+def registry() -> Registry:
+    """The process's registry, loading entry points on first use."""
+    global _registry
+    if _registry is None:
+        with _registry_lock:
+            if _registry is None:
+                reg = Registry()
+                reg.load_entry_points()
+                _registry = reg
+    return _registry
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    _listeners.append(listener)
+
+
+def _changed() -> None:
+    for listener in _listeners:
+        listener()
+
+
+def refresh() -> Registry:
+    """Forget every loaded backend and load entry points again (after a pip install, say)."""
+    global _registry
+    with _registry_lock:
+        _registry = None
+    _changed()
+    return registry()
+
+
+def register(plugin: object, name: str | None = None) -> BackendInfo:
+    """Register a backend plugin object (a module or an instance with hookimpls) in this process."""
+    backend = registry().register(plugin, name=name)
+    _changed()
+    return backend.info
+
+
+def unregister(name: str) -> None:
+    """Remove the backend ``name`` registered in this process."""
+    registry().unregister(name)
+    _changed()
+
+
+def backends() -> Mapping[str, BackendInfo]:
+    """A read-only view of the loaded backends' cards, by name."""
+    return MappingProxyType({name: b.info for name, b in registry().backends.items()})
+
+
+def load_failures() -> tuple[LoadFailure, ...]:
+    """Plugins that failed to load, with the error and traceback."""
+    return registry().failures
+
+
+def faults() -> tuple[Fault, ...]:
+    """Every hook that raised in this process, per backend."""
+    return tuple(f for b in registry().backends.values() for f in b.faults)

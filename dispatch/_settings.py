@@ -1,0 +1,159 @@
+"""Who may serve a call: process-wide settings, env vars, and per-block scopes (``use``)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Callable
+
+import attrs
+from attrs import field, frozen
+from attrs.validators import in_, instance_of, optional
+
+POLICIES = ("measured", "static")
+
+ENV_BACKEND = "DISPATCH_BACKEND"
+ENV_ALLOW = "DISPATCH_ALLOW"
+ENV_DENY = "DISPATCH_DENY"
+ENV_POLICY = "DISPATCH_POLICY"
+ENV_AUTOTUNE = "DISPATCH_AUTOTUNE"
+ENV_STRICT = "DISPATCH_STRICT"
+
+
+def _names(value: Iterable[str] | str | None) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v for v in value.replace(" ", "").split(",") if v]
+    names = frozenset(value)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"backend names must be str (got {name!r})")
+    return names
+
+
+@frozen(cache_hash=True)
+class Scope:
+    """Backend constraints of one ``with dispatch.use(...)`` block (nested blocks are merged)."""
+
+    backend: str | None = field(default=None, validator=optional(instance_of(str)))
+    allow: frozenset[str] | None = field(default=None, converter=_names)
+    deny: frozenset[str] = field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
+
+    def inside(self, outer: Scope | None) -> Scope:
+        """This scope nested in ``outer``: the inner backend wins, allow lists intersect, deny lists add."""
+        if outer is None:
+            return self
+        allow = self.allow if outer.allow is None else (outer.allow if self.allow is None else outer.allow & self.allow)
+        return Scope(backend=self.backend or outer.backend, allow=allow, deny=outer.deny | self.deny)
+
+
+def _flag(text: str | None, name: str) -> bool | None:
+    if text is None or text == "":
+        return None
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be 0/1/true/false (got {text!r})")
+
+
+@frozen
+class Settings:
+    """Process-wide settings. ``backend`` forces one backend; ``allow``/``deny`` filter the rest."""
+
+    backend: str | None = field(default=None, validator=optional(instance_of(str)))
+    allow: frozenset[str] | None = field(default=None, converter=_names)
+    deny: frozenset[str] = field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
+    policy: str = field(default="measured", validator=in_(POLICIES))
+    autotune: bool = field(default=False, validator=instance_of(bool))
+    strict: bool = field(default=False, validator=instance_of(bool))
+
+    @classmethod
+    def from_env(cls, environ: os._Environ | dict = os.environ) -> Settings:
+        """Settings from ``DISPATCH_BACKEND``, ``_ALLOW``, ``_DENY``, ``_POLICY``, ``_AUTOTUNE``, ``_STRICT``."""
+        policy = environ.get(ENV_POLICY) or "measured"
+        if policy not in POLICIES:
+            raise ValueError(f"{ENV_POLICY} must be one of {', '.join(POLICIES)} (got {policy!r})")
+        return cls(
+            backend=environ.get(ENV_BACKEND) or None,
+            allow=environ.get(ENV_ALLOW) or None,
+            deny=environ.get(ENV_DENY) or None,
+            policy=policy,
+            autotune=bool(_flag(environ.get(ENV_AUTOTUNE), ENV_AUTOTUNE)),
+            strict=bool(_flag(environ.get(ENV_STRICT), ENV_STRICT)),
+        )
+
+
+_lock = threading.Lock()
+_settings: Settings | None = None
+_listeners: list[Callable[[], None]] = []
+_scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("dispatch_scope", default=None)
+current_scope = _scope.get  # the hot path reads the innermost scope with one call
+
+
+def settings() -> Settings:
+    """The process-wide settings (read from the environment on first use)."""
+    global _settings
+    if _settings is None:
+        with _lock:
+            if _settings is None:
+                _settings = Settings.from_env()
+    return _settings
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever the settings change (the dispatcher drops resolved calls)."""
+    _listeners.append(listener)
+
+
+_UNSET = object()
+
+
+def configure(*, backend=_UNSET, allow=_UNSET, deny=_UNSET, policy=_UNSET, autotune=_UNSET,
+              strict=_UNSET) -> Settings:
+    """Change process-wide settings; arguments left out keep their value. Returns the new settings.
+
+    ``backend``: a backend name forced for every call (None: choose), ``allow``/``deny``:
+    backend names (None allows all), ``policy``: ``"measured"`` or ``"static"``, ``autotune``:
+    tune on a cache miss, ``strict``: any fallback after a backend fault raises instead.
+    """
+    global _settings
+    changes = {k: v for k, v in dict(backend=backend, allow=allow, deny=deny, policy=policy,
+                                      autotune=autotune, strict=strict).items() if v is not _UNSET}
+    with _lock:
+        _settings = attrs.evolve(settings(), **changes) if _settings is not None else attrs.evolve(
+            Settings.from_env(), **changes)
+    for listener in _listeners:
+        listener()
+    return _settings
+
+
+def reset() -> Settings:
+    """Forget ``configure`` calls: settings are read from the environment again."""
+    global _settings
+    with _lock:
+        _settings = None
+    for listener in _listeners:
+        listener()
+    return settings()
+
+
+@contextlib.contextmanager
+def use(backend: str | None = None, *, allow: Iterable[str] | str | None = None,
+        deny: Iterable[str] | str | None = None) -> Iterator[Scope]:
+    """Within the block, force ``backend`` (if given) and filter backends by ``allow``/``deny``.
+
+    Scopes nest (the innermost backend wins) and follow contextvars, so threads and asyncio
+    tasks each see their own.
+    """
+    scope = Scope(backend=backend, allow=allow, deny=deny).inside(_scope.get())
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)

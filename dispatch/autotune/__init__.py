@@ -1,0 +1,13 @@
+"""The common autotune protocol: tune spaces, seeding, measurement, sweeps and the cache."""
+
+from .cache import CacheWarning, DecisionCache, default_cache, default_cache_dir
+from .placeholders import placeholder
+from .space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings, TuneSpace
+from .sweep import pick_winner, sweep
+from .timer import do_bench, measure, measurement_count
+
+__all__ = [
+    "EMPTY", "CacheWarning", "Config", "DecisionCache", "Failure", "Timing", "TuneResult", "TuneSettings",
+    "TuneSpace", "default_cache", "default_cache_dir", "do_bench", "measure", "measurement_count",
+    "pick_winner", "placeholder", "sweep",
+]

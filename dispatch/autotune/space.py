@@ -1,0 +1,150 @@
+"""The autotune protocol's data: configs, a kernel's tune space, timings and results."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from attrs import field, frozen
+from attrs.validators import deep_iterable, ge, instance_of
+
+
+def _as_items(value: Any) -> tuple[tuple[str, Any], ...]:
+    if isinstance(value, Config):
+        return value.items
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), v) for k, v in value.items()))
+    raise TypeError(f"'config' must be a mapping of names to values (got {value!r})")
+
+
+@frozen
+class Config:
+    """One point of a tune space: parameter names to plain values. Hashable, ordered by name."""
+
+    items: tuple[tuple[str, Any], ...] = field(converter=_as_items)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any] | Config | None = None, **kwargs: Any) -> Config:
+        merged = dict(_as_items(values)) if values is not None else {}
+        merged.update(kwargs)
+        return cls(merged)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.as_dict().get(key, default)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.items) or "(default)"
+
+
+EMPTY = Config({})
+
+
+def _configs(value: Any) -> tuple[Config, ...]:
+    return tuple(Config.of(c) for c in value)
+
+
+def _mapping(value: Mapping) -> Mapping[str, str]:
+    return MappingProxyType(dict(value))
+
+
+@frozen
+class TuneSpace:
+    """What a backend kernel declares to be tuned.
+
+    ``configs`` are the candidates for one call spec, already pruned (``pruned`` keeps what was
+    dropped and why, for ``explain``); ``default`` serves when nothing is tuned; ``tunables`` are
+    the kernel's tunable JIT parameter names; ``aliases`` map a JIT parameter name to its config
+    key (``{"threads_arg": "threads"}``); ``build_keys`` are config keys that pick a kernel at
+    build time and are never JIT parameters (``tile_n``).
+    """
+
+    configs: tuple[Config, ...] = field(converter=_configs)
+    default: Config = field(converter=Config.of)
+    tunables: tuple[str, ...] = field(default=(), converter=tuple, validator=deep_iterable(instance_of(str)))
+    aliases: Mapping[str, str] = field(factory=dict, converter=_mapping)
+    build_keys: tuple[str, ...] = field(default=(), converter=tuple)
+    pruned: tuple[tuple[Config, str], ...] = field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.configs:
+            raise ValueError("'configs' must hold at least one config (got none): put the default in it")
+        if self.default not in self.configs:
+            raise ValueError(f"'default' must be one of 'configs' (got {self.default}; "
+                             f"configs are {[str(c) for c in self.configs]})")
+
+
+@frozen
+class Timing:
+    """One candidate's measurement: median and spread (inter-quartile range) in microseconds."""
+
+    config: Config
+    median_us: float = field(validator=ge(0.0))
+    spread_us: float = field(default=0.0, validator=ge(0.0))
+    reps: int = 0
+
+
+@frozen
+class Failure:
+    """A candidate that could not win, and why (compile error, crash, wrong result)."""
+
+    config: Config
+    reason: str
+
+
+@frozen
+class TuneResult:
+    """The outcome of a sweep. A result always has a config and a latency: never None."""
+
+    config: Config = field(validator=instance_of(Config))
+    latency_us: float = field(converter=float, validator=ge(0.0))
+    spread_us: float = field(default=0.0, converter=float)
+    timings: tuple[Timing, ...] = field(default=(), converter=tuple)
+    failures: tuple[Failure, ...] = field(default=(), converter=tuple)
+    source: str = "sweep"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config.as_dict(),
+            "latency_us": self.latency_us,
+            "spread_us": self.spread_us,
+            "timings": [{"config": t.config.as_dict(), "median_us": t.median_us, "spread_us": t.spread_us,
+                         "reps": t.reps} for t in self.timings],
+            "failures": [{"config": f.config.as_dict(), "reason": f.reason} for f in self.failures],
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TuneResult:
+        return cls(
+            config=Config.of(data["config"]),
+            latency_us=data["latency_us"],
+            spread_us=data.get("spread_us", 0.0),
+            timings=tuple(Timing(Config.of(t["config"]), float(t["median_us"]), float(t.get("spread_us", 0.0)),
+                                 int(t.get("reps", 0))) for t in data.get("timings", ())),
+            failures=tuple(Failure(Config.of(f["config"]), str(f["reason"])) for f in data.get("failures", ())),
+            source=str(data.get("source", "sweep")),
+        )
+
+
+@frozen
+class TuneSettings:
+    """How candidates are measured. Defaults follow the protocol: warm-up 25, repetitions 50."""
+
+    warmup: int = field(default=25, validator=ge(1))
+    rep: int = field(default=50, validator=ge(1))
+    tie_tolerance: float = field(default=0.02, validator=ge(0.0))
+    flush_l2: bool = True

@@ -1,0 +1,101 @@
+"""The protocol's timer: CUDA events with an L2 flush on the GPU, perf_counter on the CPU."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Callable
+
+import torch
+
+from .space import Config, Timing, TuneSettings
+
+_L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H200: 50 MB)
+_flush_buffers: dict[torch.device, torch.Tensor] = {}
+_count_lock = threading.Lock()
+_measured = 0
+
+
+def measurement_count() -> int:
+    """How many candidate measurements this process has made (a warm cache makes none)."""
+    return _measured
+
+
+def _count() -> None:
+    global _measured
+    with _count_lock:
+        _measured += 1
+
+
+def _flush_l2(device: torch.device) -> None:
+    buf = _flush_buffers.get(device)
+    if buf is None:
+        buf = _flush_buffers[device] = torch.empty(_L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+    buf.zero_()
+
+
+def _summary(samples_us: list[float]) -> tuple[float, float]:
+    samples_us = sorted(samples_us)
+    median = statistics.median(samples_us)
+    if len(samples_us) >= 4:
+        q = statistics.quantiles(samples_us, n=4)
+        spread = q[2] - q[0]
+    else:
+        spread = samples_us[-1] - samples_us[0]
+    return median, max(spread, 0.0)
+
+
+def measure(fn: Callable[[], object], device: torch.device, settings: TuneSettings = TuneSettings(),
+            config: Config | None = None) -> Timing:
+    """Time ``fn`` on ``device``: ``settings.warmup`` untimed calls, then ``settings.rep`` timed.
+
+    Returns the median and inter-quartile spread in microseconds. On CUDA each repetition is timed
+    with events and, with ``settings.flush_l2``, preceded by an L2 flush outside the timed region.
+    """
+    _count()
+    cfg = config if config is not None else Config({})
+    if device.type == "cuda":
+        return _measure_cuda(fn, device, settings, cfg)
+    for _ in range(settings.warmup):
+        fn()
+    samples = []
+    for _ in range(settings.rep):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e6)
+    median, spread = _summary(samples)
+    return Timing(cfg, median, spread, settings.rep)
+
+
+def _measure_cuda(fn, device, settings, cfg) -> Timing:
+    with torch.cuda.device(device):
+        for _ in range(settings.warmup):
+            fn()
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(settings.rep)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(settings.rep)]
+        for start, end in zip(starts, ends):
+            if settings.flush_l2:
+                _flush_l2(device)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    median, spread = _summary(samples)
+    return Timing(cfg, median, spread, settings.rep)
+
+
+def do_bench(fn: Callable[[], object], warmup: int = 25, rep: int = 50, quantiles=None, **_: object) -> float:
+    """A ``triton.testing.do_bench``-shaped timer (milliseconds) built on :func:`measure`.
+
+    For DSL autotuners that take a ``do_bench=`` (Triton's): on the CPU, under the interpreter,
+    there are no CUDA events. ``warmup`` and ``rep`` are counts here, not milliseconds.
+    """
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    timing = measure(fn, device, TuneSettings(warmup=max(1, int(warmup)), rep=max(1, int(rep))))
+    ms = timing.median_us / 1e3
+    if quantiles is not None:
+        return [ms for _ in quantiles]
+    return ms
