@@ -217,12 +217,14 @@ class Selector:
         results: dict[str, TuneResult] = {}
         notes: dict[str, str] = {}
         for backend in servers:
+            report = None
             if self.progress is not None:
-                self.progress(f"tuning {backend.name} for {spec.describe()}")
+                report = (lambda config, name=backend.name: self.progress(f"{name} [{config}]"))
             try:
-                results[backend.name] = self.tune(backend, spec)
+                results[backend.name] = self.tune(backend, spec, progress=report)
             except Exception as exc:  # a backend that can't produce a correct, timed kernel can't win
-                notes[backend.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                notes[backend.name] = f"{type(exc).__name__}: " + " ".join(
+                    line.strip() for line in str(exc).splitlines()[:2])
         if not results:
             raise TuneError(f"no backend could be tuned for {spec.describe()}: "
                             + "; ".join(f"{n}: {w}" for n, w in notes.items()))

@@ -8,7 +8,7 @@ from . import _plugins, _settings
 from ._dispatcher import DISPATCHER
 from ._select import Decision
 from ._spec import OPS
-from .ops import make_spec
+from .ops import call_key, make_spec
 
 
 @frozen
@@ -51,9 +51,8 @@ def explain(op: str, input, dim=-1, dtype=None, keepdim: bool = False, *, backen
     if op not in OPS:
         raise ValueError(f"'op' must be one of {', '.join(OPS)} (got {op!r})")
     spec = make_spec(op, input, dim, dtype, keepdim)
-    resolved = [d for d in DISPATCHER.decisions[op].values() if d.spec == spec
-                and (backend is None or d.backend == backend)]
-    if resolved:
-        return Explanation(resolved[0], hot=True)
+    resolved = DISPATCHER.decisions[op].get(call_key(op, input, dim, dtype, keepdim, backend, spec))
+    if resolved is not None:
+        return Explanation(resolved, hot=True)
     _plugins.registry()
     return Explanation(DISPATCHER.decide(spec, backend), hot=False)

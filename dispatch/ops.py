@@ -100,13 +100,17 @@ def make_spec(op: str, input, dim, dtype, keepdim) -> CallSpec:
     return CallSpec.of(op, input, dims, dtype, keepdim)
 
 
+def call_key(op: str, input: torch.Tensor, dim, dtype, keepdim, backend, spec: CallSpec) -> tuple:
+    """The hot-path key of a call, exactly as the op functions above build it."""
+    if isinstance(dim, list):
+        dim = tuple(dim)
+    third = keepdim if op == "logsumexp" else dtype
+    return (input.dtype, input.device, input.shape, input.stride(), dim, third, backend, current_scope(),
+            spec.requires_grad)
+
+
 def _miss(op: str, input, dim, dtype, keepdim, backend) -> torch.Tensor:
     if backend is not None and not isinstance(backend, str):
         raise TypeError(f"'backend' must be a backend name (str) or None (got {backend!r})")
     spec = make_spec(op, input, dim, dtype, keepdim)
-    if isinstance(dim, list):
-        dim = tuple(dim)
-    third = keepdim if op == "logsumexp" else dtype
-    key = (input.dtype, input.device, input.shape, input.stride(), dim, third, backend, current_scope(),
-           spec.requires_grad)
-    return DISPATCHER.call(op, key, spec, backend, input)
+    return DISPATCHER.call(op, call_key(op, input, dim, dtype, keepdim, backend, spec), spec, backend, input)

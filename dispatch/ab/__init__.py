@@ -1,0 +1,1 @@
+"""A/B testing of backends."""

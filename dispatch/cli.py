@@ -1,0 +1,172 @@
+"""The command line: ``python -m dispatch backends|explain|tune|cache|ab``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import torch
+
+from . import _plugins, _settings
+from ._spec import OPS
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"8x128"`` -> ``(8, 128)``; ``""`` or ``"scalar"`` -> ``()``."""
+    if text in ("", "scalar"):
+        return ()
+    try:
+        shape = tuple(int(s) for s in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape must look like 8x128 (got {text!r})") from None
+    if any(s < 0 for s in shape):
+        raise argparse.ArgumentTypeError(f"--shape sizes must be >= 0 (got {text!r})")
+    return shape
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    dtype = getattr(torch, text, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise argparse.ArgumentTypeError(
+            f"--dtype must be a floating dtype like float32, float16, bfloat16, float64 (got {text!r})")
+    return dtype
+
+
+def _device(text: str) -> torch.device:
+    if text == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(text)
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="dispatch backends")
+    for column in ("name", "version", "ops", "available", "priority", "depends on"):
+        table.add_column(column)
+    for name, info in sorted(_plugins.backends().items()):
+        available = "yes" if info.available else f"no: {info.available.reason}"
+        priority = ", ".join(f"{k} {v}" for k, v in sorted(info.priority.items()))
+        versions = ", ".join(f"{k} {v}" for k, v in sorted(info.versions.items()))
+        table.add_row(name + (" (reference)" if info.reference else ""), info.version,
+                      ", ".join(sorted(info.ops)), available, priority, versions)
+    console = Console()
+    console.print(table)
+    failures = _plugins.load_failures()
+    if failures:
+        console.print(f"[bold red]{len(failures)} plugin(s) failed to load:[/]")
+        for f in failures:
+            console.print(f"  {f.name} ({f.origin}): {f.error}")
+            if args.verbose:
+                console.print(f.traceback)
+    else:
+        console.print("no load failures")
+    faults = _plugins.faults()
+    for f in faults:
+        console.print(f"  fault: {f.backend}.{f.hook}: {f.error}")
+    return 0
+
+
+def _example(args: argparse.Namespace) -> torch.Tensor:
+    from ._select import example_input
+    from ._spec import CallSpec
+
+    x = torch.empty(args.shape, dtype=args.dtype, device=_device(args.device))
+    dims = () if x.dim() == 0 else (args.dim % x.dim(),)
+    return example_input(CallSpec.of(args.op, x, dims, None))
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .explain import explain
+
+    x = _example(args)
+    if args.autotune:
+        _settings.configure(autotune=True)
+    print(explain(args.op, x, args.dim, backend=args.backend))
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .tune import tune_call
+
+    x = _example(args)
+    print(tune_call(args.op, x, args.dim, backends=args.backends, progress=True))
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .autotune.cache import default_cache
+
+    cache = default_cache()
+    if args.action == "show":
+        entries = list(cache.entries())
+        print(f"cache dir: {cache.directory} ({len(entries)} entries)")
+        for key, value in entries:
+            what = value.get("backend") or value.get("config")
+            print(f"  {key.get('kind', '?'):<8} {key.get('op')} {key.get('dtype')} {key.get('bucket')} "
+                  f"{key.get('device')} {key.get('backend', key.get('candidates', ''))} -> {what}")
+    elif args.action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.directory}")
+    elif args.action == "export":
+        print(f"exported {cache.export(args.file)} entries to {args.file}")
+    elif args.action == "import":
+        imported, rejected = cache.import_(args.file)
+        print(f"imported {imported} entries, rejected {rejected}")
+        return 0 if not rejected else 1
+    return 0
+
+
+def _add_call_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("op", choices=OPS)
+    p.add_argument("--shape", type=parse_shape, required=True, help="e.g. 8x128")
+    p.add_argument("--dtype", type=parse_dtype, default=torch.float32)
+    p.add_argument("--dim", type=int, default=-1)
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto (default)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m dispatch", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("backends", help="list backends and plugin load failures")
+    p.add_argument("-v", "--verbose", action="store_true", help="show load-failure tracebacks")
+    p.set_defaults(func=cmd_backends)
+
+    p = sub.add_parser("explain", help="which backend and config a call gets, and why")
+    _add_call_args(p)
+    p.add_argument("--backend", default=None)
+    p.add_argument("--autotune", action="store_true", help="tune if the key is new")
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("tune", help="tune every backend for a call and store the decision")
+    _add_call_args(p)
+    p.add_argument("--backends", default=None, help="comma-separated names (default: all that serve)")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("cache", help="show, clear, export or import the decision cache")
+    p.add_argument("action", choices=("show", "clear", "export", "import"))
+    p.add_argument("file", nargs="?")
+    p.set_defaults(func=cmd_cache)
+
+    from .ab.cli import add_parser as add_ab_parser
+
+    add_ab_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "action", None) in ("export", "import") and not args.file:
+        parser.error(f"cache {args.action} needs a FILE")
+    try:
+        return args.func(args)
+    except Exception as exc:  # a clean message, not a traceback, for errors users can act on
+        from .errors import DispatchError
+
+        if isinstance(exc, (DispatchError, ValueError, TypeError)):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise

@@ -1,0 +1,24 @@
+"""Shared fixtures: every test gets its own cache dir and leaves settings and backends as it found them."""
+
+from __future__ import annotations
+
+import pytest
+
+import dispatch
+from dispatch._dispatcher import DISPATCHER
+
+
+@pytest.fixture(autouse=True)
+def isolated_dispatch(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    for var in ("DISPATCH_BACKEND", "DISPATCH_ALLOW", "DISPATCH_DENY", "DISPATCH_POLICY", "DISPATCH_AUTOTUNE",
+                "DISPATCH_STRICT"):
+        monkeypatch.delenv(var, raising=False)
+    before = set(dispatch.backends())
+    dispatch.reset()
+    DISPATCHER.reset()
+    yield
+    for name in set(dispatch.backends()) - before:
+        dispatch.unregister(name)
+    dispatch.reset()
+    DISPATCHER.reset()

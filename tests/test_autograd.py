@@ -1,0 +1,56 @@
+"""Every op is differentiable whichever backend ran the forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dispatch
+
+import chunked_backend
+
+
+@pytest.fixture(params=["torch", "chunked"])
+def backend(request):
+    if request.param == "chunked":
+        dispatch.register(chunked_backend.make("chunked", priority=150))
+    return request.param
+
+
+@pytest.mark.parametrize("op,args", [("softmax", (-1,)), ("log_softmax", (1,)), ("logsumexp", (-1,)),
+                                     ("logsumexp", (1, True))])
+def test_gradients_match_torch(backend, op, args):
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: getattr(dispatch, op)(t, *args, backend=backend), (x,))
+    weight = torch.randn_like(getattr(torch, op)(x_ref, *args))
+    (getattr(dispatch, op)(x, *args, backend=backend) * weight).sum().backward()
+    (getattr(torch, op)(x_ref, *args) * weight).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def test_a_model_using_dispatch_softmax_trains():
+    torch.manual_seed(0)
+    dispatch.register(chunked_backend.make("chunked", priority=150))
+    layer = torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.5)
+    x, target = torch.randn(32, 8), torch.randint(0, 4, (32,))
+    losses = []
+    for _ in range(30):
+        logp = dispatch.log_softmax(layer(x), -1)
+        loss = torch.nn.functional.nll_loss(logp, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert dispatch.explain("log_softmax", layer(x), -1).decision.backend == "chunked"
+    assert losses[-1] < losses[0] * 0.7
+
+
+def test_no_grad_calls_do_not_build_a_graph():
+    dispatch.register(chunked_backend.make("chunked", priority=150))
+    x = torch.randn(2, 5, requires_grad=True)
+    with torch.no_grad():
+        y = dispatch.softmax(x)
+    assert y.grad_fn is None
+    assert dispatch.softmax(x).grad_fn is not None

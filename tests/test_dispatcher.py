@@ -1,0 +1,153 @@
+"""The measured policy, runtime faults and quarantine, strict mode, and concurrent first calls."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import pytest
+import torch
+
+import dispatch
+from dispatch import BackendFaultError
+from dispatch._dispatcher import DISPATCHER, FaultWarning
+from dispatch.autotune import measurement_count
+
+import chunked_backend
+
+
+def test_measured_policy_races_backends_and_the_faster_one_wins():
+    slow = chunked_backend.make("slow", fault="slow", priority=200)
+    dispatch.register(slow)
+    dispatch.configure(autotune=True, policy="measured")
+    x = torch.randn(8, 64)
+    decision = dispatch.explain("softmax", x).decision
+    assert decision.backend == "torch"
+    timings = {c.name: c.latency_us for c in decision.candidates}
+    assert timings["slow"] > 1000 > timings["torch"]  # slow sleeps 2 ms per call
+    assert "fastest when raced" in decision.reason
+
+
+def test_a_wrong_backend_cannot_win_a_race_even_when_fast():
+    dispatch.register(chunked_backend.make("wrong", fault="wrong", priority=200))
+    dispatch.configure(autotune=True)
+    decision = dispatch.explain("softmax", torch.randn(8, 64)).decision
+    assert decision.backend == "torch"
+    wrong = next(c for c in decision.candidates if c.name == "wrong")
+    assert wrong.latency_us is None and "wrong result" in wrong.note
+
+
+def test_the_decision_is_persisted_and_reused_without_measuring():
+    dispatch.register(chunked_backend.make("chunked", priority=200))
+    dispatch.configure(autotune=True)
+    x = torch.randn(8, 64)
+    first = dispatch.explain("softmax", x).decision
+    assert not first.cached
+    before = measurement_count()
+    DISPATCHER.reset()
+    again = dispatch.explain("softmax", torch.randn(7, 60)).decision  # same bucket
+    assert again.cached and again.backend == first.backend and measurement_count() == before
+
+
+def test_static_policy_does_not_race():
+    dispatch.register(chunked_backend.make("slow", fault="slow", priority=200))
+    dispatch.configure(autotune=True, policy="static")
+    decision = dispatch.explain("softmax", torch.randn(8, 64)).decision
+    assert decision.backend == "slow" and "static order" in decision.reason
+    assert decision.config_source == "tuned now"
+
+
+def test_tie_within_noise_resolves_to_the_static_order():
+    from dispatch.autotune import Config, Timing, pick_winner
+
+    timings = [Timing(Config.of(name="a"), 10.1), Timing(Config.of(name="b"), 10.0), Timing(Config.of(name="c"), 12)]
+    assert pick_winner(timings, 0.02).config["name"] == "a"
+    assert pick_winner(timings, 0.0).config["name"] == "b"
+
+
+@pytest.mark.parametrize("fault", ["raise", "nan", "wrong"])
+def test_a_faulty_backend_is_quarantined_for_the_key_and_the_call_is_still_correct(fault):
+    bad = chunked_backend.make("bad", fault=fault, priority=200)
+    dispatch.register(bad)
+    x = torch.randn(4, 32)
+    with pytest.warns(FaultWarning, match="backend 'bad' .* quarantined"):
+        out = dispatch.softmax(x)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+    assert dispatch.explain("softmax", x).decision.backend == "torch"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once, not on every call
+        torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+        y = torch.randn(3, 30)  # same bucket: quarantined there too, no new warning
+        torch.testing.assert_close(dispatch.softmax(y), torch.softmax(y, -1))
+    # another bucket is not quarantined: the backend is tried there again
+    other = torch.randn(64, 1024)
+    with pytest.warns(FaultWarning):
+        dispatch.softmax(other)
+
+
+def test_a_backend_that_starts_raising_later_falls_back_on_that_call():
+    state = {"broken": False}
+    flaky = chunked_backend.make("flaky", priority=200)
+    inner = flaky.dispatch_kernel
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        run = inner(op=op, spec=spec, config=config)
+
+        def maybe(x):
+            if state["broken"]:
+                raise RuntimeError("device lost")
+            return run(x)
+        return maybe
+
+    flaky.dispatch_kernel = dispatch_kernel
+    dispatch.register(flaky)
+    x = torch.randn(4, 16)
+    dispatch.softmax(x)
+    assert dispatch.explain("softmax", x).decision.backend == "flaky"
+    state["broken"] = True
+    with pytest.warns(FaultWarning, match="device lost"):
+        out = dispatch.softmax(x)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_strict_mode_turns_a_fallback_into_an_error():
+    dispatch.register(chunked_backend.make("bad", fault="nan", priority=200))
+    dispatch.configure(strict=True)
+    with pytest.raises(BackendFaultError, match="strict mode"):
+        dispatch.softmax(torch.randn(4, 32))
+
+
+def test_a_forced_backend_that_faults_raises_instead_of_falling_back():
+    dispatch.register(chunked_backend.make("bad", fault="raise", priority=0))
+    with pytest.raises(BackendFaultError, match="crashed"):
+        dispatch.softmax(torch.randn(4, 32), backend="bad")
+
+
+def test_concurrent_first_calls_tune_once_and_all_get_correct_results():
+    counted = chunked_backend.make("counted", priority=200)
+    dispatch.register(counted)
+    dispatch.configure(autotune=True)
+    x = torch.randn(16, 128)
+    want = torch.softmax(x, -1)
+    before = measurement_count()
+    results, errors = [], []
+    barrier = threading.Barrier(6)
+
+    def worker():
+        barrier.wait()
+        try:
+            results.append(dispatch.softmax(x))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 6
+    for r in results:
+        torch.testing.assert_close(r, want)
+    # one race: torch (1 config) + counted (3 configs), measured once each
+    assert measurement_count() - before == 4

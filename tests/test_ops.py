@@ -1,0 +1,110 @@
+"""The ops behave exactly like torch's: values, shapes, dtypes, layouts and the errors raised."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dispatch
+
+FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+
+
+def _x(shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * 3).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dim", [0, 1, -1, -2, 2])
+def test_softmax_family_matches_torch_every_dim_and_dtype(op, dtype, dim):
+    x = _x((3, 5, 7), dtype)
+    got = getattr(dispatch, op)(x, dim)
+    want = getattr(torch, op)(x, dim)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_dtype_cast_is_honoured(op):
+    x = _x((4, 9), torch.float16)
+    got = getattr(dispatch, op)(x, -1, dtype=torch.float32)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, getattr(torch, op)(x, -1, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_non_contiguous_and_transposed_inputs(op):
+    base = _x((6, 10))
+    for x in (base.t(), base[:, ::2], base[1:, 3:8], base.t()[::2]):
+        torch.testing.assert_close(getattr(dispatch, op)(x, -1), getattr(torch, op)(x, -1))
+        torch.testing.assert_close(getattr(dispatch, op)(x, 0), getattr(torch, op)(x, 0))
+
+
+@pytest.mark.parametrize("dim,keepdim", [(0, False), (1, True), (-1, False), ((0, 2), False), ([1, 2], True)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_logsumexp_matches_torch(dim, keepdim, dtype):
+    x = _x((2, 3, 4), dtype)
+    got = dispatch.logsumexp(x, dim, keepdim)
+    want = torch.logsumexp(x, dim, keepdim)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+
+
+def test_zero_dim_tensors():
+    s = torch.tensor(2.5)
+    torch.testing.assert_close(dispatch.softmax(s, 0), torch.softmax(s, 0))
+    torch.testing.assert_close(dispatch.log_softmax(s, -1), torch.log_softmax(s, -1))
+    torch.testing.assert_close(dispatch.logsumexp(s, 0), torch.logsumexp(s, 0))
+
+
+@pytest.mark.parametrize("shape,dim", [((0, 5), -1), ((5, 0), -1), ((0,), 0), ((2, 0, 3), 1)])
+def test_empty_tensors(shape, dim):
+    x = torch.empty(shape)
+    for op in ("softmax", "log_softmax"):
+        got, want = getattr(dispatch, op)(x, dim), getattr(torch, op)(x, dim)
+        assert got.shape == want.shape
+    torch.testing.assert_close(dispatch.logsumexp(x, dim), torch.logsumexp(x, dim))
+
+
+def test_nan_and_inf_propagate_like_torch():
+    x = torch.tensor([[1.0, float("nan"), 2.0], [float("-inf")] * 3, [float("inf"), 1.0, 2.0], [0.0, 1.0, 2.0]])
+    for op in ("softmax", "log_softmax"):
+        torch.testing.assert_close(getattr(dispatch, op)(x, -1), getattr(torch, op)(x, -1), equal_nan=True)
+    torch.testing.assert_close(dispatch.logsumexp(x, -1), torch.logsumexp(x, -1), equal_nan=True)
+
+
+def _raised(fn):
+    try:
+        fn()
+    except Exception as exc:  # the point is to compare what was raised
+        return type(exc), str(exc)
+    return None
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.softmax(torch.ones(2, 3), 2),
+    lambda m: m.softmax(torch.ones(2, 3), -3),
+    lambda m: m.log_softmax(torch.ones(()), 1),
+    lambda m: m.logsumexp(torch.ones(2, 3), 5),
+    lambda m: m.logsumexp(torch.ones(2, 3), (0, 0)),
+    lambda m: m.softmax(torch.ones(2, 3, dtype=torch.int64), -1),
+    lambda m: m.softmax([1.0, 2.0], 0),
+    lambda m: m.softmax(torch.ones(2), "x"),
+], ids=["dim-high", "dim-low", "scalar-dim", "lse-dim", "lse-dup", "int-input", "list-input", "str-dim"])
+def test_bad_input_raises_torchs_exception_type(call):
+    torch_err = _raised(lambda: call(torch))
+    ours = _raised(lambda: call(dispatch))
+    assert torch_err is not None, "the case must be an error in torch"
+    assert ours is not None and ours[0] is torch_err[0], (ours, torch_err)
+
+
+def test_integer_input_with_float_dtype_cast_works_like_torch():
+    x = torch.arange(6).reshape(2, 3)
+    torch.testing.assert_close(dispatch.softmax(x, -1, dtype=torch.float32), torch.softmax(x, -1, dtype=torch.float32))
+
+
+def test_backend_keyword_must_be_a_name():
+    with pytest.raises(TypeError, match="'backend' must be a backend name"):
+        dispatch.softmax(torch.ones(2, 2), -1, backend=3)

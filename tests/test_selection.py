@@ -1,0 +1,152 @@
+"""Backend choice: forced per call, per block, per process and by env var; allow/deny; errors; explain."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import dispatch
+from dispatch import BackendRefusedError, NoBackendError, UnknownBackendError
+
+import chunked_backend
+
+
+def served_by(op, x, *args, **kwargs):
+    return dispatch.explain(op, x, *args, **kwargs).decision.backend
+
+
+@pytest.fixture
+def chunked():
+    plugin = chunked_backend.make("chunked", priority=150)  # above torch on the CPU
+    dispatch.register(plugin)
+    return plugin
+
+
+def test_static_order_follows_priority_on_the_device(chunked):
+    x = torch.randn(4, 16)
+    assert served_by("softmax", x) == "chunked"
+    out = dispatch.softmax(x)
+    assert chunked.calls, "the chosen backend's kernel must really run"
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_a_refusing_backend_is_skipped_with_its_reason_shown(chunked):
+    x = torch.randn(4, 16, dtype=torch.float16)
+    explanation = dispatch.explain("softmax", x)
+    assert explanation.decision.backend == "torch"
+    verdict = {c.name: c.verdict for c in explanation.decision.candidates}["chunked"]
+    assert not verdict.ok and "float16" in verdict.reason
+    assert "float16" in str(explanation)
+
+
+def test_backend_keyword_forces_a_backend(chunked):
+    x = torch.randn(4, 16)
+    dispatch.softmax(x, backend="torch")
+    assert not chunked.calls
+    dispatch.softmax(x, backend="chunked")
+    assert chunked.calls == ["softmax"] * len(chunked.calls) and chunked.calls
+
+
+def test_forced_backend_that_refuses_raises_naming_backend_op_reason_and_servers(chunked):
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    with pytest.raises(BackendRefusedError) as info:
+        dispatch.softmax(x, backend="chunked")
+    err = info.value
+    assert err.backend == "chunked" and err.op == "softmax" and "bfloat16" in err.reason
+    assert "torch" in err.servers and "torch" in str(err) and "chunked" in str(err)
+    assert not chunked.calls  # never a silent fallback
+
+
+def test_unknown_backend_names_the_loaded_ones():
+    with pytest.raises(UnknownBackendError, match="'nope' is not loaded; loaded backends: .*torch"):
+        dispatch.softmax(torch.randn(2, 2), backend="nope")
+
+
+def test_use_block_forces_and_nests(chunked):
+    x = torch.randn(4, 16)
+    with dispatch.use("torch"):
+        assert served_by("softmax", x) == "torch"
+        dispatch.softmax(x)
+        with dispatch.use("chunked"):
+            dispatch.log_softmax(x)
+        dispatch.logsumexp(x, -1)
+    assert chunked.calls == ["log_softmax"]
+    assert served_by("softmax", x) == "chunked"
+
+
+def test_use_block_is_per_thread(chunked):
+    x = torch.randn(4, 16)
+    seen = {}
+
+    def other():
+        seen["other"] = served_by("softmax", x)
+
+    with dispatch.use("torch"):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        seen["here"] = served_by("softmax", x)
+    assert seen == {"other": "chunked", "here": "torch"}
+
+
+def test_process_setting_and_allow_deny_lists(chunked):
+    x = torch.randn(4, 16)
+    dispatch.configure(backend="torch")
+    assert served_by("softmax", x) == "torch"
+    dispatch.configure(backend=None, deny=["chunked"])
+    assert served_by("softmax", x) == "torch"
+    dispatch.configure(deny=[], allow=["chunked"])
+    assert served_by("softmax", x) == "chunked"
+    with pytest.raises(NoBackendError, match="not in the process allow list"):
+        dispatch.softmax(torch.randn(2, 2, dtype=torch.float16))
+    dispatch.configure(allow=None)
+    with dispatch.use(deny="chunked"):
+        assert served_by("softmax", x) == "torch"
+
+
+def test_forcing_a_denied_backend_is_an_error(chunked):
+    dispatch.configure(deny="chunked")
+    with pytest.raises(BackendRefusedError, match="denied"):
+        dispatch.softmax(torch.randn(2, 2), backend="chunked")
+
+
+def test_changing_settings_takes_effect_on_already_resolved_calls(chunked):
+    x = torch.randn(4, 16)
+    dispatch.softmax(x)
+    n = len(chunked.calls)
+    dispatch.configure(backend="torch")
+    dispatch.softmax(x)
+    assert len(chunked.calls) == n
+
+
+def test_env_var_sets_the_process_backend():
+    code = ("import torch, dispatch; x = torch.randn(2, 3); "
+            "print(dispatch.explain('softmax', x).decision.reason); dispatch.softmax(x, backend='nope')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "DISPATCH_BACKEND": "torch"})
+    assert "forced" in proc.stdout
+    assert "UnknownBackendError" in proc.stderr
+
+
+def test_bad_env_values_say_what_would_work(monkeypatch):
+    monkeypatch.setenv("DISPATCH_POLICY", "fastest")
+    with pytest.raises(ValueError, match="DISPATCH_POLICY must be one of measured, static"):
+        dispatch.reset()
+    monkeypatch.delenv("DISPATCH_POLICY")
+
+
+def test_explain_cli_shows_candidates_and_choice():
+    out = subprocess.run([sys.executable, "-m", "dispatch", "explain", "softmax", "--shape", "8x128", "--dtype",
+                          "float32", "--device", "cpu"], capture_output=True, text=True, check=True).stdout
+    assert "softmax(8x128 float32" in out and "choice: torch" in out and "bucket: M<=16,N<=128" in out
+
+
+def test_explain_cli_rejects_bad_arguments_clearly():
+    proc = subprocess.run([sys.executable, "-m", "dispatch", "explain", "softmax", "--shape", "8xa"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--shape must look like 8x128" in proc.stderr
