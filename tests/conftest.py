@@ -22,3 +22,14 @@ def isolated_dispatch(tmp_path, monkeypatch):
         dispatch.unregister(name)
     dispatch.reset()
     DISPATCHER.reset()
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (GPU tests run on the device machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,111 @@
+"""The Triton backend: softmax, log_softmax and logsumexp over the last dim, as Triton kernels.
+
+Runs on CUDA devices, and on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``, set
+before triton is imported). Kernels are tuned through dispatch's protocol: the tune space comes
+from :mod:`dispatch_triton.kernels`; on the GPU Triton's own autotuner does the sweep.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+import dispatch
+from dispatch import BackendInfo, CallSpec, Verdict, hookimpl
+from dispatch._sources import dist_version, source_hash
+from dispatch.autotune import TuneSpace
+
+NAME = "triton"
+SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def _availability(triton_version: str | None) -> Verdict:
+    if triton_version is None:
+        return Verdict.no("triton is not installed (pip install 'dispatch-ops[triton]')")
+    if not torch.cuda.is_available() and not _interpreting():
+        return Verdict.no("no CUDA device, and the Triton interpreter is off "
+                          "(set TRITON_INTERPRET=1 before importing triton to run kernels on the CPU)")
+    return Verdict.yes()
+
+
+@hookimpl
+def dispatch_backend_info() -> BackendInfo:
+    triton_version = dist_version("triton")
+    return BackendInfo(
+        name=NAME, version=dispatch.__version__, ops=dispatch.OPS,
+        priority={"cuda": 30, "cpu": -10},  # on the CPU it is an interpreter: correct, not fast
+        versions={"triton": triton_version or "none", "kernels": source_hash("dispatch_triton.kernels"),
+                  "interpreter": "1" if _interpreting() else "0"},
+        description="Triton kernels: multi-row, one-pass and split-row/online softmax family",
+        available=_availability(triton_version))
+
+
+def rows_view_stride(spec: CallSpec) -> int | None:
+    """The row stride if the leading dims of ``spec`` collapse to rows without a copy, else None."""
+    if spec.ndim == 1:
+        return spec.shape[0]
+    row_stride = spec.stride[-2]
+    for i in range(spec.ndim - 2):
+        if spec.shape[i] != 1 and spec.stride[i] != spec.stride[i + 1] * spec.shape[i + 1]:
+            return None
+    return row_stride
+
+
+@hookimpl
+def dispatch_check(op: str, spec: CallSpec) -> Verdict:
+    if spec.device.type != "cuda" and not (spec.device.type == "cpu" and _interpreting()):
+        return Verdict.no(f"device {spec.device}: Triton kernels run on CUDA devices "
+                          "(or on the CPU under TRITON_INTERPRET=1)")
+    if spec.dtype not in SERVED_DTYPES:
+        return Verdict.no(f"input dtype {spec.dtype} not served; float32, float16 and bfloat16 are")
+    if spec.out_dtype not in SERVED_DTYPES:
+        return Verdict.no(f"output dtype {spec.out_dtype} not served; float32, float16 and bfloat16 are")
+    if spec.ndim == 0:
+        return Verdict.no("0-d input: nothing to reduce over")
+    if not spec.last_dim_contiguous:
+        return Verdict.no(f"reduces the last, unit-stride dim only (got dims {list(spec.dims)} of shape "
+                          f"{list(spec.shape)}, strides {list(spec.stride)})")
+    if rows_view_stride(spec) is None:
+        return Verdict.no(f"the leading dims (strides {list(spec.stride[:-1])}) don't collapse to rows "
+                          "without a copy")
+    return Verdict.yes()
+
+
+def _rows(spec: CallSpec) -> tuple[int, int]:
+    n = spec.shape[-1]
+    return spec.rows, n
+
+
+@hookimpl
+def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
+    from . import kernels
+
+    m, n = _rows(spec)
+    configs = kernels.config_space(op, m, n, spec.dtype)
+    default = kernels.default_config(op, m, n, spec.dtype)
+    return TuneSpace(configs=configs, default=default, tunables=tuple(default))
+
+
+@hookimpl
+def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
+    from . import kernels
+
+    m, n = _rows(spec)
+    cfg = dict(config.as_dict()) if config else kernels.default_config(op, m, n, spec.dtype)
+    row_stride = rows_view_stride(spec)
+    out_dtype = spec.out_dtype
+    if op == "logsumexp":
+        out_shape = spec.shape[:-1] + ((1,) if spec.keepdim else ())
+    else:
+        out_shape = spec.shape
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        x2 = x.as_strided((m, n), (row_stride, 1))
+        return kernels.run(op, x2, out_dtype, cfg).view(out_shape)
+
+    return run

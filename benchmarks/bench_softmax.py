@@ -1,0 +1,184 @@
+"""GPU sweep of the softmax family: every backend's tuned best, torch eager, torch.compile and
+dispatch's own pick, in GB/s and % of the device-to-device copy bandwidth measured in the same run.
+
+GB/s counts bytes actually moved: softmax/log_softmax read and write M*N elements, logsumexp
+reads M*N and writes M. Each (op, dtype, shape) is tuned first (timed: the full tune over all
+backends), then everything is timed with CUDA events and an L2 flush between repetitions.
+
+    python benchmarks/bench_softmax.py --out benchmarks/results            # full sweep
+    python benchmarks/bench_softmax.py --ops softmax --dtypes bfloat16 --quick
+Writes <out>/softmax_sweep.json, .md and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import dispatch
+from dispatch.autotune import TuneSettings, measure
+from dispatch.tolerance import mismatch
+
+N_SWEEP = [256, 1024, 4096, 16384, 65536, 262144]
+DECODE_M = [1, 32]
+DECODE_N = 4096
+
+
+def shapes(total: int, quick: bool) -> list[tuple[int, int]]:
+    ns = N_SWEEP[1::2] if quick else N_SWEEP
+    out = [(max(1, total // n), n) for n in ns]
+    out += [(m, DECODE_N) for m in DECODE_M]
+    return out
+
+
+def bytes_moved(op: str, m: int, n: int, dtype: torch.dtype) -> int:
+    size = torch.tensor([], dtype=dtype).element_size()
+    return (m * n + (m if op == "logsumexp" else m * n)) * size
+
+
+def copy_bandwidth(device: torch.device, settings: TuneSettings) -> float:
+    src = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    timing = measure(lambda: dst.copy_(src), device, settings)
+    return 2 * src.numel() / (timing.median_us * 1e-6) / 1e9
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default="softmax,log_softmax,logsumexp")
+    parser.add_argument("--dtypes", default="bfloat16,float16,float32")
+    parser.add_argument("--elements", type=int, default=64 * 1024 * 1024, help="M*N per shape")
+    parser.add_argument("--compile", default="softmax", help="ops to time torch.compile on ('' for none)")
+    parser.add_argument("--quick", action="store_true", help="every other N")
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--name", default="softmax_sweep")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA device", file=sys.stderr)
+        return 2
+    device = torch.device("cuda")
+    settings = TuneSettings()
+    dispatch.configure(autotune=True, policy="measured")
+    backends = [n for n, i in dispatch.backends().items() if i.available]
+    print(f"backends: {backends}; failures: {[f.name + ': ' + f.error for f in dispatch.load_failures()]}")
+    copy_gbs = copy_bandwidth(device, settings)
+    print(f"device {torch.cuda.get_device_name(device)}  copy bandwidth {copy_gbs:.0f} GB/s")
+    rows = []
+    for op in args.ops.split(","):
+        for dtype_name in args.dtypes.split(","):
+            dtype = getattr(torch, dtype_name)
+            for m, n in shapes(args.elements, args.quick):
+                x = (torch.randn(m, n, device=device) * 4).to(dtype)
+                ref = getattr(torch, op)(x, -1)
+                row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "bytes": bytes_moved(op, m, n, dtype),
+                       "results": {}}
+                start = time.perf_counter()
+                pick = getattr(dispatch, op)(x, -1)  # races every backend (tunes each) and keeps the winner
+                torch.cuda.synchronize()
+                row["tune_s"] = time.perf_counter() - start
+                decision = dispatch.explain(op, x, -1).decision
+                row["pick"] = decision.backend
+                row["pick_config"] = decision.config.as_dict()
+                row["candidates"] = {c.name: {"ok": c.verdict.ok, "reason": c.verdict.reason,
+                                              "raced_us": c.latency_us, "note": c.note}
+                                     for c in decision.candidates}
+                runs = {"dispatch": lambda: getattr(dispatch, op)(x, -1)}
+                for name in backends:
+                    runs[name] = (lambda name=name: getattr(dispatch, op)(x, -1, backend=name))
+                if op in args.compile.split(","):
+                    compiled = torch.compile(getattr(torch, op), dynamic=False)
+                    runs["torch.compile"] = lambda: compiled(x, -1)
+                for name, fn in runs.items():
+                    try:
+                        out = fn()
+                        why = mismatch(out, ref)
+                        timing = measure(fn, device, settings)
+                        gbs = row["bytes"] / (timing.median_us * 1e-6) / 1e9
+                        row["results"][name] = {"us": timing.median_us, "spread_us": timing.spread_us,
+                                                "gbs": gbs, "pct_copy": 100 * gbs / copy_gbs, "ok": why is None,
+                                                "error": why}
+                    except Exception as exc:
+                        row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+                best = max((r["gbs"], k) for k, r in row["results"].items()
+                           if "gbs" in r and k in backends and r["ok"])
+                row["best_backend"], row["best_gbs"] = best[1], best[0]
+                rows.append(row)
+                res = row["results"]
+                print(f"{op:<12}{dtype_name:<9}{m:>7}x{n:<7} tune {row['tune_s']:5.1f}s  pick {row['pick']:<9}"
+                      + "  ".join(f"{k} {r.get('gbs', float('nan')):6.0f}" for k, r in res.items()), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"device": torch.cuda.get_device_name(device), "copy_gbs": copy_gbs, "torch": torch.__version__,
+            "python": platform.python_version(), "backends": {n: dict(dispatch.backends()[n].versions)
+                                                              for n in backends},
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
+    (out / f"{args.name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_markdown(out / f"{args.name}.md", meta, rows, backends)
+    write_plot(out / f"{args.name}.png", meta, rows)
+    return 0
+
+
+def write_markdown(path: Path, meta: dict, rows: list[dict], backends: list[str]) -> None:
+    cols = ["dispatch"] + backends + ["torch.compile"]
+    lines = [f"# Softmax family on {meta['device']}", "",
+             f"Copy bandwidth measured in the same run: **{meta['copy_gbs']:.0f} GB/s**. "
+             f"torch {meta['torch']}. Command: `{meta['command']}`", "",
+             "GB/s (and % of copy bandwidth); `pick` is dispatch's choice; `tune` is the time to race all backends.",
+             "", "| op | dtype | M x N | " + " | ".join(cols) + " | pick | pick/best | tune s |",
+             "|" + "---|" * (len(cols) + 6)]
+    for r in rows:
+        cells = []
+        for c in cols:
+            res = r["results"].get(c)
+            if res is None:
+                cells.append("")
+            elif "gbs" not in res:
+                cells.append("err")
+            else:
+                cells.append(f"{res['gbs']:.0f} ({res['pct_copy']:.0f}%)" + ("" if res["ok"] else " WRONG"))
+        pick = r["results"].get("dispatch", {}).get("gbs", float("nan"))
+        lines.append(f"| {r['op']} | {r['dtype']} | {r['M']}x{r['N']} | " + " | ".join(cells)
+                     + f" | {r['pick']} | {pick / r['best_gbs']:.2f} | {r['tune_s']:.1f} |")
+    bf16 = [r for r in rows if r["dtype"] == "bfloat16" and "torch" in r["results"] and "gbs" in r["results"]["torch"]]
+    if bf16:
+        ratios = [r["results"]["dispatch"]["gbs"] / r["results"]["torch"]["gbs"] for r in bf16]
+        geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+        lines += ["", f"bf16 geometric-mean speedup of dispatch over torch eager: **{geo:.2f}x** "
+                      f"over {len(ratios)} cases."]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_plot(path: Path, meta: dict, rows: list[dict]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["op"], r["dtype"]) for r in rows})
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 4), squeeze=False)
+    for ax, (op, dtype) in zip(axes[0], groups):
+        sel = [r for r in rows if r["op"] == op and r["dtype"] == dtype and r["M"] not in DECODE_M]
+        names = sorted({k for r in sel for k in r["results"]})
+        for name in names:
+            pts = [(r["N"], r["results"][name]["gbs"]) for r in sel if "gbs" in r["results"].get(name, {})]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=name)
+        ax.axhline(meta["copy_gbs"], color="k", linestyle="--", label="copy bandwidth")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{op} {dtype}")
+        ax.set_xlabel("row length N (M*N fixed)")
+        ax.set_ylabel("GB/s")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""On a CUDA device: every backend correct against the reference, and the native tuners' results."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dispatch
+from dispatch.tolerance import mismatch
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 4096), (32, 4096), (4096, 256), (512, 1024), (64, 16384), (8, 65536), (4, 262144), (3, 5, 777)]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def gpu_backends():
+    if not torch.cuda.is_available():
+        return ["triton", "tilelang"]
+    return [n for n, info in dispatch.backends().items() if info.available and not info.reference]
+
+
+@pytest.fixture(params=gpu_backends())
+def backend(request):
+    info = dispatch.backends().get(request.param)
+    if info is None or not info.available:
+        pytest.skip(f"backend {request.param} not available: {info.available.reason if info else 'not loaded'}")
+    return request.param
+
+
+def _x(shape, dtype):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return (torch.randn(shape, device="cuda", generator=g) * 4).to(dtype)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_backend_matches_reference_on_cuda(backend, op, dtype, shape):
+    x = _x(shape, dtype)
+    got = getattr(dispatch, op)(x, -1, backend=backend)
+    want = getattr(torch, op)(x, -1)
+    assert mismatch(got, want) is None
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_cast_and_strided_rows_on_cuda(backend, op):
+    base = _x((64, 3000), torch.bfloat16)
+    x = base[:, 100:2148]  # row stride 3000, unit stride in the row
+    got = getattr(dispatch, op)(x, -1, dtype=torch.float32, backend=backend)
+    assert mismatch(got, getattr(torch, op)(x, -1, dtype=torch.float32)) is None
+
+
+def test_nan_inf_rows_on_cuda(backend):
+    x = _x((4, 2048), torch.float32)
+    x[0, 5] = float("nan")
+    x[1] = float("-inf")
+    x[2, 7] = float("inf")
+    for op in ("softmax", "log_softmax", "logsumexp"):
+        got = getattr(dispatch, op)(x, -1, backend=backend)
+        assert mismatch(got, getattr(torch, op)(x, -1)) is None, op
+
+
+@pytest.mark.parametrize("shape", [(4096, 1024), (256, 65536)], ids=str)
+def test_tuning_on_cuda_yields_a_config_and_a_latency(backend, shape):
+    dispatch.configure(autotune=True)
+    x = _x(shape, torch.bfloat16)
+    out = dispatch.softmax(x, -1, backend=backend)
+    assert mismatch(out, torch.softmax(x, -1)) is None
+    decision = dispatch.explain("softmax", x, -1, backend=backend).decision
+    assert decision.config and decision.tune is not None and decision.tune.latency_us > 0
