@@ -15,11 +15,13 @@ from dispatch.autotune import measurement_count
 
 import chunked_backend
 
+TEST_BACKENDS = ["torch", "chunked", "slow", "wrong", "counted", "bad", "flaky"]
+
 
 def test_measured_policy_races_backends_and_the_faster_one_wins():
     slow = chunked_backend.make("slow", fault="slow", priority=200)
     dispatch.register(slow)
-    dispatch.configure(autotune=True, policy="measured")
+    dispatch.configure(autotune=True, policy="measured", allow=TEST_BACKENDS)
     x = torch.randn(8, 64)
     decision = dispatch.explain("softmax", x).decision
     assert decision.backend == "torch"
@@ -30,7 +32,7 @@ def test_measured_policy_races_backends_and_the_faster_one_wins():
 
 def test_a_wrong_backend_cannot_win_a_race_even_when_fast():
     dispatch.register(chunked_backend.make("wrong", fault="wrong", priority=200))
-    dispatch.configure(autotune=True)
+    dispatch.configure(autotune=True, allow=TEST_BACKENDS)
     decision = dispatch.explain("softmax", torch.randn(8, 64)).decision
     assert decision.backend == "torch"
     wrong = next(c for c in decision.candidates if c.name == "wrong")
@@ -39,7 +41,7 @@ def test_a_wrong_backend_cannot_win_a_race_even_when_fast():
 
 def test_the_decision_is_persisted_and_reused_without_measuring():
     dispatch.register(chunked_backend.make("chunked", priority=200))
-    dispatch.configure(autotune=True)
+    dispatch.configure(autotune=True, allow=TEST_BACKENDS)
     x = torch.randn(8, 64)
     first = dispatch.explain("softmax", x).decision
     assert not first.cached
@@ -51,7 +53,7 @@ def test_the_decision_is_persisted_and_reused_without_measuring():
 
 def test_static_policy_does_not_race():
     dispatch.register(chunked_backend.make("slow", fault="slow", priority=200))
-    dispatch.configure(autotune=True, policy="static")
+    dispatch.configure(autotune=True, policy="static", allow=TEST_BACKENDS)
     decision = dispatch.explain("softmax", torch.randn(8, 64)).decision
     assert decision.backend == "slow" and "static order" in decision.reason
     assert decision.config_source == "tuned now"
@@ -127,7 +129,7 @@ def test_a_forced_backend_that_faults_raises_instead_of_falling_back():
 def test_concurrent_first_calls_tune_once_and_all_get_correct_results():
     counted = chunked_backend.make("counted", priority=200)
     dispatch.register(counted)
-    dispatch.configure(autotune=True)
+    dispatch.configure(autotune=True, allow=TEST_BACKENDS)
     x = torch.randn(16, 128)
     want = torch.softmax(x, -1)
     before = measurement_count()
