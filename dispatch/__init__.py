@@ -9,6 +9,8 @@ from .explain import Explanation, explain
 from .hookspec import hookimpl
 from .ops import log_softmax, logsumexp, softmax
 
+from . import ab  # noqa: E402  (dispatch.ab.compare; its heavy imports load on use)
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The command line: ``python -m dispatch backends|explain|tune|cache|ab``."""
+"""The command line: ``python -m dispatch backends|explain|tune|cache|ab|demo``."""
 
 from __future__ import annotations
 
@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .ab.cli import add_parser as add_ab_parser
 
     add_ab_parser(sub)
+    from .demo import add_parser as add_demo_parser
+
+    add_demo_parser(sub)
     return parser
 
 

@@ -1,10 +1,90 @@
-"""``python -m dispatch ab``: compare backends on shapes and dtypes."""
+"""``python -m dispatch ab``: compare backends on shapes and dtypes; a table, files and a plot."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+
+from .._spec import OPS
+
+EPILOG = """\
+exit status: 0 every backend that ran passed (refusals are fine), 1 a backend failed the parity
+check or raised, 2 bad arguments or an unknown backend.
+example: python -m dispatch ab softmax --shape 4096x4096 --shape 8192x1024 --dtype bfloat16 \\
+             --backends torch,triton,tilelang --tune --json ab.json --plot ab.png"""
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("ab", help="A/B test backends: parity, latency, GB/s")
-    p.set_defaults(func=lambda args: 1)
+    """Add the ``ab`` subcommand."""
+    from ..cli import parse_dtype, parse_shape
+
+    p = sub.add_parser("ab", help="A/B test backends: parity, latency, GB/s",
+                       description="A/B test backends on the same inputs: parity with an fp64 reference, "
+                                   "median latency, GB/s and % of the copy bandwidth measured in the same run.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("ops", nargs="+", choices=OPS, metavar="OP", help=f"one or more of {', '.join(OPS)}")
+    p.add_argument("--shape", type=parse_shape, action="append", required=True,
+                   help="an input shape like 4096x4096 (repeat for several)")
+    p.add_argument("--dtype", type=parse_dtype, action="append",
+                   help="float32 (default), float16, bfloat16, float64 (repeat for several)")
+    p.add_argument("--backends", default=None, help="comma-separated names (default: every loaded backend)")
+    p.add_argument("--baseline", default="torch", help="what speedup is relative to (default torch; 'none')")
+    p.add_argument("--dim", type=int, default=-1, help="the reduced dim (default -1)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto (default)")
+    p.add_argument("--tune", action="store_true", help="tune every backend for every case first (cached)")
+    p.add_argument("--warmup", type=int, default=25, help="untimed calls before timing (default 25)")
+    p.add_argument("--rep", type=int, default=50, help="timed calls; the median is reported (default 50)")
+    p.add_argument("--no-flush", action="store_true", help="don't flush the L2 between reps (GPU)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--json", metavar="FILE", help="write every result as JSON")
+    p.add_argument("--csv", metavar="FILE", help="write one CSV row per backend and input")
+    p.add_argument("--markdown", metavar="FILE", help="write the table as markdown")
+    p.add_argument("--plot", metavar="FILE.png", help="draw GB/s against row length per backend")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_ab)
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    import torch
+
+    from . import compare
+
+    if args.warmup < 1 or args.rep < 1:
+        raise ValueError(f"--warmup and --rep must be >= 1 (got {args.warmup}, {args.rep})")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    run = compare(args.ops, shapes=args.shape, dtypes=args.dtype or [torch.float32], backends=args.backends,
+                  baseline=None if args.baseline.lower() == "none" else args.baseline, dim=args.dim,
+                  device=args.device, tune=args.tune, warmup=args.warmup, rep=args.rep,
+                  flush_l2=not args.no_flush, progress=not args.quiet)
+    print_table(run)
+    return write_outputs(run, json=args.json, csv=args.csv, markdown=args.markdown, plot=args.plot) or (
+        0 if run.ok else 1)
+
+
+def print_table(run) -> None:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # a pipe or a file: don't squeeze the table into 80 columns
+    console.print(run.table())
+    bad = [r for r in run.results if r.status in ("fail", "error")]
+    if bad:
+        console.print(f"[bold red]{len(bad)} result(s) failed or raised:[/] "
+                      + ", ".join(r.describe() for r in bad), highlight=False)
+
+
+def write_outputs(run, *, json=None, csv=None, markdown=None, plot=None) -> int:
+    """Write the files asked for; return 2 if one could not be written (said on stderr), else 0."""
+    status = 0
+    for path, write in ((json, run.to_json), (csv, run.to_csv), (markdown, run.to_markdown), (plot, run.plot)):
+        if not path:
+            continue
+        try:
+            write(path)
+            print(f"wrote {path}")
+        except (ImportError, OSError) as exc:
+            print(f"error: cannot write {path}: {exc}", file=sys.stderr)
+            status = 2
+    return status

@@ -1,0 +1,347 @@
+"""``compare``: run backends apples to apples on the same inputs and measure them the same way.
+
+The protocol, in order:
+1. For every (op, shape, dtype) and backend: ask whether it serves the case (a refusal is a
+   result, with its reason); when asked, tune it (the result goes to the decision cache).
+2. Call each once, untimed, through the public op with ``backend=`` (this resolves the call and
+   pre-warms its JIT and autotuner); check that output against an fp64 reference at the output
+   dtype's tolerance; record the config it used.
+3. Measure the device's copy bandwidth (``dst.copy_(src)`` of a large buffer).
+4. Time every backend that ran with :func:`dispatch.autotune.measure` (CUDA events and an L2
+   flush between repetitions on the GPU, ``perf_counter`` on the CPU), same warm-up and reps.
+Nothing is timed before every backend has been warmed, so no tuning or compilation is timed.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from .. import _plugins, _settings, ops
+from .._dispatcher import DISPATCHER
+from .._select import Selector
+from .._spec import OPS
+from ..autotune.cache import default_cache
+from ..autotune.space import TuneSettings
+from ..autotune.timer import measure
+from ..errors import BackendFaultError, BackendRefusedError, UnknownBackendError
+from ..explain import explain
+from ..tolerance import max_errors, mismatch, tolerance
+from ._result import (BackendResult, Comparison, CopyBandwidth, as_dtype, as_shape, bytes_moved, dtype_name, gbps,
+                      shape_text)
+
+#: ``progress(done, total, what)``: called as the run advances (``what`` names the current step).
+ProgressFn = Callable[[int, int, str], None]
+
+_OPS = {"softmax": ops.softmax, "log_softmax": ops.log_softmax, "logsumexp": ops.logsumexp}
+_FP64 = {"softmax": torch.softmax, "log_softmax": torch.log_softmax,
+         "logsumexp": lambda x, dim: torch.logsumexp(x, dim)}
+
+COPY_BYTES_CPU = 64 * 1024 * 1024
+COPY_BYTES_CUDA = 512 * 1024 * 1024
+
+
+def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = ((4096, 4096),),
+            dtypes: Iterable[torch.dtype | str] = (torch.float32,), backends: Iterable[str] | str | None = None, *,
+            baseline: str | None = "torch", dim: int = -1, device: torch.device | str | None = None,
+            tune: bool = False, warmup: int = 25, rep: int = 50, flush_l2: bool = True,
+            copy_bytes: int | None = None, seed: int = 0,
+            progress: bool | ProgressFn = False) -> Comparison:
+    """A/B test ``backends`` on ``op`` (one op or several) for every shape and dtype.
+
+    ``backends``: names (a list or ``"torch,triton"``); None compares every loaded backend. The
+    ``baseline`` (default ``"torch"``, None for none) is always run and is what ``speedup`` is
+    relative to. ``tune=True`` tunes each backend for each case before anything is measured
+    (results go to the decision cache, so later calls use them). ``warmup``/``rep`` are counts
+    (protocol: 25/50). ``copy_bytes`` sizes the copy-bandwidth buffer (default 64 MB on CPU,
+    512 MB on CUDA). ``progress=True`` shows a rich progress bar; a callable receives
+    ``(done, total, what)``.
+
+    A backend that refuses a case is a ``refused`` result with its reason; one that raises is an
+    ``error`` result; neither stops the run. Naming a backend that is not loaded raises
+    :class:`~dispatch.UnknownBackendError`, unless it failed to load (then it is ``refused``, and
+    the reason is the load failure).
+    """
+    op_names = (op,) if isinstance(op, str) else tuple(op)
+    for name in op_names:
+        if name not in OPS:
+            raise ValueError(f"'op' must be one of {', '.join(OPS)} (got {name!r})")
+    shapes = [as_shape(s) for s in shapes]
+    dtypes = [as_dtype(d) for d in dtypes]
+    if not shapes or not dtypes:
+        raise ValueError("'shapes' and 'dtypes' must each name at least one (got "
+                         f"{len(shapes)} shapes, {len(dtypes)} dtypes)")
+    device = _device(device)
+    settings = TuneSettings(warmup=warmup, rep=rep, flush_l2=flush_l2)
+    names = _backend_names(backends, baseline)
+    cases = [(o, s, d) for o in op_names for s in shapes for d in dtypes]
+    if progress is True:
+        from ._progress import rich_progress
+
+        with rich_progress() as bar:
+            return _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_bytes, seed, bar)
+    return _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_bytes, seed, progress or None)
+
+
+def _device(device: torch.device | str | None) -> torch.device:
+    if device is None or device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _backend_names(backends: Iterable[str] | str | None, baseline: str | None) -> list[str]:
+    loaded = dict(_plugins.registry().backends)
+    failed = {f.name for f in _plugins.load_failures()}
+    if backends is None:
+        names = sorted(loaded)
+    elif isinstance(backends, str):
+        names = [n for n in backends.replace(" ", "").split(",") if n]
+    else:
+        names = list(backends)
+    if baseline is not None:
+        names = [baseline] + [n for n in names if n != baseline]
+    names = list(dict.fromkeys(names))
+    unknown = [n for n in names if n not in loaded and n not in failed]
+    if unknown:
+        raise UnknownBackendError(
+            f"cannot compare {', '.join(map(repr, unknown))}: not loaded; loaded backends: "
+            f"{', '.join(sorted(loaded)) or 'none'} (see `python -m dispatch backends` for load failures)")
+    if not names:
+        raise ValueError("'backends' must name at least one backend (got none)")
+    return names
+
+
+def make_input(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0) -> torch.Tensor:
+    """The input every backend gets for one case: deterministic, N(0, 4^2) so softmax has tails."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return (torch.randn(shape, generator=gen, dtype=torch.float32) * 4).to(dtype).to(device)
+
+
+def fp64_reference(op: str, x: torch.Tensor, dim: int) -> torch.Tensor:
+    """The op computed in float64 from the same input (the yardstick for every backend's error)."""
+    return _FP64[op](x.to(torch.float64), dim)
+
+
+class _Run:
+    """One backend on one case, between the untimed warm call and the timed one."""
+
+    def __init__(self, op: str, shape: tuple[int, ...], dtype: torch.dtype, backend: str) -> None:
+        self.op, self.shape, self.dtype, self.backend = op, shape, dtype, backend
+        self.fields: dict[str, Any] = {}
+        self.runner: Callable[[], object] | None = None
+
+    @property
+    def what(self) -> str:
+        return f"{self.op} {shape_text(self.shape)} {dtype_name(self.dtype)} on {self.backend}"
+
+
+def _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_bytes, seed,
+         progress: ProgressFn | None) -> Comparison:
+    failures = {f.name: f.error for f in _plugins.load_failures()}
+    total = 2 * len(cases) * len(names) + 1
+    done = 0
+
+    def step(what: str, advance: int = 1) -> None:
+        nonlocal done
+        done += advance
+        if progress is not None:
+            progress(done, total, what)
+
+    if progress is not None:
+        progress(0, total, "starting")
+    inputs: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+    runs: list[_Run] = []
+    # 1. who serves what, and tuning first when asked (then nothing resolved before keeps a stale config)
+    for op, shape, dtype in cases:
+        x = make_input(shape, dtype, device, seed)
+        inputs[(op, shape, dtype)] = (x, fp64_reference(op, x, dim))
+        for name in names:
+            run = _Run(op, shape, dtype, name)
+            runs.append(run)
+            if name in failures and name not in _plugins.registry().backends:
+                run.fields = {"status": "refused",
+                              "reason": f"not loaded: the plugin failed to load ({failures[name]})"}
+            else:
+                if progress is not None:
+                    progress(done, total, f"{'tuning' if tune else 'checking'} {run.what}")
+                _judge(run, x, dim, tune, settings,
+                       (lambda text: progress(done, total, text)) if progress is not None else None)
+    if tune:
+        DISPATCHER.clear()
+    # 2. warm every backend on every case (JIT, autotuners), untimed, and check its output
+    for run in runs:
+        if "status" not in run.fields:
+            if progress is not None:
+                progress(done, total, f"warming {run.what}")
+            _warm(run, *inputs[(run.op, run.shape, run.dtype)], dim)
+        step(f"warmed {run.what}")
+    # 3. the ceiling, in the same run
+    if progress is not None:
+        progress(done, total, "measuring copy bandwidth")
+    copy = measure_copy_bandwidth(device, settings, copy_bytes)
+    step("measured copy bandwidth")
+    # 4. time every backend that ran, the same way
+    for run in runs:
+        if run.runner is not None:
+            if progress is not None:
+                progress(done, total, f"timing {run.what}")
+            timing = measure(run.runner, device, settings)
+            run.fields.update(median_us=timing.median_us, spread_us=timing.spread_us, reps=timing.reps)
+        step(f"timed {run.what}")
+    results = _finish(runs, inputs, dim, copy, baseline)
+    versions = {n: b.info.version for n, b in _plugins.registry().backends.items() if n in names}
+    return Comparison(ops=op_names, device=str(device), device_name=device_description(device), copy=copy,
+                      results=results, baseline=baseline, warmup=settings.warmup, rep=settings.rep, tuned=tune,
+                      flush_l2=settings.flush_l2, versions=versions)
+
+
+def _judge(run: _Run, x: torch.Tensor, dim: int, tune: bool, settings: TuneSettings,
+           report: Callable[[str], None] | None) -> None:
+    """Does the backend serve this case (a refusal is recorded with its reason)? Tune it if asked."""
+    try:
+        explain(run.op, x, dim, backend=run.backend)  # a refusal raises here, with its reason
+    except BackendRefusedError as exc:
+        run.fields = {"status": "refused", "reason": exc.reason}
+        return
+    except Exception as exc:  # a hook that raised while deciding (tuning with autotune on, say)
+        run.fields = {"status": "error", "reason": _why(exc)}
+        return
+    if tune:
+        try:
+            _tune(run, x, dim, settings, report)
+        except Exception as exc:
+            run.fields = {"status": "error", "reason": f"tuning failed: {_why(exc)}"}
+
+
+def _warm(run: _Run, x: torch.Tensor, expected: torch.Tensor, dim: int) -> None:
+    """The untimed first call through the public op, its parity check, and the config it used."""
+    fn = _OPS[run.op]
+    try:
+        with torch.no_grad():
+            out = fn(x, dim, backend=run.backend)
+    except BackendFaultError as exc:
+        _warm_rejected(run, x, expected, dim, exc)
+        return
+    except Exception as exc:
+        run.fields = {"status": "error", "reason": _why(exc)}
+        return
+    decision = explain(run.op, x, dim, backend=run.backend).decision
+    run.fields = {"via": "op", "config": decision.config, "config_source": decision.config_source,
+                  **_check(out, expected, x.dtype)}
+    run.runner = _no_grad(lambda: fn(x, dim, backend=run.backend))
+
+
+def _warm_rejected(run: _Run, x, expected, dim, fault: BackendFaultError) -> None:
+    """dispatch would not serve this backend (it raised, or differed from the reference on its
+    first call). Run its kernel directly, to report how wrong it is and how fast; else an error."""
+    backend = _plugins.registry().backends[run.backend]
+    try:
+        decision = explain(run.op, x, dim, backend=run.backend).decision
+        kernel = backend.kernel(run.op, decision.spec, decision.config)
+        with torch.no_grad():
+            out = kernel(x)
+    except Exception as exc:
+        run.fields = {"status": "error", "reason": _why(exc)}
+        return
+    checked = _check(out, expected, x.dtype)
+    if checked["status"] == "fail":
+        reason = f"{checked['reason']} (dispatch won't serve it: run and timed through its kernel)"
+    else:  # right against fp64, wrong against torch in its own dtype: say what dispatch said
+        reason = f"dispatch won't serve it ({_why(fault)}): run and timed through its kernel"
+    run.fields = {"via": "kernel", "config": decision.config, "config_source": decision.config_source,
+                  **checked, "status": "fail", "reason": reason}
+    run.runner = _no_grad(lambda: kernel(x))
+
+
+def _tune(run: _Run, x: torch.Tensor, dim: int, settings: TuneSettings,
+          report: Callable[[str], None] | None) -> None:
+    backend = _plugins.registry().backends[run.backend]
+    spec = ops.make_spec(run.op, x, dim, None, False)
+    space = backend.tune_space(run.op, spec)
+    if space is None or len(space.configs) < 2:
+        return  # nothing to tune: config_for would not tune it either
+    selector = Selector(_plugins.registry(), default_cache(), _settings.settings())
+    on_config = None if report is None else (lambda config: report(f"tuning {run.what} [{config}]"))
+    selector.tune(backend, spec, settings, progress=on_config)
+
+
+def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
+    def run() -> object:
+        with torch.no_grad():
+            return fn()
+    return run
+
+
+def _check(out: object, expected: torch.Tensor, out_dtype: torch.dtype) -> dict[str, Any]:
+    """Errors of ``out`` against the fp64 reference; pass if it has the op's output dtype and
+    matches the reference rounded to that dtype within its tolerance (:mod:`dispatch.tolerance`)."""
+    if not isinstance(out, torch.Tensor):
+        return {"status": "fail", "reason": f"returned {type(out).__name__}, not a tensor"}
+    rtol, atol = tolerance(out_dtype)
+    fields: dict[str, Any] = {"out_dtype": out_dtype, "rtol": rtol, "atol": atol}
+    if out.shape != expected.shape or out.dtype != out_dtype:
+        return {**fields, "status": "fail", "reason": f"returned {tuple(out.shape)} {dtype_name(out.dtype)}; "
+                f"expected {tuple(expected.shape)} {dtype_name(out_dtype)}"}
+    abs_err, rel_err = max_errors(out, expected)
+    fields.update(max_abs_err=abs_err, max_rel_err=rel_err)
+    why = mismatch(out, expected.to(out_dtype))
+    return {**fields, "status": "pass" if why is None else "fail", "reason": why or ""}
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _finish(runs: list[_Run], inputs, dim: int, copy: CopyBandwidth, baseline: str | None) -> list[BackendResult]:
+    base_us = {(r.op, r.shape, r.dtype): r.fields.get("median_us") for r in runs if r.backend == baseline}
+    results = []
+    for run in runs:
+        x, expected = inputs[(run.op, run.shape, run.dtype)]
+        f = dict(run.fields)
+        out_dtype = f.pop("out_dtype", None) or x.dtype
+        nbytes = bytes_moved(run.op, run.shape, run.dtype, dim, out_dtype)
+        median = f.get("median_us")
+        rate = gbps(nbytes, median)
+        base = base_us.get((run.op, run.shape, run.dtype))
+        results.append(BackendResult(
+            op=run.op, shape=run.shape, dtype=run.dtype, backend=run.backend, dim=dim, out_dtype=out_dtype,
+            bytes_moved=nbytes, gbps=rate,
+            pct_of_copy=None if rate is None or not copy.gbps else 100.0 * rate / copy.gbps,
+            speedup=base / median if base and median else None, **f))
+    return results
+
+
+def measure_copy_bandwidth(device: torch.device, settings: TuneSettings = TuneSettings(),
+                           nbytes: int | None = None) -> CopyBandwidth:
+    """Time ``dst.copy_(src)`` of ``nbytes`` on ``device`` (read + write bytes over time)."""
+    if nbytes is None:
+        nbytes = COPY_BYTES_CUDA if device.type == "cuda" else COPY_BYTES_CPU
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    timing = measure(lambda: dst.copy_(src), device, settings)
+    del src, dst
+    return CopyBandwidth(str(device), nbytes, timing.median_us, timing.spread_us, timing.reps)
+
+
+def device_description(device: torch.device) -> str:
+    """The hardware's name: the GPU model, or the CPU model and core count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    threads = torch.get_num_threads()
+    return f"{model} ({threads} thread{'' if threads == 1 else 's'})"

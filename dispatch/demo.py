@@ -1,0 +1,106 @@
+"""``python -m dispatch demo``: which backend serves each op, then an A/B of every backend on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import torch
+
+#: Small enough that the A/B takes seconds even with Triton's interpreter on the CPU.
+DEMO_SHAPES = ((64, 256), (16, 2048))
+DEMO_WARMUP = 5
+DEMO_REP = 20
+#: torch's CPU threads in the demo: its shapes are too small to gain from more, and on a shared or
+#: 2-core machine OpenMP threads stall for milliseconds when another process holds a core.
+DEMO_THREADS = 1
+
+
+def _tour_inputs() -> list[tuple[torch.Tensor, int]]:
+    gen = torch.Generator().manual_seed(0)
+    return [(torch.randn(8, 128, generator=gen), -1),
+            (torch.randn(4, 1000, generator=gen).to(torch.bfloat16), -1),
+            (torch.randn(2, 3, 64, generator=gen, dtype=torch.float64), 1)]
+
+
+def tour(console) -> None:
+    """Call each op on a few CPU tensors and say which backend served each call, and why."""
+    import dispatch
+
+    calls = {"softmax": dispatch.softmax, "log_softmax": dispatch.log_softmax, "logsumexp": dispatch.logsumexp}
+    for op, fn in calls.items():
+        for x, dim in _tour_inputs():
+            fn(x, dim)
+            decision = dispatch.explain(op, x, dim).decision
+            call = f"{'x'.join(map(str, x.shape))} {str(x.dtype).removeprefix('torch.')} dim={dim}"
+            config = f" [{decision.config}]" if decision.config else ""
+            console.print(f"  {op:<11} {call:<24} -> {decision.backend}{config}: {decision.reason}",
+                          highlight=False, markup=False)
+            for c in decision.candidates:
+                if not c.verdict.ok:
+                    console.print(f"  {'':<11} {'':<24}    not {c.name}: {c.verdict.reason}", style="dim",
+                                  highlight=False, markup=False)
+
+
+def run_demo(out: Path | str = "dispatch-demo", warmup: int = DEMO_WARMUP, rep: int = DEMO_REP,
+             progress: bool = True):
+    """The tour, then ``compare("softmax")`` on :data:`DEMO_SHAPES` fp32 across every loaded
+    backend; writes ``ab.md``, ``ab.json``, ``ab.csv`` and ``ab.png`` to ``out``. Returns the run."""
+    from rich.console import Console
+
+    import dispatch
+    from dispatch.ab import compare
+    from dispatch.ab.cli import print_table, write_outputs
+
+    console = Console() if Console().is_terminal else Console(width=200)
+    if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+        # Triton runs kernels on the CPU only in its interpreter, which must be on before triton is imported.
+        os.environ["TRITON_INTERPRET"] = "1"
+        console.print("TRITON_INTERPRET=1 (no GPU: Triton kernels run in its interpreter, which is slow; "
+                      "its numbers below measure the interpreter, not Triton on a GPU)", style="dim")
+    loaded = dispatch.backends()
+    console.print(f"[bold]backends:[/] {', '.join(sorted(loaded))}" + "".join(
+        f"\n  [red]failed to load[/] {f.name}: {f.error}" for f in dispatch.load_failures()), highlight=False)
+    console.print("\n[bold]1. each op on a few CPU tensors, and the backend that served it[/]")
+    tour(console)
+    shapes = ", ".join("x".join(map(str, s)) for s in DEMO_SHAPES)
+    console.print(f"\n[bold]2. A/B: softmax {shapes} float32 on the CPU, every backend, warmup {warmup}, rep {rep}, "
+                  f"{torch.get_num_threads()} torch thread(s)[/]")
+    start = time.perf_counter()
+    run = compare("softmax", shapes=DEMO_SHAPES, dtypes=[torch.float32], backends=None, device="cpu",
+                  warmup=warmup, rep=rep, progress=progress)
+    print_table(run)
+    out = Path(out)
+    status = write_outputs(run, json=out / "ab.json", csv=out / "ab.csv", markdown=out / "ab.md",
+                           plot=out / "ab.png")
+    console.print(f"A/B took {time.perf_counter() - start:.1f} s", highlight=False)
+    return run, status
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.warmup < 1 or args.rep < 1:
+        raise ValueError(f"--warmup and --rep must be >= 1 (got {args.warmup}, {args.rep})")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    run, status = run_demo(args.out, warmup=args.warmup, rep=args.rep, progress=not args.quiet)
+    return status or (0 if run.ok else 1)
+
+
+def add_parser(sub) -> None:
+    """Add the ``demo`` subcommand to ``python -m dispatch`` (once, however often it is called)."""
+    if "demo" in sub.choices:
+        return
+    p = sub.add_parser("demo", help="the tour: which backend serves each op, then an A/B table and plot",
+                       description="The tour: call each op on a few CPU tensors and show which backend served "
+                                   "it and why; then A/B every installed backend on softmax on this machine's "
+                                   "CPU and write the table (md, json, csv) and the plot to --out.")
+    p.add_argument("--out", default="dispatch-demo", help="where to write ab.{md,json,csv,png} (./dispatch-demo)")
+    p.add_argument("--warmup", type=int, default=DEMO_WARMUP, help=f"A/B warm-up calls (default {DEMO_WARMUP})")
+    p.add_argument("--rep", type=int, default=DEMO_REP, help=f"A/B timed calls (default {DEMO_REP})")
+    p.add_argument("--threads", type=int, default=DEMO_THREADS,
+                   help=f"torch CPU threads (default {DEMO_THREADS}: steady timings on a busy machine; "
+                        "0: torch's default)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_demo)

@@ -1,0 +1,252 @@
+"""dispatch.ab: real A/B runs on the CPU (torch, plus whatever else is installed), the GB/s
+arithmetic, parity failures of a deliberately wrong backend, refusals, the files and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+import dispatch
+from dispatch import BackendInfo, Verdict
+from dispatch.ab import BackendResult, Comparison, bytes_moved, compare, gbps, load
+from dispatch.autotune import Config, TuneSpace
+from dispatch.cli import main
+from dispatch.errors import UnknownBackendError
+
+FAST = dict(warmup=2, rep=5, copy_bytes=4 << 20, device="cpu")  # CPU even where a GPU is
+
+
+def make_backend(name: str, fault: str | None = None, dtypes=(torch.float32,), events: list | None = None,
+                 tunable: bool = False):
+    """A plugin serving every op from torch primitives; ``fault``: "wrong" (x1.1), "raise"."""
+    plugin = types.SimpleNamespace()
+
+    @dispatch.hookimpl
+    def dispatch_backend_info():
+        return BackendInfo(name=name, version="1.0", ops=dispatch.OPS, priority={"cpu": -1})
+
+    @dispatch.hookimpl
+    def dispatch_check(op, spec):
+        if spec.dtype not in dtypes:
+            return Verdict.no(f"dtype {spec.dtype} not served; only {', '.join(map(str, dtypes))}")
+        return Verdict.yes()
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        dim = spec.dims[0]
+        scale = Config.of(config).get("scale", 1)
+
+        def run(x):
+            if events is not None:
+                events.append(("call", name))
+            if fault == "raise":
+                raise RuntimeError(f"{name} crashed on purpose")
+            xf = x.double() * scale / scale
+            out = {"softmax": lambda: torch.softmax(xf, dim), "log_softmax": lambda: torch.log_softmax(xf, dim),
+                   "logsumexp": lambda: torch.logsumexp(xf, dim)}[op]().to(spec.out_dtype)
+            return out * 1.1 if fault == "wrong" else out
+        return run
+
+    hooks = [dispatch_backend_info, dispatch_check, dispatch_kernel]
+    if tunable:
+        @dispatch.hookimpl
+        def dispatch_tune_space(op, spec):
+            return TuneSpace(configs=[{"scale": 1}, {"scale": 2}], default={"scale": 1}, tunables=("scale",))
+        hooks.append(dispatch_tune_space)
+    for fn in hooks:
+        setattr(plugin, fn.__name__, fn)
+    return plugin
+
+
+# -- the arithmetic ---------------------------------------------------------------------------------
+
+def test_bytes_moved_counts_one_read_and_one_write():
+    assert bytes_moved("softmax", (64, 256), torch.float32) == 2 * 64 * 256 * 4
+    assert bytes_moved("log_softmax", (64, 256), torch.bfloat16) == 2 * 64 * 256 * 2
+    assert bytes_moved("logsumexp", (64, 256), torch.float16) == 64 * 256 * 2 + 64 * 2  # one value per row
+    assert bytes_moved("logsumexp", (8, 5, 3), torch.float32, dim=1) == 8 * 5 * 3 * 4 + 8 * 3 * 4
+    assert bytes_moved("softmax", (0, 16), torch.float32) == 0
+    assert gbps(2_000, 1.0) == pytest.approx(2.0)  # 2 kB in 1 us = 2 GB/s
+    assert gbps(10, 0.0) is None and gbps(10, None) is None
+
+
+# -- real runs ----------------------------------------------------------------------------------------
+
+def test_every_installed_backend_on_a_real_cpu_run():
+    run = compare("softmax", shapes=["16x256"], dtypes=[torch.float32], backends=None, **FAST)
+    assert set(run.backends) == set(dispatch.backends())  # torch first, as the baseline
+    assert run.backends[0] == "torch"
+    assert run.device == "cpu" and run.copy.gbps > 0 and run.copy.nbytes == 4 << 20
+    torch_result = run.result("torch", "16x256", "float32")
+    assert torch_result.status == "pass" and torch_result.via == "op" and torch_result.speedup == 1.0
+    for r in run.results:
+        assert r.status in ("pass", "refused"), r  # installed backends are right or say why not
+        if r.status == "refused":
+            assert r.reason and r.median_us is None
+        else:
+            assert r.median_us > 0 and r.reps == 5 and r.max_abs_err <= r.atol + r.rtol
+
+
+@pytest.mark.parametrize("op, dtype", [("softmax", torch.bfloat16), ("logsumexp", torch.float16)])
+def test_gbps_is_bytes_over_the_median(op, dtype):
+    run = compare(op, shapes=[(32, 300)], dtypes=[dtype], backends="torch", **FAST)
+    r = run.result("torch", (32, 300), dtype)
+    out_numel = 32 if op == "logsumexp" else 32 * 300
+    assert r.bytes_moved == 32 * 300 * dtype.itemsize + out_numel * dtype.itemsize
+    assert r.gbps == pytest.approx(r.bytes_moved / (r.median_us * 1e-6) / 1e9)
+    assert r.pct_of_copy == pytest.approx(100 * r.gbps / run.copy.gbps)
+    assert run.copy.gbps == pytest.approx(2 * run.copy.nbytes / (run.copy.median_us * 1e-6) / 1e9)
+    assert (r.rtol, r.atol) == dispatch.tolerance.tolerance(dtype)
+    assert r.status == "pass" and r.rows == 32 and r.row_length == 300
+
+
+def test_wrong_raising_and_refusing_backends_are_reported_not_raised():
+    dispatch.register(make_backend("wrong", fault="wrong"), name="wrong")
+    dispatch.register(make_backend("crashy", fault="raise"), name="crashy")
+    dispatch.register(make_backend("picky", dtypes=(torch.float64,)), name="picky")
+    run = compare("log_softmax", shapes=["8x64"], dtypes=["float32"], backends="wrong,crashy,picky", **FAST)
+    assert run.backends == ("torch", "wrong", "crashy", "picky")  # the baseline joins
+    wrong, crashy, picky = (run.result(n, "8x64", "float32") for n in ("wrong", "crashy", "picky"))
+    assert wrong.status == "fail" and not wrong.passed
+    assert wrong.max_rel_err == pytest.approx(0.1, rel=1e-3) and "outside rtol" in wrong.reason
+    assert wrong.via == "kernel" and wrong.median_us > 0 and wrong.speedup is not None  # still timed
+    assert crashy.status == "error" and "crashed on purpose" in crashy.reason and crashy.median_us is None
+    assert picky.status == "refused" and "only torch.float64" in picky.reason and picky.gbps is None
+    assert not run.ok
+    assert run.result("torch", "8x64", "float32").passed
+
+
+def test_protocol_warms_everything_before_timing_anything(monkeypatch):
+    import dispatch.ab._run as harness
+
+    events: list = []
+    dispatch.register(make_backend("alpha", events=events), name="alpha")
+    dispatch.register(make_backend("beta", events=events), name="beta")
+    real_measure = harness.measure
+    monkeypatch.setattr(harness, "measure", lambda fn, *a, **k: (events.append(("measure",)), real_measure(
+        fn, *a, **k))[1])
+    progress: list = []
+    run = compare("softmax", shapes=["4x32", "2x64"], backends=["alpha", "beta"], baseline=None,
+                  progress=lambda done, total, what: progress.append((done, total, what)), **FAST)
+    first_timing = events.index(("measure",))
+    assert {e for e in events[:first_timing]} == {("call", "alpha"), ("call", "beta")}
+    assert events[:first_timing].count(("call", "alpha")) == 2  # once per case, untimed
+    assert run.baseline is None and all(r.speedup is None for r in run.results)
+    assert progress[-1][0] == progress[-1][1] == 2 * 2 * 2 + 1
+
+
+def test_tune_first_then_the_config_used_is_recorded():
+    dispatch.register(make_backend("knobs", tunable=True), name="knobs")
+    plain = compare("softmax", shapes=["4x32"], backends="knobs", **FAST)
+    assert plain.result("knobs", "4x32", "float32").config == Config.of(scale=1)
+    assert plain.result("knobs", "4x32", "float32").config_source == "default config"
+    tuned = compare("softmax", shapes=["4x32"], backends="knobs", tune=True, **FAST)
+    r = tuned.result("knobs", "4x32", "float32")
+    assert tuned.tuned and r.config_source == "tune cache" and r.config in (Config.of(scale=1), Config.of(scale=2))
+    assert dispatch.explain("softmax", torch.zeros(4, 32), -1, backend="knobs").decision.config == r.config
+
+
+def test_unknown_and_unloadable_backends(monkeypatch):
+    with pytest.raises(UnknownBackendError, match="'nosuch'"):
+        compare("softmax", shapes=["4x8"], backends="nosuch", **FAST)
+    from dispatch import _plugins
+
+    failure = dispatch.LoadFailure("ghost", "entry point 'ghost'", "ImportError: no module named ghost_dsl")
+    monkeypatch.setattr(_plugins, "load_failures", lambda: (failure,))
+    run = compare("softmax", shapes=["4x8"], backends="ghost", **FAST)
+    ghost = run.result("ghost", "4x8", "float32")
+    assert ghost.status == "refused" and "ghost_dsl" in ghost.reason and run.ok
+    with pytest.raises(ValueError, match="'op' must be one of"):
+        compare("softmin", shapes=["4x8"])
+
+
+# -- files ----------------------------------------------------------------------------------------------
+
+def test_json_csv_markdown_and_plot_are_written_and_readable(tmp_path):
+    dispatch.register(make_backend("wrong", fault="wrong"), name="wrong")
+    run = compare(["softmax", "logsumexp"], shapes=["8x64", "4x512"], dtypes=["float32"], backends="wrong", **FAST)
+    run.to_json(tmp_path / "ab.json")
+    back = load(tmp_path / "ab.json")
+    assert isinstance(back, Comparison) and back == run
+    assert json.loads((tmp_path / "ab.json").read_text())["copy"]["gbps"] == pytest.approx(run.copy.gbps)
+
+    run.to_csv(tmp_path / "ab.csv")
+    with open(tmp_path / "ab.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(run.results) == 2 * 2 * 2
+    assert {r["status"] for r in rows} == {"pass", "fail"}
+    first = rows[0]
+    assert float(first["gbps"]) == pytest.approx(int(first["bytes_moved"]) / float(first["median_us"]) / 1e3)
+
+    md = run.to_markdown(tmp_path / "ab.md")
+    assert md.count("\n| ") == 1 + len(run.results) and "copy bandwidth" in md
+
+    run.plot(tmp_path / "ab.png")
+    import matplotlib.image
+
+    image = matplotlib.image.imread(tmp_path / "ab.png")
+    assert image.ndim == 3 and image.shape[1] > 800  # two panels (softmax, logsumexp) side by side
+
+
+def test_result_rows_round_trip():
+    r = BackendResult(op="softmax", shape="4x8", dtype="bfloat16", backend="torch", status="refused", reason="x")
+    assert BackendResult.from_row(r.as_row()) == r
+    with pytest.raises(ValueError):
+        BackendResult(op="softmax", shape="4x8", dtype="bfloat16", backend="torch", status="maybe")
+
+
+# -- the command line -----------------------------------------------------------------------------------
+
+def test_cli_writes_files_and_exit_codes(tmp_path, capsys):
+    args = ["ab", "softmax", "--shape", "8x64", "--shape", "2x128", "--dtype", "float32", "--dtype", "bfloat16",
+            "--backends", "torch", "--warmup", "1", "--rep", "3", "--device", "cpu", "-q"]
+    files = ["--json", str(tmp_path / "a.json"), "--csv", str(tmp_path / "a.csv"), "--plot", str(tmp_path / "a.png"),
+             "--markdown", str(tmp_path / "a.md")]
+    assert main(args + files) == 0
+    out = capsys.readouterr().out
+    assert "8x64" in out and "bfloat16" in out and "pass" in out
+    assert len(load(tmp_path / "a.json").results) == 4
+    assert all((tmp_path / f"a.{ext}").stat().st_size > 0 for ext in ("csv", "png", "md"))
+
+    dispatch.register(make_backend("wrong", fault="wrong"), name="wrong")
+    assert main(["ab", "softmax", "--shape", "8x64", "--backends", "torch,wrong", "--rep", "2", "--device", "cpu",
+                 "-q"]) == 1
+    assert "failed or raised" in capsys.readouterr().out
+    assert main(["ab", "softmax", "--shape", "8x64", "--backends", "nosuch", "-q"]) == 2
+    assert "not loaded" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["ab", "softmax", "--shape", "8by64"])
+    assert exc.value.code == 2
+
+
+def test_demo_runs_end_to_end(tmp_path):
+    env = {**os.environ, "DISPATCH_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "dispatch", "demo", "--out", str(tmp_path / "demo"),
+                           "--warmup", "1", "--rep", "2", "-q"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "-> torch" in proc.stdout and "A/B took" in proc.stdout
+    for name in ("ab.json", "ab.csv", "ab.md", "ab.png"):
+        assert (tmp_path / "demo" / name).stat().st_size > 0
+    run = load(tmp_path / "demo" / "ab.json")
+    assert {r.shape for r in run.results} == {(64, 256), (16, 2048)}
+    assert "torch" in run.backends
+
+
+# -- the GPU (runs on the device machine) --------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_run_flushes_l2_and_measures_the_copy_ceiling():
+    run = compare("softmax", shapes=["4096x4096"], dtypes=["bfloat16"], backends=None, device="cuda")
+    assert run.device == f"cuda:{torch.cuda.current_device()}" and run.flush_l2
+    assert run.copy.gbps > 500  # an H200 copies ~4 TB/s; anything near this is a broken timer
+    torch_result = run.result("torch", "4096x4096", "bfloat16")
+    assert torch_result.passed and 1 < torch_result.pct_of_copy < 120
+    assert all(r.status in ("pass", "refused") for r in run.results), [r for r in run.results if not r.passed]
