@@ -17,7 +17,7 @@ import torch
 from . import _plugins, _settings
 from ._autograd import differentiable
 from ._keys import spec_key
-from ._select import Decision, Selector
+from ._select import Decision, Selector, expected_output
 from ._spec import OPS, CallSpec
 from .autotune.cache import default_cache
 from .errors import BackendFaultError
@@ -73,7 +73,11 @@ class Dispatcher:
                 return fn(x)
             while True:
                 decision = self.decide(spec, forced)
-                fn = self._build(decision, key)
+                try:
+                    fn = self._build(decision, key)
+                except Exception as exc:  # dispatch_kernel raised: a fault of that backend, like a crash
+                    self._fault(decision, f"raised {type(exc).__name__} building its kernel: {exc}", exc)
+                    continue
                 out = self._validate(decision, fn, x)
                 if out is not None:
                     break
@@ -127,8 +131,7 @@ class Dispatcher:
                 out = kernel(x)
                 why = None
                 if reference is not None:
-                    expected = reference.kernel(spec.op, spec)(x)
-                    why = mismatch(out, expected)
+                    why = mismatch(out, expected_output(reference, spec, x))
         except Exception as exc:
             self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
             return None

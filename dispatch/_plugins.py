@@ -118,14 +118,22 @@ class Backend:
 
 
 def _hook_functions(pm: pluggy.PluginManager, plugin_name: str) -> dict[str, Callable[..., Any]]:
+    """The plugin's hook implementations, each called with only the arguments it declares (as pluggy does)."""
     hooks = {}
     for hook_name in dir(pm.hook):
         if not hook_name.startswith("dispatch_"):
             continue
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             if impl.plugin_name == plugin_name:
-                hooks[hook_name] = impl.function
+                hooks[hook_name] = _taking_declared(impl.function, impl.argnames)
     return hooks
+
+
+def _taking_declared(function: Callable[..., Any], argnames: tuple[str, ...]) -> Callable[..., Any]:
+    def call(**kwargs: Any) -> Any:
+        return function(**{name: kwargs[name] for name in argnames})
+    call.__wrapped__ = function
+    return call
 
 
 class Registry:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import attrs
 import torch
 from attrs import field, frozen
 
@@ -131,13 +132,23 @@ class Selector:
                                 policy, candidates, bucket, cached=True, config_source="cache")
         if policy == "measured" and self.settings.autotune and len(servers) > 1:
             return self._race(spec, servers, candidates, bucket, dkey)
-        backend = servers[0]
-        config, source, tune = self.config_for(backend, spec)
-        why = "the only backend that serves this call" if len(servers) == 1 else (
-            f"first in the static order for {spec.device.type} "
-            f"({', '.join(b.name for b in servers)}; priority {backend.info.rank(spec.device.type)})")
-        return Decision(spec, backend.name, config, why, policy, candidates, bucket,
-                        config_source=source, tune=tune)
+        notes: dict[str, str] = {}
+        for backend in servers:
+            try:
+                config, source, tune = self.config_for(backend, spec)
+            except Exception as exc:  # a hook that raised, or a failed tune: the next server serves
+                notes[backend.name] = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                continue
+            why = "the only backend that serves this call" if len(servers) == 1 else (
+                f"first in the static order for {spec.device.type} "
+                f"({', '.join(b.name for b in servers)}; priority {backend.info.rank(spec.device.type)})")
+            if notes:
+                why += "; " + "; ".join(f"{name} {note}" for name, note in notes.items())
+            candidates = [Candidate(c.name, c.verdict, note=notes.get(c.name, "")) for c in candidates]
+            return Decision(spec, backend.name, config, why, policy, candidates, bucket,
+                            config_source=source, tune=tune)
+        raise NoBackendError(f"every backend that serves {spec.describe()} failed: "
+                             + "; ".join(f"{n}: {w}" for n, w in notes.items()))
 
     def _forced(self, spec, forced, judged, candidates, servers, bucket) -> Decision:
         by_name = {b.name: (b, v) for b, v in judged}
@@ -168,9 +179,14 @@ class Selector:
         if cached is not None:
             return cached.config, "tune cache", cached
         if self.settings.autotune and len(space.configs) > 1:
-            result = self.tune(backend, spec)
+            result = self.tune(backend, spec, progress=self._reporter(backend.name))
             return result.config, "tuned now", result
         return space.default, "default config", None
+
+    def _reporter(self, name: str) -> Callable[[Config], None] | None:
+        if self.progress is None:
+            return None
+        return lambda config: self.progress(f"{name} [{config}]")
 
     def _cached_tune(self, key: dict[str, str]) -> TuneResult | None:
         value = self.cache.get(key)
@@ -193,7 +209,7 @@ class Selector:
         reference = self.reference()
         expected = None
         if reference is not None and reference is not backend:
-            expected = reference.kernel(spec.op, spec, EMPTY)(x)
+            expected = expected_output(reference, spec, x)
         what = f"{backend.name} for {spec.describe()}"
         result = None
         if space is not None:
@@ -217,11 +233,8 @@ class Selector:
         results: dict[str, TuneResult] = {}
         notes: dict[str, str] = {}
         for backend in servers:
-            report = None
-            if self.progress is not None:
-                report = (lambda config, name=backend.name: self.progress(f"{name} [{config}]"))
             try:
-                results[backend.name] = self.tune(backend, spec, progress=report)
+                results[backend.name] = self.tune(backend, spec, progress=self._reporter(backend.name))
             except Exception as exc:  # a backend that can't produce a correct, timed kernel can't win
                 notes[backend.name] = f"{type(exc).__name__}: " + " ".join(
                     line.strip() for line in str(exc).splitlines()[:2])
@@ -241,6 +254,16 @@ class Selector:
                       for c in candidates]
         return Decision(spec, winner, result.config, reason, "measured", candidates, bucket,
                         config_source=result.source, tune=result)
+
+
+def expected_output(reference: Backend, spec: CallSpec, x: torch.Tensor) -> torch.Tensor:
+    """What a correct backend returns for ``x``: the reference computed in float64, then rounded once
+    to the output dtype (torch's own low-precision CPU kernels may round twice)."""
+    if not spec.dtype.is_floating_point or spec.out_dtype == torch.float64:
+        return reference.kernel(spec.op, spec, EMPTY)(x)
+    wide = attrs.evolve(spec, dtype=torch.float64, out_dtype=torch.float64)
+    with torch.no_grad():
+        return reference.kernel(spec.op, wide, EMPTY)(x.to(torch.float64)).to(spec.out_dtype)
 
 
 def example_input(spec: CallSpec, seed: int = 0) -> torch.Tensor:

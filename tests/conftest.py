@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # subprocesses too: tiny CPU ops, timed on a 2-core machine
+
 import pytest
+import torch
 
 import dispatch
 from dispatch._dispatcher import DISPATCHER
+
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

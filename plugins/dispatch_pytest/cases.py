@@ -1,0 +1,182 @@
+"""The conformance cases: one call each (op, dtype, shape, dim, layout, values), and the default grid."""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+from attrs import field, frozen
+from attrs.validators import in_, instance_of, optional
+
+import dispatch
+
+#: Memory layouts of a case's input: ``transposed`` is column-major in the last two dims,
+#: ``strided`` takes every other column, ``offset`` starts one element into its storage,
+#: ``expanded`` repeats one row with stride 0 along the first dim.
+LAYOUTS = ("contiguous", "transposed", "strided", "offset", "expanded")
+#: Values of a case's input: ``random`` is N(0, 4^2); ``large`` is N(0, 200^2), which overflows
+#: ``exp`` unless the maximum is subtracted first; ``special`` plants NaN/+inf/-inf rows
+#: (see :func:`plant_special_rows`).
+VALUES = ("random", "special", "large")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+#: The ``dtype=`` casts certified for softmax and log_softmax, (input dtype, dtype=).
+CASTS = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float64),
+         (torch.float32, torch.float16))
+_SCALE = {"random": 4.0, "special": 4.0, "large": 200.0}
+
+
+def _dim(value: int | tuple[int, ...] | list[int]) -> int | tuple[int, ...]:
+    return value if isinstance(value, int) else tuple(value)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@frozen
+class Case:
+    """One call to certify: ``dispatch.<op>(input, dim, dtype=out_dtype)`` (or ``keepdim=`` for logsumexp).
+
+    ``grad`` also certifies the backend's ``dispatch_backward`` (when it has one) against
+    autograd through the reference.
+    """
+
+    op: str = field(validator=in_(dispatch.OPS))
+    dtype: torch.dtype = field(validator=instance_of(torch.dtype))
+    shape: tuple[int, ...] = field(converter=tuple)
+    dim: int | tuple[int, ...] = field(default=-1, converter=_dim)
+    layout: str = field(default="contiguous", validator=in_(LAYOUTS))
+    values: str = field(default="random", validator=in_(VALUES))
+    out_dtype: torch.dtype | None = field(default=None, validator=optional(instance_of(torch.dtype)))
+    keepdim: bool = field(default=False, validator=instance_of(bool))
+    grad: bool = field(default=False, validator=instance_of(bool))
+
+    def __attrs_post_init__(self) -> None:
+        if self.out_dtype is not None and self.op == "logsumexp":
+            raise ValueError(f"'out_dtype' must be None for logsumexp, which has no dtype= (got {self.out_dtype})")
+        if self.keepdim and self.op != "logsumexp":
+            raise ValueError(f"'keepdim' must be False for {self.op}, which has no keepdim=")
+        if not isinstance(self.dim, int) and self.op != "logsumexp":
+            raise ValueError(f"'dim' must be an int for {self.op} (got {self.dim!r})")
+        if self.layout in ("transposed",) and len(self.shape) < 2:
+            raise ValueError(f"layout 'transposed' needs at least 2 dims (got shape {self.shape})")
+        if self.layout in ("strided", "offset", "expanded") and (len(self.shape) < 1 or self.shape[0] < 1):
+            raise ValueError(f"layout {self.layout!r} needs at least 1 dim of size >= 1 (got shape {self.shape})")
+        if self.grad and self.layout != "contiguous":
+            raise ValueError(f"'grad' cases must be contiguous (got layout {self.layout!r})")
+        if self.values == "special" and not _fits_special_rows(self.shape, self.dim):
+            raise ValueError("values 'special' need a 2-d shape with >= 10 rows of >= 4 along 'dim' "
+                             f"(got shape {self.shape}, dim {self.dim!r})")
+
+    @property
+    def id(self) -> str:
+        """A readable, stable name: ``softmax-float16-8x128-dim-1-transposed``."""
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        dim = str(self.dim) if isinstance(self.dim, int) else ",".join(map(str, self.dim))
+        parts = [self.op, _dtype_name(self.dtype), shape, f"dim{dim}"]
+        if self.out_dtype is not None:
+            parts.append(f"to-{_dtype_name(self.out_dtype)}")
+        if self.keepdim:
+            parts.append("keepdim")
+        parts += [p for p in (self.layout, self.values) if p not in ("contiguous", "random")]
+        if self.grad:
+            parts.append("grad")
+        return "-".join(parts)
+
+    def make_input(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The case's input, the same on every run: seeded by :attr:`id`, laid out as :attr:`layout`."""
+        gen = torch.Generator().manual_seed(zlib.crc32(self.id.encode()))
+        base = torch.randn(self.shape, generator=gen, dtype=torch.float64) * _SCALE[self.values]
+        if self.values == "special":
+            plant_special_rows(base.movedim(self.dim, -1))
+        x = lay_out(base.to(device=device, dtype=self.dtype), self.layout)
+        if self.grad:
+            x.requires_grad_(True)
+        return x
+
+    def call(self, fn, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        """``fn(x, dim, ...)`` with this case's arguments (``fn`` is a dispatch or torch op)."""
+        if self.op == "logsumexp":
+            return fn(x, self.dim, self.keepdim, **kwargs)
+        return fn(x, self.dim, dtype=self.out_dtype, **kwargs)
+
+
+def _fits_special_rows(shape: tuple[int, ...], dim: int | tuple[int, ...]) -> bool:
+    if len(shape) != 2 or not isinstance(dim, int) or not -2 <= dim < 2:
+        return False
+    along, across = shape[dim], shape[(dim + 1) % 2]  # the reduced dim, and the other one
+    return along >= 4 and across >= 10
+
+
+def plant_special_rows(rows: torch.Tensor) -> None:
+    """Write NaN/inf patterns into the first 9 rows of a 2-d ``rows`` (in place; a view is fine).
+
+    0: a NaN; 1: one +inf; 2: all -inf; 3: two +inf; 4: some -inf; 5: +inf and -inf; 6: NaN and
+    +inf; 7: -inf except one value; 8: finite but far below zero. The other rows stay ordinary.
+    """
+    inf, nan = float("inf"), float("nan")
+    rows[0, 1] = nan
+    rows[1, 2] = inf
+    rows[2, :] = -inf
+    rows[3, 0] = rows[3, 3] = inf
+    rows[4, 0] = rows[4, 2] = -inf
+    rows[5, 1], rows[5, 2] = inf, -inf
+    rows[6, 0], rows[6, 3] = nan, inf
+    rows[7, :] = -inf
+    rows[7, 1] = 0.5
+    rows[8, :] -= 1000.0
+
+
+def lay_out(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """``x``'s values in ``layout``'s memory layout (see :data:`LAYOUTS`)."""
+    if layout == "contiguous":
+        return x.contiguous()
+    if layout == "transposed":
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "strided":
+        wide = x.new_zeros(*x.shape[:-1], 2 * x.shape[-1])
+        wide[..., ::2] = x
+        return wide[..., ::2]
+    if layout == "offset":
+        flat = x.new_zeros(x.numel() + 1)
+        flat[1:] = x.reshape(-1)
+        return flat[1:].view(x.shape)
+    if layout == "expanded":
+        return x.narrow(0, 0, 1).expand(x.shape)
+    raise ValueError(f"'layout' must be one of {', '.join(LAYOUTS)} (got {layout!r})")
+
+
+def default_cases() -> tuple[Case, ...]:
+    """The grid :func:`~dispatch_pytest.conformance.certify` runs unless given other cases.
+
+    Per op and dtype: row and odd shapes, a middle and a first dim, 1-d and 0-d inputs, every
+    layout, empty rows and no rows, long rows, NaN/inf rows along the last and the first dim,
+    large values. Then logsumexp's multi-dim and keepdim forms, softmax's ``dtype=`` casts, and
+    backward checks.
+    """
+    cases: list[Case] = []
+    for op in dispatch.OPS:
+        for dtype in DTYPES:
+            cases += _grid(op, dtype)
+        for dtype in (torch.float32, torch.float64):
+            cases.append(Case(op, dtype, (8, 128), grad=True))
+            cases.append(Case(op, dtype, (3, 5, 17), 1, grad=True))
+    for op in ("softmax", "log_softmax"):
+        for src, dst in CASTS:
+            cases.append(Case(op, src, (8, 128), out_dtype=dst))
+        cases.append(Case(op, torch.float16, (10, 37), out_dtype=torch.float32, values="special"))
+    return tuple(cases)
+
+
+def _grid(op: str, dtype: torch.dtype) -> list[Case]:
+    """The cases of one op and dtype in :func:`default_cases`."""
+    def case(shape, dim=-1, **kwargs) -> Case:
+        return Case(op, dtype, shape, dim, **kwargs)
+
+    cases = [case((8, 128)), case((3, 5, 17)), case((3, 5, 17), 1), case((16, 33), 0), case((7,), 0), case((), 0)]
+    cases += [case((6, 40), layout=layout) for layout in LAYOUTS[1:]]
+    cases += [case((4, 0)), case((0, 16)), case((2, 16387)), case((1, 65536))]
+    cases += [case((10, 37), values="special"), case((37, 10), 0, values="special"), case((4, 64), values="large")]
+    if op == "logsumexp":
+        cases += [case((3, 5, 17), (0, 1)), case((8, 128), keepdim=True), case((4, 0), keepdim=True)]
+    return cases

@@ -1,0 +1,289 @@
+"""The conformance kit: certify a backend's hooks against the reference, case by case.
+
+::
+
+    from dispatch_pytest.conformance import certify
+    report = certify("sample")        # a frozen Report; print(report) lists failures and refusals
+    assert report.ok, report
+
+Each case asks the backend's ``dispatch_check`` for a verdict. A refusal with a reason is not a
+failure. A case the backend claims to serve (verdict ok) must give the reference's result, within
+:func:`dispatch.tolerance.mismatch`, for every config of its tune space; a hook that raises, a
+refusal without a reason, a kernel that writes to its input, or a wrong result is a failure.
+As pytest tests: ``pytest --dispatch-certify=NAME``, or :func:`conformance_tests` in a test module.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import torch
+from attrs import field, frozen
+from attrs.validators import in_
+
+import dispatch
+from dispatch import CallSpec, _plugins
+from dispatch.autotune import EMPTY, Config
+from dispatch.ops import make_spec
+from dispatch.tolerance import mismatch
+
+from .cases import Case, default_cases
+
+PASS, REFUSED, FAIL = "pass", "refused", "fail"
+CONFIGS = ("all", "default")
+
+
+class CertificationError(AssertionError):
+    """A backend got conformance cases wrong; the message is the report."""
+
+
+@frozen
+class CaseResult:
+    """One case's outcome: ``pass``, ``refused`` (with the verdict's reason) or ``fail`` (with what went wrong)."""
+
+    case: Case
+    outcome: str = field(validator=in_((PASS, REFUSED, FAIL)))
+    reason: str
+    configs: tuple[Config, ...] = field(default=(), converter=tuple)
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == FAIL
+
+    def __str__(self) -> str:
+        return f"{self.outcome.upper():<7} {self.case.id}: {self.reason}"
+
+
+@frozen
+class Report:
+    """A backend's certification: every case's result, for one device."""
+
+    backend: str
+    version: str
+    device: str
+    results: tuple[CaseResult, ...] = field(converter=tuple)
+
+    def _with(self, outcome: str) -> tuple[CaseResult, ...]:
+        return tuple(r for r in self.results if r.outcome == outcome)
+
+    @property
+    def passed(self) -> tuple[CaseResult, ...]:
+        return self._with(PASS)
+
+    @property
+    def refused(self) -> tuple[CaseResult, ...]:
+        return self._with(REFUSED)
+
+    @property
+    def failed(self) -> tuple[CaseResult, ...]:
+        return self._with(FAIL)
+
+    @property
+    def ok(self) -> bool:
+        """No case failed (refusals are allowed)."""
+        return not self.failed
+
+    def summary(self) -> str:
+        return (f"{self.backend} {self.version} on {self.device}: {len(self.passed)} passed, "
+                f"{len(self.refused)} refused, {len(self.failed)} failed")
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        if self.failed:
+            lines.append("failures:")
+            lines += [f"  {r.case.id}: {r.reason}" for r in self.failed]
+        if self.refused:
+            lines.append("refusals (not failures), by reason:")
+            for reason, count in Counter(r.reason for r in self.refused).most_common():
+                lines.append(f"  {count:4d} x {reason}")
+        return "\n".join(lines)
+
+    def raise_for_failures(self) -> Report:
+        """Raise :class:`CertificationError` (the report as its message) if any case failed."""
+        if self.failed:
+            raise CertificationError(str(self))
+        return self
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def certify(backend: str, cases: Iterable[Case] | None = None, *, device: torch.device | str | None = None,
+            configs: str = "all") -> Report:
+    """Run ``cases`` (default: :func:`~dispatch_pytest.cases.default_cases`) against ``backend``.
+
+    ``device`` defaults to CUDA when there is one; ``configs`` is ``"all"`` (every config of the
+    tune space) or ``"default"``. Raises :class:`dispatch.UnknownBackendError` if ``backend`` is
+    not loaded; never raises for what the backend does.
+    """
+    device = torch.device(device) if device is not None else default_device()
+    loaded = _backend(backend)
+    results = tuple(run_case(backend, case, device=device, configs=configs)
+                    for case in (default_cases() if cases is None else cases))
+    return Report(backend, loaded.info.version, str(device), results)
+
+
+def run_case(backend: str, case: Case, *, device: torch.device | str | None = None,
+             configs: str = "all") -> CaseResult:
+    """Certify ``backend`` on one case (see the module docstring for what passes)."""
+    if configs not in CONFIGS:
+        raise ValueError(f"'configs' must be one of {', '.join(CONFIGS)} (got {configs!r})")
+    device = torch.device(device) if device is not None else default_device()
+    under_test, reference = _backend(backend), _reference()
+    x = case.make_input(device)
+    spec = make_spec(case.op, x, case.dim, case.out_dtype, case.keepdim)
+    faults = len(under_test.faults)
+    verdict = under_test.check(case.op, spec)
+    if len(under_test.faults) > faults:
+        return CaseResult(case, FAIL, f"dispatch_check must return a Verdict and never raise: "
+                                      f"{under_test.faults[-1].error}")
+    if verdict != under_test.check(case.op, spec):
+        return CaseResult(case, FAIL, "dispatch_check is not deterministic: two calls gave different verdicts")
+    if not verdict.ok:
+        if not verdict.reason.strip():
+            return CaseResult(case, FAIL, "refused without a reason: use Verdict.no('why, and what to do instead')")
+        return CaseResult(case, REFUSED, verdict.reason)
+    with torch.no_grad():
+        expected = reference.kernel(case.op, spec, EMPTY)(x)
+    try:
+        space = under_test.tune_space(case.op, spec)
+    except Exception as exc:
+        return CaseResult(case, FAIL, f"dispatch_tune_space raised {type(exc).__name__}: {exc}")
+    if space is None:
+        tried: tuple[Config, ...] = (EMPTY,)
+    elif configs == "all":
+        tried = space.configs
+    else:
+        tried = (space.default,)
+    notes = []
+    for config in tried:
+        why, note = _check_forward(under_test, reference, case, spec, config, x, expected)
+        where = f"[{config}] " if space is not None else ""
+        if why is not None:
+            return CaseResult(case, FAIL, where + why, (config,))
+        if note is not None:
+            notes.append(where + note)
+    why = _check_backward(under_test, reference, case, spec, x) if case.grad else None
+    if why is not None:
+        return CaseResult(case, FAIL, why, tried)
+    return CaseResult(case, PASS, "; ".join([verdict.reason, *notes]), tried)
+
+
+def _check_forward(backend: _plugins.Backend, reference: _plugins.Backend, case: Case, spec: CallSpec,
+                   config: Config, x: torch.Tensor, expected: torch.Tensor) -> tuple[str | None, str | None]:
+    """``(why it fails, None)`` or ``(None, a note for the report or None)``."""
+    before = x.detach().clone()
+    try:
+        kernel = backend.kernel(case.op, spec, config)
+        with torch.no_grad():
+            out = kernel(x)
+    except Exception as exc:
+        return f"the kernel raised {type(exc).__name__}: {exc}", None
+    if not isinstance(out, torch.Tensor):
+        return f"the kernel returned {type(out).__name__}, not a tensor", None
+    if not _same(x.detach(), before):
+        return "the kernel wrote to its input", None
+    if out.device != expected.device:
+        return f"output on {out.device}, the input's device is {expected.device}", None
+    why = mismatch(out, expected)
+    if why is None:
+        return None, None
+    exact = _exact(reference, case, x, expected.dtype)
+    if exact is not None and mismatch(out, exact) is None:
+        # the reference itself rounds badly here (torch's float16/bfloat16 log_softmax on the CPU
+        # rounds x - max before subtracting the log-sum); matching the exact result is conformant
+        return None, f"matches the exact (float64) result where the reference is off: {why}"
+    return f"differs from the reference: {why}", None
+
+
+def _exact(reference: _plugins.Backend, case: Case, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """The reference computed in float64 on the same input (cast first, as ``dtype=`` does), rounded to ``dtype``."""
+    if dtype == torch.float64 or not dtype.is_floating_point:
+        return None
+    wide = x.detach().to(case.out_dtype or x.dtype).to(torch.float64)
+    spec = make_spec(case.op, wide, case.dim, None, case.keepdim)
+    with torch.no_grad():
+        return reference.kernel(case.op, spec, EMPTY)(wide).to(dtype)
+
+
+def _check_backward(backend: _plugins.Backend, reference: _plugins.Backend, case: Case, spec: CallSpec,
+                    x: torch.Tensor) -> str | None:
+    try:
+        backward = backend.backward(case.op, spec)
+    except Exception as exc:
+        return f"dispatch_backward raised {type(exc).__name__}: {exc}"
+    if backward is None:
+        return None  # dispatch differentiates the output with the reference formula
+    leaf = x.detach().requires_grad_(True)
+    with torch.enable_grad():
+        y = reference.kernel(case.op, spec, EMPTY)(leaf)
+    grad = torch.randn(y.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    grad = grad.to(device=y.device, dtype=y.dtype)
+    (expected,) = torch.autograd.grad(y, leaf, grad)
+    try:
+        with torch.no_grad():
+            got = backward(grad, x.detach(), y.detach())
+    except Exception as exc:
+        return f"the backward kernel raised {type(exc).__name__}: {exc}"
+    why = mismatch(got, expected)
+    return None if why is None else f"backward differs from autograd through the reference: {why}"
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+
+
+def _backend(name: str) -> _plugins.Backend:
+    loaded = _plugins.registry().backends.get(name)
+    if loaded is None:
+        failures = "; ".join(f"{f.name}: {f.error}" for f in dispatch.load_failures()) or "none"
+        raise dispatch.UnknownBackendError(
+            f"backend {name!r} is not loaded, so it cannot be certified; loaded: "
+            f"{', '.join(sorted(dispatch.backends()))}; load failures: {failures} "
+            "(see `python -m dispatch backends`)")
+    return loaded
+
+
+def _reference() -> _plugins.Backend:
+    for loaded in _plugins.registry().backends.values():
+        if loaded.info.reference:
+            return loaded
+    raise dispatch.NoBackendError("no reference backend is loaded (the 'torch' backend); nothing to certify against")
+
+
+def check_case(backend: str, case: Case, *, device: torch.device | str | None = None, configs: str = "all") -> None:
+    """Run one case as a pytest test: a refusal skips (with its reason), a failure fails."""
+    import pytest
+
+    result = run_case(backend, case, device=device, configs=configs)
+    if result.outcome == REFUSED:
+        pytest.skip(f"{backend} refused: {result.reason}")
+    if result.outcome == FAIL:
+        pytest.fail(f"{backend} fails conformance case {case.id}: {result.reason}", pytrace=False)
+
+
+def conformance_tests(backend: str | None = None, cases: Iterable[Case] | None = None, *,
+                      device: torch.device | str | None = None, configs: str = "all"):
+    """A pytest test function parametrized over ``cases``; assign it to a ``test_*`` name::
+
+        test_sample_conforms = conformance_tests("sample")
+        test_every_backend_conforms = conformance_tests()   # over the dispatch_backend fixture
+
+    With no ``backend`` the test takes the ``dispatch_backend`` fixture, so it runs for every
+    available backend, or for those named by ``--dispatch-backend``.
+    """
+    import pytest
+
+    cases = tuple(default_cases() if cases is None else cases)
+    parametrize = pytest.mark.parametrize("conformance_case", cases, ids=[c.id for c in cases])
+    if backend is None:
+        @parametrize
+        def test_conformance(dispatch_backend: str, conformance_case: Case) -> None:
+            check_case(dispatch_backend, conformance_case, device=device, configs=configs)
+    else:
+        @parametrize
+        def test_conformance(conformance_case: Case) -> None:
+            check_case(backend, conformance_case, device=device, configs=configs)
+    return test_conformance

@@ -1,0 +1,180 @@
+"""The pytest plugin: --dispatch-backend and its fixture, --dispatch-certify, and the conformance kit."""
+
+from __future__ import annotations
+
+import types
+
+import attrs
+import pytest
+import torch
+
+import dispatch
+from dispatch import BackendInfo, Verdict
+from dispatch_pytest.cases import Case, default_cases
+from dispatch_pytest.conformance import FAIL, PASS, REFUSED, CertificationError, certify, run_case
+
+pytest_plugins = ["pytester"]
+
+
+def naive_backend(name: str = "naive", fault: str | None = None) -> types.SimpleNamespace:
+    """float32 softmax family without subtracting the maximum: right on ordinary inputs, wrong on
+    large values and infinities. ``fault`` adds a protocol violation on top."""
+    plugin = types.SimpleNamespace()
+
+    @dispatch.hookimpl
+    def dispatch_backend_info():
+        return BackendInfo(name=name, version="0.0.1", ops=dispatch.OPS, priority={"cpu": -50, "cuda": -50})
+
+    @dispatch.hookimpl
+    def dispatch_check(op, spec):
+        if fault == "check raises":
+            raise RuntimeError("no idea")
+        if fault == "silent refusal":
+            return Verdict(False, "")
+        if spec.dtype != torch.float32 or spec.out_dtype != torch.float32:
+            return Verdict.no("float32 only")
+        return Verdict.yes("naive exp-sum")
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        dims = spec.dims or (0,)
+
+        def run(x):
+            if fault == "writes input":
+                x.zero_()
+            if x.dim() == 0:
+                return run(x.reshape(1)).reshape(())
+            lse = torch.log(torch.exp(x).sum(dims, keepdim=True))
+            if op == "softmax":
+                return torch.exp(x) / torch.exp(lse)
+            if op == "log_softmax":
+                return x - lse
+            return lse if spec.keepdim else lse.squeeze(dims)
+        return run
+
+    @dispatch.hookimpl
+    def dispatch_backward(op, spec):
+        if fault != "wrong backward":
+            return None
+        return lambda grad, x, y: grad * 2
+
+    for fn in (dispatch_backend_info, dispatch_check, dispatch_kernel, dispatch_backward):
+        setattr(plugin, fn.__name__, fn)
+    return plugin
+
+
+# plain torch.allclose: pytester's in-process runs drop modules a run imported (torch.testing's
+# assert_close imports torch.distributed lazily), and importing those twice breaks torch
+SMOKE_TEST = """
+import torch, dispatch
+
+def test_softmax_matches_torch(dispatch_backend):
+    x = torch.randn(4, 16)
+    assert torch.allclose(dispatch.softmax(x, backend=dispatch_backend), torch.softmax(x, -1))
+"""
+
+
+def test_the_fixture_runs_a_test_once_per_named_backend(pytester):
+    dispatch.register(naive_backend(), name="naive")
+    pytester.makepyfile(test_smoke=SMOKE_TEST)
+    result = pytester.runpytest("-v", "--dispatch-backend=naive,torch")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_softmax_matches_torch?naive? PASSED*",
+                                 "*test_softmax_matches_torch?torch? PASSED*"])
+
+
+def test_without_the_option_the_fixture_covers_every_loaded_backend(pytester):
+    dispatch.register(naive_backend(), name="naive")
+    pytester.makepyfile(test_smoke=SMOKE_TEST)
+    result = pytester.runpytest("-v", "-rs")
+    loaded = dispatch.backends()
+    unavailable = [n for n, info in loaded.items() if not info.available]
+    result.assert_outcomes(passed=len(loaded) - len(unavailable), skipped=len(unavailable))
+    for name in unavailable:  # e.g. triton with no GPU: skipped with the backend's own reason
+        assert f"backend {name!r} unavailable: {loaded[name].available.reason}" in result.stdout.str()
+
+
+def test_naming_a_backend_that_is_not_loaded_is_a_usage_error(pytester):
+    pytester.makepyfile(test_smoke=SMOKE_TEST)
+    result = pytester.runpytest("--dispatch-backend=torch,nosuchbackend")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'nosuchbackend'*not loaded*loaded: *torch*"])
+
+
+def test_certification_fails_for_a_wrong_backend_and_says_where(pytester):
+    dispatch.register(naive_backend(), name="naive")
+    result = pytester.runpytest("--dispatch-certify=naive", "-rfs")
+    outcomes = result.parseoutcomes()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED and outcomes["failed"] > 0 and outcomes["passed"] > 0
+    result.stdout.fnmatch_lines([
+        "*dispatch conformance of naive: softmax-float32-4x64-dim-1-large*",
+        "naive fails conformance case softmax-float32-4x64-dim-1-large: differs from the reference: NaN at *",
+        "SKIPPED*naive refused: float32 only",  # a refusal is not a failure
+    ])
+    result.stdout.no_fnmatch_line("FAILED*float16*")
+    result.stdout.no_fnmatch_line("FAILED*-dim-1 *")  # ordinary inputs pass: only large values and infinities fail
+
+
+def test_certification_passes_for_the_torch_reference(pytester):
+    result = pytester.runpytest("--dispatch-certify=torch")
+    result.assert_outcomes(passed=len(default_cases()))
+
+
+def test_conformance_tests_helper_follows_the_dispatch_backend_option(pytester):
+    dispatch.register(naive_backend(), name="naive")
+    pytester.makepyfile(test_conformance="""
+        import torch
+        from dispatch_pytest.cases import Case
+        from dispatch_pytest.conformance import conformance_tests
+
+        CASES = [Case("logsumexp", torch.float32, (8, 128)), Case("logsumexp", torch.float32, (4, 64), values="large")]
+        test_named = conformance_tests("torch", cases=CASES)
+        test_each = conformance_tests(cases=CASES)
+    """)
+    result = pytester.runpytest("-v", "--dispatch-backend=naive")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*test_each?naive-logsumexp-float32-4x64-dim-1-large? FAILED*"])
+
+
+def test_certify_returns_a_frozen_report_of_passes_refusals_and_failures():
+    dispatch.register(naive_backend(), name="naive")
+    cases = [Case("softmax", torch.float32, (8, 128)), Case("softmax", torch.float16, (8, 128)),
+             Case("log_softmax", torch.float32, (10, 37), values="special")]
+    report = certify("naive", cases, device="cpu")
+    assert [r.outcome for r in report.results] == [PASS, REFUSED, FAIL]
+    assert report.refused[0].reason == "float32 only" and not report.ok
+    assert "log_softmax-float32-10x37-dim-1-special: differs from the reference" in str(report)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        report.results = ()
+    with pytest.raises(CertificationError, match="1 passed, 1 refused, 1 failed"):
+        report.raise_for_failures()
+
+
+@pytest.mark.parametrize(("fault", "why"), [
+    ("check raises", "dispatch_check must return a Verdict and never raise: RuntimeError: no idea"),
+    ("silent refusal", "refused without a reason"),
+    ("writes input", "the kernel wrote to its input"),
+    ("wrong backward", "backward differs from autograd through the reference"),
+])
+def test_protocol_violations_fail_certification(fault, why):
+    dispatch.register(naive_backend("faulty", fault), name="faulty")
+    result = run_case("faulty", Case("softmax", torch.float32, (8, 128), grad=True), device="cpu")
+    assert result.outcome == FAIL and why in result.reason
+
+
+def test_certifying_a_backend_that_is_not_loaded_says_so():
+    with pytest.raises(dispatch.UnknownBackendError, match="'nosuchbackend' is not loaded.*loaded: .*torch"):
+        certify("nosuchbackend")
+
+
+def test_cases_are_reproducible_and_laid_out_as_named():
+    case = Case("softmax", torch.float16, (6, 40), layout="strided")
+    assert torch.equal(case.make_input(), case.make_input())
+    x = case.make_input()
+    assert x.stride() == (80, 2) and x.dtype == torch.float16
+    assert Case("softmax", torch.float32, (6, 40), layout="expanded").make_input().stride()[0] == 0
+    assert Case("softmax", torch.float32, (6, 40), layout="offset").make_input().storage_offset() == 1
+    with pytest.raises(ValueError, match="'keepdim' must be False for softmax"):
+        Case("softmax", torch.float32, (4, 4), keepdim=True)
+    ids = [c.id for c in default_cases()]
+    assert len(ids) == len(set(ids))
