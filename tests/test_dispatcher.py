@@ -153,3 +153,23 @@ def test_concurrent_first_calls_tune_once_and_all_get_correct_results():
         torch.testing.assert_close(r, want)
     # one race: torch (1 config) + counted (3 configs), measured once each
     assert measurement_count() - before == 4
+
+
+@pytest.mark.parametrize("hook", ["dispatch_kernel", "dispatch_tune_space"])
+def test_a_backend_whose_kernel_or_tune_hook_raises_is_a_fault_and_the_next_backend_serves(hook):
+    plugin = chunked_backend.make("brittle", priority=200)
+
+    def boom(op, spec, config=None):
+        raise RuntimeError(f"{hook} exploded")
+
+    setattr(plugin, hook, dispatch.hookimpl(specname=hook)(boom) if hook == "dispatch_kernel"
+            else dispatch.hookimpl(specname=hook)(lambda op, spec: boom(op, spec)))
+    dispatch.register(plugin)
+    x = torch.randn(4, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FaultWarning)
+        torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+    decision = dispatch.explain("softmax", x).decision
+    assert decision.backend == "torch"
+    with pytest.raises((BackendFaultError, RuntimeError), match="exploded"):
+        dispatch.softmax(x, backend="brittle")

@@ -122,3 +122,18 @@ def test_cli_lists_backends_and_load_failures():
                          env={**__import__("os").environ, "COLUMNS": "200"}).stdout
     assert "torch" in out and "reference" in out
     assert ("failed to load" in out) or ("no load failures" in out)
+
+
+def test_hooks_may_declare_a_subset_of_the_hookspec_arguments():
+    plugin = chunked_backend.make("partial", priority=150)
+
+    @dispatch.hookimpl
+    def dispatch_check(spec):  # no 'op': pluggy allows it, and so does dispatch
+        return dispatch.Verdict.yes("only looks at the spec") if spec.dtype == torch.float32 else \
+            dispatch.Verdict.no("float32 only")
+
+    plugin.dispatch_check = dispatch_check
+    dispatch.register(plugin)
+    x = torch.randn(3, 7)
+    assert dispatch.explain("softmax", x).decision.backend == "partial"
+    torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))

@@ -1,0 +1,358 @@
+"""The Triton kernels (backends/dispatch_triton/kernels.py) under the Triton interpreter.
+
+Every path is run on small shapes and compared with torch: multi-row and one-pass tiles, the
+streamed (online) path and the split path forced with small blocks so that a row really spans
+several chunks and several programs, non-contiguous rows, empty inputs, inf/NaN rows, masks,
+and the native autotuner's cache key (mask present or absent, HAS_MASK toggled, and a
+wrong-dtype stand-in as the negative control).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+import importlib
+import warnings
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from dispatch.autotune.placeholders import placeholder  # noqa: E402
+
+try:
+    from dispatch_triton import kernels as K  # noqa: E402
+except ImportError:  # pragma: no cover - backends/ not installed
+    pytest.skip("dispatch_triton is not importable", allow_module_level=True)
+
+if not torch.cuda.is_available():
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        pytest.skip("no GPU and TRITON_INTERPRET is off", allow_module_level=True)
+    if not isinstance(K._softmax_kernel, InterpretedFunction):
+        # something imported the kernels before TRITON_INTERPRET was set: rebuild them
+        K = importlib.reload(K)
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on inf - inf inside the interpreter
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+INF = float("inf")
+NAN = float("nan")
+
+# small-block configs that force each path on small rows
+ROWS_CFG = K._cfg("rows", 64, 4, 1, 2)  # N <= 64, 4 rows per program
+ONEPASS_CFG = K._cfg("onepass", 1024, 1, 1, 4)  # N <= 1024
+ONLINE_CFG = K._cfg("online", 512, 1, 1, 4, 2)  # any N: 512-wide blocks, streamed twice
+SPLIT_CFG = K._cfg("split", 512, 1, 1, 4)  # a row over cdiv(N, 512) programs, chunks in registers
+SPLIT_ONLINE_CFG = K._cfg("split_online", 256, 1, 3, 2, 2)  # a row over 3 programs, each streaming
+LONG_CFGS = [ONLINE_CFG, SPLIT_CFG, SPLIT_ONLINE_CFG]
+
+
+def tol(dtype):
+    return {F32: (2e-5, 1e-5), F16: (2e-3, 1e-3), BF16: (2e-2, 1.6e-2)}[dtype]
+
+
+def reference(op, x, out_dtype, mask=None):
+    x = x.cpu()
+    if mask is not None:
+        x = x.masked_fill(~mask.cpu().bool(), -INF)
+    # torch's dtype= semantics (the input is cast first), computed in fp32 and rounded once
+    # (torch's own bf16 CPU kernels round intermediates, a couple of ulps off)
+    xf = x.to(out_dtype).float()
+    if op == "softmax":
+        return torch.softmax(xf, -1).to(out_dtype)
+    if op == "log_softmax":
+        return torch.log_softmax(xf, -1).to(out_dtype)
+    return torch.logsumexp(xf, -1).to(out_dtype)
+
+
+def check(op, x, out_dtype, config, mask=None):
+    y = K.run(op, x, out_dtype, config, mask=mask)
+    ref = reference(op, x, out_dtype, mask)
+    assert y.dtype == out_dtype and y.shape == ref.shape
+    atol, rtol = tol(out_dtype)
+    torch.testing.assert_close(y.cpu().float(), ref.float(), atol=atol, rtol=rtol, equal_nan=True)
+    return y
+
+
+def randn(m, n, dtype, scale=3.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(m, n, generator=g) * scale).to(dtype).to(DEV)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("dtype,out_dtypes", [(F32, (F32, BF16)), (F16, (F16, F32, BF16)), (BF16, (BF16, F32, F16))])
+def test_short_rows_every_dtype_and_cast(op, dtype, out_dtypes):
+    x = randn(7, 50, dtype)  # 2 programs of 4 rows, the last one partly empty
+    for od in out_dtypes:
+        check(op, x, od, ROWS_CFG)
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("config", [ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_paths(op, config, dtype):
+    n = 1000 if config is ONEPASS_CFG else 3000  # 3000 = 5 full blocks of 512 and a ragged one
+    x = randn(5, n, dtype, seed=1)  # 5 rows over 2 persistent groups: uneven row loops
+    check(op, x, dtype, config)
+    if dtype == BF16:
+        check(op, x, F32, config)
+
+
+@pytest.mark.parametrize("op", K.OPS)
+def test_long_path_fp16_cast(op):
+    x = randn(3, 1500, F16, seed=2)
+    check(op, x, F32, SPLIT_CFG)
+    check(op, x, BF16, ONLINE_CFG)
+
+
+def test_long_path_really_spans_chunks():
+    # the long configs must split these rows: several blocks, several programs per row
+    assert K._n_split(K._PATH_CODE["split"], 3000, 512, 1) == 6
+    assert K._n_split(K._PATH_CODE["split_online"], 3000, 256, 3) == 3
+    assert K._n_split(K._PATH_CODE["online"], 3000, 512, 1) == 1
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("config", [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
+def test_strided_rows_are_not_copied(op, config):
+    n = 40 if config is ROWS_CFG else 700
+    wide = randn(6, n + 37, BF16, seed=3)
+    x = wide[:, 5:5 + n]
+    assert x.stride(0) == n + 37 and x.stride(1) == 1
+    check(op, x, BF16, config)
+    check(op, x, F32, config)
+
+
+@pytest.mark.parametrize("op", K.OPS)
+def test_empty(op):
+    for shape in [(0, 5), (0, 0), (3, 0)]:
+        x = torch.empty(shape, dtype=BF16, device=DEV)
+        y = K.run(op, x, F32, K.default_config(op, *shape, BF16))
+        ref = reference(op, x, F32)
+        assert y.shape == ref.shape and y.dtype == F32
+        torch.testing.assert_close(y.cpu(), ref)
+    assert torch.equal(K.run("logsumexp", torch.empty(2, 0, device=DEV), F32, ROWS_CFG).cpu(),
+                       torch.tensor([-INF, -INF]))
+
+
+def special_rows(n):
+    rows = [
+        [-INF] * n,  # all -inf
+        [1.0] * (n - 1) + [INF],  # one +inf
+        [INF] * 2 + [0.0] * (n - 2),  # two +inf
+        [0.5] * (n // 2) + [NAN] + [0.25] * (n - n // 2 - 1),  # a NaN
+        [-INF] * (n - 1) + [NAN],  # NaN among -inf
+        [INF, NAN] + [-INF] * (n - 2),  # +inf and NaN
+        [-INF] * (n - 2) + [3.0, -1000.0],  # -inf everywhere but the end
+        [-1000.0] + [-INF] * (n - 1),  # very negative max
+        [80.0, 60.0] + [-INF] * (n - 2),  # large values (fp32 exp would overflow unshifted)
+        [float(i % 7) for i in range(n)],
+    ]
+    return torch.tensor(rows)
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("config", [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
+def test_inf_and_nan_rows_match_torch(op, config):
+    n = 64 if config is ROWS_CFG else (1000 if config is ONEPASS_CFG else 1100)
+    x = special_rows(n).to(DEV)
+    check(op, x, F32, config)
+    check(op, x.to(BF16), BF16, config)
+
+
+def test_input_cast_happens_first_like_torch():
+    # torch.softmax(x, dtype=fp16) casts x to fp16 first: 70000 becomes inf, the row NaN
+    x = torch.tensor([[70000.0, 1.0], [1.0, 2.0]], device=DEV)
+    for cfg in (ROWS_CFG, ONLINE_CFG):
+        y = check("softmax", x, F16, cfg)
+        assert torch.isnan(y[0]).all() and not torch.isnan(y[1]).any()
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("config", [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.int8])
+def test_masked(op, config, mask_dtype):
+    n = 48 if config is ROWS_CFG else (1000 if config is ONEPASS_CFG else 1300)
+    x = randn(5, n, BF16, seed=4)
+    g = torch.Generator().manual_seed(5)
+    keep = torch.rand(5, n, generator=g) > 0.4
+    keep[2] = False  # a fully masked row: NaN, like softmax of all -inf
+    keep[3, 1:] = False  # a single survivor
+    check(op, x, F32, config, mask=keep.to(mask_dtype).to(DEV))
+
+
+def test_mask_with_row_stride():
+    x = randn(4, 600, F32, seed=6)
+    wide = torch.rand(4, 700, generator=torch.Generator().manual_seed(7)) > 0.5
+    keep = wide[:, 50:650]
+    for cfg in (ONEPASS_CFG, SPLIT_CFG):
+        check("softmax", x, F32, cfg, mask=keep.to(DEV))
+
+
+def test_refusals():
+    x = randn(2, 8, F32)
+    with pytest.raises(TypeError):
+        K.run("softmax", x.double(), torch.float64, ROWS_CFG)
+    with pytest.raises(TypeError):
+        K.run("softmax", x, torch.float64, ROWS_CFG)
+    with pytest.raises(ValueError):
+        K.run("softmax", randn(8, 4, F32).t(), F32, ROWS_CFG)  # stride(1) != 1
+    with pytest.raises(ValueError):
+        K.run("softmax", x, F32, ROWS_CFG, mask=torch.ones(2, 9, dtype=torch.bool, device=DEV))
+    with pytest.raises(ValueError):
+        K.run("softmax", randn(2, 100, F32), F32, ROWS_CFG)  # whole-row tile narrower than the row
+    with pytest.raises(ValueError):
+        K.run("cumsum", x, F32, ROWS_CFG)
+
+
+def test_split_counters_reset_after_each_launch():
+    x = randn(5, 3000, F32, seed=8)
+    K.run("logsumexp", x, F32, K._cfg("split_online", 256, 1, 4, 2, 2))  # last-arriver combine
+    K.run("softmax", x, F32, SPLIT_CFG)
+    for buf in K._SYNC.values():
+        assert int(buf.abs().sum()) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# config space
+
+
+SHAPES = [(1, 1), (4, 7), (4096, 256), (64, 1000), (8, 4096), (8, 16384), (8, 32768), (4, 65536), (2, 262144),
+          (1, 1 << 22), (1, 1 << 26)]
+
+
+@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_config_space_and_default(op, dtype):
+    for m, n in SHAPES:
+        space = K.config_space(op, m, n, dtype)
+        assert space, (op, m, n)
+        assert space == K.config_space(op, m, n, dtype)  # deterministic
+        keys = [K._cfg_key(c) for c in space]
+        assert len(set(keys)) == len(keys)
+        for c in space:
+            assert set(c) == {"path", "BLOCK_N", "ROWS", "SPLIT", "num_warps", "num_stages"}
+            assert all(type(v) in (int, str) for v in c.values())
+            code, ns = K._validate(c, n, torch.device("cpu"))
+            if code == 0:
+                assert c["BLOCK_N"] >= n
+            assert 1 <= c["num_warps"] <= 32
+        assert K.default_config(op, m, n, dtype) in space
+        # the bucket, not the exact length, decides the candidates (the autotune key is the bucket)
+        assert K.config_space(op, m, K._np2(n) // 2 + 1, dtype) == space or n <= 2
+
+
+def test_config_space_prunes_by_shape():
+    paths = lambda n: {c["path"] for c in K.config_space("softmax", 64, n, BF16)}  # noqa: E731
+    assert paths(256) == {"rows"}
+    assert "split" not in paths(4096) and "online" not in paths(4096)
+    assert "split" in paths(262144) and not paths(262144) & {"rows", "onepass"}
+    assert "split_online" in paths(1 << 26)  # beyond what split can hold: no hard cap on N
+    assert "split" not in {c["path"] for c in K.config_space("logsumexp", 64, 262144, BF16)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton's native autotuner and its cache key
+
+
+def cpu_do_bench(fn, quantiles=None, **_):
+    import time
+
+    times = []
+    for _ in range(2):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    times.sort()
+    return [times[0]] * len(quantiles) if quantiles else times[0]
+
+
+@pytest.fixture
+def tuner():
+    kernel = K.autotuned("softmax", do_bench=cpu_do_bench)
+    kernel.cache.clear()
+    yield kernel
+    kernel.cache.clear()
+
+
+def test_autotuner_key_is_the_bucket_only():
+    kernel = K.autotuned("softmax", do_bench=cpu_do_bench)
+    assert kernel.keys == ["N_BUCKET"]
+    assert K.autotuned("softmax", do_bench=cpu_do_bench) is kernel  # cached per op
+    assert K.autotuned("log_softmax", do_bench=cpu_do_bench) is not kernel
+    assert len(kernel.configs) > 1
+
+
+def _launch(kernel, x, mask_arg, has_mask):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return K.launch_autotuned(kernel, "softmax", x, out, mask_arg, has_mask)
+
+
+def test_autotune_cache_mask_present_vs_absent(tuner):
+    x = randn(4, 40, F32)
+    keep = (torch.rand(4, 40, generator=torch.Generator().manual_seed(0)) > 0.3).to(torch.int8).to(DEV)
+    _launch(tuner, x, keep, True)
+    _launch(tuner, x, placeholder(x, torch.int8), False)
+    assert len(tuner.cache) == 1
+
+
+def test_autotune_cache_has_mask_toggle(tuner):
+    x = randn(4, 40, F32)
+    keep = torch.ones(4, 40, dtype=torch.int8, device=DEV)
+    _launch(tuner, x, keep, False)
+    _launch(tuner, x, keep, True)
+    assert len(tuner.cache) == 1
+
+
+def test_autotune_cache_wrong_dtype_standin_is_a_second_entry(tuner):
+    # negative control: the input itself as the absent mask's stand-in changes the key
+    x = randn(4, 40, F32)
+    _launch(tuner, x, placeholder(x, torch.int8), False)
+    _launch(tuner, x, x, False)
+    assert len(tuner.cache) == 2
+
+
+def test_autotune_same_bucket_same_entry(tuner):
+    _launch(tuner, randn(4, 40, F32), placeholder(randn(1, 1, F32), torch.int8), False)
+    _launch(tuner, randn(3, 60, F32), placeholder(randn(1, 1, F32), torch.int8), False)  # 40, 60 -> 64
+    assert len(tuner.cache) == 1
+
+
+def test_autotuned_result_is_correct(tuner):
+    x = randn(6, 40, BF16, seed=9)
+    keep = torch.rand(6, 40, generator=torch.Generator().manual_seed(1)) > 0.2
+    y = K.run_autotuned("softmax", x, F32, do_bench=cpu_do_bench)
+    torch.testing.assert_close(y.cpu(), reference("softmax", x, F32), atol=2e-5, rtol=1e-5)
+    y = K.run_autotuned("softmax", x, BF16, mask=keep.to(DEV), do_bench=cpu_do_bench)
+    torch.testing.assert_close(y.cpu().float(), reference("softmax", x, BF16, keep).float(), atol=2e-2, rtol=1.6e-2)
+    assert len(tuner.cache) == 2  # out dtype fp32, then bf16: Triton keys on every tensor's dtype
+    best = K.config_from_triton(tuner.cache[next(iter(tuner.cache))])
+    assert best in K.config_space("softmax", 6, 40, BF16)
+
+
+@pytest.mark.parametrize("op", ["log_softmax", "logsumexp"])
+def test_autotuned_long_rows(op):
+    x = randn(3, 20000, F32, seed=10)  # bucket 32768: onepass and split candidates
+    kernel = K.autotuned(op, do_bench=cpu_do_bench)
+    kernel.cache.clear()
+    y = K.run_autotuned(op, x, F32, do_bench=cpu_do_bench)
+    torch.testing.assert_close(y.cpu(), reference(op, x, F32), atol=2e-5, rtol=1e-5)
+    kernel.cache.clear()
+
+
+def test_tuned_symbol_at_call_time_is_an_error(tuner):
+    x = randn(4, 40, F32)
+    out = torch.empty_like(x)
+    args = (x, out, placeholder(x, torch.int8), placeholder(x, F32), K._sync_buffer(x.device, 0),
+            K._slot_buffer(x.device, 4), 4, 40, x.stride(0), 40, 0, 64)
+    with pytest.raises(Exception, match="Conflicting meta-parameters|BLOCK_N"):
+        tuner[(1,)](*args, OP=0, HAS_MASK=False, PHASE=0, BLOCK_N=64)
