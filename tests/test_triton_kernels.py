@@ -14,7 +14,6 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 
 import importlib
-import warnings
 
 import pytest
 import torch

@@ -7,6 +7,7 @@ from :mod:`dispatch_triton.kernels`; on the GPU Triton's own autotuner does the 
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -14,7 +15,7 @@ import torch
 import dispatch
 from dispatch import BackendInfo, CallSpec, Verdict, hookimpl
 from dispatch._sources import dist_version, source_hash
-from dispatch.autotune import TuneSpace
+from dispatch.autotune import Config, Timing, TuneResult, TuneSpace, do_bench, measure
 
 NAME = "triton"
 SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -105,7 +106,40 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
         out_shape = spec.shape
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        x2 = x.as_strided((m, n), (row_stride, 1))
-        return kernels.run(op, x2, out_dtype, cfg).view(out_shape)
+        return kernels.run(op, x.as_strided((m, n), (row_stride, 1)), out_dtype, cfg).view(out_shape)
 
     return run
+
+
+_BENCHES: dict[tuple[int, int], object] = {}
+
+
+def _bench(settings) -> object:
+    """One do_bench per (warmup, rep), so Triton's autotuner cache is shared between calls."""
+    key = (settings.warmup, settings.rep)
+    if key not in _BENCHES:
+        _BENCHES[key] = functools.partial(do_bench, warmup=settings.warmup, rep=settings.rep)
+    return _BENCHES[key]
+
+
+@hookimpl
+def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tuple, settings) -> TuneResult | None:
+    """On CUDA, Triton's own autotuner sweeps the space (key: the bucketed row length and the dtypes;
+    absent optional tensors get dtype-matched placeholders). Under the interpreter: dispatch's sweep."""
+    if spec.device.type != "cuda":
+        return None
+    from . import kernels
+
+    m, n = _rows(spec)
+    (x,) = example
+    bench = _bench(settings)
+    x2 = x.as_strided((m, n), (rows_view_stride(spec), 1))
+    kernels.run_autotuned(op, x2, spec.out_dtype, do_bench=bench)
+    tuner = kernels.autotuned(op, bench)
+    best = Config.of(kernels.config_from_triton(tuner.best_config))
+    timings = tuple(Timing(Config.of(kernels.config_from_triton(c)), float(t[0] if isinstance(t, (list, tuple)) else t)
+                           * 1e3) for c, t in (getattr(tuner, "configs_timings", None) or {}).items())
+    kernel = dispatch_kernel(op, spec, best)
+    measured = measure(lambda: kernel(x), spec.device, settings, best)  # the winner, timed by the protocol
+    return TuneResult(config=best, latency_us=measured.median_us, spread_us=measured.spread_us,
+                      timings=timings or (measured,), source="triton.autotune")
