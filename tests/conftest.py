@@ -13,6 +13,10 @@ import dispatch
 from dispatch._dispatcher import DISPATCHER
 
 torch.set_num_threads(1)
+if not torch.cuda.is_available():
+    # Triton runs its kernels for real on the CPU under its interpreter, which must be on before
+    # triton is imported (the registry reads it when the Triton backend loads).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)
