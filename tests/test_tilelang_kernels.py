@@ -190,8 +190,9 @@ def test_config_spaces_are_valid_deterministic_default_first(target, n_cols, dty
             assert per_thread <= C.MAX_ELEMS_PER_THREAD, cfg
         families = {c["tile_n"] == 0 for c in space}
         assert families == ({True} if n_cols < 8192 else {False} if n_cols > C.ROW_FAMILY_MAX_COLS else {True, False})
-        if 8192 < n_cols <= 262144 and C.cuda_supports_clusters():
-            # the default reads the row once: cluster x tile covers it
+        if 8192 < n_cols <= 131072 and C.cuda_supports_clusters():
+            # up to 128K columns the default reads the row once (cluster x tile covers it); beyond,
+            # the looped cluster measured faster on the H200
             d = space[0]
             assert d["tile_n"] == 0 or d["cluster"] * d["tile_n"] >= n_cols
 

@@ -1,0 +1,169 @@
+"""The TileLang backend: softmax, log_softmax and logsumexp over the last dim, as TileLang programs.
+
+CUDA kernels (``tilelang.language``) on NVIDIA GPUs, C kernels (TileLang's CPU dialect, target
+"c") on the CPU. On the GPU, TileLang's own ``autotune`` tunes each kernel family (``tile_n`` /
+``cluster``, build-time keys stripped before TileLang sees a config) with seeded required
+tunables and ``do_not_specialize``; on the CPU, dispatch's own sweep tunes the C kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import dispatch
+from dispatch import BackendInfo, CallSpec, Verdict, hookimpl
+from dispatch._sources import dist_version, source_hash
+from dispatch.autotune import Config, Failure, Timing, TuneResult, TuneSpace, measure, pick_winner
+from dispatch.errors import TuneError
+
+NAME = "tilelang"
+#: TileLang versions this backend is tested with (0.1.11/0.1.12 bind signatures before configs:
+#: the seeding in native_tune makes them tune too).
+SUPPORTED = ">=0.1.11,<0.2"
+#: On the GPU, TileLang's tuner compiles every candidate; more than this many per family can't
+#: pay for itself within the protocol's tuning budget, and the spaces are ordered best-first
+#: by H200 measurements (benchmarks/results/tilelang_kernels_h200.md).
+MAX_CUDA_CANDIDATES = 3
+
+_KERNEL_MODULES = ("dispatch_tilelang.kernels", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
+                   "dispatch_tilelang.configs", "dispatch_tilelang._numerics")
+
+
+def _quiet_compiler_logs() -> None:
+    """TileLang logs every compile at INFO on its own handler; keep users' output to warnings."""
+    import logging
+
+    logging.getLogger("tilelang").setLevel(logging.WARNING)
+
+
+def _target(spec: CallSpec) -> str | None:
+    return {"cuda": "cuda", "cpu": "c"}.get(spec.device.type)
+
+
+@hookimpl
+def dispatch_backend_info() -> BackendInfo:
+    version = dist_version("tilelang")
+    available = Verdict.yes() if version else Verdict.no("tilelang is not installed (pip install "
+                                                         "'dispatch-ops[tilelang]')")
+    return BackendInfo(
+        name=NAME, version=dispatch.__version__, ops=dispatch.OPS,
+        priority={"cuda": 20, "cpu": -5},  # on the CPU: single-threaded C, for testing
+        versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
+        description="TileLang programs: row-block, tiled and cluster-split softmax family",
+        available=available)
+
+
+def _contiguous(spec: CallSpec) -> bool:
+    expected = 1
+    for size, stride in zip(reversed(spec.shape), reversed(spec.stride)):
+        if size > 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+@hookimpl
+def dispatch_check(op: str, spec: CallSpec) -> Verdict:
+    target = _target(spec)
+    if target is None:
+        return Verdict.no(f"device {spec.device}: TileLang kernels run on CUDA devices and on the CPU (C target)")
+    from . import kernels
+
+    _quiet_compiler_logs()
+    ok, why = kernels.available(target)
+    if not ok:
+        return Verdict.no(why)
+    for what, dtype in (("input", spec.dtype), ("output", spec.out_dtype)):
+        ok, why = kernels.supports(op, dtype, target)
+        if not ok:
+            return Verdict.no(f"{what} {why}")
+    if spec.out_dtype.itemsize < spec.dtype.itemsize:
+        return Verdict.no(f"dtype= narrows {spec.dtype} to {spec.out_dtype}: torch rounds the input first; "
+                          "these kernels read it at full precision, so only widening casts are served")
+    if spec.ndim == 0 or not spec.last_dim_contiguous:
+        return Verdict.no(f"reduces the last, unit-stride dim only (got dims {list(spec.dims)} of shape "
+                          f"{list(spec.shape)}, strides {list(spec.stride)})")
+    if not _contiguous(spec):
+        return Verdict.no(f"needs a contiguous input (got strides {list(spec.stride)})")
+    return Verdict.yes()
+
+
+def _space(op: str, spec: CallSpec) -> tuple[list[dict], dict]:
+    from . import kernels
+
+    target, n = _target(spec), spec.shape[-1]
+    configs = kernels.config_space(op, spec.rows, n, spec.dtype, target)
+    default = kernels.default_config(op, spec.rows, n, spec.dtype, target)
+    if target == "cuda":
+        configs = configs[:MAX_CUDA_CANDIDATES]
+    return configs, default
+
+
+@hookimpl
+def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
+    from . import kernels
+
+    target = _target(spec)
+    configs, default = _space(op, spec)
+    return TuneSpace(configs=configs, default=default, tunables=kernels.TUNABLES[target],
+                     aliases=kernels.ALIASES, build_keys=kernels.BUILD_KEYS[target])
+
+
+@hookimpl
+def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
+    from . import kernels
+
+    target, n, m = _target(spec), spec.shape[-1], spec.rows
+    cfg = config.as_dict() if config else _space(op, spec)[1]
+    compiled = kernels.build(op, m, n, spec.dtype, spec.out_dtype, cfg, target)
+    if op == "logsumexp":
+        out_shape = spec.shape[:-1] + ((1,) if spec.keepdim else ())
+    else:
+        out_shape = spec.shape
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        return compiled(x.reshape(m, n)).view(out_shape)
+
+    return run
+
+
+@hookimpl
+def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tuple, settings) -> TuneResult | None:
+    """On CUDA: TileLang's ``autotune`` per kernel family (seeded, ``do_not_specialize``), then the
+    families' winners compared by the protocol's timer. On the CPU: None (dispatch's sweep tunes)."""
+    target = _target(spec)
+    if target != "cuda":
+        return None
+    from . import kernels
+    from .native_tune import tune_native
+
+    (x,) = example
+    n, m = spec.shape[-1], spec.rows
+    x2 = x.reshape(m, n)
+    reference = {"softmax": torch.softmax, "log_softmax": torch.log_softmax}.get(op)
+    out_dtype = spec.out_dtype
+
+    def ref_prog(a):
+        if reference is None:
+            return torch.logsumexp(a.float(), -1).to(out_dtype)
+        return reference(a.float(), -1).to(out_dtype)
+
+    timings, failures = [], []
+    for build_keys, family in kernels.families([c.as_dict() for c in space.configs], target).items():
+        program = kernels.jit_program(op, n, spec.dtype, out_dtype, target, dict(build_keys))
+        default = space.default.as_dict() if space.default.as_dict() in family else family[0]
+        try:
+            best, _ = tune_native(program, family, default, space.tunables, space.aliases, settings.warmup,
+                                  settings.rep, inputs=kernels.kernel_inputs(x2, target), ref_prog=ref_prog)
+        except Exception as exc:  # a family that can't be tuned is reported, never compared
+            failures += [Failure(Config.of(c), f"{type(exc).__name__}: {exc}") for c in family]
+            continue
+        config = Config.of(best)
+        kernel = dispatch_kernel(op, spec, config)
+        timings.append(measure(lambda: kernel(x), spec.device, settings, config))
+    if not timings:
+        raise TuneError(f"TileLang tuned no family for {spec.describe()}:\n"
+                        + "\n".join(f"  - {f.config}: {f.reason}" for f in failures))
+    win = pick_winner(timings, settings.tie_tolerance)
+    return TuneResult(config=win.config, latency_us=win.median_us, spread_us=win.spread_us,
+                      timings=tuple(timings), failures=tuple(failures), source="tilelang.autotune")

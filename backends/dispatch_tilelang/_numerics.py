@@ -1,0 +1,116 @@
+"""Scalar TileLang expressions shared by the CPU and CUDA kernels: special values and torch's edge cases.
+
+Every helper here runs at trace time and returns a ``PrimExpr``; none of them is a kernel.
+They are plain module-level functions (not closures), so a ``@tilelang.jit`` program that
+calls them keeps closure cells that TileLang's autotuner can serialize.
+
+Edge cases follow torch exactly (checked against ``torch.softmax`` / ``log_softmax`` /
+``logsumexp`` on CPU):
+
+==========================  =======================  ===========
+row contains                softmax, log_softmax     logsumexp
+==========================  =======================  ===========
+a NaN                       all NaN                  NaN
+a +inf (no NaN)             all NaN                  +inf
+only -inf                   all NaN                  -inf
+==========================  =======================  ===========
+
+The kernels keep, per row, the running maximum ``m`` and the sum ``s`` of
+``exp(x - safe(m))`` where ``safe(m) = 0`` when ``m`` is infinite (torch's own trick in
+``logsumexp``). That keeps an all ``-inf`` prefix of a row from poisoning the online
+recurrence with ``-inf - -inf``, and the final formulas below reproduce the table.
+"""
+
+from __future__ import annotations
+
+import tilelang.language as T
+
+F32 = "float32"
+
+
+def neg_inf():
+    """-inf as a float32 expression."""
+    return -T.infinity(F32)
+
+
+def pos_inf():
+    """+inf as a float32 expression."""
+    return T.infinity(F32)
+
+
+def nan():
+    """A quiet NaN as a float32 expression (``NAN`` in the C code, ``CUDART_NAN_F`` in CUDA)."""
+    return T.float32(float("nan"))
+
+
+LOG2E = 1.4426950408889634
+
+
+def exp_fast(v):
+    """``exp(v)`` as ``exp2(v * log2 e)``: on CUDA a multiply and one ``ex2.approx`` (~2 ulp) instead of
+    ``expf``'s ~10 instructions, which bf16 rows at HBM speed cannot afford. exp2(-inf) = 0,
+    exp2(+inf) = inf and NaN stays NaN, so the edge-case table holds."""
+    return T.exp2(v * T.float32(LOG2E))
+
+
+def is_inf(v):
+    """``v`` is +inf or -inf (no ``fabs``: the C codegen cannot print it)."""
+    return T.Or(v == pos_inf(), v == neg_inf())
+
+
+def safe_max(m):
+    """The shift used for ``exp``: ``m``, or 0 when ``m`` is infinite."""
+    return T.if_then_else(is_inf(m), T.float32(0), m)
+
+
+def rescale(s_old, shift_old, shift_new):
+    """Carry a partial sum from shift ``shift_old`` to ``shift_new``; an empty (zero) sum stays 0.
+
+    The guard matters when the old part was all ``-inf`` (shift 0, sum 0) and the new shift is
+    very negative: ``exp(0 - shift_new)`` overflows and ``0 * inf`` would be NaN. A NaN sum is
+    not 0, so NaN still propagates.
+    """
+    return T.if_then_else(s_old == T.float32(0), T.float32(0), s_old * T.exp(shift_old - shift_new))
+
+
+def row_is_nan_for_softmax(m, s):
+    """softmax / log_softmax of the row is all NaN: a +inf or only -inf in the row.
+
+    TileLang's simplifier rewrites ``not (s > 0)`` into ``s <= 0``, so a NaN sum is not caught
+    here; it needs no catching: ``1/s`` and ``log(s)`` are NaN already.
+    """
+    return T.Or(m == pos_inf(), T.Not(s > T.float32(0)))
+
+
+def softmax_scale(m, s):
+    """The factor ``1/s`` that turns ``exp(x - safe(m))`` into softmax, or NaN for a NaN row."""
+    return T.if_then_else(row_is_nan_for_softmax(m, s), nan(), T.float32(1) / s)
+
+
+def log_normalizer(m, s):
+    """``safe(m) + log(s)``: ``x - log_normalizer`` is log_softmax (NaN for a NaN row)."""
+    return T.if_then_else(row_is_nan_for_softmax(m, s), nan(), safe_max(m) + T.log(s))
+
+
+def logsumexp_value(m, s):
+    """``log(s) + safe(m)``, which is already torch's answer for every row in the table."""
+    return T.log(s) + safe_max(m)
+
+
+# -- bfloat16 on the C target -----------------------------------------------------------------
+# TileLang 0.1.15's C codegen cannot print a bfloat16 type ("Cannot convert type bfloat16 to C
+# type"), so bf16 tensors travel as int16 bit patterns and are widened / rounded here.
+
+
+def bf16_bits_to_f32(v):
+    """Widen a bf16 bit pattern held in an int16 to float32 (exact)."""
+    wide = T.shift_left(T.cast(T.reinterpret(v, "uint16"), "uint32"), T.uint32(16))
+    return T.reinterpret(wide, F32)
+
+
+def f32_to_bf16_bits(f):
+    """Round float32 to bf16 (nearest, ties to even; NaN -> 0x7FC0 as torch) as an int16 pattern."""
+    u = T.reinterpret(f, "uint32")
+    rounded = T.shift_right(u + T.uint32(0x7FFF) + T.bitwise_and(T.shift_right(u, T.uint32(16)), T.uint32(1)), T.uint32(16))
+    bits = T.if_then_else(f != f, T.uint32(0x7FC0), rounded)
+    return T.reinterpret(T.cast(bits, "uint16"), "int16")

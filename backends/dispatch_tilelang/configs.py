@@ -1,0 +1,181 @@
+"""Config spaces and default configs of the TileLang row kernels, pruned by row length, dtype and target.
+
+A config is a flat dict. On ``"cuda"``: ``block_m`` and ``threads`` are JIT (tunable)
+parameters; ``tile_n`` and ``cluster`` are build-time keys that pick the kernel family (see
+``cuda_kernels``). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
+key (see ``cpu_kernels``). Every list is in a deterministic order, and every config in it is
+one ``cuda_kernels.check_launch`` / ``check_cpu_config`` accepts.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from . import cuda_kernels
+
+DTYPE_BYTES = cuda_kernels.DTYPE_BYTES
+
+# Register budget of the CUDA kernels: fp32 values of the row each thread holds. At 32 a
+# 1024-thread CTA still compiles to <= 64 registers with no spills (checked with ptxas -v).
+MAX_ELEMS_PER_THREAD = cuda_kernels.MAX_FP32_PER_THREAD
+# A row that fits one CTA's registers (1024 threads x 32) takes the whole-row family.
+ROW_FAMILY_MAX_COLS = 1024 * MAX_ELEMS_PER_THREAD
+# The CPU kernels keep a (block_m, tile) float32 tile (two on log_softmax) on the stack.
+CPU_MAX_TILE_ELEMS = 32768
+CPU_ROW_FAMILY_MAX_COLS = 8192
+CPU_TILE_CHOICES = (512, 2048)
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _dedupe(configs: list[dict]) -> list[dict]:
+    seen, out = set(), []
+    for cfg in configs:
+        key = tuple(sorted(cfg.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(cfg)
+    return out
+
+
+def _row_cap(n_rows: int) -> int:
+    """Largest useful block_m: no point in a CTA of more rows than the whole input has."""
+    return _pow2_ceil(max(1, n_rows))
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_supports_clusters() -> bool:
+    """Thread-block clusters need sm_90+; assume them when no device can be asked (cross-compiling)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_capability() >= (9, 0)
+    except Exception:  # noqa: BLE001 - a broken driver means "can't tell", not an error here
+        pass
+    return True
+
+
+# ---------------------------------------------------------------------------------- CUDA
+
+
+def _cuda_row_configs(n_rows: int, n_cols: int, dtype: str) -> list[dict]:
+    vec = cuda_kernels.vector_width(n_cols, dtype)
+    out = []
+    for threads in (128, 256, 512, 1024):
+        for block_m in (1, 2, 4, 8, 16, 32):
+            if block_m > _row_cap(n_rows) or cuda_kernels.check_launch(n_cols, dtype, 0, 1, block_m, threads):
+                continue
+            tpr = threads // block_m
+            tile = cuda_kernels.tile_width(n_cols, dtype, 0, block_m, threads)
+            per_thread = tile // tpr
+            # Each thread holds at least 2 vectors (fewer leaves threads idle for nothing), at most
+            # the register budget, and padding may not waste more than 1/8 of the tile.
+            if per_thread > MAX_ELEMS_PER_THREAD or per_thread < 2 * vec or (tile - n_cols) * 8 > tile:
+                continue
+            out.append({"block_m": block_m, "threads": threads, "tile_n": 0, "cluster": 1})
+    return out
+
+
+def _cuda_split_configs(n_cols: int, dtype: str) -> list[dict]:
+    """Cluster-split configs: chunks that cover the row in one read, then looped (two-read) ones for long rows."""
+    vec = cuda_kernels.vector_width(n_cols, dtype)
+    clusters = (2, 4, 8) if cuda_supports_clusters() else ()
+    single_read, looped = [], []
+    for threads in (256, 512, 1024):
+        for per_thread in (8, 16, 32):
+            if per_thread < vec:
+                continue
+            tile = per_thread * threads
+            need = -(-n_cols // tile)
+            for cluster in clusters:
+                if cluster == need and (cluster * tile - n_cols) * 8 <= cluster * tile:
+                    single_read.append({"block_m": 1, "threads": threads, "tile_n": tile, "cluster": cluster})
+            # Looped (two-read) variants, for rows no cluster covers and to compare against on long rows.
+            if need > 8 and per_thread == 16:
+                looped.append({"block_m": 1, "threads": threads, "tile_n": tile, "cluster": clusters[-1] if clusters else 1})
+    return single_read + looped
+
+
+def _split_rank(cfg: dict, n_cols: int) -> tuple:
+    """Order of preference among split configs, from the H200 measurements (bf16 softmax, run 1).
+
+    Up to 128K columns: read the row once, 256 threads x 32 values per CTA (64K: 2.53 TB/s,
+    against 1.57 for 512 x 16 and 0.75 for 1024 x 8 -- fewer, fatter threads win). Beyond: the
+    looped 8-CTA cluster with 512 threads x 16 (256K: 2.43 TB/s, against 1.87 for the one-read
+    1024 x 32), whose second read mostly hits L2.
+    """
+    per_thread = cfg["tile_n"] // (cfg["threads"] // cfg["block_m"])
+    looped = cfg["cluster"] * cfg["tile_n"] < n_cols
+    if n_cols <= 131072:
+        return (looped, cfg["threads"], -per_thread, cfg["cluster"])
+    return (not looped, (cfg["threads"], per_thread) != (512, 16), cfg["cluster"], -cfg["threads"])
+
+
+def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str) -> list[dict]:
+    """Candidate CUDA configs: the default first, whole-row ones while a row fits a CTA, cluster-split ones from 8K columns."""
+    configs = [cuda_default_config(op, n_rows, n_cols, dtype)]
+    if n_cols <= ROW_FAMILY_MAX_COLS:
+        configs += _cuda_row_configs(n_rows, n_cols, dtype)
+    if n_cols >= 8192:
+        configs += _cuda_split_configs(n_cols, dtype)
+    return _dedupe(configs)
+
+
+def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:
+    """A good untuned CUDA config: ~16-32 fp32 per thread, short rows one warp each, long rows cluster-split."""
+    if n_cols <= ROW_FAMILY_MAX_COLS:
+        vec = cuda_kernels.vector_width(n_cols, dtype)
+        tpr = min(1024, max(32, _pow2_ceil(-(-n_cols // 32))))
+        while tpr > 32 and tpr * vec * 2 > _pow2_ceil(n_cols):  # keep >= 2 vectors per thread
+            tpr //= 2
+        block_m = max(1, min(256 // tpr, _row_cap(n_rows)))
+        return {"block_m": block_m, "threads": tpr * block_m, "tile_n": 0, "cluster": 1}
+    split = _cuda_split_configs(n_cols, dtype)
+    if split:
+        return dict(min(split, key=lambda c: _split_rank(c, n_cols)))
+    # Very long rows on a GPU without clusters: one CTA walks the row in tiles (two reads).
+    return {"block_m": 1, "threads": 1024, "tile_n": 16 * 1024, "cluster": 1}
+
+
+# ----------------------------------------------------------------------------------- CPU
+
+
+def check_cpu_config(n_cols: int, config: dict) -> str | None:
+    """Why ``config`` cannot run on the C target, or None."""
+    block_m, tile_n = config.get("block_m"), config.get("tile_n", 0)
+    if not isinstance(block_m, int) or block_m < 1:
+        return f"block_m must be a positive int (got {block_m!r})"
+    if not isinstance(tile_n, int) or tile_n < 0:
+        return f"tile_n must be a non-negative int (got {tile_n!r})"
+    tile = n_cols if tile_n == 0 or tile_n >= n_cols else tile_n
+    if block_m * tile > CPU_MAX_TILE_ELEMS:
+        return f"block_m * tile = {block_m * tile} floats exceeds the {CPU_MAX_TILE_ELEMS}-float stack tile; use tile_n > 0"
+    return None
+
+
+def cpu_config_space(op: str, n_rows: int, n_cols: int, dtype: str) -> list[dict]:
+    """Candidate C-target configs: the default first, whole-row tiles for short rows, tiled ones for long rows."""
+    out = [cpu_default_config(op, n_rows, n_cols, dtype)]
+    if n_cols <= CPU_ROW_FAMILY_MAX_COLS:
+        for block_m in (1, 4, 16):
+            cfg = {"block_m": block_m, "tile_n": 0}
+            if block_m <= _row_cap(n_rows) and check_cpu_config(n_cols, cfg) is None:
+                out.append(cfg)
+    for tile_n in CPU_TILE_CHOICES:
+        if tile_n < n_cols:
+            for block_m in (1, 4):
+                if block_m <= _row_cap(n_rows):
+                    out.append({"block_m": block_m, "tile_n": tile_n})
+    return _dedupe(out)
+
+
+def cpu_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:
+    """A good untuned C-target config."""
+    if n_cols <= 2048:
+        return {"block_m": max(1, min(4, _row_cap(n_rows))), "tile_n": 0}
+    if n_cols <= CPU_ROW_FAMILY_MAX_COLS:
+        return {"block_m": 1, "tile_n": 0}
+    return {"block_m": 1, "tile_n": CPU_TILE_CHOICES[-1]}
