@@ -45,35 +45,61 @@ def bytes_moved(op: str, m: int, n: int, dtype: torch.dtype) -> int:
 
 
 def copy_bandwidth(device: torch.device, settings: TuneSettings) -> float:
-    src = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device=device)
+    src = torch.empty((512 if device.type == "cuda" else 16) * 1024 * 1024, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     timing = measure(lambda: dst.copy_(src), device, settings)
     return 2 * src.numel() / (timing.median_us * 1e-6) / 1e9
 
 
-def main() -> int:
+def main() -> int:  # noqa: C901
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="softmax,log_softmax,logsumexp")
     parser.add_argument("--dtypes", default="bfloat16,float16,float32")
     parser.add_argument("--elements", type=int, default=64 * 1024 * 1024, help="M*N per shape")
     parser.add_argument("--compile", default="softmax", help="ops to time torch.compile on ('' for none)")
     parser.add_argument("--quick", action="store_true", help="every other N")
+    parser.add_argument("--pairs", default="", help="op:dtype,... in this order (instead of --ops x --dtypes)")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--name", default="softmax_sweep")
+    parser.add_argument("--device", default="cuda", help="cuda (the point), or cpu for a smoke run")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("needs a CUDA device", file=sys.stderr)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
         return 2
-    device = torch.device("cuda")
     settings = TuneSettings()
     dispatch.configure(autotune=True, policy="measured")
     backends = [n for n, i in dispatch.backends().items() if i.available]
     print(f"backends: {backends}; failures: {[f.name + ': ' + f.error for f in dispatch.load_failures()]}")
     copy_gbs = copy_bandwidth(device, settings)
-    print(f"device {torch.cuda.get_device_name(device)}  copy bandwidth {copy_gbs:.0f} GB/s")
-    rows = []
-    for op in args.ops.split(","):
-        for dtype_name in args.dtypes.split(","):
+    print(f"device {dispatch._keys.device_name(device)}  copy bandwidth {copy_gbs:.0f} GB/s")
+    rows: list[dict] = []
+    meta = {"device": dispatch._keys.device_name(device), "copy_gbs": copy_gbs, "torch": torch.__version__,
+            "python": platform.python_version(), "backends": {n: dict(dispatch.backends()[n].versions)
+                                                              for n in backends},
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        sweep(args, device, settings, backends, copy_gbs, rows, lambda: save(out, args.name, meta, rows, backends))
+    finally:
+        save(out, args.name, meta, rows, backends)
+        if rows:
+            write_plot(out / f"{args.name}.png", meta, rows)
+    return 0
+
+
+def save(out: Path, name: str, meta: dict, rows: list[dict], backends: list[str]) -> None:
+    """Write what has been measured so far (the sweep may be stopped at any point)."""
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    write_markdown(out / f"{name}.md", meta, rows, backends)
+
+
+def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
+    pairs = [tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else [
+        (op, dt) for op in args.ops.split(",") for dt in args.dtypes.split(",")]
+    for op, dtype_name in pairs:
+        if True:
             dtype = getattr(torch, dtype_name)
             for m, n in shapes(args.elements, args.quick):
                 x = (torch.randn(m, n, device=device) * 4).to(dtype)
@@ -81,8 +107,9 @@ def main() -> int:
                 row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "bytes": bytes_moved(op, m, n, dtype),
                        "results": {}}
                 start = time.perf_counter()
-                pick = getattr(dispatch, op)(x, -1)  # races every backend (tunes each) and keeps the winner
-                torch.cuda.synchronize()
+                getattr(dispatch, op)(x, -1)  # races every backend (tunes each) and keeps the winner
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
                 row["tune_s"] = time.perf_counter() - start
                 decision = dispatch.explain(op, x, -1).decision
                 row["pick"] = decision.backend
@@ -107,23 +134,14 @@ def main() -> int:
                                                 "error": why}
                     except Exception as exc:
                         row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-                best = max((r["gbs"], k) for k, r in row["results"].items()
-                           if "gbs" in r and k in backends and r["ok"])
+                best = max(((r["gbs"], k) for k, r in row["results"].items()
+                            if "gbs" in r and k in backends and r["ok"]), default=(float("nan"), "none"))
                 row["best_backend"], row["best_gbs"] = best[1], best[0]
                 rows.append(row)
+                checkpoint()
                 res = row["results"]
                 print(f"{op:<12}{dtype_name:<9}{m:>7}x{n:<7} tune {row['tune_s']:5.1f}s  pick {row['pick']:<9}"
                       + "  ".join(f"{k} {r.get('gbs', float('nan')):6.0f}" for k, r in res.items()), flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {"device": torch.cuda.get_device_name(device), "copy_gbs": copy_gbs, "torch": torch.__version__,
-            "python": platform.python_version(), "backends": {n: dict(dispatch.backends()[n].versions)
-                                                              for n in backends},
-            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
-    (out / f"{args.name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    write_markdown(out / f"{args.name}.md", meta, rows, backends)
-    write_plot(out / f"{args.name}.png", meta, rows)
-    return 0
 
 
 def write_markdown(path: Path, meta: dict, rows: list[dict], backends: list[str]) -> None:

@@ -10,7 +10,7 @@ from dispatch.tolerance import mismatch
 
 pytestmark = pytest.mark.gpu
 
-SHAPES = [(1, 4096), (32, 4096), (4096, 256), (512, 1024), (64, 16384), (8, 65536), (4, 262144), (3, 5, 777)]
+SHAPES = [(1, 4096), (32, 4096), (4096, 256), (64, 16384), (4, 262144), (3, 5, 777)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
