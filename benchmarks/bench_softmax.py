@@ -99,49 +99,48 @@ def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
     pairs = [tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else [
         (op, dt) for op in args.ops.split(",") for dt in args.dtypes.split(",")]
     for op, dtype_name in pairs:
-        if True:
-            dtype = getattr(torch, dtype_name)
-            for m, n in shapes(args.elements, args.quick):
-                x = (torch.randn(m, n, device=device) * 4).to(dtype)
-                ref = getattr(torch, op)(x, -1)
-                row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "bytes": bytes_moved(op, m, n, dtype),
-                       "results": {}}
-                start = time.perf_counter()
-                getattr(dispatch, op)(x, -1)  # races every backend (tunes each) and keeps the winner
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                row["tune_s"] = time.perf_counter() - start
-                decision = dispatch.explain(op, x, -1).decision
-                row["pick"] = decision.backend
-                row["pick_config"] = decision.config.as_dict()
-                row["candidates"] = {c.name: {"ok": c.verdict.ok, "reason": c.verdict.reason,
-                                              "raced_us": c.latency_us, "note": c.note}
-                                     for c in decision.candidates}
-                runs = {"dispatch": lambda: getattr(dispatch, op)(x, -1)}
-                for name in backends:
-                    runs[name] = (lambda name=name: getattr(dispatch, op)(x, -1, backend=name))
-                if op in args.compile.split(","):
-                    compiled = torch.compile(getattr(torch, op), dynamic=False)
-                    runs["torch.compile"] = lambda: compiled(x, -1)
-                for name, fn in runs.items():
-                    try:
-                        out = fn()
-                        why = mismatch(out, ref)
-                        timing = measure(fn, device, settings)
-                        gbs = row["bytes"] / (timing.median_us * 1e-6) / 1e9
-                        row["results"][name] = {"us": timing.median_us, "spread_us": timing.spread_us,
-                                                "gbs": gbs, "pct_copy": 100 * gbs / copy_gbs, "ok": why is None,
-                                                "error": why}
-                    except Exception as exc:
-                        row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-                best = max(((r["gbs"], k) for k, r in row["results"].items()
-                            if "gbs" in r and k in backends and r["ok"]), default=(float("nan"), "none"))
-                row["best_backend"], row["best_gbs"] = best[1], best[0]
-                rows.append(row)
-                checkpoint()
-                res = row["results"]
-                print(f"{op:<12}{dtype_name:<9}{m:>7}x{n:<7} tune {row['tune_s']:5.1f}s  pick {row['pick']:<9}"
-                      + "  ".join(f"{k} {r.get('gbs', float('nan')):6.0f}" for k, r in res.items()), flush=True)
+        dtype = getattr(torch, dtype_name)
+        for m, n in shapes(args.elements, args.quick):
+            x = (torch.randn(m, n, device=device) * 4).to(dtype)
+            ref = getattr(torch, op)(x, -1)
+            row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "bytes": bytes_moved(op, m, n, dtype),
+                   "results": {}}
+            start = time.perf_counter()
+            getattr(dispatch, op)(x, -1)  # races every backend (tunes each) and keeps the winner
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            row["tune_s"] = time.perf_counter() - start
+            decision = dispatch.explain(op, x, -1).decision
+            row["pick"] = decision.backend
+            row["pick_config"] = decision.config.as_dict()
+            row["candidates"] = {c.name: {"ok": c.verdict.ok, "reason": c.verdict.reason,
+                                          "raced_us": c.latency_us, "note": c.note}
+                                 for c in decision.candidates}
+            runs = {"dispatch": lambda: getattr(dispatch, op)(x, -1)}
+            for name in backends:
+                runs[name] = (lambda name=name: getattr(dispatch, op)(x, -1, backend=name))
+            if op in args.compile.split(","):
+                compiled = torch.compile(getattr(torch, op), dynamic=False)
+                runs["torch.compile"] = lambda: compiled(x, -1)
+            for name, fn in runs.items():
+                try:
+                    out = fn()
+                    why = mismatch(out, ref)
+                    timing = measure(fn, device, settings)
+                    gbs = row["bytes"] / (timing.median_us * 1e-6) / 1e9
+                    row["results"][name] = {"us": timing.median_us, "spread_us": timing.spread_us,
+                                            "gbs": gbs, "pct_copy": 100 * gbs / copy_gbs, "ok": why is None,
+                                            "error": why}
+                except Exception as exc:
+                    row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+            best = max(((r["gbs"], k) for k, r in row["results"].items()
+                        if "gbs" in r and k in backends and r["ok"]), default=(float("nan"), "none"))
+            row["best_backend"], row["best_gbs"] = best[1], best[0]
+            rows.append(row)
+            checkpoint()
+            res = row["results"]
+            print(f"{op:<12}{dtype_name:<9}{m:>7}x{n:<7} tune {row['tune_s']:5.1f}s  pick {row['pick']:<9}"
+                  + "  ".join(f"{k} {r.get('gbs', float('nan')):6.0f}" for k, r in res.items()), flush=True)
 
 
 def write_markdown(path: Path, meta: dict, rows: list[dict], backends: list[str]) -> None:

@@ -76,7 +76,7 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     for what, dtype in (("input", spec.dtype), ("output", spec.out_dtype)):
         ok, why = kernels.supports(op, dtype, target)
         if not ok:
-            return Verdict.no(f"{what} {why}")
+            return Verdict.no(f"{what} dtype {str(dtype).removeprefix('torch.')}: {why}")
     if spec.out_dtype.itemsize < spec.dtype.itemsize:
         return Verdict.no(f"dtype= narrows {spec.dtype} to {spec.out_dtype}: torch rounds the input first; "
                           "these kernels read it at full precision, so only widening casts are served")
