@@ -173,3 +173,19 @@ def test_a_backend_whose_kernel_or_tune_hook_raises_is_a_fault_and_the_next_back
     assert decision.backend == "torch"
     with pytest.raises((BackendFaultError, RuntimeError), match="exploded"):
         dispatch.softmax(x, backend="brittle")
+
+
+def test_pre_tuning_races_every_allowed_backend_stores_the_decision_and_shows_progress(capsys):
+    from dispatch.tune import tune_call
+
+    dispatch.register(chunked_backend.make("chunked", priority=200))
+    dispatch.configure(allow=["torch", "chunked"])
+    x = torch.randn(16, 256)
+    explanation = tune_call("softmax", x, -1, progress=True)
+    decision = explanation.decision
+    assert decision.backend in ("torch", "chunked") and "fastest when raced" in decision.reason
+    assert "tuning softmax(16x256 float32" in capsys.readouterr().err  # the progress bar
+    before = measurement_count()
+    again = tune_call("softmax", x, -1)
+    assert again.decision.cached and measurement_count() == before
+    assert dispatch.explain("softmax", x).decision.backend == decision.backend
