@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 import dispatch
+from dispatch.ab import bytes_moved, gbps, measure_copy_bandwidth
 from dispatch.autotune import TuneSettings, measure
 from dispatch.tolerance import mismatch
 
@@ -37,18 +38,6 @@ def shapes(total: int, quick: bool) -> list[tuple[int, int]]:
     out = [(max(1, total // n), n) for n in ns]
     out += [(m, DECODE_N) for m in DECODE_M]
     return out
-
-
-def bytes_moved(op: str, m: int, n: int, dtype: torch.dtype) -> int:
-    size = torch.tensor([], dtype=dtype).element_size()
-    return (m * n + (m if op == "logsumexp" else m * n)) * size
-
-
-def copy_bandwidth(device: torch.device, settings: TuneSettings) -> float:
-    src = torch.empty((512 if device.type == "cuda" else 16) * 1024 * 1024, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    timing = measure(lambda: dst.copy_(src), device, settings)
-    return 2 * src.numel() / (timing.median_us * 1e-6) / 1e9
 
 
 def main() -> int:  # noqa: C901
@@ -71,7 +60,7 @@ def main() -> int:  # noqa: C901
     dispatch.configure(autotune=True, policy="measured")
     backends = [n for n, i in dispatch.backends().items() if i.available]
     print(f"backends: {backends}; failures: {[f.name + ': ' + f.error for f in dispatch.load_failures()]}")
-    copy_gbs = copy_bandwidth(device, settings)
+    copy_gbs = measure_copy_bandwidth(device, settings).gbps
     print(f"device {dispatch._keys.device_name(device)}  copy bandwidth {copy_gbs:.0f} GB/s")
     rows: list[dict] = []
     meta = {"device": dispatch._keys.device_name(device), "copy_gbs": copy_gbs, "torch": torch.__version__,
@@ -103,7 +92,7 @@ def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
         for m, n in shapes(args.elements, args.quick):
             x = (torch.randn(m, n, device=device) * 4).to(dtype)
             ref = getattr(torch, op)(x, -1)
-            row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "bytes": bytes_moved(op, m, n, dtype),
+            row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "bytes": bytes_moved(op, (m, n), dtype),
                    "results": {}}
             start = time.perf_counter()
             getattr(dispatch, op)(x, -1)  # races every backend (tunes each) and keeps the winner
@@ -127,7 +116,7 @@ def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
                     out = fn()
                     why = mismatch(out, ref)
                     timing = measure(fn, device, settings)
-                    gbs = row["bytes"] / (timing.median_us * 1e-6) / 1e9
+                    gbs = gbps(row["bytes"], timing.median_us)
                     row["results"][name] = {"us": timing.median_us, "spread_us": timing.spread_us,
                                             "gbs": gbs, "pct_copy": 100 * gbs / copy_gbs, "ok": why is None,
                                             "error": why}
