@@ -257,13 +257,14 @@ class Selector:
 
 
 def expected_output(reference: Backend, spec: CallSpec, x: torch.Tensor) -> torch.Tensor:
-    """What a correct backend returns for ``x``: the reference computed in float64, then rounded once
-    to the output dtype (torch's own low-precision CPU kernels may round twice)."""
-    if not spec.dtype.is_floating_point or spec.out_dtype == torch.float64:
+    """What a correct backend returns for ``x``: the input cast to the output dtype (as ``dtype=``
+    does), the reference computed in float64, rounded once to the output dtype (torch's own
+    low-precision CPU kernels may round twice)."""
+    if not spec.dtype.is_floating_point or not spec.out_dtype.is_floating_point or spec.out_dtype == torch.float64:
         return reference.kernel(spec.op, spec, EMPTY)(x)
     wide = attrs.evolve(spec, dtype=torch.float64, out_dtype=torch.float64)
     with torch.no_grad():
-        return reference.kernel(spec.op, wide, EMPTY)(x.to(torch.float64)).to(spec.out_dtype)
+        return reference.kernel(spec.op, wide, EMPTY)(x.to(spec.out_dtype).to(torch.float64)).to(spec.out_dtype)
 
 
 def example_input(spec: CallSpec, seed: int = 0) -> torch.Tensor:

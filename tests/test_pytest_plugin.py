@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import types
 
 import attrs
@@ -63,6 +64,13 @@ def naive_backend(name: str = "naive", fault: str | None = None) -> types.Simple
     return plugin
 
 
+# pytester's in-process runs drop the modules a run imported, and a DSL with a native FFI
+# (TileLang's) cannot be imported twice in one process: import it once, before any run.
+try:
+    importlib.import_module("tilelang")
+except ImportError:
+    pass
+
 # plain torch.allclose: pytester's in-process runs drop modules a run imported (torch.testing's
 # assert_close imports torch.distributed lazily), and importing those twice breaks torch
 SMOKE_TEST = """
@@ -85,9 +93,9 @@ def test_the_fixture_runs_a_test_once_per_named_backend(pytester):
 
 def test_without_the_option_the_fixture_covers_every_loaded_backend(pytester):
     dispatch.register(naive_backend(), name="naive")
+    loaded = dispatch.backends()
     pytester.makepyfile(test_smoke=SMOKE_TEST)
     result = pytester.runpytest("-v", "-rs")
-    loaded = dispatch.backends()
     unavailable = [n for n, info in loaded.items() if not info.available]
     result.assert_outcomes(passed=len(loaded) - len(unavailable), skipped=len(unavailable))
     for name in unavailable:  # e.g. triton with no GPU: skipped with the backend's own reason

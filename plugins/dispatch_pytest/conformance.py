@@ -25,6 +25,7 @@ from attrs.validators import in_
 import dispatch
 from dispatch import CallSpec, _plugins
 from dispatch.autotune import EMPTY, Config
+from dispatch._select import expected_output
 from dispatch.ops import make_spec
 from dispatch.tolerance import mismatch
 
@@ -202,10 +203,7 @@ def _exact(reference: _plugins.Backend, case: Case, x: torch.Tensor, dtype: torc
     """The reference computed in float64 on the same input (cast first, as ``dtype=`` does), rounded to ``dtype``."""
     if dtype == torch.float64 or not dtype.is_floating_point:
         return None
-    wide = x.detach().to(case.out_dtype or x.dtype).to(torch.float64)
-    spec = make_spec(case.op, wide, case.dim, None, case.keepdim)
-    with torch.no_grad():
-        return reference.kernel(case.op, spec, EMPTY)(wide).to(dtype)
+    return expected_output(reference, make_spec(case.op, x, case.dim, case.out_dtype, case.keepdim), x.detach())
 
 
 def _check_backward(backend: _plugins.Backend, reference: _plugins.Backend, case: Case, spec: CallSpec,
