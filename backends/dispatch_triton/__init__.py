@@ -20,6 +20,9 @@ from dispatch.autotune import Config, Timing, TuneResult, TuneSpace, do_bench, m
 NAME = "triton"
 SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+_KERNEL_MODULES = ("dispatch_triton.kernels", "dispatch_triton.jit", "dispatch_triton.configs",
+                   "dispatch_triton.launch", "dispatch_triton.autotune")
+
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") == "1"
@@ -40,7 +43,7 @@ def dispatch_backend_info() -> BackendInfo:
     return BackendInfo(
         name=NAME, version=dispatch.__version__, ops=dispatch.OPS,
         priority={"cuda": 30, "cpu": -10},  # on the CPU it is an interpreter: correct, not fast
-        versions={"triton": triton_version or "none", "kernels": source_hash("dispatch_triton.kernels"),
+        versions={"triton": triton_version or "none", "kernels": source_hash(*_KERNEL_MODULES),
                   "interpreter": "1" if _interpreting() else "0"},
         description="Triton kernels: multi-row, one-pass and split-row/online softmax family",
         available=_availability(triton_version))
