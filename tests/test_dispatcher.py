@@ -189,3 +189,21 @@ def test_pre_tuning_races_every_allowed_backend_stores_the_decision_and_shows_pr
     again = tune_call("softmax", x, -1)
     assert again.decision.cached and measurement_count() == before
     assert dispatch.explain("softmax", x).decision.backend == decision.backend
+
+
+def test_a_race_between_real_backends_times_each_and_keeps_the_fastest():
+    info = dispatch.backends().get("tilelang")
+    if info is None or not info.available:
+        pytest.skip("the TileLang backend is not available here")
+    dispatch.configure(autotune=True, allow=["torch", "tilelang"])
+    x = torch.randn(32, 512)
+    out = dispatch.softmax(x)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+    decision = dispatch.explain("softmax", x).decision
+    raced = {c.name: c.latency_us for c in decision.candidates if c.name in ("torch", "tilelang")}
+    assert all(v is not None and v > 0 for v in raced.values()), decision.candidates
+    fastest = min(raced.values())
+    assert raced[decision.backend] <= fastest * 1.02  # the winner, or a tie within noise
+    DISPATCHER.reset()
+    before = measurement_count()
+    assert dispatch.explain("softmax", x).decision.cached and measurement_count() == before
