@@ -81,15 +81,17 @@ class Dispatcher:
                 out = self._validate(decision, fn, x)
                 if out is not None:
                     break
-            if len(table) >= MAX_KEYS_PER_OP:
+            if len(table) >= MAX_KEYS_PER_OP:  # many distinct shapes: start over rather than grow
                 table.clear()
                 self.decisions[op].clear()
+                with self._locks_lock:
+                    self._key_locks = {k: v for k, v in self._key_locks.items() if k[0] != op or k[1] == key}
             table[key] = fn
             self.decisions[op][key] = decision
         return out if out is not _RUN_AGAIN else fn(x)
 
     def decide(self, spec: CallSpec, forced: str | None) -> Decision:
-        qkey = _quarantine_key(spec)
+        qkey = _bucket_key(spec)
         return self.selector().select(spec, forced, _settings.current_scope(), self._quarantine.get(qkey))
 
     def _build(self, decision: Decision, key: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -109,7 +111,6 @@ class Dispatcher:
             except Exception as exc:
                 return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", x, exc)
         guarded.__wrapped__ = kernel
-        guarded.decision = decision
         return guarded
 
     def _validate(self, decision: Decision, fn, x: torch.Tensor) -> Any:
@@ -121,7 +122,7 @@ class Dispatcher:
         registry = _plugins.registry()
         backend = registry.backends[decision.backend]
         spec = decision.spec
-        vkey = (decision.backend, decision.config, tuple(sorted(spec_key(spec).items())), spec.stride == _contig(spec))
+        vkey = (decision.backend, decision.config, _bucket_key(spec), spec.stride == _contig(spec))
         if backend.info.reference or vkey in self._validated:
             return _RUN_AGAIN
         reference = next((b for b in registry.backends.values() if b.info.reference), None)
@@ -150,7 +151,7 @@ class Dispatcher:
         if _settings.settings().strict or decision.forced:
             raise BackendFaultError(message + ("" if not _settings.settings().strict
                                                else "; strict mode forbids falling back")) from exc
-        qkey = _quarantine_key(spec)
+        qkey = _bucket_key(spec)
         bucket = self._quarantine.setdefault(qkey, {})
         if decision.backend not in bucket:
             bucket[decision.backend] = what
@@ -180,7 +181,8 @@ def _contig(spec: CallSpec) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-def _quarantine_key(spec: CallSpec) -> tuple:
+def _bucket_key(spec: CallSpec) -> tuple:
+    """Op, device, dtypes and shape bucket: what quarantine and first-call validation are kept per."""
     return tuple(sorted(spec_key(spec).items()))
 
 
