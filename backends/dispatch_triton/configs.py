@@ -1,0 +1,180 @@
+"""Config spaces and the default pick of the Triton kernels, and the config-dict helpers.
+
+A config is a plain dict: ``path`` (rows, onepass, online, split_online, split), ``BLOCK_N``,
+``ROWS``, ``SPLIT``, ``num_warps``, ``num_stages``. :func:`config_space` lists the candidates of
+a shape, :func:`default_config` picks one without measuring.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+# op and path names, and the codes of the kernel's OP / PATH constexprs
+OPS = ("softmax", "log_softmax", "logsumexp")
+_OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
+_PATH_CODE = {"rows": 0, "onepass": 0, "online": 1, "split_online": 1, "split": 2}
+
+MAX_SPLIT = 128  # programs per row in the split paths (width of the partials gather)
+
+
+def _check_op(op: str) -> None:
+    if op not in _OP_CODE:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+
+
+def _np2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _device_sms(device: torch.device | None = None) -> int:
+    """SMs of ``device`` (or the current CUDA device); 132 (an H100/H200) when there is no GPU."""
+    if device is not None and device.type == "cuda":
+        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    if device is None and torch.cuda.is_available():
+        return _sm_count(torch.cuda.current_device())
+    return 132
+
+
+def _cfg(path, block_n, rows=1, split=1, warps=4, stages=1) -> dict:
+    return {"path": path, "BLOCK_N": int(block_n), "ROWS": int(rows), "SPLIT": int(split),
+            "num_warps": int(warps), "num_stages": int(stages)}
+
+
+def _warps_for(tile: int, per_thread: int) -> int | None:
+    w = tile // (32 * per_thread)
+    return w if 1 <= w <= 32 else None
+
+
+def _n_split(path_code: int, n: int, block_n: int, split: int) -> int:
+    nblocks = _cdiv(n, block_n)
+    if path_code == 2:
+        return nblocks
+    ns0 = max(1, min(split, nblocks))
+    bps = _cdiv(nblocks, ns0)
+    return _cdiv(nblocks, bps)
+
+
+def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
+    # Pruned with the H200 sweeps (benchmarks/results/triton_kernels_h200.md): 4 or fewer
+    # elements per thread never won; the split path beat onepass only beyond 16K elements and
+    # always did best at 32 elements per thread; the streamed path never beat split for
+    # softmax/log_softmax, so it is kept only where split cannot go (rows too long for it).
+    out: list[dict] = []
+    cap = min(MAX_SPLIT, sms)
+    # rows / onepass: the whole row in registers; tiles of 1K-16K elements, 8-32 per thread
+    if np2 <= 32768:
+        bn = max(np2, 16)
+        tiles = [t for t in (1024, 2048, 4096, 8192, 16384) if bn <= t <= max(8192, bn)] or [bn]
+        for t in tiles:
+            rows = t // bn
+            for per in (8, 16, 32):
+                w = _warps_for(t, per)
+                if w is not None:
+                    out.append(_cfg("rows" if rows > 1 else "onepass", bn, rows, 1, w))
+    if op != "logsumexp":
+        # split: a row across programs, each chunk in registers, 32 elements per thread
+        if np2 >= 32768:
+            for bn in (2048, 4096, 8192, 16384):
+                if 2 <= np2 // bn <= cap:
+                    out.append(_cfg("split", bn, 1, 1, bn // (32 * 32)))
+        # rows longer than split can hold (no hard cap on N): streamed, alone or cut over programs
+        if np2 > 16384 * cap:
+            out.append(_cfg("online", 4096, 1, 1, 8, 2))
+            for sp in (16, 64):
+                if sp <= cap:
+                    out.append(_cfg("split_online", 2048, 1, sp, 4, 2))
+    else:
+        # logsumexp reads once: streamed, one program per row or a row cut over a few
+        if np2 >= 16384:
+            for bn, w in ((1024, 4), (2048, 4), (4096, 8)):
+                out.append(_cfg("online", bn, 1, 1, w, 2))
+        if np2 >= 65536:
+            for bn, w, sp in ((4096, 8, 4), (2048, 4, 16), (2048, 4, 32)):
+                if sp <= cap:
+                    out.append(_cfg("split_online", bn, 1, sp, w, 2))
+    return out
+
+
+def config_space(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]:
+    """Candidate configs for an (n_rows, n_cols) input of ``dtype``, in a deterministic order.
+
+    Depends on the row length only through its next power of two (the autotune key's bucket),
+    so every row length of a bucket has the same candidates; ``n_rows`` is accepted for the
+    protocol but does not prune. Configs that cannot fit (a row wider than the registers of one
+    program, a split wider than the device can hold at once) or cannot win (a streamed path for
+    a row that fits in registers) are left out.
+    """
+    _check_op(op)
+    esz = torch.empty((), dtype=dtype).element_size()
+    return _space(op, _np2(max(int(n_cols), 1)), esz, _device_sms())
+
+
+def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
+    """The heuristic pick, fitted to the H200 sweeps (benchmarks/results/triton_kernels_h200.md).
+
+    softmax/log_softmax: rows of <= 512 in 1K-element tiles (several rows per program) at 8 per
+    thread; rows that fit in registers one per program at 16 (2-byte) or 8-32 (fp32) per
+    thread; longer rows split over programs in 4096-element chunks. logsumexp (read-only, it
+    wants more in flight per thread): 32 per thread on short rows, then streamed, one program
+    per row when rows are many, a row cut over several programs when they are few.
+    """
+    space = config_space(op, n_rows, n_cols, dtype)
+    np2 = _np2(max(int(n_cols), 1))
+    esz = torch.empty((), dtype=dtype).element_size()
+    sms = _device_sms()
+    lse = op == "logsumexp"
+    want: dict | None = None
+    if np2 <= 512:
+        bn = max(np2, 16)
+        want = _cfg("rows", bn, 1024 // bn, 1, 1 if lse else 4)
+    elif np2 <= 16384:
+        if lse and esz == 2:
+            want = _cfg("rows", 1024, 2, 1, 2) if np2 == 1024 else _cfg("onepass", np2, 1, 1, np2 // 1024)
+        elif esz == 2:
+            want = _cfg("onepass", np2, 1, 1, max(1, min(32, np2 // 512)))
+        else:
+            want = _cfg("onepass", np2, 1, 1, max(1, min(16, np2 // 256)))
+    elif lse:
+        if np2 >= 65536 and n_rows < 4 * sms:
+            # few long rows: cut each over several streaming programs to fill the device
+            want = _cfg("split_online", 4096, 1, 4, 8, 2) if n_rows >= sms else _cfg("split_online", 2048, 1, 32, 4, 2)
+        else:
+            want = _cfg("online", 4096, 1, 1, 8, 2) if esz == 2 else _cfg("online", 1024, 1, 1, 4, 2)
+    else:
+        want = _cfg("split", 4096, 1, 1, 4)
+        while want not in space and want["BLOCK_N"] < 16384:  # fewer programs per row if needed
+            bn = want["BLOCK_N"] * 2
+            want = _cfg("split", bn, 1, 1, bn // 1024)
+        if want not in space:
+            # beyond what split can hold: stream, over several programs per row when rows are few
+            path = "split_online" if n_rows < 4 * sms else "online"
+            want = next((c for c in space if c["path"] == path), None)
+    if want in space:
+        return dict(want)
+    return dict(space[0])
+
+
+def _universe(op: str) -> list[dict]:
+    seen: dict[tuple, dict] = {}
+    for k in range(0, 32):
+        for esz in (2, 4):
+            for sms in {_device_sms()}:
+                for c in _space(op, 1 << k, esz, sms):
+                    seen.setdefault(_cfg_key(c), c)
+    return list(seen.values())
+
+
+def _cfg_key(c: dict) -> tuple:
+    return (c["path"], c["BLOCK_N"], c["ROWS"], c["SPLIT"], c["num_warps"], c["num_stages"])
+

@@ -1,0 +1,338 @@
+"""The Triton JIT kernel for row softmax, log_softmax and logsumexp, and its device helpers.
+
+One JIT kernel, ``_softmax_kernel``, holds every path; the path is a tuned constexpr (``PATH``)
+so that one Triton autotuner can choose among all of them:
+
+``rows`` / ``onepass`` (PATH 0)
+    A ``[ROWS, BLOCK_N]`` tile per program, ``BLOCK_N >= N``: the whole row is held in registers,
+    read once, written once. ``ROWS > 1`` packs several short rows per program.
+``online`` / ``split_online`` (PATH 1)
+    Persistent programs; a row is cut into ``n_split`` segments (``SPLIT`` bounds it, 1 for
+    ``online``). Each program streams its segment once to get a per-lane (max, sum) with one
+    ``exp`` per element, then re-reads it (in reverse, so the most recent blocks are still in L2)
+    to write the output. Works for any N; 3 memory passes unless the re-read hits L2.
+``split`` (PATH 2)
+    Persistent programs in groups of ``n_split = cdiv(N, BLOCK_N)``; each holds one chunk of a
+    row in registers, publishes its partial (max, sum), waits for the other partials of the row,
+    merges them and writes its chunk from registers: the row is read once and written once
+    whatever its length. The next row's chunk is already in flight while the partials meet.
+
+Exchange: a partial is published as two 64-bit words ``(tag << 32 | fp32 bits)`` with relaxed
+atomic exchanges and read back with volatile loads until every word of the row carries the
+launch's tag: no fence, no counter, one L2 round trip when the others are on time. The tag is
+an epoch kept on the device: word 0 of the slot buffer is ``(epoch << 32 | ticket)``; the last
+ticket of a launch resets the ticket and moves the epoch on in one atomic add, so words left by
+earlier launches (or by another config) never count; the host zeroes the buffer every 2^30
+launches, long before a 31-bit tag could come round again.
+
+Co-residency: a group's programs wait for each other, so a program takes a *ticket* (that
+atomic word, taken in dispatch order) that decides its group. Every ticket below the highest
+taken belongs to a program that is running or done, so only the group holding the highest
+ticket can wait on programs not yet resident, and it gets them as soon as any other program
+exits, provided the device can hold ``n_split`` programs at once; ``n_split`` is capped by the
+SM count (one program per SM always fits). logsumexp needs no waiting: the last segment of a row
+to arrive (an acq_rel counter that it resets) merges and writes. The Triton interpreter runs
+programs one after another, so there partials could never meet in one launch: the split paths
+then run as two launches (``PHASE`` 1 publishes, ``PHASE`` 2 merges and writes), the same code
+minus the wait.
+
+Semantics follow torch exactly: the input is first rounded to ``out_dtype`` (torch's ``dtype=``
+casts before the op), everything accumulates in fp32, rows of all -inf give NaN for
+softmax/log_softmax and -inf for logsumexp, a +inf gives NaN rows for softmax/log_softmax and
++inf for logsumexp, NaN propagates. logsumexp uses torch's own formula (max replaced by 0 when
+infinite).
+
+Op and path names and their codes live in :mod:`dispatch_triton.configs`; the host side that
+sizes the grid and launches this kernel in :mod:`dispatch_triton.launch`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+_ROW_OFF = tl.constexpr(64)  # logsumexp's per-row arrival counters in the int32 sync buffer
+_MAXS = tl.constexpr(128)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# The interpreter truncates fp32 -> bf16 where the GPU rounds to nearest even: emulate the GPU
+# there (a compile-time False on the GPU, so the branch costs nothing)
+_EMU_RNE = tl.constexpr(_interpreting())
+
+
+@triton.jit
+def _cvt(x, TY: tl.constexpr):
+    if _EMU_RNE:
+        if TY == tl.bfloat16:
+            xf = x.to(tl.float32)
+            b = xf.to(tl.uint32, bitcast=True)
+            b = b + 0x7FFF + ((b >> 16) & 1)
+            r = (b & 0xFFFF0000).to(tl.float32, bitcast=True)
+            x = tl.where(xf != xf, xf, r)
+    return x.to(TY)
+
+
+@triton.jit
+def _load_raw(x_ptr, mask_ptr, xoff, moff, cols, lim, HAS_MASK: tl.constexpr, EVICT: tl.constexpr):
+    # raw (uncast) values of cols < lim, and the keep-mask (x itself when there is none)
+    valid = cols < lim
+    x = tl.load(x_ptr + xoff + cols, mask=valid, other=float("-inf"), eviction_policy=EVICT)
+    if HAS_MASK:
+        keep = tl.load(mask_ptr + moff + cols, mask=valid, other=0, eviction_policy=EVICT)
+    else:
+        keep = x
+    return x, keep
+
+
+@triton.jit
+def _finish_load(x, keep, HAS_MASK: tl.constexpr, OUT_TY: tl.constexpr):
+    x = _cvt(x, OUT_TY).to(tl.float32)  # torch's dtype= casts the input first
+    if HAS_MASK:
+        x = tl.where(keep != 0, x, float("-inf"))
+    return x
+
+
+@triton.jit
+def _eff(m):
+    # torch.logsumexp's shift: the max, or 0 where the max is infinite
+    return tl.where(tl.abs(m) == float("inf"), 0.0, m)
+
+
+@triton.jit
+def _merge(pm, ps):
+    # partials (m_i, s_i), s_i = sum exp(x - eff(m_i)) -> (M, eff(M), S = sum exp(x - eff(M)))
+    big_m = tl.max(pm, 0)
+    big_e = _eff(big_m)
+    s = tl.sum(tl.where(ps == 0.0, 0.0, ps * tl.exp(_eff(pm) - big_e)), 0)
+    return big_m, big_e, s
+
+
+@triton.jit
+def _combine(ws_ptr, base, n_split):
+    # the partials of a row from the fp32 workspace (logsumexp's last-arriver combine)
+    j = tl.arange(0, _MAXS)
+    jm = j < n_split
+    pm = tl.load(ws_ptr + (base + j) * 2, mask=jm, other=float("-inf"), cache_modifier=".cg")
+    ps = tl.load(ws_ptr + (base + j) * 2 + 1, mask=jm, other=0.0, cache_modifier=".cg")
+    return _merge(pm, ps)
+
+
+@triton.jit
+def _publish(slot_ptr, idx, m_c, s_c, tag):
+    # a partial as two self-validating 64-bit words (tag << 32 | fp32 bits): no fence, no counter
+    hi = tag << 32
+    tl.atomic_xchg(slot_ptr + idx, hi | m_c.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+    tl.atomic_xchg(slot_ptr + idx + 1, hi | s_c.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+
+
+@triton.jit
+def _gather(slot_ptr, base, n_split, tag):
+    # wait until the n_split partials of a row carry this launch's tag, then merge them
+    j = tl.arange(0, _MAXS)
+    jm = j < n_split
+    p = slot_ptr + base + j * 2
+    vm = tl.load(p, mask=jm, other=0, volatile=True)
+    vs = tl.load(p + 1, mask=jm, other=0, volatile=True)
+    bad = tl.sum((jm & (((vm >> 32) != tag) | ((vs >> 32) != tag))).to(tl.int32), 0)
+    while bad > 0:
+        vm = tl.load(p, mask=jm, other=0, volatile=True)
+        vs = tl.load(p + 1, mask=jm, other=0, volatile=True)
+        bad = tl.sum((jm & (((vm >> 32) != tag) | ((vs >> 32) != tag))).to(tl.int32), 0)
+    pm = (vm & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+    ps = (vs & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+    pm = tl.where(jm, pm, float("-inf"))
+    ps = tl.where(jm, ps, 0.0)
+    return _merge(pm, ps)
+
+
+@triton.jit
+def _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK: tl.constexpr, OUT_TY: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    # one pass over blocks [lo, hi) of a row, the next block always in flight: per-lane running
+    # (max, sum) with ONE exp per element
+    cols0 = tl.arange(0, BLOCK_N)
+    m_v = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    s_v = tl.zeros([BLOCK_N], tl.float32)
+    xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, lo * BLOCK_N + cols0, tl.where(lo < hi, N, 0), HAS_MASK,
+                       "evict_last")
+    for b in range(lo, hi):
+        x = _finish_load(xn, kn, HAS_MASK, OUT_TY)
+        nb = b + 1
+        xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, nb * BLOCK_N + cols0, tl.where(nb < hi, N, 0), HAS_MASK,
+                           "evict_last")
+        d = x - m_v
+        e = tl.exp(-tl.abs(d))
+        up = d > 0.0
+        s_new = tl.where(up, s_v * e + 1.0, s_v + e)
+        s_v = tl.where(x == float("-inf"), s_v, s_new)
+        m_v = tl.where(up, x, m_v)
+    m_c = tl.max(m_v, 0)
+    s_c = tl.sum(tl.where(m_v == float("-inf"), s_v * 0.0, s_v * tl.exp(m_v - _eff(m_c))), 0)
+    return m_c, s_c
+
+
+@triton.jit
+def _finish_scale(big_m, s, OP: tl.constexpr):
+    # softmax/log_softmax: a row whose max is not finite is NaN throughout, as in torch
+    s = tl.where(tl.abs(big_m) == float("inf"), float("nan"), s)
+    if OP == 0:
+        return 1.0 / s
+    else:
+        return tl.log(s)
+
+
+@triton.jit(do_not_specialize=["N_BUCKET"])
+def _softmax_kernel(
+    x_ptr, out_ptr, mask_ptr, ws_ptr, sync_ptr, slot_ptr,
+    M, N, stride_xm, stride_om, stride_mm,
+    N_BUCKET,  # noqa: ARG001 - autotune key only (bucketed row length)
+    OP: tl.constexpr, HAS_MASK: tl.constexpr, PHASE: tl.constexpr,
+    PATH: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr,
+    NW: tl.constexpr, NS: tl.constexpr,  # noqa: ARG001 - mirrors of num_warps/num_stages for the grid
+):
+    OUT_TY = out_ptr.dtype.element_ty
+    pid = tl.program_id(0)
+    if PATH == 0:
+        # ---- whole rows in registers, ROWS rows per program -----------------------------------
+        rows = pid * ROWS + tl.arange(0, ROWS)
+        cols = tl.arange(0, BLOCK_N)
+        rmask = rows < M
+        valid = rmask[:, None] & (cols < N)[None, :]
+        rows64 = rows.to(tl.int64)
+        x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :], mask=valid, other=float("-inf"),
+                    eviction_policy="evict_first")
+        x = _cvt(x, OUT_TY).to(tl.float32)
+        if HAS_MASK:
+            keep = tl.load(mask_ptr + rows64[:, None] * stride_mm + cols[None, :], mask=valid, other=0,
+                           eviction_policy="evict_first")
+            x = tl.where(keep != 0, x, float("-inf"))
+        m = tl.max(x, 1)
+        m_e = _eff(m)
+        e = tl.exp(x - m_e[:, None])
+        s = tl.sum(e, 1)
+        if OP == 2:
+            tl.store(out_ptr + rows, _cvt(tl.log(s) + m_e, OUT_TY), mask=rmask)
+        else:
+            optr = out_ptr + rows64[:, None] * stride_om + cols[None, :]
+            if OP == 0:
+                y = e * _finish_scale(m, s, OP)[:, None]
+            else:
+                y = (x - m[:, None]) - _finish_scale(m, s, OP)[:, None]
+            tl.store(optr, _cvt(y, OUT_TY), mask=valid, eviction_policy="evict_first")
+    else:
+        # ---- persistent programs, a row cut into n_split segments -----------------------------
+        nprog = tl.num_programs(0)
+        nblocks = tl.cdiv(N, BLOCK_N)
+        if PATH == 2:
+            bps = 1
+            n_split = nblocks
+        else:
+            ns0 = tl.minimum(nblocks, SPLIT)
+            bps = tl.cdiv(nblocks, ns0)
+            n_split = tl.cdiv(nblocks, bps)
+        n_groups = nprog // n_split
+        EXCHANGE: tl.constexpr = OP != 2  # softmax/log_softmax: every segment needs the row's stats
+        tid = pid
+        tag = pid.to(tl.int64) * 0 + 1  # the two-launch (interpreter) split uses tag 1
+        if EXCHANGE and PHASE == 0:
+            if n_split > 1:
+                # one 64-bit word = (epoch << 32 | ticket). Tickets come in dispatch order and
+                # decide the group (see the module docstring); the last one resets the ticket
+                # and moves the epoch on, atomically, for the next launch
+                word = tl.atomic_add(slot_ptr, 1, sem="relaxed")
+                tid = (word & 0xFFFFFFFF).to(tl.int32)
+                if tid == nprog - 1:
+                    tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem="relaxed")
+                tag = ((word >> 32) % 0x7FFFFFFF) + 1
+        grp = tid // n_split
+        c = tid % n_split
+        lo = c * bps
+        hi = tl.minimum(lo + bps, nblocks)
+        cols = c * BLOCK_N + tl.arange(0, BLOCK_N)  # PATH 2: this program's chunk
+        if PATH == 2:
+            # the first row's chunk; each iteration then prefetches the next row's
+            r0 = grp.to(tl.int64)
+            x_nxt, k_nxt = _load_raw(x_ptr, mask_ptr, r0 * stride_xm, r0 * stride_mm, cols,
+                                     tl.where(grp < M, N, 0), HAS_MASK, "evict_first")
+        for row in range(grp, M, n_groups):
+            row64 = tl.cast(row, tl.int64)
+            xoff = row64 * stride_xm
+            moff = row64 * stride_mm
+            wbase = row * n_split
+            sbase = 64 + row64 * n_split * 2  # this row's partials in the slot buffer
+            if PATH == 2:
+                x = _finish_load(x_nxt, k_nxt, HAS_MASK, OUT_TY)
+                m_c = tl.max(x, 0)
+                mc_e = _eff(m_c)
+                e = tl.exp(x - mc_e)
+                s_c = tl.sum(e, 0)
+            else:
+                if PHASE != 2:
+                    m_c, s_c = _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK, OUT_TY, BLOCK_N)
+                else:
+                    m_c = tl.full([], float("-inf"), tl.float32)
+                    s_c = tl.full([], 0.0, tl.float32)
+            big_m = m_c
+            big_e = _eff(m_c)
+            s = s_c
+            if EXCHANGE:
+                if n_split > 1:
+                    if PHASE != 2:
+                        _publish(slot_ptr, sbase + c * 2, m_c, s_c, tag)
+            if PATH == 2:
+                # the next row's chunk goes out now, to land while this row's partials meet
+                nrow = row + n_groups
+                nrow64 = nrow.to(tl.int64)
+                x_nxt, k_nxt = _load_raw(x_ptr, mask_ptr, nrow64 * stride_xm, nrow64 * stride_mm, cols,
+                                         tl.where(nrow < M, N, 0), HAS_MASK, "evict_first")
+            if OP == 2:
+                # logsumexp: no waiting; the last segment to arrive combines and writes
+                if n_split == 1:
+                    tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
+                else:
+                    tl.store(ws_ptr + (wbase + c) * 2, m_c)
+                    tl.store(ws_ptr + (wbase + c) * 2 + 1, s_c)
+                    tl.debug_barrier()
+                    old = tl.atomic_add(sync_ptr + _ROW_OFF + row, 1, sem="acq_rel")
+                    if old == n_split - 1:
+                        big_m, big_e, s = _combine(ws_ptr, wbase, n_split)
+                        tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
+                        tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
+            elif PHASE != 1:
+                if n_split > 1:
+                    big_m, big_e, s = _gather(slot_ptr, sbase, n_split, tag)
+                scale = _finish_scale(big_m, s, OP)
+                if PATH == 2:
+                    optr = out_ptr + row64 * stride_om + cols
+                    if OP == 0:
+                        # exp(x - M) / S = exp(x - eff(m_c)) * exp(eff(m_c) - eff(M)) / S
+                        f = tl.where(m_c == float("-inf"), 0.0 * scale, tl.exp(mc_e - big_e) * scale)
+                        y = e * f
+                    else:
+                        y = (x - big_m) - scale
+                    tl.store(optr, _cvt(y, OUT_TY), mask=cols < N, eviction_policy="evict_first")
+                else:
+                    # second pass, newest blocks first (the likeliest L2 hits), next block in flight
+                    cols0 = tl.arange(0, BLOCK_N)
+                    xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, (hi - 1) * BLOCK_N + cols0,
+                                       tl.where(lo < hi, N, 0), HAS_MASK, "evict_first")
+                    for i in range(0, hi - lo):
+                        b = hi - 1 - i
+                        xb = _finish_load(xn, kn, HAS_MASK, OUT_TY)
+                        pb = tl.maximum(b - 1, lo)
+                        xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, pb * BLOCK_N + cols0,
+                                           tl.where(b - 1 >= lo, N, 0), HAS_MASK, "evict_first")
+                        if OP == 0:
+                            y = tl.exp(xb - big_m) * scale
+                        else:
+                            y = (xb - big_m) - scale
+                        bc = b * BLOCK_N + cols0
+                        tl.store(out_ptr + row64 * stride_om + bc, _cvt(y, OUT_TY), mask=bc < N,
+                                 eviction_policy="evict_first")
+

@@ -1,0 +1,247 @@
+"""Host-side launch of the Triton kernel: argument checks, sync/slot buffers, grid sizing, run/prepare."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
+from .jit import _ROW_OFF, _interpreting, _softmax_kernel
+
+try:  # the one dispatch import: cache-key-stable stand-ins for absent optional tensors
+    from dispatch.autotune.placeholders import placeholder
+except Exception:  # pragma: no cover - dispatch not importable (standalone use)
+    _PH: dict = {}
+
+    def placeholder(like, dtype, shape=(1,)):
+        key = (like.device, dtype, tuple(shape))
+        if key not in _PH:
+            _PH[key] = torch.zeros(shape, dtype=dtype, device=like.device)
+        return _PH[key]
+
+
+_IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
+
+_GMAX = 8192  # most concurrent groups
+_SLOT_OFF = 64  # the tagged partials in the int64 slot buffer (word 0: epoch << 32 | ticket)
+_EPOCH_RESET = 1 << 30  # launches of a slot buffer before it is zeroed (tags are 31-bit)
+
+_SYNC_LOCK = threading.Lock()
+_SYNC: dict = {}
+_SLOTS: dict = {}
+
+
+def _stream_key(device: torch.device):
+    if device.type == "cuda":
+        return (device, torch.cuda.current_stream(device).cuda_stream)
+    return (device, 0)
+
+
+def _sync_buffer(device: torch.device, rows_needed: int) -> torch.Tensor:
+    """A zeroed int32 buffer per (device, stream) that every launch leaves zeroed again."""
+    key = _stream_key(device)
+    need = int(_ROW_OFF) + max(int(rows_needed), 0)
+    buf = _SYNC.get(key)
+    if buf is None or buf.numel() < need:
+        with _SYNC_LOCK:
+            buf = _SYNC.get(key)
+            if buf is None or buf.numel() < need:
+                buf = torch.zeros(max(need, 2 * (buf.numel() if buf is not None else 0), 1 << 12),
+                                  dtype=torch.int32, device=device)
+                _SYNC[key] = buf
+    return buf
+
+
+def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
+    """The int64 buffer of tagged partials per (device, stream); word 0 is (epoch << 32 | ticket).
+
+    Each launch of the split path moves the epoch on (on the device), and a partial counts only
+    when it carries the launch's tag, so stale words from earlier launches are never mistaken
+    for fresh ones. Tags are 31-bit: the buffer is zeroed every ``_EPOCH_RESET`` launches, far
+    before a tag could come round again.
+    """
+    key = _stream_key(device)
+    need = _SLOT_OFF + 2 * max(int(partials_needed), 0)
+    with _SYNC_LOCK:
+        entry = _SLOTS.get(key)
+        if entry is None or entry[0].numel() < need:
+            old = entry[0].numel() if entry is not None else 0
+            entry = [torch.zeros(max(need, 2 * old, 1 << 12), dtype=torch.int64, device=device), 0]
+            _SLOTS[key] = entry
+        entry[1] += 1
+        if entry[1] >= _EPOCH_RESET:
+            entry[0].zero_()
+            entry[1] = 0
+        return entry[0]
+
+
+def _estimate_occupancy(path_code: int, block_n: int, warps: int, esz: int) -> int:
+    threads = 32 * warps
+    per = max(1, block_n // threads)
+    if path_code == 2:
+        regs = per * (1 + (0.5 if esz == 2 else 1.0)) + 40
+    else:
+        regs = per * (2 + 2 * esz / 4) + 40
+    regs = min(255, int(-(-regs // 8) * 8))
+    return max(1, min(65536 // (regs * threads), 2048 // threads, 32))
+
+
+def _occupancy_of(kernel, warps: int) -> int:
+    """Programs per SM for a compiled kernel (registers, shared memory, threads, block limit)."""
+    kernel._init_handles()
+    regs = max(1, int(kernel.n_regs))
+    per_warp = -(-(regs * 32) // 256) * 256
+    occ = min(65536 // (per_warp * warps), 64 // warps, 32)
+    smem = int(getattr(kernel.metadata, "shared", 0) or 0)
+    if smem:
+        occ = min(occ, 233472 // (smem + 1024))
+    return max(1, occ)
+
+
+_OCC: dict = {}
+
+
+def _capacity(device: torch.device, args: tuple, meta: dict) -> int:
+    """Programs the device holds at once for this launch (measured from the compiled kernel)."""
+    path_code, block_n, warps = meta["PATH"], meta["BLOCK_N"], meta["NW"]
+    if device.type != "cuda":
+        return 2  # interpreter: two groups, so the persistent row loop is exercised
+    x, out = args[0], args[1]
+    key = (device, x.dtype, out.dtype, meta["OP"], meta["HAS_MASK"], path_code, block_n, meta["ROWS"],
+           meta["SPLIT"], warps, meta["NS"], tuple(int(a) % 16 == 0 for a in args[6:11]))
+    occ = _OCC.get(key)
+    if occ is None:
+        try:
+            k = _softmax_kernel.warmup(*args, grid=(1,), OP=meta["OP"], HAS_MASK=meta["HAS_MASK"], PHASE=0,
+                                       PATH=path_code, BLOCK_N=block_n, ROWS=meta["ROWS"], SPLIT=meta["SPLIT"],
+                                       NW=warps, NS=meta["NS"], num_warps=warps, num_stages=meta["NS"])
+            occ = _occupancy_of(k, warps)
+        except Exception:  # pragma: no cover - fall back to a register estimate
+            occ = _estimate_occupancy(path_code, block_n, warps, x.element_size())
+        _OCC[key] = occ
+    return _device_sms(device) * occ
+
+
+def _grid_size(device, M, N, args, meta) -> int:
+    path_code = meta["PATH"]
+    if path_code == 0:
+        return _cdiv(M, meta["ROWS"])
+    ns = _n_split(path_code, N, meta["BLOCK_N"], meta["SPLIT"])
+    cap = _capacity(device, args, meta)
+    groups = max(1, min(M, max(1, cap // ns), _GMAX))
+    return groups * ns
+
+
+def _prepare(op, x, out_dtype, mask):
+    _check_op(op)
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError("x must be a 2-D tensor (M, N)")
+    if x.dtype not in _IN_DTYPES:
+        raise TypeError(f"triton kernels take fp32/fp16/bf16 input, not {x.dtype}")
+    if out_dtype is None:
+        out_dtype = x.dtype
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"triton kernels write fp32/fp16/bf16, not {out_dtype}")
+    M, N = x.shape
+    if N > 1 and x.stride(1) != 1:
+        raise ValueError("x must have unit stride along its last dim (x.stride(1) == 1)")
+    if mask is not None:
+        if op == "logsumexp":
+            raise ValueError("a mask is only supported for softmax/log_softmax")
+        if tuple(mask.shape) != (M, N):
+            raise ValueError(f"mask must have shape {(M, N)}, got {tuple(mask.shape)}")
+        if mask.dtype not in _MASK_DTYPES:
+            raise TypeError(f"mask must be bool/int8/uint8, got {mask.dtype}")
+        if mask.device != x.device:
+            raise ValueError("mask must be on x's device")
+        if N > 1 and mask.stride(1) != 1:
+            mask = mask.contiguous()
+        if mask.dtype != torch.int8:
+            mask = mask.view(torch.int8)  # same bytes; keeps the autotune key one dtype
+    out = torch.empty((M,) if op == "logsumexp" else (M, N), dtype=out_dtype, device=x.device)
+    return M, N, out_dtype, mask, out
+
+
+def _empty_result(op, M, N, out):
+    if M == 0 or N == 0:
+        if op == "logsumexp" and M > 0:
+            out.fill_(float("-inf"))
+        return True
+    return False
+
+
+def _validate(config: dict, N: int, device: torch.device) -> tuple[int, int]:
+    code = _PATH_CODE.get(config.get("path"))
+    if code is None:
+        raise ValueError(f"unknown path {config.get('path')!r}")
+    bn = int(config["BLOCK_N"])
+    if bn < 1 or bn & (bn - 1):
+        raise ValueError(f"BLOCK_N must be a power of two, got {bn}")
+    if code == 0 and bn < N:
+        raise ValueError(f"path {config['path']!r} holds whole rows: BLOCK_N={bn} < N={N}")
+    ns = _n_split(code, N, bn, int(config.get("SPLIT", 1)))
+    if ns > MAX_SPLIT:
+        raise ValueError(f"{ns} programs per row > {MAX_SPLIT}: use a larger BLOCK_N or SPLIT")
+    if device.type == "cuda" and ns > _device_sms(device):
+        raise ValueError(f"{ns} programs per row > {_device_sms(device)} SMs: they could not all be resident")
+    return code, ns
+
+
+def run(op: str, x: torch.Tensor, out_dtype: torch.dtype, config: dict, mask: torch.Tensor | None = None
+        ) -> torch.Tensor:
+    """Run ``op`` over the rows of ``x`` (M, N) with ``config``; a new tensor in ``out_dtype``.
+
+    ``mask`` (optional, softmax/log_softmax): a keep-mask of shape (M, N), bool/int8/uint8;
+    positions where it is 0 count as -inf.
+    """
+    out, launch = prepare(op, x, out_dtype, config, mask)
+    launch()
+    return out
+
+
+def prepare(op: str, x: torch.Tensor, out_dtype: torch.dtype, config: dict, mask: torch.Tensor | None = None):
+    """``(out, launch)``: the output tensor and a no-argument callable that fills it.
+
+    Everything but the kernel launch (checks, allocation, grid) happens here, once; calling
+    ``launch()`` again recomputes ``out`` in place (what a benchmark times).
+    """
+    M, N, out_dtype, mask, out = _prepare(op, x, out_dtype, mask)
+    if _empty_result(op, M, N, out):
+        return out, (lambda: None)
+    code, ns = _validate(config, N, x.device)
+    has_mask = mask is not None
+    mask_arg = mask if has_mask else placeholder(x, torch.int8)
+    lse_split = op == "logsumexp" and ns > 1
+    ws = torch.empty(M * ns * 2, dtype=torch.float32, device=x.device) if lse_split else placeholder(x, torch.float32)
+    sync = _sync_buffer(x.device, M if lse_split else 0)
+    exchange = op != "logsumexp" and ns > 1
+    slot_dev = x.device
+    bn, rows, split, warps = int(config["BLOCK_N"]), int(config["ROWS"]), int(config["SPLIT"]), int(config["num_warps"])
+    stages = int(config.get("num_stages", 1))
+    out_stride = N if op != "logsumexp" else 1
+    mstride = mask_arg.stride(0) if has_mask else 0
+    meta = dict(OP=_OP_CODE[op], HAS_MASK=has_mask, PATH=code, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps, NS=stages)
+    common = dict(meta, num_warps=warps, num_stages=stages)
+    slots = _slot_buffer(slot_dev, M * ns) if exchange else placeholder(x, torch.int64)
+    args = (x, out, mask_arg, ws, sync, slots, M, N, x.stride(0), out_stride, mstride, _np2(N))
+    grid = (_grid_size(x.device, M, N, args, meta),)
+    kernel = _softmax_kernel[grid]
+    if exchange and _interpreting():
+        # the interpreter runs programs one by one: partials could never meet in one launch
+        def launch():
+            kernel(*args, PHASE=1, **common)
+            kernel(*args, PHASE=2, **common)
+    elif exchange:
+        need = M * ns
+
+        def launch():
+            buf = _slot_buffer(slot_dev, need)  # counts the launch (epoch bookkeeping)
+            kernel(*args[:5], buf, *args[6:], PHASE=0, **common)
+    else:
+        def launch():
+            kernel(*args, PHASE=0, **common)
+    return out, launch
+
