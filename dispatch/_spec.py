@@ -59,7 +59,7 @@ class CallSpec:
         """Length of the reduction (N): the product of the reduced dims' sizes (1 for a 0-d input)."""
         n = 1
         for d in self.dims:
-            n *= self.shape[d] if self.shape else 1
+            n *= self.shape[d]
         return n
 
     @property
