@@ -142,24 +142,20 @@ def supports(op: str, dtype: Any, target: str) -> tuple[bool, str]:
 
 def config_space(op: str, n_rows: int, n_cols: int, dtype: Any, target: str) -> list[dict]:
     """Candidate configs for ``op`` on ``(n_rows, n_cols)`` inputs of ``dtype``: the default first, deterministic order."""
-    _check_op(op)
-    _check_target(target)
-    name = dtype_name(dtype)
-    n_cols = max(1, n_cols)
-    if target == "cuda":
-        return _configs.cuda_config_space(op, n_rows, n_cols, name)
-    return _configs.cpu_config_space(op, n_rows, n_cols, name)
+    return _from_configs("config_space", op, n_rows, n_cols, dtype, target)
 
 
 def default_config(op: str, n_rows: int, n_cols: int, dtype: Any, target: str) -> dict:
     """The config to use untuned (the first entry of ``config_space``)."""
+    return _from_configs("default_config", op, n_rows, n_cols, dtype, target)
+
+
+def _from_configs(what: str, op: str, n_rows: int, n_cols: int, dtype: Any, target: str):
+    """``configs.<cuda|cpu>_<what>(op, n_rows, n_cols, dtype name)`` after checking the arguments."""
     _check_op(op)
     _check_target(target)
-    name = dtype_name(dtype)
-    n_cols = max(1, n_cols)
-    if target == "cuda":
-        return _configs.cuda_default_config(op, n_rows, n_cols, name)
-    return _configs.cpu_default_config(op, n_rows, n_cols, name)
+    prefix = "cuda" if target == "cuda" else "cpu"
+    return getattr(_configs, f"{prefix}_{what}")(op, n_rows, max(1, n_cols), dtype_name(dtype))
 
 
 def split_config(config: Mapping[str, Any], target: str) -> tuple[dict, dict]:

@@ -68,13 +68,7 @@ def _signature(jit_params: JitParams) -> inspect.Signature | None:
     return None
 
 
-def jit_parameters(jit_params: JitParams) -> tuple[str, ...]:
-    """The parameter names of a JIT program, in signature order.
-
-    ``jit_params`` may be an ``inspect.Signature``, a callable (a TileLang ``JITImpl`` exposes
-    ``.signature``; any other callable is inspected), or an iterable of names.
-    ``*args`` / ``**kwargs`` entries are not bindable by name and are left out.
-    """
+def _bindable(jit_params: JitParams, required: bool) -> tuple[str, ...]:
     sig = _signature(jit_params)
     if sig is None:
         return tuple(jit_params)  # type: ignore[arg-type]
@@ -82,20 +76,23 @@ def jit_parameters(jit_params: JitParams) -> tuple[str, ...]:
         name
         for name, p in sig.parameters.items()
         if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        and not (required and p.default is not inspect.Parameter.empty)
     )
+
+
+def jit_parameters(jit_params: JitParams) -> tuple[str, ...]:
+    """The parameter names of a JIT program, in signature order.
+
+    ``jit_params`` may be an ``inspect.Signature``, a callable (a TileLang ``JITImpl`` exposes
+    ``.signature``; any other callable is inspected), or an iterable of names.
+    ``*args`` / ``**kwargs`` entries are not bindable by name and are left out.
+    """
+    return _bindable(jit_params, required=False)
 
 
 def required_jit_parameters(jit_params: JitParams) -> tuple[str, ...]:
     """The JIT parameters without a default. With only names to go on, all of them count as required."""
-    sig = _signature(jit_params)
-    if sig is None:
-        return tuple(jit_params)  # type: ignore[arg-type]
-    return tuple(
-        name
-        for name, p in sig.parameters.items()
-        if p.default is inspect.Parameter.empty
-        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    )
+    return _bindable(jit_params, required=True)
 
 
 def _config_key(jit_name: str, aliases: Mapping[str, str] | None) -> str:
