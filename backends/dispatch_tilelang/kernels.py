@@ -295,6 +295,11 @@ class CompiledKernel:
 _BUILT: dict[tuple, CompiledKernel] = {}
 _BUILD_LOCKS: dict[tuple, threading.Lock] = {}
 _BUILD_LOCKS_GUARD = threading.Lock()
+# One trace/compile at a time in a process: TileLang parses kernel sources with ``ast``, and
+# CPython 3.11's ast module keeps its recursion-depth counter in shared state, so two threads
+# tracing at once can corrupt it ("SystemError: AST constructor recursion depth mismatch"),
+# after which every later ast call in the process fails.
+_TRACE_LOCK = threading.Lock()
 
 
 def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, config: Mapping[str, Any], target: str) -> CompiledKernel:
@@ -332,7 +337,9 @@ def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, conf
                 raise ValueError(f"cannot build {op} for N={n_cols} {ins} on {target!r} with {dict(config)!r}: {reason}")
             jit_kwargs, build_keys = split_config(config, target)
             program = jit_program(op, n_cols, ins, outs, target, build_keys)
-            compiled = CompiledKernel(op, n_cols, ins, outs, config, target, program(**jit_kwargs))
+            with _TRACE_LOCK:
+                jit_kernel = program(**jit_kwargs)
+            compiled = CompiledKernel(op, n_cols, ins, outs, config, target, jit_kernel)
         _BUILT[key] = compiled
         return compiled
 
