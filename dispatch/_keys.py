@@ -12,7 +12,7 @@ import platform
 
 import torch
 
-from ._spec import CallSpec
+from ._spec import CallSpec, dtype_name
 
 
 def _next_pow(n: int, base: int) -> int:
@@ -42,14 +42,10 @@ def device_name(device: torch.device) -> str:
     return f"{device.type}:{platform.machine() or 'unknown'}"
 
 
-def _dtype(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def spec_key(spec: CallSpec) -> dict[str, str]:
     """The part of every cache key that comes from the call: op, device, dtypes, bucket."""
-    return {"op": spec.op, "device": device_name(spec.device), "dtype": _dtype(spec.dtype),
-            "out_dtype": _dtype(spec.out_dtype), "bucket": shape_bucket(spec)}
+    return {"op": spec.op, "device": device_name(spec.device), "dtype": dtype_name(spec.dtype),
+            "out_dtype": dtype_name(spec.out_dtype), "bucket": shape_bucket(spec)}
 
 
 def tune_key(spec: CallSpec, backend: str, version: str, versions: dict[str, str]) -> dict[str, str]:

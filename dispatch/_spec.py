@@ -79,11 +79,12 @@ class CallSpec:
 
     def describe(self) -> str:
         shape = "x".join(map(str, self.shape)) or "scalar"
-        cast = "" if self.out_dtype == self.dtype else f"->{_dtype_name(self.out_dtype)}"
-        return f"{self.op}({shape} {_dtype_name(self.dtype)}{cast}, dims={list(self.dims)}, {self.device})"
+        cast = "" if self.out_dtype == self.dtype else f"->{dtype_name(self.out_dtype)}"
+        return f"{self.op}({shape} {dtype_name(self.dtype)}{cast}, dims={list(self.dims)}, {self.device})"
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
 
 

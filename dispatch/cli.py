@@ -71,11 +71,10 @@ def cmd_backends(args: argparse.Namespace) -> int:
 
 def _example(args: argparse.Namespace) -> torch.Tensor:
     from ._select import example_input
-    from ._spec import CallSpec
+    from .ops import make_spec
 
     x = torch.empty(args.shape, dtype=args.dtype, device=_device(args.device))
-    dims = () if x.dim() == 0 else (args.dim % x.dim(),)
-    return example_input(CallSpec.of(args.op, x, dims, None))
+    return example_input(make_spec(args.op, x, args.dim, None, False))
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -169,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a clean message, not a traceback, for errors users can act on
         from .errors import DispatchError
 
-        if isinstance(exc, (DispatchError, ValueError, TypeError)):
+        if isinstance(exc, (DispatchError, ValueError, TypeError, IndexError)):
             print(f"error: {exc}", file=sys.stderr)
             return 2
         raise

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from ._spec import dtype_name
+
 #: Small enough that the A/B takes seconds even with Triton's interpreter on the CPU.
 DEMO_SHAPES = ((64, 256), (16, 2048))
 DEMO_WARMUP = 5
@@ -34,7 +36,7 @@ def tour(console) -> None:
         for x, dim in _tour_inputs():
             fn(x, dim)
             decision = dispatch.explain(op, x, dim).decision
-            call = f"{'x'.join(map(str, x.shape))} {str(x.dtype).removeprefix('torch.')} dim={dim}"
+            call = f"{'x'.join(map(str, x.shape))} {dtype_name(x.dtype)} dim={dim}"
             config = f" [{decision.config}]" if decision.config else ""
             console.print(f"  {op:<11} {call:<24} -> {decision.backend}{config}: {decision.reason}",
                           highlight=False, markup=False)

@@ -13,6 +13,7 @@ import torch
 import dispatch
 from dispatch import BackendInfo, CallSpec, Verdict, hookimpl
 from dispatch._sources import dist_version, source_hash
+from dispatch._spec import dtype_name
 from dispatch.autotune import Config, Failure, Timing, TuneResult, TuneSpace, measure, pick_winner
 from dispatch.errors import TuneError
 
@@ -76,7 +77,7 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     for what, dtype in (("input", spec.dtype), ("output", spec.out_dtype)):
         ok, why = kernels.supports(op, dtype, target)
         if not ok:
-            return Verdict.no(f"{what} dtype {str(dtype).removeprefix('torch.')}: {why}")
+            return Verdict.no(f"{what} dtype {dtype_name(dtype)}: {why}")
     if spec.out_dtype.itemsize < spec.dtype.itemsize:
         return Verdict.no(f"dtype= narrows {spec.dtype} to {spec.out_dtype}: torch rounds the input first; "
                           "these kernels read it at full precision, so only widening casts are served")

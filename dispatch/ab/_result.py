@@ -11,7 +11,7 @@ import torch
 from attrs import Factory, field, frozen
 from attrs.validators import ge, in_, instance_of, optional
 
-from .._spec import OPS
+from .._spec import OPS, dtype_name
 from ..autotune.space import Config
 
 #: pass: measured and within the dtype's tolerance of the fp64 reference; fail: measured (or at
@@ -21,10 +21,6 @@ STATUSES = ("pass", "fail", "error", "refused")
 #: How the backend was run: through the public op (what users get), or, for a backend that
 #: dispatch would not serve because it failed validation, through its kernel directly.
 VIAS = ("op", "kernel", "")
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def as_dtype(value: torch.dtype | str) -> torch.dtype:
