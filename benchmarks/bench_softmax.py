@@ -103,7 +103,7 @@ def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
             row["pick"] = decision.backend
             row["pick_config"] = decision.config.as_dict()
             row["candidates"] = {c.name: {"ok": c.verdict.ok, "reason": c.verdict.reason,
-                                          "raced_us": c.latency_us, "note": c.note}
+                                          "raced_us": c.latency_us, "tune_s": c.tune_s, "note": c.note}
                                  for c in decision.candidates}
             runs = {"dispatch": lambda: getattr(dispatch, op)(x, -1)}
             for name in backends:

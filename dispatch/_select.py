@@ -8,6 +8,7 @@ server's tuned best; else the static order (each backend's priority for the devi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -34,6 +35,7 @@ class Candidate:
     latency_us: float | None = None
     config: Config | None = None
     note: str = ""
+    tune_s: float | None = None  # seconds this race spent tuning it (0 when its tune was cached)
 
 
 @frozen
@@ -232,12 +234,16 @@ class Selector:
     def _race(self, spec, servers, candidates, bucket, dkey) -> Decision:
         results: dict[str, TuneResult] = {}
         notes: dict[str, str] = {}
+        seconds: dict[str, float] = {}
         for backend in servers:
+            start = time.perf_counter()
             try:
                 results[backend.name] = self.tune(backend, spec, progress=self._reporter(backend.name))
             except Exception as exc:  # a backend that can't produce a correct, timed kernel can't win
                 notes[backend.name] = f"{type(exc).__name__}: " + " ".join(
                     line.strip() for line in str(exc).splitlines()[:2])
+            finally:
+                seconds[backend.name] = time.perf_counter() - start
         if not results:
             raise TuneError(f"no backend could be tuned for {spec.describe()}: "
                             + "; ".join(f"{n}: {w}" for n, w in notes.items()))
@@ -250,7 +256,8 @@ class Selector:
         self.cache.put(dkey, {"backend": winner, "config": result.config.as_dict(), "reason": reason,
                               "timings": {n: r.latency_us for n, r in results.items()}})
         candidates = [Candidate(c.name, c.verdict, results[c.name].latency_us if c.name in results else None,
-                                results[c.name].config if c.name in results else None, notes.get(c.name, ""))
+                                results[c.name].config if c.name in results else None, notes.get(c.name, ""),
+                                seconds.get(c.name))
                       for c in candidates]
         return Decision(spec, winner, result.config, reason, "measured", candidates, bucket,
                         config_source=result.source, tune=result)

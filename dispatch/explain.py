@@ -26,6 +26,8 @@ class Explanation:
         for c in d.candidates:
             mark = "->" if c.name == d.backend else ("ok" if c.verdict.ok else "no")
             timing = f"  {c.latency_us:.2f} us" if c.latency_us is not None else ""
+            if c.tune_s is not None:
+                timing += f"  (tuned in {c.tune_s:.1f} s)"
             note = f"  ({c.note})" if c.note else ""
             lines.append(f"    {mark} {c.name:<12} {c.verdict.reason}{timing}{note}")
         lines.append(f"  choice: {d.backend}  config: {d.config}  ({d.config_source})")

@@ -19,7 +19,7 @@ TileLang's benchmark times with CUDA events, which do not exist on a CPU: a swee
 far fails with "No device is available" per config. That failure is itself the evidence that
 the binding and skip checks were passed. To see a sweep *finish* on the CPU (path 3's cache
 reuse, and ``tune_native`` end to end) the only thing swapped is TileLang's profiler backend,
-for its own wall-clock timer (``native_tune._timed_autotune("wall")``).
+for its own wall-clock timer (``native_tune._configured_autotune("wall", 1)``).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def test_seeded_with_do_not_specialize_reaches_the_sweep(tl_log):
 def test_seeded_with_do_not_specialize_tunes_once_and_other_seeds_reuse_it(tl_log):
     program = make_program()
     seeds = seed_kwargs(program, DEFAULT, TUNABLES, ALIASES)
-    at = NT._timed_autotune("wall")(configs=jit_configs(program), warmup=1, rep=3, do_not_specialize=list(seeds))(program)
+    at = NT._configured_autotune("wall", 1)(configs=jit_configs(program), warmup=1, rep=3, do_not_specialize=list(seeds))(program)
     with set_autotune_inputs([X]):
         first = at(**seeds)
         assert first.config in jit_configs(program) and first.latency > 0

@@ -31,7 +31,7 @@ def config_from_triton(cfg: triton.Config) -> dict:
     elif code == 1:
         path = "split_online" if kw["SPLIT"] > 1 else "online"
     else:
-        path = "split"
+        path = "split" if code == 2 else "split_pipe"
     return _cfg(path, kw["BLOCK_N"], kw["ROWS"], kw["SPLIT"], cfg.num_warps, cfg.num_stages)
 
 

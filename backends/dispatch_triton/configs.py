@@ -1,6 +1,6 @@
 """Config spaces and the default pick of the Triton kernels, and the config-dict helpers.
 
-A config is a plain dict: ``path`` (rows, onepass, online, split_online, split), ``BLOCK_N``,
+A config is a plain dict: ``path`` (rows, onepass, online, split_online, split, split_pipe), ``BLOCK_N``,
 ``ROWS``, ``SPLIT``, ``num_warps``, ``num_stages``. :func:`config_space` lists the candidates of
 a shape, :func:`default_config` picks one without measuring.
 """
@@ -14,7 +14,7 @@ import torch
 # op and path names, and the codes of the kernel's OP / PATH constexprs
 OPS = ("softmax", "log_softmax", "logsumexp")
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
-_PATH_CODE = {"rows": 0, "onepass": 0, "online": 1, "split_online": 1, "split": 2}
+_PATH_CODE = {"rows": 0, "onepass": 0, "online": 1, "split_online": 1, "split": 2, "split_pipe": 3}
 
 MAX_SPLIT = 128  # programs per row in the split paths (width of the partials gather)
 
@@ -58,7 +58,7 @@ def _warps_for(tile: int, per_thread: int) -> int | None:
 
 def _n_split(path_code: int, n: int, block_n: int, split: int) -> int:
     nblocks = _cdiv(n, block_n)
-    if path_code == 2:
+    if path_code >= 2:  # split, split_pipe: one chunk per program
         return nblocks
     ns0 = max(1, min(split, nblocks))
     bps = _cdiv(nblocks, ns0)

@@ -16,6 +16,11 @@ so that one Triton autotuner can choose among all of them:
     row in registers, publishes its partial (max, sum), waits for the other partials of the row,
     merges them and writes its chunk from registers: the row is read once and written once
     whatever its length. The next row's chunk is already in flight while the partials meet.
+``split_pipe`` (PATH 3)
+    ``split`` pipelined one row ahead: a program publishes the partial of its next row before it
+    waits for this row's, so the partials of a row have had a whole iteration to arrive; chunks
+    are held raw (input dtype) and the output is recomputed from them, which leaves registers
+    for a second chunk in flight.
 
 Exchange: a partial is published as two 64-bit words ``(tag << 32 | fp32 bits)`` with relaxed
 atomic exchanges and read back with volatile loads until every word of the row carries the
@@ -187,6 +192,52 @@ def _finish_scale(big_m, s, OP: tl.constexpr):
         return tl.log(s)
 
 
+@triton.jit
+def _chunk_load(x_ptr, mask_ptr, row, stride_xm, stride_mm, cols, M, N, HAS_MASK: tl.constexpr):
+    # one program's raw chunk of ``row`` (all -inf past the last row)
+    r64 = tl.cast(row, tl.int64)
+    return _load_raw(x_ptr, mask_ptr, r64 * stride_xm, r64 * stride_mm, cols, tl.where(row < M, N, 0), HAS_MASK,
+                     "evict_first")
+
+
+@triton.jit
+def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, stride_mm, grp, c, n_groups,
+                n_split, tag, cols, OP: tl.constexpr, HAS_MASK: tl.constexpr, PHASE: tl.constexpr, OUT_TY):
+    # PATH 3: the split path, pipelined one row ahead and lean on registers. Per iteration a
+    # program publishes the partial of its NEXT row before it waits for THIS row's partials (so
+    # the wait is normally over before it starts), prefetches the row after next, and rebuilds
+    # this row's output from the raw (input-dtype) chunk instead of holding fp32 values and exps
+    # across the wait: three raw chunks live, and no fp32 tile outlives its use.
+    xr, kr = _chunk_load(x_ptr, mask_ptr, grp, stride_xm, stride_mm, cols, M, N, HAS_MASK)
+    if PHASE != 2:
+        if grp < M:
+            x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
+            m_c = tl.max(x, 0)
+            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * n_split * 2 + c * 2, m_c, tl.sum(tl.exp(x - _eff(m_c)), 0), tag)
+    xr_n, kr_n = _chunk_load(x_ptr, mask_ptr, grp + n_groups, stride_xm, stride_mm, cols, M, N, HAS_MASK)
+    for row in range(grp, M, n_groups):
+        nrow = row + n_groups
+        if PHASE != 2:
+            if nrow < M:
+                xn = _finish_load(xr_n, kr_n, HAS_MASK, OUT_TY)
+                m_n = tl.max(xn, 0)
+                _publish(slot_ptr, 64 + tl.cast(nrow, tl.int64) * n_split * 2 + c * 2, m_n,
+                         tl.sum(tl.exp(xn - _eff(m_n)), 0), tag)
+        xr_nn, kr_nn = _chunk_load(x_ptr, mask_ptr, nrow + n_groups, stride_xm, stride_mm, cols, M, N, HAS_MASK)
+        if PHASE != 1:
+            row64 = tl.cast(row, tl.int64)
+            big_m, big_e, s = _gather(slot_ptr, 64 + row64 * n_split * 2, n_split, tag)
+            scale = _finish_scale(big_m, s, OP)
+            x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
+            if OP == 0:
+                y = tl.exp(x - big_e) * scale  # scale is NaN where the row's max is not finite
+            else:
+                y = (x - big_m) - scale
+            tl.store(out_ptr + row64 * stride_om + cols, _cvt(y, OUT_TY), mask=cols < N, eviction_policy="evict_first")
+        xr, kr = xr_n, kr_n
+        xr_n, kr_n = xr_nn, kr_nn
+
+
 @triton.jit(do_not_specialize=["N_BUCKET"])
 def _softmax_kernel(
     x_ptr, out_ptr, mask_ptr, ws_ptr, sync_ptr, slot_ptr,
@@ -229,7 +280,7 @@ def _softmax_kernel(
         # ---- persistent programs, a row cut into n_split segments -----------------------------
         nprog = tl.num_programs(0)
         nblocks = tl.cdiv(N, BLOCK_N)
-        if PATH == 2:
+        if PATH >= 2:
             bps = 1
             n_split = nblocks
         else:
@@ -254,85 +305,89 @@ def _softmax_kernel(
         c = tid % n_split
         lo = c * bps
         hi = tl.minimum(lo + bps, nblocks)
-        cols = c * BLOCK_N + tl.arange(0, BLOCK_N)  # PATH 2: this program's chunk
-        if PATH == 2:
-            # the first row's chunk; each iteration then prefetches the next row's
-            r0 = grp.to(tl.int64)
-            x_nxt, k_nxt = _load_raw(x_ptr, mask_ptr, r0 * stride_xm, r0 * stride_mm, cols,
-                                     tl.where(grp < M, N, 0), HAS_MASK, "evict_first")
-        for row in range(grp, M, n_groups):
-            row64 = tl.cast(row, tl.int64)
-            xoff = row64 * stride_xm
-            moff = row64 * stride_mm
-            wbase = row * n_split
-            sbase = 64 + row64 * n_split * 2  # this row's partials in the slot buffer
+        cols = c * BLOCK_N + tl.arange(0, BLOCK_N)  # PATH 2/3: this program's chunk
+        if PATH == 3:
+            _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, stride_mm, grp, c, n_groups,
+                        n_split, tag, cols, OP, HAS_MASK, PHASE, OUT_TY)
+        else:
             if PATH == 2:
-                x = _finish_load(x_nxt, k_nxt, HAS_MASK, OUT_TY)
-                m_c = tl.max(x, 0)
-                mc_e = _eff(m_c)
-                e = tl.exp(x - mc_e)
-                s_c = tl.sum(e, 0)
-            else:
-                if PHASE != 2:
-                    m_c, s_c = _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK, OUT_TY, BLOCK_N)
-                else:
-                    m_c = tl.full([], float("-inf"), tl.float32)
-                    s_c = tl.full([], 0.0, tl.float32)
-            big_m = m_c
-            big_e = _eff(m_c)
-            s = s_c
-            if EXCHANGE:
-                if n_split > 1:
-                    if PHASE != 2:
-                        _publish(slot_ptr, sbase + c * 2, m_c, s_c, tag)
-            if PATH == 2:
-                # the next row's chunk goes out now, to land while this row's partials meet
-                nrow = row + n_groups
-                nrow64 = nrow.to(tl.int64)
-                x_nxt, k_nxt = _load_raw(x_ptr, mask_ptr, nrow64 * stride_xm, nrow64 * stride_mm, cols,
-                                         tl.where(nrow < M, N, 0), HAS_MASK, "evict_first")
-            if OP == 2:
-                # logsumexp: no waiting; the last segment to arrive combines and writes
-                if n_split == 1:
-                    tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
-                else:
-                    tl.store(ws_ptr + (wbase + c) * 2, m_c)
-                    tl.store(ws_ptr + (wbase + c) * 2 + 1, s_c)
-                    tl.debug_barrier()
-                    old = tl.atomic_add(sync_ptr + _ROW_OFF + row, 1, sem="acq_rel")
-                    if old == n_split - 1:
-                        big_m, big_e, s = _combine(ws_ptr, wbase, n_split)
-                        tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
-                        tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
-            elif PHASE != 1:
-                if n_split > 1:
-                    big_m, big_e, s = _gather(slot_ptr, sbase, n_split, tag)
-                scale = _finish_scale(big_m, s, OP)
+                # the first row's chunk; each iteration then prefetches the next row's
+                r0 = grp.to(tl.int64)
+                x_nxt, k_nxt = _load_raw(x_ptr, mask_ptr, r0 * stride_xm, r0 * stride_mm, cols,
+                                         tl.where(grp < M, N, 0), HAS_MASK, "evict_first")
+            for row in range(grp, M, n_groups):
+                row64 = tl.cast(row, tl.int64)
+                xoff = row64 * stride_xm
+                moff = row64 * stride_mm
+                wbase = row * n_split
+                sbase = 64 + row64 * n_split * 2  # this row's partials in the slot buffer
                 if PATH == 2:
-                    optr = out_ptr + row64 * stride_om + cols
-                    if OP == 0:
-                        # exp(x - M) / S = exp(x - eff(m_c)) * exp(eff(m_c) - eff(M)) / S
-                        f = tl.where(m_c == float("-inf"), 0.0 * scale, tl.exp(mc_e - big_e) * scale)
-                        y = e * f
-                    else:
-                        y = (x - big_m) - scale
-                    tl.store(optr, _cvt(y, OUT_TY), mask=cols < N, eviction_policy="evict_first")
+                    x = _finish_load(x_nxt, k_nxt, HAS_MASK, OUT_TY)
+                    m_c = tl.max(x, 0)
+                    mc_e = _eff(m_c)
+                    e = tl.exp(x - mc_e)
+                    s_c = tl.sum(e, 0)
                 else:
-                    # second pass, newest blocks first (the likeliest L2 hits), next block in flight
-                    cols0 = tl.arange(0, BLOCK_N)
-                    xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, (hi - 1) * BLOCK_N + cols0,
-                                       tl.where(lo < hi, N, 0), HAS_MASK, "evict_first")
-                    for i in range(0, hi - lo):
-                        b = hi - 1 - i
-                        xb = _finish_load(xn, kn, HAS_MASK, OUT_TY)
-                        pb = tl.maximum(b - 1, lo)
-                        xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, pb * BLOCK_N + cols0,
-                                           tl.where(b - 1 >= lo, N, 0), HAS_MASK, "evict_first")
+                    if PHASE != 2:
+                        m_c, s_c = _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK, OUT_TY, BLOCK_N)
+                    else:
+                        m_c = tl.full([], float("-inf"), tl.float32)
+                        s_c = tl.full([], 0.0, tl.float32)
+                big_m = m_c
+                big_e = _eff(m_c)
+                s = s_c
+                if EXCHANGE:
+                    if n_split > 1:
+                        if PHASE != 2:
+                            _publish(slot_ptr, sbase + c * 2, m_c, s_c, tag)
+                if PATH == 2:
+                    # the next row's chunk goes out now, to land while this row's partials meet
+                    nrow = row + n_groups
+                    nrow64 = nrow.to(tl.int64)
+                    x_nxt, k_nxt = _load_raw(x_ptr, mask_ptr, nrow64 * stride_xm, nrow64 * stride_mm, cols,
+                                             tl.where(nrow < M, N, 0), HAS_MASK, "evict_first")
+                if OP == 2:
+                    # logsumexp: no waiting; the last segment to arrive combines and writes
+                    if n_split == 1:
+                        tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
+                    else:
+                        tl.store(ws_ptr + (wbase + c) * 2, m_c)
+                        tl.store(ws_ptr + (wbase + c) * 2 + 1, s_c)
+                        tl.debug_barrier()
+                        old = tl.atomic_add(sync_ptr + _ROW_OFF + row, 1, sem="acq_rel")
+                        if old == n_split - 1:
+                            big_m, big_e, s = _combine(ws_ptr, wbase, n_split)
+                            tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
+                            tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
+                elif PHASE != 1:
+                    if n_split > 1:
+                        big_m, big_e, s = _gather(slot_ptr, sbase, n_split, tag)
+                    scale = _finish_scale(big_m, s, OP)
+                    if PATH == 2:
+                        optr = out_ptr + row64 * stride_om + cols
                         if OP == 0:
-                            y = tl.exp(xb - big_m) * scale
+                            # exp(x - M) / S = exp(x - eff(m_c)) * exp(eff(m_c) - eff(M)) / S
+                            f = tl.where(m_c == float("-inf"), 0.0 * scale, tl.exp(mc_e - big_e) * scale)
+                            y = e * f
                         else:
-                            y = (xb - big_m) - scale
-                        bc = b * BLOCK_N + cols0
-                        tl.store(out_ptr + row64 * stride_om + bc, _cvt(y, OUT_TY), mask=bc < N,
-                                 eviction_policy="evict_first")
+                            y = (x - big_m) - scale
+                        tl.store(optr, _cvt(y, OUT_TY), mask=cols < N, eviction_policy="evict_first")
+                    else:
+                        # second pass, newest blocks first (the likeliest L2 hits), next block in flight
+                        cols0 = tl.arange(0, BLOCK_N)
+                        xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, (hi - 1) * BLOCK_N + cols0,
+                                           tl.where(lo < hi, N, 0), HAS_MASK, "evict_first")
+                        for i in range(0, hi - lo):
+                            b = hi - 1 - i
+                            xb = _finish_load(xn, kn, HAS_MASK, OUT_TY)
+                            pb = tl.maximum(b - 1, lo)
+                            xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, pb * BLOCK_N + cols0,
+                                               tl.where(b - 1 >= lo, N, 0), HAS_MASK, "evict_first")
+                            if OP == 0:
+                                y = tl.exp(xb - big_m) * scale
+                            else:
+                                y = (xb - big_m) - scale
+                            bc = b * BLOCK_N + cols0
+                            tl.store(out_ptr + row64 * stride_om + bc, _cvt(y, OUT_TY), mask=bc < N,
+                                     eviction_policy="evict_first")
 
