@@ -51,7 +51,15 @@ def main() -> int:  # noqa: C901
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--name", default="softmax_sweep")
     parser.add_argument("--device", default="cuda", help="cuda (the point), or cpu for a smoke run")
+    parser.add_argument("--warm", type=int, default=0,
+                        help="first compile every kernel of the sweep in this many parallel processes (their "
+                             "tuning results are thrown away; the sweep then tunes again, with warm compile caches)")
+    parser.add_argument("--warm-only", default="", help=argparse.SUPPRESS)  # a --warm worker: "i/k"
     args = parser.parse_args()
+    if args.warm_only:
+        return warm_worker(args)
+    if args.warm > 0:
+        warm_caches(args)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
@@ -78,6 +86,51 @@ def main() -> int:  # noqa: C901
     return 0
 
 
+def sweep_cases(args) -> list[tuple[str, str, int, int]]:
+    pairs = [tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else [
+        (op, dt) for op in args.ops.split(",") for dt in args.dtypes.split(",")]
+    return [(op, dt, m, n) for op, dt in pairs for m, n in shapes(args.elements, args.quick)]
+
+
+def warm_worker(args) -> int:
+    """Tune this worker's share of the sweep (compiles every candidate into the disk caches)."""
+    i, k = (int(v) for v in args.warm_only.split("/"))
+    dispatch.configure(autotune=True, policy="measured")
+    for op, dtype_name, m, n in sweep_cases(args)[i::k]:
+        x = torch.randn(m, n, device=args.device).to(getattr(torch, dtype_name))
+        try:
+            getattr(dispatch, op)(x, -1)
+        except Exception as exc:  # the sweep itself reports errors; this only warms caches
+            print(f"warm {op} {dtype_name} {m}x{n}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 0
+
+
+def warm_caches(args) -> None:
+    """Compile the sweep's kernels in ``args.warm`` processes, on a throw-away decision cache.
+
+    Only compiled kernels carry over (Triton's and TileLang's disk caches): the decisions and
+    TileLang's tuning results of these contended runs are dropped, so the sweep still tunes
+    every backend itself."""
+    import subprocess
+    import tempfile
+
+    start = time.perf_counter()
+    argv, skip = [], False
+    for a in sys.argv[1:]:  # the sweep's own arguments, less --warm and its value
+        if skip or a.startswith("--warm"):
+            skip = a == "--warm"
+            continue
+        argv.append(a)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, DISPATCH_CACHE_DIR=tmp, TILELANG_AUTO_TUNING_DISABLE_CACHE="1")
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, f"--warm-only={i}/{args.warm}"],
+                                  env=env) for i in range(args.warm)]
+        for proc in procs:
+            proc.wait()
+    os.environ["TILELANG_AUTO_TUNING_DISABLE_CACHE"] = "1"  # TileLang reads it at each use
+    print(f"compiled the sweep's kernels in {args.warm} processes: {time.perf_counter() - start:.0f} s", flush=True)
+
+
 def save(out: Path, name: str, meta: dict, rows: list[dict], backends: list[str]) -> None:
     """Write what has been measured so far (the sweep may be stopped at any point)."""
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
@@ -85,51 +138,48 @@ def save(out: Path, name: str, meta: dict, rows: list[dict], backends: list[str]
 
 
 def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
-    pairs = [tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else [
-        (op, dt) for op in args.ops.split(",") for dt in args.dtypes.split(",")]
-    for op, dtype_name in pairs:
+    for op, dtype_name, m, n in sweep_cases(args):
         dtype = getattr(torch, dtype_name)
-        for m, n in shapes(args.elements, args.quick):
-            x = (torch.randn(m, n, device=device) * 4).to(dtype)
-            ref = getattr(torch, op)(x, -1)
-            row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "bytes": bytes_moved(op, (m, n), dtype),
-                   "results": {}}
-            start = time.perf_counter()
-            getattr(dispatch, op)(x, -1)  # races every backend (tunes each) and keeps the winner
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            row["tune_s"] = time.perf_counter() - start
-            decision = dispatch.explain(op, x, -1).decision
-            row["pick"] = decision.backend
-            row["pick_config"] = decision.config.as_dict()
-            row["candidates"] = {c.name: {"ok": c.verdict.ok, "reason": c.verdict.reason,
-                                          "raced_us": c.latency_us, "tune_s": c.tune_s, "note": c.note}
-                                 for c in decision.candidates}
-            runs = {"dispatch": lambda: getattr(dispatch, op)(x, -1)}
-            for name in backends:
-                runs[name] = (lambda name=name: getattr(dispatch, op)(x, -1, backend=name))
-            if op in args.compile.split(","):
-                compiled = torch.compile(getattr(torch, op), dynamic=False)
-                runs["torch.compile"] = lambda: compiled(x, -1)
-            for name, fn in runs.items():
-                try:
-                    out = fn()
-                    why = mismatch(out, ref)
-                    timing = measure(fn, device, settings)
-                    gbs = gbps(row["bytes"], timing.median_us)
-                    row["results"][name] = {"us": timing.median_us, "spread_us": timing.spread_us,
-                                            "gbs": gbs, "pct_copy": 100 * gbs / copy_gbs, "ok": why is None,
-                                            "error": why}
-                except Exception as exc:
-                    row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-            best = max(((r["gbs"], k) for k, r in row["results"].items()
-                        if "gbs" in r and k in backends and r["ok"]), default=(float("nan"), "none"))
-            row["best_backend"], row["best_gbs"] = best[1], best[0]
-            rows.append(row)
-            checkpoint()
-            res = row["results"]
-            print(f"{op:<12}{dtype_name:<9}{m:>7}x{n:<7} tune {row['tune_s']:5.1f}s  pick {row['pick']:<9}"
-                  + "  ".join(f"{k} {r.get('gbs', float('nan')):6.0f}" for k, r in res.items()), flush=True)
+        x = (torch.randn(m, n, device=device) * 4).to(dtype)
+        ref = getattr(torch, op)(x, -1)
+        row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "bytes": bytes_moved(op, (m, n), dtype),
+               "results": {}}
+        start = time.perf_counter()
+        getattr(dispatch, op)(x, -1)  # races every backend (tunes each) and keeps the winner
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        row["tune_s"] = time.perf_counter() - start
+        decision = dispatch.explain(op, x, -1).decision
+        row["pick"] = decision.backend
+        row["pick_config"] = decision.config.as_dict()
+        row["candidates"] = {c.name: {"ok": c.verdict.ok, "reason": c.verdict.reason,
+                                      "raced_us": c.latency_us, "tune_s": c.tune_s, "note": c.note}
+                             for c in decision.candidates}
+        runs = {"dispatch": lambda: getattr(dispatch, op)(x, -1)}
+        for name in backends:
+            runs[name] = (lambda name=name: getattr(dispatch, op)(x, -1, backend=name))
+        if op in args.compile.split(","):
+            compiled = torch.compile(getattr(torch, op), dynamic=False)
+            runs["torch.compile"] = lambda: compiled(x, -1)
+        for name, fn in runs.items():
+            try:
+                out = fn()
+                why = mismatch(out, ref)
+                timing = measure(fn, device, settings)
+                gbs = gbps(row["bytes"], timing.median_us)
+                row["results"][name] = {"us": timing.median_us, "spread_us": timing.spread_us,
+                                        "gbs": gbs, "pct_copy": 100 * gbs / copy_gbs, "ok": why is None,
+                                        "error": why}
+            except Exception as exc:
+                row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        best = max(((r["gbs"], k) for k, r in row["results"].items()
+                    if "gbs" in r and k in backends and r["ok"]), default=(float("nan"), "none"))
+        row["best_backend"], row["best_gbs"] = best[1], best[0]
+        rows.append(row)
+        checkpoint()
+        res = row["results"]
+        print(f"{op:<12}{dtype_name:<9}{m:>7}x{n:<7} tune {row['tune_s']:5.1f}s  pick {row['pick']:<9}"
+              + "  ".join(f"{k} {r.get('gbs', float('nan')):6.0f}" for k, r in res.items()), flush=True)
 
 
 def write_markdown(path: Path, meta: dict, rows: list[dict], backends: list[str]) -> None:

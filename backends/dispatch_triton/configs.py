@@ -67,15 +67,16 @@ def _n_split(path_code: int, n: int, block_n: int, split: int) -> int:
 
 def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
     # Pruned with the H200 sweeps (benchmarks/results/triton_kernels_h200.md): 4 or fewer
-    # elements per thread never won; the split path beat onepass only beyond 16K elements and
-    # always did best at 32 elements per thread; the streamed path never beat split for
-    # softmax/log_softmax, so it is kept only where split cannot go (rows too long for it).
+    # elements per thread never won, nor tiles wider than two rows (or 2K elements); the split
+    # paths beat onepass only beyond 16K elements and did best at 32 elements per thread; the
+    # streamed path never beat split for softmax/log_softmax, so it is kept only where split
+    # cannot go (rows too long for it).
     out: list[dict] = []
     cap = min(MAX_SPLIT, sms)
     # rows / onepass: the whole row in registers; tiles of 1K-16K elements, 8-32 per thread
     if np2 <= 32768:
         bn = max(np2, 16)
-        tiles = [t for t in (1024, 2048, 4096, 8192, 16384) if bn <= t <= max(8192, bn)] or [bn]
+        tiles = [t for t in (1024, 2048, 4096, 8192, 16384) if bn <= t <= max(2048, 2 * bn)] or [bn]
         for t in tiles:
             rows = t // bn
             for per in (8, 16, 32):
@@ -83,11 +84,17 @@ def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
                 if w is not None:
                     out.append(_cfg("rows" if rows > 1 else "onepass", bn, rows, 1, w))
     if op != "logsumexp":
-        # split: a row across programs, each chunk in registers, 32 elements per thread
+        # split: a row across programs, each chunk in registers. The pipelined path won every
+        # long row on the H200 (4096-element chunks, 32 per thread; 2048 x 16 per thread next);
+        # the plain split path stays as the one to compare with
         if np2 >= 32768:
-            for bn in (2048, 4096, 8192, 16384):
+            for path, bn, w in (("split_pipe", 4096, 4), ("split_pipe", 2048, 4), ("split", 4096, 4)):
                 if 2 <= np2 // bn <= cap:
-                    out.append(_cfg("split", bn, 1, 1, bn // (32 * 32)))
+                    out.append(_cfg(path, bn, 1, 1, w))
+            if np2 // 4096 > cap:  # rows too long for 4096-element chunks: bigger ones, 32 per thread
+                bn = next((b for b in (8192, 16384) if np2 // b <= cap), None)
+                if bn is not None:
+                    out.append(_cfg("split_pipe", bn, 1, 1, bn // 1024))
         # rows longer than split can hold (no hard cap on N): streamed, alone or cut over programs
         if np2 > 16384 * cap:
             out.append(_cfg("online", 4096, 1, 1, 8, 2))
@@ -125,7 +132,7 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
 
     softmax/log_softmax: rows of <= 512 in 1K-element tiles (several rows per program) at 8 per
     thread; rows that fit in registers one per program at 16 (2-byte) or 8-32 (fp32) per
-    thread; longer rows split over programs in 4096-element chunks. logsumexp (read-only, it
+    thread; longer rows split over programs in 4096-element chunks (pipelined). logsumexp (read-only, it
     wants more in flight per thread): 32 per thread on short rows, then streamed, one program
     per row when rows are many, a row cut over several programs when they are few.
     """
@@ -152,10 +159,9 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
         else:
             want = _cfg("online", 4096, 1, 1, 8, 2) if esz == 2 else _cfg("online", 1024, 1, 1, 4, 2)
     else:
-        want = _cfg("split", 4096, 1, 1, 4)
-        while want not in space and want["BLOCK_N"] < 16384:  # fewer programs per row if needed
-            bn = want["BLOCK_N"] * 2
-            want = _cfg("split", bn, 1, 1, bn // 1024)
+        want = _cfg("split_pipe", 4096, 1, 1, 4)
+        if want not in space:
+            want = next((c for c in space if c["path"] == "split_pipe"), want)
         if want not in space:
             # beyond what split can hold: stream, over several programs per row when rows are few
             path = "split_online" if n_rows < 4 * sms else "online"

@@ -1,0 +1,68 @@
+"""Run the test-suite in K parallel pytest processes (no pytest-xdist needed) and summarise.
+
+The GPU machine compiles many kernels (nvcc, Triton) while the tests run; spreading the tests
+over processes keeps its cores busy. Test ids are dealt round-robin in collection order, so
+every shard gets a share of each file.
+
+    python3 benchmarks/run_tests_sharded.py --shards 4 --out OUTDIR [pytest args, e.g. tests/]
+Writes OUTDIR/pytest_shard<i>.log and OUTDIR/pytest_summary.txt; exits non-zero if any shard failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--timeout", type=float, default=540, help="seconds before the shards are stopped")
+    a, rest = ap.parse_known_args()
+    paths = rest or ["tests/"]
+    os.makedirs(a.out, exist_ok=True)
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *paths],
+                               capture_output=True, text=True)
+    ids = [ln for ln in collected.stdout.splitlines() if "::" in ln and not ln.startswith(" ")]
+    if not ids:
+        print(collected.stdout[-3000:], collected.stderr[-3000:])
+        return 2
+    shards = [ids[i::a.shards] for i in range(a.shards)]
+    start = time.time()
+    procs = []
+    for i, shard in enumerate(shards):
+        log = open(os.path.join(a.out, f"pytest_shard{i}.log"), "w")
+        procs.append((subprocess.Popen([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rfE", *shard],
+                                       stdout=log, stderr=subprocess.STDOUT), log))
+    deadline = start + a.timeout
+    for proc, log in procs:
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    totals: dict[str, int] = {}
+    lines = []
+    for i, (proc, _) in enumerate(procs):
+        text = open(os.path.join(a.out, f"pytest_shard{i}.log")).read()
+        tail = [ln for ln in text.splitlines() if re.match(r"^=+ .*(passed|failed|error|skipped).* in ", ln)]
+        lines.append(f"shard {i}: exit {proc.returncode}: {tail[-1] if tail else 'no summary (stopped?)'}")
+        for n, what in re.findall(r"(\d+) (passed|failed|errors?|skipped|xfailed|deselected)", tail[-1] if tail else ""):
+            totals[what] = totals.get(what, 0) + int(n)
+        lines += [ln for ln in text.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
+    summary = (f"{len(ids)} tests in {a.shards} shards, {time.time() - start:.0f} s: "
+               + ", ".join(f"{v} {k}" for k, v in sorted(totals.items())))
+    text = summary + "\n" + "\n".join(lines) + "\n"
+    open(os.path.join(a.out, "pytest_summary.txt"), "w").write(text)
+    print(text)
+    return 0 if all(p.returncode == 0 for p, _ in procs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
