@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -47,6 +49,12 @@ def test_backend_matches_reference_on_cuda(backend, op, dtype, shape):
 def test_cast_and_strided_rows_on_cuda(backend, op):
     base = _x((64, 3000), torch.bfloat16)
     x = base[:, 100:2148]  # row stride 3000, unit stride in the row
+    verdict = {c.name: c.verdict for c in dispatch.explain(op, x, -1, dtype=torch.float32).decision.candidates}[backend]
+    if not verdict.ok:  # a backend may refuse strided rows, but then says so, and a forced call fails loudly
+        assert "stride" in verdict.reason
+        with pytest.raises(Exception, match="stride"):
+            getattr(dispatch, op)(x, -1, dtype=torch.float32, backend=backend)
+        x = x.contiguous()
     got = getattr(dispatch, op)(x, -1, dtype=torch.float32, backend=backend)
     assert mismatch(got, getattr(torch, op)(x, -1, dtype=torch.float32)) is None
 
@@ -69,3 +77,23 @@ def test_tuning_on_cuda_yields_a_config_and_a_latency(backend, shape):
     assert mismatch(out, torch.softmax(x, -1)) is None
     decision = dispatch.explain("softmax", x, -1, backend=backend).decision
     assert decision.config and decision.tune is not None and decision.tune.latency_us > 0
+
+
+def test_the_timer_charges_a_host_bound_call_its_back_to_back_rate():
+    from dispatch.autotune import TuneSettings, measure
+
+    x = torch.zeros(16, device="cuda")
+
+    def slow_host_call():  # ~40 us of host work, then a ~2 us kernel
+        end = time.perf_counter() + 40e-6
+        while time.perf_counter() < end:
+            pass
+        x.add_(1)
+
+    # The L2 flush before each timed call (a 256 MB memset, ~60 us) hides the host work from the
+    # events; the back-to-back rate does not
+    device = torch.device("cuda")
+    events_only = measure(slow_host_call, device, TuneSettings(warmup=3, rep=20, host_bound=False))
+    charged = measure(slow_host_call, device, TuneSettings(warmup=3, rep=20))
+    assert events_only.median_us < 20, events_only
+    assert charged.median_us >= 38, charged

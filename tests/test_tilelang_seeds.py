@@ -102,6 +102,13 @@ def messages(records, level=logging.DEBUG):
 
 
 X = torch.randn(8, N)
+# TileLang's CUDA-event benchmark of a C-target kernel: no device on a CPU-only machine; with a
+# GPU present it moves the inputs there, which the C kernel refuses
+TIMER_FAILURES = ("RuntimeError: No device is available", "ValueError: Buffer device mismatch")
+if_no_gpu = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="with a GPU present TileLang's autotuner moves the inputs of a C-target kernel to it; "
+           "the CUDA versions of these checks are tests/test_gpu_seeds.py")
 
 
 # ------------------------------------------------------------------ 1. required tunables
@@ -119,7 +126,7 @@ def test_unseeded_call_no_longer_raises_typeerror_the_sweep_runs(tl_log):
     # It got past binding and compiled every candidate; only CUDA-event timing failed on the CPU.
     tested = [m for m in messages(tl_log, logging.WARNING) if "An error occurred while testing config" in m]
     assert len(tested) == len(CONFIGS)
-    assert any("No device is available" in m for m in messages(tl_log))
+    assert any(reason in m for m in messages(tl_log) for reason in TIMER_FAILURES)
 
 
 def test_unseeded_call_with_do_not_specialize_raises_typeerror():
@@ -166,6 +173,7 @@ def test_seeded_with_do_not_specialize_reaches_the_sweep(tl_log):
     assert len([m for m in messages(tl_log, logging.WARNING) if "An error occurred while testing config" in m]) == 2
 
 
+@if_no_gpu
 def test_seeded_with_do_not_specialize_tunes_once_and_other_seeds_reuse_it(tl_log):
     program = make_program()
     seeds = seed_kwargs(program, DEFAULT, TUNABLES, ALIASES)
@@ -184,6 +192,7 @@ def test_seeded_with_do_not_specialize_tunes_once_and_other_seeds_reuse_it(tl_lo
 # ------------------------------------------------------------------- tune_native
 
 
+@if_no_gpu
 def test_tune_native_seeds_excludes_strips_and_returns_a_config_and_latency(tl_log):
     best, latency = NT.tune_native(make_program(), CONFIGS, DEFAULT, TUNABLES, ALIASES, warmup=1, rep=3, inputs=[X],
                                    ref_prog=lambda x: x * 2)
@@ -192,6 +201,7 @@ def test_tune_native_seeds_excludes_strips_and_returns_a_config_and_latency(tl_l
     assert not any("already provided" in m for m in messages(tl_log))
 
 
+@if_no_gpu
 def test_tune_native_on_a_real_kernel_family():
     group = [{"block_m": 1, "tile_n": 16}, {"block_m": 4, "tile_n": 16}]
     program = K.jit_program("log_softmax", 37, "float32", "float32", "c", group[0])
@@ -206,8 +216,8 @@ def test_tune_native_names_every_config_that_measured_nothing():
         NT.tune_native(make_program(), CONFIGS, DEFAULT, TUNABLES, ALIASES, warmup=1, rep=1, inputs=[X], timer="event")
     text = str(info.value)
     assert "measured none of 2 config(s)" in text
-    assert "{'block_m': 1, 'threads_arg': 8}: RuntimeError: No device is available" in text
-    assert "{'block_m': 4, 'threads_arg': 16}: RuntimeError: No device is available" in text
+    for config in ("{'block_m': 1, 'threads_arg': 8}: ", "{'block_m': 4, 'threads_arg': 16}: "):
+        assert any(config + reason in text for reason in TIMER_FAILURES), text
 
 
 def test_tune_native_tunes_one_family_per_call():
@@ -215,6 +225,7 @@ def test_tune_native_tunes_one_family_per_call():
         NT.tune_native(make_program(), [CONFIGS[0], {**CONFIGS[1], "tile_n": 64}], DEFAULT, TUNABLES, ALIASES, inputs=[X])
 
 
+@if_no_gpu
 def test_tune_native_seeds_what_the_default_lacks_from_the_first_candidate():
     best, latency = NT.tune_native(make_program(), CONFIGS, {"block_m": 2}, TUNABLES, ALIASES, warmup=1, rep=2, inputs=[X])
     assert best in CONFIGS and latency > 0

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
-
 import importlib
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (never on a GPU machine)
 
 triton = pytest.importorskip("triton")
 
@@ -219,6 +220,33 @@ def test_split_counters_reset_after_each_launch():
     K.run("softmax", x, F32, SPLIT_CFG)
     for buf in K._SYNC.values():
         assert int(buf.abs().sum()) == 0
+
+
+def test_launcher_counts_every_split_launch_and_prepare_relaunches_in_place():
+    from dispatch_triton import launch as L
+
+    x = randn(3, 1100, F32, seed=12)  # split configs: 3 programs per row
+    launcher = K.Launcher("softmax", 3, 1100, F32, None, x.stride(0), x.device, SPLIT_CFG)
+    assert launcher.out_dtype == F32 and launcher.out_shape == (3, 1100)
+    y1 = launcher.run(x)
+    entry = L._SLOTS[L._stream_key(x.device)]
+    count = entry[1]
+    y2 = launcher.run(x)
+    assert entry[1] == count + 1  # the epoch bookkeeping moves on once per launch
+    assert y1.data_ptr() != y2.data_ptr()
+    torch.testing.assert_close(y2.cpu(), reference("softmax", x, F32), atol=2e-5, rtol=1e-5)
+    for cfg, op in ((ONLINE_CFG, "log_softmax"), (SPLIT_CFG, "log_softmax"), (SPLIT_ONLINE_CFG, "logsumexp")):
+        out, launch = K.prepare(op, x, F32, cfg)
+        ptr = out.data_ptr()
+        for _ in range(2):
+            out.fill_(NAN)
+            launch()
+            assert out.data_ptr() == ptr
+            torch.testing.assert_close(out.cpu(), reference(op, x, F32), atol=2e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="out_shape"):
+        K.Launcher("softmax", 2, 8, F32, F32, 8, DEV, ROWS_CFG, out_shape=(3, 8))
+    with pytest.raises(TypeError):
+        K.Launcher("softmax", 2, 8, torch.float64, None, 8, DEV, ROWS_CFG)
 
 
 # ---------------------------------------------------------------------------------------------

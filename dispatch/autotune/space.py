@@ -148,3 +148,4 @@ class TuneSettings:
     rep: int = field(default=50, validator=ge(1))
     tie_tolerance: float = field(default=0.02, validator=ge(0.0))
     flush_l2: bool = True
+    host_bound: bool = True  # CUDA: a call costs at least its back-to-back rate (host launch path included)

@@ -51,7 +51,9 @@ def measure(fn: Callable[[], object], device: torch.device, settings: TuneSettin
     """Time ``fn`` on ``device``: ``settings.warmup`` untimed calls, then ``settings.rep`` timed.
 
     Returns the median and inter-quartile spread in microseconds. On CUDA each repetition is timed
-    with events and, with ``settings.flush_l2``, preceded by an L2 flush outside the timed region.
+    with events and, with ``settings.flush_l2``, preceded by an L2 flush outside the timed region;
+    with ``settings.host_bound`` the median is at least the per-call time of a burst of
+    back-to-back calls, so a call whose host side outlasts its kernel is charged for it.
     """
     _count()
     cfg = config if config is not None else Config({})
@@ -83,8 +85,26 @@ def _measure_cuda(fn, device, settings, cfg) -> Timing:
             end.record()
         torch.cuda.synchronize()
         samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-    median, spread = _summary(samples)
+        median, spread = _summary(samples)
+        if settings.host_bound:
+            median = max(median, _back_to_back_us(fn, min(settings.rep, _BURST)))
     return Timing(cfg, median, spread, settings.rep)
+
+
+_BURST = 20
+
+
+def _back_to_back_us(fn, calls: int) -> float:
+    """Per-call wall time of ``calls`` calls issued back to back (one synchronisation at the end).
+
+    Events bracket the GPU work only; a call whose host side (checks, launch) outlasts its kernel
+    leaves the GPU idle between calls, which this rate shows and the events do not."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def do_bench(fn: Callable[[], object], warmup: int = 25, rep: int = 50, quantiles=None, **_: object) -> float:
