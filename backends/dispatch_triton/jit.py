@@ -193,48 +193,6 @@ def _finish_scale(big_m, s, OP: tl.constexpr):
 
 
 @triton.jit
-def _ms_combine(m1, s1, m2, s2):
-    # (max, sum of exp(x - max)) of two parts -> of both: NaN propagates, -inf parts add nothing
-    big = tl.maximum(m1, m2, propagate_nan=tl.PropagateNan.ALL)
-    small = tl.minimum(m1, m2, propagate_nan=tl.PropagateNan.ALL)
-    e = tl.where(small == float("-inf"), 0.0, tl.exp(small - big))
-    first = m1 >= m2
-    return big, tl.where(first, s1, s2) + tl.where(first, s2, s1) * e
-
-
-@triton.jit
-def _bms_combine(b1, m1, s1, b2, m2, s2):
-    m, s = _ms_combine(m1, s1, m2, s2)
-    return b1 + b2, m, s
-
-
-@triton.jit
-def _chunk_stats(x):
-    # a chunk's (max, sum of exp(x - max)) in ONE block-wide reduction (not a max, then a sum)
-    return tl.reduce((x, tl.where(x == float("-inf"), 0.0, 1.0)), 0, _ms_combine)
-
-
-@triton.jit
-def _gather_stats(slot_ptr, base, n_split, tag):
-    # _gather with one block-wide reduction per poll: how many partials are still stale, and
-    # the merged (max, sum) of the row -- valid once none is
-    j = tl.arange(0, _MAXS)
-    jm = j < n_split
-    p = slot_ptr + base + j * 2
-    bad = 1
-    big_m = tl.full([], float("-inf"), tl.float32)
-    s = tl.full([], 0.0, tl.float32)
-    while bad > 0:
-        vm = tl.load(p, mask=jm, other=0, volatile=True)
-        vs = tl.load(p + 1, mask=jm, other=0, volatile=True)
-        stale = (jm & (((vm >> 32) != tag) | ((vs >> 32) != tag))).to(tl.int32)
-        pm = tl.where(jm, (vm & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), float("-inf"))
-        ps = tl.where(jm, (vs & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
-        bad, big_m, s = tl.reduce((stale, pm, ps), 0, _bms_combine)
-    return big_m, s
-
-
-@triton.jit
 def _chunk_load(x_ptr, mask_ptr, row, stride_xm, stride_mm, cols, M, N, HAS_MASK: tl.constexpr):
     # one program's raw chunk of ``row`` (all -inf past the last row)
     r64 = tl.cast(row, tl.int64)
@@ -253,23 +211,26 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
     xr, kr = _chunk_load(x_ptr, mask_ptr, grp, stride_xm, stride_mm, cols, M, N, HAS_MASK)
     if PHASE != 2:
         if grp < M:
-            m_c, s_c = _chunk_stats(_finish_load(xr, kr, HAS_MASK, OUT_TY))
-            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * n_split * 2 + c * 2, m_c, s_c, tag)
+            x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
+            m_c = tl.max(x, 0)
+            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * n_split * 2 + c * 2, m_c, tl.sum(tl.exp(x - _eff(m_c)), 0), tag)
     xr_n, kr_n = _chunk_load(x_ptr, mask_ptr, grp + n_groups, stride_xm, stride_mm, cols, M, N, HAS_MASK)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if PHASE != 2:
             if nrow < M:
-                m_n, s_n = _chunk_stats(_finish_load(xr_n, kr_n, HAS_MASK, OUT_TY))
-                _publish(slot_ptr, 64 + tl.cast(nrow, tl.int64) * n_split * 2 + c * 2, m_n, s_n, tag)
+                xn = _finish_load(xr_n, kr_n, HAS_MASK, OUT_TY)
+                m_n = tl.max(xn, 0)
+                _publish(slot_ptr, 64 + tl.cast(nrow, tl.int64) * n_split * 2 + c * 2, m_n,
+                         tl.sum(tl.exp(xn - _eff(m_n)), 0), tag)
         xr_nn, kr_nn = _chunk_load(x_ptr, mask_ptr, nrow + n_groups, stride_xm, stride_mm, cols, M, N, HAS_MASK)
         if PHASE != 1:
             row64 = tl.cast(row, tl.int64)
-            big_m, s = _gather_stats(slot_ptr, 64 + row64 * n_split * 2, n_split, tag)
+            big_m, big_e, s = _gather(slot_ptr, 64 + row64 * n_split * 2, n_split, tag)
             scale = _finish_scale(big_m, s, OP)
             x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
             if OP == 0:
-                y = tl.exp(x - _eff(big_m)) * scale  # scale is NaN where the row's max is not finite
+                y = tl.exp(x - big_e) * scale  # scale is NaN where the row's max is not finite
             else:
                 y = (x - big_m) - scale
             tl.store(out_ptr + row64 * stride_om + cols, _cvt(y, OUT_TY), mask=cols < N, eviction_policy="evict_first")
