@@ -1,8 +1,8 @@
 """Run the test-suite in K parallel pytest processes (no pytest-xdist needed) and summarise.
 
 The GPU machine compiles many kernels (nvcc, Triton) while the tests run; spreading the tests
-over processes keeps its cores busy. Test ids are dealt round-robin in collection order, so
-every shard gets a share of each file.
+over processes keeps its cores busy: the big modules are dealt over every shard, the others
+kept whole (see ``deal``).
 
     python3 benchmarks/run_tests_sharded.py --shards 4 --out OUTDIR [pytest args, e.g. tests/]
 Writes OUTDIR/pytest_shard<i>.log and OUTDIR/pytest_summary.txt; exits non-zero if any shard failed.
@@ -16,6 +16,23 @@ import re
 import subprocess
 import sys
 import time
+
+
+def deal(ids: list[str], k: int) -> list[list[str]]:
+    """Test ids into ``k`` shards: a module with more than its share of tests is dealt round-robin,
+    every other module stays whole (module fixtures, e.g. a package installed for a module's
+    tests, must not run in two processes at once) and goes to the lightest shard."""
+    by_module: dict[str, list[str]] = {}
+    for test_id in ids:
+        by_module.setdefault(test_id.split("::", 1)[0], []).append(test_id)
+    shards: list[list[str]] = [[] for _ in range(k)]
+    for module, tests in sorted(by_module.items(), key=lambda kv: -len(kv[1])):
+        if len(tests) > len(ids) / k:
+            for i, test_id in enumerate(tests):
+                shards[i % k].append(test_id)
+        else:
+            min(shards, key=len).extend(tests)
+    return shards
 
 
 def main() -> int:
@@ -32,7 +49,7 @@ def main() -> int:
     if not ids:
         print(collected.stdout[-3000:], collected.stderr[-3000:])
         return 2
-    shards = [ids[i::a.shards] for i in range(a.shards)]
+    shards = deal(ids, a.shards)
     start = time.time()
     procs = []
     for i, shard in enumerate(shards):

@@ -77,7 +77,7 @@ SMOKE_TEST = """
 import torch, dispatch
 
 def test_softmax_matches_torch(dispatch_backend):
-    x = torch.randn(4, 16)
+    x = torch.randn(4, 16, device="cuda" if torch.cuda.is_available() else "cpu")
     assert torch.allclose(dispatch.softmax(x, backend=dispatch_backend), torch.softmax(x, -1))
 """
 

@@ -155,11 +155,13 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
         program = kernels.jit_program(op, n, spec.dtype, out_dtype, target, dict(build_keys))
         default = space.default.as_dict() if space.default.as_dict() in family else family[0]
         try:
-            best, _ = tune_native(program, family, default, space.tunables, space.aliases, settings.warmup,
-                                  settings.rep, inputs=kernels.kernel_inputs(x2, target), ref_prog=ref_prog)
+            best, _, tuned = tune_native(program, family, default, space.tunables, space.aliases, settings.warmup,
+                                         settings.rep, inputs=kernels.kernel_inputs(x2, target), ref_prog=ref_prog,
+                                         return_kernel=True)
         except Exception as exc:  # a family that can't be tuned is reported, never compared
             failures += [Failure(Config.of(c), f"{type(exc).__name__}: {exc}") for c in family]
             continue
+        kernels.adopt(op, n, spec.dtype, out_dtype, best, target, tuned)  # no second compile of the winner
         config = Config.of(best)
         kernel = dispatch_kernel(op, spec, config)
         timings.append(measure(lambda: kernel(x), spec.device, settings, config))

@@ -319,7 +319,7 @@ def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, conf
         ok, reason = supports(op, name, target)
         if not ok:
             raise ValueError(reason)
-    key = (op, n_cols, ins, outs, target, tuple(sorted(dict(config).items())))
+    key = _build_key(op, n_cols, ins, outs, config, target)
     hit = _BUILT.get(key)
     if hit is not None:
         return hit
@@ -342,6 +342,20 @@ def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, conf
             compiled = CompiledKernel(op, n_cols, ins, outs, config, target, jit_kernel)
         _BUILT[key] = compiled
         return compiled
+
+
+def _build_key(op: str, n_cols: int, ins: str, outs: str, config: Mapping[str, Any], target: str) -> tuple:
+    return (op, n_cols, ins, outs, target, tuple(sorted(dict(config).items())))
+
+
+def adopt(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, config: Mapping[str, Any], target: str,
+          jit_kernel: Any) -> CompiledKernel:
+    """Keep ``jit_kernel`` -- compiled for ``config`` by TileLang's autotuner -- as the build of
+    ``config``, so that :func:`build` does not compile it again (a grouped compile of the tuner
+    leaves nothing in TileLang's per-kernel disk cache)."""
+    ins, outs = dtype_name(in_dtype), dtype_name(out_dtype)
+    compiled = CompiledKernel(op, n_cols, ins, outs, dict(config), target, jit_kernel)
+    return _BUILT.setdefault(_build_key(op, n_cols, ins, outs, config, target), compiled)
 
 
 def cache_dir() -> str:

@@ -174,7 +174,8 @@ def tune_native(
     call_args: Sequence[Any] = (),
     call_kwargs: Mapping[str, Any] | None = None,
     group_compile: bool | None = None,
-) -> tuple[dict[str, Any], float]:
+    return_kernel: bool = False,
+) -> tuple[dict[str, Any], float] | tuple[dict[str, Any], float, Any]:
     """Tune one kernel family with ``tilelang.autotune``; return ``(best_config, latency_ms)``, never None.
 
     Args:
@@ -199,6 +200,7 @@ def tune_native(
         group_compile: compile the candidates as one module (TileLang's grouped compilation:
             one nvcc run instead of one per candidate). Default: on for CUDA programs, where
             TileLang 0.1.15 otherwise compiles candidates one after another.
+        return_kernel: also return the winner's compiled ``JITKernel`` (third item).
 
     Raises:
         TuneError: the configs span several families, TileLang skipped the sweep (config or
@@ -277,4 +279,6 @@ def tune_native(
         _check_winner(kernel, ref_prog, inputs, rtol, atol, config)
     best = to_config_keys({k: v for k, v in config.items() if k != "pass_configs"}, aliases)
     best.update(build_keys)
+    if return_kernel:
+        return best, float(latency), kernel
     return best, float(latency)

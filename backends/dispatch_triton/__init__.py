@@ -97,21 +97,23 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
 
 @hookimpl
 def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
+    """The kernel of one resolved call: ``run(x)`` for every ``x`` of exactly ``spec``.
+
+    Everything that depends on the spec and the config (checks, grid, launch arguments) is done
+    here, once, by a :class:`~dispatch_triton.launch.Launcher`; a call allocates the output in
+    its final shape and launches. ``x`` itself is handed to the kernel: its leading dims
+    collapse to rows at the spec's row stride (``dispatch_check`` made sure), so no view is taken.
+    """
     from . import kernels
 
     m, n = _rows(spec)
     cfg = dict(config.as_dict()) if config else kernels.default_config(op, m, n, spec.dtype)
-    row_stride = rows_view_stride(spec)
-    out_dtype = spec.out_dtype
     if op == "logsumexp":
         out_shape = spec.shape[:-1] + ((1,) if spec.keepdim else ())
     else:
         out_shape = spec.shape
-
-    def run(x: torch.Tensor) -> torch.Tensor:
-        return kernels.run(op, x.as_strided((m, n), (row_stride, 1)), out_dtype, cfg).view(out_shape)
-
-    return run
+    return kernels.Launcher(op, m, n, spec.dtype, spec.out_dtype, rows_view_stride(spec), spec.device, cfg,
+                            out_shape=out_shape).run
 
 
 _BENCHES: dict[tuple[int, int], object] = {}

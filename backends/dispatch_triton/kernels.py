@@ -4,7 +4,8 @@ Re-exports what callers use; the code lives one idea per module:
 
 * :mod:`dispatch_triton.jit`: the ``@triton.jit`` kernel and its device helpers (the design notes).
 * :mod:`dispatch_triton.configs`: ``OPS``, ``config_space``, ``default_config`` and the config helpers.
-* :mod:`dispatch_triton.launch`: ``run`` / ``prepare``, argument checks, sync/slot buffers, grid sizing.
+* :mod:`dispatch_triton.launch`: ``Launcher`` (everything a launch needs, computed once per spec and
+  config), ``run`` / ``prepare``, argument checks, sync/slot buffers, grid sizing.
 * :mod:`dispatch_triton.autotune`: ``autotuned``, ``launch_autotuned``, ``run_autotuned``,
   ``config_from_triton`` (Triton's native autotuner).
 
@@ -30,7 +31,8 @@ from .autotune import autotuned, config_from_triton, launch_autotuned, run_autot
 from .configs import (  # noqa: E402,F401
     _OP_CODE, _PATH_CODE, MAX_SPLIT, OPS, _cdiv, _cfg, _cfg_key, _n_split, _np2, config_space, default_config)
 from .jit import _softmax_kernel  # noqa: E402,F401
-from .launch import _OCC, _SYNC, _slot_buffer, _sync_buffer, _validate, placeholder, prepare, run  # noqa: E402,F401
+from .launch import (  # noqa: E402,F401
+    _OCC, _SYNC, Launcher, _slot_buffer, _sync_buffer, _validate, placeholder, prepare, run)
 
-__all__ = ["OPS", "MAX_SPLIT", "config_space", "default_config", "run", "prepare", "autotuned", "launch_autotuned",
-           "run_autotuned", "config_from_triton"]
+__all__ = ["OPS", "MAX_SPLIT", "config_space", "default_config", "Launcher", "run", "prepare", "autotuned",
+           "launch_autotuned", "run_autotuned", "config_from_triton"]

@@ -1,7 +1,9 @@
-"""Host-side launch of the Triton kernel: argument checks, sync/slot buffers, grid sizing, run/prepare."""
+"""Host-side launch of the Triton kernel: argument checks, sync/slot buffers, grid sizing, and the
+:class:`Launcher` that :func:`run`, :func:`prepare` and the backend's resolved kernels launch through."""
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
@@ -31,6 +33,7 @@ _EPOCH_RESET = 1 << 30  # launches of a slot buffer before it is zeroed (tags ar
 
 _SYNC_LOCK = threading.Lock()
 _SYNC: dict = {}
+_WS: dict = {}  # logsumexp's split-path workspace per (device, stream)
 _SLOTS: dict = {}
 
 
@@ -40,19 +43,35 @@ def _stream_key(device: torch.device):
     return (device, 0)
 
 
-def _sync_buffer(device: torch.device, rows_needed: int) -> torch.Tensor:
-    """A zeroed int32 buffer per (device, stream) that every launch leaves zeroed again."""
-    key = _stream_key(device)
-    need = int(_ROW_OFF) + max(int(rows_needed), 0)
-    buf = _SYNC.get(key)
+def _per_stream(table: dict, key, need: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``table[key]``, a zeroed ``dtype`` buffer of at least ``need`` elements (grown, never shrunk)."""
+    buf = table.get(key)
     if buf is None or buf.numel() < need:
         with _SYNC_LOCK:
-            buf = _SYNC.get(key)
+            buf = table.get(key)
             if buf is None or buf.numel() < need:
                 buf = torch.zeros(max(need, 2 * (buf.numel() if buf is not None else 0), 1 << 12),
-                                  dtype=torch.int32, device=device)
-                _SYNC[key] = buf
+                                  dtype=dtype, device=device)
+                table[key] = buf
     return buf
+
+
+def _sync_buffer(device: torch.device, rows_needed: int) -> torch.Tensor:
+    """A zeroed int32 buffer per (device, stream) that every launch leaves zeroed again."""
+    return _per_stream(_SYNC, _stream_key(device), int(_ROW_OFF) + max(int(rows_needed), 0), torch.int32, device)
+
+
+def _lse_buffers(device: torch.device, rows: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sync, ws)`` of the current stream for logsumexp's split path: the arrival counters and the
+    fp32 workspace of ``partials`` (max, sum) pairs.
+
+    Per stream, as launches on one stream run in order: every launch writes a row's partials
+    before its last arriver reads them and leaves the counters zeroed, so the next launch on the
+    stream finds them as it needs them, while launches on another stream get buffers of their own.
+    """
+    key = _stream_key(device)
+    return (_per_stream(_SYNC, key, int(_ROW_OFF) + rows, torch.int32, device),
+            _per_stream(_WS, key, 2 * partials, torch.float32, device))
 
 
 def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
@@ -135,16 +154,23 @@ def _grid_size(device, M, N, args, meta) -> int:
     return groups * ns
 
 
-def _prepare(op, x, out_dtype, mask):
+def _check_dtypes(in_dtype: torch.dtype, out_dtype: torch.dtype | None) -> torch.dtype:
+    """The output dtype (``out_dtype``, or the input's when None), both checked."""
+    if in_dtype not in _IN_DTYPES:
+        raise TypeError(f"triton kernels take fp32/fp16/bf16 input, not {in_dtype}")
+    if out_dtype is None:
+        out_dtype = in_dtype
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"triton kernels write fp32/fp16/bf16, not {out_dtype}")
+    return out_dtype
+
+
+def _check(op, x, out_dtype, mask):
+    """``(M, N, out_dtype, mask)``: the arguments of :func:`prepare` checked; the mask as int8 rows."""
     _check_op(op)
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError("x must be a 2-D tensor (M, N)")
-    if x.dtype not in _IN_DTYPES:
-        raise TypeError(f"triton kernels take fp32/fp16/bf16 input, not {x.dtype}")
-    if out_dtype is None:
-        out_dtype = x.dtype
-    if out_dtype not in _OUT_DTYPES:
-        raise TypeError(f"triton kernels write fp32/fp16/bf16, not {out_dtype}")
+    out_dtype = _check_dtypes(x.dtype, out_dtype)
     M, N = x.shape
     if N > 1 and x.stride(1) != 1:
         raise ValueError("x must have unit stride along its last dim (x.stride(1) == 1)")
@@ -161,8 +187,17 @@ def _prepare(op, x, out_dtype, mask):
             mask = mask.contiguous()
         if mask.dtype != torch.int8:
             mask = mask.view(torch.int8)  # same bytes; keeps the autotune key one dtype
-    out = torch.empty((M,) if op == "logsumexp" else (M, N), dtype=out_dtype, device=x.device)
-    return M, N, out_dtype, mask, out
+    return M, N, out_dtype, mask
+
+
+def _prepare(op, x, out_dtype, mask):
+    """``(M, N, out_dtype, mask, out)``: :func:`_check`, and a new output of ``op`` for ``x``."""
+    M, N, out_dtype, mask = _check(op, x, out_dtype, mask)
+    return M, N, out_dtype, mask, torch.empty(_out_shape(op, M, N), dtype=out_dtype, device=x.device)
+
+
+def _out_shape(op: str, M: int, N: int) -> tuple[int, ...]:
+    return (M,) if op == "logsumexp" else (M, N)
 
 
 def _empty_result(op, M, N, out):
@@ -190,6 +225,120 @@ def _validate(config: dict, N: int, device: torch.device) -> tuple[int, int]:
     return code, ns
 
 
+class Launcher:
+    """Everything a launch of ``op`` needs but its input and output, for one spec and config.
+
+    Built once per (op, M, N, dtypes, row stride, device, config): the checks, the config's
+    validation, the grid (on CUDA measured from the compiled kernel's occupancy), the kernel
+    bound to its grid, the constant arguments and the constexprs. What is left for each call is
+    what must be done per call, in two closures (plain functions, no attribute look-ups):
+
+    ``launch(x, out)``
+        Fill ``out`` from ``x``: the kernel launch, and on the split paths the per-stream
+        buffers of the current stream (softmax/log_softmax move the slot buffer's epoch
+        bookkeeping on, as every launch must; logsumexp takes its counters and workspace).
+    ``run(x)``
+        A new output (in ``out_shape``) filled by ``launch``: what the Triton backend hands the
+        dispatcher for a resolved call (``run.launcher`` is this Launcher).
+
+    ``x`` must hold the M rows of N elements at ``row_stride`` apart, unit stride along a row, in
+    ``in_dtype`` on ``device``: the kernel is handed its data pointer and the strides computed
+    here, so its shape is not looked at (a 3-D tensor whose leading dims collapse to rows needs
+    no view) and is not checked (the dispatcher calls it only with tensors of the spec it was
+    built for). ``out_shape`` (default ``(M,)`` for logsumexp, ``(M, N)`` otherwise) is the shape
+    the output is allocated in, contiguous: any shape of M (logsumexp) or M * N elements.
+    ``mask`` (softmax/log_softmax), as :func:`_check` leaves it, is bound for every launch.
+    """
+
+    def __init__(self, op: str, M: int, N: int, in_dtype: torch.dtype, out_dtype: torch.dtype | None,
+                 row_stride: int, device: torch.device | str, config: dict, *, mask: torch.Tensor | None = None,
+                 out_shape: tuple[int, ...] | None = None):
+        _check_op(op)
+        out_dtype = _check_dtypes(in_dtype, out_dtype)
+        anchor = torch.empty(0, device=device)  # the device with its index; fixes the stand-ins' device
+        device = anchor.device
+        M, N, row_stride = int(M), int(N), int(row_stride)
+        out_shape = _out_shape(op, M, N) if out_shape is None else tuple(int(d) for d in out_shape)
+        if _numel(out_shape) != _numel(_out_shape(op, M, N)):
+            raise ValueError(f"out_shape {out_shape} does not hold the {op} of {M} rows of {N}")
+        self.op, self.M, self.N, self.row_stride, self.device = op, M, N, row_stride, device
+        self.in_dtype, self.out_dtype, self.out_shape, self.config = in_dtype, out_dtype, out_shape, dict(config)
+        self.empty = M == 0 or N == 0
+        if self.empty:
+            self.grid = (0,)
+
+            def launch(x, out):
+                _empty_result(op, M, N, out)
+        else:
+            self.grid, launch = self._build(mask, anchor)
+        self.launch = launch
+        empty = torch.empty
+        size = out_shape or ((),)  # empty(*size): sizes as varargs parse faster than one tuple
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            out = empty(*size, dtype=out_dtype, device=device)
+            launch(x, out)
+            return out
+
+        run.launcher = self
+        self.run = run
+
+    def _build(self, mask, anchor):
+        op, M, N, device, config = self.op, self.M, self.N, self.device, self.config
+        code, ns = _validate(config, N, device)
+        bn, rows, split = int(config["BLOCK_N"]), int(config["ROWS"]), int(config["SPLIT"])
+        warps, stages = int(config["num_warps"]), int(config.get("num_stages", 1))
+        has_mask = mask is not None
+        mask_arg = mask if has_mask else placeholder(anchor, torch.int8)
+        ws, sync, slots = placeholder(anchor, torch.float32), _sync_buffer(device, 0), placeholder(anchor, torch.int64)
+        ints = (M, N, self.row_stride, N if op != "logsumexp" else 1, mask_arg.stride(0) if has_mask else 0, _np2(N))
+        meta = dict(OP=_OP_CODE[op], HAS_MASK=has_mask, PATH=code, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps,
+                    NS=stages)
+        # the grid is sized from the kernel compiled for these arguments' dtypes: stand-ins for x and out
+        occ_args = (placeholder(anchor, self.in_dtype), placeholder(anchor, self.out_dtype), mask_arg, ws, sync, slots,
+                    *ints)
+        grid = (_grid_size(device, M, N, occ_args, meta),)
+        kernel = _softmax_kernel[grid]
+
+        def kw(phase: int) -> dict:
+            return dict(meta, PHASE=phase, num_warps=warps, num_stages=stages)
+
+        if op != "logsumexp" and ns > 1:
+            need = M * ns  # the partials of every row, each program publishing one per row
+            if _interpreting():
+                # the interpreter runs programs one by one: partials could never meet in one launch
+                kw1, kw2 = kw(1), kw(2)
+
+                def launch(x, out):
+                    buf = _slot_buffer(device, need)  # counts the launch (epoch bookkeeping)
+                    kernel(x, out, mask_arg, ws, sync, buf, *ints, **kw1)
+                    kernel(x, out, mask_arg, ws, sync, buf, *ints, **kw2)
+            else:
+                kw0 = kw(0)
+
+                def launch(x, out):
+                    kernel(x, out, mask_arg, ws, sync, _slot_buffer(device, need), *ints, **kw0)
+        elif ns > 1:  # logsumexp over several programs per row: the last to arrive combines
+            kw0, partials = kw(0), M * ns
+
+            def launch(x, out):
+                sync_s, ws_s = _lse_buffers(device, M, partials)
+                kernel(x, out, mask_arg, ws_s, sync_s, slots, *ints, **kw0)
+        else:
+            kw0, tail = kw(0), (mask_arg, ws, sync, slots, *ints)
+
+            def launch(x, out):
+                kernel(x, out, *tail, **kw0)
+        return grid, launch
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def run(op: str, x: torch.Tensor, out_dtype: torch.dtype, config: dict, mask: torch.Tensor | None = None
         ) -> torch.Tensor:
     """Run ``op`` over the rows of ``x`` (M, N) with ``config``; a new tensor in ``out_dtype``.
@@ -205,43 +354,13 @@ def run(op: str, x: torch.Tensor, out_dtype: torch.dtype, config: dict, mask: to
 def prepare(op: str, x: torch.Tensor, out_dtype: torch.dtype, config: dict, mask: torch.Tensor | None = None):
     """``(out, launch)``: the output tensor and a no-argument callable that fills it.
 
-    Everything but the kernel launch (checks, allocation, grid) happens here, once; calling
-    ``launch()`` again recomputes ``out`` in place (what a benchmark times).
+    Everything but the kernel launch (checks, allocation, grid) happens here, once, through a
+    :class:`Launcher`; calling ``launch()`` again recomputes ``out`` in place (what a benchmark
+    times). An empty ``x`` gets its (trivial) output here.
     """
     M, N, out_dtype, mask, out = _prepare(op, x, out_dtype, mask)
-    if _empty_result(op, M, N, out):
+    launcher = Launcher(op, M, N, x.dtype, out_dtype, x.stride(0), x.device, config, mask=mask)
+    if launcher.empty:
+        launcher.launch(x, out)
         return out, (lambda: None)
-    code, ns = _validate(config, N, x.device)
-    has_mask = mask is not None
-    mask_arg = mask if has_mask else placeholder(x, torch.int8)
-    lse_split = op == "logsumexp" and ns > 1
-    ws = torch.empty(M * ns * 2, dtype=torch.float32, device=x.device) if lse_split else placeholder(x, torch.float32)
-    sync = _sync_buffer(x.device, M if lse_split else 0)
-    exchange = op != "logsumexp" and ns > 1
-    slot_dev = x.device
-    bn, rows, split, warps = int(config["BLOCK_N"]), int(config["ROWS"]), int(config["SPLIT"]), int(config["num_warps"])
-    stages = int(config.get("num_stages", 1))
-    out_stride = N if op != "logsumexp" else 1
-    mstride = mask_arg.stride(0) if has_mask else 0
-    meta = dict(OP=_OP_CODE[op], HAS_MASK=has_mask, PATH=code, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps, NS=stages)
-    common = dict(meta, num_warps=warps, num_stages=stages)
-    slots = _slot_buffer(slot_dev, M * ns) if exchange else placeholder(x, torch.int64)
-    args = (x, out, mask_arg, ws, sync, slots, M, N, x.stride(0), out_stride, mstride, _np2(N))
-    grid = (_grid_size(x.device, M, N, args, meta),)
-    kernel = _softmax_kernel[grid]
-    if exchange and _interpreting():
-        # the interpreter runs programs one by one: partials could never meet in one launch
-        def launch():
-            kernel(*args, PHASE=1, **common)
-            kernel(*args, PHASE=2, **common)
-    elif exchange:
-        need = M * ns
-
-        def launch():
-            buf = _slot_buffer(slot_dev, need)  # counts the launch (epoch bookkeeping)
-            kernel(*args[:5], buf, *args[6:], PHASE=0, **common)
-    else:
-        def launch():
-            kernel(*args, PHASE=0, **common)
-    return out, launch
-
+    return out, functools.partial(launcher.launch, x, out)
