@@ -269,7 +269,7 @@ def test_config_space_and_default(op, dtype):
         for c in space:
             assert set(c) == {"path", "BLOCK_N", "ROWS", "SPLIT", "num_warps", "num_stages"}
             assert all(type(v) in (int, str) for v in c.values())
-            code, ns = K._validate(c, n, torch.device("cpu"))
+            code, ns = K._validate(c, n, torch.device("cpu"), op)
             if code == 0:
                 assert c["BLOCK_N"] >= n
             assert 1 <= c["num_warps"] <= 32
@@ -383,3 +383,10 @@ def test_tuned_symbol_at_call_time_is_an_error(tuner):
             K._slot_buffer(x.device, 4), 4, 40, x.stride(0), 40, 0, 64)
     with pytest.raises(Exception, match="Conflicting meta-parameters|BLOCK_N"):
         tuner[(1,)](*args, OP=0, HAS_MASK=False, PHASE=0, BLOCK_N=64)
+
+
+def test_split_pipe_is_refused_for_logsumexp():
+    # it writes whole rows: run as logsumexp it would write M*N values into an M-long output
+    x = torch.randn(3, 600, device=DEV)
+    with pytest.raises(ValueError, match="'split_pipe' writes whole rows.*for logsumexp use"):
+        K.run("logsumexp", x, torch.float32, K._cfg("split_pipe", 256, 1, 1, 2))

@@ -208,10 +208,13 @@ def _empty_result(op, M, N, out):
     return False
 
 
-def _validate(config: dict, N: int, device: torch.device) -> tuple[int, int]:
+def _validate(config: dict, N: int, device: torch.device, op: str | None = None) -> tuple[int, int]:
     code = _PATH_CODE.get(config.get("path"))
     if code is None:
-        raise ValueError(f"unknown path {config.get('path')!r}")
+        raise ValueError(f"unknown path {config.get('path')!r}; expected one of {sorted(_PATH_CODE)}")
+    if code == 3 and op == "logsumexp":
+        raise ValueError("path 'split_pipe' writes whole rows (softmax, log_softmax); for logsumexp use "
+                         "'split', 'split_online' or 'online'")
     bn = int(config["BLOCK_N"])
     if bn < 1 or bn & (bn - 1):
         raise ValueError(f"BLOCK_N must be a power of two, got {bn}")
@@ -285,7 +288,7 @@ class Launcher:
 
     def _build(self, mask, anchor):
         op, M, N, device, config = self.op, self.M, self.N, self.device, self.config
-        code, ns = _validate(config, N, device)
+        code, ns = _validate(config, N, device, op)
         bn, rows, split = int(config["BLOCK_N"]), int(config["ROWS"]), int(config["SPLIT"])
         warps, stages = int(config["num_warps"]), int(config.get("num_stages", 1))
         has_mask = mask is not None
