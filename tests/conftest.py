@@ -44,3 +44,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def tl_log(tmp_path, monkeypatch):
+    """TileLang autotuner log records of one test (and no autotuner.log left in the repo)."""
+    import logging
+
+    pytest.importorskip("tilelang")
+    from dispatch_tilelang import native_tune
+
+    monkeypatch.chdir(tmp_path)  # TileLang's autotuner may write autotuner.log to the cwd
+    records: list[logging.LogRecord] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    tl_logger = native_tune._tuner_logger()
+    handler = Grab(logging.DEBUG)
+    tl_logger.addHandler(handler)
+    yield records
+    tl_logger.removeHandler(handler)

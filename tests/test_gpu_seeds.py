@@ -12,7 +12,6 @@ TileLang's own CUDA-event timer and a program whose tunables ``block_m``/``threa
 
 from __future__ import annotations
 
-import logging
 
 import pytest
 import torch
@@ -45,22 +44,6 @@ def family():
 @pytest.fixture
 def x():
     return torch.randn(64, N, device="cuda")
-
-
-@pytest.fixture
-def tl_log(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # TileLang's autotuner may write autotuner.log to the cwd
-    records: list[logging.LogRecord] = []
-
-    class Grab(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    logger = NT._tuner_logger()
-    handler = Grab(logging.DEBUG)
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 def messages(records):

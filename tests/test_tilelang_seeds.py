@@ -80,23 +80,6 @@ def jit_configs(program):
     return [strip_build_keys(c, program, ALIASES) for c in CONFIGS]
 
 
-@pytest.fixture
-def tl_log(tmp_path, monkeypatch):
-    """TileLang autotuner log records of one test (and no autotuner.log left in the repo)."""
-    monkeypatch.chdir(tmp_path)
-    records: list[logging.LogRecord] = []
-
-    class Grab(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    tl_logger = NT._tuner_logger()
-    handler = Grab(logging.DEBUG)
-    tl_logger.addHandler(handler)
-    yield records
-    tl_logger.removeHandler(handler)
-
-
 def messages(records, level=logging.DEBUG):
     return [r.getMessage() for r in records if r.levelno >= level]
 
