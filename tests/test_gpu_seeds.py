@@ -12,7 +12,6 @@ TileLang's own CUDA-event timer and a program whose tunables ``block_m``/``threa
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
