@@ -23,11 +23,16 @@ def test_measured_policy_races_backends_and_the_faster_one_wins():
     dispatch.register(slow)
     dispatch.configure(autotune=True, policy="measured", allow=TEST_BACKENDS)
     x = torch.randn(8, 64)
-    decision = dispatch.explain("softmax", x).decision
+    explanation = dispatch.explain("softmax", x)
+    decision = explanation.decision
     assert decision.backend == "torch"
     timings = {c.name: c.latency_us for c in decision.candidates}
     assert timings["slow"] >= 2000 and timings["slow"] > timings["torch"]  # slow sleeps 2 ms per call
     assert "fastest when raced" in decision.reason
+    # each raced backend's tuning time is kept: slow's 75+ timed calls of 2 ms each show
+    seconds = {c.name: c.tune_s for c in decision.candidates if c.latency_us is not None}
+    assert seconds["slow"] >= 0.15 and seconds["slow"] > seconds["torch"] >= 0, seconds
+    assert "(tuned in " in str(explanation)
 
 
 def test_a_wrong_backend_cannot_win_a_race_even_when_fast():
