@@ -7,6 +7,10 @@ backends), then everything is timed with CUDA events and an L2 flush between rep
 
     python benchmarks/bench_softmax.py --out benchmarks/results            # full sweep
     python benchmarks/bench_softmax.py --ops softmax --dtypes bfloat16 --quick
+    python benchmarks/bench_softmax.py --warm 8 ...   # compile every kernel in 8 processes first
+
+``tune s`` is the race of one call; with ``--warm`` it runs on warm compile caches (the cold-cache
+cost of a full tune is what benchmarks/bench_tune_time.py measures).
 Writes <out>/softmax_sweep.json, .md and .png.
 """
 
