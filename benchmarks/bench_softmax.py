@@ -55,6 +55,7 @@ def main() -> int:  # noqa: C901
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--name", default="softmax_sweep")
     parser.add_argument("--device", default="cuda", help="cuda (the point), or cpu for a smoke run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per row (median kept)")
     parser.add_argument("--warm", type=int, default=0,
                         help="first compile every kernel of the sweep in this many parallel processes (their "
                              "tuning results are thrown away; the sweep then tunes again, with warm compile caches)")
@@ -165,17 +166,28 @@ def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
         if op in args.compile.split(","):
             compiled = torch.compile(getattr(torch, op), dynamic=False)
             runs["torch.compile"] = lambda: compiled(x, -1)
+        # every contender once per round, rounds interleaved, so that drift of the device (clocks,
+        # temperature) over the row hits all alike; each keeps the median of its round medians
+        medians: dict[str, list] = {}
         for name, fn in runs.items():
             try:
-                out = fn()
-                why = mismatch(out, ref)
-                timing = measure(fn, device, settings)
-                gbs = gbps(row["bytes"], timing.median_us)
-                row["results"][name] = {"us": timing.median_us, "spread_us": timing.spread_us,
-                                        "gbs": gbs, "pct_copy": 100 * gbs / copy_gbs, "ok": why is None,
-                                        "error": why}
+                row["results"][name] = {"ok": (why := mismatch(fn(), ref)) is None, "error": why}
+                medians[name] = []
             except Exception as exc:
                 row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        for _ in range(args.rounds):
+            for name in list(medians):
+                try:
+                    medians[name].append(measure(runs[name], device, settings))
+                except Exception as exc:
+                    row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+                    del medians[name]
+        for name, timings in medians.items():
+            timing = sorted(timings, key=lambda t: t.median_us)[len(timings) // 2]
+            gbs = gbps(row["bytes"], timing.median_us)
+            row["results"][name].update(us=timing.median_us, spread_us=timing.spread_us, gbs=gbs,
+                                        pct_copy=100 * gbs / copy_gbs,
+                                        rounds_us=[t.median_us for t in timings])
         best = max(((r["gbs"], k) for k, r in row["results"].items()
                     if "gbs" in r and k in backends and r["ok"]), default=(float("nan"), "none"))
         row["best_backend"], row["best_gbs"] = best[1], best[0]
