@@ -8,6 +8,7 @@ backends), then everything is timed with CUDA events and an L2 flush between rep
     python benchmarks/bench_softmax.py --out benchmarks/results            # full sweep
     python benchmarks/bench_softmax.py --ops softmax --dtypes bfloat16 --quick
     python benchmarks/bench_softmax.py --warm 8 ...   # compile every kernel in 8 processes first
+    python benchmarks/bench_softmax.py --resume ...   # go on with a sweep that was stopped
 
 ``tune s`` is the race of one call; with ``--warm`` it runs on warm compile caches (the cold-cache
 cost of a full tune is what benchmarks/bench_tune_time.py measures).
@@ -55,6 +56,8 @@ def main() -> int:  # noqa: C901
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--name", default="softmax_sweep")
     parser.add_argument("--device", default="cuda", help="cuda (the point), or cpu for a smoke run")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows of <out>/<name>.json and measure only the missing ones")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per row (median kept)")
     parser.add_argument("--warm", type=int, default=0,
                         help="first compile every kernel of the sweep in this many parallel processes (their "
@@ -76,6 +79,10 @@ def main() -> int:  # noqa: C901
     copy_gbs = measure_copy_bandwidth(device, settings).gbps
     print(f"device {dispatch._keys.device_name(device)}  copy bandwidth {copy_gbs:.0f} GB/s")
     rows: list[dict] = []
+    previous = Path(args.out) / f"{args.name}.json"
+    if args.resume and previous.exists():  # rows of an earlier (stopped) run of the same sweep
+        rows = json.loads(previous.read_text())["rows"]
+        print(f"resuming: {len(rows)} rows already measured in {previous}")
     meta = {"device": dispatch._keys.device_name(device), "copy_gbs": copy_gbs, "torch": torch.__version__,
             "python": platform.python_version(), "backends": {n: dict(dispatch.backends()[n].versions)
                                                               for n in backends},
@@ -143,12 +150,15 @@ def save(out: Path, name: str, meta: dict, rows: list[dict], backends: list[str]
 
 
 def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
+    done = {(r["op"], r["dtype"], r["M"], r["N"]) for r in rows}
     for op, dtype_name, m, n in sweep_cases(args):
+        if (op, dtype_name, m, n) in done:
+            continue
         dtype = getattr(torch, dtype_name)
         x = (torch.randn(m, n, device=device) * 4).to(dtype)
         ref = getattr(torch, op)(x, -1)
         row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "bytes": bytes_moved(op, (m, n), dtype),
-               "results": {}}
+               "copy_gbs": copy_gbs, "results": {}}
         start = time.perf_counter()
         getattr(dispatch, op)(x, -1)  # races every backend (tunes each) and keeps the winner
         if device.type == "cuda":
@@ -201,7 +211,8 @@ def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
 def write_markdown(path: Path, meta: dict, rows: list[dict], backends: list[str]) -> None:
     cols = ["dispatch"] + backends + ["torch.compile"]
     lines = [f"# Softmax family on {meta['device']}", "",
-             f"Copy bandwidth measured in the same run: **{meta['copy_gbs']:.0f} GB/s**. "
+             f"Copy bandwidth measured in the same run: **{meta['copy_gbs']:.0f} GB/s** (each row's % is of "
+             "the copy measured in the run that timed it). "
              f"torch {meta['torch']}. Command: `{meta['command']}`", "",
              "GB/s (and % of copy bandwidth); `pick` is dispatch's choice; `tune` is the time to race all backends.",
              "", "| op | dtype | M x N | " + " | ".join(cols) + " | pick | pick/best | tune s |",
