@@ -2,7 +2,7 @@
 # One device run: the whole test-suite (sharded), the softmax-family sweep, the warm-cache check,
 # cold-cache tune times and decode-shape call costs (results in $OUT).
 # Usage on the device machine, from the repo root, after unpacking TileLang (shared/gpu/README.md):
-#   bash benchmarks/gpu_run.sh [TEST_SECONDS] [BENCH_SECONDS] [PAIRS]
+#   [RESUME_FROM=DIR] bash benchmarks/gpu_run.sh [TEST_SECONDS] [BENCH_SECONDS] [PAIRS]
 set -u
 out=${OUT:-benchmarks/results}
 export DISPATCH_CACHE_DIR=${DISPATCH_CACHE_DIR:-/tmp/dispatch-cache}
@@ -10,7 +10,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv > 
 timeout "${1:-330}" python3 benchmarks/run_tests_sharded.py --shards 10 --timeout "$((${1:-330} - 20))" \
   --out "$out/tests" tests/ > "$out/pytest.log" 2>&1
 echo "tests exit $?" >> "$out/pytest.log"
-timeout "${2:-450}" python3 benchmarks/bench_softmax.py --warm 8 --compile softmax \
+# RESUME_FROM=benchmarks/results/h200_run4 goes on with that sweep (its rows are kept)
+resume=""
+if [ -n "${RESUME_FROM:-}" ]; then cp "$RESUME_FROM/softmax_sweep.json" "$out/" && resume="--resume"; fi
+timeout "${2:-450}" python3 benchmarks/bench_softmax.py --warm 8 --compile softmax $resume \
   --pairs "${3:-softmax:bfloat16,softmax:float32,softmax:float16,log_softmax:bfloat16,logsumexp:bfloat16,logsumexp:float32}" \
   --out "$out" > "$out/bench.log" 2>&1
 echo "bench exit $?" >> "$out/bench.log"
