@@ -72,6 +72,14 @@ class CallSpec:
         return n
 
     @property
+    def out_shape(self) -> tuple[int, ...]:
+        """Shape of the result: the input's for softmax/log_softmax; for logsumexp the reduced dims
+        are dropped (kept as 1 with ``keepdim``)."""
+        if self.op != "logsumexp":
+            return self.shape
+        return tuple(1 if i in self.dims else s for i, s in enumerate(self.shape) if self.keepdim or i not in self.dims)
+
+    @property
     def last_dim_contiguous(self) -> bool:
         """One reduced dim, the last one, with unit stride (rows may have any stride)."""
         return (self.ndim >= 1 and self.dims == (self.ndim - 1,)

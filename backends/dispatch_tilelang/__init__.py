@@ -118,10 +118,7 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     target, n, m = _target(spec), spec.shape[-1], spec.rows
     cfg = config.as_dict() if config else _space(op, spec)[1]
     compiled = kernels.build(op, m, n, spec.dtype, spec.out_dtype, cfg, target)
-    if op == "logsumexp":
-        out_shape = spec.shape[:-1] + ((1,) if spec.keepdim else ())
-    else:
-        out_shape = spec.shape
+    out_shape = spec.out_shape
 
     def run(x: torch.Tensor) -> torch.Tensor:
         return compiled(x.reshape(m, n)).view(out_shape)

@@ -108,12 +108,8 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
 
     m, n = _rows(spec)
     cfg = dict(config.as_dict()) if config else kernels.default_config(op, m, n, spec.dtype)
-    if op == "logsumexp":
-        out_shape = spec.shape[:-1] + ((1,) if spec.keepdim else ())
-    else:
-        out_shape = spec.shape
     return kernels.Launcher(op, m, n, spec.dtype, spec.out_dtype, rows_view_stride(spec), spec.device, cfg,
-                            out_shape=out_shape).run
+                            out_shape=spec.out_shape).run
 
 
 _BENCHES: dict[tuple[int, int], object] = {}

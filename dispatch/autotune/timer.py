@@ -12,6 +12,7 @@ import torch
 from .space import Config, Timing, TuneSettings
 
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H200: 50 MB)
+_BURST = 20  # back-to-back calls timed for a call's host-bound rate
 _flush_buffers: dict[torch.device, torch.Tensor] = {}
 _count_lock = threading.Lock()
 _measured = 0
@@ -89,9 +90,6 @@ def _measure_cuda(fn, device, settings, cfg) -> Timing:
         if settings.host_bound:
             median = max(median, _back_to_back_us(fn, min(settings.rep, _BURST)))
     return Timing(cfg, median, spread, settings.rep)
-
-
-_BURST = 20
 
 
 def _back_to_back_us(fn, calls: int) -> float:
