@@ -9,6 +9,8 @@ backends), then everything is timed with CUDA events and an L2 flush between rep
     python benchmarks/bench_softmax.py --ops softmax --dtypes bfloat16 --quick
     python benchmarks/bench_softmax.py --warm 8 ...   # compile every kernel in 8 processes first
     python benchmarks/bench_softmax.py --resume ...   # go on with a sweep that was stopped
+    python benchmarks/bench_softmax.py --shard 0/2 --out A ...  # every 2nd case (one GPU each)
+    python benchmarks/bench_softmax.py --merge A/softmax_sweep.json,B/softmax_sweep.json --out DIR
 
 ``tune s`` is the race of one call; with ``--warm`` it runs on warm compile caches (the cold-cache
 cost of a full tune is what benchmarks/bench_tune_time.py measures).
@@ -50,7 +52,8 @@ def main() -> int:  # noqa: C901
     parser.add_argument("--ops", default="softmax,log_softmax,logsumexp")
     parser.add_argument("--dtypes", default="bfloat16,float16,float32")
     parser.add_argument("--elements", type=int, default=64 * 1024 * 1024, help="M*N per shape")
-    parser.add_argument("--compile", default="softmax", help="ops to time torch.compile on ('' for none)")
+    parser.add_argument("--compile", default="softmax,log_softmax,logsumexp",
+                        help="ops to time torch.compile on ('' for none)")
     parser.add_argument("--quick", action="store_true", help="every other N")
     parser.add_argument("--pairs", default="", help="op:dtype,... in this order (instead of --ops x --dtypes)")
     parser.add_argument("--out", default="benchmarks/results")
@@ -58,6 +61,9 @@ def main() -> int:  # noqa: C901
     parser.add_argument("--device", default="cuda", help="cuda (the point), or cpu for a smoke run")
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows of <out>/<name>.json and measure only the missing ones")
+    parser.add_argument("--shard", default="0/1", help="i/k: measure every k-th case from the i-th (one GPU each)")
+    parser.add_argument("--merge", default="",
+                        help="comma list of sweep JSONs to combine into <out>/<name>.json/.md/.png (no measuring)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per row (median kept)")
     parser.add_argument("--warm", type=int, default=0,
                         help="first compile every kernel of the sweep in this many parallel processes (their "
@@ -66,6 +72,8 @@ def main() -> int:  # noqa: C901
     args = parser.parse_args()
     if args.warm_only:
         return warm_worker(args)
+    if args.merge:
+        return merge(args)
     if args.warm > 0:
         warm_caches(args)
     device = torch.device(args.device)
@@ -99,19 +107,66 @@ def main() -> int:  # noqa: C901
 
 
 def sweep_cases(args) -> list[tuple[str, str, int, int]]:
+    """The cases this process measures: its ``--shard`` of those not already in a ``--resume``d sweep."""
     pairs = [tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else [
         (op, dt) for op in args.ops.split(",") for dt in args.dtypes.split(",")]
-    return [(op, dt, m, n) for op, dt in pairs for m, n in shapes(args.elements, args.quick)]
+    i, k = _shard(args.shard)  # shards first, so that a resumed shard keeps its cases
+    cases = [(op, dt, m, n) for op, dt in pairs for m, n in shapes(args.elements, args.quick)][i::k]
+    previous = Path(args.out) / f"{args.name}.json"
+    if args.resume and previous.exists():
+        done = {(r["op"], r["dtype"], r["M"], r["N"]) for r in json.loads(previous.read_text())["rows"]}
+        cases = [c for c in cases if c not in done]
+    return cases
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, k = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard must be i/k with 0 <= i < k (e.g. 0/2), got {text!r}") from None
+    if not 0 <= i < k:
+        raise SystemExit(f"--shard must be i/k with 0 <= i < k (e.g. 0/2), got {text!r}")
+    return i, k
+
+
+def merge(args) -> int:
+    """Combine sweeps (e.g. the shards of one run, one per GPU) into one JSON, table and plot.
+
+    Rows keep the copy bandwidth of the run that timed them; a case measured twice keeps the
+    later file's row. The first file's meta heads the result, with every file's command listed."""
+    paths = [Path(p) for p in args.merge.split(",") if p]
+    loaded = [json.loads(p.read_text()) for p in paths]
+    by_case: dict[tuple, dict] = {}
+    for data in loaded:
+        for r in data["rows"]:
+            by_case[(r["op"], r["dtype"], r["M"], r["N"])] = r
+    order = {c: i for i, c in enumerate((op, dt) for op in ("softmax", "log_softmax", "logsumexp")
+                                        for dt in ("bfloat16", "float32", "float16"))}
+    decode = {m: i for i, m in enumerate(DECODE_M)}
+    rows = sorted(by_case.values(), key=lambda r: (order.get((r["op"], r["dtype"]), 99),
+                                                   r["M"] in decode, r["N"] if r["M"] not in decode else decode[r["M"]]))
+    meta = dict(loaded[0]["meta"])
+    meta["command"] = " ; ".join(d["meta"]["command"] for d in loaded)
+    meta["merged_from"] = [str(p) for p in paths]
+    backends = sorted({n for d in loaded for n in d["meta"]["backends"]}, key=lambda n: (n != "tilelang", n))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save(out, args.name, meta, rows, backends)
+    write_plot(out / f"{args.name}.png", meta, rows)
+    print(f"merged {len(rows)} rows from {len(paths)} files into {out / args.name}.json")
+    return 0
 
 
 def warm_worker(args) -> int:
-    """Tune this worker's share of the sweep (compiles every candidate into the disk caches)."""
+    """Tune this worker's share of the sweep and torch.compile it (compiles every kernel into the disk caches)."""
     i, k = (int(v) for v in args.warm_only.split("/"))
     dispatch.configure(autotune=True, policy="measured")
     for op, dtype_name, m, n in sweep_cases(args)[i::k]:
         x = torch.randn(m, n, device=args.device).to(getattr(torch, dtype_name))
         try:
             getattr(dispatch, op)(x, -1)
+            if op in args.compile.split(","):  # fills inductor's on-disk graph cache
+                torch.compile(getattr(torch, op), dynamic=False)(x, -1)
         except Exception as exc:  # the sweep itself reports errors; this only warms caches
             print(f"warm {op} {dtype_name} {m}x{n}: {type(exc).__name__}: {exc}", file=sys.stderr)
     return 0

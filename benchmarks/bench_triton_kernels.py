@@ -48,9 +48,12 @@ def sweep_configs(op: str, n: int, dtype: torch.dtype) -> list[dict]:
             out.append(K._cfg("split_online", 4096, 1, sp, 8, 2))
             out.append(K._cfg("split_online", 2048, 1, sp, 4, 2))
         out.append(K._cfg("online", 8192, 1, 1, 16, 2))
+    if dtype.itemsize == 2 and 8192 <= K._np2(n) <= 16384:
+        # 2-byte rows held whole at 64 elements per thread (fewer warps per row)
+        out.append(K._cfg("onepass", K._np2(n), 1, 1, K._np2(n) // 2048))
     if op != "logsumexp" and K._np2(n) >= 16384:
         for bn in (2048, 4096, 8192, 16384):
-            for per in (8, 16, 32):
+            for per in (8, 16, 32) + ((64,) if dtype.itemsize == 2 else ()):
                 w = bn // (32 * per)
                 if 2 <= K._cdiv(n, bn) <= min(K.MAX_SPLIT, 132) and 1 <= w <= 32:
                     out.append(K._cfg("split_pipe", bn, 1, 1, w))
