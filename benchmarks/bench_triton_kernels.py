@@ -48,9 +48,24 @@ def sweep_configs(op: str, n: int, dtype: torch.dtype) -> list[dict]:
             out.append(K._cfg("split_online", 4096, 1, sp, 8, 2))
             out.append(K._cfg("split_online", 2048, 1, sp, 4, 2))
         out.append(K._cfg("online", 8192, 1, 1, 16, 2))
-    if dtype.itemsize == 2 and 8192 <= K._np2(n) <= 16384:
-        # 2-byte rows held whole at 64 elements per thread (fewer warps per row)
-        out.append(K._cfg("onepass", K._np2(n), 1, 1, K._np2(n) // 2048))
+    if dtype.itemsize == 2 and K._np2(n) <= 16384:
+        # 2-byte rows held whole at 64 elements per thread (more bytes in flight per thread)
+        bn = max(K._np2(n), 16)
+        for t in (2048, 4096, 8192, 16384):
+            if t >= bn:
+                out.append(K._cfg("rows" if t > bn else "onepass", bn, t // bn, 1, t // 2048))
+    if op == "logsumexp" and K._np2(n) >= 32768:
+        # long rows read once, cut into chunks held in registers (the last chunk of a row to
+        # arrive combines), or a 2-byte row held whole at 64 per thread
+        for bn, w in ((2048, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)):
+            if 2 <= K._cdiv(n, bn) <= min(K.MAX_SPLIT, 132):
+                out.append(K._cfg("split", bn, 1, 1, w))
+        if dtype.itemsize == 2 and K._np2(n) == 65536:
+            out.append(K._cfg("onepass", 65536, 1, 1, 32))
+    if op == "logsumexp" and dtype.itemsize == 2 and K._np2(n) >= 16384:
+        # streamed with more per thread, deeper pipelines
+        for bn, w, st in ((8192, 4, 2), (8192, 4, 3), (4096, 2, 2), (4096, 4, 3), (2048, 1, 3), (8192, 8, 3)):
+            out.append(K._cfg("online", bn, 1, 1, w, st))
     if op != "logsumexp" and K._np2(n) >= 16384:
         for bn in (2048, 4096, 8192, 16384):
             for per in (8, 16, 32) + ((64,) if dtype.itemsize == 2 else ()):

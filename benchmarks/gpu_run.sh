@@ -10,13 +10,21 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv > 
 timeout "${1:-330}" python3 benchmarks/run_tests_sharded.py --shards 10 --timeout "$((${1:-330} - 20))" \
   --out "$out/tests" tests/ > "$out/pytest.log" 2>&1
 echo "tests exit $?" >> "$out/pytest.log"
-# RESUME_FROM=benchmarks/results/h200_run4 goes on with that sweep (its rows are kept)
+# the sweep, one shard per GPU (merged at the end); RESUME_FROM=DIR goes on with the sweep in
+# DIR (its rows are kept)
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l); [ "$ngpu" -ge 1 ] || ngpu=1
 resume=""
-if [ -n "${RESUME_FROM:-}" ]; then cp "$RESUME_FROM/softmax_sweep.json" "$out/" && resume="--resume"; fi
-timeout "${2:-450}" python3 benchmarks/bench_softmax.py --warm 8 --compile softmax $resume \
-  --pairs "${3:-softmax:bfloat16,softmax:float32,softmax:float16,log_softmax:bfloat16,logsumexp:bfloat16,logsumexp:float32}" \
-  --out "$out" > "$out/bench.log" 2>&1
-echo "bench exit $?" >> "$out/bench.log"
+for ((i = 0; i < ngpu; i++)); do
+  mkdir -p "$out/sweep$i"
+  if [ -n "${RESUME_FROM:-}" ]; then cp "$RESUME_FROM/softmax_sweep.json" "$out/sweep$i/" && resume="--resume"; fi
+  (CUDA_VISIBLE_DEVICES=$i DISPATCH_CACHE_DIR=$DISPATCH_CACHE_DIR/gpu$i timeout "${2:-450}" \
+    python3 benchmarks/bench_softmax.py --warm $((12 / ngpu)) $resume --shard "$i/$ngpu" \
+    --pairs "${3:-softmax:bfloat16,softmax:float32,softmax:float16,log_softmax:bfloat16,log_softmax:float32,log_softmax:float16,logsumexp:bfloat16,logsumexp:float32,logsumexp:float16}" \
+    --out "$out/sweep$i" > "$out/sweep$i/bench.log" 2>&1; echo "bench exit $?" >> "$out/sweep$i/bench.log") &
+done
+wait
+python3 benchmarks/bench_softmax.py --merge "$(ls "$out"/sweep*/softmax_sweep.json | paste -sd,)" --out "$out" \
+  > "$out/bench.log" 2>&1
 timeout 60 python3 benchmarks/warm_cache_check.py --shapes 16384x4096,256x262144 --ops softmax \
   > "$out/warm_cache.json" 2>&1
 echo "warm-cache exit $?" >> "$out/warm_cache.json"
