@@ -74,14 +74,12 @@ def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
     out: list[dict] = []
     cap = min(MAX_SPLIT, sms)
     # rows / onepass: the whole row in registers; tiles of 1K-16K elements, 8-32 per thread
-    # (16-64 for a 2-byte logsumexp: a read-only kernel wants more bytes in flight per thread)
-    pers = (16, 32, 64) if (op == "logsumexp" and esz == 2) else (8, 16, 32)
     if np2 <= 32768:
         bn = max(np2, 16)
         tiles = [t for t in (1024, 2048, 4096, 8192, 16384) if bn <= t <= max(2048, 2 * bn)] or [bn]
         for t in tiles:
             rows = t // bn
-            for per in pers:
+            for per in (8, 16, 32):
                 w = _warps_for(t, per)
                 if w is not None:
                     out.append(_cfg("rows" if rows > 1 else "onepass", bn, rows, 1, w))
@@ -104,18 +102,14 @@ def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
                 if sp <= cap:
                     out.append(_cfg("split_online", 2048, 1, sp, 4, 2))
     else:
-        # logsumexp reads once. Long rows: cut into chunks held in registers (the last chunk of
-        # a row to arrive combines; 8192-element chunks won on the H200 by 4-22%), or streamed,
-        # one program per row or a row cut over a few (rows too long for chunks)
-        if np2 >= 32768:
-            for bn, w in ((8192, 4), (4096, 2 if esz == 2 else 4)):
-                if 2 <= np2 // bn <= cap:
-                    out.append(_cfg("split", bn, 1, 1, w))
+        # logsumexp reads once: streamed, one program per row or a row cut over a few
         if np2 >= 16384:
-            for bn, w in ((1024, 4), (4096, 8)):
+            for bn, w in ((1024, 4), (2048, 4), (4096, 8)):
                 out.append(_cfg("online", bn, 1, 1, w, 2))
-        if np2 >= 65536 and 16 <= cap:
-            out.append(_cfg("split_online", 2048, 1, 16, 4, 2))
+        if np2 >= 65536:
+            for bn, w, sp in ((4096, 8, 4), (2048, 4, 16), (2048, 4, 32)):
+                if sp <= cap:
+                    out.append(_cfg("split_online", bn, 1, sp, w, 2))
     return out
 
 
@@ -139,9 +133,8 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
     softmax/log_softmax: rows of <= 512 in 1K-element tiles (several rows per program) at 8 per
     thread; rows that fit in registers one per program at 16 (2-byte) or 8-32 (fp32) per
     thread; longer rows split over programs in 4096-element chunks (pipelined). logsumexp (read-only, it
-    wants more in flight per thread): 32 (fp32) or 64 (2-byte) per thread on rows held whole,
-    then 8192-element chunks over programs; rows too long for those are streamed, one program
-    per row when rows are many, a row cut over 16 programs when they are few.
+    wants more in flight per thread): 32 per thread on short rows, then streamed, one program
+    per row when rows are many, a row cut over several programs when they are few.
     """
     space = config_space(op, n_rows, n_cols, dtype)
     np2 = _np2(max(int(n_cols), 1))
@@ -151,24 +144,20 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
     want: dict | None = None
     if np2 <= 512:
         bn = max(np2, 16)
-        tile = 2048 if (lse and esz == 2) else 1024  # 2-byte logsumexp: 64 per thread
-        want = _cfg("rows", bn, tile // bn, 1, 1 if lse else 4)
+        want = _cfg("rows", bn, 1024 // bn, 1, 1 if lse else 4)
     elif np2 <= 16384:
         if lse and esz == 2:
-            want = _cfg("rows", 1024, 2, 1, 1) if np2 == 1024 else _cfg("onepass", np2, 1, 1, max(1, np2 // 2048))
+            want = _cfg("rows", 1024, 2, 1, 2) if np2 == 1024 else _cfg("onepass", np2, 1, 1, np2 // 1024)
         elif esz == 2:
             want = _cfg("onepass", np2, 1, 1, max(1, min(32, np2 // 512)))
         else:
             want = _cfg("onepass", np2, 1, 1, max(1, min(16, np2 // 256)))
     elif lse:
-        # long rows: 8192-element chunks held in registers; rows too long for them streamed,
-        # over 16 programs per row when rows are few
-        want = _cfg("split", 8192, 1, 1, 4)
-        if want not in space:
-            if n_rows < 4 * sms:
-                want = _cfg("split_online", 2048, 1, 16, 4, 2)
-            else:
-                want = _cfg("online", 4096, 1, 1, 8, 2) if esz == 2 else _cfg("online", 1024, 1, 1, 4, 2)
+        if np2 >= 65536 and n_rows < 4 * sms:
+            # few long rows: cut each over several streaming programs to fill the device
+            want = _cfg("split_online", 4096, 1, 4, 8, 2) if n_rows >= sms else _cfg("split_online", 2048, 1, 32, 4, 2)
+        else:
+            want = _cfg("online", 4096, 1, 1, 8, 2) if esz == 2 else _cfg("online", 1024, 1, 1, 4, 2)
     else:
         want = _cfg("split_pipe", 4096, 1, 1, 4)
         if want not in space:
