@@ -160,7 +160,7 @@ def merge(args) -> int:
 
 def warm_worker(args) -> int:
     """Tune this worker's share of the sweep and torch.compile it (compiles every kernel into the disk caches)."""
-    i, k = (int(v) for v in args.warm_only.split("/"))
+    i, k = _shard(args.warm_only)
     dispatch.configure(autotune=True, policy="measured")
     for op, dtype_name, m, n in sweep_cases(args)[i::k]:
         x = torch.randn(m, n, device=args.device).to(getattr(torch, dtype_name))
@@ -206,10 +206,7 @@ def save(out: Path, name: str, meta: dict, rows: list[dict], backends: list[str]
 
 
 def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
-    done = {(r["op"], r["dtype"], r["M"], r["N"]) for r in rows}
-    for op, dtype_name, m, n in sweep_cases(args):
-        if (op, dtype_name, m, n) in done:
-            continue
+    for op, dtype_name, m, n in sweep_cases(args):  # less the rows already in a --resume'd sweep
         dtype = getattr(torch, dtype_name)
         x = (torch.randn(m, n, device=device) * 4).to(dtype)
         ref = getattr(torch, op)(x, -1)

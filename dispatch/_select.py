@@ -35,7 +35,7 @@ class Candidate:
     latency_us: float | None = None
     config: Config | None = None
     note: str = ""
-    tune_s: float | None = None  # seconds this race spent tuning it (0 when its tune was cached)
+    tune_s: float | None = None  # seconds this race spent tuning it (about 0 when its tune was cached)
 
 
 @frozen

@@ -25,7 +25,8 @@ _KERNEL_MODULES = ("dispatch_triton.kernels", "dispatch_triton.jit", "dispatch_t
 
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
+    """Whether Triton runs kernels in its interpreter: ``TRITON_INTERPRET`` read as Triton reads it."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on")
 
 
 def _availability(triton_version: str | None) -> Verdict:

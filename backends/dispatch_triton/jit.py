@@ -53,17 +53,13 @@ sizes the grid and launches this kernel in :mod:`dispatch_triton.launch`.
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
 
+from . import _interpreting
+
 _ROW_OFF = tl.constexpr(64)  # logsumexp's per-row arrival counters in the int32 sync buffer
 _MAXS = tl.constexpr(128)
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 # The interpreter truncates fp32 -> bf16 where the GPU rounds to nearest even: emulate the GPU
