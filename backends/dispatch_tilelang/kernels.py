@@ -295,10 +295,11 @@ class CompiledKernel:
 _BUILT: dict[tuple, CompiledKernel] = {}
 _BUILD_LOCKS: dict[tuple, threading.Lock] = {}
 _BUILD_LOCKS_GUARD = threading.Lock()
-# One trace/compile at a time in a process: TileLang parses kernel sources with ``ast``, and
-# CPython 3.11's ast module keeps its recursion-depth counter in shared state, so two threads
-# tracing at once can corrupt it ("SystemError: AST constructor recursion depth mismatch"),
-# after which every later ast call in the process fails.
+# One program made, traced and compiled at a time in a process: TileLang parses kernel sources
+# with ``ast`` (making a program alone parses hundreds of times), and CPython 3.11's ast module
+# keeps its recursion-depth counter in shared state, so two threads parsing at once can corrupt
+# it ("SystemError: AST constructor recursion depth mismatch"), after which every later ast call
+# in the process fails.
 _TRACE_LOCK = threading.Lock()
 
 
@@ -336,9 +337,8 @@ def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, conf
             if reason is not None:
                 raise ValueError(f"cannot build {op} for N={n_cols} {ins} on {target!r} with {dict(config)!r}: {reason}")
             jit_kwargs, build_keys = split_config(config, target)
-            program = jit_program(op, n_cols, ins, outs, target, build_keys)
-            with _TRACE_LOCK:
-                jit_kernel = program(**jit_kwargs)
+            with _TRACE_LOCK:  # making the program (a @tilelang.jit decoration) reads sources too
+                jit_kernel = jit_program(op, n_cols, ins, outs, target, build_keys)(**jit_kwargs)
             compiled = CompiledKernel(op, n_cols, ins, outs, config, target, jit_kernel)
         _BUILT[key] = compiled
         return compiled
