@@ -20,14 +20,10 @@ from ._keys import spec_key
 from ._select import Decision, Selector, expected_output
 from ._spec import OPS, CallSpec
 from .autotune.cache import default_cache
-from .errors import BackendFaultError
+from .errors import BackendFaultError, FaultWarning
 from .tolerance import mismatch
 
 MAX_KEYS_PER_OP = 4096
-
-
-class FaultWarning(RuntimeWarning):
-    """A backend faulted on a key and was quarantined for it; another backend served the call."""
 
 
 class Dispatcher:

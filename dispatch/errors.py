@@ -36,3 +36,7 @@ class TuneError(DispatchError):
 
 class PluginError(DispatchError):
     """A plugin author's mistake: a malformed hook answer or a backend that breaks the protocol."""
+
+
+class FaultWarning(RuntimeWarning):
+    """A backend faulted on a key and was quarantined for it; another backend served the call."""

@@ -10,7 +10,8 @@ import torch
 
 import dispatch
 from dispatch import BackendFaultError
-from dispatch._dispatcher import DISPATCHER, FaultWarning
+from dispatch._dispatcher import DISPATCHER
+from dispatch.errors import FaultWarning
 from dispatch.autotune import measurement_count
 
 import chunked_backend

@@ -1,0 +1,31 @@
+"""Everything a backend or op author needs, in one public module.
+
+Backends (built-in and third-party), op packages, plugins and benchmarks import from here and
+from the top-level ``dispatch`` namespace only; ``dispatch._*`` modules are internal.
+
+::
+
+    from dispatch.backend import BackendInfo, CallSpec, Verdict, hookimpl
+"""
+
+from __future__ import annotations
+
+from ._sources import dist_version, source_hash
+from ._spec import BackendInfo, CallSpec, Verdict, dtype_name
+from .autotune.placeholders import placeholder
+from .autotune.seeding import seed_kwargs, split_build_keys, strip_build_keys, to_config_keys
+from .autotune.space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings, TuneSpace
+from .autotune.sweep import pick_winner, sweep
+from .autotune.timer import do_bench, measure
+from .errors import (BackendFaultError, BackendRefusedError, DispatchError, FaultWarning, NoBackendError,
+                     PluginError, TuneError, UnknownBackendError)
+from .hookspec import hookimpl
+from .tolerance import max_errors, mismatch, tolerance
+
+__all__ = [
+    "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
+    "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult",
+    "TuneSettings", "TuneSpace", "UnknownBackendError", "Verdict", "dist_version", "do_bench", "dtype_name",
+    "hookimpl", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
+    "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance",
+]
