@@ -1,4 +1,4 @@
-"""Differentiability for every backend: a backend's forward, its own or the reference backward."""
+"""Differentiability for every backend: a backend's forward, with its own or the op's reference backward."""
 
 from __future__ import annotations
 
@@ -6,54 +6,57 @@ from collections.abc import Callable
 
 import torch
 
+from . import _opdecl
 from ._spec import CallSpec
 
 
-def reference_backward(spec: CallSpec) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The reference gradient of ``spec.op`` w.r.t. its input, from the saved input and output."""
-    dims = spec.dims or ()
-    in_dtype = spec.dtype
+def reference_backward(spec: CallSpec) -> Callable[..., object]:
+    """The op's declared backward for ``spec``, or autograd through its reference implementation.
 
-    if spec.op == "softmax":
-        def backward(grad, x, y):
-            g = grad.to(y.dtype)
-            return (y * (g - (g * y).sum(dims, keepdim=True))).to(in_dtype)
-    elif spec.op == "log_softmax":
-        def backward(grad, x, y):
-            g = grad.to(y.dtype)
-            return (g - torch.exp(y) * g.sum(dims, keepdim=True)).to(in_dtype)
-    else:
-        keepdim = spec.keepdim
+    Either way: ``backward(grad_output, *tensors, output)`` -> the gradient of each tensor.
+    """
+    decl = _opdecl.get(spec.op)
+    if decl.backward is not None:
+        return decl.backward(spec)
+    reference = decl.reference(spec)
 
-        def backward(grad, x, y):
-            if not keepdim and dims:
-                for d in sorted(dims):
-                    grad = grad.unsqueeze(d)
-                    y = y.unsqueeze(d)
-            return (grad * torch.exp(x - y)).to(in_dtype)
+    def backward(grad, *saved):
+        tensors = saved[:-1]
+        leaves = [t.detach().requires_grad_(t.dtype.is_floating_point) if t is not None else None for t in tensors]
+        with torch.enable_grad():
+            out = reference(*leaves)
+        wanted = [t for t in leaves if t is not None and t.requires_grad]
+        grads = iter(torch.autograd.grad(out, wanted, grad, allow_unused=True))
+        return tuple(next(grads) if t is not None and t.requires_grad else None for t in leaves)
     return backward
 
 
 class _BackendFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, kernel, backward):
-        y = kernel(x)
+    def forward(ctx, kernel, backward, *tensors):
+        y = kernel(*tensors)
         ctx.backward_kernel = backward
-        ctx.save_for_backward(x, y)
+        ctx.absent = tuple(t is None for t in tensors)
+        ctx.save_for_backward(*(t for t in tensors if t is not None), y)
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        x, y = ctx.saved_tensors
-        return ctx.backward_kernel(grad, x, y), None, None
+        saved = iter(ctx.saved_tensors[:-1])
+        tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
+        grads = ctx.backward_kernel(grad, *tensors, ctx.saved_tensors[-1])
+        if isinstance(grads, torch.Tensor) or grads is None:
+            grads = (grads,)
+        grads = tuple(grads) + (None,) * (len(tensors) - len(grads))
+        return (None, None, *grads)
 
 
-def differentiable(kernel: Callable[[torch.Tensor], torch.Tensor],
-                   backward: Callable | None, spec: CallSpec) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Wrap ``kernel`` so autograd flows through it, with ``backward`` or the reference formula."""
+def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable | None,
+                   spec: CallSpec) -> Callable[..., torch.Tensor]:
+    """Wrap ``kernel`` so autograd flows through it, with ``backward`` or the op's reference backward."""
     grad_fn = backward if backward is not None else reference_backward(spec)
 
-    def run(x: torch.Tensor) -> torch.Tensor:
-        return _BackendFunction.apply(x, kernel, grad_fn)
+    def run(*tensors: torch.Tensor) -> torch.Tensor:
+        return _BackendFunction.apply(kernel, grad_fn, *tensors)
 
     return run

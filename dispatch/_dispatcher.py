@@ -1,8 +1,10 @@
 """Resolved calls: the hot-path tables, first-call validation, and quarantine after faults.
 
-The hot path (in :mod:`dispatch.ops`) is one dictionary lookup keyed by what fixes the decision
-(dtype, device, shape, strides, dim, dtype=, backend=, scope, grad mode) and one call. Everything
-else happens here, once per new key, under a per-key lock so concurrent first calls resolve once.
+The hot path (an op function made by :mod:`dispatch._opfunc`) is one dictionary lookup keyed by
+what fixes the decision and one call. Everything else happens here, once per new key, under a
+per-key lock so concurrent first calls resolve once. No kernel runs while a lock is held by its
+caller's thread in a way that could re-enter it: a faulting kernel's retry resolves the key anew
+after the lock is released.
 """
 
 from __future__ import annotations
@@ -14,22 +16,24 @@ from typing import Any
 
 import torch
 
-from . import _plugins, _settings
+from . import _opdecl, _plugins, _settings
 from ._autograd import differentiable
 from ._keys import spec_key
-from ._select import Decision, Selector, expected_output
-from ._spec import OPS, CallSpec
+from ._opfunc import OpFunction
+from ._select import Decision, Selector
+from ._spec import CallSpec
 from .autotune.cache import default_cache
 from .errors import BackendFaultError, FaultWarning
-from .tolerance import mismatch
+from .reference import check_output, expected_output, input_safety
 
 MAX_KEYS_PER_OP = 4096
 
 
 class Dispatcher:
     def __init__(self) -> None:
-        self.tables: dict[str, dict[tuple, Callable[[torch.Tensor], torch.Tensor]]] = {op: {} for op in OPS}
-        self.decisions: dict[str, dict[tuple, Decision]] = {op: {} for op in OPS}
+        self.tables: dict[str, dict[tuple, Callable[..., torch.Tensor]]] = {}
+        self.decisions: dict[str, dict[tuple, Decision]] = {}
+        self.functions: dict[str, OpFunction] = {}
         self._key_locks: dict[tuple, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._quarantine: dict[tuple, dict[str, str]] = {}
@@ -51,6 +55,22 @@ class Dispatcher:
     def selector(self) -> Selector:
         return Selector(_plugins.registry(), default_cache(), _settings.settings())
 
+    def function(self, op: str) -> OpFunction:
+        """The op function of declared op ``op`` (made once)."""
+        fn = self.functions.get(op)
+        if fn is None:
+            if op not in _opdecl.declared():
+                _plugins.registry()  # plugins may declare it
+            decl = _opdecl.get(op)
+            with self._locks_lock:
+                fn = self.functions.get(op)
+                if fn is None or fn.decl is not decl:
+                    table = self.tables.setdefault(op, {})
+                    table.clear()
+                    self.decisions.setdefault(op, {}).clear()
+                    fn = self.functions[op] = OpFunction(decl, table, self.miss)
+        return fn
+
     def _lock_for(self, key: tuple) -> threading.Lock:
         with self._locks_lock:
             lock = self._key_locks.get(key)
@@ -60,37 +80,62 @@ class Dispatcher:
 
     # -- resolution ------------------------------------------------------------------------------
 
-    def call(self, op: str, key: tuple, spec: CallSpec, forced: str | None, x: torch.Tensor) -> torch.Tensor:
-        """Resolve ``key`` (once, under its lock), validate the backend on this input, and run it."""
-        table = self.tables[op]
-        with self._lock_for((op, key)):
-            fn = table.get(key)
-            if fn is not None:
-                return fn(x)
-            while True:
-                decision = self.decide(spec, forced)
-                try:
-                    fn = self._build(decision, key)
-                except Exception as exc:  # dispatch_kernel raised: a fault of that backend, like a crash
-                    self._fault(decision, f"raised {type(exc).__name__} building its kernel: {exc}", exc)
-                    continue
-                out = self._validate(decision, fn, x)
-                if out is not None:
-                    break
-            if len(table) >= MAX_KEYS_PER_OP:  # many distinct shapes: start over rather than grow
-                table.clear()
-                self.decisions[op].clear()
-                with self._locks_lock:
-                    self._key_locks = {k: v for k, v in self._key_locks.items() if k[0] != op or k[1] == key}
-            table[key] = fn
-            self.decisions[op][key] = decision
-        return out if out is not _RUN_AGAIN else fn(x)
+    def miss(self, decl: _opdecl.OpDecl, key_fn, backend, values: dict[str, Any]) -> torch.Tensor:
+        """A call whose key is not resolved yet: check its arguments (torch's errors), resolve, run."""
+        if backend is not None and not isinstance(backend, str):
+            raise TypeError(f"'backend' must be a backend name (str) or None (got {backend!r})")
+        spec = decl.spec(values)
+        try:
+            key = key_fn(**values, backend=backend)
+            hash(key)
+        except (AttributeError, TypeError):  # an argument torch accepts but we can't key on: resolve each call
+            key = None
+        return self.call(decl.name, key, spec, backend, decl.tensors_of(values))
+
+    def call(self, op: str, key: tuple | None, spec: CallSpec, forced: str | None,
+             tensors: tuple) -> torch.Tensor:
+        """Resolve ``key`` (once, under its lock), validate the backend on this input, and run it.
+
+        Kernels run outside the lock, so a kernel that faults and is retried never waits on a lock
+        its own thread holds.
+        """
+        table = self.tables.setdefault(op, {})
+        decisions = self.decisions.setdefault(op, {})
+        lock = self._lock_for((op, key)) if key is not None else threading.Lock()
+        with lock:
+            fn = table.get(key) if key is not None else None
+            if fn is None:
+                fn, out, decision = self._resolve(spec, forced, key, tensors)
+                if key is not None:
+                    if len(table) >= MAX_KEYS_PER_OP:  # many distinct shapes: start over rather than grow
+                        table.clear()
+                        decisions.clear()
+                        with self._locks_lock:
+                            self._key_locks = {k: v for k, v in self._key_locks.items()
+                                               if k[0] != op or k[1] == key}
+                    table[key] = fn
+                    decisions[key] = decision
+                if out is not _RUN_AGAIN:
+                    return out
+        return fn(*tensors)
+
+    def _resolve(self, spec: CallSpec, forced: str | None, key, tensors: tuple):
+        while True:
+            decision = self.decide(spec, forced)
+            try:
+                fn = self._build(decision, key)
+            except Exception as exc:  # dispatch_kernel raised: a fault of that backend, like a crash
+                self._fault(decision, f"raised {type(exc).__name__} building its kernel: {exc}", exc)
+                continue
+            out = self._validate(decision, fn, tensors)
+            if out is not None:
+                return fn, out, decision
 
     def decide(self, spec: CallSpec, forced: str | None) -> Decision:
         qkey = _bucket_key(spec)
         return self.selector().select(spec, forced, _settings.current_scope(), self._quarantine.get(qkey))
 
-    def _build(self, decision: Decision, key: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
+    def _build(self, decision: Decision, key) -> Callable[..., torch.Tensor]:
         backend = _plugins.registry().backends[decision.backend]
         spec = decision.spec
         kernel = backend.kernel(spec.op, spec, decision.config)
@@ -100,20 +145,25 @@ class Dispatcher:
             kernel = differentiable(kernel, backend.backward(spec.op, spec), spec)
         return self._guarded(kernel, decision, key)
 
-    def _guarded(self, kernel, decision: Decision, key: tuple):
-        def guarded(x: torch.Tensor) -> torch.Tensor:
+    def _guarded(self, kernel, decision: Decision, key):
+        def guarded(*tensors: torch.Tensor) -> torch.Tensor:
             try:
-                return kernel(x)
+                return kernel(*tensors)
             except Exception as exc:
-                return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", x, exc)
+                return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc)
         guarded.__wrapped__ = kernel
         return guarded
 
-    def _validate(self, decision: Decision, fn, x: torch.Tensor) -> Any:
+    def _validate(self, decision: Decision, fn, tensors: tuple) -> Any:
         """Run a non-reference backend's first call on this bucket next to the reference.
 
-        Returns the output, ``_RUN_AGAIN`` when the call must be made again (grad mode), or None
-        when the backend faulted (it is then quarantined for the key and selection runs again).
+        The reference runs first, on the user's inputs (torch never writes to them); the backend
+        runs on copies, so a kernel that writes into its input can't corrupt the user's tensors
+        or the reference. A kernel that wrote into its input, returned an alias of it, raised or
+        differs from the reference is quarantined for the key.
+
+        Returns the output, ``_RUN_AGAIN`` when the call must be made again (grad mode, or the
+        reference), or None when the backend faulted (selection then runs again).
         """
         registry = _plugins.registry()
         backend = registry.backends[decision.backend]
@@ -121,19 +171,21 @@ class Dispatcher:
         vkey = (decision.backend, decision.config, _bucket_key(spec), spec.stride == _contig(spec))
         if backend.info.reference or vkey in self._validated:
             return _RUN_AGAIN
-        reference = next((b for b in registry.backends.values() if b.info.reference), None)
         kernel = getattr(fn, "__wrapped__", fn)
         try:
             with torch.no_grad():
-                out = kernel(x)
-                why = None
-                if reference is not None:
-                    why = mismatch(out, expected_output(reference, spec, x))
+                expected = expected_output(spec, tensors) if _has_reference(registry) else None
+                copies = tuple(None if t is None else _copy_like(t) for t in tensors)
+                out = kernel(*copies)
         except Exception as exc:
             self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
             return None
+        why = input_safety(copies, tensors, out)
+        if why is None and expected is not None:
+            why = check_output(spec, out, expected)
+            why = None if why is None else f"differs from the reference: {why}"
         if why is not None:
-            self._fault(decision, f"differs from the reference: {why}", None)
+            self._fault(decision, why, None)
             return None
         self._validated.add(vkey)
         return _RUN_AGAIN if spec.requires_grad else out
@@ -153,20 +205,32 @@ class Dispatcher:
             bucket[decision.backend] = what
             warnings.warn(message + " and the next backend serves it", FaultWarning, stacklevel=4)
 
-    def _fault_and_rerun(self, decision: Decision, key: tuple, what: str, x: torch.Tensor,
+    def _fault_and_rerun(self, decision: Decision, key, what: str, tensors: tuple,
                          exc: BaseException) -> torch.Tensor:
         self._fault(decision, what, exc)
         op = decision.spec.op
-        self.tables[op].pop(key, None)
-        self.decisions[op].pop(key, None)
+        if key is not None:
+            self.tables.get(op, {}).pop(key, None)
+            self.decisions.get(op, {}).pop(key, None)
         forced = None  # a forced backend raised above: only chosen backends fall back
-        return self.call(op, key, decision.spec, forced, x)
-
-    def quarantined(self) -> dict[tuple, dict[str, str]]:
-        return {k: dict(v) for k, v in self._quarantine.items()}
+        return self.call(op, key, decision.spec, forced, tensors)
 
 
 _RUN_AGAIN = object()
+
+
+def _has_reference(registry) -> bool:
+    return any(b.info.reference for b in registry.backends.values())
+
+
+def _copy_like(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its strides where they are not overlapping (so layout paths are the same)."""
+    try:
+        c = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        c.copy_(t.detach())
+    except RuntimeError:
+        c = t.detach().clone()
+    return c
 
 
 def _contig(spec: CallSpec) -> tuple[int, ...]:

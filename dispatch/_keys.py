@@ -1,8 +1,7 @@
-"""Cache keys: shape buckets, device names, and the keys of tune results and decisions.
+"""Cache keys: device names, and the keys of tune results and decisions.
 
-Bucketing, so that dynamic shapes don't re-tune: the reduced length N goes to the next power of
-two; the number of rows M to the next power of four (coarse: the batch matters less). A decision
-made for one shape serves every shape of its bucket.
+Each op declares its shape bucket rule (so that dynamic shapes don't re-tune); a decision made
+for one shape serves every shape of its bucket.
 """
 
 from __future__ import annotations
@@ -12,26 +11,13 @@ import platform
 
 import torch
 
+from . import _opdecl
 from ._spec import CallSpec, dtype_name
 
 
-def _next_pow(n: int, base: int) -> int:
-    p = 1
-    while p < n:
-        p *= base
-    return p
-
-
 def shape_bucket(spec: CallSpec) -> str:
-    """``"M<=m,N<=n,layout"``: the bucket ``spec`` falls in; ``layout`` is lastdim/strided/other."""
-    if spec.last_dim_contiguous:
-        layout = "lastdim"
-    elif len(spec.dims) == 1:
-        layout = f"dim{spec.dims[0] - spec.ndim}"
-    else:
-        layout = "dims" + "".join(str(d) for d in spec.dims) + f"of{spec.ndim}"
-    n, m = spec.reduced_size, spec.rows
-    return f"M<={_next_pow(m, 4)},N<={_next_pow(n, 2)},{layout}" + (",keepdim" if spec.keepdim else "")
+    """The bucket ``spec`` falls in, by its op's declared bucket rule."""
+    return _opdecl.get(spec.op).bucket(spec)
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,8 +30,12 @@ def device_name(device: torch.device) -> str:
 
 def spec_key(spec: CallSpec) -> dict[str, str]:
     """The part of every cache key that comes from the call: op, device, dtypes, bucket."""
-    return {"op": spec.op, "device": device_name(spec.device), "dtype": dtype_name(spec.dtype),
-            "out_dtype": dtype_name(spec.out_dtype), "bucket": shape_bucket(spec)}
+    key = {"op": spec.op, "device": device_name(spec.device), "dtype": dtype_name(spec.dtype),
+           "out_dtype": dtype_name(spec.out_dtype), "bucket": shape_bucket(spec)}
+    if len(spec.tensors) > 1:  # the other tensors: present (with dtype) or absent
+        key["tensors"] = ",".join(f"{t.name}:{dtype_name(t.dtype) if t.present else 'absent'}"
+                                  for t in spec.tensors[1:])
+    return key
 
 
 def tune_key(spec: CallSpec, backend: str, version: str, versions: dict[str, str]) -> dict[str, str]:

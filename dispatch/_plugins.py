@@ -14,7 +14,7 @@ from typing import Any
 import pluggy
 from attrs import frozen
 
-from . import hookspec
+from . import _opdecl, hookspec
 from ._spec import BackendInfo, CallSpec, Verdict
 from .autotune.space import EMPTY, Config, TuneResult, TuneSettings, TuneSpace
 from .errors import PluginError
@@ -69,7 +69,7 @@ class Backend:
         self.faults.append(Fault(self.name, hook, f"{type(exc).__name__}: {exc}"))
 
     def check(self, op: str, spec: CallSpec) -> Verdict:
-        if op not in self.info.ops:
+        if op not in self.info.ops and not self.info.reference:
             return Verdict.no(f"does not implement {op} (it implements {', '.join(sorted(self.info.ops))})")
         if not self.info.available:
             return Verdict.no(f"unavailable here: {self.info.available.reason}")
@@ -117,6 +117,25 @@ class Backend:
         return self._call("dispatch_backward", op=op, spec=spec)
 
 
+def _declared_ops(hooks: Mapping[str, Callable[..., Any]], plugin_name: str, origin: str) -> tuple:
+    """The op declarations a plugin's ``dispatch_ops`` hook returns, checked."""
+    hook = hooks.get("dispatch_ops")
+    if hook is None:
+        return ()
+    decls = hook()
+    if isinstance(decls, _opdecl.OpDecl):
+        decls = (decls,)
+    try:
+        decls = tuple(decls)
+    except TypeError:
+        decls = (decls,)
+    bad = [d for d in decls if not isinstance(d, _opdecl.OpDecl)]
+    if bad:
+        raise PluginError(f"plugin {plugin_name!r} from {origin}: dispatch_ops must return "
+                          f"dispatch.backend.OpDecl objects (got {bad[0]!r})")
+    return decls
+
+
 def _hook_functions(pm: pluggy.PluginManager, plugin_name: str) -> dict[str, Callable[..., Any]]:
     """The plugin's hook implementations, each called with only the arguments it declares (as pluggy does)."""
     hooks = {}
@@ -144,6 +163,7 @@ class Registry:
         self._pm.add_hookspecs(hookspec)
         self._backends: dict[str, Backend] = {}
         self._failures: list[LoadFailure] = []
+        self._op_plugins: dict[str, tuple[object, tuple[str, ...]]] = {}
         self._lock = threading.RLock()
 
     @property
@@ -154,11 +174,12 @@ class Registry:
     def failures(self) -> tuple[LoadFailure, ...]:
         return tuple(self._failures)
 
-    def register(self, plugin: object, name: str | None = None, origin: str = "register()") -> Backend:
-        """Register ``plugin``; all or nothing: on any error it is rolled back and the error raised."""
+    def register(self, plugin: object, name: str | None = None, origin: str = "register()") -> Backend | None:
+        """Register ``plugin`` (a backend, an op package, or both); all or nothing: on any error it
+        is rolled back and the error raised. Returns the backend, or None for an op package."""
         with self._lock:
             plugin_name = name or getattr(plugin, "__name__", None) or repr(plugin)
-            if plugin_name in self._backends:
+            if plugin_name in self._backends or plugin_name in self._op_plugins:
                 raise PluginError(f"a backend named {plugin_name!r} is already registered "
                                   f"({self._backends[plugin_name].plugin!r}); unregister it first")
             try:
@@ -168,33 +189,65 @@ class Registry:
             try:
                 self._pm.check_pending()
                 hooks = _hook_functions(self._pm, plugin_name)
-                missing = [h for h in hookspec.REQUIRED_HOOKS if h not in hooks]
-                if missing:
-                    raise PluginError(f"plugin {plugin_name!r} from {origin} does not implement the required "
-                                      f"hook(s) {', '.join(missing)}; see docs/writing-a-backend.md")
-                info = hooks["dispatch_backend_info"]()
-                if not isinstance(info, BackendInfo):
-                    raise PluginError(f"plugin {plugin_name!r}: dispatch_backend_info returned {info!r}, "
-                                      "not a dispatch.BackendInfo")
-                if name is not None and info.name != name:
-                    raise PluginError(f"plugin registered as {name!r} calls itself {info.name!r}; the entry-point "
-                                      "name and BackendInfo.name must agree")
-                if info.name in self._backends:
-                    raise PluginError(f"plugin {plugin_name!r} from {origin} calls itself {info.name!r}, which is "
-                                      "already registered")
+                decls = _declared_ops(hooks, plugin_name, origin)
+                backend_hooks = [h for h in hooks if h != "dispatch_ops"]
+                if not backend_hooks and not decls:
+                    raise PluginError(f"plugin {plugin_name!r} from {origin} implements no dispatch hook: a backend "
+                                      f"implements {', '.join(hookspec.REQUIRED_HOOKS)}, an op package "
+                                      "dispatch_ops; see docs/writing-a-backend.md and docs/writing-an-op.md")
+                info = None
+                if backend_hooks:
+                    info = self._backend_info(hooks, plugin_name, name, origin)
+                for decl in decls:
+                    known = _opdecl.declared().get(decl.name)
+                    if known is not None and known is not decl:
+                        raise PluginError(f"plugin {plugin_name!r} from {origin} declares op {decl.name!r}, which "
+                                          "is already declared; op names must be unique")
             except BaseException:
                 self._pm.unregister(name=plugin_name)
                 raise
+            for decl in decls:
+                _opdecl.declare(decl, origin=f"plugin {plugin_name!r} ({origin})")
+            self._op_plugins[plugin_name] = (plugin, tuple(d.name for d in decls))
+            if info is None:
+                return None
             backend = Backend(info, plugin, hooks)
             self._backends[info.name] = backend
             return backend
 
+    def _backend_info(self, hooks, plugin_name: str, name: str | None, origin: str) -> BackendInfo:
+        missing = [h for h in hookspec.REQUIRED_HOOKS if h not in hooks]
+        if missing:
+            raise PluginError(f"plugin {plugin_name!r} from {origin} does not implement the required "
+                              f"hook(s) {', '.join(missing)}; see docs/writing-a-backend.md")
+        info = hooks["dispatch_backend_info"]()
+        if not isinstance(info, BackendInfo):
+            raise PluginError(f"plugin {plugin_name!r}: dispatch_backend_info returned {info!r}, "
+                              "not a dispatch.BackendInfo")
+        if name is not None and info.name != name:
+            raise PluginError(f"plugin registered as {name!r} calls itself {info.name!r}; the entry-point "
+                              "name and BackendInfo.name must agree")
+        if info.name in self._backends:
+            raise PluginError(f"plugin {plugin_name!r} from {origin} calls itself {info.name!r}, which is "
+                              "already registered")
+        return info
+
     def unregister(self, name: str) -> None:
+        """Remove the backend or op package registered as ``name`` (and the ops it declared)."""
         with self._lock:
             backend = self._backends.pop(name, None)
-            if backend is None:
-                raise KeyError(f"no backend named {name!r} is registered (registered: {', '.join(self._backends)})")
-            self._pm.unregister(plugin=backend.plugin)
+            package = self._op_plugins.pop(name, None)
+            if backend is None and package is None:
+                raise KeyError(f"no backend or op package named {name!r} is registered (registered: "
+                               f"{', '.join([*self._backends, *self._op_plugins])})")
+            plugin = backend.plugin if backend is not None else package[0]
+            if backend is not None and package is None:
+                for plugin_name, (other, _ops) in list(self._op_plugins.items()):
+                    if other is plugin:
+                        package = self._op_plugins.pop(plugin_name)
+            for op in (package[1] if package else ()):
+                _opdecl.undeclare(op)
+            self._pm.unregister(plugin=plugin)
 
     def load_entry_points(self, environ: Mapping[str, str] = os.environ) -> None:
         """Load every ``dispatch.backends`` entry point that may load; record the ones that fail."""
@@ -227,17 +280,30 @@ def _entry_points() -> Iterable[Any]:
 
 _registry: Registry | None = None
 _registry_lock = threading.Lock()
+_loading_thread: int | None = None
 _listeners: list[Callable[[], None]] = []
 
 
 def registry() -> Registry:
-    """The process's registry, loading entry points on first use."""
-    global _registry
+    """The process's registry, loading entry points on first use.
+
+    A plugin that asks for the registry while it is being loaded (from its import or its
+    ``dispatch_backend_info``) gets a :class:`PluginError`, reported as its load failure: the
+    loading thread never waits on the lock it holds.
+    """
+    global _registry, _loading_thread
     if _registry is None:
+        if _loading_thread == threading.get_ident():
+            raise PluginError("a plugin asked for the loaded backends or ops while plugins are loading "
+                              "(from its import or dispatch_backend_info); ask in a later hook instead")
         with _registry_lock:
             if _registry is None:
-                reg = Registry()
-                reg.load_entry_points()
+                _loading_thread = threading.get_ident()
+                try:
+                    reg = Registry()
+                    reg.load_entry_points()
+                finally:
+                    _loading_thread = None
                 _registry = reg
     return _registry
 
@@ -255,16 +321,21 @@ def refresh() -> Registry:
     """Forget every loaded backend and load entry points again (after a pip install, say)."""
     global _registry
     with _registry_lock:
-        _registry = None
+        old, _registry = _registry, None
+    if old is not None:
+        for _plugin, ops in old._op_plugins.values():
+            for op in ops:
+                _opdecl.undeclare(op)
     _changed()
     return registry()
 
 
-def register(plugin: object, name: str | None = None) -> BackendInfo:
-    """Register a backend plugin object (a module or an instance with hookimpls) in this process."""
+def register(plugin: object, name: str | None = None) -> BackendInfo | None:
+    """Register a plugin object (a module or an instance with hookimpls) in this process: a
+    backend (returns its card), an op package (returns None), or both."""
     backend = registry().register(plugin, name=name)
     _changed()
-    return backend.info
+    return backend.info if backend is not None else None
 
 
 def unregister(name: str) -> None:

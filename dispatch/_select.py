@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-import attrs
-import torch
 from attrs import field, frozen
 
 from ._keys import decision_key, shape_bucket, tune_key
@@ -23,7 +21,7 @@ from .autotune.cache import DecisionCache
 from .autotune.space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings
 from .autotune.sweep import pick_winner, sweep
 from .errors import BackendRefusedError, NoBackendError, TuneError, UnknownBackendError
-from .tolerance import mismatch
+from .reference import check_output, example_inputs, expected_output, input_safety, tolerance_of
 
 
 @frozen
@@ -207,17 +205,18 @@ class Selector:
         if cached is not None:
             return cached
         space = backend.tune_space(spec.op, spec)
-        x = example_input(spec)
-        reference = self.reference()
+        xs = example_inputs(spec)
+        before = tuple(None if t is None else t.clone() for t in xs)
         expected = None
-        if reference is not None and reference is not backend:
-            expected = expected_output(reference, spec, x)
+        if self.reference() is not None and not backend.info.reference:
+            expected = expected_output(spec, xs)
         what = f"{backend.name} for {spec.describe()}"
         result = None
         if space is not None:
-            result = backend.native_tune(spec.op, spec, space, (x,), settings)
+            result = backend.native_tune(spec.op, spec, space, xs, settings)
             if result is not None and expected is not None:
-                why = mismatch(backend.kernel(spec.op, spec, result.config)(x), expected)
+                out = backend.kernel(spec.op, spec, result.config)(*xs)
+                why = input_safety(xs, before, out) or check_output(spec, out, expected)
                 if why is not None:
                     raise TuneError(f"native tuning of {what} chose {result.config}, which is wrong: {why}")
         if result is None:
@@ -225,9 +224,13 @@ class Selector:
 
             def make_runner(config: Config):
                 kernel = backend.kernel(spec.op, spec, config)
-                return lambda: kernel(x)
+                return lambda: kernel(*xs)
 
-            result = sweep(candidates, make_runner, expected, spec.device, settings, what=what, progress=progress)
+            result = sweep(candidates, make_runner, expected, spec.device, settings, what=what, progress=progress,
+                           tolerance=tolerance_of(spec))
+        why = input_safety(xs, before, None)
+        if why is not None:  # a kernel that writes into its input can't win a race, nor be cached
+            raise TuneError(f"tuning {what}: a candidate {why}; the backend is not used for this call")
         self.cache.put(key, result.to_json())
         return result
 
@@ -261,30 +264,3 @@ class Selector:
                       for c in candidates]
         return Decision(spec, winner, result.config, reason, "measured", candidates, bucket,
                         config_source=result.source, tune=result)
-
-
-def expected_output(reference: Backend, spec: CallSpec, x: torch.Tensor) -> torch.Tensor:
-    """What a correct backend returns for ``x``: the input cast to the output dtype (as ``dtype=``
-    does), the reference computed in float64, rounded once to the output dtype (torch's own
-    low-precision CPU kernels may round twice)."""
-    if not spec.dtype.is_floating_point or not spec.out_dtype.is_floating_point or spec.out_dtype == torch.float64:
-        return reference.kernel(spec.op, spec, EMPTY)(x)
-    wide = attrs.evolve(spec, dtype=torch.float64, out_dtype=torch.float64)
-    with torch.no_grad():
-        return reference.kernel(spec.op, wide, EMPTY)(x.to(spec.out_dtype).to(torch.float64)).to(spec.out_dtype)
-
-
-def example_input(spec: CallSpec, seed: int = 0) -> torch.Tensor:
-    """A deterministic input with ``spec``'s shape, dtype, device and (when possible) strides."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    if spec.dtype.is_floating_point:
-        values = (torch.randn(spec.shape, generator=gen, dtype=torch.float32) * 4).to(spec.dtype)
-    else:
-        values = torch.randint(-8, 8, spec.shape, generator=gen).to(spec.dtype)
-    values = values.to(spec.device)
-    try:
-        x = torch.empty_strided(spec.shape, spec.stride, dtype=spec.dtype, device=spec.device)
-        x.copy_(values)
-        return x
-    except RuntimeError:  # overlapping strides (an expanded view): a dense copy serves
-        return values

@@ -4,44 +4,42 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 import torch
 from attrs import field, frozen
-from attrs.validators import deep_iterable, in_, instance_of
-
-#: Ops that dispatch knows, in the order the docs list them.
-OPS: tuple[str, ...] = ("softmax", "log_softmax", "logsumexp")
-
+from attrs.validators import deep_iterable, instance_of, optional
 
 def _frozen_mapping(value: Mapping) -> Mapping:
     return MappingProxyType(dict(value))
 
 
 @frozen
-class CallSpec:
-    """Everything a backend may look at to decide whether (and how) it serves one call.
+class TensorSpec:
+    """One tensor argument of a call: present (with its metadata) or absent (an optional one left out).
 
-    Built once per new call key, never on the hot path. ``dims`` are the reduced dims,
-    normalised to be non-negative; ``out_dtype`` is the dtype of the result.
+    An absent tensor has the dtype its placeholder stands for (so a kernel keyed on dtypes sees
+    the same key with and without it), shape ``()`` and stride ``()``.
     """
 
-    op: str = field(validator=in_(OPS))
-    device: torch.device = field(validator=instance_of(torch.device))
+    name: str = field(validator=instance_of(str))
     dtype: torch.dtype = field(validator=instance_of(torch.dtype))
-    shape: tuple[int, ...] = field(converter=tuple)
-    stride: tuple[int, ...] = field(converter=tuple)
-    dims: tuple[int, ...] = field(converter=tuple, validator=deep_iterable(instance_of(int)))
-    out_dtype: torch.dtype = field(validator=instance_of(torch.dtype))
-    keepdim: bool = False
-    requires_grad: bool = False
+    shape: tuple[int, ...] = field(default=(), converter=tuple)
+    stride: tuple[int, ...] = field(default=(), converter=tuple)
+    device: torch.device | None = field(default=None, validator=optional(instance_of(torch.device)))
+    present: bool = field(default=True, validator=instance_of(bool))
+    requires_grad: bool = field(default=False, validator=instance_of(bool))
 
     @classmethod
-    def of(cls, op: str, x: torch.Tensor, dims: tuple[int, ...], out_dtype: torch.dtype | None,
-           keepdim: bool = False) -> CallSpec:
-        """The spec of ``op`` on tensor ``x`` reduced over normalised ``dims``."""
-        return cls(op=op, device=x.device, dtype=x.dtype, shape=tuple(x.shape), stride=tuple(x.stride()),
-                   dims=dims, out_dtype=out_dtype if out_dtype is not None else x.dtype, keepdim=keepdim,
-                   requires_grad=bool(x.requires_grad and torch.is_grad_enabled()))
+    def of(cls, name: str, t: torch.Tensor, grad_enabled: bool = True) -> TensorSpec:
+        """The spec of a present tensor ``t`` passed as argument ``name``."""
+        return cls(name, t.dtype, tuple(t.shape), tuple(t.stride()), t.device, True,
+                   bool(t.requires_grad and grad_enabled))
+
+    @classmethod
+    def absent(cls, name: str, dtype: torch.dtype) -> TensorSpec:
+        """An optional tensor left out; ``dtype`` is the dtype its placeholder has."""
+        return cls(name, dtype, (), (), None, False, False)
 
     @property
     def ndim(self) -> int:
@@ -54,6 +52,84 @@ class CallSpec:
             n *= s
         return n
 
+
+@frozen
+class CallSpec:
+    """Everything a backend may look at to decide whether (and how) it serves one call.
+
+    Built once per new call key, never on the hot path: the op's tensor arguments
+    (:class:`TensorSpec`, in the declared order, absent optional ones included), its normalised
+    attributes (readable as ``spec.<name>``, e.g. ``spec.dims``, ``spec.eps``) and the result's
+    shape and dtype. ``dtype``/``shape``/``stride``/``device`` are the first tensor's.
+    """
+
+    op: str = field(validator=instance_of(str))
+    tensors: tuple[TensorSpec, ...] = field(converter=tuple, validator=deep_iterable(instance_of(TensorSpec)))
+    attributes: tuple[tuple[str, Any], ...] = field(converter=lambda a: tuple(sorted(dict(a).items())))
+    out_shape: tuple[int, ...] = field(default=(), converter=tuple)
+    out_dtype: torch.dtype | None = field(default=None, validator=optional(instance_of(torch.dtype)))
+
+    def __attrs_post_init__(self) -> None:
+        if not self.tensors or not self.tensors[0].present:
+            raise ValueError(f"'tensors' must start with a present tensor (got {self.tensors!r})")
+        if self.out_dtype is None:
+            object.__setattr__(self, "out_dtype", self.tensors[0].dtype)
+        hash(self.attributes)  # attributes are part of keys: they must be hashable
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("_"):
+            for key, value in object.__getattribute__(self, "attributes"):
+                if key == name:
+                    return value
+        raise AttributeError(f"{type(self).__name__} of {self.op!r} has no attribute {name!r}")
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The op's attributes by name (a copy)."""
+        return dict(self.attributes)
+
+    def tensor(self, name: str) -> TensorSpec:
+        """The tensor argument called ``name``."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(f"{self.op} has no tensor argument {name!r} (it has {', '.join(t.name for t in self.tensors)})")
+
+    # -- the first tensor, as most kernels see the call ---------------------------------------------
+    @property
+    def input(self) -> TensorSpec:
+        return self.tensors[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.tensors[0].device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tensors[0].dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.tensors[0].shape
+
+    @property
+    def stride(self) -> tuple[int, ...]:
+        return self.tensors[0].stride
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return self.tensors[0].numel
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether autograd records the call (some tensor requires grad, grad mode on)."""
+        return any(t.requires_grad for t in self.tensors)
+
+    # -- reductions (ops with a ``dims`` attribute) -------------------------------------------------
     @property
     def reduced_size(self) -> int:
         """Length of the reduction (N): the product of the reduced dims' sizes (1 for a 0-d input)."""
@@ -72,23 +148,20 @@ class CallSpec:
         return n
 
     @property
-    def out_shape(self) -> tuple[int, ...]:
-        """Shape of the result: the input's for softmax/log_softmax; for logsumexp the reduced dims
-        are dropped (kept as 1 with ``keepdim``)."""
-        if self.op != "logsumexp":
-            return self.shape
-        return tuple(1 if i in self.dims else s for i, s in enumerate(self.shape) if self.keepdim or i not in self.dims)
-
-    @property
     def last_dim_contiguous(self) -> bool:
         """One reduced dim, the last one, with unit stride (rows may have any stride)."""
         return (self.ndim >= 1 and self.dims == (self.ndim - 1,)
                 and (self.stride[-1] == 1 or self.shape[-1] <= 1))
 
     def describe(self) -> str:
-        shape = "x".join(map(str, self.shape)) or "scalar"
+        parts = []
+        for t in self.tensors:
+            if t.present:
+                parts.append(f"{'x'.join(map(str, t.shape)) or 'scalar'} {dtype_name(t.dtype)}")
         cast = "" if self.out_dtype == self.dtype else f"->{dtype_name(self.out_dtype)}"
-        return f"{self.op}({shape} {dtype_name(self.dtype)}{cast}, dims={list(self.dims)}, {self.device})"
+        shown = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in self.attributes
+                          if k not in ("out_dtype",))
+        return f"{self.op}({', '.join(parts)}{cast}{', ' + shown if shown else ''}, {self.device})"
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -128,7 +201,7 @@ class BackendInfo:
 
     name: str = field(validator=instance_of(str))
     version: str = field(validator=instance_of(str))
-    ops: frozenset[str] = field(converter=frozenset, validator=deep_iterable(in_(OPS)))
+    ops: frozenset[str] = field(converter=frozenset, validator=deep_iterable(instance_of(str)))
     priority: Mapping[str, int] = field(factory=dict, converter=_frozen_mapping)
     versions: Mapping[str, str] = field(factory=dict, converter=_frozen_mapping)
     description: str = ""

@@ -10,8 +10,9 @@ from the top-level ``dispatch`` namespace only; ``dispatch._*`` modules are inte
 
 from __future__ import annotations
 
+from ._opdecl import OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples
 from ._sources import dist_version, source_hash
-from ._spec import BackendInfo, CallSpec, Verdict, dtype_name
+from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict, dtype_name
 from .autotune.placeholders import placeholder
 from .autotune.seeding import seed_kwargs, split_build_keys, strip_build_keys, to_config_keys
 from .autotune.space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings, TuneSpace
@@ -20,9 +21,12 @@ from .autotune.timer import do_bench, measure
 from .errors import (BackendFaultError, BackendRefusedError, DispatchError, FaultWarning, NoBackendError,
                      PluginError, TuneError, UnknownBackendError)
 from .hookspec import hookimpl
+from .reference import example_inputs, expected_output, input_safety, reference_kernel
 from .tolerance import max_errors, mismatch, tolerance
 
 __all__ = [
+    "OpDecl", "TensorArg", "TensorSpec", "declare_op", "declared_ops", "default_examples", "example_inputs",
+    "expected_output", "input_safety", "reference_kernel",
     "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
     "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult",
     "TuneSettings", "TuneSpace", "UnknownBackendError", "Verdict", "dist_version", "do_bench", "dtype_name",

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import torch
 
 from . import _plugins, _settings
-from ._spec import OPS
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -50,8 +49,9 @@ def cmd_backends(args: argparse.Namespace) -> int:
         available = "yes" if info.available else f"no: {info.available.reason}"
         priority = ", ".join(f"{k} {v}" for k, v in sorted(info.priority.items()))
         versions = ", ".join(f"{k} {v}" for k, v in sorted(info.versions.items()))
-        table.add_row(name + (" (reference)" if info.reference else ""), info.version,
-                      ", ".join(sorted(info.ops)), available, priority, versions)
+        ops = "every declared op" if info.reference else ", ".join(sorted(info.ops))
+        table.add_row(name + (" (reference)" if info.reference else ""), info.version, ops, available, priority,
+                      versions)
     console = Console()
     console.print(table)
     failures = _plugins.load_failures()
@@ -69,29 +69,47 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
-def _example(args: argparse.Namespace) -> torch.Tensor:
-    from ._select import example_input
-    from .ops import make_spec
+def parse_arg(text: str) -> tuple[str, object]:
+    """``"eps=1e-6"`` -> ``("eps", 1e-06)``: an op argument, its value a Python literal."""
+    import ast
 
-    x = torch.empty(args.shape, dtype=args.dtype, device=_device(args.device))
-    return example_input(make_spec(args.op, x, args.dim, None, False))
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"--arg must look like NAME=VALUE, e.g. eps=1e-6 (got {text!r})")
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return name, value  # a bare word: a string
+
+
+def _call(args: argparse.Namespace) -> tuple[tuple, dict]:
+    """The op's arguments for ``--shape``/``--dtype``/``--dim``/``--arg``, from its sample factory."""
+    from . import _opdecl
+    from .ab import make_call
+
+    _plugins.registry()  # plugins may declare the op
+    decl = _opdecl.get(args.op)
+    options = dict(args.arg or ())
+    if "dim" in decl.attribute_names:
+        options.setdefault("dim", args.dim)
+    return make_call(args.op, args.shape, args.dtype, _device(args.device), **options)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from .explain import explain
 
-    x = _example(args)
+    call_args, call_kwargs = _call(args)
     if args.autotune:
         _settings.configure(autotune=True)
-    print(explain(args.op, x, args.dim, backend=args.backend))
+    print(explain(args.op, *call_args, backend=args.backend, **call_kwargs))
     return 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from .tune import tune_call
 
-    x = _example(args)
-    print(tune_call(args.op, x, args.dim, backends=args.backends, progress=True))
+    call_args, call_kwargs = _call(args)
+    print(tune_call(args.op, *call_args, backends=args.backends, progress=True, **call_kwargs))
     return 0
 
 
@@ -118,10 +136,12 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _add_call_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("op", choices=OPS)
-    p.add_argument("--shape", type=parse_shape, required=True, help="e.g. 8x128")
+    p.add_argument("op", help="a declared op: softmax, log_softmax, logsumexp, or one a plugin declares")
+    p.add_argument("--shape", type=parse_shape, required=True, help="e.g. 8x128 (the first tensor's)")
     p.add_argument("--dtype", type=parse_dtype, default=torch.float32)
-    p.add_argument("--dim", type=int, default=-1)
+    p.add_argument("--dim", type=int, default=-1, help="for ops with a dim argument (default -1)")
+    p.add_argument("--arg", type=parse_arg, action="append", metavar="NAME=VALUE",
+                   help="another argument of the op, e.g. --arg keepdim=True (repeat for several)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto (default)")
 
 

@@ -7,8 +7,6 @@ from attrs import frozen
 from . import _plugins, _settings
 from ._dispatcher import DISPATCHER
 from ._select import Decision
-from ._spec import OPS
-from .ops import call_key, make_spec
 
 
 @frozen
@@ -43,17 +41,19 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(op: str, input, dim=-1, dtype=None, keepdim: bool = False, *, backend: str | None = None) -> Explanation:
-    """Say which backend and config ``dispatch.<op>(input, dim, ...)`` would run, and why.
+def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation:
+    """Say which backend and config ``dispatch.<op>(*args, **kwargs)`` would run, and why.
 
-    Shows every backend's verdict with its reason, timings when the decision was raced, the
-    shape bucket, and whether the decision came from the cache. Runs no kernel unless tuning is
-    on and the key is new (then it tunes, as the call would).
+    Takes the op's own arguments (``explain("softmax", x, -1)``, ``explain("logsumexp", x, 1,
+    keepdim=True)``). Shows every backend's verdict with its reason, timings when the decision
+    was raced, the shape bucket, and whether the decision came from the cache. Runs no kernel
+    unless tuning is on and the key is new (then it tunes, as the call would).
     """
-    if op not in OPS:
-        raise ValueError(f"'op' must be one of {', '.join(OPS)} (got {op!r})")
-    spec = make_spec(op, input, dim, dtype, keepdim)
-    resolved = DISPATCHER.decisions[op].get(call_key(op, input, dim, dtype, keepdim, backend, spec))
+    fn = DISPATCHER.function(op)
+    values = fn.decl.bind(*args, **kwargs)
+    spec = fn.decl.spec(values)
+    key = fn.call_key(values, backend)
+    resolved = DISPATCHER.decisions.get(op, {}).get(key) if key is not None else None
     if resolved is not None:
         return Explanation(resolved, hot=True)
     _plugins.registry()

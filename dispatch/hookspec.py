@@ -5,17 +5,22 @@ A backend is a module (or object) registered under the entry-point group ``dispa
     [project.entry-points."dispatch.backends"]
     mybackend = "my_package"
 
-One plugin is one backend. dispatch calls each hook of one backend directly (never fanned out to
-all plugins), once per new call key, never on the hot path; so a hook may be slow-ish but must be
+One plugin is one backend, one op package (it declares ops), or both. pluggy validates each
+plugin's hook implementations against these specs when it registers, but dispatch does not call
+hooks through pluggy's hook relay: it calls each backend's own implementation directly, for the
+backend it is asking (never fanned out to all plugins, so ``firstresult`` has no meaning here and
+is not used), once per new call key, never on the hot path. A hook may be slow-ish but must be
 deterministic. A hook that raises is recorded against its backend (``python -m dispatch backends``)
 and counts as a refusal for that call; it never takes other backends down.
 
-Required: :func:`dispatch_backend_info`, :func:`dispatch_check`, :func:`dispatch_kernel`.
-Optional: :func:`dispatch_tune_space`, :func:`dispatch_native_tune`, :func:`dispatch_backward`.
+Backends, required: :func:`dispatch_backend_info`, :func:`dispatch_check`, :func:`dispatch_kernel`.
+Backends, optional: :func:`dispatch_tune_space`, :func:`dispatch_native_tune`, :func:`dispatch_backward`.
+Op packages: :func:`dispatch_ops`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable
 
 import pluggy
@@ -23,6 +28,7 @@ import pluggy
 if TYPE_CHECKING:
     import torch
 
+    from ._opdecl import OpDecl
     from ._spec import BackendInfo, CallSpec, Verdict
     from .autotune import Config, TuneResult, TuneSpace, TuneSettings
 
@@ -33,9 +39,21 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 REQUIRED_HOOKS = ("dispatch_backend_info", "dispatch_check", "dispatch_kernel")
 
 
+# -- ops ------------------------------------------------------------------------------------------
+
+@hookspec
+def dispatch_ops() -> Iterable[OpDecl]:
+    """Return the :class:`~dispatch.backend.OpDecl` of every op this package declares.
+
+    Called once when the plugin loads, before any call. Each op becomes ``dispatch.<name>`` and
+    ``dispatch.op("<name>")``, and is listed, explained, tuned, A/B-tested and certified like the
+    built-in ops. An op name already declared by another package is a load failure.
+    """
+
+
 # -- identity -------------------------------------------------------------------------------------
 
-@hookspec(firstresult=True)
+@hookspec
 def dispatch_backend_info() -> BackendInfo:
     """Return the backend's :class:`~dispatch.BackendInfo`: name, version, ops, priorities.
 
@@ -47,7 +65,7 @@ def dispatch_backend_info() -> BackendInfo:
 
 # -- per call key ---------------------------------------------------------------------------------
 
-@hookspec(firstresult=True)
+@hookspec
 def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     """Return a :class:`~dispatch.Verdict`: can this backend serve ``op`` for ``spec``, and why.
 
@@ -57,20 +75,22 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     """
 
 
-@hookspec(firstresult=True)
+@hookspec
 def dispatch_kernel(op: str, spec: CallSpec, config: Config) -> Callable[..., torch.Tensor]:
     """Return the callable that runs ``op`` for calls matching ``spec`` with ``config``.
 
-    Called once per (call key, config). The callable takes the input tensor alone (everything
-    else, dims, ``out_dtype``, ``keepdim``, is fixed by ``spec``) and returns the op's output
-    exactly as torch would: shape, dtype, device. ``config`` is the empty config for backends
-    without a tune space.
+    Called once per (call key, config). The callable takes the call's tensors positionally, in
+    the op's declared order (None for an absent optional one): ``kernel(input)`` for softmax,
+    ``kernel(input, weight)`` for an op with an optional weight. Everything else (dims,
+    ``out_dtype``, ``keepdim``, eps...) is fixed by ``spec``. It returns the op's output exactly
+    as the op's reference would: shape, dtype, device. ``config`` is the empty config for
+    backends without a tune space.
     """
 
 
 # -- autotune -------------------------------------------------------------------------------------
 
-@hookspec(firstresult=True)
+@hookspec
 def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace | None:
     """Return the :class:`~dispatch.autotune.TuneSpace` of the kernel that serves ``spec``.
 
@@ -80,7 +100,7 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace | None:
     """
 
 
-@hookspec(firstresult=True)
+@hookspec
 def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tuple[Any, ...],
                          settings: TuneSettings) -> TuneResult | None:
     """Tune with the DSL's own autotuner (TileLang's ``autotune``, Triton's ``autotune``).
@@ -91,10 +111,11 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     """
 
 
-@hookspec(firstresult=True)
+@hookspec
 def dispatch_backward(op: str, spec: CallSpec) -> Callable[..., torch.Tensor] | None:
-    """Return a backward kernel ``(grad_output, input, output) -> grad_input`` for ``spec``, or None.
+    """Return a backward kernel for ``spec``, or None.
 
-    Optional. When None, dispatch differentiates the op from the saved output with the reference
-    formula, so every backend's forward is differentiable.
+    ``backward(grad_output, *tensors, output)`` returns the gradient of each tensor argument (a
+    tuple, None where there is none; a tensor for one-tensor ops). Optional. When None, dispatch
+    uses the op's declared reference backward, so every backend's forward is differentiable.
     """

@@ -1,75 +1,38 @@
-"""The ops, with torch's signatures and semantics, plus a keyword-only ``backend=``.
+"""The built-in ops, declared: softmax, log_softmax and logsumexp, with torch's signatures and semantics.
 
-Each op's hot path is one dictionary lookup and one call; a miss goes to the dispatcher.
+Each op is one :class:`~dispatch.backend.OpDecl`; its function (``dispatch.softmax``...) is made
+from the declaration by :mod:`dispatch._opfunc`, like every op a plugin declares.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import torch
 
-from ._dispatcher import DISPATCHER
-from ._settings import current_scope
+from ._opdecl import OpDecl, TensorArg, _next_pow2, declare
 from ._spec import CallSpec
 
-_is_grad_enabled = torch.is_grad_enabled
-_SOFTMAX = DISPATCHER.tables["softmax"]
-_LOG_SOFTMAX = DISPATCHER.tables["log_softmax"]
-_LOGSUMEXP = DISPATCHER.tables["logsumexp"]
+
+def _next_pow4(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 4
+    return p
 
 
-def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None, *,
-            backend: str | None = None) -> torch.Tensor:
-    """``torch.softmax(input, dim, dtype=dtype)``, served by the best backend for the call."""
-    try:
-        fn = _SOFTMAX[(input.dtype, input.device, input.shape, input.stride(), dim, dtype, backend,
-                       current_scope(), input.requires_grad and _is_grad_enabled())]
-    except (KeyError, AttributeError, TypeError):
-        fn = None
-    if fn is None:  # outside the handler, so torch's own errors don't chain a KeyError
-        return _miss("softmax", input, dim, dtype, False, backend)
-    return fn(input)
+def _index(d) -> int:
+    """A dim as torch reads it: anything with ``__index__`` but a bool."""
+    if isinstance(d, bool):
+        raise TypeError
+    return operator.index(d)
 
 
-def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None, *,
-                backend: str | None = None) -> torch.Tensor:
-    """``torch.log_softmax(input, dim, dtype=dtype)``, served by the best backend for the call."""
-    try:
-        fn = _LOG_SOFTMAX[(input.dtype, input.device, input.shape, input.stride(), dim, dtype, backend,
-                           current_scope(), input.requires_grad and _is_grad_enabled())]
-    except (KeyError, AttributeError, TypeError):
-        fn = None
-    if fn is None:  # outside the handler, so torch's own errors don't chain a KeyError
-        return _miss("log_softmax", input, dim, dtype, False, backend)
-    return fn(input)
-
-
-def logsumexp(input: torch.Tensor, dim, keepdim: bool = False, *, backend: str | None = None) -> torch.Tensor:
-    """``torch.logsumexp(input, dim, keepdim)``, served by the best backend for the call."""
-    try:
-        fn = _LOGSUMEXP[(input.dtype, input.device, input.shape, input.stride(), dim, keepdim, backend,
-                         current_scope(), input.requires_grad and _is_grad_enabled())]
-    except (KeyError, AttributeError, TypeError):
-        fn = None
-    if fn is None:  # outside the handler, so torch's own errors don't chain a KeyError
-        return _miss("logsumexp", input, dim, None, keepdim, backend)
-    return fn(input)
-
-
-_TORCH = {"softmax": torch.softmax, "log_softmax": torch.log_softmax}
-
-
-def _torch_raise(op: str, input, dim, dtype, keepdim) -> None:
-    """Call torch's own op with the raw arguments so that bad input raises exactly torch's error."""
-    if op == "logsumexp":
-        torch.logsumexp(input, dim, keepdim)
-    else:
-        _TORCH[op](input, dim, dtype=dtype)
-
-
-def normalize_dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
+def _dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
     """The reduced dims of a call, non-negative and sorted; bad arguments raise torch's own error."""
     try:
-        if not isinstance(input, torch.Tensor):
+        if not isinstance(input, torch.Tensor) or input.layout != torch.strided:
             raise TypeError
         if dtype is not None and not isinstance(dtype, torch.dtype):
             raise TypeError
@@ -77,40 +40,146 @@ def normalize_dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
             raise TypeError
         ndim = input.dim()
         rank = max(ndim, 1)
-        raw = (dim,) if op != "logsumexp" or isinstance(dim, int) else tuple(dim)
-        if op != "logsumexp" and not isinstance(dim, int):
-            raise TypeError
+        if op == "logsumexp" and isinstance(dim, (list, tuple)):
+            raw = tuple(dim)
+        else:
+            raw = (_index(dim),)
         dims = []
         for d in raw:
-            if isinstance(d, bool) or not isinstance(d, int) or not -rank <= d < rank:
+            d = _index(d)
+            if not -rank <= d < rank:
                 raise IndexError
             dims.append(d % rank)
         if len(set(dims)) != len(dims) or (op == "logsumexp" and not dims and ndim > 0):
             raise IndexError
-    except (TypeError, IndexError):
-        _torch_raise(op, input, dim, dtype, keepdim)  # raises torch's exception for this input
+    except (TypeError, IndexError, ValueError):
+        _raise_as_torch(op, input, dim, dtype, keepdim)  # raises torch's exception for this input
         raise TypeError(f"{op}(): unsupported arguments: input={type(input).__name__}, dim={dim!r}, "
                         f"dtype={dtype!r}, keepdim={keepdim!r}") from None
     return () if ndim == 0 else tuple(sorted(dims))
 
 
-def make_spec(op: str, input, dim, dtype, keepdim) -> CallSpec:
-    """The :class:`CallSpec` of a call (validating its arguments as torch would)."""
-    dims = normalize_dims(op, input, dim, dtype, keepdim)
-    return CallSpec.of(op, input, dims, dtype, keepdim)
+def _raise_as_torch(op: str, input, dim, dtype, keepdim) -> None:
+    """Call torch's own op with the raw arguments so that bad input raises exactly torch's error."""
+    if op == "logsumexp":
+        torch.logsumexp(input, dim, keepdim)
+    else:
+        getattr(torch, op)(input, dim, dtype=dtype)
 
 
-def call_key(op: str, input: torch.Tensor, dim, dtype, keepdim, backend, spec: CallSpec) -> tuple:
-    """The hot-path key of a call, exactly as the op functions above build it."""
-    if isinstance(dim, list):
-        dim = tuple(dim)
-    third = keepdim if op == "logsumexp" else dtype
-    return (input.dtype, input.device, input.shape, input.stride(), dim, third, backend, current_scope(),
-            spec.requires_grad)
+# -- argument checks: the op's signature, returning its attributes ------------------------------------
+
+def _parse_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> dict:
+    return {"dims": _dims("softmax", input, dim, dtype, False), "out_dtype": dtype or input.dtype}
 
 
-def _miss(op: str, input, dim, dtype, keepdim, backend) -> torch.Tensor:
-    if backend is not None and not isinstance(backend, str):
-        raise TypeError(f"'backend' must be a backend name (str) or None (got {backend!r})")
-    spec = make_spec(op, input, dim, dtype, keepdim)
-    return DISPATCHER.call(op, call_key(op, input, dim, dtype, keepdim, backend, spec), spec, backend, input)
+def _parse_log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> dict:
+    return {"dims": _dims("log_softmax", input, dim, dtype, False), "out_dtype": dtype or input.dtype}
+
+
+def _parse_logsumexp(input: torch.Tensor, dim, keepdim: bool = False) -> dict:
+    return {"dims": _dims("logsumexp", input, dim, None, keepdim), "keepdim": keepdim}
+
+
+# -- references, outputs, backward ------------------------------------------------------------------
+
+def _row_reference(fn, spec: CallSpec):
+    # functools.partial: called from C, no Python frame on the hot path
+    dim = spec.dims[0] if spec.dims else 0
+    if spec.out_dtype == spec.dtype:
+        return functools.partial(fn, dim=dim)
+    return functools.partial(fn, dim=dim, dtype=spec.out_dtype)
+
+
+def _same_shape(spec: CallSpec):
+    return spec.shape, spec.out_dtype
+
+
+def _reduced_shape(spec: CallSpec):
+    dims = spec.dims
+    shape = tuple(1 if i in dims else s for i, s in enumerate(spec.shape) if spec.keepdim or i not in dims)
+    return shape, spec.out_dtype
+
+
+def _softmax_backward(spec: CallSpec):
+    dims, in_dtype = spec.dims or (), spec.dtype
+
+    def backward(grad, x, y):
+        g = grad.to(y.dtype)
+        return (y * (g - (g * y).sum(dims, keepdim=True))).to(in_dtype)
+    return backward
+
+
+def _log_softmax_backward(spec: CallSpec):
+    dims, in_dtype = spec.dims or (), spec.dtype
+
+    def backward(grad, x, y):
+        g = grad.to(y.dtype)
+        return (g - torch.exp(y) * g.sum(dims, keepdim=True)).to(in_dtype)
+    return backward
+
+
+def _logsumexp_backward(spec: CallSpec):
+    dims, in_dtype, keepdim = spec.dims or (), spec.dtype, spec.keepdim
+
+    def backward(grad, x, y):
+        if not keepdim and dims:
+            for d in sorted(dims):
+                grad = grad.unsqueeze(d)
+                y = y.unsqueeze(d)
+        return (grad * torch.exp(x - y)).to(in_dtype)
+    return backward
+
+
+# -- buckets and bytes ------------------------------------------------------------------------------
+
+def reduction_bucket(spec: CallSpec) -> str:
+    """``"M<=m,N<=n,layout"``: rows M to the next power of 4, the reduced length N to the next power
+    of 2 (so dynamic shapes don't re-tune); layout is lastdim, dim<k> or dims<...>of<rank>."""
+    if spec.last_dim_contiguous:
+        layout = "lastdim"
+    elif len(spec.dims) == 1:
+        layout = f"dim{spec.dims[0] - spec.ndim}"
+    else:
+        layout = "dims" + "".join(str(d) for d in spec.dims) + f"of{spec.ndim}"
+    keepdim = ",keepdim" if spec.attrs.get("keepdim") else ""
+    return f"M<={_next_pow4(spec.rows)},N<={_next_pow2(spec.reduced_size)},{layout}{keepdim}"
+
+
+def reduction_bytes(spec: CallSpec) -> int:
+    """The input read once and the output written once."""
+    out = 1
+    for s in spec.out_shape:
+        out *= s
+    return spec.numel * spec.dtype.itemsize + out * spec.out_dtype.itemsize
+
+
+def _row_sample(shape, dtype, device, seed=0, dim=-1, **options):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float32) * 4).to(dtype).to(device)
+    return (x, dim), options
+
+
+_ROWS = (TensorArg("input"),)
+
+SOFTMAX = OpDecl(
+    name="softmax", parse=_parse_softmax, tensors=_ROWS,
+    reference=lambda spec: _row_reference(torch.softmax, spec), output=_same_shape, backward=_softmax_backward,
+    bucket=reduction_bucket, bytes_moved=reduction_bytes, sample=_row_sample,
+    doc="``torch.softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
+LOG_SOFTMAX = OpDecl(
+    name="log_softmax", parse=_parse_log_softmax, tensors=_ROWS,
+    reference=lambda spec: _row_reference(torch.log_softmax, spec), output=_same_shape,
+    backward=_log_softmax_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes, sample=_row_sample,
+    doc="``torch.log_softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
+LOGSUMEXP = OpDecl(
+    name="logsumexp", parse=_parse_logsumexp, tensors=_ROWS,
+    reference=lambda spec: functools.partial(torch.logsumexp, dim=spec.dims or (0,), keepdim=spec.keepdim),
+    output=_reduced_shape, backward=_logsumexp_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes,
+    sample=_row_sample,
+    doc="``torch.logsumexp(input, dim, keepdim)``, served by the best backend for the call.")
+
+BUILTIN = (SOFTMAX, LOG_SOFTMAX, LOGSUMEXP)
+
+for _decl in BUILTIN:
+    declare(_decl)

@@ -31,8 +31,9 @@ def max_errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, flo
     return float(diff.max()), float(rel.max())
 
 
-def mismatch(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """Why ``actual`` is not ``expected`` within the tolerance of ``expected.dtype``; None if it is.
+def mismatch(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, float] | None = None) -> str | None:
+    """Why ``actual`` is not ``expected`` within ``tol`` = ``(rtol, atol)`` (default: the tolerance of
+    ``expected.dtype``); None if it is.
 
     Shapes, dtypes, and the positions of NaN and +-inf must agree exactly.
     """
@@ -49,7 +50,7 @@ def mismatch(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
     if not torch.equal(torch.isinf(a) & (a > 0), torch.isinf(e) & (e > 0)) or not torch.equal(
             torch.isinf(a) & (a < 0), torch.isinf(e) & (e < 0)):
         return "infinities differ from the reference"
-    rtol, atol = tolerance(expected.dtype)
+    rtol, atol = tol if tol is not None else tolerance(expected.dtype)
     finite = torch.isfinite(e)
     bad = ((a - e).abs() > atol + rtol * e.abs()) & finite
     if bool(bad.any()):

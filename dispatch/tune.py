@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import attrs
-import torch
 
 from . import _plugins, _settings
 from ._select import Selector
 from .autotune.cache import default_cache
 from .explain import Explanation
-from .ops import make_spec
 
 
-def tune_call(op: str, input: torch.Tensor, dim=-1, dtype=None, keepdim: bool = False, *,
-              backends: str | None = None, progress: bool = False) -> Explanation:
-    """Tune ``op`` for calls like this one on every backend that serves it (or ``backends``,
-    comma-separated) and store the winner in the cache. A warm cache makes this a lookup."""
-    spec = make_spec(op, input, dim, dtype, keepdim)
+def tune_call(op: str, *args, backends: str | None = None, progress: bool = False, **kwargs) -> Explanation:
+    """Tune ``op`` for calls like ``dispatch.<op>(*args, **kwargs)`` on every backend that serves it
+    (or ``backends``, comma-separated) and store the winner in the cache. A warm cache makes this a
+    lookup."""
+    from ._dispatcher import DISPATCHER
+
+    decl = DISPATCHER.function(op).decl
+    spec = decl.spec(decl.bind(*args, **kwargs))
     settings = attrs.evolve(_settings.settings(), autotune=True, policy="measured")
     if backends:
         settings = attrs.evolve(settings, allow=backends)

@@ -21,7 +21,7 @@ def test_builtin_backends_come_from_the_entry_point_group():
     names = {ep.name: ep.value for ep in _plugins._entry_points()}
     assert names["torch"] == "dispatch_torch"
     info = dispatch.backends()["torch"]
-    assert info.reference and set(info.ops) == set(dispatch.OPS)
+    assert info.reference and {"softmax", "log_softmax", "logsumexp"} <= set(dispatch.declared_ops())
 
 
 def test_registry_views_are_read_only():

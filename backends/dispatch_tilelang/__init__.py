@@ -18,6 +18,7 @@ from dispatch.autotune import Config, Failure, Timing, TuneResult, TuneSpace, me
 from dispatch.errors import TuneError
 
 NAME = "tilelang"
+OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
 #: TileLang versions this backend is tested with (0.1.11/0.1.12 bind signatures before configs:
 #: the seeding in native_tune makes them tune too).
 SUPPORTED = ">=0.1.11,<0.2"
@@ -48,7 +49,7 @@ def dispatch_backend_info() -> BackendInfo:
     available = Verdict.yes() if version else Verdict.no("tilelang is not installed (pip install "
                                                          "'dispatch-ops[tilelang]')")
     return BackendInfo(
-        name=NAME, version=dispatch.__version__, ops=dispatch.OPS,
+        name=NAME, version=dispatch.__version__, ops=OPS,
         priority={"cuda": 20, "cpu": -5},  # on the CPU: single-threaded C, for testing
         versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
         description="TileLang programs: row-block, tiled and cluster-split softmax family",

@@ -18,6 +18,7 @@ from dispatch._sources import dist_version, source_hash
 from dispatch.autotune import Config, Timing, TuneResult, TuneSpace, do_bench, measure
 
 NAME = "triton"
+OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
 SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 _KERNEL_MODULES = ("dispatch_triton.kernels", "dispatch_triton.jit", "dispatch_triton.configs",
@@ -42,7 +43,7 @@ def _availability(triton_version: str | None) -> Verdict:
 def dispatch_backend_info() -> BackendInfo:
     triton_version = dist_version("triton")
     return BackendInfo(
-        name=NAME, version=dispatch.__version__, ops=dispatch.OPS,
+        name=NAME, version=dispatch.__version__, ops=OPS,
         priority={"cuda": 30, "cpu": -10},  # on the CPU it is an interpreter: correct, not fast
         versions={"triton": triton_version or "none", "kernels": source_hash(*_KERNEL_MODULES),
                   "interpreter": "1" if _interpreting() else "0"},

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from ._result import STATUSES, BackendResult, Comparison, CopyBandwidth, bytes_moved, gbps
-from ._run import compare, fp64_reference, make_input, measure_copy_bandwidth
+from ._run import compare, make_call, measure_copy_bandwidth
 
 
 def load(path: str | Path) -> Comparison:
@@ -17,5 +17,5 @@ def load(path: str | Path) -> Comparison:
     return Comparison.from_dict(json.loads(Path(path).read_text()))
 
 
-__all__ = ["STATUSES", "BackendResult", "Comparison", "CopyBandwidth", "bytes_moved", "compare", "fp64_reference",
-           "gbps", "load", "make_input", "measure_copy_bandwidth"]
+__all__ = ["STATUSES", "BackendResult", "Comparison", "CopyBandwidth", "bytes_moved", "compare",
+           "gbps", "load", "make_call", "measure_copy_bandwidth"]

@@ -20,25 +20,20 @@ from typing import Any
 
 import torch
 
-from .. import _plugins, _settings, ops
+from .. import _opdecl, _plugins, _settings
 from .._dispatcher import DISPATCHER
 from .._select import Selector
-from .._spec import OPS
 from ..autotune.cache import default_cache
 from ..autotune.space import TuneSettings
 from ..autotune.timer import measure
 from ..errors import BackendFaultError, BackendRefusedError, UnknownBackendError
 from ..explain import explain
-from ..tolerance import max_errors, mismatch, tolerance
-from ._result import (BackendResult, Comparison, CopyBandwidth, as_dtype, as_shape, bytes_moved, dtype_name, gbps,
-                      shape_text)
+from ..reference import exact_output, tolerance_of
+from ..tolerance import max_errors, mismatch
+from ._result import BackendResult, Comparison, CopyBandwidth, as_dtype, as_shape, dtype_name, gbps, shape_text
 
 #: ``progress(done, total, what)``: called as the run advances (``what`` names the current step).
 ProgressFn = Callable[[int, int, str], None]
-
-_OPS = {"softmax": ops.softmax, "log_softmax": ops.log_softmax, "logsumexp": ops.logsumexp}
-_FP64 = {"softmax": torch.softmax, "log_softmax": torch.log_softmax,
-         "logsumexp": lambda x, dim: torch.logsumexp(x, dim)}
 
 COPY_BYTES_CPU = 64 * 1024 * 1024
 COPY_BYTES_CUDA = 512 * 1024 * 1024
@@ -48,7 +43,7 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
             dtypes: Iterable[torch.dtype | str] = (torch.float32,), backends: Iterable[str] | str | None = None, *,
             baseline: str | None = "torch", dim: int = -1, device: torch.device | str | None = None,
             tune: bool = False, warmup: int = 25, rep: int = 50, flush_l2: bool = True,
-            copy_bytes: int | None = None, seed: int = 0,
+            copy_bytes: int | None = None, seed: int = 0, options: dict[str, Any] | None = None,
             progress: bool | ProgressFn = False) -> Comparison:
     """A/B test ``backends`` on ``op`` (one op or several) for every shape and dtype.
 
@@ -66,9 +61,9 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     the reason is the load failure).
     """
     op_names = (op,) if isinstance(op, str) else tuple(op)
+    _plugins.registry()  # plugins may declare ops
     for name in op_names:
-        if name not in OPS:
-            raise ValueError(f"'op' must be one of {', '.join(OPS)} (got {name!r})")
+        _opdecl.get(name)  # a ValueError naming the declared ops
     shapes = [as_shape(s) for s in shapes]
     dtypes = [as_dtype(d) for d in dtypes]
     if not shapes or not dtypes:
@@ -78,12 +73,14 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     settings = TuneSettings(warmup=warmup, rep=rep, flush_l2=flush_l2)
     names = _backend_names(backends, baseline)
     cases = [(o, s, d) for o in op_names for s in shapes for d in dtypes]
+    options = {**(options or {}), "dim": dim}
     if progress is True:
         from ._progress import rich_progress
 
         with rich_progress() as bar:
-            return _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_bytes, seed, bar)
-    return _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_bytes, seed, progress or None)
+            return _run(op_names, cases, names, baseline, options, device, tune, settings, copy_bytes, seed, bar)
+    return _run(op_names, cases, names, baseline, options, device, tune, settings, copy_bytes, seed,
+                progress or None)
 
 
 def _device(device: torch.device | str | None) -> torch.device:
@@ -117,15 +114,26 @@ def _backend_names(backends: Iterable[str] | str | None, baseline: str | None) -
     return names
 
 
-def make_input(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0) -> torch.Tensor:
-    """The input every backend gets for one case: deterministic, N(0, 4^2) so softmax has tails."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    return (torch.randn(shape, generator=gen, dtype=torch.float32) * 4).to(dtype).to(device)
+def make_call(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0,
+              **options: Any) -> tuple[tuple, dict[str, Any]]:
+    """The arguments every backend gets for one case, from the op's declared sample factory
+    (deterministic; for the built-in ops N(0, 4^2) so softmax has tails)."""
+    decl = _opdecl.get(op)
+    names = {p.name for p in decl.parameters}
+    return decl.sample(shape, dtype, device, seed, **{k: v for k, v in options.items() if k in names})
 
 
-def fp64_reference(op: str, x: torch.Tensor, dim: int) -> torch.Tensor:
-    """The op computed in float64 from the same input (the yardstick for every backend's error)."""
-    return _FP64[op](x.to(torch.float64), dim)
+class _Case:
+    """One op on one input: the call's arguments, its spec and tensors, and the fp64 result."""
+
+    def __init__(self, op: str, shape, dtype, device, seed: int, options: dict[str, Any]) -> None:
+        self.decl = _opdecl.get(op)
+        self.args, self.kwargs = make_call(op, shape, dtype, device, seed, **options)
+        values = self.decl.bind(*self.args, **self.kwargs)
+        self.spec = self.decl.spec(values, grad_enabled=False)
+        self.tensors = self.decl.tensors_of(values)
+        self.exact = exact_output(self.spec, self.tensors)
+        self.fn = DISPATCHER.function(op).function
 
 
 class _Run:
@@ -141,7 +149,7 @@ class _Run:
         return f"{self.op} {shape_text(self.shape)} {dtype_name(self.dtype)} on {self.backend}"
 
 
-def _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_bytes, seed,
+def _run(op_names, cases, names, baseline, options, device, tune, settings, copy_bytes, seed,
          progress: ProgressFn | None) -> Comparison:
     failures = {f.name: f.error for f in _plugins.load_failures()}
     total = 2 * len(cases) * len(names) + 1
@@ -155,12 +163,11 @@ def _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_byt
 
     if progress is not None:
         progress(0, total, "starting")
-    inputs: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+    inputs: dict[tuple, _Case] = {}
     runs: list[_Run] = []
     # 1. who serves what, and tuning first when asked (then nothing resolved before keeps a stale config)
     for op, shape, dtype in cases:
-        x = make_input(shape, dtype, device, seed)
-        inputs[(op, shape, dtype)] = (x, fp64_reference(op, x, dim))
+        case = inputs[(op, shape, dtype)] = _Case(op, shape, dtype, device, seed, options)
         for name in names:
             run = _Run(op, shape, dtype, name)
             runs.append(run)
@@ -170,7 +177,7 @@ def _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_byt
             else:
                 if progress is not None:
                     progress(done, total, f"{'tuning' if tune else 'checking'} {run.what}")
-                _judge(run, x, dim, tune, settings,
+                _judge(run, case, tune, settings,
                        (lambda text: progress(done, total, text)) if progress is not None else None)
     if tune:
         DISPATCHER.clear()
@@ -179,7 +186,7 @@ def _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_byt
         if "status" not in run.fields:
             if progress is not None:
                 progress(done, total, f"warming {run.what}")
-            _warm(run, *inputs[(run.op, run.shape, run.dtype)], dim)
+            _warm(run, inputs[(run.op, run.shape, run.dtype)])
         step(f"warmed {run.what}")
     # 3. the ceiling, in the same run
     if progress is not None:
@@ -194,18 +201,18 @@ def _run(op_names, cases, names, baseline, dim, device, tune, settings, copy_byt
             timing = measure(run.runner, device, settings)
             run.fields.update(median_us=timing.median_us, spread_us=timing.spread_us, reps=timing.reps)
         step(f"timed {run.what}")
-    results = _finish(runs, inputs, dim, copy, baseline)
+    results = _finish(runs, inputs, options.get("dim", -1), copy, baseline)
     versions = {n: b.info.version for n, b in _plugins.registry().backends.items() if n in names}
     return Comparison(ops=op_names, device=str(device), device_name=device_description(device), copy=copy,
                       results=results, baseline=baseline, warmup=settings.warmup, rep=settings.rep, tuned=tune,
                       flush_l2=settings.flush_l2, versions=versions)
 
 
-def _judge(run: _Run, x: torch.Tensor, dim: int, tune: bool, settings: TuneSettings,
+def _judge(run: _Run, case: _Case, tune: bool, settings: TuneSettings,
            report: Callable[[str], None] | None) -> None:
     """Does the backend serve this case (a refusal is recorded with its reason)? Tune it if asked."""
     try:
-        explain(run.op, x, dim, backend=run.backend)  # a refusal raises here, with its reason
+        explain(run.op, *case.args, backend=run.backend, **case.kwargs)  # a refusal raises here, with its reason
     except BackendRefusedError as exc:
         run.fields = {"status": "refused", "reason": exc.reason}
         return
@@ -214,61 +221,60 @@ def _judge(run: _Run, x: torch.Tensor, dim: int, tune: bool, settings: TuneSetti
         return
     if tune:
         try:
-            _tune(run, x, dim, settings, report)
+            _tune(run, case, settings, report)
         except Exception as exc:
             run.fields = {"status": "error", "reason": f"tuning failed: {_why(exc)}"}
 
 
-def _warm(run: _Run, x: torch.Tensor, expected: torch.Tensor, dim: int) -> None:
+def _warm(run: _Run, case: _Case) -> None:
     """The untimed first call through the public op, its parity check, and the config it used."""
-    fn = _OPS[run.op]
+    fn, args, kwargs = case.fn, case.args, case.kwargs
     try:
         with torch.no_grad():
-            out = fn(x, dim, backend=run.backend)
+            out = fn(*args, backend=run.backend, **kwargs)
     except BackendFaultError as exc:
-        _warm_rejected(run, x, expected, dim, exc)
+        _warm_rejected(run, case, exc)
         return
     except Exception as exc:
         run.fields = {"status": "error", "reason": _why(exc)}
         return
-    decision = explain(run.op, x, dim, backend=run.backend).decision
+    decision = explain(run.op, *args, backend=run.backend, **kwargs).decision
     run.fields = {"via": "op", "config": decision.config, "config_source": decision.config_source,
-                  **_check(out, expected, x.dtype)}
-    run.runner = _no_grad(lambda: fn(x, dim, backend=run.backend))
+                  **_check(out, case)}
+    run.runner = _no_grad(lambda: fn(*args, backend=run.backend, **kwargs))
 
 
-def _warm_rejected(run: _Run, x, expected, dim, fault: BackendFaultError) -> None:
+def _warm_rejected(run: _Run, case: _Case, fault: BackendFaultError) -> None:
     """dispatch would not serve this backend (it raised, or differed from the reference on its
     first call). Run its kernel directly, to report how wrong it is and how fast; else an error."""
     backend = _plugins.registry().backends[run.backend]
     try:
-        decision = explain(run.op, x, dim, backend=run.backend).decision
+        decision = explain(run.op, *case.args, backend=run.backend, **case.kwargs).decision
         kernel = backend.kernel(run.op, decision.spec, decision.config)
+        tensors = tuple(None if t is None else t.clone() for t in case.tensors)
         with torch.no_grad():
-            out = kernel(x)
+            out = kernel(*tensors)
     except Exception as exc:
         run.fields = {"status": "error", "reason": _why(exc)}
         return
-    checked = _check(out, expected, x.dtype)
+    checked = _check(out, case)
     if checked["status"] == "fail":
         reason = f"{checked['reason']} (dispatch won't serve it: run and timed through its kernel)"
     else:  # right against fp64, wrong against torch in its own dtype: say what dispatch said
         reason = f"dispatch won't serve it ({_why(fault)}): run and timed through its kernel"
     run.fields = {"via": "kernel", "config": decision.config, "config_source": decision.config_source,
                   **checked, "status": "fail", "reason": reason}
-    run.runner = _no_grad(lambda: kernel(x))
+    run.runner = _no_grad(lambda: kernel(*tensors))
 
 
-def _tune(run: _Run, x: torch.Tensor, dim: int, settings: TuneSettings,
-          report: Callable[[str], None] | None) -> None:
+def _tune(run: _Run, case: _Case, settings: TuneSettings, report: Callable[[str], None] | None) -> None:
     backend = _plugins.registry().backends[run.backend]
-    spec = ops.make_spec(run.op, x, dim, None, False)
-    space = backend.tune_space(run.op, spec)
+    space = backend.tune_space(run.op, case.spec)
     if space is None or len(space.configs) < 2:
         return  # nothing to tune: config_for would not tune it either
     selector = Selector(_plugins.registry(), default_cache(), _settings.settings())
     on_config = None if report is None else (lambda config: report(f"tuning {run.what} [{config}]"))
-    selector.tune(backend, spec, settings, progress=on_config)
+    selector.tune(backend, case.spec, settings, progress=on_config)
 
 
 def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
@@ -278,19 +284,21 @@ def _no_grad(fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
-def _check(out: object, expected: torch.Tensor, out_dtype: torch.dtype) -> dict[str, Any]:
+def _check(out: object, case: _Case) -> dict[str, Any]:
     """Errors of ``out`` against the fp64 reference; pass if it has the op's output dtype and
-    matches the reference rounded to that dtype within its tolerance (:mod:`dispatch.tolerance`)."""
+    matches the reference rounded to that dtype within the op's tolerance for it."""
+    out_dtype = case.spec.out_dtype
     if not isinstance(out, torch.Tensor):
         return {"status": "fail", "reason": f"returned {type(out).__name__}, not a tensor"}
-    rtol, atol = tolerance(out_dtype)
+    rtol, atol = tolerance_of(case.spec)
+    expected = case.exact
     fields: dict[str, Any] = {"out_dtype": out_dtype, "rtol": rtol, "atol": atol}
     if out.shape != expected.shape or out.dtype != out_dtype:
         return {**fields, "status": "fail", "reason": f"returned {tuple(out.shape)} {dtype_name(out.dtype)}; "
                 f"expected {tuple(expected.shape)} {dtype_name(out_dtype)}"}
     abs_err, rel_err = max_errors(out, expected)
     fields.update(max_abs_err=abs_err, max_rel_err=rel_err)
-    why = mismatch(out, expected.to(out_dtype))
+    why = mismatch(out, expected.to(out_dtype), (rtol, atol))
     return {**fields, "status": "pass" if why is None else "fail", "reason": why or ""}
 
 
@@ -303,10 +311,10 @@ def _finish(runs: list[_Run], inputs, dim: int, copy: CopyBandwidth, baseline: s
     base_us = {(r.op, r.shape, r.dtype): r.fields.get("median_us") for r in runs if r.backend == baseline}
     results = []
     for run in runs:
-        x, expected = inputs[(run.op, run.shape, run.dtype)]
+        case = inputs[(run.op, run.shape, run.dtype)]
         f = dict(run.fields)
-        out_dtype = f.pop("out_dtype", None) or x.dtype
-        nbytes = bytes_moved(run.op, run.shape, run.dtype, dim, out_dtype)
+        out_dtype = f.pop("out_dtype", None) or case.spec.out_dtype
+        nbytes = case.decl.bytes_moved(case.spec)
         median = f.get("median_us")
         rate = gbps(nbytes, median)
         base = base_us.get((run.op, run.shape, run.dtype))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._spec import OPS
-
 EPILOG = """\
 exit status: 0 every backend that ran passed (refusals are fine), 1 a backend failed the parity
 check or raised, 2 bad arguments or an unknown backend.
@@ -16,13 +14,14 @@ example: python -m dispatch ab softmax --shape 4096x4096 --shape 8192x1024 --dty
 
 def add_parser(sub) -> None:
     """Add the ``ab`` subcommand."""
-    from ..cli import parse_dtype, parse_shape
+    from ..cli import parse_arg, parse_dtype, parse_shape
 
     p = sub.add_parser("ab", help="A/B test backends: parity, latency, GB/s",
                        description="A/B test backends on the same inputs: parity with an fp64 reference, "
                                    "median latency, GB/s and % of the copy bandwidth measured in the same run.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("ops", nargs="+", choices=OPS, metavar="OP", help=f"one or more of {', '.join(OPS)}")
+    p.add_argument("ops", nargs="+", metavar="OP",
+                   help="one or more declared ops (softmax, log_softmax, logsumexp, or ops plugins declare)")
     p.add_argument("--shape", type=parse_shape, action="append", required=True,
                    help="an input shape like 4096x4096 (repeat for several)")
     p.add_argument("--dtype", type=parse_dtype, action="append",
@@ -30,6 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("--backends", default=None, help="comma-separated names (default: every loaded backend)")
     p.add_argument("--baseline", default="torch", help="what speedup is relative to (default torch; 'none')")
     p.add_argument("--dim", type=int, default=-1, help="the reduced dim (default -1)")
+    p.add_argument("--arg", type=parse_arg, action="append", metavar="NAME=VALUE",
+                   help="another argument of the op(s), e.g. --arg keepdim=True (repeat for several)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto (default)")
     p.add_argument("--tune", action="store_true", help="tune every backend for every case first (cached)")
     p.add_argument("--warmup", type=int, default=25, help="untimed calls before timing (default 25)")
@@ -55,6 +56,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     run = compare(args.ops, shapes=args.shape, dtypes=args.dtype or [torch.float32], backends=args.backends,
                   baseline=None if args.baseline.lower() == "none" else args.baseline, dim=args.dim,
+                  options=dict(args.arg or ()),
                   device=args.device, tune=args.tune, warmup=args.warmup, rep=args.rep,
                   flush_l2=not args.no_flush, progress=not args.quiet)
     print_table(run)

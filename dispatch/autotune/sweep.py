@@ -26,7 +26,8 @@ def pick_winner(timings: Sequence[Timing], tie_tolerance: float) -> Timing:
 
 def sweep(candidates: Sequence[Config], make_runner: Callable[[Config], Callable[[], torch.Tensor]],
           reference: torch.Tensor | None, device: torch.device, settings: TuneSettings = TuneSettings(),
-          what: str = "kernel", progress: Callable[[Config], None] | None = None) -> TuneResult:
+          what: str = "kernel", progress: Callable[[Config], None] | None = None,
+          tolerance: tuple[float, float] | None = None) -> TuneResult:
     """Measure every candidate and return the winner with every timing and failure.
 
     ``make_runner(config)`` builds a zero-argument callable that runs the kernel on fixed inputs.
@@ -46,7 +47,8 @@ def sweep(candidates: Sequence[Config], make_runner: Callable[[Config], Callable
             failures.append(Failure(config, f"{type(exc).__name__}: {exc}"))
             continue
         if reference is not None:
-            why = mismatch(out, reference)
+            why = mismatch(out, reference, tolerance) if isinstance(out, torch.Tensor) else (
+                f"returned {type(out).__name__}, not a tensor")
             if why is not None:
                 failures.append(Failure(config, f"wrong result: {why}"))
                 continue

@@ -1,4 +1,10 @@
-"""The conformance cases: one call each (op, dtype, shape, dim, layout, values), and the default grid."""
+"""The conformance cases: one call each, and the default grid.
+
+A case is anything with ``op``, ``id``, ``grad`` and ``arguments(device) -> (args, kwargs)``, the
+arguments of one ``dispatch.<op>`` call. :class:`Case` describes calls of the reduction ops
+(softmax, log_softmax, logsumexp: dtype, shape, dim, layout, values); :class:`OpCase` any declared
+op, from its sample factory.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +47,7 @@ class Case:
     autograd through the reference.
     """
 
-    op: str = field(validator=in_(dispatch.OPS))
+    op: str = field(validator=in_(("softmax", "log_softmax", "logsumexp")))
     dtype: torch.dtype = field(validator=instance_of(torch.dtype))
     shape: tuple[int, ...] = field(converter=tuple)
     dim: int | tuple[int, ...] = field(default=-1, converter=_dim)
@@ -94,11 +100,55 @@ class Case:
             x.requires_grad_(True)
         return x
 
+    def arguments(self, device: torch.device | str = "cpu") -> tuple[tuple, dict]:
+        """The call's arguments: ``(input, dim), {"dtype": ...}`` (``keepdim`` for logsumexp)."""
+        x = self.make_input(device)
+        if self.op == "logsumexp":
+            return (x, self.dim, self.keepdim), {}
+        return (x, self.dim), {"dtype": self.out_dtype}
+
     def call(self, fn, x: torch.Tensor, **kwargs) -> torch.Tensor:
         """``fn(x, dim, ...)`` with this case's arguments (``fn`` is a dispatch or torch op)."""
         if self.op == "logsumexp":
             return fn(x, self.dim, self.keepdim, **kwargs)
         return fn(x, self.dim, dtype=self.out_dtype, **kwargs)
+
+
+@frozen
+class OpCase:
+    """One call of any declared op, made by its sample factory: ``sample(shape, dtype, device, seed, **options)``."""
+
+    op: str = field(validator=instance_of(str))
+    dtype: torch.dtype = field(validator=instance_of(torch.dtype))
+    shape: tuple[int, ...] = field(converter=tuple)
+    options: tuple[tuple[str, object], ...] = field(default=(), converter=lambda o: tuple(sorted(dict(o).items())))
+    grad: bool = field(default=False, validator=instance_of(bool))
+
+    @property
+    def id(self) -> str:
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        parts = [self.op, _dtype_name(self.dtype), shape, *(f"{k}{v}" for k, v in self.options)]
+        return "-".join(parts + (["grad"] if self.grad else []))
+
+    def arguments(self, device: torch.device | str = "cpu") -> tuple[tuple, dict]:
+        decl = dispatch.declared_ops()[self.op]
+        args, kwargs = decl.sample(self.shape, self.dtype, torch.device(device), zlib.crc32(self.id.encode()),
+                                   **dict(self.options))
+        if self.grad:
+            args = tuple(a.requires_grad_(True) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point
+                         else a for a in args)
+            kwargs = {k: v.requires_grad_(True) if isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+                      else v for k, v in kwargs.items()}
+        return args, kwargs
+
+
+def sample_cases(op: str) -> tuple[OpCase, ...]:
+    """The grid for an op declared outside the reduction family: every float dtype on a few shapes
+    (rows, odd sizes, a 3-d input, empty rows, one long row), and backward in float32/float64."""
+    cases = [OpCase(op, dtype, shape) for dtype in DTYPES
+             for shape in ((8, 128), (7, 33), (3, 5, 17), (4, 0), (1, 4099))]
+    cases += [OpCase(op, dtype, (8, 128), grad=True) for dtype in (torch.float32, torch.float64)]
+    return tuple(cases)
 
 
 def _fits_special_rows(shape: tuple[int, ...], dim: int | tuple[int, ...]) -> bool:
@@ -146,22 +196,28 @@ def lay_out(x: torch.Tensor, layout: str) -> torch.Tensor:
     raise ValueError(f"'layout' must be one of {', '.join(LAYOUTS)} (got {layout!r})")
 
 
-def default_cases() -> tuple[Case, ...]:
-    """The grid :func:`~dispatch_pytest.conformance.certify` runs unless given other cases.
+def default_cases(ops=None) -> tuple[Case | OpCase, ...]:
+    """The grid :func:`~dispatch_pytest.conformance.certify` runs unless given other cases
+    (``ops``: the op names to cover; default every declared op).
 
-    Per op and dtype: row and odd shapes, a middle and a first dim, 1-d and 0-d inputs, every
-    layout, empty rows and no rows, long rows, NaN/inf rows along the last and the first dim,
+    Per reduction op and dtype: row and odd shapes, a middle and a first dim, 1-d and 0-d inputs,
+    every layout, empty rows and no rows, long rows, NaN/inf rows along the last and the first dim,
     large values. Then logsumexp's multi-dim and keepdim forms, softmax's ``dtype=`` casts, and
-    backward checks.
+    backward checks. Every other declared op: :func:`sample_cases`.
     """
-    cases: list[Case] = []
-    for op in dispatch.OPS:
+    names = tuple(dispatch.declared_ops()) if ops is None else tuple(ops)
+    reductions = [op for op in ("softmax", "log_softmax", "logsumexp") if op in names]
+    cases: list[Case | OpCase] = []
+    for op in names:
+        if op not in reductions:
+            cases += sample_cases(op)
+    for op in reductions:
         for dtype in DTYPES:
             cases += _grid(op, dtype)
         for dtype in (torch.float32, torch.float64):
             cases.append(Case(op, dtype, (8, 128), grad=True))
             cases.append(Case(op, dtype, (3, 5, 17), 1, grad=True))
-    for op in ("softmax", "log_softmax"):
+    for op in [o for o in ("softmax", "log_softmax") if o in reductions]:
         for src, dst in CASTS:
             cases.append(Case(op, src, (8, 128), out_dtype=dst))
         cases.append(Case(op, torch.float16, (10, 37), out_dtype=torch.float32, values="special"))

@@ -23,11 +23,8 @@ from attrs import field, frozen
 from attrs.validators import in_
 
 import dispatch
-from dispatch import CallSpec, _plugins
-from dispatch.autotune import EMPTY, Config
-from dispatch._select import expected_output
-from dispatch.ops import make_spec
-from dispatch.tolerance import mismatch
+from dispatch import _plugins
+from dispatch.backend import EMPTY, CallSpec, Config, expected_output, input_safety, mismatch, reference_kernel
 
 from .cases import Case, default_cases
 
@@ -122,7 +119,7 @@ def certify(backend: str, cases: Iterable[Case] | None = None, *, device: torch.
     device = torch.device(device) if device is not None else default_device()
     loaded = _backend(backend)
     results = tuple(run_case(backend, case, device=device, configs=configs)
-                    for case in (default_cases() if cases is None else cases))
+                    for case in (default_cases(_ops_of(loaded)) if cases is None else cases))
     return Report(backend, loaded.info.version, str(device), results)
 
 
@@ -133,8 +130,11 @@ def run_case(backend: str, case: Case, *, device: torch.device | str | None = No
         raise ValueError(f"'configs' must be one of {', '.join(CONFIGS)} (got {configs!r})")
     device = torch.device(device) if device is not None else default_device()
     under_test, reference = _backend(backend), _reference()
-    x = case.make_input(device)
-    spec = make_spec(case.op, x, case.dim, case.out_dtype, case.keepdim)
+    args, kwargs = case.arguments(device)
+    decl = dispatch.declared_ops()[case.op]
+    values = decl.bind(*args, **kwargs)
+    spec = decl.spec(values)
+    tensors = decl.tensors_of(values)
     faults = len(under_test.faults)
     verdict = under_test.check(case.op, spec)
     if len(under_test.faults) > faults:
@@ -147,7 +147,7 @@ def run_case(backend: str, case: Case, *, device: torch.device | str | None = No
             return CaseResult(case, FAIL, "refused without a reason: use Verdict.no('why, and what to do instead')")
         return CaseResult(case, REFUSED, verdict.reason)
     with torch.no_grad():
-        expected = reference.kernel(case.op, spec, EMPTY)(x)
+        expected = reference.kernel(case.op, spec, EMPTY)(*tensors)
     try:
         space = under_test.tune_space(case.op, spec)
     except Exception as exc:
@@ -160,77 +160,93 @@ def run_case(backend: str, case: Case, *, device: torch.device | str | None = No
         tried = (space.default,)
     notes = []
     for config in tried:
-        why, note = _check_forward(under_test, reference, case, spec, config, x, expected)
+        why, note = _check_forward(under_test, case, spec, config, tensors, expected)
         where = f"[{config}] " if space is not None else ""
         if why is not None:
             return CaseResult(case, FAIL, where + why, (config,))
         if note is not None:
             notes.append(where + note)
-    why = _check_backward(under_test, reference, case, spec, x) if case.grad else None
+    why = _check_backward(under_test, case, spec, tensors) if case.grad else None
     if why is not None:
         return CaseResult(case, FAIL, why, tried)
     return CaseResult(case, PASS, "; ".join([verdict.reason, *notes]), tried)
 
 
-def _check_forward(backend: _plugins.Backend, reference: _plugins.Backend, case: Case, spec: CallSpec,
-                   config: Config, x: torch.Tensor, expected: torch.Tensor) -> tuple[str | None, str | None]:
+def _check_forward(backend: _plugins.Backend, case: Case, spec: CallSpec, config: Config, tensors: tuple,
+                   expected: torch.Tensor) -> tuple[str | None, str | None]:
     """``(why it fails, None)`` or ``(None, a note for the report or None)``."""
-    before = x.detach().clone()
+    before = tuple(None if t is None else t.detach().clone() for t in tensors)
+    tol = dispatch.declared_ops()[spec.op].tolerance(spec.out_dtype)
     try:
         kernel = backend.kernel(case.op, spec, config)
         with torch.no_grad():
-            out = kernel(x)
+            out = kernel(*tensors)
     except Exception as exc:
         return f"the kernel raised {type(exc).__name__}: {exc}", None
     if not isinstance(out, torch.Tensor):
         return f"the kernel returned {type(out).__name__}, not a tensor", None
-    if not _same(x.detach(), before):
-        return "the kernel wrote to its input", None
+    unsafe = input_safety(tuple(None if t is None else t.detach() for t in tensors), before, out)
+    if unsafe is not None:
+        return f"the kernel {unsafe}", None
     if out.device != expected.device:
         return f"output on {out.device}, the input's device is {expected.device}", None
-    why = mismatch(out, expected)
+    why = mismatch(out, expected, tol)
     if why is None:
         return None, None
-    exact = _exact(reference, case, x, expected.dtype)
-    if exact is not None and mismatch(out, exact) is None:
+    exact = _exact(spec, tensors, expected.dtype)
+    if exact is not None and mismatch(out, exact, tol) is None:
         # the reference itself rounds badly here (torch's float16/bfloat16 log_softmax on the CPU
         # rounds x - max before subtracting the log-sum); matching the exact result is conformant
         return None, f"matches the exact (float64) result where the reference is off: {why}"
     return f"differs from the reference: {why}", None
 
 
-def _exact(reference: _plugins.Backend, case: Case, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
-    """The reference computed in float64 on the same input (cast first, as ``dtype=`` does), rounded to ``dtype``."""
+def _exact(spec: CallSpec, tensors: tuple, dtype: torch.dtype) -> torch.Tensor | None:
+    """The reference computed in float64 on the same inputs (cast first, as ``dtype=`` does), rounded to ``dtype``."""
     if dtype == torch.float64 or not dtype.is_floating_point:
         return None
-    return expected_output(reference, make_spec(case.op, x, case.dim, case.out_dtype, case.keepdim), x.detach())
+    return expected_output(spec, tuple(None if t is None else t.detach() for t in tensors))
 
 
-def _check_backward(backend: _plugins.Backend, reference: _plugins.Backend, case: Case, spec: CallSpec,
-                    x: torch.Tensor) -> str | None:
+def _check_backward(backend: _plugins.Backend, case: Case, spec: CallSpec, tensors: tuple) -> str | None:
     try:
         backward = backend.backward(case.op, spec)
     except Exception as exc:
         return f"dispatch_backward raised {type(exc).__name__}: {exc}"
     if backward is None:
-        return None  # dispatch differentiates the output with the reference formula
-    leaf = x.detach().requires_grad_(True)
+        return None  # dispatch differentiates the output with the op's reference backward
+    leaves = tuple(None if t is None else t.detach().requires_grad_(t.dtype.is_floating_point) for t in tensors)
     with torch.enable_grad():
-        y = reference.kernel(case.op, spec, EMPTY)(leaf)
+        y = reference_kernel(spec)(*leaves)
     grad = torch.randn(y.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     grad = grad.to(device=y.device, dtype=y.dtype)
-    (expected,) = torch.autograd.grad(y, leaf, grad)
+    wanted = [t for t in leaves if t is not None and t.requires_grad]
+    expected = iter(torch.autograd.grad(y, wanted, grad, allow_unused=True))
     try:
         with torch.no_grad():
-            got = backward(grad, x.detach(), y.detach())
+            got = backward(grad, *(None if t is None else t.detach() for t in tensors), y.detach())
     except Exception as exc:
         return f"the backward kernel raised {type(exc).__name__}: {exc}"
-    why = mismatch(got, expected)
-    return None if why is None else f"backward differs from autograd through the reference: {why}"
+    got = (got,) if isinstance(got, torch.Tensor) else tuple(got)
+    for arg, leaf, g in zip(spec.tensors, leaves, got + (None,) * (len(leaves) - len(got))):
+        if leaf is None or not leaf.requires_grad:
+            continue
+        e = next(expected)
+        if e is None or g is None:
+            if e is not g and not (e is None and g is not None and not bool(g.abs().sum())):
+                return f"backward of {arg.name}: {'no gradient' if g is None else 'a gradient'} where autograd " \
+                       f"through the reference gives {'none' if e is None else 'one'}"
+            continue
+        why = mismatch(g, e)
+        if why is not None:
+            return f"backward of {arg.name} differs from autograd through the reference: {why}"
+    return None
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+def _ops_of(backend: _plugins.Backend) -> tuple[str, ...]:
+    """The declared ops a backend implements (the reference: every one)."""
+    declared = tuple(dispatch.declared_ops())
+    return declared if backend.info.reference else tuple(op for op in declared if op in backend.info.ops)
 
 
 def _backend(name: str) -> _plugins.Backend:

@@ -23,6 +23,7 @@ from dispatch.autotune import Config, TuneSpace
 __version__ = "0.1.0"
 
 NAME = "sample"
+OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
 #: The column-chunk widths the tune space offers (config key ``chunk``), and the default.
 CHUNKS = (128, 512, 2048, 8192)
 DEFAULT_CHUNK = 2048
@@ -34,7 +35,7 @@ _ACCUMULATE = torch.float32
 
 @hookimpl
 def dispatch_backend_info() -> BackendInfo:
-    return BackendInfo(name=NAME, version=__version__, ops=dispatch.OPS,
+    return BackendInfo(name=NAME, version=__version__, ops=OPS,
                        priority={"cpu": -10, "cuda": -10}, versions={"torch": torch.__version__},
                        description="online softmax over column chunks, plain torch (a sample plugin)")
 

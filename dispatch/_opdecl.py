@@ -1,0 +1,250 @@
+"""Op declarations: the one place an op is described, and the registry of declared ops.
+
+An :class:`OpDecl` holds the op's torch-compatible signature and argument checks (``parse``), its
+tensor arguments (required or optional, with the dtype an absent one stands for), its reference
+(torch) implementation and backward, its output rule, shape bucket, bytes moved, tolerance and
+example inputs. Everything else (the op function and its hot-path key, the dispatcher, cache keys,
+explain, A/B, the CLI and the conformance kit) is derived from it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from attrs import field, frozen
+from attrs.validators import deep_iterable, instance_of, is_callable
+from attrs.validators import optional as maybe
+
+from ._spec import CallSpec, TensorSpec
+from .tolerance import tolerance as dtype_tolerance
+
+#: ``kernel(*tensors) -> output``: what a backend's ``dispatch_kernel`` and a reference return.
+Kernel = Callable[..., torch.Tensor]
+
+
+@frozen
+class TensorArg:
+    """A tensor parameter of an op.
+
+    ``optional`` ones may be None. ``absent_dtype`` is the dtype an absent one stands for (the
+    dtype of its cached placeholder, so that dtype-keyed kernels see one key with and without
+    it); None means the first tensor's dtype. ``differentiable`` says whether autograd flows to it.
+    """
+
+    name: str = field(validator=instance_of(str))
+    optional: bool = field(default=False, validator=instance_of(bool))
+    absent_dtype: torch.dtype | None = field(default=None, validator=maybe(instance_of(torch.dtype)))
+    differentiable: bool = field(default=True, validator=instance_of(bool))
+
+
+def _default_bucket(spec: CallSpec) -> str:
+    return "shape=" + "x".join(str(_next_pow2(s)) for s in spec.shape)
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _default_bytes(spec: CallSpec) -> int:
+    read = sum(t.numel * t.dtype.itemsize for t in spec.tensors if t.present)
+    out = 1
+    for s in spec.out_shape:
+        out *= s
+    return read + out * spec.out_dtype.itemsize
+
+
+def default_examples(spec: CallSpec, seed: int = 0) -> tuple[torch.Tensor | None, ...]:
+    """Deterministic inputs with ``spec``'s shapes, dtypes, device and (where possible) strides:
+    N(0, 4^2) for floating tensors (so softmax-like ops have tails), 0/1 for the others."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    out: list[torch.Tensor | None] = []
+    for t in spec.tensors:
+        if not t.present:
+            out.append(None)
+            continue
+        if t.dtype.is_floating_point:
+            values = (torch.randn(t.shape, generator=gen, dtype=torch.float32) * 4).to(t.dtype)
+        elif t.dtype == torch.bool:
+            values = torch.randint(0, 2, t.shape, generator=gen).bool()
+        else:
+            values = torch.randint(0, 2, t.shape, generator=gen).to(t.dtype)
+        values = values.to(t.device)
+        try:
+            x = torch.empty_strided(t.shape, t.stride, dtype=t.dtype, device=t.device)
+            x.copy_(values)
+        except RuntimeError:  # overlapping strides (an expanded view): a dense copy serves
+            x = values
+        out.append(x)
+    return tuple(out)
+
+
+def default_sample(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0,
+                   **options: Any) -> tuple[tuple, dict[str, Any]]:
+    """A call's arguments from a shape and dtype: the first tensor N(0, 4^2), ``options`` as keywords."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    x = (torch.randn(shape, generator=gen, dtype=torch.float32) * 4).to(dtype).to(device)
+    return (x,), dict(options)
+
+
+@frozen
+class OpDecl:
+    """An op, declared once.
+
+    * ``parse``: a function with exactly the op's Python signature (without ``backend=``). It
+      checks the arguments as torch does (bad ones raise torch's own exception) and returns the
+      op's normalised attributes as a dict (e.g. ``{"dims": (1,), "keepdim": False}``); the key
+      ``"out_dtype"``, when present, is the result's dtype (a ``dtype=`` argument).
+    * ``tensors``: the parameters of ``parse`` that are tensors, in order (the first is required).
+    * ``reference(spec) -> kernel``: torch's implementation for calls matching ``spec``, taking
+      the tensors positionally (None for absent ones).
+    * ``output(spec) -> (shape, dtype)``: the result's shape and dtype (``spec.out_shape`` is not
+      set yet when it is called).
+    * ``backward(spec) -> fn`` (optional): ``fn(grad_output, *tensors, output)`` returns the
+      gradient of each tensor (a tuple, None where there is none; a tensor for one-tensor ops).
+      None means autograd through the reference.
+    * ``bucket(spec) -> str``: the shape bucket (decisions are cached per bucket).
+    * ``bytes_moved(spec) -> int`` (and ``flops``): for GB/s, % of copy and roofline.
+    * ``tolerance(dtype) -> (rtol, atol)``; ``examples(spec, seed) -> tensors`` (what tuning and
+      races run on); ``sample(shape, dtype, device, seed, **options) -> (args, kwargs)``: a whole
+      call from a shape and a dtype (A/B runs and the CLI; ``options`` are the user's arguments,
+      e.g. ``dim=0``).
+    """
+
+    name: str = field(validator=instance_of(str))
+    parse: Callable[..., dict[str, Any]] = field(validator=is_callable())
+    tensors: tuple[TensorArg, ...] = field(converter=tuple, validator=deep_iterable(instance_of(TensorArg)))
+    reference: Callable[[CallSpec], Kernel] = field(validator=is_callable())
+    output: Callable[[CallSpec], tuple[tuple[int, ...], torch.dtype]] = field(validator=is_callable())
+    backward: Callable[[CallSpec], Callable[..., Any]] | None = field(default=None, validator=maybe(is_callable()))
+    bucket: Callable[[CallSpec], str] = field(default=_default_bucket, validator=is_callable())
+    bytes_moved: Callable[[CallSpec], int] = field(default=_default_bytes, validator=is_callable())
+    flops: Callable[[CallSpec], int] | None = field(default=None, validator=maybe(is_callable()))
+    tolerance: Callable[[torch.dtype], tuple[float, float]] = field(default=dtype_tolerance, validator=is_callable())
+    examples: Callable[..., tuple[torch.Tensor | None, ...]] = field(default=default_examples,
+                                                                     validator=is_callable())
+    sample: Callable[..., tuple[tuple, dict[str, Any]]] = field(default=default_sample, validator=is_callable())
+    doc: str = field(default="", validator=instance_of(str))
+
+    @name.validator
+    def _check_name(self, _attribute, value: str) -> None:
+        if not value.isidentifier() or value.startswith("_"):
+            raise ValueError(f"'name' must be a public identifier like 'rms_norm' (got {value!r})")
+
+    def __attrs_post_init__(self) -> None:
+        params = self.parameters
+        names = [p.name for p in params]
+        if not self.tensors:
+            raise ValueError(f"op {self.name!r}: 'tensors' must name at least one tensor parameter (got none)")
+        for t in self.tensors:
+            if t.name not in names:
+                raise ValueError(f"op {self.name!r}: tensor {t.name!r} is not a parameter of 'parse' "
+                                 f"({', '.join(names)})")
+        if self.tensors[0].optional:
+            raise ValueError(f"op {self.name!r}: the first tensor ({self.tensors[0].name!r}) must be required")
+        if "backend" in names:
+            raise ValueError(f"op {self.name!r}: 'backend' is dispatch's own keyword; rename that parameter")
+        for p in params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ValueError(f"op {self.name!r}: 'parse' must have named parameters only (got {p})")
+
+    @property
+    def parameters(self) -> tuple[inspect.Parameter, ...]:
+        return tuple(inspect.signature(self.parse).parameters.values())
+
+    @property
+    def tensor_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tensors)
+
+    @property
+    def attribute_names(self) -> tuple[str, ...]:
+        """The parameters that are not tensors (dims, keepdim, dtype=, eps, ...)."""
+        tensors = set(self.tensor_names)
+        return tuple(p.name for p in self.parameters if p.name not in tensors)
+
+    def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The arguments of one call by parameter name, defaults applied (torch's TypeError if they don't bind)."""
+        try:
+            bound = inspect.signature(self.parse).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}(): {exc}") from None
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def spec(self, values: Mapping[str, Any], grad_enabled: bool | None = None) -> CallSpec:
+        """The :class:`CallSpec` of a call with ``values`` by parameter name (checked as torch would)."""
+        attributes = self.parse(**values)
+        if grad_enabled is None:
+            grad_enabled = torch.is_grad_enabled()
+        first = values[self.tensors[0].name]
+        tensors = []
+        for arg in self.tensors:
+            t = values[arg.name]
+            if t is None:
+                tensors.append(TensorSpec.absent(arg.name, arg.absent_dtype or first.dtype))
+            else:
+                tensors.append(TensorSpec.of(arg.name, t, grad_enabled and arg.differentiable))
+        attributes = dict(attributes)
+        out_dtype = attributes.pop("out_dtype", None)
+        base = CallSpec(self.name, tensors, attributes, (), out_dtype)
+        shape, dtype = self.output(base)
+        return CallSpec(self.name, tensors, attributes, shape, dtype)
+
+    def tensors_of(self, values: Mapping[str, Any]) -> tuple[torch.Tensor | None, ...]:
+        return tuple(values[name] for name in self.tensor_names)
+
+
+# -- the registry of declared ops ----------------------------------------------------------------------
+
+_ops: dict[str, OpDecl] = {}
+_origins: dict[str, str] = {}
+_lock = threading.Lock()
+_listeners: list[Callable[[OpDecl], None]] = []
+
+
+def declare(decl: OpDecl, origin: str = "dispatch") -> OpDecl:
+    """Add ``decl`` to the declared ops. Declaring another op under a taken name is an error."""
+    if not isinstance(decl, OpDecl):
+        raise TypeError(f"'decl' must be a dispatch.backend.OpDecl (got {type(decl).__name__})")
+    with _lock:
+        known = _ops.get(decl.name)
+        if known is not None and known is not decl:
+            raise ValueError(f"op {decl.name!r} from {origin} is already declared by {_origins[decl.name]}; "
+                             "op names must be unique")
+        _ops[decl.name] = decl
+        _origins[decl.name] = origin
+    for listener in _listeners:
+        listener(decl)
+    return decl
+
+
+def undeclare(name: str) -> None:
+    """Remove the op ``name`` (an op package that is unregistered)."""
+    with _lock:
+        _ops.pop(name, None)
+        _origins.pop(name, None)
+
+
+def declared() -> Mapping[str, OpDecl]:
+    """A read-only view of the declared ops, by name, in declaration order."""
+    return MappingProxyType(_ops)
+
+
+def get(name: str) -> OpDecl:
+    """The declaration of op ``name``; a ValueError listing the declared ops if there is none."""
+    decl = _ops.get(name)
+    if decl is None:
+        raise ValueError(f"'op' must be a declared op, one of {', '.join(_ops) or 'none'} (got {name!r}); "
+                         "ops come from dispatch and from plugins (`python -m dispatch backends`)")
+    return decl
+
+
+def on_declare(listener: Callable[[OpDecl], None]) -> None:
+    _listeners.append(listener)

@@ -1,0 +1,121 @@
+"""Op functions made from declarations: the hot-path key builder and the miss path, once for every op.
+
+For an op declared as ``softmax(input, dim=-1, dtype=None)`` this generates::
+
+    def softmax(input, dim=-1, dtype=None, *, backend=None):
+        try:
+            fn = _table[(<key of the call>)]
+        except (KeyError, AttributeError, TypeError):
+            fn = None
+        if fn is None:
+            return _miss(...)          # resolve the call once; raise torch's errors
+        return fn(input)
+
+The key holds each tensor's dtype, device, shape and strides (None for an absent optional one),
+each attribute tagged with its type (``1``, ``1.0`` and ``True`` are equal in a dict, but torch
+accepts only the first as a dim; list and tuple attributes are frozen element by element), the
+``backend=`` argument, the innermost ``use()`` scope and whether autograd records the call. The
+same key expression is compiled into :func:`OpFunction.key`, which explain and tests use, so the
+two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ._opdecl import OpDecl
+from ._settings import current_scope
+
+_SEQUENCES = frozenset((list, tuple))
+
+
+def freeze(value: Any) -> tuple:
+    """A hashable, type-tagged stand-in for a list or tuple attribute (``[0, 1]`` -> ``(list, ((int, 0), (int, 1)))``)."""
+    return value.__class__, tuple((e.__class__, e) for e in value)
+
+
+def key_expression(decl: OpDecl) -> str:
+    """The Python expression of a call's hot-path key, over the op's parameter names and ``backend``."""
+    parts: list[str] = []
+    tensors = {t.name: t for t in decl.tensors}
+    grads: list[str] = []
+    for p in decl.parameters:
+        n = p.name
+        arg = tensors.get(n)
+        if arg is None:
+            parts.append(f"{n}.__class__, ({n} if {n}.__class__ not in _SEQUENCES else _freeze({n}))")
+        elif arg.optional:
+            parts.append(f"(None if {n} is None else ({n}.dtype, {n}.device, {n}.shape, {n}.stride()))")
+            grads.append(f"({n} is not None and {n}.requires_grad)")
+        else:
+            parts.append(f"{n}.dtype, {n}.device, {n}.shape, {n}.stride()")
+            grads.append(f"{n}.requires_grad")
+    if len(grads) == 1:
+        parts.append(f"{grads[0]} and _grad_enabled()")
+    else:
+        parts.append(f"_grad_enabled() and ({', '.join(grads)},)")
+    parts.append("backend, _current_scope()")
+    return ", ".join(parts)
+
+
+_TEMPLATE = '''
+def key({params}, backend=None):
+    return ({key})
+
+def {name}({signature}):
+    try:
+        fn = _table[({key})]
+    except (KeyError, AttributeError, TypeError):
+        fn = None
+    if fn is None:  # outside the handler, so torch's own errors don't chain a KeyError
+        return _miss(key, backend, {values})
+    return fn({tensors})
+'''
+
+
+class OpFunction:
+    """The callable ``dispatch.<op>``: torch's signature plus a keyword-only ``backend=``."""
+
+    def __init__(self, decl: OpDecl, table: dict, miss: Callable[..., Any]) -> None:
+        self.decl = decl
+        params = decl.parameters
+        defaults = {f"_default_{p.name}": p.default for p in params if p.default is not p.empty}
+        signature = []
+        keyword_only = False
+        for p in params:
+            if p.kind == p.KEYWORD_ONLY and not keyword_only:
+                signature.append("*")
+                keyword_only = True
+            signature.append(p.name if p.default is p.empty else f"{p.name}=_default_{p.name}")
+        signature += ["backend=None"] if keyword_only else ["*", "backend=None"]
+        names = [p.name for p in params]
+        source = _TEMPLATE.format(
+            name=decl.name, params=", ".join(names), key=key_expression(decl),
+            signature=", ".join(signature), values="{" + ", ".join(f"{n!r}: {n}" for n in names) + "}",
+            tensors=", ".join(decl.tensor_names))
+        namespace: dict[str, Any] = {
+            "_table": table, "_miss": lambda key, backend, values: miss(decl, key, backend, values),
+            "_SEQUENCES": _SEQUENCES, "_freeze": freeze, "_grad_enabled": torch.is_grad_enabled,
+            "_current_scope": current_scope, **defaults}
+        exec(compile(source, f"<dispatch op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
+        self.function: Callable[..., torch.Tensor] = namespace[decl.name]
+        self.key: Callable[..., tuple] = namespace["key"]
+        self.function.__doc__ = decl.doc or f"``{decl.name}``, served by the best backend for the call."
+        self.function.__qualname__ = decl.name
+        self.function.__module__ = "dispatch"
+        self.function.__signature__ = inspect.Signature(
+            [*params, inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None)])
+        self.function.__dispatch_op__ = decl
+
+    def call_key(self, values: dict[str, Any], backend: str | None) -> tuple | None:
+        """The hot-path key of a call (None when one of its arguments is not hashable)."""
+        try:
+            key = self.key(**values, backend=backend)
+            hash(key)
+        except (AttributeError, TypeError):
+            return None
+        return key

@@ -1,0 +1,101 @@
+"""The correctness oracle, in one place: the float64 reference, example inputs, tolerances and safety checks.
+
+Every check of a backend's output (the first call of a bucket, races, the conformance kit, A/B)
+goes through :func:`expected_output` and :func:`check_output`; every input made for tuning and
+races comes from :func:`example_inputs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import torch
+
+from . import _opdecl
+from ._spec import CallSpec
+from .tolerance import mismatch
+
+
+def reference_kernel(spec: CallSpec):
+    """torch's implementation of ``spec.op`` for calls matching ``spec``: ``kernel(*tensors)``."""
+    return _opdecl.get(spec.op).reference(spec)
+
+
+def _widened(spec: CallSpec) -> CallSpec:
+    tensors = [attrs.evolve(t, dtype=torch.float64) if t.present and t.dtype.is_floating_point else t
+               for t in spec.tensors]
+    return attrs.evolve(spec, tensors=tensors, out_dtype=torch.float64)
+
+
+def exact_output(spec: CallSpec, tensors: Sequence[torch.Tensor | None]) -> torch.Tensor:
+    """The reference computed in float64 from the same inputs (the first one cast to the output
+    dtype first, as ``dtype=`` does); for non-floating results, the reference itself."""
+    with torch.no_grad():
+        if not spec.dtype.is_floating_point or not spec.out_dtype.is_floating_point:
+            return reference_kernel(spec)(*tensors)
+        wide = []
+        for i, t in enumerate(tensors):
+            if t is not None and t.dtype.is_floating_point:
+                t = (t.to(spec.out_dtype) if i == 0 else t).to(torch.float64)
+            wide.append(t)
+        return reference_kernel(_widened(spec))(*wide)
+
+
+def expected_output(spec: CallSpec, tensors: Sequence[torch.Tensor | None]) -> torch.Tensor:
+    """What a correct backend returns: :func:`exact_output` rounded once to the output dtype
+    (torch's own low-precision CPU kernels may round twice)."""
+    exact = exact_output(spec, tensors)
+    return exact.to(spec.out_dtype) if exact.dtype != spec.out_dtype else exact
+
+
+def example_inputs(spec: CallSpec, seed: int = 0) -> tuple[torch.Tensor | None, ...]:
+    """Deterministic inputs for ``spec`` (the op's example factory): what races and tuning run on."""
+    return _opdecl.get(spec.op).examples(spec, seed)
+
+
+def tolerance_of(spec: CallSpec) -> tuple[float, float]:
+    """``(rtol, atol)`` for the op's result in its output dtype."""
+    return _opdecl.get(spec.op).tolerance(spec.out_dtype)
+
+
+def input_safety(tensors: Sequence[torch.Tensor | None], before: Sequence[torch.Tensor | None],
+                 out: object) -> str | None:
+    """Why a kernel's run broke the user's-data rules, or None: it wrote into an input (compared
+    with ``before``, copies taken before the run) or returned a tensor sharing an input's memory."""
+    for t, b in zip(tensors, before):
+        if t is None or b is None:
+            continue
+        if not _same(t.detach(), b):
+            return "wrote into its input"
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    for o in outs:
+        if not isinstance(o, torch.Tensor) or o.numel() == 0:
+            continue
+        for t in tensors:
+            if t is not None and t.numel() > 0 and _overlaps(o, t):
+                return "returned a tensor that shares memory with its input (an alias, not a new result)"
+    return None
+
+
+def check_output(spec: CallSpec, out: object, expected: torch.Tensor) -> str | None:
+    """Why ``out`` is not a correct result for ``spec``, or None."""
+    if not isinstance(out, torch.Tensor):
+        return f"returned {type(out).__name__}, not a tensor"
+    return mismatch(out, expected, tolerance_of(spec))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    if sa.device != sb.device:
+        return False
+    a0, b0 = sa.data_ptr(), sb.data_ptr()
+    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes()
