@@ -246,5 +246,11 @@ def get(name: str) -> OpDecl:
     return decl
 
 
+def spec_of(op: str, *args: Any, **kwargs: Any) -> CallSpec:
+    """The :class:`CallSpec` of ``dispatch.<op>(*args, **kwargs)`` (what a backend's hooks see)."""
+    decl = get(op)
+    return decl.spec(decl.bind(*args, **kwargs))
+
+
 def on_declare(listener: Callable[[OpDecl], None]) -> None:
     _listeners.append(listener)

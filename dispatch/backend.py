@@ -10,7 +10,7 @@ from the top-level ``dispatch`` namespace only; ``dispatch._*`` modules are inte
 
 from __future__ import annotations
 
-from ._opdecl import OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples
+from ._opdecl import OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples, spec_of
 from ._sources import dist_version, source_hash
 from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict, dtype_name
 from .autotune.placeholders import placeholder
@@ -26,7 +26,7 @@ from .tolerance import max_errors, mismatch, tolerance
 
 __all__ = [
     "OpDecl", "TensorArg", "TensorSpec", "declare_op", "declared_ops", "default_examples", "example_inputs",
-    "expected_output", "input_safety", "reference_kernel",
+    "expected_output", "input_safety", "reference_kernel", "spec_of",
     "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
     "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult",
     "TuneSettings", "TuneSpace", "UnknownBackendError", "Verdict", "dist_version", "do_bench", "dtype_name",

@@ -86,10 +86,15 @@ def _call(args: argparse.Namespace) -> tuple[tuple, dict]:
     """The op's arguments for ``--shape``/``--dtype``/``--dim``/``--arg``, from its sample factory."""
     from . import _opdecl
     from .ab import make_call
+    from .ab._run import sample_options
 
     _plugins.registry()  # plugins may declare the op
     decl = _opdecl.get(args.op)
     options = dict(args.arg or ())
+    unknown = sorted(set(options) - sample_options(decl))
+    if unknown:
+        raise ValueError(f"--arg {unknown[0]}: {args.op} takes no such argument; it takes "
+                         f"{', '.join(sorted(sample_options(decl))) or 'none'}")
     if "dim" in decl.attribute_names:
         options.setdefault("dim", args.dim)
     return make_call(args.op, args.shape, args.dtype, _device(args.device), **options)

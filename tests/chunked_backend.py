@@ -1,7 +1,9 @@
 """A real, if plain, backend for tests: softmax family from torch primitives, chunked over the row.
 
 ``make(name, fault=...)`` builds a fresh plugin object; ``fault`` makes it misbehave on purpose:
-"raise" (every kernel call raises), "nan" (returns NaN), "wrong" (off by 10%), "slow" (sleeps).
+"raise" (every kernel call raises), "nan" (returns NaN), "wrong" (off by 10%), "slow" (sleeps),
+"writes input" (right result, then zeroes its input), "alias" (writes its result into its input and
+returns the input), "raise later" (raises from its third call on).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def make(name: str = "chunked", fault: str | None = None, priority: int = 50, ca
 
         def run(x):
             calls.append(op)
-            if fault == "raise":
+            if fault == "raise" or (fault == "raise later" and len(calls) >= 3):
                 raise RuntimeError(f"{name} kernel crashed")
             if fault == "slow":
                 time.sleep(0.002)
@@ -76,6 +78,10 @@ def make(name: str = "chunked", fault: str | None = None, priority: int = 50, ca
                 return torch.full_like(out, float("nan"))
             if fault == "wrong":
                 return out * 1.1
+            if fault == "writes input":
+                x.zero_()
+            if fault == "alias" and x.shape == out.shape:
+                return x.copy_(out)
             return out
         return run
 

@@ -161,8 +161,8 @@ def test_certify_returns_a_frozen_report_of_passes_refusals_and_failures():
 @pytest.mark.parametrize(("fault", "why"), [
     ("check raises", "dispatch_check must return a Verdict and never raise: RuntimeError: no idea"),
     ("silent refusal", "refused without a reason"),
-    ("writes input", "the kernel wrote to its input"),
-    ("wrong backward", "backward differs from autograd through the reference"),
+    ("writes input", "the kernel wrote into its input"),
+    ("wrong backward", "backward of input differs from autograd through the reference"),
 ])
 def test_protocol_violations_fail_certification(fault, why):
     dispatch.register(naive_backend("faulty", fault), name="faulty")

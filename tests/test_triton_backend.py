@@ -90,7 +90,9 @@ def resolved(op, x, out_dtype=None, keepdim=False, config=None):
     from dispatch.autotune import Config
 
     backend = dispatch._plugins.registry().backends["triton"]
-    spec = CallSpec.of(op, x, (x.dim() - 1,), out_dtype, keepdim)
+    from dispatch.backend import spec_of
+
+    spec = spec_of(op, x, -1, keepdim) if op == "logsumexp" else spec_of(op, x, -1, out_dtype)
     assert backend.check(op, spec).ok
     return backend.kernel(op, spec, Config.of(config or {}))
 

@@ -119,8 +119,17 @@ def make_call(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch
     """The arguments every backend gets for one case, from the op's declared sample factory
     (deterministic; for the built-in ops N(0, 4^2) so softmax has tails)."""
     decl = _opdecl.get(op)
-    names = {p.name for p in decl.parameters}
+    names = sample_options(decl)
     return decl.sample(shape, dtype, device, seed, **{k: v for k, v in options.items() if k in names})
+
+
+def sample_options(decl: _opdecl.OpDecl) -> set[str]:
+    """The options a case of ``decl`` takes: the op's attributes and its sample factory's own keywords."""
+    import inspect
+
+    own = {p.name for p in inspect.signature(decl.sample).parameters.values()
+           if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"shape", "dtype", "device", "seed"}
+    return set(decl.attribute_names) | own
 
 
 class _Case:

@@ -1,0 +1,115 @@
+"""A user's tensors are sacred, and no call can hang: checks run on copies, faulting kernels retry
+outside the lock, and the hot-path key never aliases arguments torch tells apart."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import dispatch
+from dispatch._dispatcher import DISPATCHER
+from dispatch.errors import FaultWarning
+
+import chunked_backend
+
+
+def test_a_kernel_that_writes_into_its_input_leaves_the_users_tensor_and_result_intact():
+    dispatch.register(chunked_backend.make("vandal", fault="writes input", priority=200))
+    x = torch.randn(8, 64)
+    original = x.clone()
+    with pytest.warns(FaultWarning, match="wrote into its input"):
+        y = dispatch.softmax(x)
+    assert torch.equal(x, original)  # the user's input is untouched
+    torch.testing.assert_close(y, torch.softmax(original, -1))
+    assert dispatch.explain("softmax", x).decision.backend == "torch"
+    y2 = dispatch.softmax(x)
+    assert torch.equal(x, original) and torch.allclose(y2, torch.softmax(original, -1))
+
+
+def test_a_kernel_that_returns_an_alias_of_its_input_is_quarantined():
+    dispatch.register(chunked_backend.make("aliaser", fault="alias", priority=200))
+    x = torch.randn(8, 64)
+    original = x.clone()
+    with pytest.warns(FaultWarning, match="shares memory with its input|wrote into its input"):
+        y = dispatch.softmax(x)
+    assert torch.equal(x, original) and y.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(y, torch.softmax(original, -1))
+
+
+def test_a_kernel_that_writes_into_its_input_never_wins_a_race():
+    dispatch.register(chunked_backend.make("vandal", fault="writes input", priority=200))
+    dispatch.configure(autotune=True, allow=["torch", "vandal"])
+    x = torch.randn(8, 64)
+    original = x.clone()
+    decision = dispatch.explain("softmax", x).decision
+    assert decision.backend == "torch"
+    vandal = next(c for c in decision.candidates if c.name == "vandal")
+    assert vandal.latency_us is None and "input" in vandal.note
+    assert torch.equal(x, original)
+
+
+def test_a_kernel_that_faults_later_with_list_dims_and_threads_never_hangs():
+    dispatch.register(chunked_backend.make("flaky", fault="raise later", priority=200))
+    x = torch.randn(8, 64)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(5):
+                results.append(dispatch.logsumexp(x, [1]))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FaultWarning)
+        threads = [threading.Thread(target=work, daemon=True) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a call hung"
+    assert not errors and len(results) == 40
+    for r in results:
+        torch.testing.assert_close(r, torch.logsumexp(x, [1]))
+
+
+@pytest.mark.parametrize("bad", [1.0, True])
+def test_after_a_resolved_int_dim_a_float_or_bool_dim_raises_torchs_error(bad):
+    x = torch.randn(4, 8)
+    dispatch.softmax(x, 1)
+    with pytest.raises(TypeError) as ours:
+        dispatch.softmax(x, bad)
+    with pytest.raises(TypeError) as theirs:
+        torch.softmax(x, bad)
+    assert type(ours.value) is type(theirs.value)
+
+
+def test_keepdim_must_be_a_bool_even_after_a_resolved_call():
+    x = torch.randn(4, 8)
+    dispatch.logsumexp(x, 1, keepdim=True)
+    with pytest.raises(TypeError):
+        torch.logsumexp(x, 1, keepdim=1.0)
+    with pytest.raises(TypeError):
+        dispatch.logsumexp(x, 1, keepdim=1.0)
+
+
+def test_a_numpy_integer_dim_works_as_in_torch():
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(dispatch.softmax(x, np.int64(1)), torch.softmax(x, np.int64(1)))
+    torch.testing.assert_close(dispatch.logsumexp(x, np.int64(0)), torch.logsumexp(x, np.int64(0)))
+
+
+def test_list_dims_take_the_hot_path_after_the_first_call(monkeypatch):
+    x = torch.randn(4, 8, 3)
+    resolved = []
+    call = DISPATCHER.call
+    monkeypatch.setattr(DISPATCHER, "call", lambda *a, **k: resolved.append(a[0]) or call(*a, **k))
+    for _ in range(3):
+        torch.testing.assert_close(dispatch.logsumexp(x, [0, 1]), torch.logsumexp(x, [0, 1]))
+    assert resolved == ["logsumexp"]
+    with pytest.raises(TypeError):  # the list's elements are keyed by type too
+        dispatch.logsumexp(x, [0.0, 1])
