@@ -356,3 +356,64 @@ def test_an_unwritable_cache_is_one_warning_and_decisions_stay_in_memory(kind, t
     unwritable = [w for w in caught if "cannot write the dispatch cache" in str(w.message)]
     assert len(unwritable) == 1 and issubclass(unwritable[0].category, CacheWarning)
 
+
+# -- noisy races are raced once more ----------------------------------------------------------
+
+@pytest.fixture
+def fake_timer(monkeypatch):
+    """Timings set by the test: chunked configs at ``chunked`` us (+ chunk/1e4), torch at ``torch``."""
+    import importlib
+
+    from dispatch.autotune import Timing
+
+    sweep_module = importlib.import_module("dispatch.autotune.sweep")
+
+    setting = {"chunked": 10.0, "torch": 10.5, "spread": 0.1, "calls": 0}
+
+    def measure(fn, device, settings=None, config=None):
+        setting["calls"] += 1
+        if config is not None and "chunk" in config.as_dict():
+            median = setting["chunked"] + config["chunk"] / 1e4
+        else:
+            median = setting["torch"]
+        return Timing(config, median, setting["spread"], 50)
+
+    monkeypatch.setattr(sweep_module, "measure", measure)
+    return setting
+
+
+def test_a_race_won_within_its_noise_is_raced_once_more_then_trusted(fake_timer):
+    fake_timer["spread"] = 5.0  # 50% of the winner's median, and torch within it
+    x, cache, files = _race_once()
+    first = json.loads(files["decision:"].read_text())["value"]
+    assert first["spread_us"] == 5.0 and first["reraced"] is False
+    fake_timer.update(spread=0.1, calls=0)
+    _again(cache)
+    dispatch.softmax(x)
+    assert fake_timer["calls"] == 4  # every config of both backends measured again, not read from the tune cache
+    second = json.loads(files["decision:"].read_text())["value"]
+    assert second["reraced"] is True and second["spread_us"] == 0.1
+    fake_timer.update(spread=5.0, calls=0)
+    _again(cache)
+    dispatch.softmax(x)
+    assert fake_timer["calls"] == 0 and dispatch.explain("softmax", x).decision.cached
+
+
+@pytest.mark.parametrize("setting", [{"spread": 2.0}, {"spread": 5.0, "torch": 20.0}],
+                         ids=["spread-20%", "noisy-but-far-ahead"])
+def test_a_race_whose_noise_could_not_change_the_winner_is_trusted(fake_timer, setting):
+    fake_timer.update(setting)
+    x, cache, _ = _race_once()
+    fake_timer["calls"] = 0
+    _again(cache)
+    dispatch.softmax(x)
+    assert fake_timer["calls"] == 0
+
+
+def test_a_noisy_cached_decision_is_still_used_when_tuning_is_off(fake_timer):
+    fake_timer["spread"] = 5.0
+    x, cache, _ = _race_once()
+    dispatch.configure(autotune=False)
+    _again(cache)
+    d = dispatch.explain("softmax", x).decision
+    assert d.cached and d.backend == "chunked" and fake_timer["calls"] == 4
