@@ -95,3 +95,13 @@ def test_a_cache_dir_that_is_a_file_is_not_an_error(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "a-file"))
     assert main(argv) == 0
     assert "0 entries" in capsys.readouterr().out
+
+
+def test_cache_import_into_a_cache_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):
+    entry = {"key": {"kind": "decision", "op": "softmax"}, "value": {"backend": "torch"}}
+    (tmp_path / "in.json").write_text(json.dumps({"schema": 1, "entries": [entry]}))
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "a-file"))
+    assert main(["cache", "import", str(tmp_path / "in.json")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("error: cannot write the dispatch cache at") and "0 entries" in line

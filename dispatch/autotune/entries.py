@@ -23,7 +23,10 @@ class EntryError(ValueError):
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deeply"
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -149,6 +149,10 @@ def import_entries(cache: DecisionCache, file: Path | str, machine: Machine | No
             warnings.warn(f"rejected entry {i} of {file}: {why}", CacheWarning, stacklevel=3)
             rejected.append((f"entry {i}", why))
             continue
-        cache.store(key, value)
+        try:
+            cache.store(key, value)
+        except OSError as exc:
+            raise OSError(f"cannot write the dispatch cache at {cache.directory} ({type(exc).__name__}: {exc}); "
+                          f"{imported} entries of {file} were imported before it") from exc
         imported += 1
     return ImportReport(str(file), imported, tuple(rejected))
