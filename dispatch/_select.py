@@ -17,7 +17,7 @@ from ._keys import decision_key, shape_bucket, tune_key
 from ._plugins import Backend, Registry
 from ._settings import Scope, Settings
 from ._spec import CallSpec, Verdict
-from .autotune.cache import DecisionCache
+from .autotune.cache import DecisionCache, decision_trusted
 from .autotune.space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings
 from .autotune.sweep import pick_winner, sweep
 from .errors import BackendRefusedError, NoBackendError, TuneError, UnknownBackendError
@@ -121,7 +121,8 @@ class Selector:
             raise NoBackendError(f"no backend can serve {spec.describe()}: {lines}")
         dkey = decision_key(spec, {b.name: b.info.version for b in servers})
         cached = self.cache.get(dkey)
-        if cached is not None:
+        may_race = policy == "measured" and self.settings.autotune and len(servers) > 1
+        if cached is not None and (not may_race or decision_trusted(cached)):
             by_name = {b.name: b for b in servers}
             backend = by_name.get(cached.get("backend"))
             if backend is not None:
@@ -130,8 +131,8 @@ class Selector:
                 candidates = [Candidate(c.name, c.verdict, timings.get(c.name)) for c in candidates]
                 return Decision(spec, backend.name, config, f"cached decision ({cached.get('reason', '')})",
                                 policy, candidates, bucket, cached=True, config_source="cache")
-        if policy == "measured" and self.settings.autotune and len(servers) > 1:
-            return self._race(spec, servers, candidates, bucket, dkey)
+        if may_race:  # a new key, or a cached race that noise may have decided (raced once more)
+            return self._race(spec, servers, candidates, bucket, dkey, rerace=cached is not None)
         notes: dict[str, str] = {}
         for backend in servers:
             try:
@@ -198,10 +199,11 @@ class Selector:
             return None  # a malformed entry is ignored; the next tune rewrites it
 
     def tune(self, backend: Backend, spec: CallSpec, settings: TuneSettings = TuneSettings(),
-             progress: Callable[[Config], None] | None = None) -> TuneResult:
-        """Tune ``backend`` for ``spec`` (native tuner if it has one, else our sweep) and cache it."""
+             progress: Callable[[Config], None] | None = None, fresh: bool = False) -> TuneResult:
+        """Tune ``backend`` for ``spec`` (native tuner if it has one, else our sweep) and cache it;
+        ``fresh`` measures again even when a tune result is cached."""
         key = tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions))
-        cached = self._cached_tune(key)
+        cached = None if fresh else self._cached_tune(key)
         if cached is not None:
             return cached
         space = backend.tune_space(spec.op, spec)
@@ -234,14 +236,14 @@ class Selector:
         self.cache.put(key, result.to_json())
         return result
 
-    def _race(self, spec, servers, candidates, bucket, dkey) -> Decision:
+    def _race(self, spec, servers, candidates, bucket, dkey, rerace: bool = False) -> Decision:
         results: dict[str, TuneResult] = {}
         notes: dict[str, str] = {}
         seconds: dict[str, float] = {}
         for backend in servers:
             start = time.perf_counter()
             try:
-                results[backend.name] = self.tune(backend, spec, progress=self._reporter(backend.name))
+                results[backend.name] = self.tune(backend, spec, progress=self._reporter(backend.name), fresh=rerace)
             except Exception as exc:  # a backend that can't produce a correct, timed kernel can't win
                 notes[backend.name] = f"{type(exc).__name__}: " + " ".join(
                     line.strip() for line in str(exc).splitlines()[:2])
@@ -256,8 +258,11 @@ class Selector:
         result = results[winner]
         reason = (f"fastest when raced: {winner} {result.latency_us:.2f} us"
                   + "".join(f", {n} {r.latency_us:.2f} us" for n, r in results.items() if n != winner))
+        if rerace:
+            reason += " (raced again: the cached race's winner was within its own timing noise)"
         self.cache.put(dkey, {"backend": winner, "config": result.config.as_dict(), "reason": reason,
-                              "timings": {n: r.latency_us for n, r in results.items()}})
+                              "timings": {n: r.latency_us for n, r in results.items()},
+                              "spread_us": result.spread_us, "reraced": rerace})
         candidates = [Candidate(c.name, c.verdict, results[c.name].latency_us if c.name in results else None,
                                 results[c.name].config if c.name in results else None, notes.get(c.name, ""),
                                 seconds.get(c.name))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -119,7 +120,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .autotune.cache import default_cache
+    from .autotune.cache import CacheWarning, default_cache
 
     cache = default_cache()
     if args.action == "show":
@@ -129,14 +130,24 @@ def cmd_cache(args: argparse.Namespace) -> int:
             what = value.get("backend") or value.get("config")
             print(f"  {key.get('kind', '?'):<8} {key.get('op')} {key.get('dtype')} {key.get('bucket')} "
                   f"{key.get('device')} {key.get('backend', key.get('candidates', ''))} -> {what}")
+        if cache.rejected:
+            print(f"skipped {len(cache.rejected)} invalid entries (see the warnings)")
     elif args.action == "clear":
-        print(f"removed {cache.clear()} entries from {cache.directory}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CacheWarning)
+            removed = cache.clear()
+        print(f"removed {removed} entries from {cache.directory}")
+        for w in caught:
+            print(f"error: {w.message}", file=sys.stderr)
+        return 1 if caught else 0
     elif args.action == "export":
         print(f"exported {cache.export(args.file)} entries to {args.file}")
     elif args.action == "import":
-        imported, rejected = cache.import_(args.file)
-        print(f"imported {imported} entries, rejected {rejected}")
-        return 0 if not rejected else 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CacheWarning)  # the report below names every rejected entry
+            report = cache.import_(args.file)
+        print(report, file=sys.stdout if not report.rejected else sys.stderr)
+        return 0 if not report.rejected else 1
     return 0
 
 
@@ -152,6 +163,7 @@ def _add_call_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dispatch", description=__doc__.splitlines()[0])
+    parser.add_argument("--traceback", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("backends", help="list backends and plugin load failures")
@@ -188,12 +200,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "action", None) in ("export", "import") and not args.file:
         parser.error(f"cache {args.action} needs a FILE")
-    try:
-        return args.func(args)
-    except Exception as exc:  # a clean message, not a traceback, for errors users can act on
-        from .errors import DispatchError
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return args.func(args)
+        except Exception as exc:  # one line, never a traceback (``--traceback`` shows where it came from)
+            if args.traceback:
+                raise
+            from .errors import DispatchError
 
-        if isinstance(exc, (DispatchError, ValueError, TypeError, IndexError)):
-            print(f"error: {exc}", file=sys.stderr)
+            if isinstance(exc, (DispatchError, ValueError, TypeError, IndexError, OSError)):
+                print(f"error: {exc}", file=sys.stderr)
+            else:
+                print(f"error: {type(exc).__name__}: {exc} (unexpected: rerun with --traceback and report it)",
+                      file=sys.stderr)
             return 2
-        raise
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr: ``warning: <message>``."""
+    print(f"warning: {message}", file=sys.stderr)

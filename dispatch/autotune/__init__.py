@@ -1,13 +1,15 @@
 """The common autotune protocol: tune spaces, seeding, measurement, sweeps and the cache."""
 
-from .cache import CacheWarning, DecisionCache, default_cache, default_cache_dir
+from .cache import CacheWarning, DecisionCache, decision_trusted, default_cache, default_cache_dir
+from .entries import EntryError
+from .fleet import ImportReport, Machine
 from .placeholders import placeholder
 from .space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings, TuneSpace
 from .sweep import pick_winner, sweep
 from .timer import do_bench, measure, measurement_count
 
 __all__ = [
-    "EMPTY", "CacheWarning", "Config", "DecisionCache", "Failure", "Timing", "TuneResult", "TuneSettings",
-    "TuneSpace", "default_cache", "default_cache_dir", "do_bench", "measure", "measurement_count",
-    "pick_winner", "placeholder", "sweep",
+    "EMPTY", "CacheWarning", "Config", "DecisionCache", "EntryError", "Failure", "ImportReport", "Machine",
+    "Timing", "TuneResult", "TuneSettings", "TuneSpace", "decision_trusted", "default_cache", "default_cache_dir",
+    "do_bench", "measure", "measurement_count", "pick_winner", "placeholder", "sweep",
 ]
