@@ -23,6 +23,11 @@ log_softmax = _DISPATCHER.function("log_softmax").function
 logsumexp = _DISPATCHER.function("logsumexp").function
 
 
+from . import _compile  # noqa: E402
+
+_compile.install()  # torch.compile sees each op as one custom-op node (registered when Dynamo loads)
+
+
 def op(name: str):
     """The function of declared op ``name`` (``dispatch.op("softmax") is dispatch.softmax``).
 

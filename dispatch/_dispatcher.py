@@ -84,12 +84,18 @@ class Dispatcher:
         """A call whose key is not resolved yet: check its arguments (torch's errors), resolve, run."""
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"'backend' must be a backend name (str) or None (got {backend!r})")
-        spec = decl.spec(values)
         try:
             key = key_fn(**values, backend=backend)
-            hash(key)
-        except (AttributeError, TypeError):  # an argument torch accepts but we can't key on: resolve each call
-            key = None
+            fn = self.tables.get(decl.name, {}).get(key)
+        except (AttributeError, TypeError):  # an argument we can't key on: resolve each call
+            key = fn = None
+        if fn is not None:  # resolved under its canonical key (a list or tuple argument)
+            return fn(*decl.tensors_of(values))
+        if _tracing():  # torch.export (non-strict) or a trace: one custom-op node, not a kernel on fake tensors
+            from . import _compile
+
+            return _compile.call(decl, values, backend)
+        spec = decl.spec(values)
         return self.call(decl.name, key, spec, backend, decl.tensors_of(values))
 
     def call(self, op: str, key: tuple | None, spec: CallSpec, forced: str | None,
@@ -217,6 +223,12 @@ class Dispatcher:
 
 
 _RUN_AGAIN = object()
+
+
+def _tracing() -> bool:
+    """Whether torch.compile or torch.export is tracing this call (never true in eager code)."""
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
 
 
 def _has_reference(registry) -> bool:

@@ -11,7 +11,9 @@ For an op declared as ``softmax(input, dim=-1, dtype=None)`` this generates::
             return _miss(...)          # resolve the call once; raise torch's errors
         return fn(input)
 
-The key holds each tensor's dtype, device, shape and strides (None for an absent optional one),
+The key holds each tensor's class, dtype, device, shape and strides (None for an absent optional
+one; the class keeps tensor subclasses, and the fake tensors of tracing, off keys resolved for plain
+tensors),
 each attribute tagged with its type (``1``, ``1.0`` and ``True`` are equal in a dict, but torch
 accepts only the first as a dim; list and tuple attributes are frozen element by element), the
 ``backend=`` argument, the innermost ``use()`` scope and whether autograd records the call. The
@@ -38,8 +40,16 @@ def freeze(value: Any) -> tuple:
     return value.__class__, tuple((e.__class__, e) for e in value)
 
 
-def key_expression(decl: OpDecl) -> str:
-    """The Python expression of a call's hot-path key, over the op's parameter names and ``backend``."""
+def key_expression(decl: OpDecl, inline: bool = False) -> str:
+    """The Python expression of a call's key, over the op's parameter names and ``backend``.
+
+    The canonical key (``inline=False``, what resolved calls are stored under) freezes list and
+    tuple arguments element by element. The inline expression of the op function skips that
+    check for parameters whose default is a scalar (``dim=-1``, ``dtype=None``): for any value
+    that is not a list or tuple both expressions give the same key, and a list or tuple there
+    never matches a stored key on the inline path (a list raises TypeError, a tuple is keyed
+    unfrozen), so such calls take the miss path, which looks up the canonical key first.
+    """
     parts: list[str] = []
     tensors = {t.name: t for t in decl.tensors}
     grads: list[str] = []
@@ -47,12 +57,16 @@ def key_expression(decl: OpDecl) -> str:
         n = p.name
         arg = tensors.get(n)
         if arg is None:
-            parts.append(f"{n}.__class__, ({n} if {n}.__class__ not in _SEQUENCES else _freeze({n}))")
+            scalar_default = p.default is not p.empty and not isinstance(p.default, (list, tuple))
+            if inline and scalar_default:
+                parts.append(f"{n}.__class__, {n}")
+            else:
+                parts.append(f"{n}.__class__, ({n} if {n}.__class__ not in _SEQUENCES else _freeze({n}))")
         elif arg.optional:
-            parts.append(f"(None if {n} is None else ({n}.dtype, {n}.device, {n}.shape, {n}.stride()))")
+            parts.append(f"(None if {n} is None else ({n}.__class__, {n}.dtype, {n}.device, {n}.shape, {n}.stride()))")
             grads.append(f"({n} is not None and {n}.requires_grad)")
         else:
-            parts.append(f"{n}.dtype, {n}.device, {n}.shape, {n}.stride()")
+            parts.append(f"{n}.__class__, {n}.dtype, {n}.device, {n}.shape, {n}.stride()")
             grads.append(f"{n}.requires_grad")
     if len(grads) == 1:
         parts.append(f"{grads[0]} and _grad_enabled()")
@@ -68,7 +82,7 @@ def key({params}, backend=None):
 
 def {name}({signature}):
     try:
-        fn = _table[({key})]
+        fn = _table[({inline_key})]
     except (KeyError, AttributeError, TypeError):
         fn = None
     if fn is None:  # outside the handler, so torch's own errors don't chain a KeyError
@@ -95,6 +109,7 @@ class OpFunction:
         names = [p.name for p in params]
         source = _TEMPLATE.format(
             name=decl.name, params=", ".join(names), key=key_expression(decl),
+            inline_key=key_expression(decl, inline=True),
             signature=", ".join(signature), values="{" + ", ".join(f"{n!r}: {n}" for n in names) + "}",
             tensors=", ".join(decl.tensor_names))
         namespace: dict[str, Any] = {

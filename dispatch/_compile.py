@@ -1,0 +1,205 @@
+"""torch.compile support: every declared op is also a ``torch.library`` custom op, which Dynamo sees
+in place of the op function (one opaque node per call), while eager calls keep their hot path.
+
+How: for op ``name`` this registers ``dispatch::name(Tensor input, Tensor? mask, ..., str args) ->
+Tensor``, whose ``args`` is a JSON text of the call's other arguments (``dim``, ``dtype``, ``backend``...,
+each tagged with its type), and tells Dynamo (``torch._dynamo.substitute_in_graph``) to trace a
+small stand-in that calls that custom op instead of the op function. At run time the custom op
+calls the op function itself, so a compiled graph dispatches exactly as eager does: same decision
+per key, same cache, same explain, the settings and ``use()`` scope in force when it runs. Its
+fake (meta) implementation runs the op's reference on fake tensors (shapes, dtypes and strides as
+torch's, symbolic sizes included); its backward is the op's reference backward.
+
+Importing ``torch._dynamo`` costs more than a second, so nothing here runs until it is imported:
+a post-import hook registers every op then (and any op declared later, at declaration).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import sys
+import threading
+from typing import Any
+
+import torch
+
+from . import _opdecl
+
+_NAMESPACE = "dispatch"
+_registered: dict[str, Any] = {}
+_lock = threading.RLock()
+
+
+# -- the non-tensor arguments, as text a graph can carry -------------------------------------------
+
+def encode(values: dict[str, Any]) -> str:
+    """The call's non-tensor arguments as JSON, each value tagged with its type."""
+    return json.dumps({k: _tag(v) for k, v in values.items()}, sort_keys=True)
+
+
+def decode(text: str) -> dict[str, Any]:
+    return {k: _untag(v) for k, v in json.loads(text).items()}
+
+
+def _tag(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return [type(v).__name__ if v is not None else "none", v]
+    if isinstance(v, torch.dtype):
+        return ["dtype", str(v).removeprefix("torch.")]
+    if isinstance(v, (list, tuple)):
+        return [type(v).__name__, [_tag(e) for e in v]]
+    if hasattr(v, "__index__"):
+        return ["int", int(v.__index__())]
+    raise TypeError(f"an argument of type {type(v).__name__} ({v!r}) cannot be passed through a compiled graph; "
+                    "use an int, float, bool, str, torch.dtype, None, or a list/tuple of them")
+
+
+def _untag(tagged: list) -> Any:
+    kind, v = tagged
+    if kind == "dtype":
+        return getattr(torch, v)
+    if kind in ("list", "tuple"):
+        items = [_untag(e) for e in v]
+        return items if kind == "list" else tuple(items)
+    return {"none": lambda _: None, "bool": bool, "int": int, "float": float, "str": str}[kind](v)
+
+
+# -- registration ----------------------------------------------------------------------------------
+
+def _schema(decl: _opdecl.OpDecl) -> str:
+    tensors = ", ".join(f"Tensor{'?' if t.optional else ''} {t.name}" for t in decl.tensors)
+    return f"({tensors}, str args) -> Tensor"
+
+
+def _values(decl: _opdecl.OpDecl, tensors: tuple, args: str) -> tuple[dict[str, Any], Any]:
+    values = decode(args)
+    backend = values.pop("backend", None)
+    values.update(zip(decl.tensor_names, tensors))
+    return values, backend
+
+
+def register(decl: _opdecl.OpDecl) -> None:
+    """Make op ``decl.name`` a custom op and its function a Dynamo-substituted call of it (once per name)."""
+    with _lock:
+        if decl.name in _registered:
+            return
+        from torch._dynamo import substitute_in_graph
+
+        from ._dispatcher import DISPATCHER
+
+        name = decl.name
+
+        def impl(*tensors_and_args):
+            *tensors, args = tensors_and_args
+            current = DISPATCHER.function(name)
+            values, backend = _values(current.decl, tuple(tensors), args)
+            out = current.function(**values, backend=backend)
+            # a custom op may not return one of its inputs (an identity on some backend)
+            return out.clone() if any(out is t for t in tensors) else out
+
+        op = torch.library.custom_op(f"{_NAMESPACE}::{name}", impl, mutates_args=(), schema=_schema(decl))
+
+        @op.register_fake
+        def fake(*tensors_and_args):
+            *tensors, args = tensors_and_args
+            current = _opdecl.get(name)
+            values, _backend = _values(current, tuple(tensors), args)
+            spec = current.spec(values, grad_enabled=False)
+            return current.reference(spec)(*tensors)
+
+        def setup_context(ctx, inputs, output):
+            *tensors, args = inputs
+            ctx.args = args
+            ctx.absent = tuple(t is None for t in tensors)
+            ctx.save_for_backward(*(t for t in tensors if t is not None), output)
+
+        def backward(ctx, grad):
+            from ._autograd import reference_backward
+
+            saved = iter(ctx.saved_tensors[:-1])
+            tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
+            current = _opdecl.get(name)
+            values, _backend = _values(current, tensors, ctx.args)
+            spec = current.spec(values, grad_enabled=False)
+            grads = reference_backward(spec)(grad, *tensors, ctx.saved_tensors[-1])
+            grads = (grads,) if isinstance(grads, torch.Tensor) or grads is None else tuple(grads)
+            return (*grads, *(None,) * (len(tensors) - len(grads)), None)
+
+        op.register_autograd(backward, setup_context=setup_context)
+        function = DISPATCHER.function(name).function
+        substitute_in_graph(function, skip_signature_check=True)(_stand_in(decl, op))
+        _registered[name] = op
+
+
+def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
+    """What Dynamo traces in place of the op function: the custom op, with the same signature."""
+    params = decl.parameters
+    tensors = set(decl.tensor_names)
+    signature = [p.name if p.default is p.empty else f"{p.name}=_default_{p.name}" for p in params]
+    signature += ["backend=None"] if any(p.kind == p.KEYWORD_ONLY for p in params) else ["*", "backend=None"]
+    others = [p.name for p in params if p.name not in tensors] + ["backend"]
+    source = (f"def {decl.name}({', '.join(signature)}):\n"
+              f"    return _op({', '.join(decl.tensor_names)}, _encode({{{', '.join(f'{n!r}: {n}' for n in others)}}}))\n")
+    namespace = {"_op": op, "_encode": _constant_encode(),
+                 **{f"_default_{p.name}": p.default for p in params if p.default is not p.empty}}
+    exec(compile(source, f"<dispatch compiled op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
+    return namespace[decl.name]
+
+
+def _constant_encode():
+    import torch._dynamo
+
+    return torch._dynamo.assume_constant_result(encode)
+
+
+def call(decl: _opdecl.OpDecl, values: dict[str, Any], backend: str | None) -> torch.Tensor:
+    """The op as its custom op (for calls made while torch.export or a tracer runs the op function)."""
+    register(decl)
+    tensors = [values[n] for n in decl.tensor_names]
+    others = {k: v for k, v in values.items() if k not in decl.tensor_names}
+    return _registered[decl.name](*tensors, encode({**others, "backend": backend}))
+
+
+def register_all() -> None:
+    for decl in list(_opdecl.declared().values()):
+        register(decl)
+
+
+# -- the post-import hook --------------------------------------------------------------------------
+
+class _DynamoWatcher(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; when ``torch._dynamo`` is imported, registers every op after it loads."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "torch._dynamo":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            _opdecl.on_declare(_register_if_ready)
+            register_all()
+
+        loader.exec_module = exec_then_register
+        return spec
+
+
+def _register_if_ready(decl: _opdecl.OpDecl) -> None:
+    if "torch._dynamo" in sys.modules:
+        register(decl)
+
+
+def install() -> None:
+    """Register now if Dynamo is loaded, else when it is."""
+    if "torch._dynamo" in sys.modules:
+        _opdecl.on_declare(_register_if_ready)
+        register_all()
+    elif not any(isinstance(f, _DynamoWatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DynamoWatcher())

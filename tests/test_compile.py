@@ -1,0 +1,114 @@
+"""torch.compile: each op is one opaque node (no graph break, fullgraph works), compiled calls match
+eager forward and backward with dynamic shapes, and dispatch's settings hold inside compiled code."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import dispatch
+
+import chunked_backend
+
+torch._dynamo.config.cache_size_limit = 64
+
+CALLS = {
+    "softmax": lambda t: dispatch.softmax(t, -1),
+    "log_softmax": lambda t: dispatch.log_softmax(t, 0, dtype=torch.float64),
+    "logsumexp": lambda t: dispatch.logsumexp(t, [0, 1], keepdim=True),
+}
+TORCH = {
+    "softmax": lambda t: torch.softmax(t, -1),
+    "log_softmax": lambda t: torch.log_softmax(t, 0, dtype=torch.float64),
+    "logsumexp": lambda t: torch.logsumexp(t, [0, 1], keepdim=True),
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("op", list(CALLS))
+def test_each_op_traces_without_a_graph_break(op):
+    explained = torch._dynamo.explain(lambda t: CALLS[op](t) * 2)(torch.randn(4, 8))
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    graph = explained.graphs[0].code
+    assert f"dispatch.{op}" in graph or f"dispatch_{op}" in graph, graph
+
+
+@pytest.mark.parametrize("op", list(CALLS))
+def test_fullgraph_matches_eager_forward_and_backward_with_dynamic_shapes(op):
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(lambda t: CALLS[op](t).sum() * 2, backend=counter, fullgraph=True, dynamic=True)
+    for shape in [(4, 8), (5, 9), (7, 3)]:
+        x = torch.randn(*shape, requires_grad=True)
+        xr = x.detach().clone().requires_grad_(True)
+        out = compiled(x)
+        ref = TORCH[op](xr).sum() * 2
+        torch.testing.assert_close(out, ref)
+        out.backward()
+        ref.backward()
+        torch.testing.assert_close(x.grad, xr.grad)
+    assert counter.frame_count == 1  # one compile serves every shape
+
+
+def test_inductor_compiles_a_function_around_the_op():
+    compiled = torch.compile(lambda t: dispatch.softmax(t * 3, -1) + 1, fullgraph=True)
+    x = torch.randn(6, 10)
+    torch.testing.assert_close(compiled(x), torch.softmax(x * 3, -1) + 1)
+
+
+def test_backend_argument_and_use_blocks_are_honoured_at_run_time():
+    calls: list = []
+    dispatch.register(chunked_backend.make("chunked", priority=-100, calls=calls))
+    forced = torch.compile(lambda t: dispatch.softmax(t, -1, backend="chunked"), fullgraph=True, backend="aot_eager")
+    chosen = torch.compile(lambda t: dispatch.log_softmax(t, -1), fullgraph=True, backend="aot_eager")
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(forced(x), torch.softmax(x, -1))
+    assert calls.count("softmax") >= 1
+    chosen(x)
+    assert "log_softmax" not in calls  # the default choice: torch on the CPU
+    with dispatch.use("chunked"):
+        torch.testing.assert_close(chosen(x), torch.log_softmax(x, -1))
+    assert "log_softmax" in calls
+    refused = torch.compile(lambda t: dispatch.softmax(t, -1, backend="chunked"), fullgraph=True, backend="aot_eager")
+    with pytest.raises(dispatch.BackendRefusedError, match="chunked"):
+        refused(torch.randn(4, 8, dtype=torch.float16))
+
+
+def test_torch_export_of_a_module_calling_dispatch_ops():
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return dispatch.logsumexp(dispatch.log_softmax(x, -1), 1)
+
+    x = torch.randn(4, 8)
+    exported = torch.export.export(Model(), (x,))
+    assert any("dispatch.log_softmax" in str(n.target) for n in exported.graph.nodes)
+    torch.testing.assert_close(exported.module()(x), torch.logsumexp(torch.log_softmax(x, -1), 1))
+
+
+def test_a_third_party_op_compiles_from_its_declaration():
+    sys.path.insert(0, str(Path(__file__).parent / "op_package"))
+    try:
+        from dispatch_rowsum import chunked, op
+    finally:
+        sys.path.pop(0)
+    dispatch.register(op, name="rowsum_ops_local")
+    dispatch.register(chunked, name="rowsum_chunked")
+    try:
+        compiled = torch.compile(lambda t, m: dispatch.masked_rowsum(t, m) + dispatch.masked_rowsum(t, None),
+                                 fullgraph=True, backend="aot_eager")
+        x = torch.randn(4, 40)
+        mask = torch.randint(0, 2, (4, 40), dtype=torch.int8)
+        torch.testing.assert_close(compiled(x, mask), (x * mask).sum(-1) + x.sum(-1))
+    finally:
+        dispatch.unregister("rowsum_chunked")
+        dispatch.unregister("rowsum_ops_local")
