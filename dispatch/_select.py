@@ -51,6 +51,7 @@ class Decision:
     config_source: str = "default"
     tune: TuneResult | None = None
     forced: bool = False
+    pruned: tuple = field(default=(), converter=tuple)  # (config, why) the chosen backend's space dropped
 
     @property
     def op(self) -> str:
@@ -82,6 +83,7 @@ class Selector:
         self.cache = cache
         self.settings = settings
         self.progress = progress
+        self.pruned: dict[str, tuple] = {}  # per backend: the configs its tune space dropped, and why
 
     # -- verdicts --------------------------------------------------------------------------------
 
@@ -147,7 +149,7 @@ class Selector:
                 why += "; " + "; ".join(f"{name} {note}" for name, note in notes.items())
             candidates = [Candidate(c.name, c.verdict, note=notes.get(c.name, "")) for c in candidates]
             return Decision(spec, backend.name, config, why, policy, candidates, bucket,
-                            config_source=source, tune=tune)
+                            config_source=source, tune=tune, pruned=self.pruned.get(backend.name, ()))
         raise NoBackendError(f"every backend that serves {spec.describe()} failed: "
                              + "; ".join(f"{n}: {w}" for n, w in notes.items()))
 
@@ -166,7 +168,7 @@ class Selector:
                 backend=forced, op=spec.op, reason=verdict.reason, servers=names)
         config, source, tune = self.config_for(backend, spec)
         return Decision(spec, forced, config, "forced by the caller", self.settings.policy, candidates, bucket,
-                        config_source=source, tune=tune, forced=True)
+                        config_source=source, tune=tune, forced=True, pruned=self.pruned.get(forced, ()))
 
     # -- configs and tuning ----------------------------------------------------------------------
 
@@ -175,6 +177,7 @@ class Selector:
         space = backend.tune_space(spec.op, spec)
         if space is None:
             return EMPTY, "no tune space", None
+        self.pruned[backend.name] = space.pruned
         key = tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions))
         cached = self._cached_tune(key)
         if cached is not None:

@@ -38,6 +38,9 @@ class Explanation:
                 lines.append(f"    {t.median_us:10.2f} us  +-{t.spread_us:.2f}  {t.config}")
             for f in d.tune.failures:
                 lines.append(f"    failed: {f.config}: {f.reason}")
+        if d.pruned:
+            lines.append("  pruned configs (not tried for this shape):")
+            lines += [f"    {config}: {why}" for config, why in d.pruned]
         return "\n".join(lines)
 
 

@@ -150,3 +150,20 @@ def test_explain_cli_rejects_bad_arguments_clearly():
     proc = subprocess.run([sys.executable, "-m", "dispatch", "explain", "softmax", "--shape", "8xa"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--shape must look like 8x128" in proc.stderr
+
+
+def test_explain_shows_the_configs_a_tune_space_pruned_and_why():
+    import chunked_backend
+    from dispatch.backend import Config, TuneSpace
+
+    plugin = chunked_backend.make("pruning", priority=200)
+
+    @dispatch.hookimpl
+    def dispatch_tune_space(op, spec):
+        return TuneSpace(configs=[{"chunk": 64}], default={"chunk": 64}, tunables=("chunk",),
+                         pruned=[(Config.of(chunk=4096), f"longer than the row ({spec.shape[-1]})")])
+
+    plugin.dispatch_tune_space = dispatch_tune_space
+    dispatch.register(plugin)
+    text = str(dispatch.explain("softmax", torch.randn(4, 100), -1, backend="pruning"))
+    assert "pruned configs" in text and "chunk=4096" in text and "longer than the row (100)" in text
