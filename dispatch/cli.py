@@ -41,6 +41,7 @@ def _device(text: str) -> torch.device:
 
 def cmd_backends(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="dispatch backends")
@@ -50,22 +51,23 @@ def cmd_backends(args: argparse.Namespace) -> int:
         available = "yes" if info.available else f"no: {info.available.reason}"
         priority = ", ".join(f"{k} {v}" for k, v in sorted(info.priority.items()))
         versions = ", ".join(f"{k} {v}" for k, v in sorted(info.versions.items()))
-        table.add_row(name + (" (reference)" if info.reference else ""), info.version,
-                      ", ".join(sorted(info.ops)), available, priority, versions)
+        cells = (name + (" (reference)" if info.reference else ""), info.version, ", ".join(sorted(info.ops)),
+                 available, priority, versions)
+        table.add_row(*(escape(cell) for cell in cells))  # a plugin's text is text, not rich markup
     console = Console()
     console.print(table)
     failures = _plugins.load_failures()
     if failures:
         console.print(f"[bold red]{len(failures)} plugin(s) failed to load:[/]")
         for f in failures:
-            console.print(f"  {f.name} ({f.origin}): {f.error}")
+            console.print(escape(f"  {f.name} ({f.origin}): {f.error}"))
             if args.verbose:
-                console.print(f.traceback)
+                console.print(escape(f.traceback))
     else:
         console.print("no load failures")
     faults = _plugins.faults()
     for f in faults:
-        console.print(f"  fault: {f.backend}.{f.hook}: {f.error}")
+        console.print(escape(f"  fault: {f.backend}.{f.hook}: {f.error}"))
     return 0
 
 
