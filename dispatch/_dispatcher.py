@@ -76,7 +76,7 @@ class Dispatcher:
                 try:
                     fn = self._build(decision, key)
                 except Exception as exc:  # dispatch_kernel raised: a fault of that backend, like a crash
-                    self._fault(decision, f"raised {type(exc).__name__} building its kernel: {exc}", exc)
+                    self._fault(decision, _plugins.raised_in("dispatch_kernel", exc), exc)
                     continue
                 out = self._validate(decision, fn, x)
                 if out is not None:
@@ -108,7 +108,9 @@ class Dispatcher:
         def guarded(x: torch.Tensor) -> torch.Tensor:
             try:
                 return kernel(x)
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # SystemExit included: a kernel cannot end the process
                 return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", x, exc)
         guarded.__wrapped__ = kernel
         return guarded
@@ -133,7 +135,9 @@ class Dispatcher:
                 why = None
                 if reference is not None:
                     why = mismatch(out, expected_output(reference, spec, x))
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit included: a kernel cannot end the process
             self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
             return None
         if why is not None:
@@ -150,7 +154,8 @@ class Dispatcher:
                    f"(bucket {decision.bucket}); it is quarantined for this key")
         if _settings.settings().strict or decision.forced:
             raise BackendFaultError(message + ("" if not _settings.settings().strict
-                                               else "; strict mode forbids falling back")) from exc
+                                               else "; strict mode forbids falling back"),
+                                    backend=decision.backend, op=spec.op) from exc
         qkey = _bucket_key(spec)
         bucket = self._quarantine.setdefault(qkey, {})
         if decision.backend not in bucket:

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 
 import torch
 from attrs import field, frozen
 from attrs.validators import deep_iterable, in_, instance_of
 
+from ._card_checks import exact_bool, frozen_mapping, priorities, string_mapping
+
 #: Ops that dispatch knows, in the order the docs list them.
 OPS: tuple[str, ...] = ("softmax", "log_softmax", "logsumexp")
-
-
-def _frozen_mapping(value: Mapping) -> Mapping:
-    return MappingProxyType(dict(value))
 
 
 @frozen
@@ -129,11 +126,11 @@ class BackendInfo:
     name: str = field(validator=instance_of(str))
     version: str = field(validator=instance_of(str))
     ops: frozenset[str] = field(converter=frozenset, validator=deep_iterable(in_(OPS)))
-    priority: Mapping[str, int] = field(factory=dict, converter=_frozen_mapping)
-    versions: Mapping[str, str] = field(factory=dict, converter=_frozen_mapping)
-    description: str = ""
+    priority: Mapping[str, int] = field(factory=dict, converter=frozen_mapping, validator=priorities)
+    versions: Mapping[str, str] = field(factory=dict, converter=frozen_mapping, validator=string_mapping)
+    description: str = field(default="", validator=instance_of(str))
     available: Verdict = field(factory=Verdict.yes, validator=instance_of(Verdict))
-    reference: bool = False
+    reference: bool = field(default=False, validator=exact_bool)
 
     @name.validator
     def _check_name(self, _attribute, value: str) -> None:
