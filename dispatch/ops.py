@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ._dispatcher import DISPATCHER
+from ._out import with_out
 from ._settings import current_scope
 from ._spec import CallSpec
 
@@ -18,12 +19,14 @@ _LOGSUMEXP = DISPATCHER.tables["logsumexp"]
 
 
 def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None, *,
-            backend: str | None = None) -> torch.Tensor:
-    """``torch.softmax(input, dim, dtype=dtype)``, served by the best backend for the call."""
+            backend: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.softmax(input, dim, dtype=dtype, out=out)``, served by the best backend for the call."""
+    if out is not None:
+        return with_out("softmax", lambda: softmax(input, dim, dtype, backend=backend), input, dim, dtype, out)
     try:
         fn = _SOFTMAX[(input.dtype, input.device, input.shape, input.stride(), dim, dtype, backend,
                        current_scope(), input.requires_grad and _is_grad_enabled())]
-    except (KeyError, AttributeError, TypeError):
+    except (KeyError, AttributeError, TypeError, RuntimeError):  # RuntimeError: a sparse input has no strides
         fn = None
     if fn is None:  # outside the handler, so torch's own errors don't chain a KeyError
         return _miss("softmax", input, dim, dtype, False, backend)
@@ -31,24 +34,29 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
 
 
 def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None, *,
-                backend: str | None = None) -> torch.Tensor:
-    """``torch.log_softmax(input, dim, dtype=dtype)``, served by the best backend for the call."""
+                backend: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.log_softmax(input, dim, dtype=dtype, out=out)``, served by the best backend for the call."""
+    if out is not None:
+        return with_out("log_softmax", lambda: log_softmax(input, dim, dtype, backend=backend), input, dim, dtype, out)
     try:
         fn = _LOG_SOFTMAX[(input.dtype, input.device, input.shape, input.stride(), dim, dtype, backend,
                            current_scope(), input.requires_grad and _is_grad_enabled())]
-    except (KeyError, AttributeError, TypeError):
+    except (KeyError, AttributeError, TypeError, RuntimeError):  # RuntimeError: a sparse input has no strides
         fn = None
     if fn is None:  # outside the handler, so torch's own errors don't chain a KeyError
         return _miss("log_softmax", input, dim, dtype, False, backend)
     return fn(input)
 
 
-def logsumexp(input: torch.Tensor, dim, keepdim: bool = False, *, backend: str | None = None) -> torch.Tensor:
-    """``torch.logsumexp(input, dim, keepdim)``, served by the best backend for the call."""
+def logsumexp(input: torch.Tensor, dim, keepdim: bool = False, *, backend: str | None = None,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.logsumexp(input, dim, keepdim, out=out)``, served by the best backend for the call."""
+    if out is not None:
+        return with_out("logsumexp", lambda: logsumexp(input, dim, keepdim, backend=backend), input, dim, keepdim, out)
     try:
         fn = _LOGSUMEXP[(input.dtype, input.device, input.shape, input.stride(), dim, keepdim, backend,
                          current_scope(), input.requires_grad and _is_grad_enabled())]
-    except (KeyError, AttributeError, TypeError):
+    except (KeyError, AttributeError, TypeError, RuntimeError):  # RuntimeError: a sparse input has no strides
         fn = None
     if fn is None:  # outside the handler, so torch's own errors don't chain a KeyError
         return _miss("logsumexp", input, dim, None, keepdim, backend)
@@ -71,6 +79,8 @@ def normalize_dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
     try:
         if not isinstance(input, torch.Tensor):
             raise TypeError
+        if input.layout != torch.strided:  # sparse: torch's own op says what it thinks of it
+            raise TypeError
         if dtype is not None and not isinstance(dtype, torch.dtype):
             raise TypeError
         if not isinstance(keepdim, bool):
@@ -89,7 +99,8 @@ def normalize_dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
             raise IndexError
     except (TypeError, IndexError):
         _torch_raise(op, input, dim, dtype, keepdim)  # raises torch's exception for this input
-        raise TypeError(f"{op}(): unsupported arguments: input={type(input).__name__}, dim={dim!r}, "
+        layout = f" ({input.layout}; dispatch serves strided tensors)" if isinstance(input, torch.Tensor) else ""
+        raise TypeError(f"{op}(): unsupported arguments: input={type(input).__name__}{layout}, dim={dim!r}, "
                         f"dtype={dtype!r}, keepdim={keepdim!r}") from None
     return () if ndim == 0 else tuple(sorted(dims))
 
