@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -10,6 +10,18 @@ from typing import Any
 def frozen_mapping(value: Any) -> Any:
     """A read-only copy of a mapping; anything else passes through for the validator to name."""
     return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
+
+
+def frozen_set(value: Any) -> Any:
+    """A frozenset of a collection; a str or a non-collection passes through for the validator to name."""
+    return frozenset(value) if isinstance(value, Iterable) and not isinstance(value, str) else value
+
+
+def op_collection(_instance: Any, attribute: Any, value: Any) -> None:
+    """A collection of op names (``ops="softmax"`` would be a set of letters)."""
+    if not isinstance(value, frozenset) or not all(isinstance(op, str) for op in value):
+        raise TypeError(f"'{attribute.name}' must be a collection of op names, like ('softmax', 'logsumexp') "
+                        f"(got {value!r})")
 
 
 def _is_int(value: Any) -> bool:

@@ -22,13 +22,14 @@ def with_out(op: str, run: Callable[[], torch.Tensor], input, dim, third, out) -
     ``out``; ``third`` is ``dtype`` for softmax/log_softmax and ``keepdim`` for logsumexp."""
     if isinstance(input, torch.Tensor) and input.layout == torch.strided:
         _check_like_torch(op, input, dim, third, out)
+        if op != "logsumexp" and isinstance(third, torch.dtype | None) and out.dtype != (third or input.dtype):
+            # torch's meta check lets this through; its real kernel refuses it
+            raise RuntimeError(f"{op}(): 'out' must have the result's dtype {third or input.dtype} (got "
+                               f"{out.dtype}); pass an out of that dtype, or dtype={out.dtype} to compute in it")
     result = run()  # a bad input raises torch's exception here, as without out=
     if out.device != result.device:
         raise RuntimeError(f"{op}(): 'out' must be on the input's device {result.device} (got a tensor on "
                            f"{out.device}); pass out=torch.empty(0, device={str(result.device)!r})")
-    if op != "logsumexp" and out.dtype != result.dtype:  # torch's meta check lets this through
-        raise RuntimeError(f"{op}(): 'out' must have the result's dtype {result.dtype} (got {out.dtype}); "
-                           f"pass an out of {result.dtype}, or dtype={out.dtype} to compute in it")
     if out.shape != result.shape:
         if out.numel() != 0:
             warnings.warn(f"An output with one or more elements was resized since it had shape {list(out.shape)}, "

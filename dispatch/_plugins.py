@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pluggy
-from attrs import field, frozen
+from attrs import frozen
 
 from . import hookspec
 from ._spec import BackendInfo, CallSpec, Verdict
@@ -43,7 +43,6 @@ class Fault:
     backend: str
     hook: str
     error: str
-    exception: BaseException | None = field(default=None, eq=False, repr=False)
 
 
 class Backend:
@@ -60,6 +59,7 @@ class Backend:
         self.plugin = plugin
         self._hooks = dict(hooks)
         self.faults: list[Fault] = []
+        self._last_raised: tuple[BaseException, Fault] | None = None  # until fault_of asks for it
 
     @property
     def name(self) -> str:
@@ -69,7 +69,9 @@ class Backend:
         return f"<Backend {self.name} {self.info.version}>"
 
     def _record(self, hook: str, exc: BaseException) -> None:
-        self.faults.append(Fault(self.name, hook, f"{type(exc).__name__}: {exc}", exc))
+        fault = Fault(self.name, hook, f"{type(exc).__name__}: {exc}")
+        self.faults.append(fault)
+        self._last_raised = (exc, fault)
 
     def _malformed(self, hook: str, answer: object, expected: str) -> PluginError:
         """Record and return the error for a hook that answered with the wrong type."""
@@ -79,11 +81,12 @@ class Backend:
         return error
 
     def fault_of(self, exc: BaseException) -> Fault | None:
-        """The recorded hook fault that ``exc`` (or the exception it was raised from) stands for."""
-        while exc is not None:
-            for fault in reversed(self.faults):
-                if fault.exception is exc:
-                    return fault
+        """The hook fault that ``exc`` (or the exception it was raised from) stands for, if it is the
+        last one recorded; asked once, where the hook's error arrives (only the last one is kept)."""
+        last, self._last_raised = self._last_raised, None
+        while exc is not None and last is not None:
+            if last[0] is exc:
+                return last[1]
             exc = exc.__cause__
         return None
 
@@ -189,7 +192,9 @@ class Registry:
                                   f"({self._backends[plugin_name].plugin!r}); unregister it first")
             try:
                 self._pm.register(plugin, name=plugin_name)
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # pluggy reads the plugin's attributes: its code may run
                 raise PluginError(f"plugin {plugin_name!r} from {origin}: {exc}") from exc
             try:
                 self._pm.check_pending()
@@ -277,9 +282,7 @@ def forced_fault(backend: Backend, spec: CallSpec, exc: BaseException) -> BaseEx
 def _backend_info(hook: Callable[[], Any], plugin_name: str) -> Any:
     try:
         return hook()
-    except KeyboardInterrupt:
-        raise
-    except Exception:
+    except (KeyboardInterrupt, Exception):
         raise
     except BaseException as exc:
         raise contained(exc, f"plugin {plugin_name!r}: dispatch_backend_info") from exc

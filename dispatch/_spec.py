@@ -8,7 +8,7 @@ import torch
 from attrs import field, frozen
 from attrs.validators import deep_iterable, in_, instance_of
 
-from ._card_checks import exact_bool, frozen_mapping, priorities, string_mapping
+from ._card_checks import exact_bool, frozen_mapping, frozen_set, op_collection, priorities, string_mapping
 
 #: Ops that dispatch knows, in the order the docs list them.
 OPS: tuple[str, ...] = ("softmax", "log_softmax", "logsumexp")
@@ -125,7 +125,7 @@ class BackendInfo:
 
     name: str = field(validator=instance_of(str))
     version: str = field(validator=instance_of(str))
-    ops: frozenset[str] = field(converter=frozenset, validator=deep_iterable(in_(OPS)))
+    ops: frozenset[str] = field(converter=frozen_set, validator=[op_collection, deep_iterable(in_(OPS))])
     priority: Mapping[str, int] = field(factory=dict, converter=frozen_mapping, validator=priorities)
     versions: Mapping[str, str] = field(factory=dict, converter=frozen_mapping, validator=string_mapping)
     description: str = field(default="", validator=instance_of(str))

@@ -166,6 +166,9 @@ BAD_CARDS = [
     ({"version": 1}, "'version' must be"),
     ({"description": None}, "'description' must be"),
     ({"reference": "yes"}, "'reference' must be"),
+    ({"ops": "softmax"}, "'ops' must be a collection of op names"),
+    ({"ops": 3}, "'ops' must be a collection of op names"),
+    ({"ops": ("softmax", "sofmax")}, "'ops' must be in"),
 ]
 
 
