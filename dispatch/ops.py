@@ -22,7 +22,7 @@ def softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None
             backend: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """``torch.softmax(input, dim, dtype=dtype, out=out)``, served by the best backend for the call."""
     if out is not None:
-        return with_out("softmax", lambda: softmax(input, dim, dtype, backend=backend), input, dim, dtype, out)
+        return with_out("softmax", lambda: softmax(input, dim, dtype, backend=backend), input, dtype, out)
     try:
         fn = _SOFTMAX[(input.dtype, input.device, input.shape, input.stride(), dim, dtype, backend,
                        current_scope(), input.requires_grad and _is_grad_enabled())]
@@ -37,7 +37,7 @@ def log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = 
                 backend: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """``torch.log_softmax(input, dim, dtype=dtype, out=out)``, served by the best backend for the call."""
     if out is not None:
-        return with_out("log_softmax", lambda: log_softmax(input, dim, dtype, backend=backend), input, dim, dtype, out)
+        return with_out("log_softmax", lambda: log_softmax(input, dim, dtype, backend=backend), input, dtype, out)
     try:
         fn = _LOG_SOFTMAX[(input.dtype, input.device, input.shape, input.stride(), dim, dtype, backend,
                            current_scope(), input.requires_grad and _is_grad_enabled())]
@@ -52,7 +52,7 @@ def logsumexp(input: torch.Tensor, dim, keepdim: bool = False, *, backend: str |
               out: torch.Tensor | None = None) -> torch.Tensor:
     """``torch.logsumexp(input, dim, keepdim, out=out)``, served by the best backend for the call."""
     if out is not None:
-        return with_out("logsumexp", lambda: logsumexp(input, dim, keepdim, backend=backend), input, dim, keepdim, out)
+        return with_out("logsumexp", lambda: logsumexp(input, dim, keepdim, backend=backend), input, keepdim, out)
     try:
         fn = _LOGSUMEXP[(input.dtype, input.device, input.shape, input.stride(), dim, keepdim, backend,
                          current_scope(), input.requires_grad and _is_grad_enabled())]

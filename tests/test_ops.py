@@ -153,7 +153,12 @@ def test_out_receives_the_result_and_is_returned_like_torch(op, start):
     lambda m: m.logsumexp(torch.ones(2, 3, requires_grad=True), 1, out=torch.empty(0)),
     lambda m: m.softmax(torch.ones(2, 3), 1, out=5),
     lambda m: m.softmax(torch.ones(2, 3), 4, out=torch.empty(0)),
-], ids=["dtype", "cast-dtype", "lse-int-out", "lse-grad", "not-a-tensor", "bad-dim"])
+    lambda m: m.logsumexp(torch.ones(2, 3), 1, out=torch.empty(0, dtype=torch.bool)),
+    lambda m: m.softmax(torch.ones(2, 3), 1, out=torch.empty(0, requires_grad=True)),
+    lambda m: m.logsumexp(torch.ones(2, 3), 1, out=torch.empty(0, requires_grad=True)),
+    lambda m: m.softmax(torch.ones(2, 3, dtype=torch.int64), 1, out=torch.empty(0, dtype=torch.int64)),
+], ids=["dtype", "cast-dtype", "lse-int-out", "lse-grad", "not-a-tensor", "bad-dim", "lse-bool-out",
+        "out-requires-grad", "lse-out-requires-grad", "int-input"])
 def test_out_that_torch_refuses_raises_torchs_exception_type(call):
     torch_err = _raised(lambda: call(torch))
     ours = _raised(lambda: call(dispatch))
@@ -180,3 +185,11 @@ def test_out_calls_are_served_by_the_chosen_backend():
     dispatch.softmax(x, -1, backend="chunked", out=out)
     assert calls and calls[-1] == "softmax"
     torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_out_is_fine_under_no_grad_as_in_torch():
+    x = torch.randn(3, 4, requires_grad=True)
+    out = torch.empty(0)
+    with torch.no_grad():
+        dispatch.logsumexp(x, 1, out=out)
+    torch.testing.assert_close(out, torch.logsumexp(x.detach(), 1))
