@@ -87,7 +87,7 @@ class Dispatcher:
         try:
             key = key_fn(**values, backend=backend)
             fn = self.tables.get(decl.name, {}).get(key)
-        except (AttributeError, TypeError):  # an argument we can't key on: resolve each call
+        except (AttributeError, TypeError, RuntimeError):  # an argument we can't key on: resolve each call
             key = fn = None
         if fn is not None:  # resolved under its canonical key (a list or tuple argument)
             return fn(*decl.tensors_of(values))
@@ -130,8 +130,10 @@ class Dispatcher:
             decision = self.decide(spec, forced)
             try:
                 fn = self._build(decision, key)
-            except Exception as exc:  # dispatch_kernel raised: a fault of that backend, like a crash
-                self._fault(decision, f"raised {type(exc).__name__} building its kernel: {exc}", exc)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # dispatch_kernel raised (or exited): a fault of that backend
+                self._fault(decision, _plugins.raised_in("dispatch_kernel", exc), exc)
                 continue
             out = self._validate(decision, fn, tensors)
             if out is not None:
@@ -155,7 +157,9 @@ class Dispatcher:
         def guarded(*tensors: torch.Tensor) -> torch.Tensor:
             try:
                 return kernel(*tensors)
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # SystemExit included: a kernel cannot end the process
                 return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc)
         guarded.__wrapped__ = kernel
         return guarded
@@ -183,7 +187,9 @@ class Dispatcher:
                 expected = expected_output(spec, tensors) if _has_reference(registry) else None
                 copies = tuple(None if t is None else _copy_like(t) for t in tensors)
                 out = kernel(*copies)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit included: a kernel cannot end the process
             self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
             return None
         why = input_safety(copies, tensors, out)
@@ -204,7 +210,8 @@ class Dispatcher:
                    f"(bucket {decision.bucket}); it is quarantined for this key")
         if _settings.settings().strict or decision.forced:
             raise BackendFaultError(message + ("" if not _settings.settings().strict
-                                               else "; strict mode forbids falling back")) from exc
+                                               else "; strict mode forbids falling back"),
+                                    backend=decision.backend, op=spec.op) from exc
         qkey = _bucket_key(spec)
         bucket = self._quarantine.setdefault(qkey, {})
         if decision.backend not in bucket:

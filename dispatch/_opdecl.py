@@ -116,6 +116,8 @@ class OpDecl:
       races run on); ``sample(shape, dtype, device, seed, **options) -> (args, kwargs)``: a whole
       call from a shape and a dtype (A/B runs and the CLI; ``options`` are the user's arguments,
       e.g. ``dim=0``).
+    * ``out``: whether the op takes torch's keyword-only ``out=`` (the result is copied into it,
+      with torch's checks and resizing rule).
     """
 
     name: str = field(validator=instance_of(str))
@@ -131,6 +133,7 @@ class OpDecl:
     examples: Callable[..., tuple[torch.Tensor | None, ...]] = field(default=default_examples,
                                                                      validator=is_callable())
     sample: Callable[..., tuple[tuple, dict[str, Any]]] = field(default=default_sample, validator=is_callable())
+    out: bool = field(default=False, validator=instance_of(bool))
     doc: str = field(default="", validator=instance_of(str))
 
     @name.validator

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from ._opdecl import OpDecl
+from ._out import with_out
 from ._settings import current_scope
 
 _SEQUENCES = frozenset((list, tuple))
@@ -80,10 +81,10 @@ _TEMPLATE = '''
 def key({params}, backend=None):
     return ({key})
 
-def {name}({signature}):
+def {name}({signature}):{out_check}
     try:
         fn = _table[({inline_key})]
-    except (KeyError, AttributeError, TypeError):
+    except (KeyError, AttributeError, TypeError, RuntimeError):  # RuntimeError: a sparse tensor has no strides
         fn = None
     if fn is None:  # outside the handler, so torch's own errors don't chain a KeyError
         return _miss(key, backend, {values})
@@ -106,16 +107,22 @@ class OpFunction:
                 keyword_only = True
             signature.append(p.name if p.default is p.empty else f"{p.name}=_default_{p.name}")
         signature += ["backend=None"] if keyword_only else ["*", "backend=None"]
+        if decl.out:
+            signature.append("out=None")
         names = [p.name for p in params]
         source = _TEMPLATE.format(
             name=decl.name, params=", ".join(names), key=key_expression(decl),
             inline_key=key_expression(decl, inline=True),
+            out_check="" if not decl.out else (
+                f"\n    if out is not None:\n        return _with_out({decl.name!r}, lambda: {decl.name}("
+                f"{', '.join(f'{n}={n}' for n in names)}, backend=backend), "
+                "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out)"),
             signature=", ".join(signature), values="{" + ", ".join(f"{n!r}: {n}" for n in names) + "}",
             tensors=", ".join(decl.tensor_names))
         namespace: dict[str, Any] = {
             "_table": table, "_miss": lambda key, backend, values: miss(decl, key, backend, values),
             "_SEQUENCES": _SEQUENCES, "_freeze": freeze, "_grad_enabled": torch.is_grad_enabled,
-            "_current_scope": current_scope, **defaults}
+            "_current_scope": current_scope, "_with_out": with_out, **defaults}
         exec(compile(source, f"<dispatch op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
         self.function: Callable[..., torch.Tensor] = namespace[decl.name]
         self.key: Callable[..., tuple] = namespace["key"]
@@ -123,7 +130,8 @@ class OpFunction:
         self.function.__qualname__ = decl.name
         self.function.__module__ = "dispatch"
         self.function.__signature__ = inspect.Signature(
-            [*params, inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None)])
+            [*params, inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None),
+             *([inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)] if decl.out else [])])
         self.function.__dispatch_op__ = decl
 
     def call_key(self, values: dict[str, Any], backend: str | None) -> tuple | None:
@@ -131,6 +139,6 @@ class OpFunction:
         try:
             key = self.key(**values, backend=backend)
             hash(key)
-        except (AttributeError, TypeError):
+        except (AttributeError, TypeError, RuntimeError):
             return None
         return key

@@ -17,7 +17,7 @@ from attrs import frozen
 from . import _opdecl, hookspec
 from ._spec import BackendInfo, CallSpec, Verdict
 from .autotune.space import EMPTY, Config, TuneResult, TuneSettings, TuneSpace
-from .errors import PluginError
+from .errors import BackendFaultError, PluginError
 
 ENTRY_POINT_GROUP = "dispatch.backends"
 ENV_DISABLE_AUTOLOAD = "DISPATCH_DISABLE_PLUGIN_AUTOLOAD"
@@ -49,7 +49,9 @@ class Backend:
     """A loaded backend: its card and its hooks, called directly and guarded.
 
     ``check`` never raises (a raising hook is a refusal with the error as its reason, and a
-    recorded fault); the other hooks raise what the plugin raised, after recording it.
+    recorded fault); the other hooks raise what the plugin raised, after recording it, except that
+    a BaseException which is not an Exception (``SystemExit``, say) becomes a :class:`PluginError`:
+    a plugin cannot end the process. A ``KeyboardInterrupt`` (Ctrl-C) passes through.
     """
 
     def __init__(self, info: BackendInfo, plugin: object, hooks: Mapping[str, Callable[..., Any]]) -> None:
@@ -57,6 +59,7 @@ class Backend:
         self.plugin = plugin
         self._hooks = dict(hooks)
         self.faults: list[Fault] = []
+        self._last_raised: tuple[BaseException, Fault] | None = None  # until fault_of asks for it
 
     @property
     def name(self) -> str:
@@ -66,7 +69,26 @@ class Backend:
         return f"<Backend {self.name} {self.info.version}>"
 
     def _record(self, hook: str, exc: BaseException) -> None:
-        self.faults.append(Fault(self.name, hook, f"{type(exc).__name__}: {exc}"))
+        fault = Fault(self.name, hook, f"{type(exc).__name__}: {exc}")
+        self.faults.append(fault)
+        self._last_raised = (exc, fault)
+
+    def _malformed(self, hook: str, answer: object, expected: str) -> PluginError:
+        """Record and return the error for a hook that answered with the wrong type."""
+        error = PluginError(f"backend {self.name!r}: {hook} returned {answer!r} ({type(answer).__name__}); "
+                            f"it must return {expected}")
+        self._record(hook, error)
+        return error
+
+    def fault_of(self, exc: BaseException) -> Fault | None:
+        """The hook fault that ``exc`` (or the exception it was raised from) stands for, if it is the
+        last one recorded; asked once, where the hook's error arrives (only the last one is kept)."""
+        last, self._last_raised = self._last_raised, None
+        while exc is not None and last is not None:
+            if last[0] is exc:
+                return last[1]
+            exc = exc.__cause__
+        return None
 
     def check(self, op: str, spec: CallSpec) -> Verdict:
         if op not in self.info.ops and not self.info.reference:
@@ -75,11 +97,13 @@ class Backend:
             return Verdict.no(f"unavailable here: {self.info.available.reason}")
         try:
             verdict = self._hooks["dispatch_check"](op=op, spec=spec)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
             self._record("dispatch_check", exc)
             return Verdict.no(f"dispatch_check raised {type(exc).__name__}: {exc}")
         if not isinstance(verdict, Verdict):
-            self._record("dispatch_check", PluginError(f"returned {verdict!r}"))
+            self._malformed("dispatch_check", verdict, "a dispatch.Verdict (Verdict.yes() or Verdict.no(reason))")
             return Verdict.no(f"dispatch_check returned {type(verdict).__name__}, not a Verdict (plugin bug)")
         return verdict
 
@@ -89,20 +113,25 @@ class Backend:
             return None
         try:
             return fn(**kwargs)
+        except KeyboardInterrupt:
+            raise
         except Exception as exc:
             self._record(hook, exc)
             raise
+        except BaseException as exc:
+            self._record(hook, exc)
+            raise contained(exc, f"backend {self.name!r}: {hook}") from exc
 
     def kernel(self, op: str, spec: CallSpec, config: Config = EMPTY) -> Callable:
         fn = self._call("dispatch_kernel", op=op, spec=spec, config=config)
         if not callable(fn):
-            raise PluginError(f"backend {self.name!r}: dispatch_kernel({op}) returned {fn!r}, not a callable")
+            raise self._malformed("dispatch_kernel", fn, f"a callable kernel for {op}")
         return fn
 
     def tune_space(self, op: str, spec: CallSpec) -> TuneSpace | None:
         space = self._call("dispatch_tune_space", op=op, spec=spec)
         if space is not None and not isinstance(space, TuneSpace):
-            raise PluginError(f"backend {self.name!r}: dispatch_tune_space returned {space!r}, not a TuneSpace")
+            raise self._malformed("dispatch_tune_space", space, "a dispatch.autotune.TuneSpace or None")
         return space
 
     def native_tune(self, op: str, spec: CallSpec, space: TuneSpace, example: tuple,
@@ -110,7 +139,7 @@ class Backend:
         result = self._call("dispatch_native_tune", op=op, spec=spec, space=space, example=example,
                             settings=settings)
         if result is not None and not isinstance(result, TuneResult):
-            raise PluginError(f"backend {self.name!r}: dispatch_native_tune returned {result!r}, not a TuneResult")
+            raise self._malformed("dispatch_native_tune", result, "a dispatch.autotune.TuneResult or None")
         return result
 
     def backward(self, op: str, spec: CallSpec) -> Callable | None:
@@ -164,6 +193,7 @@ class Registry:
         self._backends: dict[str, Backend] = {}
         self._failures: list[LoadFailure] = []
         self._op_plugins: dict[str, tuple[object, tuple[str, ...]]] = {}
+        self._loaded = False  # True once the entry points have loaded
         self._lock = threading.RLock()
 
     @property
@@ -184,7 +214,9 @@ class Registry:
                                   f"({self._backends[plugin_name].plugin!r}); unregister it first")
             try:
                 self._pm.register(plugin, name=plugin_name)
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # pluggy reads the plugin's attributes: its code may run
                 raise PluginError(f"plugin {plugin_name!r} from {origin}: {exc}") from exc
             try:
                 self._pm.check_pending()
@@ -198,6 +230,8 @@ class Registry:
                 info = None
                 if backend_hooks:
                     info = self._backend_info(hooks, plugin_name, name, origin)
+                    if self._loaded:  # while entry points load, ops may be declared later: checked after
+                        _check_ops(info, {d.name for d in decls})
                 for decl in decls:
                     known = _opdecl.declared().get(decl.name)
                     if known is not None and known is not decl:
@@ -220,7 +254,7 @@ class Registry:
         if missing:
             raise PluginError(f"plugin {plugin_name!r} from {origin} does not implement the required "
                               f"hook(s) {', '.join(missing)}; see docs/writing-a-backend.md")
-        info = hooks["dispatch_backend_info"]()
+        info = _backend_info(hooks["dispatch_backend_info"], plugin_name)
         if not isinstance(info, BackendInfo):
             raise PluginError(f"plugin {plugin_name!r}: dispatch_backend_info returned {info!r}, "
                               "not a dispatch.BackendInfo")
@@ -264,7 +298,9 @@ class Registry:
             try:
                 plugin = ep.load()
                 self.register(plugin, name=ep.name, origin=origin)
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # SystemExit at import included: a plugin cannot end the process
                 top = ep.value.split(":")[0].split(".")[0]
                 for mod in set(sys.modules) - modules_before:  # roll back a half-imported plugin
                     if mod == top or mod.startswith(top + "."):
@@ -272,6 +308,55 @@ class Registry:
                 self._failures.append(LoadFailure(ep.name, origin, f"{type(exc).__name__}: {exc}",
                                                   "".join(traceback.format_exception(
                                                       type(exc), exc, exc.__traceback__, chain=False))))
+        for backend in list(self._backends.values()):  # every op a backend names must now be declared
+            try:
+                _check_ops(backend.info, set())
+            except ValueError as exc:
+                self.unregister(backend.name)
+                self._failures.append(LoadFailure(backend.name, f"backend {backend.name!r}", f"ValueError: {exc}"))
+        self._loaded = True
+
+
+def _check_ops(info: BackendInfo, declaring: set[str]) -> None:
+    """A backend may only name declared ops (or ops its own plugin declares)."""
+    unknown = sorted(op for op in info.ops if op not in _opdecl.declared() and op not in declaring)
+    if unknown:
+        raise ValueError(f"'ops' must be in the declared ops ({', '.join(_opdecl.declared())}) "
+                         f"(got {', '.join(map(repr, unknown))}); is the package that declares it installed?")
+
+
+def contained(exc: BaseException, where: str) -> PluginError:
+    """The error that stands for a plugin's non-Exception BaseException (``SystemExit``, say)."""
+    return PluginError(f"{where} raised {type(exc).__name__}: {exc}; a plugin may not end the process, "
+                       "so this is a fault of that plugin")
+
+
+def raised_in(hook: str, exc: BaseException) -> str:
+    """``"raised RuntimeError in its dispatch_kernel hook: boom"``; a contained exit is named as itself."""
+    cause = exc.__cause__
+    if isinstance(exc, PluginError) and cause is not None and not isinstance(cause, Exception):
+        exc = cause
+    return f"raised {type(exc).__name__} in its {hook} hook: {exc}"
+
+
+def forced_fault(backend: Backend, spec: CallSpec, exc: BaseException) -> BaseException:
+    """What a forced backend's hook fault becomes: a :class:`BackendFaultError` naming backend, hook and
+    call (``exc`` itself when it is no hook fault of ``backend``)."""
+    fault = backend.fault_of(exc)
+    if fault is None:
+        return exc
+    return BackendFaultError(f"backend {backend.name!r} {raised_in(fault.hook, exc)} on {spec.describe()}; "
+                             "it was forced, so no other backend serves this call",
+                             backend=backend.name, hook=fault.hook, op=spec.op)
+
+
+def _backend_info(hook: Callable[[], Any], plugin_name: str) -> Any:
+    try:
+        return hook()
+    except (KeyboardInterrupt, Exception):
+        raise
+    except BaseException as exc:
+        raise contained(exc, f"plugin {plugin_name!r}: dispatch_backend_info") from exc
 
 
 def _entry_points() -> Iterable[Any]:

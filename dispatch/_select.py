@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from attrs import field, frozen
 
 from ._keys import decision_key, shape_bucket, tune_key
-from ._plugins import Backend, Registry
+from ._plugins import Backend, Registry, forced_fault
 from ._settings import Scope, Settings
 from ._spec import CallSpec, Verdict
 from .autotune.cache import DecisionCache, decision_trusted
@@ -166,7 +166,10 @@ class Selector:
                 f"backend {forced!r} was forced but cannot serve {spec.describe()}: {verdict.reason}. "
                 f"Backends that would serve it: {', '.join(names) or 'none'}",
                 backend=forced, op=spec.op, reason=verdict.reason, servers=names)
-        config, source, tune = self.config_for(backend, spec)
+        try:
+            config, source, tune = self.config_for(backend, spec)
+        except Exception as exc:  # a hook fault is the forced backend's, as one in dispatch_kernel is
+            raise forced_fault(backend, spec, exc) from exc
         return Decision(spec, forced, config, "forced by the caller", self.settings.policy, candidates, bucket,
                         config_source=source, tune=tune, forced=True, pruned=self.pruned.get(forced, ()))
 

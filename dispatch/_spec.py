@@ -10,8 +10,7 @@ import torch
 from attrs import field, frozen
 from attrs.validators import deep_iterable, instance_of, optional
 
-def _frozen_mapping(value: Mapping) -> Mapping:
-    return MappingProxyType(dict(value))
+from ._card_checks import exact_bool, frozen_mapping, frozen_set, op_collection, priorities, string_mapping
 
 
 @frozen
@@ -201,12 +200,12 @@ class BackendInfo:
 
     name: str = field(validator=instance_of(str))
     version: str = field(validator=instance_of(str))
-    ops: frozenset[str] = field(converter=frozenset, validator=deep_iterable(instance_of(str)))
-    priority: Mapping[str, int] = field(factory=dict, converter=_frozen_mapping)
-    versions: Mapping[str, str] = field(factory=dict, converter=_frozen_mapping)
-    description: str = ""
+    ops: frozenset[str] = field(converter=frozen_set, validator=[op_collection, deep_iterable(instance_of(str))])
+    priority: Mapping[str, int] = field(factory=dict, converter=frozen_mapping, validator=priorities)
+    versions: Mapping[str, str] = field(factory=dict, converter=frozen_mapping, validator=string_mapping)
+    description: str = field(default="", validator=instance_of(str))
     available: Verdict = field(factory=Verdict.yes, validator=instance_of(Verdict))
-    reference: bool = False
+    reference: bool = field(default=False, validator=exact_bool)
 
     @name.validator
     def _check_name(self, _attribute, value: str) -> None:

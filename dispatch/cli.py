@@ -41,6 +41,7 @@ def _device(text: str) -> torch.device:
 
 def cmd_backends(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="dispatch backends")
@@ -51,22 +52,22 @@ def cmd_backends(args: argparse.Namespace) -> int:
         priority = ", ".join(f"{k} {v}" for k, v in sorted(info.priority.items()))
         versions = ", ".join(f"{k} {v}" for k, v in sorted(info.versions.items()))
         ops = "every declared op" if info.reference else ", ".join(sorted(info.ops))
-        table.add_row(name + (" (reference)" if info.reference else ""), info.version, ops, available, priority,
-                      versions)
+        cells = (name + (" (reference)" if info.reference else ""), info.version, ops, available, priority, versions)
+        table.add_row(*(escape(cell) for cell in cells))  # a plugin's text is text, not rich markup
     console = Console()
     console.print(table)
     failures = _plugins.load_failures()
     if failures:
         console.print(f"[bold red]{len(failures)} plugin(s) failed to load:[/]")
         for f in failures:
-            console.print(f"  {f.name} ({f.origin}): {f.error}")
+            console.print(escape(f"  {f.name} ({f.origin}): {f.error}"))
             if args.verbose:
-                console.print(f.traceback)
+                console.print(escape(f.traceback))
     else:
         console.print("no load failures")
     faults = _plugins.faults()
     for f in faults:
-        console.print(f"  fault: {f.backend}.{f.hook}: {f.error}")
+        console.print(escape(f"  fault: {f.backend}.{f.hook}: {f.error}"))
     return 0
 
 

@@ -27,7 +27,17 @@ class NoBackendError(DispatchError):
 
 
 class BackendFaultError(DispatchError):
-    """A backend raised, or returned non-finite values where the reference has none, in strict mode."""
+    """A backend raised, or returned non-finite values where the reference has none, in strict mode.
+
+    ``backend``, ``hook`` (None for the kernel itself) and ``op`` say who faulted, where, on what.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, hook: str | None = None,
+                 op: str | None = None):
+        super().__init__(message)
+        self.backend = backend
+        self.hook = hook
+        self.op = op
 
 
 class TuneError(DispatchError):

@@ -34,6 +34,8 @@ def _dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
     try:
         if not isinstance(input, torch.Tensor) or input.layout != torch.strided:
             raise TypeError
+        if input.layout != torch.strided:  # sparse: torch's own op says what it thinks of it
+            raise TypeError
         if dtype is not None and not isinstance(dtype, torch.dtype):
             raise TypeError
         if not isinstance(keepdim, bool):
@@ -163,17 +165,17 @@ def _row_sample(shape, dtype, device, seed=0, dim=-1, **options):
 _ROWS = (TensorArg("input"),)
 
 SOFTMAX = OpDecl(
-    name="softmax", parse=_parse_softmax, tensors=_ROWS,
+    name="softmax", parse=_parse_softmax, tensors=_ROWS, out=True,
     reference=lambda spec: _row_reference(torch.softmax, spec), output=_same_shape, backward=_softmax_backward,
     bucket=reduction_bucket, bytes_moved=reduction_bytes, sample=_row_sample,
     doc="``torch.softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOG_SOFTMAX = OpDecl(
-    name="log_softmax", parse=_parse_log_softmax, tensors=_ROWS,
+    name="log_softmax", parse=_parse_log_softmax, tensors=_ROWS, out=True,
     reference=lambda spec: _row_reference(torch.log_softmax, spec), output=_same_shape,
     backward=_log_softmax_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes, sample=_row_sample,
     doc="``torch.log_softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOGSUMEXP = OpDecl(
-    name="logsumexp", parse=_parse_logsumexp, tensors=_ROWS,
+    name="logsumexp", parse=_parse_logsumexp, tensors=_ROWS, out=True,
     reference=lambda spec: functools.partial(torch.logsumexp, dim=spec.dims or (0,), keepdim=spec.keepdim),
     output=_reduced_shape, backward=_logsumexp_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes,
     sample=_row_sample,

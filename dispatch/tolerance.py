@@ -46,7 +46,7 @@ def mismatch(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, flo
     a = actual.detach().to(torch.float64).cpu()
     e = expected.detach().to(torch.float64).cpu()
     if not torch.equal(torch.isnan(a), torch.isnan(e)):
-        return f"NaN at {int((torch.isnan(a) != torch.isnan(e)).sum())} positions where the reference differs"
+        return _nan_sides(torch.isnan(a), torch.isnan(e))
     if not torch.equal(torch.isinf(a) & (a > 0), torch.isinf(e) & (e > 0)) or not torch.equal(
             torch.isinf(a) & (a < 0), torch.isinf(e) & (e < 0)):
         return "infinities differ from the reference"
@@ -58,3 +58,14 @@ def mismatch(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, flo
         return (f"{int(bad.sum())} of {a.numel()} values outside rtol={rtol}, atol={atol} "
                 f"(max abs err {abs_err:.3g}, max rel err {rel_err:.3g})")
     return None
+
+
+def _nan_sides(result_nan: torch.Tensor, reference_nan: torch.Tensor) -> str:
+    """Which side has NaN where the other has none, and at how many positions."""
+    parts = []
+    for side, other, nan, other_nan in (("result", "reference", result_nan, reference_nan),
+                                        ("reference", "result", reference_nan, result_nan)):
+        n = int((nan & ~other_nan).sum())
+        if n:
+            parts.append(f"the {side} has NaN at {n} position{'s' if n != 1 else ''} where the {other} has none")
+    return "; ".join(parts)

@@ -213,3 +213,15 @@ def test_a_race_between_real_backends_times_each_and_keeps_the_fastest():
     DISPATCHER.reset()
     before = measurement_count()
     assert dispatch.explain("softmax", x).decision.cached and measurement_count() == before
+
+
+def test_a_nan_mismatch_says_which_side_has_the_nan():
+    from dispatch.tolerance import mismatch
+
+    reference = torch.tensor([0.1, 0.2, float("nan"), 0.4])
+    result = torch.tensor([float("nan"), 0.2, 0.3, float("nan")])
+    why = mismatch(result, reference)
+    assert "the result has NaN at 2 positions where the reference has none" in why
+    assert "the reference has NaN at 1 position where the result has none" in why
+    only_ours = mismatch(torch.tensor([float("nan"), 1.0]), torch.tensor([0.5, 1.0]))
+    assert only_ours.startswith("the result has NaN at 1 position where the reference has none")

@@ -92,7 +92,13 @@ def _raised(fn):
     lambda m: m.softmax(torch.ones(2, 3, dtype=torch.int64), -1),
     lambda m: m.softmax([1.0, 2.0], 0),
     lambda m: m.softmax(torch.ones(2), "x"),
-], ids=["dim-high", "dim-low", "scalar-dim", "lse-dim", "lse-dup", "int-input", "list-input", "str-dim"])
+    lambda m: m.softmax(torch.ones(2, 3).to_sparse_csr(), 1),
+    lambda m: m.log_softmax(torch.ones(2, 3).to_sparse_csr(), -1),
+    lambda m: m.logsumexp(torch.ones(2, 3).to_sparse_csr(), 1),
+    lambda m: m.softmax(torch.ones(2, 3).to_sparse(), 1),
+    lambda m: m.logsumexp(torch.ones(2, 3).to_sparse(), 1),
+], ids=["dim-high", "dim-low", "scalar-dim", "lse-dim", "lse-dup", "int-input", "list-input", "str-dim",
+        "csr-softmax", "csr-log_softmax", "csr-logsumexp", "coo-softmax", "coo-logsumexp"])
 def test_bad_input_raises_torchs_exception_type(call):
     torch_err = _raised(lambda: call(torch))
     ours = _raised(lambda: call(dispatch))
@@ -108,3 +114,82 @@ def test_integer_input_with_float_dtype_cast_works_like_torch():
 def test_backend_keyword_must_be_a_name():
     with pytest.raises(TypeError, match="'backend' must be a backend name"):
         dispatch.softmax(torch.ones(2, 2), -1, backend=3)
+
+
+# -- out= ---------------------------------------------------------------------------------------------
+
+OUT_CALLS = {
+    "softmax": lambda m, x, **kw: m.softmax(x, 1, **kw),
+    "log_softmax": lambda m, x, **kw: m.log_softmax(x, 1, **kw),
+    "logsumexp": lambda m, x, **kw: m.logsumexp(x, 1, **kw),
+}
+
+
+@pytest.mark.parametrize("op", OUT_CALLS)
+@pytest.mark.parametrize("start", [(0,), (3,), "right"], ids=["empty", "wrong-shape", "right-shape"])
+def test_out_receives_the_result_and_is_returned_like_torch(op, start):
+    import warnings
+
+    x = _x((3, 7))
+    want = OUT_CALLS[op](torch, x)
+    out = torch.full(want.shape if start == "right" else start, 5.0)
+    ours_out = out.clone()
+    with warnings.catch_warnings(record=True) as torch_warned:
+        warnings.simplefilter("always")
+        OUT_CALLS[op](torch, x, out=out)
+    with warnings.catch_warnings(record=True) as we_warned:
+        warnings.simplefilter("always")
+        got = OUT_CALLS[op](dispatch, x, out=ours_out)
+    assert got is ours_out
+    torch.testing.assert_close(ours_out, out)
+    assert [type(w.message) for w in we_warned] == [type(w.message) for w in torch_warned]
+    torch.testing.assert_close(x, _x((3, 7)))  # the input is untouched
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.softmax(torch.ones(2, 3), 1, out=torch.empty(0, dtype=torch.float64)),
+    lambda m: m.log_softmax(torch.ones(2, 3), 1, torch.float64, out=torch.empty(0)),
+    lambda m: m.logsumexp(torch.ones(2, 3), 1, out=torch.empty(0, dtype=torch.int64)),
+    lambda m: m.logsumexp(torch.ones(2, 3, requires_grad=True), 1, out=torch.empty(0)),
+    lambda m: m.softmax(torch.ones(2, 3), 1, out=5),
+    lambda m: m.softmax(torch.ones(2, 3), 4, out=torch.empty(0)),
+    lambda m: m.logsumexp(torch.ones(2, 3), 1, out=torch.empty(0, dtype=torch.bool)),
+    lambda m: m.softmax(torch.ones(2, 3), 1, out=torch.empty(0, requires_grad=True)),
+    lambda m: m.logsumexp(torch.ones(2, 3), 1, out=torch.empty(0, requires_grad=True)),
+    lambda m: m.softmax(torch.ones(2, 3, dtype=torch.int64), 1, out=torch.empty(0, dtype=torch.int64)),
+], ids=["dtype", "cast-dtype", "lse-int-out", "lse-grad", "not-a-tensor", "bad-dim", "lse-bool-out",
+        "out-requires-grad", "lse-out-requires-grad", "int-input"])
+def test_out_that_torch_refuses_raises_torchs_exception_type(call):
+    torch_err = _raised(lambda: call(torch))
+    ours = _raised(lambda: call(dispatch))
+    assert torch_err is not None, "the case must be an error in torch"
+    assert ours is not None and ours[0] is torch_err[0], (ours, torch_err)
+
+
+def test_logsumexp_out_of_another_float_dtype_gets_the_result_cast_like_torch():
+    x = _x((4, 6))
+    out, want = torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.float64)
+    torch.logsumexp(x, 1, out=want)
+    dispatch.logsumexp(x, 1, out=out)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, want)
+
+
+def test_out_calls_are_served_by_the_chosen_backend():
+    import chunked_backend
+
+    calls = []
+    dispatch.register(chunked_backend.make("chunked", calls=calls))
+    x = _x((5, 9))
+    out = torch.empty(5, 9)
+    dispatch.softmax(x, -1, backend="chunked", out=out)
+    assert calls and calls[-1] == "softmax"
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_out_is_fine_under_no_grad_as_in_torch():
+    x = torch.randn(3, 4, requires_grad=True)
+    out = torch.empty(0)
+    with torch.no_grad():
+        dispatch.logsumexp(x, 1, out=out)
+    torch.testing.assert_close(out, torch.logsumexp(x.detach(), 1))

@@ -137,3 +137,216 @@ def test_hooks_may_declare_a_subset_of_the_hookspec_arguments():
     x = torch.randn(3, 7)
     assert dispatch.explain("softmax", x).decision.backend == "partial"
     torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+
+
+# -- the backend card is validated at load ----------------------------------------------------------
+
+def _card_plugin(name: str, **card):
+    """A working plugin whose card carries ``card`` (priority, versions, ...)."""
+    plugin = chunked_backend.make(name)
+
+    @dispatch.hookimpl
+    def dispatch_backend_info():
+        fields = {"name": name, "version": "1.0", "ops": ("softmax", "log_softmax", "logsumexp"), **card}
+        return dispatch.BackendInfo(**fields)
+
+    plugin.dispatch_backend_info = dispatch_backend_info
+    return plugin
+
+
+BAD_CARDS = [
+    ({"priority": {"cpu": "high"}}, "'priority' must be"),
+    ({"priority": {"cpu": float("nan")}}, "'priority' must be"),
+    ({"priority": {"cpu": True}}, "'priority' must be"),
+    ({"priority": {"cpu": 1.5}}, "'priority' must be"),
+    ({"priority": {3: 1}}, "'priority' must be"),
+    ({"priority": 5}, "'priority' must be"),
+    ({"versions": {"triton": 3}}, "'versions' must be"),
+    ({"versions": ["triton"]}, "'versions' must be"),
+    ({"version": 1}, "'version' must be"),
+    ({"description": None}, "'description' must be"),
+    ({"reference": "yes"}, "'reference' must be"),
+    ({"ops": "softmax"}, "'ops' must be a collection of op names"),
+    ({"ops": 3}, "'ops' must be a collection of op names"),
+    ({"ops": ("softmax", "sofmax")}, "'ops' must be in"),
+]
+
+
+@pytest.mark.parametrize("card, message", BAD_CARDS, ids=[str(c) for c, _ in BAD_CARDS])
+def test_a_malformed_card_is_refused_at_registration_naming_the_field_and_value(card, message):
+    with pytest.raises((TypeError, ValueError), match=message) as raised:
+        dispatch.register(_card_plugin("badcard", **card))
+    assert "(got " in str(raised.value)
+    assert "badcard" not in dispatch.backends()
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(dispatch.softmax(x, backend="torch"), torch.softmax(x, -1))
+    torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+
+
+def test_a_plugin_with_a_malformed_card_is_a_load_failure_listed_by_the_cli(monkeypatch, capsys):
+    module = _card_plugin("badprio", priority={"cpu": "high"})
+    module.__name__ = "dispatch_test_badprio"
+    monkeypatch.setitem(sys.modules, "dispatch_test_badprio", module)
+    _fake_eps(monkeypatch, EntryPoint("badprio", "dispatch_test_badprio", _plugins.ENTRY_POINT_GROUP))
+    registry = _plugins.Registry()
+    registry.load_entry_points(environ={"DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "1", "DISPATCH_PLUGINS": "badprio"})
+    failure = next(f for f in registry.failures if f.name == "badprio")
+    assert "'priority' must be" in failure.error and "'high'" in failure.error
+    assert set(registry.backends) == {"torch"}
+    monkeypatch.setattr(_plugins, "_registry", registry)
+    from dispatch import cli
+    monkeypatch.setenv("COLUMNS", "300")
+    assert cli.main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert "badprio" in out and "'priority' must be" in out
+
+
+# -- a plugin cannot end the process ----------------------------------------------------------------
+
+class _PluginBail(BaseException):
+    """Not an Exception: what a plugin might raise to bail out."""
+
+
+def test_a_plugin_that_exits_at_import_is_a_load_failure(monkeypatch, tmp_path):
+    (tmp_path / "dispatch_test_exits.py").write_text("raise SystemExit(3)\n")
+    (tmp_path / "dispatch_test_bails.py").write_text("raise GeneratorExit('bail')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _fake_eps(monkeypatch, EntryPoint("exits", "dispatch_test_exits", _plugins.ENTRY_POINT_GROUP),
+              EntryPoint("bails", "dispatch_test_bails", _plugins.ENTRY_POINT_GROUP))
+    registry = _plugins.Registry()
+    registry.load_entry_points(environ={"DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "1", "DISPATCH_PLUGINS": "exits,bails"})
+    errors = {f.name: f.error for f in registry.failures}
+    assert "SystemExit" in errors["exits"] and "GeneratorExit" in errors["bails"]
+    assert set(registry.backends) == {"torch"}
+    assert "dispatch_test_exits" not in sys.modules
+
+
+def test_a_real_ctrl_c_during_plugin_import_still_stops_the_process(monkeypatch, tmp_path):
+    (tmp_path / "dispatch_test_interrupted.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _fake_eps(monkeypatch, EntryPoint("interrupted", "dispatch_test_interrupted", _plugins.ENTRY_POINT_GROUP))
+    with pytest.raises(KeyboardInterrupt):
+        _plugins.Registry().load_entry_points(environ={})
+
+
+def test_an_installed_plugin_that_exits_at_import_does_not_end_calls_or_the_cli(tmp_path):
+    # a real distribution on sys.path: its dist-info declares the entry point, its module exits
+    (tmp_path / "dispatch_exit_plugin.py").write_text("import sys\nsys.exit('plugin gave up')\n")
+    info = tmp_path / "dispatch_exit_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dispatch-exit-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[dispatch.backends]\nexiter = dispatch_exit_plugin\n")
+    import os
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "COLUMNS": "300", "DISPATCH_CACHE_DIR": str(tmp_path / "cache")}
+    code = ("import sys, torch, dispatch; from dispatch import cli\n"
+            "x = torch.randn(2, 3)\n"
+            "torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))\n"
+            "torch.testing.assert_close(dispatch.softmax(x, backend='torch'), torch.softmax(x, -1))\n"
+            "print('calls ok')\n"
+            "sys.exit(cli.main(['backends']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "calls ok" in done.stdout
+    assert "exiter" in done.stdout and "SystemExit" in done.stdout and "plugin gave up" in done.stdout
+
+
+def _exiting(hook: str, exc: BaseException):
+    """A plugin whose ``hook`` raises ``exc`` (for "kernel_call", the kernel it returns does)."""
+    plugin = chunked_backend.make("quitter", priority=200)
+    good_kernel = plugin.dispatch_kernel
+
+    def bail(*args, **kwargs):
+        raise exc
+
+    if hook == "dispatch_check":
+        plugin.dispatch_check = dispatch.hookimpl(specname=hook)(lambda op, spec: bail())
+    elif hook == "dispatch_tune_space":
+        plugin.dispatch_tune_space = dispatch.hookimpl(specname=hook)(lambda op, spec: bail())
+    elif hook == "dispatch_kernel":
+        plugin.dispatch_kernel = dispatch.hookimpl(specname=hook)(lambda op, spec, config: bail())
+    elif hook == "kernel_call":
+        plugin.dispatch_kernel = dispatch.hookimpl(specname="dispatch_kernel")(lambda op, spec, config: bail)
+    else:
+        plugin.dispatch_backend_info = dispatch.hookimpl(specname=hook)(bail)
+    del good_kernel
+    return plugin
+
+
+@pytest.mark.parametrize("exc", [SystemExit(2), _PluginBail("bail")], ids=["SystemExit", "BaseException"])
+@pytest.mark.parametrize("hook", ["dispatch_check", "dispatch_tune_space", "dispatch_kernel", "kernel_call"])
+def test_a_hook_that_exits_is_a_fault_of_its_backend_and_the_call_is_served(hook, exc):
+    import warnings
+
+    dispatch.register(_exiting(hook, exc))
+    x = torch.randn(4, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+        torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+    recorded = [f for f in dispatch.faults() if f.backend == "quitter"]
+    if hook != "kernel_call":  # the kernel is not a hook: its fault is the quarantine, not a hook record
+        assert recorded and recorded[0].hook == hook and type(exc).__name__ in recorded[0].error
+    if hook != "dispatch_check":  # a refusal is not a fault: forced, it is a BackendRefusedError
+        with pytest.raises(dispatch.BackendFaultError, match="quitter"):
+            dispatch.softmax(torch.randn(70, 300), backend="quitter")  # a bucket not yet quarantined
+
+
+def test_an_info_hook_that_exits_is_a_plugin_error_at_registration():
+    with pytest.raises(PluginError, match="dispatch_backend_info raised SystemExit"):
+        dispatch.register(_exiting("dispatch_backend_info", SystemExit(1)), name="quitter")
+    assert "quitter" not in dispatch.backends()
+
+
+# -- messages name who is at fault and what would work ---------------------------------------------
+
+@pytest.mark.parametrize("hook", ["dispatch_kernel", "dispatch_tune_space"])
+def test_a_forced_backends_hook_fault_is_one_error_naming_backend_hook_and_call(hook):
+    plugin = chunked_backend.make("brittle")
+
+    def boom(**kwargs):
+        raise RuntimeError(f"{hook} exploded")
+
+    if hook == "dispatch_kernel":
+        plugin.dispatch_kernel = dispatch.hookimpl(specname=hook)(lambda op, spec, config: boom())
+    else:
+        plugin.dispatch_tune_space = dispatch.hookimpl(specname=hook)(lambda op, spec: boom())
+    dispatch.register(plugin)
+    with pytest.raises(dispatch.BackendFaultError) as raised:
+        dispatch.softmax(torch.randn(4, 32), backend="brittle")
+    message = str(raised.value)
+    assert "'brittle'" in message and hook in message and "softmax(4x32 float32" in message
+    assert "RuntimeError" in message and "exploded" in message
+    assert (raised.value.backend, raised.value.op) == ("brittle", "softmax")
+
+
+def test_a_check_hook_answering_with_the_wrong_type_is_a_fault_naming_the_hook_and_the_type_expected():
+    plugin = chunked_backend.make("yesman")
+    plugin.dispatch_check = dispatch.hookimpl(specname="dispatch_check")(lambda op, spec: True)
+    dispatch.register(plugin)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+    fault = next(f for f in dispatch.faults() if f.backend == "yesman")
+    assert fault.hook == "dispatch_check"
+    assert "dispatch_check returned True" in fault.error and "Verdict" in fault.error
+
+
+def test_the_backends_listing_shows_square_brackets_in_reasons_and_errors(monkeypatch, capsys):
+    plugin = chunked_backend.make("bracketed")
+
+    @dispatch.hookimpl
+    def dispatch_backend_info():
+        return dispatch.BackendInfo(name="bracketed", version="1.0", ops=("softmax", "log_softmax", "logsumexp"), versions={"dsl": "[dev]"},
+                                    available=dispatch.Verdict.no("needs pip install 'dispatch-ops[tilelang]'"))
+
+    plugin.dispatch_backend_info = dispatch_backend_info
+    dispatch.register(plugin)
+    registry = _plugins.registry()
+    monkeypatch.setattr(registry, "_failures",
+                        [_plugins.LoadFailure("odd", "entry point [odd]", "ImportError: needs [bold]extra[/bold]")])
+    from dispatch import cli
+    monkeypatch.setenv("COLUMNS", "400")
+    assert cli.main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert "dispatch-ops[tilelang]" in out and "[dev]" in out
+    assert "entry point [odd]" in out and "needs [bold]extra[/bold]" in out

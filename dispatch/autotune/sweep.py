@@ -43,7 +43,9 @@ def sweep(candidates: Sequence[Config], make_runner: Callable[[Config], Callable
         try:
             runner = make_runner(config)
             out = runner()
-        except Exception as exc:  # a candidate's crash is data, not a crash of the sweep
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a candidate's crash (SystemExit too) is data, not a crash of the sweep
             failures.append(Failure(config, f"{type(exc).__name__}: {exc}"))
             continue
         if reference is not None:
@@ -54,7 +56,9 @@ def sweep(candidates: Sequence[Config], make_runner: Callable[[Config], Callable
                 continue
         try:
             timings.append(measure(runner, device, settings, config))
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
             failures.append(Failure(config, f"{type(exc).__name__} while timing: {exc}"))
     if not timings:
         lines = "\n".join(f"  - {f.config}: {f.reason}" for f in failures) or "  (no candidates)"

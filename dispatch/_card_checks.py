@@ -1,0 +1,52 @@
+"""Validators of the backend card's fields: each names the field, what it must be, and what it got."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+
+def frozen_mapping(value: Any) -> Any:
+    """A read-only copy of a mapping; anything else passes through for the validator to name."""
+    return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
+
+
+def frozen_set(value: Any) -> Any:
+    """A frozenset of a collection; a str or a non-collection passes through for the validator to name."""
+    return frozenset(value) if isinstance(value, Iterable) and not isinstance(value, str) else value
+
+
+def op_collection(_instance: Any, attribute: Any, value: Any) -> None:
+    """A collection of op names (``ops="softmax"`` would be a set of letters)."""
+    if not isinstance(value, frozenset) or not all(isinstance(op, str) for op in value):
+        raise TypeError(f"'{attribute.name}' must be a collection of op names, like ('softmax', 'logsumexp') "
+                        f"(got {value!r})")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def priorities(_instance: Any, attribute: Any, value: Any) -> None:
+    """``{device type (str): rank (int)}``; a bool, a float (NaN included) or a str is refused."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and _is_int(v) for k, v in value.items()):
+        raise TypeError(f"'{attribute.name}' must be a mapping of device type (str) to an int rank, "
+                        f"like {{'cuda': 100, 'cpu': 0}} (got {_shown(value)})")
+
+
+def string_mapping(_instance: Any, attribute: Any, value: Any) -> None:
+    """``{str: str}``, like ``{'triton': '3.6.0'}``."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise TypeError(f"'{attribute.name}' must be a mapping of str to str, like {{'triton': '3.6.0'}} "
+                        f"(got {_shown(value)})")
+
+
+def exact_bool(_instance: Any, attribute: Any, value: Any) -> None:
+    """True or False, not a truthy stand-in."""
+    if not isinstance(value, bool):
+        raise TypeError(f"'{attribute.name}' must be True or False (got {value!r})")
+
+
+def _shown(value: Any) -> str:
+    return repr(dict(value)) if isinstance(value, MappingProxyType) else repr(value)

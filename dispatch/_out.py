@@ -1,0 +1,55 @@
+"""``out=``: an op's result written into the caller's tensor, with torch's checks and resizing rule.
+
+An ``out`` that torch refuses raises torch's exception type, with a message that names ``out``,
+its value and what would work; then the op runs through dispatch as usual and its result is
+copied into ``out``, resized first as torch resizes it (with torch's warning when ``out`` held
+elements). Calls without ``out=`` never come here.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+
+
+def with_out(op: str, run: Callable[[], torch.Tensor], values: dict, out) -> torch.Tensor:
+    """Check ``out`` as torch would, call ``run()`` (the op without ``out``) and write its result into
+    ``out``; ``values`` are the call's arguments by name."""
+    input = next(iter(values.values()))
+    third = values.get("dtype", values.get("keepdim"))
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if isinstance(input, torch.Tensor) and input.layout == torch.strided:
+        _check_like_torch(op, input, third, out)
+    result = run()  # a bad input or dim raises torch's exception here, as without out=
+    if out.device != result.device:
+        raise RuntimeError(f"{op}(): 'out' must be on the input's device {result.device} (got a tensor on "
+                           f"{out.device}); pass out=torch.empty(0, device={str(result.device)!r})")
+    if out.shape != result.shape:
+        if out.numel() != 0:
+            warnings.warn(f"An output with one or more elements was resized since it had shape {list(out.shape)}, "
+                          f"which does not match the required output shape {list(result.shape)}. This behavior "
+                          "is deprecated, and in a future PyTorch release outputs will not be resized unless "
+                          "they have zero elements. You can explicitly reuse an out tensor t by resizing it, "
+                          "inplace, to zero elements with t.resize_(0).", UserWarning, stacklevel=3)
+        out.resize_(result.shape)
+    out.copy_(result)
+    return out
+
+
+def _check_like_torch(op: str, input: torch.Tensor, third, out: torch.Tensor) -> None:
+    """The out= rules of torch 2.x for these ops, each raising torch's exception type."""
+    grad = torch.is_grad_enabled()
+    if grad and (out.requires_grad or (op == "logsumexp" and input.requires_grad)):
+        raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, "
+                           "but one of the arguments requires grad; call it under torch.no_grad() or without out=")
+    if op == "logsumexp":
+        if not (out.dtype.is_floating_point or out.dtype.is_complex):
+            raise RuntimeError(f"logsumexp(): 'out' must have a floating point dtype (got {out.dtype}); "
+                               "pass out=torch.empty(0, dtype=torch.float32), say")
+    elif isinstance(third, torch.dtype | None) and out.dtype != (third or input.dtype):
+        expected = third or input.dtype
+        raise RuntimeError(f"{op}(): 'out' must have the result's dtype {expected} (got {out.dtype}); pass an "
+                           f"out of {expected}, or dtype={out.dtype} to compute in it")
