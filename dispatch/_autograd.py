@@ -44,7 +44,15 @@ class _BackendFunction(torch.autograd.Function):
     def backward(ctx, grad):
         saved = iter(ctx.saved_tensors[:-1])
         tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
-        grads = ctx.backward_kernel(grad, *tensors, ctx.saved_tensors[-1])
+        try:
+            grads = ctx.backward_kernel(grad, *tensors, ctx.saved_tensors[-1])
+        except (Exception, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # SystemExit in a backend's backward: its fault, not the end of the process
+            from .errors import PluginError
+
+            raise PluginError(f"a backward kernel raised {type(exc).__name__}: {exc}; a plugin may not end "
+                              "the process") from exc
         if isinstance(grads, torch.Tensor) or grads is None:
             grads = (grads,)
         grads = tuple(grads) + (None,) * (len(tensors) - len(grads))

@@ -113,3 +113,36 @@ def test_list_dims_take_the_hot_path_after_the_first_call(monkeypatch):
     assert resolved == ["logsumexp"]
     with pytest.raises(TypeError):  # the list's elements are keyed by type too
         dispatch.logsumexp(x, [0.0, 1])
+
+
+def test_a_kernel_or_backward_that_exits_cannot_end_the_process():
+    from dispatch_pytest.cases import Case
+    from dispatch_pytest.conformance import FAIL, run_case
+
+    plugin = chunked_backend.make("quitter", priority=-100)
+    inner = plugin.dispatch_kernel
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        def run(x):
+            raise SystemExit(3)
+        return run
+
+    @dispatch.hookimpl
+    def dispatch_backward(op, spec):
+        def backward(grad, x, y):
+            raise SystemExit(4)
+        return backward
+
+    assert inner is not None
+    plugin.dispatch_kernel, plugin.dispatch_backward = dispatch_kernel, dispatch_backward
+    dispatch.register(plugin)
+    result = run_case("quitter", Case("softmax", torch.float32, (4, 16)), device="cpu")
+    assert result.outcome == FAIL and "SystemExit" in result.reason
+    plugin.dispatch_kernel = inner  # a working forward, an exiting backward
+    dispatch.unregister("quitter")
+    dispatch.register(plugin)
+    x = torch.randn(4, 16, requires_grad=True)
+    y = dispatch.softmax(x, -1, backend="quitter")
+    with pytest.raises(dispatch.PluginError, match="SystemExit"):
+        y.sum().backward()

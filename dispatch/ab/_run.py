@@ -225,13 +225,17 @@ def _judge(run: _Run, case: _Case, tune: bool, settings: TuneSettings,
     except BackendRefusedError as exc:
         run.fields = {"status": "refused", "reason": exc.reason}
         return
-    except Exception as exc:  # a hook that raised while deciding (tuning with autotune on, say)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a plugin cannot end the process
         run.fields = {"status": "error", "reason": _why(exc)}
         return
     if tune:
         try:
             _tune(run, case, settings, report)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit included: a plugin cannot end the process
             run.fields = {"status": "error", "reason": f"tuning failed: {_why(exc)}"}
 
 
@@ -244,7 +248,9 @@ def _warm(run: _Run, case: _Case) -> None:
     except BackendFaultError as exc:
         _warm_rejected(run, case, exc)
         return
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a plugin cannot end the process
         run.fields = {"status": "error", "reason": _why(exc)}
         return
     decision = explain(run.op, *args, backend=run.backend, **kwargs).decision
@@ -263,7 +269,9 @@ def _warm_rejected(run: _Run, case: _Case, fault: BackendFaultError) -> None:
         tensors = tuple(None if t is None else t.clone() for t in case.tensors)
         with torch.no_grad():
             out = kernel(*tensors)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a plugin cannot end the process
         run.fields = {"status": "error", "reason": _why(exc)}
         return
     checked = _check(out, case)

@@ -150,7 +150,9 @@ def run_case(backend: str, case: Case, *, device: torch.device | str | None = No
         expected = reference.kernel(case.op, spec, EMPTY)(*tensors)
     try:
         space = under_test.tune_space(case.op, spec)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a plugin cannot end the process
         return CaseResult(case, FAIL, f"dispatch_tune_space raised {type(exc).__name__}: {exc}")
     if space is None:
         tried: tuple[Config, ...] = (EMPTY,)
@@ -181,7 +183,9 @@ def _check_forward(backend: _plugins.Backend, case: Case, spec: CallSpec, config
         kernel = backend.kernel(case.op, spec, config)
         with torch.no_grad():
             out = kernel(*tensors)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a plugin cannot end the process
         return f"the kernel raised {type(exc).__name__}: {exc}", None
     if not isinstance(out, torch.Tensor):
         return f"the kernel returned {type(out).__name__}, not a tensor", None
@@ -211,7 +215,9 @@ def _exact(spec: CallSpec, tensors: tuple, dtype: torch.dtype) -> torch.Tensor |
 def _check_backward(backend: _plugins.Backend, case: Case, spec: CallSpec, tensors: tuple) -> str | None:
     try:
         backward = backend.backward(case.op, spec)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a plugin cannot end the process
         return f"dispatch_backward raised {type(exc).__name__}: {exc}"
     if backward is None:
         return None  # dispatch differentiates the output with the op's reference backward
@@ -225,7 +231,9 @@ def _check_backward(backend: _plugins.Backend, case: Case, spec: CallSpec, tenso
     try:
         with torch.no_grad():
             got = backward(grad, *(None if t is None else t.detach() for t in tensors), y.detach())
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a plugin cannot end the process
         return f"the backward kernel raised {type(exc).__name__}: {exc}"
     got = (got,) if isinstance(got, torch.Tensor) else tuple(got)
     for arg, leaf, g in zip(spec.tensors, leaves, got + (None,) * (len(leaves) - len(got))):
