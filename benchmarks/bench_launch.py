@@ -16,7 +16,7 @@ dispatch's own pick) is timed two ways:
 Medians over repeats. Writes ``launch.json`` and ``launch.md`` under ``--out``::
 
     python3 benchmarks/bench_launch.py --out DIR [--shapes 1x4096,32x4096,8x32000,16384x4096]
-        [--dtype bfloat16] [--ops softmax] [--no-compile]
+        [--dtype bfloat16] [--ops softmax] [--no-compile] [--no-graph]
 """
 
 from __future__ import annotations
@@ -99,8 +99,12 @@ def markdown(rows: list[dict]) -> str:
         for n in names:
             w, g = r["wall_us"].get(n), r["graph_us"].get(n)
             ok = r["graph_ok"].get(n, True)
-            cells.append("-" if w is None else f"{w:.1f} / {g:.1f}{'' if ok else ' WRONG'}" if g is not None
-                         else f"{w:.1f} / capture failed")
+            if w is None:
+                cells.append("-")
+            elif g is None:
+                cells.append(f"{w:.1f}" + (" / capture failed" if n in r["errors"] else ""))
+            else:
+                cells.append(f"{w:.1f} / {g:.1f}" + ("" if ok else " WRONG"))
         lines.append(f"| {r['op']} | {r['shape'][0]}x{r['shape'][1]} | {r['dtype']} | " + " | ".join(cells) + " |")
     return ("Per call, us: wall time of back-to-back eager calls / device time under CUDA-graph replay "
             f"({GRAPH_CALLS} calls per graph); medians.\n\n" + "\n".join(lines) + "\n")
@@ -112,6 +116,7 @@ def main() -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--ops", default="softmax")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--no-graph", action="store_true", help="eager wall time only (no CUDA-graph capture)")
     ap.add_argument("--out", default="", help="folder for launch.json and launch.md")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
@@ -132,6 +137,8 @@ def main() -> int:
                     row["wall_us"][name], row["wall_spread_us"][name] = wall_us(lambda fn=fn: fn(x))
                 except Exception as exc:  # noqa: BLE001 - a contender that fails is reported, not fatal
                     row["errors"][name] = f"eager: {type(exc).__name__}: {exc}"
+                    continue
+                if a.no_graph:
                     continue
                 try:
                     g, _, ok = graph_us(lambda fn=fn: fn(x), ref)
