@@ -154,3 +154,24 @@ def test_the_interpreter_never_arms():
     launch = make(FakeJit(), enabled=os.environ.get("TRITON_INTERPRET") != "1")
     launch.launch(aligned(), torch.empty(8))
     assert launch.state in ("jit", "disarmed")  # CPU tensors: never "direct" without the stand-ins
+
+
+def test_a_captured_split_launch_gets_a_private_slot_buffer_that_holds_every_partial(monkeypatch):
+    """While a CUDA graph is captured, a split launch gets its own zeroed slot buffer (its zeroing is
+    captured with it), large enough for the kernel's layout: 64 words, then a (max, sum) pair of
+    words per partial, ``M * programs_per_row`` partials."""
+    from dispatch_triton import launch
+
+    made = []
+
+    def zeros(n, dtype, device):
+        made.append((n, dtype))
+        return torch.zeros(n, dtype=dtype)
+
+    monkeypatch.setattr(launch, "_capturing", lambda: True)
+    monkeypatch.setattr(launch, "_captured_zeros", zeros)
+    rows, programs_per_row = 4, 32
+    a = launch._split_slots(torch.device("cuda", 0), rows * programs_per_row)
+    b = launch._split_slots(torch.device("cuda", 0), rows * programs_per_row)
+    assert a is not b  # private to each captured launch
+    assert made[0][1] == torch.int64 and made[0][0] >= 64 + 2 * rows * programs_per_row

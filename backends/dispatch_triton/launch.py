@@ -39,8 +39,9 @@ _SLOTS: dict = {}
 
 
 def _stream_key(device: torch.device):
-    if device.type == "cuda":
-        return (device, torch.cuda.current_stream(device).cuda_stream)
+    if device.type == "cuda":  # the raw handle: no Stream object made per call
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return (device, torch._C._cuda_getCurrentRawStream(index))
     return (device, 0)
 
 
@@ -90,6 +91,19 @@ def _lse_buffers(device: torch.device, rows: int, partials: int) -> tuple[torch.
             _per_stream(_WS, key, 2 * partials, torch.float32, device))
 
 
+def _slot_words(partials: int) -> int:
+    """Words of the slot buffer for ``partials`` partials: the epoch word's block, then two words each."""
+    return _SLOT_OFF + 2 * max(int(partials), 0)
+
+
+def _split_slots(device: torch.device, partials: int) -> torch.Tensor:
+    """The slot buffer for a launch of the split paths: the stream's, or while a CUDA graph is
+    captured one private to the captured launch."""
+    if device.type == "cuda" and _capturing():
+        return _captured_zeros(_slot_words(partials), torch.int64, device)
+    return _slot_buffer(device, partials)
+
+
 def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
     """The int64 buffer of tagged partials per (device, stream); word 0 is (epoch << 32 | ticket).
 
@@ -99,7 +113,7 @@ def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
     before a tag could come round again.
     """
     key = _stream_key(device)
-    need = _SLOT_OFF + 2 * max(int(partials_needed), 0)
+    need = _slot_words(partials_needed)
     with _SYNC_LOCK:
         entry = _SLOTS.get(key)
         if entry is None or entry[0].numel() < need:
@@ -338,7 +352,7 @@ class Launcher:
                 k1, k2 = launcher(1), launcher(2)
 
                 def launch(x, out):
-                    buf = _slot_buffer(device, need)  # counts the launch (epoch bookkeeping)
+                    buf = _split_slots(device, need)  # counts the launch (epoch bookkeeping)
                     k1.launch(x, out, mask_arg, ws, sync, buf)
                     k2.launch(x, out, mask_arg, ws, sync, buf)
 
@@ -347,9 +361,7 @@ class Launcher:
                 k0 = launcher(0)
 
                 def launch(x, out):
-                    buf = _captured_zeros(need + _SLOT_OFF, torch.int64, device) if _capturing() else \
-                        _slot_buffer(device, need)
-                    k0.launch(x, out, mask_arg, ws, sync, buf)
+                    k0.launch(x, out, mask_arg, ws, sync, _split_slots(device, need))
 
                 self.direct = (k0,)
         elif ns > 1:  # logsumexp over several programs per row: the last to arrive combines
