@@ -1,16 +1,29 @@
-"""Per-call cost at decode shapes on the GPU: back-to-back calls, each backend forced, and torch.
+"""Per-call cost on the GPU: host wall time of back-to-back calls and device time under CUDA graphs.
 
-At (1, 4096) a softmax kernel runs for a few microseconds, so the time per call of a loop of
-back-to-back calls (synchronised once at the end) is the host-side cost of the call path --
-argument checks, dispatch, the backend's launch -- whenever that exceeds the kernel's time.
+For each shape, each contender (torch, torch.compile'd torch, dispatch forced to each backend,
+dispatch's own pick) is timed two ways:
 
-    python3 benchmarks/bench_launch.py [--shapes 1x4096,32x4096] [--dtype bfloat16] [--json FILE]
+``wall_us``
+    A loop of back-to-back calls, synchronised once at the end, divided by the calls: what an
+    eager caller pays per call. At decode shapes (1x4096) the kernel runs for a few
+    microseconds, so this is the host cost of the call path whenever that exceeds the kernel.
+``graph_us``
+    The same call captured ``GRAPH_CALLS`` times in one CUDA graph, replayed and timed with CUDA
+    events, divided by the calls: the device time per call when the host is out of the way
+    (the capture also checks that the contender can be captured; its output is compared with
+    torch's after a replay).
+
+Medians over repeats. Writes ``launch.json`` and ``launch.md`` under ``--out``::
+
+    python3 benchmarks/bench_launch.py --out DIR [--shapes 1x4096,32x4096,8x32000,16384x4096]
+        [--dtype bfloat16] [--ops softmax] [--no-compile] [--no-graph]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -18,9 +31,12 @@ import torch
 
 import dispatch
 
+GRAPH_CALLS = 20
 
-def per_call_us(fn, calls: int = 200, repeats: int = 15) -> float:
-    for _ in range(20):
+
+def wall_us(fn, calls: int = 200, repeats: int = 15) -> tuple[float, float]:
+    """(median, spread) of the wall time per call of ``calls`` back-to-back calls, in us."""
+    for _ in range(30):
         fn()
     torch.cuda.synchronize()
     samples = []
@@ -30,38 +46,117 @@ def per_call_us(fn, calls: int = 200, repeats: int = 15) -> float:
             fn()
         torch.cuda.synchronize()
         samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+    samples.sort()
+    return statistics.median(samples), samples[-2] - samples[1]
+
+
+def graph_us(fn, reference: torch.Tensor, repeats: int = 15) -> tuple[float, float, bool]:
+    """(median, spread, correct): device time per call of ``fn`` replayed in a CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch's docs ask
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [fn() for _ in range(GRAPH_CALLS)]
+    graph.replay()
+    torch.cuda.synchronize()
+    correct = all(torch.allclose(o.float(), reference, atol=2e-2, rtol=2e-2) for o in outs)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(repeats):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / GRAPH_CALLS)
+    samples.sort()
+    return statistics.median(samples), samples[-2] - samples[1], correct
+
+
+def contenders(op: str, compile_too: bool) -> dict:
+    torch_op = getattr(torch, op)
+    out = {f"torch.{op}": lambda x: torch_op(x, -1)}
+    if compile_too:
+        compiled = torch.compile(lambda x: torch_op(x, -1), dynamic=False)
+        out[f"torch.compile({op})"] = compiled
+    dispatch_op = getattr(dispatch, op)
+    for name, info in dispatch.backends().items():
+        if info.available:
+            out[f"dispatch[{name}]"] = lambda x, name=name: dispatch_op(x, -1, backend=name)
+    out["dispatch (pick)"] = lambda x: dispatch_op(x, -1)
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    names = list(dict.fromkeys(k for r in rows for k in r["wall_us"]))
+    head = "| op | shape | dtype | " + " | ".join(names) + " |"
+    lines = [head, "|" + "---|" * (3 + len(names))]
+    for r in rows:
+        cells = []
+        for n in names:
+            w, g = r["wall_us"].get(n), r["graph_us"].get(n)
+            ok = r["graph_ok"].get(n, True)
+            if w is None:
+                cells.append("-")
+            elif g is None:
+                cells.append(f"{w:.1f}" + (" / capture failed" if n in r["errors"] else ""))
+            else:
+                cells.append(f"{w:.1f} / {g:.1f}" + ("" if ok else " WRONG"))
+        lines.append(f"| {r['op']} | {r['shape'][0]}x{r['shape'][1]} | {r['dtype']} | " + " | ".join(cells) + " |")
+    return ("Per call, us: wall time of back-to-back eager calls / device time under CUDA-graph replay "
+            f"({GRAPH_CALLS} calls per graph); medians.\n\n" + "\n".join(lines) + "\n")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="1x4096,32x4096")
+    ap.add_argument("--shapes", default="1x4096,32x4096,8x32000,16384x4096")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--ops", default="softmax")
-    ap.add_argument("--json", default="")
+    ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--no-graph", action="store_true", help="eager wall time only (no CUDA-graph capture)")
+    ap.add_argument("--out", default="", help="folder for launch.json and launch.md")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
-    backends = [n for n, i in dispatch.backends().items() if i.available]
     rows = []
     for op in a.ops.split(","):
+        fns = contenders(op, not a.no_compile)
         for shape in a.shapes.split(","):
             m, n = (int(v) for v in shape.split("x"))
             x = torch.randn(m, n, device="cuda").to(dtype)
             ref = getattr(torch, op)(x.float(), -1)
-            row = {"op": op, "shape": [m, n], "dtype": a.dtype, "us_per_call": {}}
-            row["us_per_call"]["torch." + op] = per_call_us(lambda: getattr(torch, op)(x, -1))
-            for name in backends:
-                out = getattr(dispatch, op)(x, -1, backend=name)
-                assert torch.allclose(out.float(), ref, atol=2e-2, rtol=2e-2), name
-                row["us_per_call"][name] = per_call_us(lambda name=name: getattr(dispatch, op)(x, -1, backend=name))
-            row["us_per_call"]["dispatch (pick)"] = per_call_us(lambda: getattr(dispatch, op)(x, -1))
+            row = {"op": op, "shape": [m, n], "dtype": a.dtype, "wall_us": {}, "wall_spread_us": {},
+                   "graph_us": {}, "graph_ok": {}, "errors": {}}
+            for name, fn in fns.items():
+                try:
+                    out = fn(x)
+                    if not torch.allclose(out.float(), ref, atol=2e-2, rtol=2e-2):
+                        row["errors"][name] = "wrong eager result"
+                    row["wall_us"][name], row["wall_spread_us"][name] = wall_us(lambda fn=fn: fn(x))
+                except Exception as exc:  # noqa: BLE001 - a contender that fails is reported, not fatal
+                    row["errors"][name] = f"eager: {type(exc).__name__}: {exc}"
+                    continue
+                if a.no_graph:
+                    continue
+                try:
+                    g, _, ok = graph_us(lambda fn=fn: fn(x), ref)
+                    row["graph_us"][name], row["graph_ok"][name] = g, ok
+                except Exception as exc:  # noqa: BLE001
+                    row["errors"][name] = f"graph: {type(exc).__name__}: {str(exc)[:300]}"
             row["pick"] = dispatch.explain(op, x, -1).decision.backend
             rows.append(row)
-            print(f"{op} {m}x{n} {a.dtype}: " + "  ".join(f"{k} {v:.1f} us" for k, v in row["us_per_call"].items())
-                  + f"  (pick {row['pick']})", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+            print(f"{op} {m}x{n} {a.dtype}: " + "  ".join(
+                f"{k} {v:.1f}/{row['graph_us'].get(k, float('nan')):.1f}" for k, v in row["wall_us"].items())
+                + f"  (pick {row['pick']}) {row['errors'] or ''}", flush=True)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "graph_calls": GRAPH_CALLS}
+        with open(os.path.join(a.out, "launch.json"), "w") as f:
+            json.dump({**meta, "rows": rows}, f, indent=1)
+        with open(os.path.join(a.out, "launch.md"), "w") as f:
+            f.write(f"{meta['device']}, torch {meta['torch']}\n\n" + markdown(rows))
     return 0
 
 

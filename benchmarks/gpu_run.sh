@@ -33,4 +33,4 @@ timeout 60 python3 benchmarks/warm_cache_check.py --shapes 16384x4096,256x262144
 echo "warm-cache exit $?" >> "$out/warm_cache.json"
 timeout 150 python3 benchmarks/bench_tune_time.py --json "$out/tune_time.jsonl" \
   --cases softmax:bfloat16:262144x256,softmax:bfloat16:16384x4096,softmax:bfloat16:1024x65536 > /dev/null 2>&1
-timeout 60 python3 benchmarks/bench_launch.py --json "$out/launch.json" > "$out/launch.log" 2>&1
+timeout 120 python3 benchmarks/bench_launch.py --out "$out/launch" > "$out/launch.log" 2>&1

@@ -114,17 +114,15 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
 
 @hookimpl
 def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
+    """The kernel of one resolved call: ``run(x)`` for every ``x`` of exactly ``spec``, through the
+    compiled kernel's tvm-ffi executable once a first call has checked it (see :mod:`.direct`)."""
     from . import kernels
+    from .direct import call_path
 
     target, n, m = _target(spec), spec.shape[-1], spec.rows
     cfg = config.as_dict() if config else _space(op, spec)[1]
     compiled = kernels.build(op, m, n, spec.dtype, spec.out_dtype, cfg, target)
-    out_shape = spec.out_shape
-
-    def run(x: torch.Tensor) -> torch.Tensor:
-        return compiled(x.reshape(m, n)).view(out_shape)
-
-    return run
+    return call_path(compiled, m, n, spec.out_shape, spec.ndim == 2)
 
 
 @hookimpl

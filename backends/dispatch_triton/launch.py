@@ -9,6 +9,7 @@ import threading
 import torch
 
 from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
+from .direct import DirectLaunch
 from .jit import _ROW_OFF, _interpreting, _softmax_kernel
 
 try:  # the one dispatch import: cache-key-stable stand-ins for absent optional tensors
@@ -38,8 +39,9 @@ _SLOTS: dict = {}
 
 
 def _stream_key(device: torch.device):
-    if device.type == "cuda":
-        return (device, torch.cuda.current_stream(device).cuda_stream)
+    if device.type == "cuda":  # the raw handle: no Stream object made per call
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return (device, torch._C._cuda_getCurrentRawStream(index))
     return (device, 0)
 
 
@@ -54,6 +56,21 @@ def _per_stream(table: dict, key, need: int, dtype: torch.dtype, device: torch.d
                                   dtype=dtype, device=device)
                 table[key] = buf
     return buf
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a CUDA graph."""
+    return torch.cuda.is_current_stream_capturing()
+
+
+def _captured_zeros(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zeroed buffer private to one launch being captured into a CUDA graph.
+
+    Its zeroing is captured with the launch, so every replay finds it as a first eager launch
+    finds a new per-stream buffer, and no other launch (eager, another graph, a replay on
+    another stream) shares it: replays of different graphs may run concurrently.
+    """
+    return torch.zeros(max(int(n), 1), dtype=dtype, device=device)
 
 
 def _sync_buffer(device: torch.device, rows_needed: int) -> torch.Tensor:
@@ -74,6 +91,19 @@ def _lse_buffers(device: torch.device, rows: int, partials: int) -> tuple[torch.
             _per_stream(_WS, key, 2 * partials, torch.float32, device))
 
 
+def _slot_words(partials: int) -> int:
+    """Words of the slot buffer for ``partials`` partials: the epoch word's block, then two words each."""
+    return _SLOT_OFF + 2 * max(int(partials), 0)
+
+
+def _split_slots(device: torch.device, partials: int) -> torch.Tensor:
+    """The slot buffer for a launch of the split paths: the stream's, or while a CUDA graph is
+    captured one private to the captured launch."""
+    if device.type == "cuda" and _capturing():
+        return _captured_zeros(_slot_words(partials), torch.int64, device)
+    return _slot_buffer(device, partials)
+
+
 def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
     """The int64 buffer of tagged partials per (device, stream); word 0 is (epoch << 32 | ticket).
 
@@ -83,7 +113,7 @@ def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
     before a tag could come round again.
     """
     key = _stream_key(device)
-    need = _SLOT_OFF + 2 * max(int(partials_needed), 0)
+    need = _slot_words(partials_needed)
     with _SYNC_LOCK:
         entry = _SLOTS.get(key)
         if entry is None or entry[0].numel() < need:
@@ -251,6 +281,11 @@ class Launcher:
     built for). ``out_shape`` (default ``(M,)`` for logsumexp, ``(M, N)`` otherwise) is the shape
     the output is allocated in, contiguous: any shape of M (logsumexp) or M * N elements.
     ``mask`` (softmax/log_softmax), as :func:`_check` leaves it, is bound for every launch.
+
+    Each kernel launch goes through a :class:`~dispatch_triton.direct.DirectLaunch` (``direct``
+    holds them): the JIT path on the first call, then the compiled kernel's launcher with
+    everything but the tensors prepacked. While a CUDA graph is being captured, the split paths
+    take buffers private to the captured launch instead of the per-stream ones.
     """
 
     def __init__(self, op: str, M: int, N: int, in_dtype: torch.dtype, out_dtype: torch.dtype | None,
@@ -267,6 +302,7 @@ class Launcher:
         self.op, self.M, self.N, self.row_stride, self.device = op, M, N, row_stride, device
         self.in_dtype, self.out_dtype, self.out_shape, self.config = in_dtype, out_dtype, out_shape, dict(config)
         self.empty = M == 0 or N == 0
+        self.direct: tuple[DirectLaunch, ...] = ()
         if self.empty:
             self.grid = (0,)
 
@@ -301,37 +337,53 @@ class Launcher:
         occ_args = (placeholder(anchor, self.in_dtype), placeholder(anchor, self.out_dtype), mask_arg, ws, sync, slots,
                     *ints)
         grid = (_grid_size(device, M, N, occ_args, meta),)
-        kernel = _softmax_kernel[grid]
+        int_names = ("M", "N", "stride_xm", "stride_om", "stride_mm", "N_BUCKET")
+        options = dict(num_warps=warps, num_stages=stages)
 
-        def kw(phase: int) -> dict:
-            return dict(meta, PHASE=phase, num_warps=warps, num_stages=stages)
+        def launcher(phase: int) -> DirectLaunch:
+            """The kernel on ``grid`` for ``phase``: its JIT path, then its direct launch once armed."""
+            tail = dict(zip(int_names, ints), **meta, PHASE=phase)
+            return DirectLaunch(_softmax_kernel, grid, 6, tail, options, enabled=not _interpreting())
 
         if op != "logsumexp" and ns > 1:
             need = M * ns  # the partials of every row, each program publishing one per row
             if _interpreting():
                 # the interpreter runs programs one by one: partials could never meet in one launch
-                kw1, kw2 = kw(1), kw(2)
+                k1, k2 = launcher(1), launcher(2)
 
                 def launch(x, out):
-                    buf = _slot_buffer(device, need)  # counts the launch (epoch bookkeeping)
-                    kernel(x, out, mask_arg, ws, sync, buf, *ints, **kw1)
-                    kernel(x, out, mask_arg, ws, sync, buf, *ints, **kw2)
+                    buf = _split_slots(device, need)  # counts the launch (epoch bookkeeping)
+                    k1.launch(x, out, mask_arg, ws, sync, buf)
+                    k2.launch(x, out, mask_arg, ws, sync, buf)
+
+                self.direct = (k1, k2)
             else:
-                kw0 = kw(0)
+                k0 = launcher(0)
 
                 def launch(x, out):
-                    kernel(x, out, mask_arg, ws, sync, _slot_buffer(device, need), *ints, **kw0)
+                    k0.launch(x, out, mask_arg, ws, sync, _split_slots(device, need))
+
+                self.direct = (k0,)
         elif ns > 1:  # logsumexp over several programs per row: the last to arrive combines
-            kw0, partials = kw(0), M * ns
+            k0, partials, cuda = launcher(0), M * ns, device.type == "cuda"
 
             def launch(x, out):
-                sync_s, ws_s = _lse_buffers(device, M, partials)
-                kernel(x, out, mask_arg, ws_s, sync_s, slots, *ints, **kw0)
+                if cuda and _capturing():
+                    sync_s = _captured_zeros(int(_ROW_OFF) + M, torch.int32, device)
+                    ws_s = torch.empty(2 * partials, dtype=torch.float32, device=device)
+                else:
+                    sync_s, ws_s = _lse_buffers(device, M, partials)
+                k0.launch(x, out, mask_arg, ws_s, sync_s, slots)
+
+            self.direct = (k0,)
         else:
-            kw0, tail = kw(0), (mask_arg, ws, sync, slots, *ints)
+            k0 = launcher(0)
+            tail = (mask_arg, ws, sync, slots)
 
             def launch(x, out):
-                kernel(x, out, *tail, **kw0)
+                k0.launch(x, out, *tail)
+
+            self.direct = (k0,)
         return grid, launch
 
 

@@ -1,0 +1,125 @@
+"""The fastest call of a compiled TileLang kernel: its tvm-ffi executable, everything else resolved once.
+
+A ``JITKernel`` call goes through its adapter's ``func``, which per call counts the inputs, loops
+over the parameters to place them, resolves the output's symbolic shape by a loop over the
+dynamic symbols and allocates it. For one call spec all of that is known in advance: the input
+is parameter 0, the output parameter 1, its shape ``(M, N)`` (``(M,)`` for logsumexp) and its
+dtype fixed. :func:`call_path` resolves it once and returns ``run(x)``, which calls the tvm-ffi
+executable (it checks shapes, dtypes and strides in C++ and launches on torch's current stream,
+so calls follow streams and CUDA-graph capture): with an output allocated here, or, where the
+kernel was lowered to allocate its outputs itself (TileLang 0.1.15's default), with the input as
+the allocator's anchor, as the adapter calls it.
+
+The kernels load and store 16-byte vectors: an input whose data pointer is not 16-byte aligned
+(a view that starts mid-vector) is copied to an aligned buffer first, never handed over as is.
+The direct call is used after a first eager call has shown that it gives what the adapter's
+call gives; where the adapter is not tvm-ffi, or the check fails, calls go through the adapter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ARM_DEVICES = ("cuda",)  # where the executable's call is armed (module-level for the CPU tests)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def executable_of(jit_kernel):
+    """``(executable, abi, why_not)``: the kernel's tvm-ffi executable, how it takes its output, or
+    None and why not.
+
+    ``abi`` is ``"caller"`` (called as ``executable(x, out)``, the output allocated here) or
+    ``"callee"`` (called as ``executable(x, anchor)``, returning the output it allocated through
+    torch's allocator, ``anchor`` a tensor on the device, as TileLang's adapter calls it).
+    """
+    adapter = getattr(jit_kernel, "adapter", None)
+    if adapter is None or type(adapter).__name__ != "TVMFFIKernelAdapter":
+        return None, "", f"adapter {type(adapter).__name__} is not tvm-ffi"
+    if list(getattr(adapter, "result_idx", ())) != [1] or len(adapter.params) != 2:
+        return None, "", f"parameters {adapter.params} with outputs {adapter.result_idx}, not (input, output)"
+    abi = "callee" if getattr(adapter, "_ffi_callee_allocated_output_abi", False) else "caller"
+    try:
+        return adapter._get_executable(), abi, ""
+    except Exception as exc:  # noqa: BLE001 - no executable: the adapter's call it is
+        return None, "", f"{type(exc).__name__}: {exc}"
+
+
+class CallPath:
+    """``run(x)`` for every ``x`` of one call spec: the adapter's call first, then the executable's.
+
+    ``state``: ``"adapter"`` (not checked yet), ``"direct"``, or ``"adapter only"`` with ``why``.
+    ``run`` is one closure for the object's life (the dispatcher keeps it): a flag switches it
+    from the adapter's call to the executable's.
+    """
+
+    def __init__(self, compiled, m: int, n: int, out_shape: tuple[int, ...], input_is_2d: bool):
+        self.compiled, self.m, self.n, self.out_shape = compiled, m, n, tuple(out_shape)
+        if compiled.kernel is None or m == 0:
+            self.executable, self.abi, self.why = None, "", "no kernel (empty input)"
+        else:
+            self.executable, self.abi, self.why = executable_of(compiled.kernel)
+        if compiled.target != "cuda" and self.executable is not None:
+            self.executable, self.why = None, f"target {compiled.target!r}: bf16 travels as int16 bit patterns there"
+        self.state = "adapter" if self.executable is not None else "adapter only"
+        self.run = self._closure(input_is_2d)
+
+    def _adapter(self, x: torch.Tensor) -> torch.Tensor:
+        if x.data_ptr() & 15:
+            x = x.clone()  # the kernels load 16-byte vectors; a fresh allocation is aligned
+        return self.compiled(x.reshape(self.m, self.n)).view(self.out_shape)
+
+    def _closure(self, input_is_2d: bool):
+        exe, empty, out_dtype, adapter = self.executable, torch.empty, self.compiled._torch_out, self._adapter
+        m, n, out_shape = self.m, self.n, self.out_shape
+        kernel_shape = (m,) if self.compiled.op == "logsumexp" else (m, n)
+        same_shape, armed, callee = kernel_shape == out_shape, [False], self.abi == "callee"
+
+        # the executable's call, written out in ``run`` too (one frame less per call)
+        def direct(x: torch.Tensor) -> torch.Tensor:
+            if x.data_ptr() & 15:
+                x = x.clone()  # the kernels load 16-byte vectors; a fresh allocation is aligned
+            x2 = x if input_is_2d else x.view(m, n)
+            if callee:
+                out = exe(x2, x2)
+            else:
+                out = empty(kernel_shape, dtype=out_dtype, device=x.device)
+                exe(x2, out)
+            return out if same_shape else out.view(out_shape)
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            if armed[0]:
+                if x.data_ptr() & 15:
+                    x = x.clone()
+                x2 = x if input_is_2d else x.view(m, n)
+                if callee:
+                    out = exe(x2, x2)
+                else:
+                    out = empty(kernel_shape, dtype=out_dtype, device=x.device)
+                    exe(x2, out)
+                return out if same_shape else out.view(out_shape)
+            out = adapter(x)
+            if self.state == "adapter" and x.device.type in ARM_DEVICES and not _capturing():
+                self._check(direct, x, out)
+                armed[0] = self.state == "direct"
+            return out
+
+        run.path = self  # type: ignore[attr-defined]
+        return run
+
+    def _check(self, direct, x: torch.Tensor, expected: torch.Tensor) -> None:
+        """Arm the executable's call if it gives what the adapter's gave (once; it synchronizes)."""
+        try:
+            ok = torch.allclose(direct(x).float(), expected.float(), rtol=1e-2, atol=1e-3, equal_nan=True)
+            why = "" if ok else "the executable's output differs from the adapter's"
+        except Exception as exc:  # noqa: BLE001 - stay on the adapter's call
+            ok, why = False, f"{type(exc).__name__}: {exc}"
+        self.state, self.why = ("direct", "") if ok else ("adapter only", why)
+
+
+def call_path(compiled, m: int, n: int, out_shape: tuple[int, ...], input_is_2d: bool):
+    """``run(x)`` for ``compiled`` (a :class:`~dispatch_tilelang.kernels.CompiledKernel`) on inputs
+    of ``m`` rows of ``n`` (contiguous); ``run.path`` is the :class:`CallPath`."""
+    return CallPath(compiled, m, n, out_shape, input_is_2d).run

@@ -1,0 +1,153 @@
+"""On a CUDA device: the GPU backends' direct launch, its fallback, and CUDA-graph capture and replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dispatch
+from dispatch import CallSpec
+from dispatch.tolerance import mismatch
+
+pytestmark = pytest.mark.gpu
+
+OPS = ["softmax", "log_softmax", "logsumexp"]
+# decode rows, a vocabulary row, a bandwidth shape, and long rows (Triton's split paths: several
+# programs per row meeting through device-side counters and workspaces)
+SHAPES = [(1, 4096), (32, 4096), (8, 32000), (4, 262144)]
+
+
+def gpu_backends():
+    if not torch.cuda.is_available():
+        return ["triton", "tilelang", "torch"]
+    return [n for n, info in dispatch.backends().items() if info.available]
+
+
+@pytest.fixture(params=gpu_backends())
+def backend(request):
+    info = dispatch.backends().get(request.param)
+    if info is None or not info.available:
+        pytest.skip(f"backend {request.param} not available: {info.available.reason if info else 'not loaded'}")
+    return request.param
+
+
+def _x(shape, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(shape, device="cuda", generator=g) * 4).to(dtype)
+
+
+def _warm(fn, calls=3):
+    """Calls on a side stream before capture, as torch's CUDA-graph docs ask."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(calls):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+
+
+def _capture(fn):
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_captured_call_replays_with_correct_results_on_new_inputs(backend, op, shape):
+    x = _x(shape)
+    fn = lambda: getattr(dispatch, op)(x, -1, backend=backend)  # noqa: E731
+    _warm(fn)
+    graph, out = _capture(fn)
+    for seed in (1, 2):  # a replay reads what the static input holds now
+        x.copy_(_x(shape, seed=seed))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert mismatch(out, getattr(torch, op)(x, -1)) is None, seed
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_concurrent_replays_and_eager_calls_do_not_corrupt_each_other(backend, op):
+    """Two graphs of the split path replayed at once on two streams while eager calls of the same
+    spec run on a third: each result matches its own input."""
+    shape = (4, 262144)
+    xs = [_x(shape, seed=s) for s in (1, 2)]
+    fns = [lambda x=x: getattr(dispatch, op)(x, -1, backend=backend) for x in xs]
+    graphs = []
+    for fn in fns:
+        _warm(fn)
+        graphs.append(_capture(fn))
+    eager_x = _x(shape, seed=3)
+    streams = [torch.cuda.Stream() for _ in range(3)]
+    eager_outs = []
+    for _ in range(5):
+        for stream, (graph, _) in zip(streams, graphs):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                graph.replay()
+        with torch.cuda.stream(streams[2]):
+            eager_outs.append(getattr(dispatch, op)(eager_x, -1, backend=backend))
+    torch.cuda.synchronize()
+    for x, (_, out) in zip(xs, graphs):
+        assert mismatch(out, getattr(torch, op)(x, -1)) is None
+    want = getattr(torch, op)(eager_x, -1)
+    for got in eager_outs:
+        assert mismatch(got, want) is None
+
+
+def _kernel(backend_module, op, x):
+    return backend_module.dispatch_kernel(op=op, spec=CallSpec.of(op, x, (x.dim() - 1,), None), config=None)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape", [(1, 4096), (32, 4096), (4, 262144)], ids=str)
+def test_triton_arms_the_direct_launch_and_a_misaligned_view_takes_the_jit_path(op, shape):
+    dispatch_triton = pytest.importorskip("dispatch_triton")
+    if not dispatch.backends()["triton"].available:
+        pytest.skip("triton backend unavailable")
+    m, n = shape
+    base = _x(m * n + 8)
+    aligned = base[: m * n].view(m, n)
+    run = _kernel(dispatch_triton, op, aligned)
+    for _ in range(2):
+        assert mismatch(run(aligned), getattr(torch, op)(aligned, -1)) is None
+    states = {d.state for d in run.launcher.direct}
+    assert states == {"direct"}, [d.why for d in run.launcher.direct]
+    misaligned = base[1: 1 + m * n].view(m, n)  # same shape, strides and dtype, 2 bytes off
+    assert misaligned.data_ptr() % 16
+    before = misaligned.clone()
+    got = run(misaligned)
+    assert mismatch(got, getattr(torch, op)(misaligned, -1)) is None
+    assert torch.equal(misaligned, before)
+    assert mismatch(run(aligned), getattr(torch, op)(aligned, -1)) is None  # and back on the direct path
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_tilelang_arms_the_executable_call_and_copes_with_a_misaligned_view(op):
+    dispatch_tilelang = pytest.importorskip("dispatch_tilelang")
+    if not dispatch.backends()["tilelang"].available:
+        pytest.skip("tilelang backend unavailable")
+    m, n = 32, 4096
+    base = _x(m * n + 8)
+    aligned = base[: m * n].view(m, n)
+    run = _kernel(dispatch_tilelang, op, aligned)
+    for _ in range(2):
+        assert mismatch(run(aligned), getattr(torch, op)(aligned, -1)) is None
+    assert run.path.state == "direct", run.path.why
+    misaligned = base[1: 1 + m * n].view(m, n)
+    before = misaligned.clone()
+    assert mismatch(run(misaligned), getattr(torch, op)(misaligned, -1)) is None
+    assert torch.equal(misaligned, before)
+
+
+def test_launch_benchmark_runs_and_writes_its_table(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_launch.py"
+    proc = subprocess.run([sys.executable, str(script), "--shapes", "1x4096", "--no-compile", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "dispatch[triton]" in (tmp_path / "launch.md").read_text() or "triton" not in dispatch.backends()

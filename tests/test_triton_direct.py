@@ -1,0 +1,177 @@
+"""The Triton backend's direct launch, without a GPU: when it is armed, what it launches, and when a
+call goes back to the JIT path (a stand-in JIT function and compiled kernel record the launches)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from dispatch_triton import direct  # noqa: E402
+
+
+class FakeCompiled:
+    """A compiled kernel's launcher: records its launches and writes ``x + 1`` into the output."""
+
+    function, packed_metadata = 1234, ("meta",)
+
+    def __init__(self, log, wrong=False):
+        self.log, self.wrong = log, wrong
+
+    def run(self, g0, g1, g2, stream, function, packed, launch_metadata, enter, leave, x, out, *tail):
+        self.log.append(("direct", (g0, g1, g2), stream, function, packed, tail))
+        out.copy_(x + (2 if self.wrong else 1))
+
+
+class FakeJit:
+    """A JIT function of parameters (x, out, N, BLOCK): ``fn[grid](x, out, N=..., BLOCK=...)``."""
+
+    arg_names = ["x_ptr", "out_ptr", "N", "BLOCK"]
+
+    def __init__(self, wrong=False):
+        self.log, self.compiled = [], FakeCompiled([], wrong)
+        self.compiled.log = self.log
+
+    def __getitem__(self, grid):
+        def call(x, out, **kw):
+            self.log.append(("jit", tuple(grid), dict(kw)))
+            out.copy_(x + 1)
+            return self.compiled
+        return call
+
+
+@pytest.fixture
+def cpu_as_gpu(monkeypatch):
+    """Let the direct path arm on CPU tensors, on "device 0" whose current stream is 77."""
+    monkeypatch.setattr(direct, "ARM_DEVICES", ("cpu",))
+    monkeypatch.setattr(direct, "_raw_stream", lambda index: 77)
+    state = {"device": 0, "hooks": (None, None)}
+    monkeypatch.setattr(direct, "_current_device", lambda: state["device"])
+    monkeypatch.setattr(direct, "_hooks", lambda: state["hooks"])
+    monkeypatch.setattr(direct, "_capturing", lambda: False)
+    state["patch"] = monkeypatch
+    return state
+
+
+def aligned(n=8):
+    return torch.arange(float(n))
+
+
+def misaligned(n=8):
+    return torch.arange(float(n + 1))[1:]  # 4 bytes past an aligned start
+
+
+def make(fn, **kw):
+    return direct.DirectLaunch(fn, (3,), 2, {"N": 8, "BLOCK": 16}, {"num_warps": 4}, **kw)
+
+
+def test_first_call_takes_the_jit_path_then_launches_directly_with_prepacked_arguments(cpu_as_gpu):
+    fn = FakeJit()
+    launch = make(fn)
+    x, out = aligned(), torch.empty(8)
+    launch.launch(x, out)
+    assert fn.log[0] == ("jit", (3,), {"N": 8, "BLOCK": 16, "num_warps": 4})
+    assert launch.state == "direct"
+    fn.log.clear()
+    out2 = torch.empty(8)
+    launch.launch(x, out2)
+    assert fn.log == [("direct", (3, 1, 1), 77, 1234, ("meta",), (8, 16))]  # tail in parameter order
+    assert torch.equal(out2, x + 1)
+
+
+def test_a_misaligned_input_takes_the_jit_path_and_does_not_arm(cpu_as_gpu):
+    fn = FakeJit()
+    launch = make(fn)
+    launch.launch(misaligned(), torch.empty(8))
+    assert launch.state == "jit"  # compiled for an unaligned pointer: not the kernel to keep
+    launch.launch(aligned(), torch.empty(8))
+    assert launch.state == "direct"
+    fn.log.clear()
+    x = misaligned()
+    out = torch.empty(8)
+    launch.launch(x, out)
+    assert [e[0] for e in fn.log] == ["jit"]
+    assert torch.equal(out, x + 1)
+
+
+def test_another_current_device_takes_the_jit_path(cpu_as_gpu):
+    fn = FakeJit()
+    launch = make(fn)
+    launch.launch(aligned(), torch.empty(8))
+    cpu_as_gpu["device"] = 1
+    fn.log.clear()
+    launch.launch(aligned(), torch.empty(8))
+    assert [e[0] for e in fn.log] == ["jit"]
+
+
+def test_not_armed_while_capturing_a_cuda_graph(cpu_as_gpu):
+    cpu_as_gpu["patch"].setattr(direct, "_capturing", lambda: True)
+    launch = make(FakeJit())
+    launch.launch(aligned(), torch.empty(8))
+    assert launch.state == "jit"
+
+
+def test_a_launcher_that_disagrees_with_the_jit_path_is_never_used(cpu_as_gpu):
+    fn = FakeJit(wrong=True)
+    launch = make(fn)
+    x, out = aligned(), torch.empty(8)
+    launch.launch(x, out)
+    assert launch.state == "disarmed" and "did not reproduce" in launch.why
+    fn.log.clear()
+    launch.launch(x, out)
+    assert [e[0] for e in fn.log] == ["jit"] and torch.equal(out, x + 1)
+
+
+def test_a_launch_hook_keeps_calls_on_the_jit_path(cpu_as_gpu):
+    cpu_as_gpu["hooks"] = (print, None)
+    launch = make(FakeJit())
+    launch.launch(aligned(), torch.empty(8))
+    assert launch.state == "jit"
+
+
+def test_a_hook_installed_after_arming_sends_calls_back_to_the_jit_path(cpu_as_gpu):
+    fn = FakeJit()
+    launch = make(fn)
+    launch.launch(aligned(), torch.empty(8))
+    assert launch.state == "direct"
+    cpu_as_gpu["hooks"] = (print, None)
+    fn.log.clear()
+    launch.launch(aligned(), torch.empty(8))
+    assert [e[0] for e in fn.log] == ["jit"]
+
+
+def test_missing_parameter_values_disarm_with_the_names():
+    fn = FakeJit()
+    launch = direct.DirectLaunch(fn, (1,), 2, {"N": 8}, {})
+    with pytest.raises(ValueError, match="BLOCK"):
+        launch._make_direct(fn.compiled, torch.device("cpu", 0))
+
+
+def test_the_interpreter_never_arms():
+    import os
+
+    launch = make(FakeJit(), enabled=os.environ.get("TRITON_INTERPRET") != "1")
+    launch.launch(aligned(), torch.empty(8))
+    assert launch.state in ("jit", "disarmed")  # CPU tensors: never "direct" without the stand-ins
+
+
+def test_a_captured_split_launch_gets_a_private_slot_buffer_that_holds_every_partial(monkeypatch):
+    """While a CUDA graph is captured, a split launch gets its own zeroed slot buffer (its zeroing is
+    captured with it), large enough for the kernel's layout: 64 words, then a (max, sum) pair of
+    words per partial, ``M * programs_per_row`` partials."""
+    from dispatch_triton import launch
+
+    made = []
+
+    def zeros(n, dtype, device):
+        made.append((n, dtype))
+        return torch.zeros(n, dtype=dtype)
+
+    monkeypatch.setattr(launch, "_capturing", lambda: True)
+    monkeypatch.setattr(launch, "_captured_zeros", zeros)
+    rows, programs_per_row = 4, 32
+    a = launch._split_slots(torch.device("cuda", 0), rows * programs_per_row)
+    b = launch._split_slots(torch.device("cuda", 0), rows * programs_per_row)
+    assert a is not b  # private to each captured launch
+    assert made[0][1] == torch.int64 and made[0][0] >= 64 + 2 * rows * programs_per_row
