@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import dispatch
-from dispatch import CallSpec
+from dispatch.backend import spec_of
 from dispatch.tolerance import mismatch
 
 pytestmark = pytest.mark.gpu
@@ -97,7 +97,7 @@ def test_concurrent_replays_and_eager_calls_do_not_corrupt_each_other(backend, o
 
 
 def _kernel(backend_module, op, x):
-    return backend_module.dispatch_kernel(op=op, spec=CallSpec.of(op, x, (x.dim() - 1,), None), config=None)
+    return backend_module.dispatch_kernel(op=op, spec=spec_of(op, x, -1), config=None)
 
 
 @pytest.mark.parametrize("op", OPS)
