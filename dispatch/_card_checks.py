@@ -42,6 +42,20 @@ def string_mapping(_instance: Any, attribute: Any, value: Any) -> None:
                         f"(got {_shown(value)})")
 
 
+def costs(_instance: Any, attribute: Any, value: Any) -> None:
+    """``{device type (str): (launch us, GB/s)}``, both finite and > 0 (GB/s) / >= 0 (us)."""
+    import math
+
+    def ok(v: Any) -> bool:
+        return (isinstance(v, tuple) and len(v) == 2 and all(isinstance(n, (int, float)) and not isinstance(n, bool)
+                                                             and math.isfinite(n) for n in v)
+                and v[0] >= 0 and v[1] > 0)
+
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and ok(v) for k, v in value.items()):
+        raise TypeError(f"'{attribute.name}' must be a mapping of device type (str) to (launch us, GB/s), "
+                        f"like {{'cuda': (16.0, 3500.0)}} (got {_shown(value)})")
+
+
 def exact_bool(_instance: Any, attribute: Any, value: Any) -> None:
     """True or False, not a truthy stand-in."""
     if not isinstance(value, bool):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from attrs import field, frozen
 
+from . import _opdecl
 from ._keys import decision_key, shape_bucket, tune_key
 from ._plugins import Backend, Registry, forced_fault
 from ._settings import Scope, Settings
@@ -61,6 +62,24 @@ class Decision:
 def static_order(backends: Sequence[Backend], device_type: str) -> list[Backend]:
     """Backends by descending priority on ``device_type``, ties broken by name."""
     return sorted(backends, key=lambda b: (-b.info.rank(device_type), b.name))
+
+
+def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec) -> tuple[list[Backend], dict[str, float]]:
+    """``servers`` ordered by estimated cost when every one's card has figures for the device type
+    (ties keep the static order), with the estimates; else unchanged, with no estimates.
+
+    The estimate is the card's launch cost plus the op's declared bytes moved over the card's
+    bandwidth: the host decides small calls (where torch's launch is cheapest) and bandwidth
+    decides large ones, without measuring anything.
+    """
+    if len(servers) < 2:
+        return list(servers), {}
+    nbytes = _opdecl.get(spec.op).bytes_moved(spec)
+    estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes) for b in servers}
+    if any(e is None for e in estimates.values()):
+        return list(servers), {}
+    order = {b.name: i for i, b in enumerate(servers)}
+    return sorted(servers, key=lambda b: (estimates[b.name], order[b.name])), estimates
 
 
 def allowed(name: str, settings: Settings, scope: Scope | None) -> str | None:
@@ -136,15 +155,21 @@ class Selector:
         if may_race:  # a new key, or a cached race that noise may have decided (raced once more)
             return self._race(spec, servers, candidates, bucket, dkey, rerace=cached is not None)
         notes: dict[str, str] = {}
+        servers, estimates = by_estimated_cost(servers, spec)
         for backend in servers:
             try:
                 config, source, tune = self.config_for(backend, spec)
             except Exception as exc:  # a hook that raised, or a failed tune: the next server serves
                 notes[backend.name] = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 continue
-            why = "the only backend that serves this call" if len(servers) == 1 else (
-                f"first in the static order for {spec.device.type} "
-                f"({', '.join(b.name for b in servers)}; priority {backend.info.rank(spec.device.type)})")
+            if len(servers) == 1:
+                why = "the only backend that serves this call"
+            elif estimates:
+                why = (f"lowest estimated cost on {spec.device.type} (launch + bytes moved / bandwidth, from the "
+                       "backends' cards): " + ", ".join(f"{b.name} {estimates[b.name]:.1f} us" for b in servers))
+            else:
+                why = (f"first in the static order for {spec.device.type} "
+                       f"({', '.join(b.name for b in servers)}; priority {backend.info.rank(spec.device.type)})")
             if notes:
                 why += "; " + "; ".join(f"{name} {note}" for name, note in notes.items())
             candidates = [Candidate(c.name, c.verdict, note=notes.get(c.name, "")) for c in candidates]

@@ -10,7 +10,7 @@ import torch
 from attrs import field, frozen
 from attrs.validators import deep_iterable, instance_of, optional
 
-from ._card_checks import exact_bool, frozen_mapping, frozen_set, op_collection, priorities, string_mapping
+from ._card_checks import costs, exact_bool, frozen_mapping, frozen_set, op_collection, priorities, string_mapping
 
 
 @frozen
@@ -206,11 +206,21 @@ class BackendInfo:
     description: str = field(default="", validator=instance_of(str))
     available: Verdict = field(factory=Verdict.yes, validator=instance_of(Verdict))
     reference: bool = field(default=False, validator=exact_bool)
+    costs: Mapping[str, tuple[float, float]] = field(factory=dict, converter=frozen_mapping, validator=costs)
 
     @name.validator
     def _check_name(self, _attribute, value: str) -> None:
         if not value.isidentifier():
             raise ValueError(f"'name' must be an identifier like 'triton' (got {value!r})")
+
+    def estimate_us(self, device_type: str, nbytes: int) -> float | None:
+        """What a call moving ``nbytes`` costs on ``device_type`` by the card's ``costs`` (launch us +
+        bytes / GB/s), or None when the card gives no figures for that device type."""
+        cost = self.costs.get(device_type)
+        if cost is None:
+            return None
+        launch_us, gbps = cost
+        return launch_us + nbytes / (gbps * 1e3)
 
     def rank(self, device_type: str) -> int:
         return self.priority.get(device_type, 0)

@@ -167,3 +167,30 @@ def test_explain_shows_the_configs_a_tune_space_pruned_and_why():
     dispatch.register(plugin)
     text = str(dispatch.explain("softmax", torch.randn(4, 100), -1, backend="pruning"))
     assert "pruned configs" in text and "chunk=4096" in text and "longer than the row (100)" in text
+
+
+def test_with_tuning_off_the_cards_cost_figures_order_small_and_large_calls():
+    """A backend with a costly launch but more bandwidth serves large calls, the cheap launch small
+    ones: decided from the cards' figures and the op's bytes moved, with nothing measured."""
+    import chunked_backend
+    from dispatch.autotune import measurement_count
+
+    def with_costs(name, cost, priority):
+        plugin = chunked_backend.make(name, priority=priority)
+
+        @dispatch.hookimpl
+        def dispatch_backend_info():
+            return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), priority={"cpu": priority},
+                                        costs={"cpu": cost})
+
+        plugin.dispatch_backend_info = dispatch_backend_info
+        return plugin
+
+    dispatch.register(with_costs("quick_launch", (2.0, 10.0), 1))
+    dispatch.register(with_costs("wide", (50.0, 1000.0), 0))
+    dispatch.configure(allow=["quick_launch", "wide"])
+    before = measurement_count()
+    small = dispatch.explain("softmax", torch.randn(2, 16)).decision
+    large = dispatch.explain("softmax", torch.randn(256, 1024)).decision  # 2 MB moved
+    assert small.backend == "quick_launch" and large.backend == "wide"
+    assert "lowest estimated cost" in large.reason and measurement_count() == before

@@ -51,6 +51,9 @@ def dispatch_backend_info() -> BackendInfo:
     return BackendInfo(
         name=NAME, version=dispatch.__version__, ops=OPS,
         priority={"cuda": 20, "cpu": -5},  # on the CPU: single-threaded C, for testing
+        # H200: ~20 us a call back to back at decode shapes, ~3000 GB/s on bandwidth rows
+        # (benchmarks/results/launch/README.md, benchmarks/results/tilelang_kernels_h200.md)
+        costs={"cuda": (20.0, 3000.0)},
         versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
         description="TileLang programs: row-block, tiled and cluster-split softmax family",
         available=available)
