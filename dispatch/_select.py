@@ -53,6 +53,7 @@ class Decision:
     config_source: str = "default"
     tune: TuneResult | None = None
     forced: bool = False
+    agreed: str = ""  # the torch.distributed group that agreed on it, and how; "" when decided alone
 
     @property
     def op(self) -> str:
@@ -122,6 +123,10 @@ class Selector:
             lines = "; ".join(f"{c.name}: {c.verdict.reason}" for c in candidates) or "no backend is loaded"
             raise NoBackendError(f"no backend can serve {spec.describe()}: {lines}")
         dkey = decision_key(spec, {b.name: b.info.version for b in servers})
+        from .distributed import agreed_decision  # under torch.distributed, the group decides
+        agreed = agreed_decision(self, spec, servers, candidates, bucket, dkey)
+        if agreed is not None:
+            return agreed
         cached = self.cache.get(dkey)
         if cached is not None:
             by_name = {b.name: b for b in servers}
