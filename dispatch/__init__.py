@@ -5,6 +5,7 @@ from ._settings import Settings, configure, reset, settings, use
 from ._spec import OPS, BackendInfo, CallSpec, Verdict
 from .errors import (BackendFaultError, BackendRefusedError, DispatchError, NoBackendError, PluginError,
                      TuneError, UnknownBackendError)
+from .distributed import AgreementWarning
 from .explain import Explanation, explain
 from .hookspec import hookimpl
 from .ops import log_softmax, logsumexp, softmax
@@ -14,7 +15,7 @@ from . import ab  # noqa: E402  (dispatch.ab.compare; its heavy imports load on 
 __version__ = "0.1.0"
 
 __all__ = [
-    "OPS", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "DispatchError", "Explanation",
+    "OPS", "AgreementWarning", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "DispatchError", "Explanation",
     "LoadFailure", "NoBackendError", "PluginError", "Settings", "TuneError", "UnknownBackendError", "Verdict",
     "backends", "configure", "explain", "faults", "hookimpl", "load_failures", "log_softmax", "logsumexp",
     "refresh", "register", "reset", "settings", "softmax", "unregister", "use",

@@ -43,6 +43,7 @@ from attrs import frozen
 from ._keys import spec_key, tune_key
 from ._plugins import Backend
 from ._select import Candidate, Decision, Selector
+from ._settings import Scope, Settings, current_scope
 from ._spec import CallSpec
 from .autotune.space import EMPTY, Config, Timing, TuneSettings
 from .autotune.sweep import pick_winner
@@ -104,10 +105,14 @@ def agreed_decision(selector: Selector, spec: CallSpec, servers: Sequence[Backen
     return _Agreement(selector, group, spec, list(servers), list(candidates), bucket, dict(dkey)).run()
 
 
-def topic(spec: CallSpec) -> str:
-    """What names a decision across ranks: the call's key with the device type, not its name."""
-    key = {k: v for k, v in spec_key(spec).items() if k != "device"}
+def topic(spec: CallSpec, settings: Settings, scope: Scope | None = None) -> str:
+    """What names a decision across ranks: the call's key with the device type (not its name) and
+    the allow and deny lists in force (the same on every rank of an SPMD program)."""
+    key: dict[str, Any] = {k: v for k, v in spec_key(spec).items() if k != "device"}
     key["device_type"] = spec.device.type
+    for name, names in (("allow", settings.allow), ("deny", settings.deny),
+                        ("scope_allow", scope.allow if scope else None), ("scope_deny", scope.deny if scope else None)):
+        key[name] = None if names is None else sorted(names)
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -118,7 +123,7 @@ class _Agreement:
                  candidates: list[Candidate], bucket: str, dkey: dict[str, str]) -> None:
         self.selector, self.group, self.spec = selector, group, spec
         self.servers, self.candidates, self.bucket, self.dkey = servers, candidates, bucket, dkey
-        self.base = f"{_PREFIX}/{group.name}/{topic(spec)}"
+        self.base = f"{_PREFIX}/{group.name}/{topic(spec, selector.settings, current_scope())}"
         self.deadline = time.monotonic() + selector.settings.distributed_timeout
 
     # -- the exchange ----------------------------------------------------------------------------

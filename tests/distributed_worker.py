@@ -78,6 +78,9 @@ def main() -> None:
     record: dict = {}
     if scenario == "race":
         choose(x, record, "agreed")
+        dispatch._dispatcher.DISPATCHER.clear()
+        with dispatch.use(deny="beta"):  # a block that denies the agreed backend agrees anew
+            choose(x, record, "denied")
         dispatch.configure(distributed=False)  # the same race, each rank alone (another bucket)
         choose(torch.randn(8, 256, device=device), record, "alone")
         dispatch.configure(distributed=True)

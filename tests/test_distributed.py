@@ -62,6 +62,7 @@ def test_ranks_with_different_timings_agree_on_the_slowest_ranks_fastest(tmp_pat
     assert agreed == [agreed[0]] * 4 and agreed[0][0] == "beta"  # beta is faster on the slowest rank
     assert all("world (4 ranks, gloo)" in rec["agreed"]["agreed"] for rec in records.values())
     assert all("raced" in rec["agreed"]["agreed"] for rec in records.values())
+    assert all(rec["denied"]["backend"] == "alpha" and not rec["denied"]["warnings"] for rec in records.values())
     assert records[0]["forced_s"] < 5, "a forced backend must not wait for the other ranks"
 
 
