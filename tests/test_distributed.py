@@ -77,17 +77,23 @@ def test_a_warm_cache_on_one_rank_and_cold_ones_agree_without_racing(tmp_path):
         assert list((tmp_path / f"cache{rank}").rglob("*.json")), f"rank {rank} did not cache the decision"
 
 
-def test_on_a_shared_cache_directory_only_rank_0_writes(tmp_path):
-    records, _ = run_job(tmp_path, "shared", shared_cache=True)
-    assert len({rec["agreed"]["backend"] for rec in records.values()}) == 1
-    assert records[0]["writes"] > 0
-    assert [records[r]["writes"] for r in (1, 2, 3)] == [0, 0, 0]
+@pytest.fixture(scope="module")
+def uneven_job(tmp_path_factory):
+    """One job for two tests: rank 3 has no beta, and the ranks share one cache directory."""
+    return run_job(tmp_path_factory.mktemp("uneven"), "uneven", shared_cache=True)
 
 
-def test_ranks_with_different_backends_agree_on_one_they_all_serve(tmp_path):
-    records, _ = run_job(tmp_path, "uneven")
+def test_ranks_with_different_backends_agree_on_one_they_all_serve(uneven_job):
+    records, _ = uneven_job
+    assert len(records) == 4
     assert {rec["agreed"]["backend"] for rec in records.values()} == {"alpha"}  # rank 3 has no beta
     assert len({json.dumps(rec["agreed"]["config"]) for rec in records.values()}) == 1
+
+
+def test_on_a_shared_cache_directory_only_rank_0_writes(uneven_job):
+    records, _ = uneven_job
+    assert records[0]["writes"] > 0
+    assert [records[r]["writes"] for r in (1, 2, 3)] == [0, 0, 0]
 
 
 def test_a_rank_that_dies_mid_agreement_leads_the_others_to_the_same_fallback(tmp_path):
