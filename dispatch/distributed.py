@@ -155,7 +155,8 @@ class _Agreement:
     def _exchange(self, phase: str, value: Any) -> tuple[dict[int, Any], list[int]]:
         """Post ``value`` for this rank and wait for every rank's: (posted by rank, missing ranks).
 
-        Returns early, with every rank missing, when the answer was written meanwhile.
+        Stops waiting at the deadline, or when the answer was written meanwhile. A post that is
+        not what this phase expects (another version of dispatch on that rank) counts as missing.
         """
         store, size = self.group.store, self.group.size
         keys = [f"{self.base}/{phase}/{r}" for r in range(size)]
@@ -168,7 +169,7 @@ class _Agreement:
             left = self.deadline - time.monotonic()
             try:
                 store.wait(keys, datetime.timedelta(seconds=max(0.01, min(_POLL_S, left))))
-                return {r: json.loads(store.get(k)) for r, k in enumerate(keys)}, []
+                break
             except Exception:
                 pass
             if left <= 0 or self._written() is not None:
@@ -177,8 +178,10 @@ class _Agreement:
         for r, k in enumerate(keys):
             try:
                 if store.check([k]):
-                    posted[r] = json.loads(store.get(k))
-                    continue
+                    value = json.loads(store.get(k))
+                    if _VALID[phase](value):
+                        posted[r] = value
+                        continue
             except Exception:
                 pass
             missing.append(r)
@@ -314,7 +317,9 @@ class _Agreement:
     def _may_write(self) -> bool:
         return not self.selector.settings.shared_cache or self.group.rank == 0
 
-    def _apply(self, final: dict) -> Decision | None:
+    def _apply(self, final: Any) -> Decision | None:
+        if not isinstance(final, dict):
+            final = {"kind": "none", "why": f"the written answer is unreadable ({final!r:.80})"}
         spec, kind = self.spec, final.get("kind")
         where = f"agreed by {self.group.describe()}"
         by_name = {b.name: b for b in self.servers}
@@ -339,6 +344,27 @@ class _Agreement:
         return Decision(spec, backend.name, config, reason, self.selector.settings.policy, candidates,
                         self.bucket, cached=kind == "cached", config_source=f"agreed ({kind})",
                         agreed=f"{self.group.describe()}, rank {self.group.rank}: {kind}")
+
+
+def _valid_offer(value: Any) -> bool:
+    servers = value.get("servers") if isinstance(value, dict) else None
+    cached = value.get("cached") if isinstance(value, dict) else None
+    return (isinstance(servers, list)
+            and all(isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("version"), str)
+                    and isinstance(s.get("config"), dict) for s in servers)
+            and (cached is None or (isinstance(cached, dict) and isinstance(cached.get("backend"), str)
+                                   and isinstance(cached.get("config") or {}, dict)))
+            and isinstance(value.get("tune"), bool) and isinstance(value.get("measured"), bool))
+
+
+def _valid_race(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(v, dict) and ("error" in v or (isinstance(v.get("latency_us"), (int, float))
+                                                  and isinstance(v.get("config"), dict)))
+        for v in value.values())
+
+
+_VALID = {"offer": _valid_offer, "race": _valid_race}
 
 
 class _ReadOnly:
