@@ -4,7 +4,8 @@
 group is gloo (``DEVICE`` cpu) or NCCL (``DEVICE`` cuda), initialised from ``STORE_FILE``. Each
 rank writes ``OUT_DIR/<rank>.json``: per key, the backend, config, kind of agreement and seconds
 taken, and the warnings it saw. Backends ``alpha`` and ``beta`` are real (chunked softmax) but
-sleep for a time that depends on the rank, so ranks that raced alone would disagree.
+sleep for a time that depends on the rank, so ranks that raced alone would disagree; ``gamma``
+(scenario ``uneven``) is fast but faults on rank 2.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def choose(x: torch.Tensor, record: dict, label: str) -> None:
         torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
     d = explanation.decision
     record[label] = {"backend": d.backend, "config": d.config.as_dict(), "agreed": d.agreed,
-                     "cached": d.cached, "seconds": time.monotonic() - start,
+                     "cached": d.cached, "seconds": time.monotonic() - start, "report": str(explanation),
                      "warnings": [str(w.message) for w in seen if "agreed" in str(w.message)
                                   or "answer" in str(w.message)]}
 
@@ -72,7 +73,9 @@ def main() -> None:
     beta = sleepy("beta", rank, priority=40)
     if not (scenario == "uneven" and rank == world - 1):  # the last rank has no beta there
         dispatch.register(beta)
-    dispatch.configure(allow=("alpha", "beta"), policy="measured", autotune=True,
+    if scenario == "uneven":  # gamma would be fastest, but its kernel raises on rank 2
+        dispatch.register(chunked_backend.make("gamma", fault="raise" if rank == 2 else None, priority=80))
+    dispatch.configure(allow=("alpha", "beta", "gamma"), policy="measured", autotune=True,
                        distributed_timeout=float(os.environ.get("TIMEOUT_S", "30")))
     x = torch.randn(8, 64, device=device)
     record: dict = {}

@@ -62,6 +62,7 @@ def test_ranks_with_different_timings_agree_on_the_slowest_ranks_fastest(tmp_pat
     assert agreed == [agreed[0]] * 4 and agreed[0][0] == "beta"  # beta is faster on the slowest rank
     assert all("world (4 ranks, gloo)" in rec["agreed"]["agreed"] for rec in records.values())
     assert all("raced" in rec["agreed"]["agreed"] for rec in records.values())
+    assert all("agreed by: world (4 ranks, gloo)" in rec["agreed"]["report"] for rec in records.values())
     assert all(rec["denied"]["backend"] == "alpha" and not rec["denied"]["warnings"] for rec in records.values())
     assert records[0]["forced_s"] < 5, "a forced backend must not wait for the other ranks"
 
@@ -79,14 +80,16 @@ def test_a_warm_cache_on_one_rank_and_cold_ones_agree_without_racing(tmp_path):
 
 @pytest.fixture(scope="module")
 def uneven_job(tmp_path_factory):
-    """One job for two tests: rank 3 has no beta, and the ranks share one cache directory."""
+    """One job for two tests: rank 3 has no beta, gamma faults on rank 2, and the ranks share one
+    cache directory."""
     return run_job(tmp_path_factory.mktemp("uneven"), "uneven", shared_cache=True)
 
 
 def test_ranks_with_different_backends_agree_on_one_they_all_serve(uneven_job):
     records, _ = uneven_job
     assert len(records) == 4
-    assert {rec["agreed"]["backend"] for rec in records.values()} == {"alpha"}  # rank 3 has no beta
+    # rank 3 has no beta, gamma faults on rank 2: alpha is the one that works everywhere
+    assert {rec["agreed"]["backend"] for rec in records.values()} == {"alpha"}
     assert len({json.dumps(rec["agreed"]["config"]) for rec in records.values()}) == 1
 
 
