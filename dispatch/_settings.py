@@ -68,6 +68,10 @@ def _flag(text: str | None, name: str) -> bool | None:
 def _group_or_flag(instance, attribute, value) -> None:
     if isinstance(value, bool) or (hasattr(value, "size") and hasattr(value, "rank")):
         return
+    import torch.distributed as dist
+
+    if dist.is_available() and value is dist.GroupMember.NON_GROUP_MEMBER:  # new_group() outside the group
+        return
     raise TypeError(f"'distributed' must be True, False or a torch.distributed ProcessGroup (got {value!r})")
 
 

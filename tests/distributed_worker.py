@@ -100,6 +100,9 @@ def main() -> None:
                                 {"backend": "alpha", "config": {"chunk": 8}, "reason": "tuned earlier"})
         choose(x, record, "agreed")
         record["beta_calls"] = len(beta.calls)  # 0: nobody raced
+        pair = dist.new_group([0, 1])  # every rank calls new_group; ranks 2 and 3 get a non-member
+        dispatch.configure(distributed=pair)
+        choose(torch.randn(8, 32, device=device), record, "pair")
     elif scenario == "uneven":  # counts cache writes too (the test shares one cache directory)
         from dispatch.autotune.cache import DecisionCache
 

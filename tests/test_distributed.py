@@ -74,6 +74,9 @@ def test_a_warm_cache_on_one_rank_and_cold_ones_agree_without_racing(tmp_path):
     assert chosen == {("alpha", json.dumps({"chunk": 8}))}  # rank 0's cached decision, not a race's
     assert all(rec["beta_calls"] == 0 for rec in records.values()), "no rank may race"
     assert all(rec["agreed"]["seconds"] < 20 for rec in records.values())
+    pair = [records[r]["pair"]["agreed"] for r in range(4)]  # configure(distributed=<ranks 0 and 1>)
+    assert "ranks 0,1 (2 ranks, gloo)" in pair[0] and "ranks 0,1 (2 ranks, gloo)" in pair[1]
+    assert pair[2:] == ["", ""], "ranks outside the group decide alone"
     for rank in (1, 2, 3):  # the agreed decision warms the cold ranks' caches
         assert list((tmp_path / f"cache{rank}").rglob("*.json")), f"rank {rank} did not cache the decision"
 
