@@ -11,6 +11,7 @@ from ._settings import Settings, configure, reset, settings, use
 from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict
 from .errors import (BackendFaultError, BackendRefusedError, DispatchError, FaultWarning, NoBackendError,
                      PluginError, TuneError, UnknownBackendError)
+from .distributed import AgreementWarning
 from .explain import Explanation, explain
 from .hookspec import hookimpl
 
@@ -56,7 +57,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "DispatchError", "Explanation",
+    "AgreementWarning", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "DispatchError", "Explanation",
     "FaultWarning", "LoadFailure", "NoBackendError", "OpDecl", "PluginError", "Settings", "TensorArg", "TensorSpec",
     "TuneError", "UnknownBackendError", "Verdict", "backends", "configure", "declared_ops", "explain", "faults",
     "hookimpl", "load_failures", "log_softmax", "logsumexp", "op", "refresh", "register", "reset", "settings",

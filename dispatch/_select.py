@@ -53,6 +53,7 @@ class Decision:
     tune: TuneResult | None = None
     forced: bool = False
     pruned: tuple = field(default=(), converter=tuple)  # (config, why) the chosen backend's space dropped
+    agreed: str = ""  # the torch.distributed group that agreed on it, and how; "" when decided alone
 
     @property
     def op(self) -> str:
@@ -141,6 +142,10 @@ class Selector:
             lines = "; ".join(f"{c.name}: {c.verdict.reason}" for c in candidates) or "no backend is loaded"
             raise NoBackendError(f"no backend can serve {spec.describe()}: {lines}")
         dkey = decision_key(spec, {b.name: b.info.version for b in servers})
+        from .distributed import agreed_decision  # under torch.distributed, the group decides
+        agreed = agreed_decision(self, spec, servers, candidates, bucket, dkey)
+        if agreed is not None:
+            return agreed
         cached = self.cache.get(dkey)
         may_race = policy == "measured" and self.settings.autotune and len(servers) > 1
         if cached is not None and (not may_race or decision_trusted(cached)):

@@ -11,7 +11,7 @@ from typing import Callable
 
 import attrs
 from attrs import field, frozen
-from attrs.validators import in_, instance_of, optional
+from attrs.validators import gt, in_, instance_of, optional
 
 POLICIES = ("measured", "static")
 
@@ -21,6 +21,9 @@ ENV_DENY = "DISPATCH_DENY"
 ENV_POLICY = "DISPATCH_POLICY"
 ENV_AUTOTUNE = "DISPATCH_AUTOTUNE"
 ENV_STRICT = "DISPATCH_STRICT"
+ENV_DISTRIBUTED = "DISPATCH_DISTRIBUTED"
+ENV_DISTRIBUTED_TIMEOUT = "DISPATCH_DISTRIBUTED_TIMEOUT"
+ENV_SHARED_CACHE = "DISPATCH_SHARED_CACHE"
 
 
 def _names(value: Iterable[str] | str | None) -> frozenset[str] | None:
@@ -62,6 +65,28 @@ def _flag(text: str | None, name: str) -> bool | None:
     raise ValueError(f"{name} must be 0/1/true/false (got {text!r})")
 
 
+def _group_or_flag(instance, attribute, value) -> None:
+    if isinstance(value, bool) or (hasattr(value, "size") and hasattr(value, "rank")):
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and value is dist.GroupMember.NON_GROUP_MEMBER:  # new_group() outside the group
+        return
+    raise TypeError(f"'distributed' must be True, False or a torch.distributed ProcessGroup (got {value!r})")
+
+
+def _seconds(text: str | None, name: str) -> float | None:
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{name} must be a number of seconds > 0 (got {text!r})")
+    return value
+
+
 @frozen
 class Settings:
     """Process-wide settings. ``backend`` forces one backend; ``allow``/``deny`` filter the rest."""
@@ -72,10 +97,14 @@ class Settings:
     policy: str = field(default="measured", validator=in_(POLICIES))
     autotune: bool = field(default=False, validator=instance_of(bool))
     strict: bool = field(default=False, validator=instance_of(bool))
+    distributed: object = field(default=True, validator=_group_or_flag)
+    distributed_timeout: float = field(default=300.0, converter=float, validator=gt(0.0))
+    shared_cache: bool = field(default=False, validator=instance_of(bool))
 
     @classmethod
     def from_env(cls, environ: os._Environ | dict = os.environ) -> Settings:
-        """Settings from ``DISPATCH_BACKEND``, ``_ALLOW``, ``_DENY``, ``_POLICY``, ``_AUTOTUNE``, ``_STRICT``."""
+        """Settings from ``DISPATCH_BACKEND``, ``_ALLOW``, ``_DENY``, ``_POLICY``, ``_AUTOTUNE``, ``_STRICT``,
+        ``_DISTRIBUTED``, ``_DISTRIBUTED_TIMEOUT`` and ``_SHARED_CACHE``."""
         policy = environ.get(ENV_POLICY) or "measured"
         if policy not in POLICIES:
             raise ValueError(f"{ENV_POLICY} must be one of {', '.join(POLICIES)} (got {policy!r})")
@@ -86,6 +115,9 @@ class Settings:
             policy=policy,
             autotune=bool(_flag(environ.get(ENV_AUTOTUNE), ENV_AUTOTUNE)),
             strict=bool(_flag(environ.get(ENV_STRICT), ENV_STRICT)),
+            distributed=_flag(environ.get(ENV_DISTRIBUTED), ENV_DISTRIBUTED) is not False,
+            distributed_timeout=_seconds(environ.get(ENV_DISTRIBUTED_TIMEOUT), ENV_DISTRIBUTED_TIMEOUT) or 300.0,
+            shared_cache=bool(_flag(environ.get(ENV_SHARED_CACHE), ENV_SHARED_CACHE)),
         )
 
 
@@ -115,16 +147,22 @@ _UNSET = object()
 
 
 def configure(*, backend=_UNSET, allow=_UNSET, deny=_UNSET, policy=_UNSET, autotune=_UNSET,
-              strict=_UNSET) -> Settings:
+              strict=_UNSET, distributed=_UNSET, distributed_timeout=_UNSET, shared_cache=_UNSET) -> Settings:
     """Change process-wide settings; arguments left out keep their value. Returns the new settings.
 
     ``backend``: a backend name forced for every call (None: choose), ``allow``/``deny``:
     backend names (None allows all), ``policy``: ``"measured"`` or ``"static"``, ``autotune``:
     tune on a cache miss, ``strict``: any fallback after a backend fault raises instead.
+    ``distributed``: under torch.distributed, agree each decision with the default group (True),
+    with this process group, or not at all (False); ``distributed_timeout``: seconds a rank waits
+    for the others before every rank falls back to the static order; ``shared_cache``: the cache
+    directory is shared by the group's ranks, so only its rank 0 writes agreed decisions.
     """
     global _settings
     changes = {k: v for k, v in dict(backend=backend, allow=allow, deny=deny, policy=policy,
-                                      autotune=autotune, strict=strict).items() if v is not _UNSET}
+                                      autotune=autotune, strict=strict, distributed=distributed,
+                                      distributed_timeout=distributed_timeout,
+                                      shared_cache=shared_cache).items() if v is not _UNSET}
     with _lock:
         _settings = attrs.evolve(settings(), **changes) if _settings is not None else attrs.evolve(
             Settings.from_env(), **changes)

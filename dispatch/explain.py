@@ -32,6 +32,8 @@ class Explanation:
         lines.append(f"  why: {d.reason}")
         lines.append(f"  cached decision: {'yes' if d.cached else 'no'}    resolved in this process: "
                      f"{'yes' if self.hot else 'no'}")
+        if d.agreed:
+            lines.append(f"  agreed by: {d.agreed}")
         if d.tune is not None and d.tune.timings:
             lines.append("  tuned configs:")
             for t in sorted(d.tune.timings, key=lambda t: t.median_us):

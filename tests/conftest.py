@@ -23,7 +23,7 @@ if not torch.cuda.is_available():
 def isolated_dispatch(tmp_path, monkeypatch):
     monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
     for var in ("DISPATCH_BACKEND", "DISPATCH_ALLOW", "DISPATCH_DENY", "DISPATCH_POLICY", "DISPATCH_AUTOTUNE",
-                "DISPATCH_STRICT"):
+                "DISPATCH_STRICT", "DISPATCH_DISTRIBUTED", "DISPATCH_DISTRIBUTED_TIMEOUT", "DISPATCH_SHARED_CACHE"):
         monkeypatch.delenv(var, raising=False)
     before = set(dispatch.backends())
     dispatch.reset()

@@ -1,0 +1,140 @@
+"""Several ranks agree on every decision and never hang: gloo jobs of 4 processes (NCCL on 2 GPUs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import dispatch
+from dispatch.distributed import current_group
+
+HERE = Path(__file__).parent
+WORKER = HERE / "distributed_worker.py"
+HARD_LIMIT_S = 90  # a job past this is a hang: its processes are killed and the test fails
+
+
+def run_job(tmp_path: Path, scenario: str, world: int = 4, device: str = "cpu", timeout_s: float = 30,
+            shared_cache: bool = False) -> tuple[dict[int, dict], dict[int, int]]:
+    """Run ``scenario`` on ``world`` ranks; (each rank's record, each rank's exit code)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, DISPATCH_DISABLE_PLUGIN_AUTOLOAD="1", OMP_NUM_THREADS="1",
+                   TIMEOUT_S=str(timeout_s), PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+                   DISPATCH_CACHE_DIR=str(tmp_path / (f"cache{rank}" if not shared_cache else "cache")),
+                   DISPATCH_SHARED_CACHE="1" if shared_cache else "0")
+        procs.append(subprocess.Popen(
+            [sys.executable, str(WORKER), scenario, str(rank), str(world), str(tmp_path / "store"), str(out), device],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    logs, codes = {}, {}
+    try:
+        for rank, proc in enumerate(procs):
+            logs[rank], _ = proc.communicate(timeout=HARD_LIMIT_S)
+            codes[rank] = proc.returncode
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            proc.kill()
+        pytest.fail(f"the {scenario!r} job hung: killed after {HARD_LIMIT_S} s")
+    records = {}
+    for rank in range(world):
+        path = out / f"{rank}.json"
+        if path.exists():
+            records[rank] = json.loads(path.read_text())
+    for rank, code in codes.items():
+        if code != 0 and rank in records:
+            pytest.fail(f"rank {rank} exited {code}:\n{logs[rank][-3000:]}")
+    return records, codes
+
+
+def test_ranks_with_different_timings_agree_on_the_slowest_ranks_fastest(tmp_path):
+    records, _ = run_job(tmp_path, "race")
+    assert len(records) == 4
+    alone = {r: rec["alone"]["backend"] for r, rec in records.items()}
+    assert alone == {0: "beta", 1: "beta", 2: "alpha", 3: "alpha"}, "alone, the ranks must disagree"
+    agreed = [(rec["agreed"]["backend"], rec["agreed"]["config"]) for rec in records.values()]
+    assert agreed == [agreed[0]] * 4 and agreed[0][0] == "beta"  # beta is faster on the slowest rank
+    assert all("world (4 ranks, gloo)" in rec["agreed"]["agreed"] for rec in records.values())
+    assert all("raced" in rec["agreed"]["agreed"] for rec in records.values())
+    assert all("agreed by: world (4 ranks, gloo)" in rec["agreed"]["report"] for rec in records.values())
+    assert all(rec["denied"]["backend"] == "alpha" and not rec["denied"]["warnings"] for rec in records.values())
+    assert records[0]["forced_s"] < 5, "a forced backend must not wait for the other ranks"
+
+
+def test_a_warm_cache_on_one_rank_and_cold_ones_agree_without_racing(tmp_path):
+    records, _ = run_job(tmp_path, "warm")
+    assert len(records) == 4
+    chosen = {(rec["agreed"]["backend"], json.dumps(rec["agreed"]["config"])) for rec in records.values()}
+    assert chosen == {("alpha", json.dumps({"chunk": 8}))}  # rank 0's cached decision, not a race's
+    assert all(rec["beta_calls"] == 0 for rec in records.values()), "no rank may race"
+    assert all(rec["agreed"]["seconds"] < 20 for rec in records.values())
+    pair = [records[r]["pair"]["agreed"] for r in range(4)]  # configure(distributed=<ranks 0 and 1>)
+    assert "ranks 0,1 (2 ranks, gloo)" in pair[0] and "ranks 0,1 (2 ranks, gloo)" in pair[1]
+    assert pair[2:] == ["", ""], "ranks outside the group decide alone"
+    for rank in (1, 2, 3):  # the agreed decision warms the cold ranks' caches
+        assert list((tmp_path / f"cache{rank}").rglob("*.json")), f"rank {rank} did not cache the decision"
+
+
+@pytest.fixture(scope="module")
+def uneven_job(tmp_path_factory):
+    """One job for two tests: rank 3 has no beta, gamma faults on rank 2, and the ranks share one
+    cache directory."""
+    return run_job(tmp_path_factory.mktemp("uneven"), "uneven", shared_cache=True)
+
+
+def test_ranks_with_different_backends_agree_on_one_they_all_serve(uneven_job):
+    records, _ = uneven_job
+    assert len(records) == 4
+    # rank 3 has no beta, gamma faults on rank 2: alpha is the one that works everywhere
+    assert {rec["agreed"]["backend"] for rec in records.values()} == {"alpha"}
+    assert len({json.dumps(rec["agreed"]["config"]) for rec in records.values()}) == 1
+
+
+def test_on_a_shared_cache_directory_only_rank_0_writes(uneven_job):
+    records, _ = uneven_job
+    assert records[0]["writes"] > 0
+    assert [records[r]["writes"] for r in (1, 2, 3)] == [0, 0, 0]
+
+
+def test_a_rank_that_dies_mid_agreement_leads_the_others_to_the_same_fallback(tmp_path):
+    records, codes = run_job(tmp_path, "dies", timeout_s=3)
+    assert codes[3] == 3 and 3 not in records
+    assert sorted(records) == [0, 1, 2]
+    assert {rec["agreed"]["backend"] for rec in records.values()} == {"alpha"}  # first in the static order
+    assert all("rank(s) 3 did not answer" in " ".join(rec["agreed"]["warnings"]) for rec in records.values())
+    assert all(rec["agreed"]["seconds"] < 20 for rec in records.values())
+
+
+def test_without_torch_distributed_no_group_agrees():
+    assert not torch.distributed.is_initialized()
+    assert current_group(True) is None
+    assert dispatch.explain("softmax", torch.randn(2, 8)).decision.agreed == ""
+
+
+def test_the_distributed_setting_rejects_what_is_not_a_flag_or_a_group(monkeypatch):
+    with pytest.raises(TypeError, match="'distributed' must be True, False or a torch.distributed ProcessGroup"):
+        dispatch.configure(distributed="yes")
+    monkeypatch.setenv("DISPATCH_DISTRIBUTED", "0")
+    monkeypatch.setenv("DISPATCH_DISTRIBUTED_TIMEOUT", "7")
+    settings = dispatch.reset()
+    assert settings.distributed is False and settings.distributed_timeout == 7.0
+    monkeypatch.setenv("DISPATCH_DISTRIBUTED_TIMEOUT", "-1")
+    with pytest.raises(ValueError, match="DISPATCH_DISTRIBUTED_TIMEOUT must be a number of seconds > 0"):
+        dispatch.reset()
+    monkeypatch.delenv("DISPATCH_DISTRIBUTED_TIMEOUT")
+    dispatch.reset()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_two_gpus_agree_through_nccl(tmp_path):
+    records, _ = run_job(tmp_path, "race", world=2, device="cuda")
+    agreed = {(rec["agreed"]["backend"], json.dumps(rec["agreed"]["config"])) for rec in records.values()}
+    assert len(records) == 2 and len(agreed) == 1
+    assert all("nccl" in rec["agreed"]["agreed"] for rec in records.values())
