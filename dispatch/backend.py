@@ -10,6 +10,7 @@ from the top-level ``dispatch`` namespace only; ``dispatch._*`` modules are inte
 
 from __future__ import annotations
 
+from ._keys import device_name
 from ._sources import dist_version, source_hash
 from ._spec import BackendInfo, CallSpec, Verdict, dtype_name
 from .autotune.placeholders import placeholder
@@ -25,7 +26,7 @@ from .tolerance import max_errors, mismatch, tolerance
 __all__ = [
     "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
     "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult",
-    "TuneSettings", "TuneSpace", "UnknownBackendError", "Verdict", "dist_version", "do_bench", "dtype_name",
+    "TuneSettings", "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",
     "hookimpl", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance",
 ]

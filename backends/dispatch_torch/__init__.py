@@ -7,7 +7,7 @@ import functools
 import torch
 
 import dispatch
-from dispatch import BackendInfo, CallSpec, Verdict, hookimpl
+from dispatch.backend import BackendInfo, CallSpec, Verdict, hookimpl
 
 NAME = "torch"
 
