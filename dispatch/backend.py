@@ -25,8 +25,8 @@ from .tolerance import max_errors, mismatch, tolerance
 
 __all__ = [
     "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
-    "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult",
-    "TuneSettings", "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",
+    "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult", "TuneSettings",
+    "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",
     "hookimpl", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance",
 ]

@@ -17,6 +17,7 @@ from dispatch.backend import (BackendInfo, CallSpec, Config, Failure, TuneError,
 NAME = "tilelang"
 # The TileLang versions served are the ``tilelang`` extra's range in pyproject.toml (0.1.11/0.1.12
 # bind signatures before configs: the seeding in native_tune makes them tune too).
+
 #: On the GPU, TileLang's tuner compiles every candidate (nvcc, ~3 s each on an H200 host, one
 #: module per kernel family): the tune space is the default config's family only, at most this
 #: many of it. The spaces are ordered best-first by H200 measurements
