@@ -32,8 +32,7 @@ import torch
 
 import dispatch
 from dispatch.ab import bytes_moved, gbps, measure_copy_bandwidth
-from dispatch.autotune import TuneSettings, measure
-from dispatch.tolerance import mismatch
+from dispatch.backend import TuneSettings, device_name, measure, mismatch
 
 N_SWEEP = [256, 1024, 4096, 16384, 65536, 262144]
 DECODE_M = [1, 32]
@@ -86,13 +85,13 @@ def main() -> int:  # noqa: C901
     backends = [n for n, i in dispatch.backends().items() if i.available]
     print(f"backends: {backends}; failures: {[f.name + ': ' + f.error for f in dispatch.load_failures()]}")
     copy_gbs = measure_copy_bandwidth(device, settings).gbps
-    print(f"device {dispatch._keys.device_name(device)}  copy bandwidth {copy_gbs:.0f} GB/s")
+    print(f"device {device_name(device)}  copy bandwidth {copy_gbs:.0f} GB/s")
     rows: list[dict] = []
     previous = Path(args.out) / f"{args.name}.json"
     if args.resume and previous.exists():  # rows of an earlier (stopped) run of the same sweep
         rows = json.loads(previous.read_text())["rows"]
         print(f"resuming: {len(rows)} rows already measured in {previous}")
-    meta = {"device": dispatch._keys.device_name(device), "copy_gbs": copy_gbs, "torch": torch.__version__,
+    meta = {"device": device_name(device), "copy_gbs": copy_gbs, "torch": torch.__version__,
             "python": platform.python_version(), "backends": {n: dict(dispatch.backends()[n].versions)
                                                               for n in backends},
             "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}

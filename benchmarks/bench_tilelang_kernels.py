@@ -65,7 +65,7 @@ def _reference(torch, op, x, out_dtype):
 
 def check_cases() -> list[tuple]:
     """(family, op, n_cols, in_dtype, out_dtype, config) for every kernel family the check section runs."""
-    from dispatch_tilelang import kernels as K
+    from dispatch_tilelang import availability as A
 
     cases = []
     families = [
@@ -77,7 +77,7 @@ def check_cases() -> list[tuple]:
         ("looped", 5000, {"block_m": 1, "threads": 128, "tile_n": 1024, "cluster": 1}),
     ]
     for name, n, cfg in families:
-        for op in K.OPS:
+        for op in A.OPS:
             for dt in ("float32", "bfloat16") + (("float16",) if name == "row" else ()):
                 cases.append((name, op, n, dt, dt, cfg))
     cases.append(("row", "softmax", 1000, "bfloat16", "float32", families[0][2]))
@@ -87,7 +87,7 @@ def check_cases() -> list[tuple]:
 def section_check(args) -> dict:
     import torch
 
-    from dispatch_tilelang import kernels as K
+    from dispatch_tilelang import build as B
 
     cases = check_cases()
     out = {"cases": []}
@@ -96,7 +96,7 @@ def section_check(args) -> dict:
     def build(case):
         name, op, n, i, o, cfg = case
         try:
-            return case, K.build(op, 7, n, i, o, cfg, "cuda"), None
+            return case, B.build(op, 7, n, i, o, cfg, "cuda"), None
         except Exception as exc:  # noqa: BLE001
             return case, None, f"{type(exc).__name__}: {exc}"[-2000:]
 
@@ -136,17 +136,17 @@ def section_native(args) -> dict:
     import torch
     from tilelang.autotuner import autotune, set_autotune_inputs
 
-    from dispatch.autotune.seeding import seed_kwargs, strip_build_keys
-    from dispatch_tilelang import kernels as K
+    from dispatch.backend import seed_kwargs, strip_build_keys
+    from dispatch_tilelang import build as B, configs as C
     from dispatch_tilelang import native_tune as NT
 
     op, m, n, dt = "softmax", 4096, 4096, "bfloat16"
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-    space = K.config_space(op, m, n, dt, "cuda")
-    family = K.families(space, "cuda")[(("cluster", 1), ("tile_n", 0))]
-    default = K.default_config(op, m, n, dt, "cuda")
-    program = K.jit_program(op, n, dt, dt, "cuda", {"tile_n": 0, "cluster": 1})
-    seeds = seed_kwargs(program, default, K.TUNABLES["cuda"], K.ALIASES)
+    space = C.config_space(op, m, n, dt, "cuda")
+    family = C.families(space, "cuda")[(("cluster", 1), ("tile_n", 0))]
+    default = C.default_config(op, m, n, dt, "cuda")
+    program = B.jit_program(op, n, dt, dt, "cuda", {"tile_n": 0, "cluster": 1})
+    seeds = seed_kwargs(program, default, C.TUNABLES["cuda"], C.ALIASES)
     out = {"shape": [m, n], "dtype": dt, "family_configs": family, "seeds": seeds}
 
     records = []
@@ -157,7 +157,7 @@ def section_native(args) -> dict:
 
     tl_logger = NT._tuner_logger()
     tl_logger.addHandler(Grab())
-    jit_cfgs = [strip_build_keys(c, program, K.ALIASES) for c in family]
+    jit_cfgs = [strip_build_keys(c, program, C.ALIASES) for c in family]
     skip = autotune(configs=jit_cfgs, warmup=25, rep=50)(program)
     with set_autotune_inputs([x]):
         k = skip(**seeds)
@@ -166,7 +166,7 @@ def section_native(args) -> dict:
         "warning": [r for r in records if "already provided" in r],
     }
     t0 = time.time()
-    best, latency = NT.tune_native(program, family, default, K.TUNABLES["cuda"], K.ALIASES, 25, 50, inputs=[x],
+    best, latency = NT.tune_native(program, family, default, C.TUNABLES["cuda"], C.ALIASES, 25, 50, inputs=[x],
                                    ref_prog=lambda a: torch.softmax(a.float(), -1).to(a.dtype))
     out["tune_native"] = {"config": best, "latency_ms": latency, "seconds": time.time() - t0}
     print("NATIVE", json.dumps(out, default=str), flush=True)
@@ -177,7 +177,7 @@ def section_bench(args) -> dict:
     import torch
     from triton.testing import do_bench
 
-    from dispatch_tilelang import kernels as K
+    from dispatch_tilelang import build as B, configs as C
     from dispatch_tilelang.native_tune import tune_native
 
     deadline = time.time() + args.budget
@@ -199,14 +199,14 @@ def section_bench(args) -> dict:
             moved = 2 * m * n * nbytes
             gbps = lambda ms: moved / (ms * 1e-3) / 1e9  # noqa: E731
             row = {"dtype": dt, "n_cols": n, "n_rows": m, "families": {}, "configs": []}
-            space = K.config_space("softmax", m, n, dt, "cuda")
+            space = C.config_space("softmax", m, n, dt, "cuda")
             default = space[0]
             ref = torch.softmax(x.float(), -1).to(tdt)
             t_fam = time.time()
-            for key, group in K.families(space, "cuda").items():
-                program = K.jit_program("softmax", n, dt, dt, "cuda", dict(key))
+            for key, group in C.families(space, "cuda").items():
+                program = B.jit_program("softmax", n, dt, dt, "cuda", dict(key))
                 try:
-                    best, lat = tune_native(program, group, default, K.TUNABLES["cuda"], K.ALIASES, 25, 50, inputs=[x],
+                    best, lat = tune_native(program, group, default, C.TUNABLES["cuda"], C.ALIASES, 25, 50, inputs=[x],
                                             ref_prog=lambda a: torch.softmax(a.float(), -1).to(a.dtype))
                     row["families"][str(dict(key))] = {"config": best, "native_ms": lat}
                 except Exception as exc:  # noqa: BLE001
@@ -215,7 +215,7 @@ def section_bench(args) -> dict:
             for cfg in space:
                 rec = {"config": cfg}
                 try:
-                    k = K.build("softmax", m, n, dt, dt, cfg, "cuda")
+                    k = B.build("softmax", m, n, dt, dt, cfg, "cuda")
                     y = k(x)
                     torch.testing.assert_close(y, ref, rtol=1.6e-2, atol=1e-4)
                     ms = bench(lambda: k(x))
@@ -239,8 +239,8 @@ def section_bench(args) -> dict:
             # the other two ops with their default configs
             for op in ("log_softmax", "logsumexp"):
                 try:
-                    cfg = K.default_config(op, m, n, dt, "cuda")
-                    k = K.build(op, m, n, dt, dt, cfg, "cuda")
+                    cfg = C.default_config(op, m, n, dt, "cuda")
+                    k = B.build(op, m, n, dt, dt, cfg, "cuda")
                     torch.testing.assert_close(k(x), _reference(torch, op, x, tdt), rtol=1.6e-2, atol=2e-2)
                     ms = bench(lambda: k(x))
                     op_moved = (m * n + (m if op == "logsumexp" else m * n)) * nbytes
@@ -280,7 +280,7 @@ def section_measure(args) -> dict:
     import torch
     from triton.testing import do_bench
 
-    from dispatch_tilelang import kernels as K
+    from dispatch_tilelang import build as B, configs as C
 
     out = {"device": torch.cuda.get_device_name(), "numel": args.numel, "rows": []}
     jobs = [(dt, n, cfg) for (dt, n), cfgs in MEASURE.items() for cfg in cfgs]
@@ -291,8 +291,8 @@ def section_measure(args) -> dict:
         m = args.numel // n
         try:
             if isinstance(cfg, str):
-                return job, K.build(cfg, m, n, dt, dt, K.default_config(cfg, m, n, dt, "cuda"), "cuda"), None
-            return job, K.build("softmax", m, n, dt, dt, cfg, "cuda"), None
+                return job, B.build(cfg, m, n, dt, dt, C.default_config(cfg, m, n, dt, "cuda"), "cuda"), None
+            return job, B.build("softmax", m, n, dt, dt, cfg, "cuda"), None
         except Exception as exc:  # noqa: BLE001
             return job, None, f"{type(exc).__name__}: {exc}"[-800:]
 

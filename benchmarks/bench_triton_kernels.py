@@ -29,7 +29,8 @@ for p in (ROOT, os.path.join(ROOT, "backends")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from dispatch_triton import kernels as K  # noqa: E402
+from dispatch.backend import placeholder  # noqa: E402
+from dispatch_triton import autotune as A, configs as C, jit as J, launch as L  # noqa: E402
 
 NUMEL = int(os.environ.get("BENCH_NUMEL", 64 * 1024 * 1024))
 DEV = os.environ.get("BENCH_DEVICE", "cuda")  # "cpu" (with TRITON_INTERPRET=1) for a dry run of the checks
@@ -42,39 +43,39 @@ SWEEP_DTYPES = tuple(os.environ.get("BENCH_DTYPES", "bf16,fp32").split(","))
 
 def sweep_configs(op: str, n: int, dtype: torch.dtype) -> list[dict]:
     """config_space plus a few neighbours (to learn what wins; the space is then fitted to it)."""
-    out = list(K.config_space(op, NUMEL // n, n, dtype))
-    if K._np2(n) >= 65536:
+    out = list(C.config_space(op, NUMEL // n, n, dtype))
+    if C._np2(n) >= 65536:
         for sp in (4, 16, 64):
-            out.append(K._cfg("split_online", 4096, 1, sp, 8, 2))
-            out.append(K._cfg("split_online", 2048, 1, sp, 4, 2))
-        out.append(K._cfg("online", 8192, 1, 1, 16, 2))
-    if dtype.itemsize == 2 and K._np2(n) <= 16384:
+            out.append(C._cfg("split_online", 4096, 1, sp, 8, 2))
+            out.append(C._cfg("split_online", 2048, 1, sp, 4, 2))
+        out.append(C._cfg("online", 8192, 1, 1, 16, 2))
+    if dtype.itemsize == 2 and C._np2(n) <= 16384:
         # 2-byte rows held whole at 64 elements per thread (more bytes in flight per thread)
-        bn = max(K._np2(n), 16)
+        bn = max(C._np2(n), 16)
         for t in (2048, 4096, 8192, 16384):
             if t >= bn:
-                out.append(K._cfg("rows" if t > bn else "onepass", bn, t // bn, 1, t // 2048))
-    if op == "logsumexp" and K._np2(n) >= 32768:
+                out.append(C._cfg("rows" if t > bn else "onepass", bn, t // bn, 1, t // 2048))
+    if op == "logsumexp" and C._np2(n) >= 32768:
         # long rows read once, cut into chunks held in registers (the last chunk of a row to
         # arrive combines), or a 2-byte row held whole at 64 per thread
         for bn, w in ((2048, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)):
-            if 2 <= K._cdiv(n, bn) <= min(K.MAX_SPLIT, 132):
-                out.append(K._cfg("split", bn, 1, 1, w))
-        if dtype.itemsize == 2 and K._np2(n) == 65536:
-            out.append(K._cfg("onepass", 65536, 1, 1, 32))
-    if op == "logsumexp" and dtype.itemsize == 2 and K._np2(n) >= 16384:
+            if 2 <= C._cdiv(n, bn) <= min(C.MAX_SPLIT, 132):
+                out.append(C._cfg("split", bn, 1, 1, w))
+        if dtype.itemsize == 2 and C._np2(n) == 65536:
+            out.append(C._cfg("onepass", 65536, 1, 1, 32))
+    if op == "logsumexp" and dtype.itemsize == 2 and C._np2(n) >= 16384:
         # streamed with more per thread, deeper pipelines
         for bn, w, st in ((8192, 4, 2), (8192, 4, 3), (4096, 2, 2), (4096, 4, 3), (2048, 1, 3), (8192, 8, 3)):
-            out.append(K._cfg("online", bn, 1, 1, w, st))
-    if op != "logsumexp" and K._np2(n) >= 16384:
+            out.append(C._cfg("online", bn, 1, 1, w, st))
+    if op != "logsumexp" and C._np2(n) >= 16384:
         for bn in (2048, 4096, 8192, 16384):
             for per in (8, 16, 32) + ((64,) if dtype.itemsize == 2 else ()):
                 w = bn // (32 * per)
-                if 2 <= K._cdiv(n, bn) <= min(K.MAX_SPLIT, 132) and 1 <= w <= 32:
-                    out.append(K._cfg("split_pipe", bn, 1, 1, w))
+                if 2 <= C._cdiv(n, bn) <= min(C.MAX_SPLIT, 132) and 1 <= w <= 32:
+                    out.append(C._cfg("split_pipe", bn, 1, 1, w))
     seen, uniq = set(), []
     for c in out:
-        k = K._cfg_key(c)
+        k = C._cfg_key(c)
         if k not in seen:
             seen.add(k)
             uniq.append(c)
@@ -100,18 +101,18 @@ def _warm(task):
         dtype = DT[dname]
         x = torch.empty(16, 16, device="cuda", dtype=dtype)
         out = torch.empty(16, device="cuda", dtype=dtype)
-        code = K._PATH_CODE[c["path"]]
-        ns = K._n_split(code, n, c["BLOCK_N"], c["SPLIT"])
-        args = (x, out, K.placeholder(x, torch.int8), K.placeholder(x, torch.float32), K._sync_buffer(x.device, 0),
-                K._slot_buffer(x.device, 0) if (op != "logsumexp" and ns > 1) else K.placeholder(x, torch.int64),
-                m, n, n, n if op != "logsumexp" else 1, 0, K._np2(n))
-        k = K._softmax_kernel.warmup(*args, grid=(1,), OP=K._OP_CODE[op], HAS_MASK=False, PHASE=0, PATH=code,
+        code = C._PATH_CODE[c["path"]]
+        ns = C._n_split(code, n, c["BLOCK_N"], c["SPLIT"])
+        args = (x, out, placeholder(x, torch.int8), placeholder(x, torch.float32), L._sync_buffer(x.device, 0),
+                L._slot_buffer(x.device, 0) if (op != "logsumexp" and ns > 1) else placeholder(x, torch.int64),
+                m, n, n, n if op != "logsumexp" else 1, 0, C._np2(n))
+        k = J._softmax_kernel.warmup(*args, grid=(1,), OP=C._OP_CODE[op], HAS_MASK=False, PHASE=0, PATH=code,
                                      BLOCK_N=c["BLOCK_N"], ROWS=c["ROWS"], SPLIT=c["SPLIT"], NW=c["num_warps"],
                                      NS=c["num_stages"], num_warps=c["num_warps"], num_stages=c["num_stages"])
         k._init_handles()
-        return (K._cfg_key(c), dname, n, op, int(k.n_regs), int(k.n_spills), int(k.metadata.shared), ns, None)
+        return (C._cfg_key(c), dname, n, op, int(k.n_regs), int(k.n_spills), int(k.metadata.shared), ns, None)
     except Exception as e:  # noqa: BLE001
-        return (K._cfg_key(c), dname, n, op, None, None, None, None, f"{type(e).__name__}: {str(e)[:300]}")
+        return (C._cfg_key(c), dname, n, op, None, None, None, None, f"{type(e).__name__}: {str(e)[:300]}")
 
 
 def stage_compile(outdir: str, procs: int):
@@ -169,25 +170,25 @@ def special(n, device):
 
 
 CHECK_CASES = [  # (config, M, N, full dtype matrix?)
-    (K._cfg("rows", 64, 16, 1, 4), 1000, 50, True),
-    (K._cfg("rows", 256, 16, 1, 8), 4097, 256, False),
-    (K._cfg("onepass", 4096, 1, 1, 8), 300, 3000, True),
-    (K._cfg("onepass", 16384, 1, 1, 16), 100, 16384, False),
-    (K._cfg("online", 512, 1, 1, 4, 2), 37, 3000, False),
-    (K._cfg("online", 4096, 1, 1, 8, 2), 50, 65536 + 7, True),
-    (K._cfg("split", 512, 1, 1, 4), 37, 3000, False),
-    (K._cfg("split", 8192, 1, 1, 16), 300, 65536, True),
-    (K._cfg("split", 4096, 1, 1, 8), 9, 262144, False),  # 64 programs per row
-    (K._cfg("split", 2048, 1, 1, 4), 3, 262144, False),  # 128 programs per row
-    (K._cfg("split", 16384, 1, 1, 16), 1000, 50000, False),
-    (K._cfg("split_online", 4096, 1, 16, 8, 2), 5, 262144 + 100, True),
-    (K._cfg("split_online", 256, 1, 3, 2, 2), 37, 3000, False),
+    (C._cfg("rows", 64, 16, 1, 4), 1000, 50, True),
+    (C._cfg("rows", 256, 16, 1, 8), 4097, 256, False),
+    (C._cfg("onepass", 4096, 1, 1, 8), 300, 3000, True),
+    (C._cfg("onepass", 16384, 1, 1, 16), 100, 16384, False),
+    (C._cfg("online", 512, 1, 1, 4, 2), 37, 3000, False),
+    (C._cfg("online", 4096, 1, 1, 8, 2), 50, 65536 + 7, True),
+    (C._cfg("split", 512, 1, 1, 4), 37, 3000, False),
+    (C._cfg("split", 8192, 1, 1, 16), 300, 65536, True),
+    (C._cfg("split", 4096, 1, 1, 8), 9, 262144, False),  # 64 programs per row
+    (C._cfg("split", 2048, 1, 1, 4), 3, 262144, False),  # 128 programs per row
+    (C._cfg("split", 16384, 1, 1, 16), 1000, 50000, False),
+    (C._cfg("split_online", 4096, 1, 16, 8, 2), 5, 262144 + 100, True),
+    (C._cfg("split_online", 256, 1, 3, 2, 2), 37, 3000, False),
 ]
 
 
 def check_tasks():
     tasks = []
-    for op in K.OPS:
+    for op in C.OPS:
         for i, (cfg, m, n, full) in enumerate(CHECK_CASES):
             combos = [("bf16", "bf16"), ("fp32", "fp32")]
             if full:
@@ -215,8 +216,8 @@ def run_check(task):
         if kind == "masked":
             mask = torch.rand(m, n, device=dev, generator=g) > 0.3
             mask[0] = False
-        y = K.run(op, x, DT[od], cfg, mask=mask)
-        y2 = K.run(op, x, DT[od], cfg, mask=mask)
+        y = L.run(op, x, DT[od], cfg, mask=mask)
+        y2 = L.run(op, x, DT[od], cfg, mask=mask)
         err = close(y, ref(op, x, DT[od], mask), DT[od])
         if err is None and not torch.equal(torch.nan_to_num(y), torch.nan_to_num(y2)):
             err = "two launches differ"
@@ -245,14 +246,14 @@ def stage_check(outdir: str, procs: int):
     # the barrier path, launched again and again: same answer every time, counters left at zero
     x = torch.randn(64, 262144, device=dev, generator=g).to(torch.bfloat16)
     r = ref("softmax", x, torch.bfloat16)
-    for cfg in (K._cfg("split", 4096, 1, 1, 8), K._cfg("split", 8192, 1, 1, 16), K._cfg("split", 2048, 1, 1, 4)):
+    for cfg in (C._cfg("split", 4096, 1, 1, 8), C._cfg("split", 8192, 1, 1, 16), C._cfg("split", 2048, 1, 1, 4)):
         bad = 0
         for _ in range(30):
-            y = K.run("softmax", x, torch.bfloat16, cfg)
+            y = L.run("softmax", x, torch.bfloat16, cfg)
             bad += close(y, r, torch.bfloat16) is not None
         rec(f"split repeat x30 BN={cfg['BLOCK_N']} bad={bad}", None if bad == 0 else f"{bad} bad runs")
     torch.cuda.synchronize()
-    left = {str(k): int(v.abs().sum()) for k, v in K._SYNC.items()}
+    left = {str(k): int(v.abs().sum()) for k, v in L._SYNC.items()}
     rec(f"sync buffers zero {left}", None if not any(left.values()) else "counters not reset")
     # Triton's own autotuner (do_bench=None: Triton's benchmarker), with and without a mask
     import inspect
@@ -264,24 +265,24 @@ def stage_check(outdir: str, procs: int):
         # long rows through Triton's autotuner: every split config launched again and again
         try:
             x = torch.randn(64, 100000, device=dev, generator=g).to(torch.bfloat16)
-            kern = K.autotuned(op)
-            y = K.run_autotuned(op, x, torch.bfloat16)
-            best = K.config_from_triton(kern.best_config)
+            kern = A.autotuned(op)
+            y = A.run_autotuned(op, x, torch.bfloat16)
+            best = A.config_from_triton(kern.best_config)
             rec(f"autotuned long rows {op} best={best}", close(y, ref(op, x, torch.bfloat16), torch.bfloat16))
             kern.cache.clear()
         except Exception as e:  # noqa: BLE001
             rec(f"autotuned long rows {op}", f"{type(e).__name__}: {e}"[:600])
-    for op in K.OPS:
+    for op in C.OPS:
         try:
             x = torch.randn(512, 5000, device=dev, generator=g).to(torch.bfloat16)
-            y = K.run_autotuned(op, x, torch.bfloat16)
+            y = A.run_autotuned(op, x, torch.bfloat16)
             rec(f"autotuned {op}", close(y, ref(op, x, torch.bfloat16), torch.bfloat16))
             if op != "logsumexp":
                 keep = torch.rand(512, 5000, device=dev, generator=g) > 0.5
-                y = K.run_autotuned(op, x, torch.bfloat16, mask=keep)
+                y = A.run_autotuned(op, x, torch.bfloat16, mask=keep)
                 rec(f"autotuned {op} masked", close(y, ref(op, x, torch.bfloat16, keep), torch.bfloat16))
-            kern = K.autotuned(op)
-            best = K.config_from_triton(next(iter(kern.cache.values())))
+            kern = A.autotuned(op)
+            best = A.config_from_triton(next(iter(kern.cache.values())))
             rec(f"autotuned {op} cache entries={len(kern.cache)} best={best}",
                 None if len(kern.cache) == 1 else "mask changed the autotune key")
         except Exception as e:  # noqa: BLE001
@@ -303,12 +304,12 @@ def bench(fn, rep=40):
 
 def _grid_of(op, x, c):
     m, n = x.shape
-    code = K._PATH_CODE[c["path"]]
+    code = C._PATH_CODE[c["path"]]
     if code == 0:
-        return K._cdiv(m, c["ROWS"])
-    occ = [v for k, v in K._OCC.items() if k[5:11] == (code, c["BLOCK_N"], c["ROWS"], c["SPLIT"], c["num_warps"],
+        return C._cdiv(m, c["ROWS"])
+    occ = [v for k, v in L._OCC.items() if k[5:11] == (code, c["BLOCK_N"], c["ROWS"], c["SPLIT"], c["num_warps"],
                                                        c["num_stages"])]
-    return {"occ": occ[:1], "n_split": K._n_split(code, n, c["BLOCK_N"], c["SPLIT"])}
+    return {"occ": occ[:1], "n_split": C._n_split(code, n, c["BLOCK_N"], c["SPLIT"])}
 
 
 def copy_gbs(dtype):
@@ -347,7 +348,7 @@ def stage_sweep(outdir: str, deadline: float, nosplit: bool = False):
         x, r, nbytes = cache[key]
         rec = {"op": op, "dtype": dname, "M": m, "N": n, "cfg": c}
         try:
-            y, launch = K.prepare(op, x, dtype, c)
+            y, launch = L.prepare(op, x, dtype, c)
             launch()
             err = close(y, r, dtype)
             ms = bench(launch)
@@ -380,15 +381,15 @@ def stage_final(outdir: str, nosplit: bool = False):
             m = NUMEL // n
             dtype = DT[dname]
             x = torch.randn(m, n, device=DEV).to(dtype)
-            for op in K.OPS:
-                d = K.default_config(op, m, n, dtype)
+            for op in C.OPS:
+                d = C.default_config(op, m, n, dtype)
                 if nosplit and d["path"] in ("split", "split_online") and op != "logsumexp":
-                    d = next(c for c in K.config_space(op, m, n, dtype) if c["path"] == "online")
+                    d = next(c for c in C.config_space(op, m, n, dtype) if c["path"] == "online")
                 proxy = "logsumexp" if op == "logsumexp" else "softmax"
-                cands = [d] + [c for c in top.get((proxy, dname, n), []) if K._cfg_key(c) != K._cfg_key(d)]
+                cands = [d] + [c for c in top.get((proxy, dname, n), []) if C._cfg_key(c) != C._cfg_key(d)]
                 res = []
                 for c in cands:
-                    y, launch = K.prepare(op, x, dtype, c)
+                    y, launch = L.prepare(op, x, dtype, c)
                     launch()
                     err = close(y, ref(op, x, dtype), dtype)
                     ms = bench(launch, rep=100)
@@ -402,7 +403,7 @@ def stage_final(outdir: str, nosplit: bool = False):
                 ok = [r for r in res if not r["err"]]
                 best = max(ok, key=lambda r: r["gbs"]) if ok else res[0]
                 dflt = res[0]
-                ms_run = bench(lambda: K.run(op, x, dtype, best["cfg"]), rep=50)
+                ms_run = bench(lambda: L.run(op, x, dtype, best["cfg"]), rep=50)
                 rows.append({"op": op, "dtype": dname, "M": m, "N": n, "default": dflt, "best": best,
                              "all": res, "run_gbs": nbytes / ms_run / 1e6, "torch_gbs": nbytes / tms / 1e6,
                              "copy_gbs": cp[dname]})

@@ -439,6 +439,12 @@ def load_failures() -> tuple[LoadFailure, ...]:
     return registry().failures
 
 
+def loaded_backends() -> Mapping[str, Backend]:
+    """A read-only view of the loaded backends, name -> :class:`Backend` (its card and its hooks,
+    called as dispatch calls them: ``check`` never raises, faults are recorded)."""
+    return registry().backends
+
+
 def faults() -> tuple[Fault, ...]:
     """Every hook that raised in this process, per backend."""
     return tuple(f for b in registry().backends.values() for f in b.faults)

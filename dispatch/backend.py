@@ -11,6 +11,8 @@ from the top-level ``dispatch`` namespace only; ``dispatch._*`` modules are inte
 from __future__ import annotations
 
 from ._opdecl import OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples, spec_of
+from ._keys import device_name
+from ._plugins import Backend, Fault, loaded_backends
 from ._sources import dist_version, source_hash
 from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict, dtype_name
 from .autotune.placeholders import placeholder
@@ -25,11 +27,11 @@ from .reference import example_inputs, expected_output, input_safety, reference_
 from .tolerance import max_errors, mismatch, tolerance
 
 __all__ = [
-    "OpDecl", "TensorArg", "TensorSpec", "declare_op", "declared_ops", "default_examples", "example_inputs",
+    "Backend", "Fault", "loaded_backends", "OpDecl", "TensorArg", "TensorSpec", "declare_op", "declared_ops", "default_examples", "example_inputs",
     "expected_output", "input_safety", "reference_kernel", "spec_of",
     "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
-    "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult",
-    "TuneSettings", "TuneSpace", "UnknownBackendError", "Verdict", "dist_version", "do_bench", "dtype_name",
+    "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult", "TuneSettings",
+    "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",
     "hookimpl", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance",
 ]

@@ -21,8 +21,8 @@ tilelang = pytest.importorskip("tilelang")
 
 from tilelang.autotuner import autotune, set_autotune_inputs  # noqa: E402
 
-from dispatch.autotune.seeding import seed_kwargs, strip_build_keys  # noqa: E402
-from dispatch_tilelang import kernels as K  # noqa: E402
+from dispatch.backend import seed_kwargs, strip_build_keys  # noqa: E402
+from dispatch_tilelang import build as B, configs as C  # noqa: E402
 from dispatch_tilelang import native_tune as NT  # noqa: E402
 
 N = 1024
@@ -32,9 +32,9 @@ OP = "softmax"
 @pytest.fixture
 def family():
     """(program, candidates, default) of the whole-row family for a 64 x 1024 float32 softmax."""
-    space = K.config_space(OP, 64, N, "float32", "cuda")
+    space = C.config_space(OP, 64, N, "float32", "cuda")
     default = space[0]
-    program = K.jit_program(OP, N, "float32", "float32", "cuda", default)
+    program = B.jit_program(OP, N, "float32", "float32", "cuda", default)
     configs = [c for c in space if (c["tile_n"], c["cluster"]) == (default["tile_n"], default["cluster"])][:3]
     assert len(configs) >= 2, space
     return program, configs, default
@@ -51,16 +51,16 @@ def messages(records):
 
 def test_unseeded_call_with_exclusion_fails_to_bind(family, x):
     program, configs, _ = family
-    jit_configs = [strip_build_keys(c, program, K.ALIASES) for c in configs]
-    at = autotune(configs=jit_configs, warmup=1, rep=1, do_not_specialize=list(K.TUNABLES["cuda"]))(program)
+    jit_configs = [strip_build_keys(c, program, C.ALIASES) for c in configs]
+    at = autotune(configs=jit_configs, warmup=1, rep=1, do_not_specialize=list(C.TUNABLES["cuda"]))(program)
     with set_autotune_inputs([x]), pytest.raises(TypeError, match="missing a required argument: 'block_m'"):
         at()
 
 
 def test_seeded_without_exclusion_skips_the_sweep(family, x, tl_log):
     program, configs, default = family
-    seeds = seed_kwargs(program, default, K.TUNABLES["cuda"], K.ALIASES)
-    jit_configs = [strip_build_keys(c, program, K.ALIASES) for c in configs]
+    seeds = seed_kwargs(program, default, C.TUNABLES["cuda"], C.ALIASES)
+    jit_configs = [strip_build_keys(c, program, C.ALIASES) for c in configs]
     at = autotune(configs=jit_configs, warmup=1, rep=1)(program)
     with set_autotune_inputs([x]):
         kernel = at(**seeds)
@@ -71,7 +71,7 @@ def test_seeded_without_exclusion_skips_the_sweep(family, x, tl_log):
 
 def test_tune_native_runs_the_full_sweep_and_returns_a_config_and_a_latency(family, x, tl_log, capsys):
     program, configs, default = family
-    best, latency = NT.tune_native(program, configs, default, K.TUNABLES["cuda"], K.ALIASES, warmup=3, rep=10,
+    best, latency = NT.tune_native(program, configs, default, C.TUNABLES["cuda"], C.ALIASES, warmup=3, rep=10,
                                    inputs=[x], ref_prog=lambda a: torch.softmax(a, -1))
     assert best in configs and isinstance(latency, float) and latency > 0
     assert not any("already provided" in m for m in messages(tl_log))

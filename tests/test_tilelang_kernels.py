@@ -1,4 +1,4 @@
-"""The TileLang kernels (backends/dispatch_tilelang/kernels.py), compiled for real on the C target.
+"""The TileLang kernels (backends/dispatch_tilelang: availability, configs, build), compiled for real on the C target.
 
 Every op on every dtype runs through both kernel families -- the whole row in one tile
 (``tile_n=0``) and the tiled online path (``tile_n=16`` on 37-column rows: three tiles, the last
@@ -25,10 +25,9 @@ import pytest
 import torch
 
 pytest.importorskip("tilelang")
-from dispatch_tilelang import configs as C  # noqa: E402
-from dispatch_tilelang import kernels as K  # noqa: E402
+from dispatch_tilelang import availability as A, build as B, configs as C  # noqa: E402
 
-_ok, _why = K.available("c")
+_ok, _why = A.available("c")
 if not _ok:
     pytest.skip(f"TileLang C target unavailable: {_why}", allow_module_level=True)
 
@@ -67,13 +66,13 @@ def edge_rows(dtype: torch.dtype, m: int = 11, n: int = N, seed: int = 0) -> tor
 
 
 def _build(args):
-    return args, K.build(*args)
+    return args, B.build(*args)
 
 
 @pytest.fixture(scope="module")
 def built():
     """Every (op, dtype, family) kernel plus a widening one, compiled two at a time."""
-    jobs = [(op, 11, N, dt, dt, cfg, "c") for op in K.OPS for dt in DTYPES for cfg in FAMILIES.values()]
+    jobs = [(op, 11, N, dt, dt, cfg, "c") for op in A.OPS for dt in DTYPES for cfg in FAMILIES.values()]
     jobs.append(("softmax", 11, N, "bfloat16", "float32", FAMILIES["tiled"], "c"))
     with ThreadPoolExecutor(max_workers=2) as pool:  # build() serialises tracing; this checks it is thread-safe
         return {tuple(map(str, a)): k for a, k in pool.map(_build, jobs)}
@@ -85,7 +84,7 @@ def kernel(built, op, in_dt, out_dt, family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("op", A.OPS)
 def test_matches_torch_with_edge_rows(built, op, dtype, family):
     k = kernel(built, op, dtype, dtype, family)
     tdt = DTYPES[dtype]
@@ -97,7 +96,7 @@ def test_matches_torch_with_edge_rows(built, op, dtype, family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("op", A.OPS)
 def test_nan_and_inf_positions_exactly_as_torch(built, op, family):
     x = edge_rows(torch.float32)
     y, want = kernel(built, op, "float32", "float32", family)(x), reference(op, x, torch.float32)
@@ -123,8 +122,8 @@ def test_widening_output_dtype_matches_torch_dtype_argument(built):
 def test_empty_inputs_launch_nothing(built):
     k = kernel(built, "logsumexp", "float32", "float32", "one_tile")
     assert k(torch.empty(0, N)).shape == (0,)
-    for op in K.OPS:
-        no_cols = K.build(op, 3, 0, "float32", "float32", K.default_config(op, 3, 0, "float32", "c"), "c")
+    for op in A.OPS:
+        no_cols = B.build(op, 3, 0, "float32", "float32", C.default_config(op, 3, 0, "float32", "c"), "c")
         assert no_cols.kernel is None
         want = reference(op, torch.empty(3, 0), torch.float32)
         torch.testing.assert_close(no_cols(torch.empty(3, 0)), want)
@@ -139,48 +138,48 @@ def test_call_checks_shape_dtype_layout(built):
 
 def test_build_is_cached_in_process(built):
     args = ("softmax", 11, N, "float32", "float32", FAMILIES["one_tile"], "c")
-    assert K.build(*args) is K.build(*args) is kernel(built, "softmax", "float32", "float32", "one_tile")
+    assert B.build(*args) is B.build(*args) is kernel(built, "softmax", "float32", "float32", "one_tile")
     # n_rows is not part of the key: M is dynamic
-    assert K.build("softmax", 10_000, *args[2:]) is K.build(*args)
+    assert B.build("softmax", 10_000, *args[2:]) is B.build(*args)
 
 
 def test_build_rejects_bad_configs_with_reasons():
     with pytest.raises(ValueError, match="tile_n must be"):
-        K.build("softmax", 4, N, "float32", "float32", {"block_m": 1, "tile_n": -2}, "c")
+        B.build("softmax", 4, N, "float32", "float32", {"block_m": 1, "tile_n": -2}, "c")
     with pytest.raises(ValueError, match="unknown config key"):
-        K.build("softmax", 4, N, "float32", "float32", {"block_m": 1, "threads": 128}, "c")
+        B.build("softmax", 4, N, "float32", "float32", {"block_m": 1, "threads": 128}, "c")
     with pytest.raises(ValueError, match="stack tile"):
-        K.build("softmax", 4, 100_000, "float32", "float32", {"block_m": 1, "tile_n": 0}, "c")
+        B.build("softmax", 4, 100_000, "float32", "float32", {"block_m": 1, "tile_n": 0}, "c")
     with pytest.raises(ValueError, match="float64"):
-        K.build("softmax", 4, N, "float64", "float64", {"block_m": 1, "tile_n": 0}, "c")
+        B.build("softmax", 4, N, "float64", "float64", {"block_m": 1, "tile_n": 0}, "c")
 
 
 def test_verdicts_never_raise_and_say_why():
-    assert K.supports("softmax", torch.bfloat16, "c") == (True, "")
-    assert K.supports("log_softmax", "float16", "cuda") == (True, "")
-    ok, why = K.supports("softmax", torch.float64, "c")
+    assert A.supports("softmax", torch.bfloat16, "c") == (True, "")
+    assert A.supports("log_softmax", "float16", "cuda") == (True, "")
+    ok, why = A.supports("softmax", torch.float64, "c")
     assert not ok and "float64" in why
-    ok, why = K.supports("rms_norm", torch.float32, "c")
+    ok, why = A.supports("rms_norm", torch.float32, "c")
     assert not ok and "rms_norm" in why
-    assert K.available("metal")[0] is False
-    ok, why = K.available("c")
+    assert A.available("metal")[0] is False
+    ok, why = A.available("c")
     assert ok and "tilelang" in why
     if not torch.cuda.is_available():
-        assert K.available("cuda") == (False, "no CUDA device visible to torch")
+        assert A.available("cuda") == (False, "no CUDA device visible to torch")
 
 
-@pytest.mark.parametrize("target", K.TARGETS)
+@pytest.mark.parametrize("target", A.TARGETS)
 @pytest.mark.parametrize("n_cols", [1, 37, 100, 1000, 1024, 4096, 16384, 32768, 65536, 262144, 1 << 20])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_config_spaces_are_valid_deterministic_default_first(target, n_cols, dtype):
     n_rows = max(1, (64 << 20) // n_cols)
-    space = K.config_space("softmax", n_rows, n_cols, dtype, target)
-    assert space == K.config_space("softmax", n_rows, n_cols, dtype, target)
-    assert space[0] == K.default_config("softmax", n_rows, n_cols, dtype, target)
+    space = C.config_space("softmax", n_rows, n_cols, dtype, target)
+    assert space == C.config_space("softmax", n_rows, n_cols, dtype, target)
+    assert space[0] == C.default_config("softmax", n_rows, n_cols, dtype, target)
     assert len({tuple(sorted(c.items())) for c in space}) == len(space)
     for cfg in space:
-        assert K.validate_config("softmax", n_cols, dtype, cfg, target) is None, cfg
-        assert set(cfg) == set(K.JIT_PARAMS[target] + K.BUILD_KEYS[target])
+        assert C.validate_config("softmax", n_cols, dtype, cfg, target) is None, cfg
+        assert set(cfg) == set(C.JIT_PARAMS[target] + C.BUILD_KEYS[target])
     if target == "cuda":
         for cfg in space:
             if cfg["tile_n"] == 0:
@@ -198,22 +197,22 @@ def test_config_spaces_are_valid_deterministic_default_first(target, n_cols, dty
 
 
 def test_config_space_prunes_rows_and_groups_into_families():
-    assert all(c["block_m"] <= 2 for c in K.config_space("softmax", 2, 64, "float32", "c"))
-    cuda = K.config_space("softmax", 1 << 16, 16384, "bfloat16", "cuda")
-    fams = K.families(cuda, "cuda")
+    assert all(c["block_m"] <= 2 for c in C.config_space("softmax", 2, 64, "float32", "c"))
+    cuda = C.config_space("softmax", 1 << 16, 16384, "bfloat16", "cuda")
+    fams = C.families(cuda, "cuda")
     assert len(fams) > 1 and sum(map(len, fams.values())) == len(cuda)
     for key, group in fams.items():
-        assert all(K.split_config(c, "cuda")[1] == dict(key) for c in group)
-    assert K.split_config({"block_m": 2, "threads": 256, "tile_n": 0, "cluster": 1}, "cuda") == (
+        assert all(C.split_config(c, "cuda")[1] == dict(key) for c in group)
+    assert C.split_config({"block_m": 2, "threads": 256, "tile_n": 0, "cluster": 1}, "cuda") == (
         {"block_m": 2, "threads": 256}, {"tile_n": 0, "cluster": 1})
 
 
 def test_jit_program_has_required_tunables_only():
     import inspect
 
-    for target in K.TARGETS:
-        sig = K.jit_program("softmax", 64, "float32", "float32", target, {"tile_n": 0}).signature
-        assert tuple(sig.parameters) == K.JIT_PARAMS[target]
+    for target in A.TARGETS:
+        sig = B.jit_program("softmax", 64, "float32", "float32", target, {"tile_n": 0}).signature
+        assert tuple(sig.parameters) == C.JIT_PARAMS[target]
         assert all(p.default is inspect.Parameter.empty for p in sig.parameters.values())
 
 
@@ -226,10 +225,10 @@ def test_cuda_kernels_cross_compile_for_sm90(monkeypatch):
 
     def compile_one(job):
         op, n, dt, cfg = job
-        jit, build = K.split_config(cfg, "cuda")
-        return K.jit_program(op, n, dt, dt, "cuda", build)(**jit).get_kernel_source()
+        jit, build = C.split_config(cfg, "cuda")
+        return B.jit_program(op, n, dt, dt, "cuda", build)(**jit).get_kernel_source()
 
-    row_src, split_src = map(compile_one, jobs)  # one at a time: see kernels._TRACE_LOCK
+    row_src, split_src = map(compile_one, jobs)  # one at a time: see build._TRACE_LOCK
     assert "uint4" in row_src and "AllReduce<tl::MaxOp, 32," in row_src  # one warp per row
     assert "cluster_sync" in split_src and "map_shared_rank" in split_src and "float4" in split_src
 
@@ -240,8 +239,8 @@ def test_second_process_compiles_nothing(tmp_path):
         """
         import time, torch
         t0 = time.perf_counter()
-        from dispatch_tilelang import kernels as K
-        k = K.build("logsumexp", 8, 53, "float32", "float32", {"block_m": 2, "tile_n": 16}, "c")
+        from dispatch_tilelang import build as B
+        k = B.build("logsumexp", 8, 53, "float32", "float32", {"block_m": 2, "tile_n": 16}, "c")
         t1 = time.perf_counter()
         x = torch.randn(5, 53)
         assert torch.allclose(k(x), torch.logsumexp(x, -1), atol=1e-5)

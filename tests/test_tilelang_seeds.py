@@ -44,11 +44,11 @@ from dispatch.autotune.seeding import (  # noqa: E402
     to_config_keys,
 )
 from dispatch.errors import PluginError, TuneError  # noqa: E402
-from dispatch_tilelang import kernels as K  # noqa: E402
+from dispatch_tilelang import availability as A, build as B, configs as C  # noqa: E402
 from dispatch_tilelang import native_tune as NT  # noqa: E402
 
-if not K.available("c")[0]:
-    pytest.skip(f"TileLang C target unavailable: {K.available('c')[1]}", allow_module_level=True)
+if not A.available("c")[0]:
+    pytest.skip(f"TileLang C target unavailable: {A.available('c')[1]}", allow_module_level=True)
 
 N = 48
 ALIASES = {"threads_arg": "threads"}  # JIT parameter name -> config key
@@ -187,10 +187,10 @@ def test_tune_native_seeds_excludes_strips_and_returns_a_config_and_latency(tl_l
 @if_no_gpu
 def test_tune_native_on_a_real_kernel_family():
     group = [{"block_m": 1, "tile_n": 16}, {"block_m": 4, "tile_n": 16}]
-    program = K.jit_program("log_softmax", 37, "float32", "float32", "c", group[0])
+    program = B.jit_program("log_softmax", 37, "float32", "float32", "c", group[0])
     x = torch.randn(9, 37)
-    best, latency = NT.tune_native(program, group, K.default_config("log_softmax", 9, 37, "float32", "c"), K.TUNABLES["c"],
-                                   K.ALIASES, warmup=1, rep=3, inputs=[x], ref_prog=lambda a: torch.log_softmax(a, -1))
+    best, latency = NT.tune_native(program, group, C.default_config("log_softmax", 9, 37, "float32", "c"), C.TUNABLES["c"],
+                                   C.ALIASES, warmup=1, rep=3, inputs=[x], ref_prog=lambda a: torch.log_softmax(a, -1))
     assert best in group and latency > 0
 
 

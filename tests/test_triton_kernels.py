@@ -1,4 +1,4 @@
-"""The Triton kernels (backends/dispatch_triton/kernels.py) under the Triton interpreter.
+"""The Triton kernels (backends/dispatch_triton: jit, configs, launch, autotune) under the Triton interpreter.
 
 Every path is run on small shapes and compared with torch: multi-row and one-pass tiles, the
 streamed (online) path and the split path forced with small blocks so that a row really spans
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 
-import importlib
-
 import pytest
 import torch
 
@@ -21,10 +19,10 @@ if not torch.cuda.is_available():
 
 triton = pytest.importorskip("triton")
 
-from dispatch.autotune.placeholders import placeholder  # noqa: E402
+from dispatch.backend import placeholder  # noqa: E402
 
 try:
-    from dispatch_triton import kernels as K  # noqa: E402
+    from dispatch_triton import autotune as A, configs as C, jit as J, launch as L  # noqa: E402
 except ImportError:  # pragma: no cover - backends/ not installed
     pytest.skip("dispatch_triton is not importable", allow_module_level=True)
 
@@ -33,9 +31,9 @@ if not torch.cuda.is_available():
 
     if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         pytest.skip("no GPU and TRITON_INTERPRET is off", allow_module_level=True)
-    if not isinstance(K._softmax_kernel, InterpretedFunction):
-        # something imported the kernels before TRITON_INTERPRET was set: rebuild them
-        K = importlib.reload(K)
+    if not isinstance(J._softmax_kernel, InterpretedFunction):  # the JIT functions are built on import
+        pytest.fail("dispatch_triton.jit was imported before TRITON_INTERPRET was set; tests/conftest.py sets "
+                    "it first, so set it before anything imports the Triton kernels", pytrace=False)
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on inf - inf inside the interpreter
 
@@ -45,11 +43,11 @@ INF = float("inf")
 NAN = float("nan")
 
 # small-block configs that force each path on small rows
-ROWS_CFG = K._cfg("rows", 64, 4, 1, 2)  # N <= 64, 4 rows per program
-ONEPASS_CFG = K._cfg("onepass", 1024, 1, 1, 4)  # N <= 1024
-ONLINE_CFG = K._cfg("online", 512, 1, 1, 4, 2)  # any N: 512-wide blocks, streamed twice
-SPLIT_CFG = K._cfg("split", 512, 1, 1, 4)  # a row over cdiv(N, 512) programs, chunks in registers
-SPLIT_ONLINE_CFG = K._cfg("split_online", 256, 1, 3, 2, 2)  # a row over 3 programs, each streaming
+ROWS_CFG = C._cfg("rows", 64, 4, 1, 2)  # N <= 64, 4 rows per program
+ONEPASS_CFG = C._cfg("onepass", 1024, 1, 1, 4)  # N <= 1024
+ONLINE_CFG = C._cfg("online", 512, 1, 1, 4, 2)  # any N: 512-wide blocks, streamed twice
+SPLIT_CFG = C._cfg("split", 512, 1, 1, 4)  # a row over cdiv(N, 512) programs, chunks in registers
+SPLIT_ONLINE_CFG = C._cfg("split_online", 256, 1, 3, 2, 2)  # a row over 3 programs, each streaming
 LONG_CFGS = [ONLINE_CFG, SPLIT_CFG, SPLIT_ONLINE_CFG]
 
 
@@ -72,7 +70,7 @@ def reference(op, x, out_dtype, mask=None):
 
 
 def check(op, x, out_dtype, config, mask=None):
-    y = K.run(op, x, out_dtype, config, mask=mask)
+    y = L.run(op, x, out_dtype, config, mask=mask)
     ref = reference(op, x, out_dtype, mask)
     assert y.dtype == out_dtype and y.shape == ref.shape
     atol, rtol = tol(out_dtype)
@@ -88,7 +86,7 @@ def randn(m, n, dtype, scale=3.0, seed=0):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("op", C.OPS)
 @pytest.mark.parametrize("dtype,out_dtypes", [(F32, (F32, BF16)), (F16, (F16, F32, BF16)), (BF16, (BF16, F32, F16))])
 def test_short_rows_every_dtype_and_cast(op, dtype, out_dtypes):
     x = randn(7, 50, dtype)  # 2 programs of 4 rows, the last one partly empty
@@ -96,7 +94,7 @@ def test_short_rows_every_dtype_and_cast(op, dtype, out_dtypes):
         check(op, x, od, ROWS_CFG)
 
 
-@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("op", C.OPS)
 @pytest.mark.parametrize("config", [ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_paths(op, config, dtype):
@@ -107,7 +105,7 @@ def test_paths(op, config, dtype):
         check(op, x, F32, config)
 
 
-@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("op", C.OPS)
 def test_long_path_fp16_cast(op):
     x = randn(3, 1500, F16, seed=2)
     check(op, x, F32, SPLIT_CFG)
@@ -116,12 +114,12 @@ def test_long_path_fp16_cast(op):
 
 def test_long_path_really_spans_chunks():
     # the long configs must split these rows: several blocks, several programs per row
-    assert K._n_split(K._PATH_CODE["split"], 3000, 512, 1) == 6
-    assert K._n_split(K._PATH_CODE["split_online"], 3000, 256, 3) == 3
-    assert K._n_split(K._PATH_CODE["online"], 3000, 512, 1) == 1
+    assert C._n_split(C._PATH_CODE["split"], 3000, 512, 1) == 6
+    assert C._n_split(C._PATH_CODE["split_online"], 3000, 256, 3) == 3
+    assert C._n_split(C._PATH_CODE["online"], 3000, 512, 1) == 1
 
 
-@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("op", C.OPS)
 @pytest.mark.parametrize("config", [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
 def test_strided_rows_are_not_copied(op, config):
     n = 40 if config is ROWS_CFG else 700
@@ -132,15 +130,15 @@ def test_strided_rows_are_not_copied(op, config):
     check(op, x, F32, config)
 
 
-@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("op", C.OPS)
 def test_empty(op):
     for shape in [(0, 5), (0, 0), (3, 0)]:
         x = torch.empty(shape, dtype=BF16, device=DEV)
-        y = K.run(op, x, F32, K.default_config(op, *shape, BF16))
+        y = L.run(op, x, F32, C.default_config(op, *shape, BF16))
         ref = reference(op, x, F32)
         assert y.shape == ref.shape and y.dtype == F32
         torch.testing.assert_close(y.cpu(), ref)
-    assert torch.equal(K.run("logsumexp", torch.empty(2, 0, device=DEV), F32, ROWS_CFG).cpu(),
+    assert torch.equal(L.run("logsumexp", torch.empty(2, 0, device=DEV), F32, ROWS_CFG).cpu(),
                        torch.tensor([-INF, -INF]))
 
 
@@ -160,7 +158,7 @@ def special_rows(n):
     return torch.tensor(rows)
 
 
-@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("op", C.OPS)
 @pytest.mark.parametrize("config", [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
 def test_inf_and_nan_rows_match_torch(op, config):
     n = 64 if config is ROWS_CFG else (1000 if config is ONEPASS_CFG else 1100)
@@ -201,32 +199,30 @@ def test_mask_with_row_stride():
 def test_refusals():
     x = randn(2, 8, F32)
     with pytest.raises(TypeError):
-        K.run("softmax", x.double(), torch.float64, ROWS_CFG)
+        L.run("softmax", x.double(), torch.float64, ROWS_CFG)
     with pytest.raises(TypeError):
-        K.run("softmax", x, torch.float64, ROWS_CFG)
+        L.run("softmax", x, torch.float64, ROWS_CFG)
     with pytest.raises(ValueError):
-        K.run("softmax", randn(8, 4, F32).t(), F32, ROWS_CFG)  # stride(1) != 1
+        L.run("softmax", randn(8, 4, F32).t(), F32, ROWS_CFG)  # stride(1) != 1
     with pytest.raises(ValueError):
-        K.run("softmax", x, F32, ROWS_CFG, mask=torch.ones(2, 9, dtype=torch.bool, device=DEV))
+        L.run("softmax", x, F32, ROWS_CFG, mask=torch.ones(2, 9, dtype=torch.bool, device=DEV))
     with pytest.raises(ValueError):
-        K.run("softmax", randn(2, 100, F32), F32, ROWS_CFG)  # whole-row tile narrower than the row
+        L.run("softmax", randn(2, 100, F32), F32, ROWS_CFG)  # whole-row tile narrower than the row
     with pytest.raises(ValueError):
-        K.run("cumsum", x, F32, ROWS_CFG)
+        L.run("cumsum", x, F32, ROWS_CFG)
 
 
 def test_split_counters_reset_after_each_launch():
     x = randn(5, 3000, F32, seed=8)
-    K.run("logsumexp", x, F32, K._cfg("split_online", 256, 1, 4, 2, 2))  # last-arriver combine
-    K.run("softmax", x, F32, SPLIT_CFG)
-    for buf in K._SYNC.values():
+    L.run("logsumexp", x, F32, C._cfg("split_online", 256, 1, 4, 2, 2))  # last-arriver combine
+    L.run("softmax", x, F32, SPLIT_CFG)
+    for buf in L._SYNC.values():
         assert int(buf.abs().sum()) == 0
 
 
 def test_launcher_counts_every_split_launch_and_prepare_relaunches_in_place():
-    from dispatch_triton import launch as L
-
     x = randn(3, 1100, F32, seed=12)  # split configs: 3 programs per row
-    launcher = K.Launcher("softmax", 3, 1100, F32, None, x.stride(0), x.device, SPLIT_CFG)
+    launcher = L.Launcher("softmax", 3, 1100, F32, None, x.stride(0), x.device, SPLIT_CFG)
     assert launcher.out_dtype == F32 and launcher.out_shape == (3, 1100)
     y1 = launcher.run(x)
     entry = L._SLOTS[L._stream_key(x.device)]
@@ -236,7 +232,7 @@ def test_launcher_counts_every_split_launch_and_prepare_relaunches_in_place():
     assert y1.data_ptr() != y2.data_ptr()
     torch.testing.assert_close(y2.cpu(), reference("softmax", x, F32), atol=2e-5, rtol=1e-5)
     for cfg, op in ((ONLINE_CFG, "log_softmax"), (SPLIT_CFG, "log_softmax"), (SPLIT_ONLINE_CFG, "logsumexp")):
-        out, launch = K.prepare(op, x, F32, cfg)
+        out, launch = L.prepare(op, x, F32, cfg)
         ptr = out.data_ptr()
         for _ in range(2):
             out.fill_(NAN)
@@ -244,9 +240,9 @@ def test_launcher_counts_every_split_launch_and_prepare_relaunches_in_place():
             assert out.data_ptr() == ptr
             torch.testing.assert_close(out.cpu(), reference(op, x, F32), atol=2e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="out_shape"):
-        K.Launcher("softmax", 2, 8, F32, F32, 8, DEV, ROWS_CFG, out_shape=(3, 8))
+        L.Launcher("softmax", 2, 8, F32, F32, 8, DEV, ROWS_CFG, out_shape=(3, 8))
     with pytest.raises(TypeError):
-        K.Launcher("softmax", 2, 8, torch.float64, None, 8, DEV, ROWS_CFG)
+        L.Launcher("softmax", 2, 8, torch.float64, None, 8, DEV, ROWS_CFG)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,34 +253,34 @@ SHAPES = [(1, 1), (4, 7), (4096, 256), (64, 1000), (8, 4096), (8, 16384), (8, 32
           (1, 1 << 22), (1, 1 << 26)]
 
 
-@pytest.mark.parametrize("op", K.OPS)
+@pytest.mark.parametrize("op", C.OPS)
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_config_space_and_default(op, dtype):
     for m, n in SHAPES:
-        space = K.config_space(op, m, n, dtype)
+        space = C.config_space(op, m, n, dtype)
         assert space, (op, m, n)
-        assert space == K.config_space(op, m, n, dtype)  # deterministic
-        keys = [K._cfg_key(c) for c in space]
+        assert space == C.config_space(op, m, n, dtype)  # deterministic
+        keys = [C._cfg_key(c) for c in space]
         assert len(set(keys)) == len(keys)
         for c in space:
             assert set(c) == {"path", "BLOCK_N", "ROWS", "SPLIT", "num_warps", "num_stages"}
             assert all(type(v) in (int, str) for v in c.values())
-            code, ns = K._validate(c, n, torch.device("cpu"), op)
+            code, ns = L._validate(c, n, torch.device("cpu"), op)
             if code == 0:
                 assert c["BLOCK_N"] >= n
             assert 1 <= c["num_warps"] <= 32
-        assert K.default_config(op, m, n, dtype) in space
+        assert C.default_config(op, m, n, dtype) in space
         # the bucket, not the exact length, decides the candidates (the autotune key is the bucket)
-        assert K.config_space(op, m, K._np2(n) // 2 + 1, dtype) == space or n <= 2
+        assert C.config_space(op, m, C._np2(n) // 2 + 1, dtype) == space or n <= 2
 
 
 def test_config_space_prunes_by_shape():
-    paths = lambda n: {c["path"] for c in K.config_space("softmax", 64, n, BF16)}  # noqa: E731
+    paths = lambda n: {c["path"] for c in C.config_space("softmax", 64, n, BF16)}  # noqa: E731
     assert paths(256) == {"rows"}
     assert "split" not in paths(4096) and "online" not in paths(4096)
     assert "split" in paths(262144) and not paths(262144) & {"rows", "onepass"}
     assert "split_online" in paths(1 << 26)  # beyond what split can hold: no hard cap on N
-    assert "split" not in {c["path"] for c in K.config_space("logsumexp", 64, 262144, BF16)}
+    assert "split" not in {c["path"] for c in C.config_space("logsumexp", 64, 262144, BF16)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,23 +301,23 @@ def cpu_do_bench(fn, quantiles=None, **_):
 
 @pytest.fixture
 def tuner():
-    kernel = K.autotuned("softmax", do_bench=cpu_do_bench)
+    kernel = A.autotuned("softmax", do_bench=cpu_do_bench)
     kernel.cache.clear()
     yield kernel
     kernel.cache.clear()
 
 
 def test_autotuner_key_is_the_bucket_only():
-    kernel = K.autotuned("softmax", do_bench=cpu_do_bench)
+    kernel = A.autotuned("softmax", do_bench=cpu_do_bench)
     assert kernel.keys == ["N_BUCKET"]
-    assert K.autotuned("softmax", do_bench=cpu_do_bench) is kernel  # cached per op
-    assert K.autotuned("log_softmax", do_bench=cpu_do_bench) is not kernel
+    assert A.autotuned("softmax", do_bench=cpu_do_bench) is kernel  # cached per op
+    assert A.autotuned("log_softmax", do_bench=cpu_do_bench) is not kernel
     assert len(kernel.configs) > 1
 
 
 def _launch(kernel, x, mask_arg, has_mask):
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return K.launch_autotuned(kernel, "softmax", x, out, mask_arg, has_mask)
+    return A.launch_autotuned(kernel, "softmax", x, out, mask_arg, has_mask)
 
 
 def test_autotune_cache_mask_present_vs_absent(tuner):
@@ -357,21 +353,21 @@ def test_autotune_same_bucket_same_entry(tuner):
 def test_autotuned_result_is_correct(tuner):
     x = randn(6, 40, BF16, seed=9)
     keep = torch.rand(6, 40, generator=torch.Generator().manual_seed(1)) > 0.2
-    y = K.run_autotuned("softmax", x, F32, do_bench=cpu_do_bench)
+    y = A.run_autotuned("softmax", x, F32, do_bench=cpu_do_bench)
     torch.testing.assert_close(y.cpu(), reference("softmax", x, F32), atol=2e-5, rtol=1e-5)
-    y = K.run_autotuned("softmax", x, BF16, mask=keep.to(DEV), do_bench=cpu_do_bench)
+    y = A.run_autotuned("softmax", x, BF16, mask=keep.to(DEV), do_bench=cpu_do_bench)
     torch.testing.assert_close(y.cpu().float(), reference("softmax", x, BF16, keep).float(), atol=2e-2, rtol=1.6e-2)
     assert len(tuner.cache) == 2  # out dtype fp32, then bf16: Triton keys on every tensor's dtype
-    best = K.config_from_triton(tuner.cache[next(iter(tuner.cache))])
-    assert best in K.config_space("softmax", 6, 40, BF16)
+    best = A.config_from_triton(tuner.cache[next(iter(tuner.cache))])
+    assert best in C.config_space("softmax", 6, 40, BF16)
 
 
 @pytest.mark.parametrize("op", ["log_softmax", "logsumexp"])
 def test_autotuned_long_rows(op):
     x = randn(3, 20000, F32, seed=10)  # bucket 32768: onepass and split candidates
-    kernel = K.autotuned(op, do_bench=cpu_do_bench)
+    kernel = A.autotuned(op, do_bench=cpu_do_bench)
     kernel.cache.clear()
-    y = K.run_autotuned(op, x, F32, do_bench=cpu_do_bench)
+    y = A.run_autotuned(op, x, F32, do_bench=cpu_do_bench)
     torch.testing.assert_close(y.cpu(), reference(op, x, F32), atol=2e-5, rtol=1e-5)
     kernel.cache.clear()
 
@@ -379,8 +375,8 @@ def test_autotuned_long_rows(op):
 def test_tuned_symbol_at_call_time_is_an_error(tuner):
     x = randn(4, 40, F32)
     out = torch.empty_like(x)
-    args = (x, out, placeholder(x, torch.int8), placeholder(x, F32), K._sync_buffer(x.device, 0),
-            K._slot_buffer(x.device, 4), 4, 40, x.stride(0), 40, 0, 64)
+    args = (x, out, placeholder(x, torch.int8), placeholder(x, F32), L._sync_buffer(x.device, 0),
+            L._slot_buffer(x.device, 4), 4, 40, x.stride(0), 40, 0, 64)
     with pytest.raises(Exception, match="Conflicting meta-parameters|BLOCK_N"):
         tuner[(1,)](*args, OP=0, HAS_MASK=False, PHASE=0, BLOCK_N=64)
 
@@ -389,4 +385,4 @@ def test_split_pipe_is_refused_for_logsumexp():
     # it writes whole rows: run as logsumexp it would write M*N values into an M-long output
     x = torch.randn(3, 600, device=DEV)
     with pytest.raises(ValueError, match="'split_pipe' writes whole rows.*for logsumexp use"):
-        K.run("logsumexp", x, torch.float32, K._cfg("split_pipe", 256, 1, 1, 2))
+        L.run("logsumexp", x, torch.float32, C._cfg("split_pipe", 256, 1, 1, 2))

@@ -11,24 +11,21 @@ from __future__ import annotations
 import torch
 
 import dispatch
-from dispatch import BackendInfo, CallSpec, Verdict, hookimpl
-from dispatch._sources import dist_version, source_hash
-from dispatch._spec import dtype_name
-from dispatch.autotune import Config, Failure, Timing, TuneResult, TuneSpace, measure, pick_winner
-from dispatch.errors import TuneError
+from dispatch.backend import (BackendInfo, CallSpec, Config, Failure, TuneError, TuneResult, TuneSpace, Verdict,
+                              dist_version, dtype_name, hookimpl, measure, pick_winner, source_hash)
 
 NAME = "tilelang"
 OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
-#: TileLang versions this backend is tested with (0.1.11/0.1.12 bind signatures before configs:
-#: the seeding in native_tune makes them tune too).
-SUPPORTED = ">=0.1.11,<0.2"
+# The TileLang versions served are the ``tilelang`` extra's range in pyproject.toml (0.1.11/0.1.12
+# bind signatures before configs: the seeding in native_tune makes them tune too).
+
 #: On the GPU, TileLang's tuner compiles every candidate (nvcc, ~3 s each on an H200 host, one
 #: module per kernel family): the tune space is the default config's family only, at most this
 #: many of it. The spaces are ordered best-first by H200 measurements
 #: (benchmarks/results/tilelang_kernels_h200.md), where tuning within a family gained <= 2%.
 MAX_CUDA_CANDIDATES = 2
 
-_KERNEL_MODULES = ("dispatch_tilelang.kernels", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
+_KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
                    "dispatch_tilelang.configs", "dispatch_tilelang._numerics")
 
 
@@ -73,14 +70,14 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     target = _target(spec)
     if target is None:
         return Verdict.no(f"device {spec.device}: TileLang kernels run on CUDA devices and on the CPU (C target)")
-    from . import kernels
+    from .availability import available, supports
 
     _quiet_compiler_logs()
-    ok, why = kernels.available(target)
+    ok, why = available(target)
     if not ok:
         return Verdict.no(why)
     for what, dtype in (("input", spec.dtype), ("output", spec.out_dtype)):
-        ok, why = kernels.supports(op, dtype, target)
+        ok, why = supports(op, dtype, target)
         if not ok:
             return Verdict.no(f"{what} dtype {dtype_name(dtype)}: {why}")
     if spec.out_dtype.itemsize < spec.dtype.itemsize:
@@ -95,36 +92,36 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
 
 
 def _space(op: str, spec: CallSpec) -> tuple[list[dict], dict]:
-    from . import kernels
+    from .configs import config_space, default_config, families
 
     target, n = _target(spec), spec.shape[-1]
-    configs = kernels.config_space(op, spec.rows, n, spec.dtype, target)
-    default = kernels.default_config(op, spec.rows, n, spec.dtype, target)
+    configs = config_space(op, spec.rows, n, spec.dtype, target)
+    default = default_config(op, spec.rows, n, spec.dtype, target)
     if target == "cuda":  # the default's family (it comes first), one compile for all
-        configs = next(iter(kernels.families(configs, target).values()))[:MAX_CUDA_CANDIDATES]
+        configs = next(iter(families(configs, target).values()))[:MAX_CUDA_CANDIDATES]
     return configs, default
 
 
 @hookimpl
 def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
-    from . import kernels
+    from .configs import ALIASES, BUILD_KEYS, TUNABLES
 
     target = _target(spec)
     configs, default = _space(op, spec)
-    return TuneSpace(configs=configs, default=default, tunables=kernels.TUNABLES[target],
-                     aliases=kernels.ALIASES, build_keys=kernels.BUILD_KEYS[target])
+    return TuneSpace(configs=configs, default=default, tunables=TUNABLES[target], aliases=ALIASES,
+                     build_keys=BUILD_KEYS[target])
 
 
 @hookimpl
 def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     """The kernel of one resolved call: ``run(x)`` for every ``x`` of exactly ``spec``, through the
     compiled kernel's tvm-ffi executable once a first call has checked it (see :mod:`.direct`)."""
-    from . import kernels
+    from .build import build
     from .direct import call_path
 
     target, n, m = _target(spec), spec.shape[-1], spec.rows
     cfg = config.as_dict() if config else _space(op, spec)[1]
-    compiled = kernels.build(op, m, n, spec.dtype, spec.out_dtype, cfg, target)
+    compiled = build(op, m, n, spec.dtype, spec.out_dtype, cfg, target)
     return call_path(compiled, m, n, spec.out_shape, spec.ndim == 2)
 
 
@@ -135,7 +132,8 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     target = _target(spec)
     if target != "cuda":
         return None
-    from . import kernels
+    from .build import adopt, jit_program, kernel_inputs
+    from .configs import families
     from .native_tune import tune_native
 
     (x,) = example
@@ -150,17 +148,17 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
         return reference(a.float(), -1).to(out_dtype)
 
     timings, failures = [], []
-    for build_keys, family in kernels.families([c.as_dict() for c in space.configs], target).items():
-        program = kernels.jit_program(op, n, spec.dtype, out_dtype, target, dict(build_keys))
+    for build_keys, family in families([c.as_dict() for c in space.configs], target).items():
+        program = jit_program(op, n, spec.dtype, out_dtype, target, dict(build_keys))
         default = space.default.as_dict() if space.default.as_dict() in family else family[0]
         try:
             best, _, tuned = tune_native(program, family, default, space.tunables, space.aliases, settings.warmup,
-                                         settings.rep, inputs=kernels.kernel_inputs(x2, target), ref_prog=ref_prog,
+                                         settings.rep, inputs=kernel_inputs(x2, target), ref_prog=ref_prog,
                                          return_kernel=True)
         except Exception as exc:  # a family that can't be tuned is reported, never compared
             failures += [Failure(Config.of(c), f"{type(exc).__name__}: {exc}") for c in family]
             continue
-        kernels.adopt(op, n, spec.dtype, out_dtype, best, target, tuned)  # no second compile of the winner
+        adopt(op, n, spec.dtype, out_dtype, best, target, tuned)  # no second compile of the winner
         config = Config.of(best)
         kernel = dispatch_kernel(op, spec, config)
         timings.append(measure(lambda: kernel(x), spec.device, settings, config))

@@ -5,13 +5,23 @@ parameters; ``tile_n`` and ``cluster`` are build-time keys that pick the kernel 
 ``cuda_kernels``). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
 key (see ``cpu_kernels``). Every list is in a deterministic order, and every config in it is
 one ``cuda_kernels.check_launch`` / ``check_cpu_config`` accepts.
+
+Lookup (checked arguments, any target): ``config_space`` / ``default_config`` (plain dicts, the
+default first), ``split_config`` / ``families`` (build-time keys apart from JIT parameters) and
+``validate_config``. The names the autotune protocol takes: ``JIT_PARAMS`` (tunable JIT parameters
+per target), ``BUILD_KEYS`` (config keys that pick a kernel family and never reach TileLang),
+``TUNABLES`` and ``ALIASES``. The JIT programs' tunables are *required* parameters, so an
+autotuner must seed them (see ``native_tune``).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from typing import Any
 
 from . import cuda_kernels
+from .availability import _check_op, _check_target, dtype_name
 
 DTYPE_BYTES = cuda_kernels.DTYPE_BYTES
 
@@ -24,6 +34,15 @@ ROW_FAMILY_MAX_COLS = 1024 * MAX_ELEMS_PER_THREAD
 CPU_MAX_TILE_ELEMS = 32768
 CPU_ROW_FAMILY_MAX_COLS = 8192
 CPU_TILE_CHOICES = (512, 2048)
+
+#: Tunable JIT parameters of every program ``build.jit_program`` returns, per target (required, no defaults).
+JIT_PARAMS: dict[str, tuple[str, ...]] = {"cuda": ("block_m", "threads"), "c": ("block_m",)}
+#: Config keys that choose the kernel family at build time; stripped before TileLang sees a config.
+BUILD_KEYS: dict[str, tuple[str, ...]] = {"cuda": ("tile_n", "cluster"), "c": ("tile_n",)}
+#: Config keys an autotuner varies within one family.
+TUNABLES: dict[str, tuple[str, ...]] = JIT_PARAMS
+#: JIT parameter name -> config key, where they differ (here they never do).
+ALIASES: dict[str, str] = {}
 
 
 def _pow2_ceil(n: int) -> int:
@@ -179,3 +198,60 @@ def cpu_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:
     if n_cols <= CPU_ROW_FAMILY_MAX_COLS:
         return {"block_m": 1, "tile_n": 0}
     return {"block_m": 1, "tile_n": CPU_TILE_CHOICES[-1]}
+
+
+# -------------------------------------------------------------------------------- lookup
+
+
+def config_space(op: str, n_rows: int, n_cols: int, dtype: Any, target: str) -> list[dict]:
+    """Candidate configs for ``op`` on ``(n_rows, n_cols)`` inputs of ``dtype``: the default first, deterministic order."""
+    _check_op(op)
+    _check_target(target)
+    lookup = cuda_config_space if target == "cuda" else cpu_config_space
+    return lookup(op, n_rows, max(1, n_cols), dtype_name(dtype))
+
+
+def default_config(op: str, n_rows: int, n_cols: int, dtype: Any, target: str) -> dict:
+    """The config to use untuned (the first entry of ``config_space``)."""
+    _check_op(op)
+    _check_target(target)
+    lookup = cuda_default_config if target == "cuda" else cpu_default_config
+    return lookup(op, n_rows, max(1, n_cols), dtype_name(dtype))
+
+
+def split_config(config: Mapping[str, Any], target: str) -> tuple[dict, dict]:
+    """``(jit_kwargs, build_keys)``: what the JIT program takes, and what picks the program (defaults filled in)."""
+    _check_target(target)
+    config = dict(config)
+    build = {"tile_n": int(config.pop("tile_n", 0))}
+    if target == "cuda":
+        build["cluster"] = int(config.pop("cluster", 1))
+    unknown = set(config) - set(JIT_PARAMS[target])
+    if unknown:
+        raise ValueError(f"unknown config key(s) {sorted(unknown)} for target {target!r}; expected {JIT_PARAMS[target] + BUILD_KEYS[target]}")
+    return config, build
+
+
+def families(configs: list[Mapping[str, Any]], target: str) -> dict[tuple, list[dict]]:
+    """Group configs by their build-time keys: each group is one JIT program, tuned on its own."""
+    groups: dict[tuple, list[dict]] = {}
+    for cfg in configs:
+        _, build_keys = split_config(cfg, target)
+        groups.setdefault(tuple(sorted(build_keys.items())), []).append(dict(cfg))
+    return groups
+
+
+def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, Any], target: str) -> str | None:
+    """Why ``config`` cannot build for this call, or None."""
+    try:
+        jit_kwargs, build = split_config(config, target)
+    except ValueError as exc:
+        return str(exc)
+    missing = [k for k in JIT_PARAMS[target] if k not in jit_kwargs]
+    if missing:
+        return f"config {dict(config)!r} lacks {missing}"
+    if target == "c":
+        return check_cpu_config(n_cols, {**jit_kwargs, **build})
+    if build["cluster"] > 1 and not cuda_supports_clusters():
+        return "thread-block clusters (cluster > 1) need an sm_90+ GPU"
+    return cuda_kernels.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"], jit_kwargs["block_m"], jit_kwargs["threads"])

@@ -120,6 +120,6 @@ class CallPath:
 
 
 def call_path(compiled, m: int, n: int, out_shape: tuple[int, ...], input_is_2d: bool):
-    """``run(x)`` for ``compiled`` (a :class:`~dispatch_tilelang.kernels.CompiledKernel`) on inputs
+    """``run(x)`` for ``compiled`` (a :class:`~dispatch_tilelang.build.CompiledKernel`) on inputs
     of ``m`` rows of ``n`` (contiguous); ``run.path`` is the :class:`CallPath`."""
     return CallPath(compiled, m, n, out_shape, input_is_2d).run

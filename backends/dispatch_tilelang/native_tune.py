@@ -34,8 +34,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from dispatch.autotune.seeding import seed_kwargs, split_build_keys, to_config_keys
-from dispatch.errors import TuneError
+from dispatch.backend import TuneError, seed_kwargs, split_build_keys, to_config_keys
 
 logger = logging.getLogger(__name__)
 

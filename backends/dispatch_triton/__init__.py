@@ -2,7 +2,9 @@
 
 Runs on CUDA devices, and on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``, set
 before triton is imported). Kernels are tuned through dispatch's protocol: the tune space comes
-from :mod:`dispatch_triton.kernels`; on the GPU Triton's own autotuner does the sweep.
+from :mod:`dispatch_triton.configs`; on the GPU Triton's own autotuner does the sweep
+(:mod:`dispatch_triton.autotune`). The kernel itself is in :mod:`dispatch_triton.jit`, its launches
+in :mod:`dispatch_triton.launch`.
 """
 
 from __future__ import annotations
@@ -13,16 +15,15 @@ import os
 import torch
 
 import dispatch
-from dispatch import BackendInfo, CallSpec, Verdict, hookimpl
-from dispatch._sources import dist_version, source_hash
-from dispatch.autotune import Config, Timing, TuneResult, TuneSpace, do_bench, measure
+from dispatch.backend import (BackendInfo, CallSpec, Config, Timing, TuneResult, TuneSpace, Verdict, dist_version,
+                              do_bench, hookimpl, measure, source_hash)
 
 NAME = "triton"
 OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
 SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-_KERNEL_MODULES = ("dispatch_triton.kernels", "dispatch_triton.jit", "dispatch_triton.configs",
-                   "dispatch_triton.launch", "dispatch_triton.autotune")
+_KERNEL_MODULES = ("dispatch_triton.jit", "dispatch_triton.configs", "dispatch_triton.launch",
+                   "dispatch_triton.autotune")
 
 
 def _interpreting() -> bool:
@@ -92,11 +93,11 @@ def _rows(spec: CallSpec) -> tuple[int, int]:
 
 @hookimpl
 def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
-    from . import kernels
+    from .configs import config_space, default_config
 
     m, n = _rows(spec)
-    configs = kernels.config_space(op, m, n, spec.dtype)
-    default = kernels.default_config(op, m, n, spec.dtype)
+    configs = config_space(op, m, n, spec.dtype)
+    default = default_config(op, m, n, spec.dtype)
     return TuneSpace(configs=configs, default=default, tunables=tuple(default))
 
 
@@ -109,11 +110,12 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     its final shape and launches. ``x`` itself is handed to the kernel: its leading dims
     collapse to rows at the spec's row stride (``dispatch_check`` made sure), so no view is taken.
     """
-    from . import kernels
+    from .configs import default_config
+    from .launch import Launcher
 
     m, n = _rows(spec)
-    cfg = dict(config.as_dict()) if config else kernels.default_config(op, m, n, spec.dtype)
-    return kernels.Launcher(op, m, n, spec.dtype, spec.out_dtype, rows_view_stride(spec), spec.device, cfg,
+    cfg = dict(config.as_dict()) if config else default_config(op, m, n, spec.dtype)
+    return Launcher(op, m, n, spec.dtype, spec.out_dtype, rows_view_stride(spec), spec.device, cfg,
                             out_shape=spec.out_shape).run
 
 
@@ -134,16 +136,16 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     absent optional tensors get dtype-matched placeholders). Under the interpreter: dispatch's sweep."""
     if spec.device.type != "cuda":
         return None
-    from . import kernels
+    from .autotune import autotuned, config_from_triton, run_autotuned
 
     m, n = _rows(spec)
     (x,) = example
     bench = _bench(settings)
     x2 = x.as_strided((m, n), (rows_view_stride(spec), 1))
-    kernels.run_autotuned(op, x2, spec.out_dtype, do_bench=bench)
-    tuner = kernels.autotuned(op, bench)
-    best = Config.of(kernels.config_from_triton(tuner.best_config))
-    timings = tuple(Timing(Config.of(kernels.config_from_triton(c)), float(t[0] if isinstance(t, (list, tuple)) else t)
+    run_autotuned(op, x2, spec.out_dtype, do_bench=bench)
+    tuner = autotuned(op, bench)
+    best = Config.of(config_from_triton(tuner.best_config))
+    timings = tuple(Timing(Config.of(config_from_triton(c)), float(t[0] if isinstance(t, (list, tuple)) else t)
                            * 1e3) for c, t in (getattr(tuner, "configs_timings", None) or {}).items())
     kernel = dispatch_kernel(op, spec, best)
     measured = measure(lambda: kernel(x), spec.device, settings, best)  # the winner, timed by the protocol

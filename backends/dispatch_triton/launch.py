@@ -8,20 +8,11 @@ import threading
 
 import torch
 
+from dispatch.backend import placeholder  # cache-key-stable stand-ins for absent optional tensors
+
 from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
 from .direct import DirectLaunch
 from .jit import _ROW_OFF, _interpreting, _softmax_kernel
-
-try:  # the one dispatch import: cache-key-stable stand-ins for absent optional tensors
-    from dispatch.autotune.placeholders import placeholder
-except Exception:  # pragma: no cover - dispatch not importable (standalone use)
-    _PH: dict = {}
-
-    def placeholder(like, dtype, shape=(1,)):
-        key = (like.device, dtype, tuple(shape))
-        if key not in _PH:
-            _PH[key] = torch.zeros(shape, dtype=dtype, device=like.device)
-        return _PH[key]
 
 
 _IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -23,8 +23,8 @@ from attrs import field, frozen
 from attrs.validators import in_
 
 import dispatch
-from dispatch import _plugins
-from dispatch.backend import EMPTY, CallSpec, Config, expected_output, input_safety, mismatch, reference_kernel
+from dispatch.backend import (EMPTY, Backend, CallSpec, Config, expected_output, input_safety, loaded_backends,
+                              mismatch, reference_kernel)
 
 from .cases import Case, default_cases
 
@@ -174,7 +174,7 @@ def run_case(backend: str, case: Case, *, device: torch.device | str | None = No
     return CaseResult(case, PASS, "; ".join([verdict.reason, *notes]), tried)
 
 
-def _check_forward(backend: _plugins.Backend, case: Case, spec: CallSpec, config: Config, tensors: tuple,
+def _check_forward(backend: Backend, case: Case, spec: CallSpec, config: Config, tensors: tuple,
                    expected: torch.Tensor) -> tuple[str | None, str | None]:
     """``(why it fails, None)`` or ``(None, a note for the report or None)``."""
     before = tuple(None if t is None else t.detach().clone() for t in tensors)
@@ -212,7 +212,7 @@ def _exact(spec: CallSpec, tensors: tuple, dtype: torch.dtype) -> torch.Tensor |
     return expected_output(spec, tuple(None if t is None else t.detach() for t in tensors))
 
 
-def _check_backward(backend: _plugins.Backend, case: Case, spec: CallSpec, tensors: tuple) -> str | None:
+def _check_backward(backend: Backend, case: Case, spec: CallSpec, tensors: tuple) -> str | None:
     try:
         backward = backend.backward(case.op, spec)
     except KeyboardInterrupt:
@@ -251,14 +251,14 @@ def _check_backward(backend: _plugins.Backend, case: Case, spec: CallSpec, tenso
     return None
 
 
-def _ops_of(backend: _plugins.Backend) -> tuple[str, ...]:
+def _ops_of(backend: Backend) -> tuple[str, ...]:
     """The declared ops a backend implements (the reference: every one)."""
     declared = tuple(dispatch.declared_ops())
     return declared if backend.info.reference else tuple(op for op in declared if op in backend.info.ops)
 
 
-def _backend(name: str) -> _plugins.Backend:
-    loaded = _plugins.registry().backends.get(name)
+def _backend(name: str) -> Backend:
+    loaded = loaded_backends().get(name)
     if loaded is None:
         failures = "; ".join(f"{f.name}: {f.error}" for f in dispatch.load_failures()) or "none"
         raise dispatch.UnknownBackendError(
@@ -268,8 +268,8 @@ def _backend(name: str) -> _plugins.Backend:
     return loaded
 
 
-def _reference() -> _plugins.Backend:
-    for loaded in _plugins.registry().backends.values():
+def _reference() -> Backend:
+    for loaded in loaded_backends().values():
         if loaded.info.reference:
             return loaded
     raise dispatch.NoBackendError("no reference backend is loaded (the 'torch' backend); nothing to certify against")

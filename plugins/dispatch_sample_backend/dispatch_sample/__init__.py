@@ -17,8 +17,7 @@ import functools
 import torch
 
 import dispatch
-from dispatch import BackendInfo, CallSpec, Verdict, hookimpl
-from dispatch.autotune import Config, TuneSpace
+from dispatch.backend import BackendInfo, CallSpec, Config, TuneSpace, Verdict, hookimpl
 
 __version__ = "0.1.0"
 

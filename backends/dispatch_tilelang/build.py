@@ -1,0 +1,175 @@
+"""Building TileLang kernels: the JIT program of a family, compiled per config, cached in-process.
+
+``build(op, n_rows, n_cols, in_dtype, out_dtype, config, target)`` returns a
+:class:`CompiledKernel`; call it with a contiguous ``(M, N)`` tensor, get ``(M, N)`` (``(M,)`` for
+logsumexp) in ``out_dtype``. ``jit_program(...)`` is the ``@tilelang.jit`` program of one family,
+whose tunables are *required* parameters (``configs.JIT_PARAMS``), so an autotuner must seed them
+(see ``native_tune``); ``adopt`` keeps what such a tuner compiled.
+
+Shapes: ``M`` (rows) is dynamic in every kernel, ``N`` is static. One compile serves every row
+count for a given (op, N, dtypes, config, target); ``n_rows`` only prunes config spaces. Compiled
+kernels are cached in-process per key and on disk by TileLang itself (``TILELANG_CACHE_DIR``,
+default ``~/.tilelang/cache``, read when tilelang is first imported): a second process that
+builds the same kernels compiles nothing, it only re-traces the Python program (tens of ms)
+and loads the shared object.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from .availability import DTYPES, _check_op, _check_target, dtype_name, supports
+from .configs import BUILD_KEYS, split_config, validate_config
+
+
+def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str, build_keys: Mapping[str, Any] | None = None):
+    """The ``@tilelang.jit`` program of one kernel family; its parameters are ``JIT_PARAMS[target]``, all required.
+
+    ``build_keys`` holds the family's build-time keys (``tile_n``, and ``cluster`` on cuda); a
+    full config is accepted too, its JIT keys are ignored here. Calling the program with the JIT
+    kwargs compiles (or loads from TileLang's disk cache) a ``JITKernel``; ``tilelang.autotune``
+    can wrap it directly (see ``native_tune.tune_native``).
+    """
+    _check_op(op)
+    _check_target(target)
+    ins, outs = dtype_name(in_dtype), dtype_name(out_dtype)
+    for name in (ins, outs):
+        if name not in DTYPES:
+            raise ValueError(f"TileLang kernels take {DTYPES} (got {name!r})")
+    _, build = split_config({k: v for k, v in (build_keys or {}).items() if k in BUILD_KEYS[target]}, target)
+    if n_cols < 1:
+        raise ValueError(f"n_cols must be >= 1 to compile a kernel (got {n_cols})")
+    if target == "cuda":
+        from . import cuda_kernels
+
+        return cuda_kernels.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch())
+    from . import cpu_kernels
+
+    return cpu_kernels.program(op, n_cols, ins, outs, build["tile_n"])
+
+
+def cuda_arch() -> str | None:
+    """CUDA arch to compile for: ``$DISPATCH_TILELANG_CUDA_ARCH`` (e.g. "sm_90", for cross-compiling), else the device's."""
+    return os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None
+
+
+def kernel_inputs(x, target: str) -> list:
+    """The tensors a JIT program of ``target`` takes for input ``x`` (bf16 becomes its int16 view on "c")."""
+    import torch
+
+    if target == "c" and x.dtype == torch.bfloat16:
+        return [x.view(torch.int16)]
+    return [x]
+
+
+class CompiledKernel:
+    """A compiled kernel for one (op, N, dtypes, config, target). Call it with a contiguous ``(M, N)`` tensor."""
+
+    __slots__ = ("op", "n_cols", "in_dtype", "out_dtype", "config", "target", "kernel", "_torch_in", "_torch_out", "_in_bits", "_out_bits")
+
+    def __init__(self, op, n_cols, in_dtype, out_dtype, config, target, kernel):
+        import torch
+
+        self.op, self.n_cols, self.in_dtype, self.out_dtype = op, n_cols, in_dtype, out_dtype
+        self.config, self.target, self.kernel = dict(config), target, kernel
+        self._torch_in, self._torch_out = getattr(torch, in_dtype), getattr(torch, out_dtype)
+        self._in_bits = target == "c" and in_dtype == "bfloat16"
+        self._out_bits = target == "c" and out_dtype == "bfloat16"
+
+    def __repr__(self) -> str:
+        return f"CompiledKernel({self.op}, n_cols={self.n_cols}, {self.in_dtype}->{self.out_dtype}, {self.config}, target={self.target!r})"
+
+    def __call__(self, x):
+        if x.dim() != 2 or x.shape[1] != self.n_cols or x.dtype != self._torch_in or not x.is_contiguous():
+            raise ValueError(
+                f"{self!r} takes a contiguous (M, {self.n_cols}) {self.in_dtype} tensor "
+                f"(got shape {tuple(x.shape)}, {x.dtype}, contiguous={x.is_contiguous()})"
+            )
+        if x.shape[0] == 0 or self.kernel is None:
+            return self._trivial(x)
+        if self._in_bits:
+            import torch
+
+            x = x.view(torch.int16)
+        y = self.kernel(x)
+        if self._out_bits:
+            import torch
+
+            y = y.view(torch.bfloat16)
+        return y
+
+    def _trivial(self, x):
+        """Empty inputs and empty rows, with no launch: torch's answers (logsumexp of no elements is -inf)."""
+        m = x.shape[0]
+        if self.op == "logsumexp":
+            return x.new_full((m,), float("-inf"), dtype=self._torch_out)
+        return x.new_empty((m, self.n_cols), dtype=self._torch_out)
+
+
+_BUILT: dict[tuple, CompiledKernel] = {}
+_BUILD_LOCKS: dict[tuple, threading.Lock] = {}
+_BUILD_LOCKS_GUARD = threading.Lock()
+# One program made, traced and compiled at a time in a process: TileLang parses kernel sources
+# with ``ast`` (making a program alone parses hundreds of times), and CPython 3.11's ast module
+# keeps its recursion-depth counter in shared state, so two threads parsing at once can corrupt
+# it ("SystemError: AST constructor recursion depth mismatch"), after which every later ast call
+# in the process fails.
+_TRACE_LOCK = threading.Lock()
+
+
+def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, config: Mapping[str, Any], target: str) -> CompiledKernel:
+    """Compile (or fetch from the in-process / TileLang disk cache) the kernel for ``config``.
+
+    ``n_rows`` is not part of the key: ``M`` is dynamic, so the result serves every row count.
+    ``n_cols == 0`` needs no kernel (softmax of empty rows is empty, their logsumexp is -inf).
+
+    Raises:
+        ValueError: ``op``/``target``/dtype unknown, or ``config`` invalid for this call (the
+            message says why); errors from TileLang's compiler propagate unchanged.
+    """
+    _check_op(op)
+    _check_target(target)
+    ins, outs = dtype_name(in_dtype), dtype_name(out_dtype)
+    for name in (ins, outs):
+        ok, reason = supports(op, name, target)
+        if not ok:
+            raise ValueError(reason)
+    key = _build_key(op, n_cols, ins, outs, config, target)
+    hit = _BUILT.get(key)
+    if hit is not None:
+        return hit
+    with _BUILD_LOCKS_GUARD:
+        lock = _BUILD_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        hit = _BUILT.get(key)
+        if hit is not None:
+            return hit
+        if n_cols == 0:
+            compiled = CompiledKernel(op, 0, ins, outs, config, target, None)
+        else:
+            reason = validate_config(op, n_cols, ins, config, target)
+            if reason is not None:
+                raise ValueError(f"cannot build {op} for N={n_cols} {ins} on {target!r} with {dict(config)!r}: {reason}")
+            jit_kwargs, build_keys = split_config(config, target)
+            with _TRACE_LOCK:  # making the program (a @tilelang.jit decoration) reads sources too
+                jit_kernel = jit_program(op, n_cols, ins, outs, target, build_keys)(**jit_kwargs)
+            compiled = CompiledKernel(op, n_cols, ins, outs, config, target, jit_kernel)
+        _BUILT[key] = compiled
+        return compiled
+
+
+def _build_key(op: str, n_cols: int, ins: str, outs: str, config: Mapping[str, Any], target: str) -> tuple:
+    return (op, n_cols, ins, outs, target, tuple(sorted(dict(config).items())))
+
+
+def adopt(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, config: Mapping[str, Any], target: str,
+          jit_kernel: Any) -> CompiledKernel:
+    """Keep ``jit_kernel`` -- compiled for ``config`` by TileLang's autotuner -- as the build of
+    ``config``, so that :func:`build` does not compile it again (a grouped compile of the tuner
+    leaves nothing in TileLang's per-kernel disk cache)."""
+    ins, outs = dtype_name(in_dtype), dtype_name(out_dtype)
+    compiled = CompiledKernel(op, n_cols, ins, outs, dict(config), target, jit_kernel)
+    return _BUILT.setdefault(_build_key(op, n_cols, ins, outs, config, target), compiled)
