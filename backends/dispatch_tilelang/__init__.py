@@ -24,7 +24,7 @@ SUPPORTED = ">=0.1.11,<0.2"
 #: On the GPU, TileLang's tuner compiles every candidate (nvcc, ~3 s each on an H200 host, one
 #: module per kernel family): the tune space is the default config's family only, at most this
 #: many of it. The spaces are ordered best-first by H200 measurements
-#: (benchmarks/results/tilelang_kernels_h200.md), where tuning within a family gained <= 2%.
+#: (benchmarks/results/history/2026-11/tilelang_kernels_h200.md), where tuning within a family gained <= 2%.
 MAX_CUDA_CANDIDATES = 2
 
 _KERNEL_MODULES = ("dispatch_tilelang.kernels", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
