@@ -200,7 +200,7 @@ def save(out: Path, name: str, meta: dict, rows: list[dict], backends: list[str]
     """Write what has been measured so far (the sweep may be stopped at any point)."""
     save_sweep(out / f"{name}.json", meta, rows)
     sweep_markdown(meta, rows, ["dispatch"] + list(backends) + ["torch.compile"], DECODE_M,
-                   path=out / f"{name}.md")
+                   path=out / f"{name}.md", title="Softmax family")
 
 
 def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:

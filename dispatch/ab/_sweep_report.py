@@ -23,17 +23,19 @@ def geomean(values: Sequence[float]) -> float:
 
 
 def sweep_markdown(meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
-                   per_call_rows: Collection[int] = (), baseline: str = "torch", path: str | Path | None = None) -> str:
+                   per_call_rows: Collection[int] = (), baseline: str = "torch", path: str | Path | None = None,
+                   title: str = "A/B sweep") -> str:
     """A markdown page of ``rows``: one line each, a cell per contender in ``columns``.
 
     A cell is GB/s (% of the copy bandwidth of the process that timed the row); rows whose M is
     in ``per_call_rows`` are launch-bound and show microseconds per call instead. ``pick`` is
     dispatch's choice, ``pick/best`` its GB/s over the best passing backend's, ``tune s`` the
     time of the first (racing) call. Below: the bf16 geometric-mean speedup of ``dispatch`` over
-    ``baseline``, per op and over all. Written to ``path`` when given; returned.
+    ``baseline``, per op and over all. The page is headed ``<title> on <device>``. Written to
+    ``path`` when given; returned.
     """
     cols = list(columns)
-    lines = [f"# Softmax family on {meta.get('device', '?')}", "",
+    lines = [f"# {title} on {meta.get('device', '?')}", "",
              f"Copy bandwidth measured in the same run: **{meta.get('copy_gbs', float('nan')):.0f} GB/s** (each "
              "row's % is of the copy measured in the run that timed it). "
              f"torch {meta.get('torch', '?')}. Command: `{meta.get('command', '?')}`", "",
