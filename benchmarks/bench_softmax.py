@@ -5,7 +5,7 @@ GB/s counts bytes actually moved: softmax/log_softmax read and write M*N element
 reads M*N and writes M. Each (op, dtype, shape) is tuned first (timed: the full tune over all
 backends), then everything is timed with CUDA events and an L2 flush between repetitions.
 
-    python benchmarks/bench_softmax.py --out benchmarks/results            # full sweep
+    python benchmarks/bench_softmax.py --out OUT                           # full sweep
     python benchmarks/bench_softmax.py --ops softmax --dtypes bfloat16 --quick
     python benchmarks/bench_softmax.py --warm 8 ...   # compile every kernel in 8 processes first
     python benchmarks/bench_softmax.py --resume ...   # go on with a sweep that was stopped

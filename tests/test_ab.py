@@ -362,6 +362,20 @@ def test_sweep_script_merges_shards_and_rejects_a_bad_shard(tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+
+def test_sweep_script_resume_keeps_the_rows_and_measures_only_missing_cases(tmp_path):
+    # --quick at 4096 elements: N = 1024, 16384, 262144 (M*N = 4096, M >= 1), then 1x4096 and 32x4096
+    done = [sweep_row(op="softmax", dtype="float32", m=m, n=n)
+            for m, n in ((4, 1024), (1, 16384), (1, 262144), (1, 4096), (32, 4096))]
+    (tmp_path / "softmax_sweep.json").write_text(json.dumps({"meta": {"command": "before"}, "rows": done}))
+    env = {**os.environ, "DISPATCH_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, SWEEP_SCRIPT, "--device", "cpu", "--quick", "--ops", "softmax",
+                           "--dtypes", "float32", "--elements", "4096", "--compile", "", "--resume",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming: 5 rows" in proc.stdout
+    assert json.loads((tmp_path / "softmax_sweep.json").read_text())["rows"] == done  # nothing re-measured
+
 # -- the GPU (runs on the device machine) --------------------------------------------------------------
 
 @pytest.mark.gpu
