@@ -94,7 +94,7 @@ def merge_sweeps(sweeps: Sequence[Mapping[str, Any]], sources: Sequence[str] = (
     (a key function) when given, else kept in the order first seen.
     """
     if not sweeps:
-        raise ValueError("'sweeps' is empty: give at least one sweep to merge")
+        raise ValueError("'sweeps' must hold at least one sweep to merge (got none)")
     by_case: dict[tuple, dict] = {}
     for sweep in sweeps:
         for row in sweep["rows"]:
@@ -139,7 +139,7 @@ def interleaved_rounds(runs: Mapping[str, Callable[[], object]], rounds: int,
 def median_round(timings: Sequence[Any]) -> Any:
     """The round whose ``median_us`` is the median of the rounds' (the upper one of an even count)."""
     if not timings:
-        raise ValueError("'timings' is empty: a contender needs at least one timed round")
+        raise ValueError("'timings' must hold at least one timed round (got none)")
     return sorted(timings, key=lambda t: t.median_us)[len(timings) // 2]
 
 
