@@ -262,7 +262,7 @@ def section_bench(args) -> dict:
 
 # Candidates timed by the "measure" section (no tuning). The H200 run of 2026-11-29 also timed
 # cluster-16 and packed-bf16 variants and an early-arrive cluster barrier; those produced wrong
-# rows (see benchmarks/results/tilelang_kernels_h200.md) and are gone from the kernels.
+# rows (see benchmarks/results/history/2026-11/tilelang_kernels_h200.md) and are gone from the kernels.
 def _c(bm, th, tile=0, cl=1):
     return {"block_m": bm, "threads": th, "tile_n": tile, "cluster": cl}
 

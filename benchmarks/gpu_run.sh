@@ -5,6 +5,7 @@
 #   [RESUME_FROM=DIR] bash benchmarks/gpu_run.sh [TEST_SECONDS] [BENCH_SECONDS] [PAIRS]
 set -u
 out=${OUT:-benchmarks/results}
+mkdir -p "$out"
 export DISPATCH_CACHE_DIR=${DISPATCH_CACHE_DIR:-/tmp/dispatch-cache}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv > "$out/gpu.txt" 2>&1
 timeout "${1:-330}" python3 benchmarks/run_tests_sharded.py --shards 10 --timeout "$((${1:-330} - 20))" \

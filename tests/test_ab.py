@@ -240,6 +240,142 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "torch" in run.backends
 
 
+# -- sweeps of many rows: shards, resume, merge, interleaved rounds, table and plot ------------------
+
+SWEEP_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+                            "bench_softmax.py")
+
+
+def sweep_row(op="softmax", dtype="bfloat16", m=64, n=256, us=10.0, nbytes=4000, ok=True, **extra) -> dict:
+    """A measured row as a sweep writes it: dispatch and torch timed, torch the slower."""
+    res = {"dispatch": {"ok": ok, "error": None, "us": us, "spread_us": 0.1, "gbs": nbytes / us / 1e3,
+                        "pct_copy": 50.0, "rounds_us": [us]},
+           "torch": {"ok": True, "error": None, "us": 2 * us, "spread_us": 0.2, "gbs": nbytes / (2 * us) / 1e3,
+                     "pct_copy": 25.0, "rounds_us": [2 * us]}}
+    return {"op": op, "dtype": dtype, "M": m, "N": n, "bytes": nbytes, "results": res, "pick": "torch",
+            "best_backend": "torch", "best_gbs": nbytes / (2 * us) / 1e3, "tune_s": 1.0, **extra}
+
+
+def test_shards_cover_every_case_once_and_bad_shards_name_the_value():
+    from dispatch.ab import parse_shard, take_shard
+
+    cases = [("softmax", "float32", m, 8) for m in range(7)]
+    shards = [take_shard(cases, f"{i}/3") for i in range(3)]
+    assert sorted(c for s in shards for c in s) == sorted(cases)
+    assert all(s for s in shards) and take_shard(cases, (0, 1)) == cases
+    for bad in ("3/3", "-1/2", "1", "a/b", "1/0"):
+        with pytest.raises(ValueError, match=f"shard.*i/k.*{bad}"):
+            parse_shard(bad)
+
+
+def test_resume_measures_only_the_missing_cases_and_a_broken_file_is_named(tmp_path):
+    from dispatch.ab import load_sweep, pending, save_sweep
+
+    done = [sweep_row(m=1), sweep_row(m=3)]
+    path = save_sweep(tmp_path / "s.json", {"command": "first"}, done)
+    cases = [("softmax", "bfloat16", m, 256) for m in range(5)]
+    assert pending(cases, load_sweep(path)["rows"]) == [cases[0], cases[2], cases[4]]
+    (tmp_path / "broken.json").write_text('{"meta": {}, "rows": [')
+    with pytest.raises(ValueError, match="broken.json"):
+        load_sweep(tmp_path / "broken.json")
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    with pytest.raises(ValueError, match="'meta'.*'rows'"):
+        load_sweep(tmp_path / "other.json")
+    (tmp_path / "odd.json").write_text(json.dumps({"meta": {}, "rows": [{"op": "softmax"}, sweep_row()]}))
+    with pytest.warns(UserWarning, match="skipped 1 row"):
+        assert load_sweep(tmp_path / "odd.json")["rows"] == [sweep_row()]
+
+
+def test_merge_keeps_the_later_row_of_a_case_and_every_command():
+    from dispatch.ab import merge_sweeps
+
+    a = {"meta": {"command": "shard 0", "device": "gpu", "backends": {"torch": {}}},
+         "rows": [sweep_row(m=2, us=10.0), sweep_row(m=1)]}
+    b = {"meta": {"command": "shard 1", "backends": {"triton": {}}}, "rows": [sweep_row(m=2, us=5.0)]}
+    meta, rows = merge_sweeps([a, b], sources=["a.json", "b.json"], order=lambda r: r["M"])
+    assert [r["M"] for r in rows] == [1, 2]
+    assert rows[1]["results"]["dispatch"]["us"] == 5.0  # the later file's measurement of M=2
+    assert meta["command"] == "shard 0 ; shard 1" and meta["merged_from"] == ["a.json", "b.json"]
+    assert meta["device"] == "gpu" and set(meta["backends"]) == {"torch", "triton"}
+    with pytest.raises(ValueError, match="sweeps"):
+        merge_sweeps([])
+
+
+def test_rounds_interleave_contenders_and_a_raising_one_is_dropped_not_fatal():
+    from dispatch.ab import interleaved_rounds, median_round
+
+    calls = []
+    timing = types.SimpleNamespace
+    fail_at = {"b": 2}
+
+    def measure(fn):
+        name = fn()
+        calls.append(name)
+        if calls.count(name) == fail_at.get(name):
+            raise RuntimeError("device lost\nmore")
+        return timing(median_us=float(len(calls)))
+
+    runs = {"a": lambda: "a", "b": lambda: "b", "c": lambda: "c"}
+    timings, errors = interleaved_rounds(runs, 3, measure)
+    assert calls == ["a", "b", "c", "a", "b", "c", "a", "c"]
+    assert errors == {"b": "RuntimeError: device lost"} and set(timings) == {"a", "c"}
+    assert [t.median_us for t in timings["a"]] == [1.0, 4.0, 7.0]
+    assert median_round([timing(median_us=v) for v in (9.0, 1.0, 5.0)]).median_us == 5.0
+    with pytest.raises(ValueError, match="rounds"):
+        interleaved_rounds(runs, 0, measure)
+
+
+def test_sweep_table_shows_gbs_or_time_per_call_and_flags_wrong_results(tmp_path):
+    from dispatch.ab import plot_sweep, sweep_markdown
+
+    rows = [sweep_row(m=64, n=256, us=10.0, nbytes=64 * 256 * 4), sweep_row(m=1, n=256, us=3.0, ok=False),
+            sweep_row(op="logsumexp", m=64, n=256, us=20.0, nbytes=64 * 256 * 2 + 64 * 2)]
+    text = sweep_markdown({"device": "dev", "copy_gbs": 100.0, "command": "cmd"}, rows, ["dispatch", "torch"],
+                          per_call_rows=[1], path=tmp_path / "t.md")
+    assert (tmp_path / "t.md").read_text() == text
+    lines = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in text.splitlines() if "|" in line}
+    assert f"{64 * 256 * 4 / 10.0 / 1e3:.0f} (50%)" in lines[("softmax", "bfloat16", "64x256")]
+    assert "3.0 us WRONG" in lines[("softmax", "bfloat16", "1x256")]  # launch-bound: time per call
+    assert "- softmax: **2.00x** over 2 shapes" in text and "- all ops: **2.00x** over 3 shapes" in text
+    png = plot_sweep(tmp_path / "t.png", {"copy_gbs": 100.0}, rows, per_call_rows=[1])
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sweep_script_merges_shards_and_rejects_a_bad_shard(tmp_path):
+    for i, m in enumerate((1, 2)):
+        (tmp_path / f"s{i}.json").write_text(json.dumps({"meta": {"command": f"shard {i}", "device": "dev",
+                                                                  "copy_gbs": 100.0, "torch": "x",
+                                                                  "backends": {"torch": {}}},
+                                                         "rows": [sweep_row(m=m * 64)]}))
+    files = f"{tmp_path / 's0.json'},{tmp_path / 's1.json'}"
+    proc = subprocess.run([sys.executable, SWEEP_SCRIPT, "--merge", files, "--out", str(tmp_path / "all")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    merged = json.loads((tmp_path / "all" / "softmax_sweep.json").read_text())
+    assert sorted(r["M"] for r in merged["rows"]) == [64, 128]
+    assert merged["meta"]["command"] == "shard 0 ; shard 1"
+    assert "64x256" in (tmp_path / "all" / "softmax_sweep.md").read_text()
+    assert (tmp_path / "all" / "softmax_sweep.png").stat().st_size > 0
+    proc = subprocess.run([sys.executable, SWEEP_SCRIPT, "--shard", "2/2", "--out", str(tmp_path / "none")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "'2/2'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "none").exists()
+
+
+
+def test_sweep_script_resume_keeps_the_rows_and_measures_only_missing_cases(tmp_path):
+    # --quick at 4096 elements: N = 1024, 16384, 262144 (M*N = 4096, M >= 1), then 1x4096 and 32x4096
+    done = [sweep_row(op="softmax", dtype="float32", m=m, n=n)
+            for m, n in ((4, 1024), (1, 16384), (1, 262144), (1, 4096), (32, 4096))]
+    (tmp_path / "softmax_sweep.json").write_text(json.dumps({"meta": {"command": "before"}, "rows": done}))
+    env = {**os.environ, "DISPATCH_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, SWEEP_SCRIPT, "--device", "cpu", "--quick", "--ops", "softmax",
+                           "--dtypes", "float32", "--elements", "4096", "--compile", "", "--resume",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "resuming: 5 rows" in proc.stdout
+    assert json.loads((tmp_path / "softmax_sweep.json").read_text())["rows"] == done  # nothing re-measured
+
 # -- the GPU (runs on the device machine) --------------------------------------------------------------
 
 @pytest.mark.gpu

@@ -22,7 +22,7 @@ OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
 #: On the GPU, TileLang's tuner compiles every candidate (nvcc, ~3 s each on an H200 host, one
 #: module per kernel family): the tune space is the default config's family only, at most this
 #: many of it. The spaces are ordered best-first by H200 measurements
-#: (benchmarks/results/tilelang_kernels_h200.md), where tuning within a family gained <= 2%.
+#: (benchmarks/results/history/2026-11/tilelang_kernels_h200.md), where tuning within a family gained <= 2%.
 MAX_CUDA_CANDIDATES = 2
 
 _KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
@@ -48,9 +48,9 @@ def dispatch_backend_info() -> BackendInfo:
     return BackendInfo(
         name=NAME, version=dispatch.__version__, ops=OPS,
         priority={"cuda": 20, "cpu": -5},  # on the CPU: single-threaded C, for testing
-        # H200: ~20 us a call back to back at decode shapes, ~3000 GB/s on bandwidth rows
-        # (benchmarks/results/launch/README.md, benchmarks/results/tilelang_kernels_h200.md)
-        costs={"cuda": (20.0, 3000.0)},
+        # H200, tvm-ffi call: 13-15 us a dispatched call back to back at decode shapes, ~3800 GB/s on
+        # bandwidth rows (benchmarks/results/current/launch/launch.md)
+        costs={"cuda": (14.0, 3800.0)},
         versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
         description="TileLang programs: row-block, tiled and cluster-split softmax family",
         available=available)

@@ -16,7 +16,7 @@ One program factory per (op, row length, dtypes, tile_n, cluster). The returned
   second time (mostly from L2). ``cluster == 1`` needs no cluster support at all. On an H200
   this family reaches ~2.4-2.5 TB/s on 64K..256K-column bf16 rows (the whole-row family
   3.6-4.1 TB/s up to 16K columns): the cluster barriers, not the bytes, bound it; see
-  benchmarks/results/tilelang_kernels_h200.md.
+  benchmarks/results/history/2026-11/tilelang_kernels_h200.md.
 
 Every CTA's fragment layout is pinned with ``T.annotate_layout``: thread ``t`` of row ``i``
 owns 16-byte vectors ``t, t + tpr, t + 2 tpr, ...`` of the row, so loads and stores are

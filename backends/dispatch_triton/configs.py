@@ -66,7 +66,7 @@ def _n_split(path_code: int, n: int, block_n: int, split: int) -> int:
 
 
 def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
-    # Pruned with the H200 sweeps (benchmarks/results/triton_kernels_h200.md): 4 or fewer
+    # Pruned with the H200 sweeps (benchmarks/results/history/2026-11/triton_kernels_h200.md): 4 or fewer
     # elements per thread never won, nor tiles wider than two rows (or 2K elements); the split
     # paths beat onepass only beyond 16K elements and did best at 32 elements per thread; the
     # streamed path never beat split for softmax/log_softmax, so it is kept only where split
@@ -128,7 +128,7 @@ def config_space(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> list[
 
 
 def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
-    """The heuristic pick, fitted to the H200 sweeps (benchmarks/results/triton_kernels_h200.md).
+    """The heuristic pick, fitted to the H200 sweeps (benchmarks/results/history/2026-11/triton_kernels_h200.md).
 
     softmax/log_softmax: rows of <= 512 in 1K-element tiles (several rows per program) at 8 per
     thread; rows that fit in registers one per program at 16 (2-byte) or 8-32 (fp32) per

@@ -3,6 +3,10 @@
     from dispatch.ab import compare
     run = compare("softmax", shapes=["4096x4096"], dtypes=["bfloat16"], backends="torch,triton")
     print(run.to_markdown()); run.to_json("ab.json"); run.plot("ab.png")
+
+Long sweeps of many rows (split over GPUs, stopped and resumed, merged): ``take_shard``,
+``pending``, ``load_sweep``/``save_sweep``, ``merge_sweeps``, ``interleaved_rounds``,
+``sweep_markdown`` and ``plot_sweep``; ``benchmarks/bench_softmax.py`` is built on them.
 """
 
 import json
@@ -10,6 +14,9 @@ from pathlib import Path
 
 from ._result import STATUSES, BackendResult, Comparison, CopyBandwidth, bytes_moved, gbps
 from ._run import compare, make_call, measure_copy_bandwidth
+from ._sweep import (CASE_FIELDS, describe_error, interleaved_rounds, load_sweep, median_round, merge_sweeps,
+                     parse_shard, pending, row_key, save_sweep, take_shard)
+from ._sweep_report import geomean, plot_sweep, sweep_markdown
 
 
 def load(path: str | Path) -> Comparison:
@@ -17,5 +24,7 @@ def load(path: str | Path) -> Comparison:
     return Comparison.from_dict(json.loads(Path(path).read_text()))
 
 
-__all__ = ["STATUSES", "BackendResult", "Comparison", "CopyBandwidth", "bytes_moved", "compare",
-           "gbps", "load", "make_call", "measure_copy_bandwidth"]
+__all__ = ["CASE_FIELDS", "STATUSES", "BackendResult", "Comparison", "CopyBandwidth", "bytes_moved", "compare",
+           "describe_error", "gbps", "geomean", "interleaved_rounds", "load", "load_sweep", "make_call",
+           "measure_copy_bandwidth", "median_round", "merge_sweeps", "parse_shard", "pending",
+           "plot_sweep", "row_key", "save_sweep", "sweep_markdown", "take_shard"]
