@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import torch
 
 from . import _opdecl, _plugins, _settings
@@ -96,7 +97,28 @@ class Dispatcher:
 
             return _compile.call(decl, values, backend)
         spec = decl.spec(values)
+        if spec.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return self._call_in_capture(spec, key, backend, decl.tensors_of(values))
         return self.call(decl.name, key, spec, backend, decl.tensors_of(values))
+
+    def _call_in_capture(self, spec: CallSpec, key, forced: str | None, tensors: tuple) -> torch.Tensor:
+        """A key met for the first time while a CUDA graph is captured: nothing may sync or run
+        beside the call, so it is neither tuned nor checked against the reference. It gets the
+        cached or default choice (tuning off), is not kept as resolved (the next eager call
+        resolves and checks it), and explain says so."""
+        selector = Selector(_plugins.registry(), default_cache(), attrs.evolve(_settings.settings(), autotune=False))
+        qkey = _bucket_key(spec)
+        decision = selector.select(spec, forced, _settings.current_scope(), self._quarantine.get(qkey))
+        decision = attrs.evolve(decision, reason=decision.reason + "; met first during CUDA-graph capture: "
+                                "not tuned and not checked against the reference (an eager call of this "
+                                "key resolves and checks it)")
+        backend = _plugins.registry().backends[decision.backend]
+        kernel = backend.kernel(spec.op, spec, decision.config)
+        if spec.requires_grad and not backend.info.reference:
+            kernel = differentiable(kernel, backend.backward(spec.op, spec), spec)
+        if key is not None:
+            self.decisions.setdefault(spec.op, {})[key] = decision
+        return kernel(*tensors)
 
     def call(self, op: str, key: tuple | None, spec: CallSpec, forced: str | None,
              tensors: tuple) -> torch.Tensor:

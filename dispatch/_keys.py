@@ -38,14 +38,22 @@ def spec_key(spec: CallSpec) -> dict[str, str]:
     return key
 
 
-def tune_key(spec: CallSpec, backend: str, version: str, versions: dict[str, str]) -> dict[str, str]:
-    """Key of one backend's tune result: the call's key plus the backend, its versions and source hash."""
+def tune_key(spec: CallSpec, backend: str, version: str, versions: dict[str, str],
+             timing: str = "wall") -> dict[str, str]:
+    """Key of one backend's tune result: the call's key plus the backend, its versions and source
+    hash (and ``timing`` when it is not the default ``"wall"``)."""
     key = {"kind": "tune", **spec_key(spec), "backend": backend, "backend_version": version}
     key.update({f"v:{k}": str(v) for k, v in sorted(versions.items())})
+    if timing != "wall":
+        key["timing"] = timing
     return key
 
 
-def decision_key(spec: CallSpec, candidates: dict[str, str]) -> dict[str, str]:
-    """Key of the choice between backends: the call's key plus every candidate and its version."""
-    return {"kind": "decision", **spec_key(spec),
-            "candidates": ",".join(f"{name}={version}" for name, version in sorted(candidates.items()))}
+def decision_key(spec: CallSpec, candidates: dict[str, str], timing: str = "wall") -> dict[str, str]:
+    """Key of the choice between backends: the call's key plus every candidate and its version
+    (and ``timing`` when it is not the default ``"wall"``)."""
+    key = {"kind": "decision", **spec_key(spec),
+           "candidates": ",".join(f"{name}={version}" for name, version in sorted(candidates.items()))}
+    if timing != "wall":
+        key["timing"] = timing
+    return key

@@ -65,18 +65,20 @@ def static_order(backends: Sequence[Backend], device_type: str) -> list[Backend]
     return sorted(backends, key=lambda b: (-b.info.rank(device_type), b.name))
 
 
-def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec) -> tuple[list[Backend], dict[str, float]]:
+def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
+                      timing: str = "wall") -> tuple[list[Backend], dict[str, float]]:
     """``servers`` ordered by estimated cost when every one's card has figures for the device type
     (ties keep the static order), with the estimates; else unchanged, with no estimates.
 
     The estimate is the card's launch cost plus the op's declared bytes moved over the card's
     bandwidth: the host decides small calls (where torch's launch is cheapest) and bandwidth
-    decides large ones, without measuring anything.
+    decides large ones, without measuring anything. With ``timing="device"`` (code under CUDA
+    graphs, where nothing is launched from the host per call) the launch is not counted.
     """
     if len(servers) < 2:
         return list(servers), {}
     nbytes = _opdecl.get(spec.op).bytes_moved(spec)
-    estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes) for b in servers}
+    estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes, launch=timing == "wall") for b in servers}
     if any(e is None for e in estimates.values()):
         return list(servers), {}
     order = {b.name: i for i, b in enumerate(servers)}
@@ -141,7 +143,7 @@ class Selector:
         if not servers:
             lines = "; ".join(f"{c.name}: {c.verdict.reason}" for c in candidates) or "no backend is loaded"
             raise NoBackendError(f"no backend can serve {spec.describe()}: {lines}")
-        dkey = decision_key(spec, {b.name: b.info.version for b in servers})
+        dkey = decision_key(spec, {b.name: b.info.version for b in servers}, self.settings.timing)
         from .distributed import agreed_decision  # under torch.distributed, the group decides
         agreed = agreed_decision(self, spec, servers, candidates, bucket, dkey)
         if agreed is not None:
@@ -160,7 +162,7 @@ class Selector:
         if may_race:  # a new key, or a cached race that noise may have decided (raced once more)
             return self._race(spec, servers, candidates, bucket, dkey, rerace=cached is not None)
         notes: dict[str, str] = {}
-        servers, estimates = by_estimated_cost(servers, spec)
+        servers, estimates = by_estimated_cost(servers, spec, self.settings.timing)
         for backend in servers:
             try:
                 config, source, tune = self.config_for(backend, spec)
@@ -211,7 +213,7 @@ class Selector:
         if space is None:
             return EMPTY, "no tune space", None
         self.pruned[backend.name] = space.pruned
-        key = tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions))
+        key = tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions), self.settings.timing)
         cached = self._cached_tune(key)
         if cached is not None:
             return cached.config, "tune cache", cached
@@ -234,11 +236,14 @@ class Selector:
         except (KeyError, TypeError, ValueError):
             return None  # a malformed entry is ignored; the next tune rewrites it
 
-    def tune(self, backend: Backend, spec: CallSpec, settings: TuneSettings = TuneSettings(),
+    def tune(self, backend: Backend, spec: CallSpec, settings: TuneSettings | None = None,
              progress: Callable[[Config], None] | None = None, fresh: bool = False) -> TuneResult:
         """Tune ``backend`` for ``spec`` (native tuner if it has one, else our sweep) and cache it;
-        ``fresh`` measures again even when a tune result is cached."""
-        key = tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions))
+        ``fresh`` measures again even when a tune result is cached. By default a call is charged at
+        least its back-to-back rate unless the ``timing`` setting is ``"device"``."""
+        if settings is None:
+            settings = TuneSettings(host_bound=self.settings.timing == "wall")
+        key = tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions), self.settings.timing)
         cached = None if fresh else self._cached_tune(key)
         if cached is not None:
             return cached

@@ -14,6 +14,10 @@ from attrs import field, frozen
 from attrs.validators import gt, in_, instance_of, optional
 
 POLICIES = ("measured", "static")
+#: What a race times and the cost estimate counts: a call's wall time in eager code (its host launch
+#: included), or its device time alone, for code that runs under CUDA graphs.
+TIMINGS = ("wall", "device")
+ENV_TIMING = "DISPATCH_TIMING"
 
 ENV_BACKEND = "DISPATCH_BACKEND"
 ENV_ALLOW = "DISPATCH_ALLOW"
@@ -100,11 +104,15 @@ class Settings:
     distributed: object = field(default=True, validator=_group_or_flag)
     distributed_timeout: float = field(default=300.0, converter=float, validator=gt(0.0))
     shared_cache: bool = field(default=False, validator=instance_of(bool))
+    timing: str = field(default="wall", validator=in_(TIMINGS))
 
     @classmethod
     def from_env(cls, environ: os._Environ | dict = os.environ) -> Settings:
         """Settings from ``DISPATCH_BACKEND``, ``_ALLOW``, ``_DENY``, ``_POLICY``, ``_AUTOTUNE``, ``_STRICT``,
-        ``_DISTRIBUTED``, ``_DISTRIBUTED_TIMEOUT`` and ``_SHARED_CACHE``."""
+        ``_DISTRIBUTED``, ``_DISTRIBUTED_TIMEOUT``, ``_SHARED_CACHE`` and ``_TIMING``."""
+        timing = environ.get(ENV_TIMING) or "wall"
+        if timing not in TIMINGS:
+            raise ValueError(f"{ENV_TIMING} must be one of {', '.join(TIMINGS)} (got {timing!r})")
         policy = environ.get(ENV_POLICY) or "measured"
         if policy not in POLICIES:
             raise ValueError(f"{ENV_POLICY} must be one of {', '.join(POLICIES)} (got {policy!r})")
@@ -118,6 +126,7 @@ class Settings:
             distributed=_flag(environ.get(ENV_DISTRIBUTED), ENV_DISTRIBUTED) is not False,
             distributed_timeout=_seconds(environ.get(ENV_DISTRIBUTED_TIMEOUT), ENV_DISTRIBUTED_TIMEOUT) or 300.0,
             shared_cache=bool(_flag(environ.get(ENV_SHARED_CACHE), ENV_SHARED_CACHE)),
+            timing=timing,
         )
 
 
@@ -147,7 +156,8 @@ _UNSET = object()
 
 
 def configure(*, backend=_UNSET, allow=_UNSET, deny=_UNSET, policy=_UNSET, autotune=_UNSET,
-              strict=_UNSET, distributed=_UNSET, distributed_timeout=_UNSET, shared_cache=_UNSET) -> Settings:
+              strict=_UNSET, distributed=_UNSET, distributed_timeout=_UNSET, shared_cache=_UNSET,
+              timing=_UNSET) -> Settings:
     """Change process-wide settings; arguments left out keep their value. Returns the new settings.
 
     ``backend``: a backend name forced for every call (None: choose), ``allow``/``deny``:
@@ -157,12 +167,16 @@ def configure(*, backend=_UNSET, allow=_UNSET, deny=_UNSET, policy=_UNSET, autot
     with this process group, or not at all (False); ``distributed_timeout``: seconds a rank waits
     for the others before every rank falls back to the static order; ``shared_cache``: the cache
     directory is shared by the group's ranks, so only its rank 0 writes agreed decisions.
+    ``timing``: ``"wall"`` (default) races and estimates what an eager call costs, host launch
+    included; ``"device"`` counts device time alone, for code that runs under CUDA graphs (where a
+    GPU kernel with a costly launch but a short run is the faster choice). Decisions are cached
+    per timing.
     """
     global _settings
     changes = {k: v for k, v in dict(backend=backend, allow=allow, deny=deny, policy=policy,
                                       autotune=autotune, strict=strict, distributed=distributed,
                                       distributed_timeout=distributed_timeout,
-                                      shared_cache=shared_cache).items() if v is not _UNSET}
+                                      shared_cache=shared_cache, timing=timing).items() if v is not _UNSET}
     with _lock:
         _settings = attrs.evolve(settings(), **changes) if _settings is not None else attrs.evolve(
             Settings.from_env(), **changes)

@@ -213,14 +213,14 @@ class BackendInfo:
         if not value.isidentifier():
             raise ValueError(f"'name' must be an identifier like 'triton' (got {value!r})")
 
-    def estimate_us(self, device_type: str, nbytes: int) -> float | None:
-        """What a call moving ``nbytes`` costs on ``device_type`` by the card's ``costs`` (launch us +
-        bytes / GB/s), or None when the card gives no figures for that device type."""
+    def estimate_us(self, device_type: str, nbytes: int, launch: bool = True) -> float | None:
+        """What a call moving ``nbytes`` costs on ``device_type`` by the card's ``costs`` (launch us,
+        when ``launch``, + bytes / GB/s), or None when the card gives no figures for that device type."""
         cost = self.costs.get(device_type)
         if cost is None:
             return None
         launch_us, gbps = cost
-        return launch_us + nbytes / (gbps * 1e3)
+        return (launch_us if launch else 0.0) + nbytes / (gbps * 1e3)
 
     def rank(self, device_type: str) -> int:
         return self.priority.get(device_type, 0)

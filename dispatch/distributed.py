@@ -222,7 +222,8 @@ class _Agreement:
         space = backend.tune_space(self.spec.op, self.spec)
         if space is None:
             return EMPTY
-        key = tune_key(self.spec, backend.name, backend.info.version, dict(backend.info.versions))
+        key = tune_key(self.spec, backend.name, backend.info.version, dict(backend.info.versions),
+                       self.selector.settings.timing)
         tuned = self.selector._cached_tune(key)
         return tuned.config if tuned is not None else space.default
 

@@ -19,7 +19,8 @@ class Explanation:
     def __str__(self) -> str:
         d = self.decision
         lines = [f"{d.spec.describe()}",
-                 f"  bucket: {d.bucket}    policy: {d.policy}    autotune: {_settings.settings().autotune}",
+                 f"  bucket: {d.bucket}    policy: {d.policy}    autotune: {_settings.settings().autotune}    "
+                 f"timing: {_settings.settings().timing}",
                  "  candidates:"]
         for c in d.candidates:
             mark = "->" if c.name == d.backend else ("ok" if c.verdict.ok else "no")

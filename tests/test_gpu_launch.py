@@ -151,3 +151,20 @@ def test_launch_benchmark_runs_and_writes_its_table(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "dispatch[triton]" in (tmp_path / "launch.md").read_text() or "triton" not in dispatch.backends()
+
+
+def test_a_key_met_first_during_capture_is_neither_tuned_nor_checked_and_explain_says_so():
+    dispatch.configure(autotune=True)
+    x = _x((24, 3000))  # a key no other test resolves
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = dispatch.softmax(x, -1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert mismatch(y, torch.softmax(x, -1)) is None
+    explained = dispatch.explain("softmax", x, -1)
+    assert "met first during CUDA-graph capture" in explained.decision.reason
+    assert explained.decision.tune is None
+    eager = dispatch.softmax(x, -1)  # resolved and checked now, eagerly
+    assert mismatch(eager, torch.softmax(x, -1)) is None
+    assert "met first during CUDA-graph capture" not in dispatch.explain("softmax", x, -1).decision.reason

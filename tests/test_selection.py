@@ -194,3 +194,34 @@ def test_with_tuning_off_the_cards_cost_figures_order_small_and_large_calls():
     large = dispatch.explain("softmax", torch.randn(256, 1024)).decision  # 2 MB moved
     assert small.backend == "quick_launch" and large.backend == "wide"
     assert "lowest estimated cost" in large.reason and measurement_count() == before
+
+
+def test_device_timing_drops_the_launch_from_the_estimate_and_keys_decisions_apart():
+    """Under CUDA graphs a call costs its device time only: the backend with the costly launch but
+    more bandwidth then serves small calls too, and wall and device decisions are cached apart."""
+    import chunked_backend
+    from dispatch._keys import decision_key
+    from dispatch.backend import spec_of
+
+    def with_costs(name, cost):
+        plugin = chunked_backend.make(name, priority=0)
+
+        @dispatch.hookimpl
+        def dispatch_backend_info():
+            return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), costs={"cpu": cost})
+
+        plugin.dispatch_backend_info = dispatch_backend_info
+        return plugin
+
+    dispatch.register(with_costs("quick_launch", (2.0, 10.0)))
+    dispatch.register(with_costs("wide", (50.0, 1000.0)))
+    dispatch.configure(allow=["quick_launch", "wide"])
+    x = torch.randn(2, 16)
+    assert dispatch.explain("softmax", x).decision.backend == "quick_launch"
+    dispatch.configure(timing="device")
+    explained = dispatch.explain("softmax", x)
+    assert explained.decision.backend == "wide" and "timing: device" in str(explained)
+    spec = spec_of("softmax", x, -1)
+    assert decision_key(spec, {"a": "1"}, "device") != decision_key(spec, {"a": "1"})
+    with pytest.raises(ValueError, match="'timing' must be in"):
+        dispatch.configure(timing="gpu")
