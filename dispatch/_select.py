@@ -19,7 +19,7 @@ from ._plugins import Backend, Registry, forced_fault
 from ._settings import Scope, Settings
 from ._spec import CallSpec, Verdict
 from .autotune.cache import DecisionCache, decision_trusted
-from .autotune.space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings
+from .autotune.space import EMPTY, Config, Timing, TuneResult, TuneSettings
 from .autotune.sweep import pick_winner, sweep
 from .errors import BackendRefusedError, NoBackendError, TuneError, UnknownBackendError
 from .reference import check_output, example_inputs, expected_output, input_safety, tolerance_of

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import installed
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "op_package"
 
@@ -50,19 +52,11 @@ USER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args], check=True,
-                   cwd=ROOT, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def package_installed():
     """``dispatch-rowsum`` installed (editable) for this module's tests, uninstalled after."""
-    _pip("install", "--no-deps", "--no-build-isolation", "-e", str(PACKAGE))
-    try:
-        yield PACKAGE
-    finally:
-        _pip("uninstall", "-y", "dispatch-rowsum")
+    with installed.editable(PACKAGE, "dispatch-rowsum") as path:
+        yield path
 
 
 def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:

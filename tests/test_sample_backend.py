@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import installed
+
 ROOT = Path(__file__).resolve().parents[1]
 DISTRIBUTION = ROOT / "plugins" / "dispatch_sample_backend"
 
@@ -49,19 +51,11 @@ USER_SCRIPT = textwrap.dedent("""
 LIST_SCRIPT = "import dispatch; print(sorted(dispatch.backends()))"
 
 
-def _pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args], check=True,
-                   cwd=ROOT, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def sample_installed():
     """``dispatch-sample-backend`` installed (editable) for this module's tests, uninstalled after."""
-    _pip("install", "--no-deps", "--no-build-isolation", "-e", str(DISTRIBUTION))
-    try:
-        yield DISTRIBUTION
-    finally:
-        _pip("uninstall", "-y", "dispatch-sample-backend")
+    with installed.editable(DISTRIBUTION, "dispatch-sample-backend") as path:
+        yield path
 
 
 def _fresh_env(tmp_path: Path) -> dict[str, str]:

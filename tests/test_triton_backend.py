@@ -86,7 +86,6 @@ TORCH_OPS = {"softmax": torch.softmax, "log_softmax": torch.log_softmax, "logsum
 
 def resolved(op, x, out_dtype=None, keepdim=False, config=None):
     """The Triton backend's kernel for ``op`` over the last dim of tensors like ``x``, as dispatch builds it."""
-    from dispatch import CallSpec
     from dispatch.autotune import Config
 
     backend = dispatch._plugins.registry().backends["triton"]
