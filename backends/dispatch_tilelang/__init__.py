@@ -1,4 +1,4 @@
-"""The TileLang backend: softmax, log_softmax and logsumexp over the last dim, as TileLang programs.
+"""The TileLang backend: the softmax family (last dim) and rms_norm/layer_norm forward, as TileLang programs.
 
 CUDA kernels (``tilelang.language``) on NVIDIA GPUs, C kernels (TileLang's CPU dialect, target
 "c") on the CPU. On the GPU, TileLang's own ``autotune`` tunes each kernel family (``tile_n`` /
@@ -18,7 +18,8 @@ from dispatch.autotune import Config, Failure, Timing, TuneResult, TuneSpace, me
 from dispatch.errors import TuneError
 
 NAME = "tilelang"
-OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
+OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
+NORM_OPS = ("rms_norm", "layer_norm")  # served by dispatch_tilelang.norms
 #: TileLang versions this backend is tested with (0.1.11/0.1.12 bind signatures before configs:
 #: the seeding in native_tune makes them tune too).
 SUPPORTED = ">=0.1.11,<0.2"
@@ -29,7 +30,8 @@ SUPPORTED = ">=0.1.11,<0.2"
 MAX_CUDA_CANDIDATES = 2
 
 _KERNEL_MODULES = ("dispatch_tilelang.kernels", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
-                   "dispatch_tilelang.configs", "dispatch_tilelang._numerics")
+                   "dispatch_tilelang.configs", "dispatch_tilelang._numerics", "dispatch_tilelang.norms",
+                   "dispatch_tilelang.norm_kernels")
 
 
 def _quiet_compiler_logs() -> None:
@@ -76,6 +78,10 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     ok, why = kernels.available(target)
     if not ok:
         return Verdict.no(why)
+    if op in NORM_OPS:
+        from . import norms
+
+        return norms.check(spec, target)
     for what, dtype in (("input", spec.dtype), ("output", spec.out_dtype)):
         ok, why = kernels.supports(op, dtype, target)
         if not ok:
@@ -107,6 +113,13 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
     from . import kernels
 
     target = _target(spec)
+    if op in NORM_OPS:
+        from . import norms
+        from dispatch.norms import norm_rows, norm_size
+
+        m, n = norm_rows(spec), norm_size(spec)
+        return TuneSpace(configs=norms.config_space(m, n, target), default=norms.default_config(m, n, target),
+                         tunables=norms.TUNABLES[target], build_keys=norms.BUILD_KEYS[target])
     configs, default = _space(op, spec)
     return TuneSpace(configs=configs, default=default, tunables=kernels.TUNABLES[target],
                      aliases=kernels.ALIASES, build_keys=kernels.BUILD_KEYS[target])
@@ -114,6 +127,10 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
 
 @hookimpl
 def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
+    if op in NORM_OPS:
+        from . import norms
+
+        return norms.kernel(spec, config, _target(spec))
     from . import kernels
 
     target, n, m = _target(spec), spec.shape[-1], spec.rows
@@ -134,6 +151,10 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     target = _target(spec)
     if target != "cuda":
         return None
+    if op in NORM_OPS:
+        from . import norms
+
+        return norms.native_tune(spec, space, example, settings)
     from . import kernels
     from .native_tune import tune_native
 
