@@ -200,6 +200,29 @@ def test_autotune_cache_negative_control_a_wrong_dtype_standin_splits(tuner):
     assert len(tuner.cache) == 2  # Triton keys on every tensor's dtype: why absent ones get the input's
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_compiled_variants_do_not_split_on_rows_or_placeholders(op):
+    # the JIT's compile cache: one variant per weight/bias toggle, whatever the row count
+    n = 1000
+    w, b = _t((n,), BF16, 1), _t((n,), BF16, 2)
+    combos = [(None, None), (w, None)] if op == "rms_norm" else [(None, None), (w, None), (None, b), (w, b)]
+
+    def call_all(m):
+        x = _t((m, n), BF16, m)
+        for weight, bias in combos:
+            args = (x, [n], weight) if op == "rms_norm" else (x, [n], weight, bias)
+            getattr(dispatch, op)(*args, backend="triton")
+
+    before = _compiled_variants(N._norm_fwd)
+    call_all(64)
+    first = _compiled_variants(N._norm_fwd) - before
+    assert first <= len(combos)
+    for m in (50, 33, 64):  # other row counts of the bucket, a row count not a multiple of 16
+        call_all(m)
+    assert _compiled_variants(N._norm_fwd) - before == first
+
+
 def _compiled_variants(jit_fn) -> int:
     caches = getattr(jit_fn, "device_caches", None)
     if caches is not None:

@@ -99,7 +99,7 @@ def _row_shift(x_ptr, xoff, IS_RMS: tl.constexpr):
         return tl.load(x_ptr + xoff).to(tl.float32)
 
 
-@triton.jit(do_not_specialize=["N_BUCKET", "eps"])
+@triton.jit(do_not_specialize=["M", "N_BUCKET", "eps"])  # M: row counts never recompile
 def _norm_fwd(
     x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr,
     M, N, stride_xm, stride_ym, eps,
@@ -165,7 +165,7 @@ def _norm_fwd(
                 tl.store(y_ptr + yoff + cols, _to_out(y, OUT_TY), mask=cmask)
 
 
-@triton.jit(do_not_specialize=["eps"])
+@triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd(
     x_ptr, w_ptr, dy_ptr, dx_ptr, pw_ptr, pb_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, eps,
