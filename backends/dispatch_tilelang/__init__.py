@@ -1,4 +1,4 @@
-"""The TileLang backend: the softmax family (last dim) and rms_norm/layer_norm forward, as TileLang programs.
+"""The TileLang backend: the softmax family (last dim) and rms_norm/layer_norm, as TileLang programs.
 
 CUDA kernels (``tilelang.language``) on NVIDIA GPUs, C kernels (TileLang's CPU dialect, target
 "c") on the CPU. On the GPU, TileLang's own ``autotune`` tunes each kernel family (``tile_n`` /
@@ -31,7 +31,7 @@ MAX_CUDA_CANDIDATES = 2
 
 _KERNEL_MODULES = ("dispatch_tilelang.kernels", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
                    "dispatch_tilelang.configs", "dispatch_tilelang._numerics", "dispatch_tilelang.norms",
-                   "dispatch_tilelang.norm_kernels")
+                   "dispatch_tilelang.norm_kernels", "dispatch_tilelang.norm_backward")
 
 
 def _quiet_compiler_logs() -> None:
@@ -190,3 +190,15 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     win = pick_winner(timings, settings.tie_tolerance)
     return TuneResult(config=win.config, latency_us=win.median_us, spread_us=win.spread_us,
                       timings=tuple(timings), failures=tuple(failures), source="tilelang.autotune")
+
+
+@hookimpl
+def dispatch_backward(op: str, spec: CallSpec):
+    """rms_norm/layer_norm: TileLang backward programs (rows that fit one program; dweight/dbias
+    from per-program partials reduced in a fixed order). The softmax family: None (the op's backward)."""
+    target = _target(spec)
+    if op not in NORM_OPS or target is None:
+        return None
+    from . import norms
+
+    return norms.backward(spec, target)

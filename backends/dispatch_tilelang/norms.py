@@ -198,3 +198,17 @@ def native_tune(spec, space, example, settings):
     measured = measure(lambda: run(*example), spec.device, settings, config)
     return TuneResult(config=config, latency_us=measured.median_us, spread_us=measured.spread_us,
                       timings=(measured,), source="tilelang.autotune")
+
+
+def backward(spec, target: str):
+    """The backward kernel of a norm call (:mod:`dispatch_tilelang.norm_backward`), or None where
+    its rows don't fit one program (then autograd runs through the reference)."""
+    from dispatch.norms import norm_rows
+
+    from . import norm_backward
+
+    parts = _parts(spec, target)
+    op, n, eps = parts[0], parts[1], parts[5]
+    if not check(spec, target) or not norm_backward.serves(n, target):
+        return None
+    return norm_backward.make_backward(op, norm_rows(spec), n, spec.dtype, parts[3], parts[4], eps, target)
