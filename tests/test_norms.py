@@ -165,3 +165,23 @@ def test_public_names():
     assert dispatch.op("rms_norm") is dispatch.rms_norm
     assert list(__import__("inspect").signature(dispatch.layer_norm).parameters)[:5] == [
         "input", "normalized_shape", "weight", "bias", "eps"]
+
+
+def test_cli_explain_and_ab_take_norm_arguments(capsys):
+    from dispatch.cli import main
+
+    assert main(["explain", "layer_norm", "--shape", "4x32", "--dtype", "float32", "--arg", "bias=False"]) == 0
+    out = capsys.readouterr().out
+    assert "layer_norm(4x32 float32, 32 float32" in out and "weight" in out and "bias" not in out.split("\n")[1]
+    assert main(["ab", "rms_norm", "--shape", "2x3x8", "--dtype", "float32", "--backends", "torch",
+                 "--arg", "normalized_shape=[3, 8]", "--arg", "eps=0.1"]) == 0
+    assert "pass" in capsys.readouterr().out
+
+
+def test_ab_compare_reports_bytes_of_input_weight_and_output():
+    from dispatch.ab import compare
+
+    result = compare("rms_norm", [(8, 64)], backends="torch", warmup=1, rep=2, copy_bytes=1 << 16)
+    row = result.rows()[0]
+    assert row["status"] == "pass"
+    assert row["bytes_moved"] == (8 * 64 * 2 + 64) * 4  # x read, y written, weight read

@@ -132,6 +132,17 @@ def test_weight_gradient_is_deterministic_and_reduced_over_all_rows():
     torch.testing.assert_close(grads[0].double(), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_frozen_weight_gets_no_gradient_and_input_still_does():
+    x = _t((6, 24), F32, 9).requires_grad_()
+    w, b = _t((24,), F32, 1), _t((24,), F32, 2).requires_grad_()
+    dispatch.layer_norm(x, [24], w, b, backend="triton").sum().backward()
+    assert w.grad is None and b.grad is not None
+    torch.testing.assert_close(b.grad, torch.full((24,), 6.0, device=DEV))
+    x2 = x.detach().clone().requires_grad_()
+    F.layer_norm(x2, [24], w, b.detach()).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("why,call", [
     ("float64", lambda: spec_of("rms_norm", torch.ones(2, 8, dtype=torch.float64, device=DEV), (8,))),
     ("differs", lambda: spec_of("rms_norm", torch.ones(2, 8, device=DEV), (8,),

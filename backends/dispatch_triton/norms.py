@@ -187,12 +187,14 @@ def backward_programs(m: int, device: torch.device) -> int:
     """Programs of the backward (rows are dealt out round robin; each keeps a row of partials)."""
     if device.type != "cuda":
         return max(1, min(m, 4))
-    return max(1, min(m, 4 * _sms(device)))
+    return max(1, min(m, 2 * _sms(device)))  # partials: 2 x SMs x N x 4 bytes, small next to 3 x M x N
 
 
 def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, eps: float,
-                  has_weight: bool, has_bias: bool):
-    """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` for one call shape."""
+                  has_weight: bool, has_bias: bool, weight_grad: bool = True, bias_grad: bool = True):
+    """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` for one call shape.
+
+    ``weight_grad``/``bias_grad`` False: that gradient is not wanted (a frozen parameter) and is None."""
     is_rms = op == "rms_norm"
     bn_one = max(_np2(max(n, 1)), 16)
     onep = bn_one <= _MAX_ONE_PASS_BWD
@@ -201,8 +203,8 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
 
     def backward(grad, x, weight, *rest):
         bias = rest[0] if len(rest) == 2 else None
-        want_dw = has_weight and weight is not None
-        want_db = has_bias and bias is not None
+        want_dw = has_weight and weight_grad and weight is not None
+        want_db = has_bias and bias_grad and bias is not None
         device = x.device
         dx = torch.empty(x.shape, dtype=dtype, device=device)
         if m == 0 or n == 0:
@@ -380,4 +382,6 @@ def backward(spec):
 
     m, n = _shape(spec)
     present = [t.present for t in spec.tensors[1:]] + [False]
-    return make_backward(spec.op, m, n, spec.dtype, norm_row_stride(spec), norm_eps(spec), present[0], present[1])
+    wanted = [t.requires_grad for t in spec.tensors[1:]] + [False]
+    return make_backward(spec.op, m, n, spec.dtype, norm_row_stride(spec), norm_eps(spec), present[0], present[1],
+                         wanted[0], wanted[1])
