@@ -40,8 +40,7 @@ def _dense(shape, stride) -> bool:
 
 def check(spec, target: str):
     """Can the TileLang norm kernels serve this call on ``target``? A verdict with a reason."""
-    from dispatch.backend import Verdict, dtype_name
-    from dispatch.norms import norm_size
+    from dispatch.backend import Verdict, dtype_name, norm_size
 
     if spec.dtype not in DTYPES:
         return Verdict.no(f"input dtype {dtype_name(spec.dtype)} not served; float32, float16 and bfloat16 are")
@@ -130,7 +129,7 @@ def adopt(key_parts: tuple, config: dict, kernel) -> None:
 
 
 def _parts(spec, target: str) -> tuple:
-    from dispatch.norms import norm_eps, norm_size
+    from dispatch.backend import norm_eps, norm_size
 
     present = [t.present for t in spec.tensors[1:]] + [False]
     return (spec.op, norm_size(spec), DTYPES[spec.dtype], present[0], present[1], float(norm_eps(spec)), target)
@@ -138,8 +137,7 @@ def _parts(spec, target: str) -> tuple:
 
 def kernel(spec, config, target: str):
     """``run(x, weight, bias)`` for calls of ``spec``."""
-    from dispatch.backend import placeholder
-    from dispatch.norms import norm_rows
+    from dispatch.backend import norm_rows, placeholder
 
     parts = _parts(spec, target)
     n, m = parts[1], norm_rows(spec)
@@ -174,7 +172,7 @@ def native_tune(spec, space, example, settings):
     target = "cuda"
     parts = _parts(spec, target)
     op, n, eps = parts[0], parts[1], parts[5]
-    from dispatch.norms import norm_rows
+    from dispatch.backend import norm_rows
 
     m = norm_rows(spec)
     x, weight, bias = (list(example) + [None])[:3]
@@ -203,7 +201,7 @@ def native_tune(spec, space, example, settings):
 def backward(spec, target: str):
     """The backward kernel of a norm call (:mod:`dispatch_tilelang.norm_backward`), or None where
     its rows don't fit one program (then autograd runs through the reference)."""
-    from dispatch.norms import norm_rows
+    from dispatch.backend import norm_rows
 
     from . import norm_backward
 

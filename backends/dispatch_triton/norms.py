@@ -320,8 +320,7 @@ def run_autotuned(op: str, x: torch.Tensor, weight: torch.Tensor | None = None, 
 
 def check(spec) -> "Verdict":
     """Can the Triton kernels serve this norm call? (called by the backend's ``dispatch_check``)."""
-    from dispatch.backend import Verdict, dtype_name
-    from dispatch.norms import norm_dims_contiguous, norm_row_stride, norm_size
+    from dispatch.backend import Verdict, dtype_name, norm_dims_contiguous, norm_row_stride, norm_size
 
     if spec.dtype not in DTYPES:
         return Verdict.no(f"input dtype {dtype_name(spec.dtype)} not served; float32, float16 and bfloat16 are")
@@ -353,7 +352,7 @@ def _dense(shape, stride) -> bool:
 
 
 def _shape(spec) -> tuple[int, int]:
-    from dispatch.norms import norm_rows, norm_size
+    from dispatch.backend import norm_rows, norm_size
 
     return norm_rows(spec), norm_size(spec)
 
@@ -368,7 +367,7 @@ def tune_space(spec):
 
 
 def kernel(spec, config):
-    from dispatch.norms import norm_eps, norm_row_stride
+    from dispatch.backend import norm_eps, norm_row_stride
 
     m, n = _shape(spec)
     cfg = dict(config.as_dict()) if config else default_config(m, n, spec.dtype, spec.device)
@@ -378,7 +377,7 @@ def kernel(spec, config):
 
 
 def backward(spec):
-    from dispatch.norms import norm_eps, norm_row_stride
+    from dispatch.backend import norm_eps, norm_row_stride
 
     m, n = _shape(spec)
     present = [t.present for t in spec.tensors[1:]] + [False]
