@@ -8,10 +8,11 @@ arithmetic is in fp32; results are rounded once to the output's dtype.
 * ``ONE_PASS`` (``BLOCK_N >= N``): ``ROWS`` whole rows per program, held in registers: read once,
   written once. layer_norm's variance is the two-pass one, over the centred values in registers.
 * chunked, ``PHASE`` 0: one program per row walks it in ``BLOCK_N`` chunks twice (statistics, then
-  the output; the second read mostly hits L2).
+  the output, newest chunks first, so the second read mostly hits L2).
 * split, ``PHASE`` 1 then 2 (two launches): a row is cut into ``SPLIT`` segments, one program each,
   so that a few long rows still fill the device. Phase 1 writes each segment's partial sums to a
-  workspace, phase 2 combines a row's partials (in a fixed order) and writes its segment.
+  workspace, phase 2 combines a row's partials (in a fixed order) and writes its segment; phase 2
+  walks the programs and chunks in the mirror order of phase 1, so its first reads hit L2.
 
 Statistics of a chunked row are shifted sums: ``d = x - x[0]``, ``sum d`` and ``sum d^2`` (so
 layer_norm's variance does not cancel catastrophically for rows far from zero); rms_norm needs
@@ -132,6 +133,10 @@ def _norm_fwd(
     else:
         row = tl.program_id(0)
         seg = tl.program_id(1)
+        if PHASE == 2:
+            # the mirror of phase 1's order: what phase 1 read last (still in L2) is re-read first
+            row = M - 1 - row
+            seg = SPLIT - 1 - seg
         xoff = tl.cast(row, tl.int64) * stride_xm
         yoff = tl.cast(row, tl.int64) * stride_ym
         nchunks = tl.cdiv(N, BLOCK_N)
@@ -157,7 +162,8 @@ def _norm_fwd(
                 lo = 0
                 hi = nchunks
             cols0 = tl.arange(0, BLOCK_N)
-            for c in range(lo, hi):
+            for i in range(0, hi - lo):
+                c = hi - 1 - i  # newest chunks first: the likeliest L2 (or L1) hits
                 cols = c * BLOCK_N + cols0
                 cmask = cols < N
                 x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
@@ -231,7 +237,8 @@ def _norm_bwd(
             mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
             a1 = tl.zeros([BLOCK_N], tl.float32)
             a2 = tl.zeros([BLOCK_N], tl.float32)
-            for c in range(0, nchunks):
+            for i in range(0, nchunks):
+                c = nchunks - 1 - i  # passes alternate direction: each starts on what the last read
                 cols = c * BLOCK_N + cols0
                 cmask = cols < N
                 x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
