@@ -16,7 +16,7 @@ _TRITON = textwrap.dedent("""
     import itertools, triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from dispatch_triton.norm_kernels import _column_sum, _norm_bwd, _norm_fwd
+    from dispatch_triton.norm_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_fwd
 
     def build(fn, ptrs, consts):
         sig = {a: "constexpr" if a in consts else ptrs.get(a, "fp32" if a == "eps" else "i32")
@@ -33,6 +33,10 @@ _TRITON = textwrap.dedent("""
     for rms, affine, onep in itertools.product([True, False], [True, False], [True, False]):
         build(_norm_bwd, bwd, dict(IS_RMS=rms, HAS_WEIGHT=affine, WANT_DW=affine, WANT_DB=affine and not rms,
                                    ONE_PASS=onep, BLOCK_N=1024 if onep else 2048))
+    split = bwd | {"ws_ptr": "*fp32"}
+    for rms, affine, phase in itertools.product([True, False], [True, False], [1, 2, 3]):
+        build(_norm_bwd_split, split, dict(IS_RMS=rms, HAS_WEIGHT=affine, WANT_DW=affine, WANT_DB=affine and not rms,
+                                           PHASE=phase, BLOCK_N=2048, SPLIT=8))
     build(_column_sum, {"p_ptr": "*fp32", "out_ptr": "*bf16"}, dict(BLOCK_G=8, BLOCK_N=256))
     print("compiled")
 """)

@@ -94,6 +94,25 @@ def test_long_rows_chunked(op, dtype):
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("split", [(0, 0), (1, 4), (2, 2)], ids=["one-kernel", "split4", "groups2-split2"])
+def test_long_row_backward_paths(op, split):
+    m, n = 3, 9000  # > the one-pass backward: chunks of 2048, a ragged last one
+    x = _t((m, n), F32, 11, 1.0, 2.0)
+    w, b = _t((n,), F32, 1), _t((n,), F32, 2)
+    dy = _t((m, n), F32, 12)
+    backward = N.make_backward(op, m, n, F32, n, 1e-5, True, op == "layer_norm", split=split)
+    got = backward(dy, x, w, b, None) if op == "layer_norm" else backward(dy, x, w, None)
+    leaves = [t.double().requires_grad_() for t in (x, w, b)]
+    ref = (F.rms_norm(leaves[0], (n,), leaves[1], 1e-5) if op == "rms_norm"
+           else F.layer_norm(leaves[0], (n,), leaves[1], leaves[2], 1e-5))
+    ref.backward(dy.double())
+    for ours, leaf in zip(got, leaves):
+        torch.testing.assert_close(ours.double(), leaf.grad, rtol=1e-4, atol=1e-4)
+    assert N.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # few long rows: cut
+    assert N.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # one pass
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("config", [dict(BLOCK_N=16, SPLIT=1), dict(BLOCK_N=16, SPLIT=4), dict(BLOCK_N=32, SPLIT=2)],
                          ids=["chunked", "split4", "split2"])
 def test_forced_chunked_and_split_paths(op, config):

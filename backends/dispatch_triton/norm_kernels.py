@@ -23,6 +23,10 @@ recomputes the statistics from ``x`` and writes ``dx``; it accumulates its rows'
 (dweight) and ``dy`` (dbias) into its own row of an fp32 partials buffer ``[G, N]``, which
 ``_column_sum`` then reduces over G in a fixed order: deterministic, run to run.
 
+``_norm_bwd_split`` (backward of few long rows): a row cut into segments over three launches
+(segment statistics; segment sums of ``g * xhat`` and ``g``; ``dx`` and the partials), so that a
+handful of 256K-element rows still fills the device.
+
 ``HAS_WEIGHT`` / ``HAS_BIAS`` are constexprs that the autotuner's key never sees: an absent
 weight or bias is passed as a cached placeholder of the input's dtype, so calls with and without
 them share one autotune entry (Triton keys on every tensor argument's dtype).
@@ -285,3 +289,89 @@ def _column_sum(p_ptr, out_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N: tl.constex
         acc += tl.load(p_ptr + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & cmask[None, :],
                        other=0.0)
     tl.store(out_ptr + cols, _to_out(tl.sum(acc, 0), OUT_TY), mask=cmask)
+
+
+@triton.jit(do_not_specialize=["M", "eps"])
+def _norm_bwd_split(
+    x_ptr, w_ptr, dy_ptr, dx_ptr, pw_ptr, pb_ptr, ws_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    PHASE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+):
+    # The backward of few long rows: a row cut into SPLIT segments over three launches. Program
+    # (rg, seg) takes segment seg of rows rg, rg + GR, ... Per row and segment the fp32 workspace
+    # holds 4 sums: (sum d, sum d^2) from PHASE 1, (sum g * xhat, sum g) from PHASE 2; PHASE 3
+    # writes dx and adds dy * xhat and dy into row rg of the partials (its own columns only).
+    DX_TY = dx_ptr.dtype.element_ty
+    rg = tl.program_id(0)
+    seg = tl.program_id(1)
+    GR = tl.num_programs(0)
+    nchunks = tl.cdiv(N, BLOCK_N)
+    per = tl.cdiv(nchunks, SPLIT)
+    lo = seg * per
+    hi = tl.minimum(lo + per, nchunks)
+    cols0 = tl.arange(0, BLOCK_N)
+    j = tl.arange(0, SPLIT)
+    poff = tl.cast(rg, tl.int64) * N
+    if PHASE == 3:
+        if WANT_DW or WANT_DB:
+            zero = tl.zeros([BLOCK_N], tl.float32)
+            for c in range(lo, hi):
+                cols = c * BLOCK_N + cols0
+                if WANT_DW:
+                    tl.store(pw_ptr + poff + cols, zero, mask=cols < N)
+                if WANT_DB:
+                    tl.store(pb_ptr + poff + cols, zero, mask=cols < N)
+    for row in range(rg, M, GR):
+        r64 = tl.cast(row, tl.int64)
+        xoff = r64 * stride_xm
+        dyoff = r64 * stride_dym
+        base = r64 * SPLIT * 4
+        shift = _row_shift(x_ptr, xoff, IS_RMS)
+        if PHASE == 1:
+            s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N)
+            tl.store(ws_ptr + base + seg * 4, s1)
+            tl.store(ws_ptr + base + seg * 4 + 1, s2)
+        else:
+            s1 = tl.sum(tl.load(ws_ptr + base + j * 4), 0)
+            s2 = tl.sum(tl.load(ws_ptr + base + j * 4 + 1), 0)
+            mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
+            if PHASE == 2:
+                a1 = tl.zeros([BLOCK_N], tl.float32)
+                a2 = tl.zeros([BLOCK_N], tl.float32)
+                for i in range(0, hi - lo):
+                    c = hi - 1 - i  # against phase 1's direction: its last chunks are still in L2
+                    cols = c * BLOCK_N + cols0
+                    cmask = cols < N
+                    x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
+                    g = tl.load(dy_ptr + dyoff + cols, mask=cmask, other=0.0).to(tl.float32)
+                    if HAS_WEIGHT:
+                        g = g * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+                    a1 += g * tl.where(cmask, (x - mean) * rstd, 0.0)
+                    a2 += g
+                tl.store(ws_ptr + base + seg * 4 + 2, tl.sum(a1, 0))
+                tl.store(ws_ptr + base + seg * 4 + 3, tl.sum(a2, 0))
+            else:
+                c1 = tl.sum(tl.load(ws_ptr + base + j * 4 + 2), 0) / N
+                c2 = tl.sum(tl.load(ws_ptr + base + j * 4 + 3), 0) / N
+                for c in range(lo, hi):
+                    cols = c * BLOCK_N + cols0
+                    cmask = cols < N
+                    x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
+                    dy = tl.load(dy_ptr + dyoff + cols, mask=cmask, other=0.0).to(tl.float32)
+                    if HAS_WEIGHT:
+                        g = dy * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+                    else:
+                        g = dy
+                    xhat = (x - mean) * rstd
+                    if IS_RMS:
+                        dx = rstd * (g - xhat * c1)
+                    else:
+                        dx = rstd * (g - c2 - xhat * c1)
+                    tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask)
+                    if WANT_DW:
+                        pw = tl.load(pw_ptr + poff + cols, mask=cmask, other=0.0)
+                        tl.store(pw_ptr + poff + cols, pw + dy * xhat, mask=cmask)
+                    if WANT_DB:
+                        pb = tl.load(pb_ptr + poff + cols, mask=cmask, other=0.0)
+                        tl.store(pb_ptr + poff + cols, pb + dy, mask=cmask)

@@ -15,7 +15,7 @@ import triton
 
 from dispatch.backend import placeholder
 
-from .norm_kernels import _column_sum, _norm_bwd, _norm_fwd
+from .norm_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_fwd
 
 NORM_OPS = ("rms_norm", "layer_norm")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -190,16 +190,32 @@ def backward_programs(m: int, device: torch.device) -> int:
     return max(1, min(m, 2 * _sms(device)))  # partials: 2 x SMs x N x 4 bytes, small next to 3 x M x N
 
 
+def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
+    """``(row groups, segments per row)`` of the split backward, or ``(0, 0)`` for the one-kernel one.
+
+    Rows too long for one pass and too few to fill the device are cut into segments; row groups
+    are kept few (about M / 16), as each holds a row of dweight/dbias partials."""
+    programs = 2 * _sms(device) if device.type == "cuda" else 4
+    if _np2(max(n, 1)) <= _MAX_ONE_PASS_BWD or m >= programs:
+        return 0, 0
+    groups = max(1, m // 16)
+    split = min(_np2(_cdiv(n, 2048)), 64, _np2(_cdiv(programs, groups)))
+    return (groups, split) if split > 1 else (0, 0)
+
+
 def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, eps: float,
-                  has_weight: bool, has_bias: bool, weight_grad: bool = True, bias_grad: bool = True):
+                  has_weight: bool, has_bias: bool, weight_grad: bool = True, bias_grad: bool = True,
+                  split: tuple[int, int] | None = None):
     """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` for one call shape.
 
-    ``weight_grad``/``bias_grad`` False: that gradient is not wanted (a frozen parameter) and is None."""
+    ``weight_grad``/``bias_grad`` False: that gradient is not wanted (a frozen parameter) and is None.
+    ``split``: ``(row groups, segments)`` of the split backward (default: :func:`backward_split`)."""
     is_rms = op == "rms_norm"
     bn_one = max(_np2(max(n, 1)), 16)
     onep = bn_one <= _MAX_ONE_PASS_BWD
     block_n = bn_one if onep else 2048
     warps = max(1, min(16, block_n // 256)) if onep else 8
+    split_plan = split
 
     def backward(grad, x, weight, *rest):
         bias = rest[0] if len(rest) == 2 else None
@@ -212,14 +228,22 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             db = torch.zeros_like(bias) if want_db else None
             return (dx, dw, db) if not is_rms else (dx, dw)
         dy, dy_stride = _dense_rows(grad, m, n)
-        g = backward_programs(m, device)
+        groups, segments = split_plan if split_plan is not None else backward_split(m, n, device)
+        g = groups if segments > 1 else backward_programs(m, device)
         ph32 = placeholder(x, torch.float32)
         pw = torch.empty((g, n), dtype=torch.float32, device=device) if want_dw else ph32
         pb = torch.empty((g, n), dtype=torch.float32, device=device) if want_db else ph32
         w_arg = weight if weight is not None else placeholder(x, dtype)
-        _norm_bwd[(g,)](x, w_arg, dy, dx, pw, pb, m, n, row_stride, dy_stride, n, float(eps),
-                        IS_RMS=is_rms, HAS_WEIGHT=weight is not None, WANT_DW=want_dw, WANT_DB=want_db,
-                        ONE_PASS=onep, BLOCK_N=block_n, num_warps=warps)
+        flags = dict(IS_RMS=is_rms, HAS_WEIGHT=weight is not None, WANT_DW=want_dw, WANT_DB=want_db)
+        if segments > 1:
+            ws = torch.empty(m * segments * 4, dtype=torch.float32, device=device)
+            for phase in (1, 2, 3):
+                _norm_bwd_split[(g, segments)](x, w_arg, dy, dx, pw, pb, ws, m, n, row_stride, dy_stride, n,
+                                               float(eps), PHASE=phase, BLOCK_N=2048, SPLIT=segments, num_warps=8,
+                                               **flags)
+        else:
+            _norm_bwd[(g,)](x, w_arg, dy, dx, pw, pb, m, n, row_stride, dy_stride, n, float(eps),
+                            ONE_PASS=onep, BLOCK_N=block_n, num_warps=warps, **flags)
         dw = _reduce(pw, weight) if want_dw else None
         db = _reduce(pb, bias) if want_db else None
         return (dx, dw) if is_rms else (dx, dw, db)
