@@ -11,6 +11,9 @@ decode shapes M = 1, 4, 32 at N = 4096 and 8192. Each forced backend tunes first
     python benchmarks/bench_norms.py --out benchmarks/results/norms_h200     # the full sweep
     python benchmarks/bench_norms.py --quick --ops rms_norm --dtypes bfloat16  # a short one
     python benchmarks/bench_norms.py --device cpu --quick --elements 65536      # a CPU smoke run
+    python benchmarks/bench_norms.py --resume --out DIR   # go on with a sweep that was stopped
+
+Results are saved after every case (a run that is stopped keeps what it measured).
 
 Writes <out>/norms_sweep.json, .md and .png.
 """
@@ -87,13 +90,16 @@ def time_backward(run, args, kwargs, device, settings):
     return grads, t
 
 
-def sweep(args, device, settings, copy_gbs) -> list[dict]:
-    rows: list[dict] = []
+def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict]:
+    """Measure every case not in ``rows`` yet (a ``--resume``d sweep), calling ``save()`` after each."""
     backends = [b for b in args.backends.split(",") if b and b in dispatch.backends()]
+    done = {(r["op"], r["dtype"], r["M"], r["N"]) for r in rows}
     for op in args.ops.split(","):
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
             for m, n in shapes(args.elements, args.quick):
+                if (op, dtype_name, m, n) in done:
+                    continue
                 call, kwargs = case_args(op, m, n, dtype, device, not args.no_affine)
                 esz = torch.empty((), dtype=dtype).element_size()
                 ref = TORCH[op](*[a.double() if isinstance(a, torch.Tensor) else a for a in call], **kwargs).to(dtype)
@@ -119,6 +125,7 @@ def sweep(args, device, settings, copy_gbs) -> list[dict]:
                         shown = (f"{row['us']:9.1f} us {row['gbps']:7.0f} GB/s {row['pct_copy']:5.1f}%"
                                  if "us" in row else row["error"][:90])
                         print(f"{op:10} {dtype_name:8} {m:>7}x{n:<7} {direction:8} {name:20} {shown}", flush=True)
+                save()  # a run stopped part way keeps every finished case
     return rows
 
 
@@ -189,6 +196,8 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", default="benchmarks/results/norms")
     parser.add_argument("--name", default="norms_sweep")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the cases of <out>/<name>.json and measure only the missing ones")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -205,9 +214,15 @@ def main() -> int:
             "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = sweep(args, device, settings, copy_gbs)
-    (out / f"{args.name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    write_markdown(out / f"{args.name}.md", meta, rows)
+    previous = out / f"{args.name}.json"
+    rows: list[dict] = json.loads(previous.read_text())["rows"] if args.resume and previous.exists() else []
+
+    def save() -> None:
+        previous.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        write_markdown(out / f"{args.name}.md", meta, rows)
+
+    sweep(args, device, settings, copy_gbs, rows, save)
+    save()
     write_plot(out / f"{args.name}.png", meta, rows)
     print(f"wrote {out}/{args.name}.json, .md, .png")
     return 0
