@@ -3,7 +3,7 @@
 Each op is one :class:`~dispatch.backend.OpDecl` (declared on import, like :mod:`dispatch.ops`).
 A call normalizes the trailing ``normalized_shape`` dims of ``input``: its rows (M, everything
 before them) are independent, each of N = prod(normalized_shape) elements. Backends read the
-call through the helpers here: :func:`norm_size`, :func:`norm_rows`, :func:`norm_eps`.
+call through the functions here: :func:`norm_size`, :func:`norm_rows`, :func:`norm_eps`.
 """
 
 from __future__ import annotations
@@ -133,11 +133,11 @@ def norm_dims_contiguous(spec: CallSpec) -> bool:
 def norm_row_stride(spec: CallSpec) -> int | None:
     """The stride between consecutive rows if the leading dims collapse to rows without a copy, else None."""
     k = len(spec.normalized_shape)
-    lead = spec.ndim - k
+    leading = spec.ndim - k
     n = norm_size(spec)
-    if lead == 0:
+    if leading == 0:
         return n
-    shape, stride = spec.shape[:lead], spec.stride[:lead]
+    shape, stride = spec.shape[:leading], spec.stride[:leading]
     dims = [(s, st) for s, st in zip(shape, stride) if s != 1]
     if not dims:
         return n
