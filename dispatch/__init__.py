@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import _opdecl
 from . import ops as _builtin  # noqa: F401  (declares softmax, log_softmax, logsumexp)
+from . import norms as _norms  # noqa: F401  (declares rms_norm, layer_norm)
 from ._dispatcher import DISPATCHER as _DISPATCHER
 from ._opdecl import OpDecl, TensorArg
 from ._plugins import LoadFailure, backends, faults, load_failures, refresh, register, unregister
@@ -22,6 +23,8 @@ __version__ = "0.1.0"
 softmax = _DISPATCHER.function("softmax").function
 log_softmax = _DISPATCHER.function("log_softmax").function
 logsumexp = _DISPATCHER.function("logsumexp").function
+rms_norm = _DISPATCHER.function("rms_norm").function
+layer_norm = _DISPATCHER.function("layer_norm").function
 
 
 from . import _compile  # noqa: E402
@@ -60,6 +63,6 @@ __all__ = [
     "AgreementWarning", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "DispatchError", "Explanation",
     "FaultWarning", "LoadFailure", "NoBackendError", "OpDecl", "PluginError", "Settings", "TensorArg", "TensorSpec",
     "TuneError", "UnknownBackendError", "Verdict", "backends", "configure", "declared_ops", "explain", "faults",
-    "hookimpl", "load_failures", "log_softmax", "logsumexp", "op", "refresh", "register", "reset", "settings",
+    "hookimpl", "layer_norm", "load_failures", "log_softmax", "logsumexp", "op", "refresh", "register", "reset", "rms_norm", "settings",
     "softmax", "unregister", "use",
 ]

@@ -23,6 +23,7 @@ from .autotune.timer import do_bench, measure
 from .errors import (BackendFaultError, BackendRefusedError, DispatchError, FaultWarning, NoBackendError,
                      PluginError, TuneError, UnknownBackendError)
 from .hookspec import hookimpl
+from .norms import norm_dims_contiguous, norm_eps, norm_row_stride, norm_rows, norm_size
 from .reference import example_inputs, expected_output, input_safety, reference_kernel
 from .tolerance import max_errors, mismatch, tolerance
 
@@ -34,4 +35,5 @@ __all__ = [
     "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",
     "hookimpl", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance",
+    "norm_dims_contiguous", "norm_eps", "norm_row_stride", "norm_rows", "norm_size",
 ]

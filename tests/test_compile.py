@@ -112,3 +112,18 @@ def test_a_third_party_op_compiles_from_its_declaration():
     finally:
         dispatch.unregister("rowsum_chunked")
         dispatch.unregister("rowsum_ops_local")
+
+
+def test_norms_compile_with_weight_and_bias_gradients():
+    f = torch.compile(lambda t, w, b: dispatch.layer_norm(t, (16,), w, b).sum() + dispatch.rms_norm(t, [16], w).sum(),
+                      fullgraph=True, backend="aot_eager")
+    x, w, b = torch.randn(4, 8, 16, requires_grad=True), torch.randn(16, requires_grad=True), torch.randn(16)
+    out = f(x, w, b)
+    out.backward()
+    xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    F = torch.nn.functional
+    ref = F.layer_norm(xr, (16,), wr, b).sum() + F.rms_norm(xr, [16], wr).sum()
+    ref.backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(w.grad, wr.grad)

@@ -1,4 +1,4 @@
-"""The TileLang backend: softmax, log_softmax and logsumexp over the last dim, as TileLang programs.
+"""The TileLang backend: the softmax family (last dim) and rms_norm/layer_norm, as TileLang programs.
 
 CUDA kernels (``tilelang.language``) on NVIDIA GPUs, C kernels (TileLang's CPU dialect, target
 "c") on the CPU. On the GPU, TileLang's own ``autotune`` tunes each kernel family (``tile_n`` /
@@ -15,7 +15,8 @@ from dispatch.backend import (BackendInfo, CallSpec, Config, Failure, TuneError,
                               dist_version, dtype_name, hookimpl, measure, pick_winner, source_hash)
 
 NAME = "tilelang"
-OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
+OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
+NORM_OPS = ("rms_norm", "layer_norm")  # served by dispatch_tilelang.norms
 # The TileLang versions served are the ``tilelang`` extra's range in pyproject.toml (0.1.11/0.1.12
 # bind signatures before configs: the seeding in native_tune makes them tune too).
 
@@ -26,7 +27,8 @@ OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
 MAX_CUDA_CANDIDATES = 2
 
 _KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
-                   "dispatch_tilelang.configs", "dispatch_tilelang._numerics")
+                   "dispatch_tilelang.configs", "dispatch_tilelang._numerics", "dispatch_tilelang.norms",
+                   "dispatch_tilelang.norm_kernels", "dispatch_tilelang.norm_backward")
 
 
 def _quiet_compiler_logs() -> None:
@@ -76,6 +78,10 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     ok, why = available(target)
     if not ok:
         return Verdict.no(why)
+    if op in NORM_OPS:
+        from . import norms
+
+        return norms.check(spec, target)
     for what, dtype in (("input", spec.dtype), ("output", spec.out_dtype)):
         ok, why = supports(op, dtype, target)
         if not ok:
@@ -107,6 +113,13 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
     from .configs import ALIASES, BUILD_KEYS, TUNABLES
 
     target = _target(spec)
+    if op in NORM_OPS:
+        from . import norms
+        from dispatch.norms import norm_rows, norm_size
+
+        m, n = norm_rows(spec), norm_size(spec)
+        return TuneSpace(configs=norms.config_space(m, n, target), default=norms.default_config(m, n, target),
+                         tunables=norms.TUNABLES[target], build_keys=norms.BUILD_KEYS[target])
     configs, default = _space(op, spec)
     return TuneSpace(configs=configs, default=default, tunables=TUNABLES[target], aliases=ALIASES,
                      build_keys=BUILD_KEYS[target])
@@ -116,6 +129,10 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
 def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     """The kernel of one resolved call: ``run(x)`` for every ``x`` of exactly ``spec``, through the
     compiled kernel's tvm-ffi executable once a first call has checked it (see :mod:`.direct`)."""
+    if op in NORM_OPS:
+        from . import norms
+
+        return norms.kernel(spec, config, _target(spec))
     from .build import build
     from .direct import call_path
 
@@ -132,6 +149,10 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     target = _target(spec)
     if target != "cuda":
         return None
+    if op in NORM_OPS:
+        from . import norms
+
+        return norms.native_tune(spec, space, example, settings)
     from .build import adopt, jit_program, kernel_inputs
     from .configs import families
     from .native_tune import tune_native
@@ -168,3 +189,15 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     win = pick_winner(timings, settings.tie_tolerance)
     return TuneResult(config=win.config, latency_us=win.median_us, spread_us=win.spread_us,
                       timings=tuple(timings), failures=tuple(failures), source="tilelang.autotune")
+
+
+@hookimpl
+def dispatch_backward(op: str, spec: CallSpec):
+    """rms_norm/layer_norm: TileLang backward programs (rows that fit one program; dweight/dbias
+    from per-program partials reduced in a fixed order). The softmax family: None (the op's backward)."""
+    target = _target(spec)
+    if op not in NORM_OPS or target is None:
+        return None
+    from . import norms
+
+    return norms.backward(spec, target)

@@ -1,4 +1,4 @@
-"""The Triton backend: softmax, log_softmax and logsumexp over the last dim, as Triton kernels.
+"""The Triton backend: the softmax family (last dim) and rms_norm/layer_norm, as Triton kernels.
 
 Runs on CUDA devices, and on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``, set
 before triton is imported). Kernels are tuned through dispatch's protocol: the tune space comes
@@ -19,11 +19,12 @@ from dispatch.backend import (BackendInfo, CallSpec, Config, Timing, TuneResult,
                               do_bench, hookimpl, measure, source_hash)
 
 NAME = "triton"
-OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
+OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
+NORM_OPS = ("rms_norm", "layer_norm")  # served by dispatch_triton.norms
 SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 _KERNEL_MODULES = ("dispatch_triton.jit", "dispatch_triton.configs", "dispatch_triton.launch",
-                   "dispatch_triton.autotune")
+                   "dispatch_triton.autotune", "dispatch_triton.norms", "dispatch_triton.norm_kernels")
 
 
 def _interpreting() -> bool:
@@ -71,6 +72,10 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     if spec.device.type != "cuda" and not (spec.device.type == "cpu" and _interpreting()):
         return Verdict.no(f"device {spec.device}: Triton kernels run on CUDA devices "
                           "(or on the CPU under TRITON_INTERPRET=1)")
+    if op in NORM_OPS:
+        from . import norms
+
+        return norms.check(spec)
     if spec.dtype not in SERVED_DTYPES:
         return Verdict.no(f"input dtype {spec.dtype} not served; float32, float16 and bfloat16 are")
     if spec.out_dtype not in SERVED_DTYPES:
@@ -93,6 +98,10 @@ def _rows(spec: CallSpec) -> tuple[int, int]:
 
 @hookimpl
 def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
+    if op in NORM_OPS:
+        from . import norms
+
+        return norms.tune_space(spec)
     from .configs import config_space, default_config
 
     m, n = _rows(spec)
@@ -110,6 +119,10 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     its final shape and launches. ``x`` itself is handed to the kernel: its leading dims
     collapse to rows at the spec's row stride (``dispatch_check`` made sure), so no view is taken.
     """
+    if op in NORM_OPS:
+        from . import norms
+
+        return norms.kernel(spec, config)
     from .configs import default_config
     from .launch import Launcher
 
@@ -134,7 +147,7 @@ def _bench(settings) -> object:
 def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tuple, settings) -> TuneResult | None:
     """On CUDA, Triton's own autotuner sweeps the space (key: the bucketed row length and the dtypes;
     absent optional tensors get dtype-matched placeholders). Under the interpreter: dispatch's sweep."""
-    if spec.device.type != "cuda":
+    if spec.device.type != "cuda" or op in NORM_OPS:  # norms: dispatch's sweep (it includes the split path)
         return None
     from .autotune import autotuned, config_from_triton, run_autotuned
 
@@ -151,3 +164,16 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     measured = measure(lambda: kernel(x), spec.device, settings, best)  # the winner, timed by the protocol
     return TuneResult(config=best, latency_us=measured.median_us, spread_us=measured.spread_us,
                       timings=timings or (measured,), source="triton.autotune")
+
+
+@hookimpl
+def dispatch_backward(op: str, spec: CallSpec):
+    """rms_norm/layer_norm: Triton backward kernels (dx per row, dweight/dbias in two deterministic
+    stages). The softmax family: None (the op's declared backward)."""
+    if op not in NORM_OPS:
+        return None
+    from . import norms
+
+    if not norms.check(spec):
+        return None
+    return norms.backward(spec)

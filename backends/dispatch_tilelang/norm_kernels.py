@@ -1,0 +1,187 @@
+"""rms_norm and layer_norm forward as TileLang programs: the C target (CPU dialect) and CUDA.
+
+One program factory per (op, N, dtype, weight/bias present, eps, family). Each program takes
+``x (M, N)``, ``w (N,)``, ``b (N,)`` and returns ``y (M, N)`` in x's dtype; ``M`` is dynamic. An
+absent weight or bias is a build-time choice (the program never reads it; the caller passes a
+cached placeholder of shape (N,)). eps is a compile-time constant.
+
+Statistics are fp32 shifted sums per row: ``d = x - shift`` (shift = the row's first element for
+layer_norm, 0 for rms_norm), ``sum d`` and ``sum d^2``; mean = shift + sum d / N, variance =
+sum d^2 / N - (sum d / N)^2. ``y = (x - mean) * rstd [* w] [+ b]``, rounded once.
+
+* C target (``cpu_program``): tunable ``block_m`` (rows per program); build key ``tile_n``:
+  0 holds a whole row in a local tile (read once), otherwise the row is walked in ``tile_n``
+  chunks twice. bf16 travels as int16 bit patterns (the C codegen has no bf16).
+* CUDA (``cuda_program``): tunables ``block_m`` and ``threads``; the whole row in registers
+  (``threads // block_m`` threads per row, N up to 32 values per thread), read once, written once.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+
+import functools
+
+import tilelang
+import tilelang.language as TL
+
+from ._numerics import F32, bf16_bits_to_f32, f32_to_bf16_bits
+
+_COMPILE_FLAGS = ["-O2"]  # no -ffast-math: keep IEEE semantics
+MAX_FP32_PER_THREAD = 32  # CUDA register budget per thread (as the softmax kernels)
+
+
+def storage_dtype(dtype: str, target: str) -> str:
+    """The dtype a ``dtype`` tensor has inside a kernel of ``target`` (bf16 as int16 on "c")."""
+    return "int16" if target == "c" and dtype == "bfloat16" else dtype
+
+
+def _load(v, dtype: str, target: str):
+    return bf16_bits_to_f32(v) if target == "c" and dtype == "bfloat16" else TL.cast(v, F32)
+
+
+def _store(f, dtype: str, target: str):
+    return f32_to_bf16_bits(f) if target == "c" and dtype == "bfloat16" else TL.cast(f, dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int):
+    """The ``@tilelang.jit`` C-target program (tunable ``block_m``) of one family."""
+    import tilelang.cpu.language as T
+
+    N = n_cols
+    TILE = N if tile_n <= 0 or tile_n >= N else tile_n
+    NT = (N + TILE - 1) // TILE
+    xs = storage_dtype(dtype, "c")
+    rms = op == "rms_norm"
+
+    @tilelang.jit(target="c", out_idx=[3], compile_flags=_COMPILE_FLAGS)
+    def cpu_norm(block_m):
+        M = T.dynamic("m")
+
+        @T.prim_func
+        def main(x: T.Tensor((M, N), xs), w: T.Tensor((N,), xs), b: T.Tensor((N,), xs), y: T.Tensor((M, N), xs)):
+            with T.Kernel(T.ceildiv(M, block_m)) as bx:
+                dt = T.alloc_local((block_m, TILE), F32)
+                sq = T.alloc_local((block_m, TILE), F32)
+                part = T.alloc_local((block_m,), F32)
+                s1 = T.alloc_local((block_m,), F32)
+                s2 = T.alloc_local((block_m,), F32)
+                shift = T.alloc_local((block_m,), F32)
+                off = T.alloc_local((block_m,), F32)
+                rstd = T.alloc_local((block_m,), F32)
+                for i in T.serial(block_m):
+                    s1[i] = 0.0
+                    s2[i] = 0.0
+                    shift[i] = 0.0
+                    if not rms:
+                        if bx * block_m + i < M:
+                            shift[i] = _load(x[bx * block_m + i, 0], dtype, "c")
+                for t in T.serial(NT):
+                    for i, j in T.grid(block_m, TILE):
+                        dt[i, j] = T.if_then_else(
+                            bx * block_m + i < M and t * TILE + j < N,
+                            _load(x[bx * block_m + i, t * TILE + j], dtype, "c") - shift[i], 0.0)
+                        sq[i, j] = dt[i, j] * dt[i, j]
+                    T.reduce_sum(dt, part, dim=1)
+                    for i in T.serial(block_m):
+                        s1[i] += part[i]
+                    T.reduce_sum(sq, part, dim=1)
+                    for i in T.serial(block_m):
+                        s2[i] += part[i]
+                for i in T.serial(block_m):
+                    if rms:
+                        off[i] = 0.0
+                        rstd[i] = T.float32(1) / T.sqrt(s2[i] / T.float32(N) + T.float32(eps))
+                    else:
+                        off[i] = s1[i] / T.float32(N)  # mean - shift
+                        rstd[i] = T.float32(1) / T.sqrt(
+                            T.max(s2[i] / T.float32(N) - off[i] * off[i], T.float32(0)) + T.float32(eps))
+                for t in T.serial(NT):
+                    if NT > 1:
+                        for i, j in T.grid(block_m, TILE):
+                            dt[i, j] = T.if_then_else(
+                                bx * block_m + i < M and t * TILE + j < N,
+                                _load(x[bx * block_m + i, t * TILE + j], dtype, "c") - shift[i], 0.0)
+                    for i, j in T.grid(block_m, TILE):
+                        if bx * block_m + i < M and t * TILE + j < N:
+                            sq[i, j] = (dt[i, j] - off[i]) * rstd[i]
+                            if has_weight:
+                                sq[i, j] = sq[i, j] * _load(w[t * TILE + j], dtype, "c")
+                            if has_bias:
+                                sq[i, j] = sq[i, j] + _load(b[t * TILE + j], dtype, "c")
+                            y[bx * block_m + i, t * TILE + j] = _store(sq[i, j], dtype, "c")
+
+        return main
+
+    return cpu_norm
+
+
+def cuda_check(n_cols: int, block_m: int, threads: int) -> str | None:
+    """Why (block_m, threads) cannot hold rows of ``n_cols`` in registers, or None."""
+    if threads % 32 or not 32 <= threads <= 1024:
+        return f"threads must be a multiple of 32 in [32, 1024] (got {threads})"
+    if block_m < 1 or threads % block_m or (threads // block_m) & (threads // block_m - 1):
+        return f"threads // block_m must be a power of two (got threads={threads}, block_m={block_m})"
+    tpr = threads // block_m
+    if -(-n_cols // tpr) > MAX_FP32_PER_THREAD:
+        return (f"{-(-n_cols // tpr)} values per thread exceed the register budget of {MAX_FP32_PER_THREAD}; "
+                "use more threads per row")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float,
+                 arch: str | None = None):
+    """The ``@tilelang.jit`` CUDA program (tunables ``block_m``, ``threads``): whole rows in registers."""
+    T = TL
+    target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
+    N = n_cols
+    rms = op == "rms_norm"
+
+    @tilelang.jit(target=target, out_idx=[3])
+    def cuda_norm(block_m, threads):
+        reason = cuda_check(N, block_m, threads)
+        if reason is not None:
+            raise ValueError(reason)
+        tpr = threads // block_m
+        TILE = -(-N // tpr) * tpr
+        M = T.dynamic("m")
+
+        @T.prim_func
+        def main(x: T.Tensor((M, N), dtype), w: T.Tensor((N,), dtype), b: T.Tensor((N,), dtype),
+                 y: T.Tensor((M, N), dtype)):
+            with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bx:
+                xf = T.alloc_fragment((block_m, TILE), F32)
+                sq = T.alloc_fragment((block_m, TILE), F32)
+                s1 = T.alloc_fragment((block_m,), F32)
+                s2 = T.alloc_fragment((block_m,), F32)
+                mean = T.alloc_fragment((block_m,), F32)
+                rstd = T.alloc_fragment((block_m,), F32)
+                for i, j in T.Parallel(block_m, TILE):
+                    xf[i, j] = T.if_then_else(bx * block_m + i < M and j < N, T.cast(x[bx * block_m + i, j], F32), 0.0)
+                if rms:
+                    for i in T.Parallel(block_m):
+                        mean[i] = 0.0
+                else:
+                    T.reduce_sum(xf, s1, dim=1)
+                    for i in T.Parallel(block_m):
+                        mean[i] = s1[i] / T.float32(N)
+                for i, j in T.Parallel(block_m, TILE):
+                    sq[i, j] = T.if_then_else(j < N, (xf[i, j] - mean[i]) * (xf[i, j] - mean[i]), 0.0)
+                T.reduce_sum(sq, s2, dim=1)
+                for i in T.Parallel(block_m):
+                    rstd[i] = T.rsqrt(s2[i] / T.float32(N) + T.float32(eps))
+                for i, j in T.Parallel(block_m, TILE):
+                    if bx * block_m + i < M and j < N:
+                        if has_weight and has_bias:
+                            y[bx * block_m + i, j] = T.cast((xf[i, j] - mean[i]) * rstd[i] * T.cast(w[j], F32)
+                                                            + T.cast(b[j], F32), dtype)
+                        elif has_weight:
+                            y[bx * block_m + i, j] = T.cast((xf[i, j] - mean[i]) * rstd[i] * T.cast(w[j], F32), dtype)
+                        elif has_bias:
+                            y[bx * block_m + i, j] = T.cast((xf[i, j] - mean[i]) * rstd[i] + T.cast(b[j], F32), dtype)
+                        else:
+                            y[bx * block_m + i, j] = T.cast((xf[i, j] - mean[i]) * rstd[i], dtype)
+
+        return main
+
+    return cuda_norm

@@ -1,0 +1,212 @@
+"""rms_norm and layer_norm on TileLang, host side: verdicts, config spaces, compiled kernels and tuning.
+
+A config is a dict. C target: ``block_m`` (tunable JIT parameter) and ``tile_n`` (build key: 0 =
+whole row in one tile). CUDA: ``block_m`` and ``threads`` (tunable JIT parameters) and ``tile_n``
+(build key, always 0: whole rows in registers). Programs are in :mod:`dispatch_tilelang.norm_kernels`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+NORM_OPS = ("rms_norm", "layer_norm")
+DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+TUNABLES = {"cuda": ("block_m", "threads"), "c": ("block_m",)}
+BUILD_KEYS = {"cuda": ("tile_n",), "c": ("tile_n",)}
+CUDA_MAX_N = 1024 * 32  # whole rows in registers: 1024 threads x 32 values
+CPU_ONE_TILE_MAX_N = 8192
+CPU_TILE = 2048
+CPU_MAX_TILE_ELEMS = 16384  # two (block_m, tile) fp32 tiles on the stack
+
+
+def _np2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _dense(shape, stride) -> bool:
+    expected = 1
+    for size, st in zip(reversed(shape), reversed(stride)):
+        if size > 1 and st != expected:
+            return False
+        expected *= size
+    return True
+
+
+def check(spec, target: str):
+    """Can the TileLang norm kernels serve this call on ``target``? A verdict with a reason."""
+    from dispatch.backend import Verdict, dtype_name, norm_size
+
+    if spec.dtype not in DTYPES:
+        return Verdict.no(f"input dtype {dtype_name(spec.dtype)} not served; float32, float16 and bfloat16 are")
+    for t in spec.tensors[1:]:
+        if t.present and (t.dtype != spec.dtype or not _dense(t.shape, t.stride)):
+            return Verdict.no(f"{t.name} must be contiguous and of the input's dtype ({dtype_name(spec.dtype)}); "
+                              f"got {dtype_name(t.dtype)}, strides {list(t.stride)}")
+    if not _dense(spec.shape, spec.stride):
+        return Verdict.no(f"needs a contiguous input (got strides {list(spec.stride)})")
+    n = norm_size(spec)
+    if target == "cuda" and n > CUDA_MAX_N:
+        return Verdict.no(f"normalized size {n} > {CUDA_MAX_N}: rows must fit one CTA's registers "
+                          "(longer rows: the Triton backend)")
+    return Verdict.yes()
+
+
+def config_space(m: int, n: int, target: str) -> list[dict]:
+    """Candidates, default first, deterministic."""
+    from .norm_kernels import cuda_check
+
+    out: list[dict] = []
+    if target == "c":
+        tile = 0 if n <= CPU_ONE_TILE_MAX_N else CPU_TILE
+        width = n if tile == 0 else tile
+        for bm in (1, 4, 16):
+            if bm * max(width, 1) <= CPU_MAX_TILE_ELEMS and (bm == 1 or bm <= _np2(max(m, 1))):
+                out.append({"block_m": bm, "tile_n": tile})
+        return out or [{"block_m": 1, "tile_n": tile}]
+    vec_need = max(n, 1)
+    for per in (8, 16, 32):
+        tpr = _np2(_cdiv(vec_need, per))
+        for threads in (128, 256, 512, 1024):
+            if tpr > threads:
+                continue
+            bm = threads // tpr
+            if cuda_check(n, bm, threads) is None and bm <= max(1, 4 * _np2(max(m, 1))):
+                cfg = {"block_m": bm, "threads": threads, "tile_n": 0}
+                if cfg not in out:
+                    out.append(cfg)
+    return out
+
+
+def default_config(m: int, n: int, target: str) -> dict:
+    space = config_space(m, n, target)
+    if target == "cuda":
+        for cfg in space:  # 16 values per thread, 256-512 threads: the softmax kernels' sweet spot
+            if cfg["threads"] in (256, 512) and _cdiv(n, cfg["threads"] // cfg["block_m"]) <= 16:
+                return dict(cfg)
+    return dict(space[0])
+
+
+# -- compiled kernels ---------------------------------------------------------------------------
+
+_BUILT: dict[tuple, object] = {}
+_LOCK = threading.Lock()
+
+
+def _program(op, n, dtype, has_weight, has_bias, eps, target, tile_n):
+    from . import norm_kernels
+
+    if target == "c":
+        return norm_kernels.cpu_program(op, n, dtype, has_weight, has_bias, eps, tile_n)
+    import os
+
+    return norm_kernels.cuda_program(op, n, dtype, has_weight, has_bias, eps,
+                                     os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None)
+
+
+def build(op: str, n: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, target: str, config: dict):
+    """The compiled kernel of one family and config (cached in-process; TileLang caches on disk)."""
+    key = (op, n, dtype, has_weight, has_bias, eps, target, tuple(sorted(config.items())))
+    kernel = _BUILT.get(key)
+    if kernel is None:
+        with _LOCK:
+            kernel = _BUILT.get(key)
+            if kernel is None:
+                jit = {k: v for k, v in config.items() if k in TUNABLES[target]}
+                kernel = _program(op, n, dtype, has_weight, has_bias, eps, target, int(config.get("tile_n", 0)))(**jit)
+                _BUILT[key] = kernel
+    return kernel
+
+
+def adopt(key_parts: tuple, config: dict, kernel) -> None:
+    """Keep a kernel compiled by TileLang's autotuner as the build of ``config``."""
+    _BUILT.setdefault((*key_parts, tuple(sorted(config.items()))), kernel)
+
+
+def _parts(spec, target: str) -> tuple:
+    from dispatch.backend import norm_eps, norm_size
+
+    present = [t.present for t in spec.tensors[1:]] + [False]
+    return (spec.op, norm_size(spec), DTYPES[spec.dtype], present[0], present[1], float(norm_eps(spec)), target)
+
+
+def kernel(spec, config, target: str):
+    """``run(x, weight, bias)`` for calls of ``spec``."""
+    from dispatch.backend import norm_rows, placeholder
+
+    parts = _parts(spec, target)
+    n, m = parts[1], norm_rows(spec)
+    cfg = dict(config.as_dict()) if config else default_config(m, n, target)
+    dtype, out_shape = spec.dtype, spec.out_shape
+    if m == 0 or n == 0:
+        def run_empty(x, weight=None, bias=None):
+            return torch.empty(out_shape, dtype=dtype, device=x.device)
+        return run_empty
+    compiled = build(*parts, cfg)
+    bits = target == "c" and dtype == torch.bfloat16
+
+    def run(x, weight=None, bias=None):
+        ph = placeholder(x, dtype, (n,))
+        args = [x.reshape(m, n), ph if weight is None else weight.reshape(n), ph if bias is None else bias.reshape(n)]
+        if bits:
+            return compiled(*(a.view(torch.int16) for a in args)).view(torch.bfloat16).view(out_shape)
+        return compiled(*args).view(out_shape)
+
+    return run
+
+
+def native_tune(spec, space, example, settings):
+    """CUDA: TileLang's ``autotune`` over the family (tunables seeded from the default config and kept
+    out of specialization by ``tune_native``), the winner timed by the protocol."""
+    import torch.nn.functional as F
+
+    from dispatch.autotune import Config, TuneResult, measure
+
+    from .native_tune import tune_native
+
+    target = "cuda"
+    parts = _parts(spec, target)
+    op, n, eps = parts[0], parts[1], parts[5]
+    from dispatch.backend import norm_rows
+
+    m = norm_rows(spec)
+    x, weight, bias = (list(example) + [None])[:3]
+    ph = torch.zeros(n, dtype=spec.dtype, device=x.device)
+    inputs = [x.reshape(m, n), ph if weight is None else weight.reshape(n), ph if bias is None else bias.reshape(n)]
+    has_w, has_b = parts[3], parts[4]
+
+    def ref_prog(a, w, b):
+        wf = w.float() if has_w else None
+        if op == "rms_norm":
+            return F.rms_norm(a.float(), (n,), wf, eps).to(a.dtype)
+        return F.layer_norm(a.float(), (n,), wf, b.float() if has_b else None, eps).to(a.dtype)
+
+    configs = [c.as_dict() for c in space.configs]
+    program = _program(*parts, 0)
+    best, _, tuned = tune_native(program, configs, space.default.as_dict(), space.tunables, space.aliases,
+                                 settings.warmup, settings.rep, inputs=inputs, ref_prog=ref_prog, return_kernel=True)
+    adopt(parts, best, tuned)
+    config = Config.of(best)
+    run = kernel(spec, config, target)
+    measured = measure(lambda: run(*example), spec.device, settings, config)
+    return TuneResult(config=config, latency_us=measured.median_us, spread_us=measured.spread_us,
+                      timings=(measured,), source="tilelang.autotune")
+
+
+def backward(spec, target: str):
+    """The backward kernel of a norm call (:mod:`dispatch_tilelang.norm_backward`), or None where
+    its rows don't fit one program (then autograd runs through the reference)."""
+    from dispatch.backend import norm_rows
+
+    from . import norm_backward
+
+    parts = _parts(spec, target)
+    op, n, eps = parts[0], parts[1], parts[5]
+    if not check(spec, target) or not norm_backward.serves(n, target):
+        return None
+    return norm_backward.make_backward(op, norm_rows(spec), n, spec.dtype, parts[3], parts[4], eps, target)

@@ -1,0 +1,232 @@
+"""GPU sweep of rms_norm and layer_norm, forward and backward: every backend forced, torch eager and
+torch.compile, in GB/s and % of the device-to-device copy bandwidth measured in the same run.
+
+Bytes counted (what an ideal kernel moves):
+  forward   read x (M*N) and weight/bias (N each), write y (M*N)
+  backward  read x and dy (M*N each) and weight (N), write dx (M*N) and dweight/dbias (N each)
+The backward is timed alone (``torch.autograd.grad`` on a graph built once, kept with retain_graph).
+Shapes: for each N in 1024..262144, M = elements // N (M*N = --elements, 16M by default), plus the
+decode shapes M = 1, 4, 32 at N = 4096 and 8192. Each forced backend tunes first (autotune on).
+
+    python benchmarks/bench_norms.py --out benchmarks/results/norms_h200     # the full sweep
+    python benchmarks/bench_norms.py --quick --ops rms_norm --dtypes bfloat16  # a short one
+    python benchmarks/bench_norms.py --device cpu --quick --elements 65536      # a CPU smoke run
+    python benchmarks/bench_norms.py --resume --out DIR   # go on with a sweep that was stopped
+
+Results are saved after every case (a run that is stopped keeps what it measured).
+
+Writes <out>/norms_sweep.json, .md and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import dispatch
+from dispatch.ab import measure_copy_bandwidth
+from dispatch.backend import TuneSettings, measure, mismatch
+
+N_SWEEP = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
+DECODE = [(m, n) for n in (4096, 8192) for m in (1, 4, 32)]
+TORCH = {"rms_norm": F.rms_norm, "layer_norm": F.layer_norm}
+
+
+def shapes(elements: int, quick: bool) -> list[tuple[int, int]]:
+    ns = N_SWEEP[::2] if quick else N_SWEEP
+    return [(max(1, elements // n), n) for n in ns] + (DECODE[::2] if quick else DECODE)
+
+
+def case_args(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, affine: bool):
+    decl = dispatch.declared_ops()[op]
+    options = {"weight": affine} if op == "rms_norm" else {"weight": affine, "bias": affine}
+    args, kwargs = decl.sample((m, n), dtype, device, 0, **options)
+    return args, kwargs
+
+
+def fwd_bytes(op: str, m: int, n: int, esz: int, affine: bool) -> int:
+    params = (1 if op == "rms_norm" else 2) * n * esz if affine else 0
+    return 2 * m * n * esz + params
+
+
+def bwd_bytes(op: str, m: int, n: int, esz: int, affine: bool) -> int:
+    params = (2 if op == "rms_norm" else 3) * n * esz if affine else 0  # weight read, dweight (dbias) written
+    return 3 * m * n * esz + params
+
+
+def _runners(op: str, backends: list[str], compiled: bool):
+    fn = TORCH[op]
+    out = {"torch eager": fn}
+    if compiled:
+        out["torch.compile"] = torch.compile(fn, dynamic=False)
+    dispatch_fn = getattr(dispatch, op)
+    for name in backends:
+        out[f"dispatch[{name}]"] = (lambda b: lambda *a, **k: dispatch_fn(*a, backend=b, **k))(name)
+    out["dispatch (auto)"] = dispatch_fn
+    return out
+
+
+def time_forward(run, args, kwargs, device, settings):
+    with torch.no_grad():
+        y = run(*args, **kwargs)
+        t = measure(lambda: run(*args, **kwargs), device, settings)
+    return y, t
+
+
+def time_backward(run, args, kwargs, device, settings):
+    leaves = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    inputs = [a for a in leaves if isinstance(a, torch.Tensor)]
+    y = run(*leaves, **kwargs)
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, inputs, dy, retain_graph=True)
+    t = measure(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True), device, settings)
+    return grads, t
+
+
+def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict]:
+    """Measure every case not in ``rows`` yet (a ``--resume``d sweep), calling ``save()`` after each."""
+    backends = [b for b in args.backends.split(",") if b and b in dispatch.backends()]
+    done = {(r["op"], r["dtype"], r["M"], r["N"]) for r in rows}
+    for op in args.ops.split(","):
+        for dtype_name in args.dtypes.split(","):
+            dtype = getattr(torch, dtype_name)
+            for m, n in shapes(args.elements, args.quick):
+                if (op, dtype_name, m, n) in done:
+                    continue
+                call, kwargs = case_args(op, m, n, dtype, device, not args.no_affine)
+                esz = torch.empty((), dtype=dtype).element_size()
+                ref = TORCH[op](*[a.double() if isinstance(a, torch.Tensor) else a for a in call], **kwargs).to(dtype)
+                for direction in ("forward", "backward"):
+                    if direction == "backward" and args.forward_only:
+                        continue
+                    nbytes = (fwd_bytes if direction == "forward" else bwd_bytes)(op, m, n, esz, not args.no_affine)
+                    for name, run in _runners(op, backends, not args.no_compile).items():
+                        row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "direction": direction,
+                               "impl": name, "bytes": nbytes}
+                        try:
+                            if direction == "forward":
+                                y, t = time_forward(run, call, kwargs, device, settings)
+                                row["check"] = mismatch(y, ref) or "ok"
+                            else:
+                                _, t = time_backward(run, call, kwargs, device, settings)
+                            row.update(us=t.median_us, spread_us=t.spread_us,
+                                       gbps=nbytes / (t.median_us * 1e-6) / 1e9)
+                            row["pct_copy"] = 100 * row["gbps"] / copy_gbs
+                        except Exception as exc:  # a refusal or a failure is a row too, with its reason
+                            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                        rows.append(row)
+                        shown = (f"{row['us']:9.1f} us {row['gbps']:7.0f} GB/s {row['pct_copy']:5.1f}%"
+                                 if "us" in row else row["error"][:90])
+                        print(f"{op:10} {dtype_name:8} {m:>7}x{n:<7} {direction:8} {name:20} {shown}", flush=True)
+                save()  # a run stopped part way keeps every finished case
+    return rows
+
+
+def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    lines = [f"# rms_norm / layer_norm sweep on {meta['device']}", "",
+             f"copy bandwidth {meta['copy_gbs']:.0f} GB/s; GB/s (% of copy); command: `{meta['command']}`", "",
+             "Bytes: forward reads x (+ weight/bias) and writes y; backward reads x, dy (+ weight) and writes dx "
+             "(+ dweight/dbias).", ""]
+    lines.append("| op | dtype | dir | M x N | " + " | ".join(impls) + " |")
+    lines.append("|---" * (4 + len(impls)) + "|")
+    cases = list(dict.fromkeys((r["op"], r["dtype"], r["direction"], r["M"], r["N"]) for r in rows))
+    for op, dt, d, m, n in cases:
+        cells = []
+        for impl in impls:
+            r = next((r for r in rows if (r["op"], r["dtype"], r["direction"], r["M"], r["N"], r["impl"])
+                      == (op, dt, d, m, n, impl)), None)
+            if r is None:
+                cells.append("")
+            elif "gbps" in r:
+                bad = "" if r.get("check", "ok") == "ok" else " WRONG"
+                cells.append(f"{r['gbps']:.0f} ({r['pct_copy']:.0f}%){bad}")
+            else:
+                cells.append("refused" if "Refused" in r["error"] else "error")
+        lines.append(f"| {op} | {dt} | {d[:3]} | {m}x{n} | " + " | ".join(cells) + " |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_plot(path: Path, meta: dict, rows: list[dict]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    groups = list(dict.fromkeys((r["op"], r["dtype"], r["direction"]) for r in rows))
+    fig, axes = plt.subplots(len(groups), 1, figsize=(11, 3.2 * len(groups)), squeeze=False)
+    for ax, (op, dt, d) in zip(axes[:, 0], groups):
+        mine = [r for r in rows if (r["op"], r["dtype"], r["direction"]) == (op, dt, d) and "gbps" in r]
+        cases = list(dict.fromkeys((r["M"], r["N"]) for r in mine))
+        impls = list(dict.fromkeys(r["impl"] for r in mine))
+        width = 0.8 / max(1, len(impls))
+        for k, impl in enumerate(impls):
+            ys = [next((r["pct_copy"] for r in mine if (r["M"], r["N"], r["impl"]) == (*c, impl)), 0) for c in cases]
+            ax.bar([i + k * width for i in range(len(cases))], ys, width, label=impl)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))])
+        ax.set_xticklabels([f"{m}x{n}" for m, n in cases], rotation=30, fontsize=7)
+        ax.axhline(100, color="k", lw=0.5)
+        ax.set_ylabel("% of copy")
+        ax.set_title(f"{op} {dt} {d} ({meta['device']}, copy {meta['copy_gbs']:.0f} GB/s)", fontsize=9)
+        ax.legend(fontsize=6, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default="rms_norm,layer_norm")
+    parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--elements", type=int, default=16 * 1024 * 1024, help="M*N of the large shapes (>= 8M)")
+    parser.add_argument("--backends", default="triton,tilelang,torch", help="backends to force, one column each")
+    parser.add_argument("--quick", action="store_true", help="every other N, fewer decode shapes")
+    parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    parser.add_argument("--no-affine", action="store_true", help="no weight/bias")
+    parser.add_argument("--forward-only", action="store_true")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", default="benchmarks/results/norms")
+    parser.add_argument("--name", default="norms_sweep")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the cases of <out>/<name>.json and measure only the missing ones")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
+        return 2
+    settings = TuneSettings() if device.type == "cuda" else TuneSettings(warmup=2, rep=5)
+    dispatch.configure(autotune=True, policy="measured")
+    copy_gbs = measure_copy_bandwidth(device, settings).gbps
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    print(f"device {name}; copy bandwidth {copy_gbs:.0f} GB/s; backends "
+          f"{[n for n, i in dispatch.backends().items() if i.available]}")
+    meta = {"device": name, "copy_gbs": copy_gbs, "torch": torch.__version__, "python": platform.python_version(),
+            "backends": {n: dict(i.versions) for n, i in dispatch.backends().items()},
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    previous = out / f"{args.name}.json"
+    rows: list[dict] = json.loads(previous.read_text())["rows"] if args.resume and previous.exists() else []
+
+    def save() -> None:
+        previous.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        write_markdown(out / f"{args.name}.md", meta, rows)
+
+    sweep(args, device, settings, copy_gbs, rows, save)
+    save()
+    write_plot(out / f"{args.name}.png", meta, rows)
+    print(f"wrote {out}/{args.name}.json, .md, .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

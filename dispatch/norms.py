@@ -1,0 +1,258 @@
+"""The normalization ops, declared: rms_norm and layer_norm, with torch.nn.functional's signatures and semantics.
+
+Each op is one :class:`~dispatch.backend.OpDecl` (declared on import, like :mod:`dispatch.ops`).
+A call normalizes the trailing ``normalized_shape`` dims of ``input``: its rows (M, everything
+before them) are independent, each of N = prod(normalized_shape) elements. Backends read the
+call through the functions here: :func:`norm_size`, :func:`norm_rows`, :func:`norm_eps`.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.nn.functional as F
+
+from ._opdecl import OpDecl, TensorArg, _next_pow2, declare
+from ._spec import CallSpec
+
+
+def _next_pow4(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 4
+    return p
+
+
+# -- argument checks: the op's signature, returning its attributes ------------------------------------
+
+def _shape_of(normalized_shape) -> tuple[int, ...]:
+    """``normalized_shape`` as torch reads it: a list, tuple or torch.Size of ints (no bools)."""
+    if not isinstance(normalized_shape, (list, tuple, torch.Size)):
+        raise TypeError
+    out = []
+    for d in normalized_shape:
+        if isinstance(d, bool):
+            raise TypeError
+        out.append(operator.index(d))
+    return tuple(out)
+
+
+def _check(input, normalized_shape, params, eps, eps_may_be_none: bool) -> dict:
+    """The attributes of a norm call; any argument torch would reject raises (caught by the caller)."""
+    if not isinstance(input, torch.Tensor) or input.layout != torch.strided or not input.dtype.is_floating_point:
+        raise TypeError
+    shape = _shape_of(normalized_shape)
+    if not shape or input.dim() < len(shape) or tuple(input.shape[input.dim() - len(shape):]) != shape:
+        raise ValueError
+    for p in params:
+        if p is None:
+            continue
+        if (not isinstance(p, torch.Tensor) or p.layout != torch.strided or tuple(p.shape) != shape
+                or p.device != input.device or not p.dtype.is_floating_point):
+            raise ValueError
+    if eps is None:
+        if not eps_may_be_none:
+            raise TypeError
+    elif isinstance(eps, (bool, int, float)):
+        eps = float(eps)
+    else:
+        raise TypeError
+    return {"normalized_shape": shape, "eps": eps}
+
+
+def _parse_rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
+                    eps: float | None = None) -> dict:
+    try:
+        return _check(input, normalized_shape, (weight,), eps, True)
+    except (TypeError, ValueError, IndexError):
+        F.rms_norm(input, normalized_shape, weight, eps)  # raises torch's exception for these arguments
+        raise TypeError(f"rms_norm(): unsupported arguments: input={_describe(input)}, "
+                        f"normalized_shape={normalized_shape!r}, weight={_describe(weight)}, eps={eps!r}; "
+                        "dispatch serves strided floating tensors, weight of normalized_shape on "
+                        "input's device") from None
+
+
+def _parse_layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
+                      bias: torch.Tensor | None = None, eps: float = 1e-05) -> dict:
+    try:
+        return _check(input, normalized_shape, (weight, bias), eps, False)
+    except (TypeError, ValueError, IndexError):
+        F.layer_norm(input, normalized_shape, weight, bias, eps)  # raises torch's exception for these arguments
+        raise TypeError(f"layer_norm(): unsupported arguments: input={_describe(input)}, "
+                        f"normalized_shape={normalized_shape!r}, weight={_describe(weight)}, "
+                        f"bias={_describe(bias)}, eps={eps!r}; dispatch serves strided floating tensors, "
+                        "weight and bias of normalized_shape on input's device") from None
+
+
+def _describe(t) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"Tensor({list(t.shape)}, {t.dtype}, {t.device}, {t.layout})"
+    return repr(t)
+
+
+# -- what backends read from a norm call ----------------------------------------------------------
+
+def norm_size(spec: CallSpec) -> int:
+    """N: the number of elements each row normalizes over (prod of ``normalized_shape``)."""
+    n = 1
+    for s in spec.normalized_shape:
+        n *= s
+    return n
+
+
+def norm_rows(spec: CallSpec) -> int:
+    """M: the number of independent rows (the product of the dims before ``normalized_shape``)."""
+    m = 1
+    for s in spec.shape[:spec.ndim - len(spec.normalized_shape)]:
+        m *= s
+    return m
+
+
+def norm_eps(spec: CallSpec) -> float:
+    """The eps a call uses. rms_norm's ``eps=None`` is torch's: the machine epsilon of the type it
+    computes in (float32 for float32/float16/bfloat16 input, float64 for float64)."""
+    eps = spec.eps
+    if eps is None:
+        return torch.finfo(torch.float64 if spec.dtype == torch.float64 else torch.float32).eps
+    return eps
+
+
+def norm_dims_contiguous(spec: CallSpec) -> bool:
+    """Whether the normalized dims of the input are dense and row-major (unit stride at the end),
+    so a row is N consecutive elements; the rows themselves may have any stride."""
+    expected = 1
+    k = len(spec.normalized_shape)
+    for size, stride in zip(reversed(spec.shape[spec.ndim - k:]), reversed(spec.stride[spec.ndim - k:])):
+        if size > 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def norm_row_stride(spec: CallSpec) -> int | None:
+    """The stride between consecutive rows if the leading dims collapse to rows without a copy, else None."""
+    k = len(spec.normalized_shape)
+    leading = spec.ndim - k
+    n = norm_size(spec)
+    if leading == 0:
+        return n
+    shape, stride = spec.shape[:leading], spec.stride[:leading]
+    dims = [(s, st) for s, st in zip(shape, stride) if s != 1]
+    if not dims:
+        return n
+    for (s0, st0), (s1, st1) in zip(dims, dims[1:]):
+        if st0 != st1 * s1:
+            return None
+    return dims[-1][1]
+
+
+# -- references, outputs, buckets, bytes, samples -----------------------------------------------------
+
+def _rms_reference(spec: CallSpec):
+    shape, eps = list(spec.normalized_shape), spec.eps
+
+    def rms_norm(input, weight=None):
+        return F.rms_norm(input, shape, weight, eps)
+    return rms_norm
+
+
+def _layer_reference(spec: CallSpec):
+    shape, eps = list(spec.normalized_shape), spec.eps
+
+    def layer_norm(input, weight=None, bias=None):
+        return F.layer_norm(input, shape, weight, bias, eps)
+    return layer_norm
+
+
+def _same_shape(spec: CallSpec):
+    return spec.shape, spec.dtype  # torch: the result has the input's dtype, whatever the weight's
+
+
+def norm_bucket(spec: CallSpec) -> str:
+    """``"M<=m,N<=n,<layout>,weight,bias"``: rows M to the next power of 4, normalized size N to the
+    next power of 2, the layout (dense rows or strided), and which of weight/bias are present."""
+    layout = "rows" if norm_dims_contiguous(spec) and norm_row_stride(spec) is not None else "strided"
+    parts = [f"M<={_next_pow4(norm_rows(spec))}", f"N<={_next_pow2(norm_size(spec))}", layout,
+             f"k={len(spec.normalized_shape)}"]
+    parts += [t.name for t in spec.tensors[1:] if t.present]
+    return ",".join(parts)
+
+
+def norm_bytes(spec: CallSpec) -> int:
+    """The input (and weight/bias) read once, the output written once."""
+    read = sum(t.numel * t.dtype.itemsize for t in spec.tensors if t.present)
+    return read + spec.numel * spec.out_dtype.itemsize
+
+
+def _sample(shape, dtype, device, seed=0, *, normalized_shape=None, eps=None, weight=True, bias=True,
+            layer=False):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shape = tuple(shape)
+    if normalized_shape is None:
+        normalized_shape = shape[-1:]
+    normalized_shape = tuple(normalized_shape)
+    x = torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype).to(device)
+    w = (1 + 0.5 * torch.randn(normalized_shape, generator=gen)).to(dtype).to(device) if weight else None
+    kwargs = {}
+    if eps is not None:
+        kwargs["eps"] = eps
+    if not layer:
+        return (x, list(normalized_shape), w), kwargs
+    b = (0.5 * torch.randn(normalized_shape, generator=gen)).to(dtype).to(device) if bias else None
+    return (x, list(normalized_shape), w, b), kwargs
+
+
+def _rms_sample(shape, dtype, device, seed=0, *, normalized_shape=None, eps=None, weight=True):
+    """N(0, 1) input; weight 1 + N(0, 0.5^2) unless ``weight=False``; normalized_shape: the last dim."""
+    return _sample(shape, dtype, device, seed, normalized_shape=normalized_shape, eps=eps, weight=weight)
+
+
+def _layer_sample(shape, dtype, device, seed=0, *, normalized_shape=None, eps=None, weight=True, bias=True):
+    """N(0, 1) input; weight 1 + N(0, 0.5^2), bias N(0, 0.5^2) unless ``weight=False``/``bias=False``."""
+    return _sample(shape, dtype, device, seed, normalized_shape=normalized_shape, eps=eps, weight=weight,
+                   bias=bias, layer=True)
+
+
+def _examples(spec: CallSpec, seed: int = 0):
+    """N(0, 1) input (any strides of the spec), weight near 1, bias near 0."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    out = []
+    for i, t in enumerate(spec.tensors):
+        if not t.present:
+            out.append(None)
+            continue
+        values = torch.randn(t.shape, generator=gen, dtype=torch.float32)
+        if i == 1:
+            values = 1 + 0.5 * values
+        elif i == 2:
+            values = 0.5 * values
+        values = values.to(t.dtype).to(t.device)
+        try:
+            x = torch.empty_strided(t.shape, t.stride, dtype=t.dtype, device=t.device)
+            x.copy_(values)
+        except RuntimeError:  # overlapping strides (an expanded view): a dense copy serves
+            x = values
+        out.append(x)
+    return tuple(out)
+
+
+RMS_NORM = OpDecl(
+    name="rms_norm", parse=_parse_rms_norm,
+    tensors=(TensorArg("input"), TensorArg("weight", optional=True)),
+    reference=_rms_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes,
+    examples=_examples, sample=_rms_sample,
+    doc="``torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)``, served by the best "
+        "backend for the call.")
+LAYER_NORM = OpDecl(
+    name="layer_norm", parse=_parse_layer_norm,
+    tensors=(TensorArg("input"), TensorArg("weight", optional=True), TensorArg("bias", optional=True)),
+    reference=_layer_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes,
+    examples=_examples, sample=_layer_sample,
+    doc="``torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)``, served by the "
+        "best backend for the call.")
+
+NORMS = (RMS_NORM, LAYER_NORM)
+
+for _decl in NORMS:
+    declare(_decl)

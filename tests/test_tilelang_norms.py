@@ -1,0 +1,124 @@
+"""rms_norm and layer_norm on the TileLang backend: C-target kernels vs torch, refusals, CUDA config spaces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("tilelang")
+
+import dispatch  # noqa: E402
+from dispatch.backend import spec_of  # noqa: E402
+
+try:
+    from dispatch_tilelang import norms as N  # noqa: E402
+    from dispatch_tilelang.norm_kernels import cuda_check  # noqa: E402
+except ImportError:  # pragma: no cover - backends/ not installed
+    pytest.skip("dispatch_tilelang is not importable", allow_module_level=True)
+
+F32, BF16 = torch.float32, torch.bfloat16
+TOL = {F32: dict(rtol=1e-5, atol=1e-5), BF16: dict(rtol=1.6e-2, atol=1e-2)}
+
+
+def _t(shape, dtype, seed, scale=1.0, shift=0.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale + shift).to(dtype)
+
+
+def _args(op, x, ns, weight, bias):
+    w = _t(ns, x.dtype, 1, 0.5, 1.0) if weight else None
+    b = _t(ns, x.dtype, 2, 0.5) if bias else None
+    return (x, list(ns), w) if op == "rms_norm" else (x, list(ns), w, b)
+
+
+def _check(op, args, dtype):
+    y = getattr(dispatch, op)(*args, backend="tilelang")
+    ref = getattr(F, op)(*[a.double() if isinstance(a, torch.Tensor) else a for a in args])
+    assert y.dtype == args[0].dtype and y.shape == args[0].shape
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("affine", [(False, False), (True, True)], ids=["plain", "affine"])
+def test_c_target_matches_torch(op, dtype, affine):
+    x = _t((2, 3, 4, 6), dtype, 0, 2.0, 3.0)
+    _check(op, _args(op, x, (4, 6), *affine), dtype)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_c_target_rows_in_chunks(op):
+    x = _t((3, 9000), F32, 4, 1.0, 10.0)  # > one tile: walked in 2048-element chunks, read twice
+    spec = spec_of(op, x, (9000,))
+    assert N.default_config(3, 9000, "c")["tile_n"] > 0, spec
+    _check(op, _args(op, x, (9000,), True, op == "layer_norm"), F32)
+
+
+GTOL = {F32: dict(rtol=1e-4, atol=1e-4), BF16: dict(rtol=5e-2, atol=5e-2)}
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("affine", [(False, False), (True, True), (False, True)], ids=["plain", "affine", "bias"])
+def test_backward_kernels_match_torch(op, dtype, affine):
+    from dispatch_tilelang import dispatch_backward
+
+    x = _t((9, 3, 8), dtype, 5, 2.0, 1.0)  # 9 rows: the last program holds fewer than block_m
+    args = _args(op, x, (3, 8), *affine)
+    assert dispatch_backward(op, spec_of(op, *args)) is not None  # a TileLang kernel, not the reference
+    proj = _t(x.shape, torch.float64, 6)
+    ours = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    (getattr(dispatch, op)(*ours, backend="tilelang").double() * proj).sum().backward()
+    theirs = [a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    (getattr(F, op)(*theirs) * proj).sum().backward()
+    for a, b in zip(ours, theirs):
+        if isinstance(a, torch.Tensor):
+            scale = b.grad.abs().max().clamp_min(1)
+            torch.testing.assert_close(a.grad.double() / scale, b.grad / scale, **GTOL[dtype])
+
+
+def test_long_rows_take_the_reference_backward():
+    from dispatch_tilelang import dispatch_backward
+
+    x = _t((2, 9000), F32, 7).requires_grad_()
+    assert dispatch_backward("rms_norm", spec_of("rms_norm", x, (9000,))) is None
+    dispatch.rms_norm(x, [9000], backend="tilelang").sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    F.rms_norm(x2, [9000]).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
+@pytest.mark.parametrize("why,call", [
+    ("float64", lambda: spec_of("rms_norm", torch.ones(2, 8, dtype=torch.float64), (8,))),
+    ("input's dtype", lambda: spec_of("rms_norm", torch.ones(2, 8), (8,), torch.ones(8, dtype=BF16))),
+    ("contiguous", lambda: spec_of("layer_norm", torch.ones(6, 8)[::2], (8,))),
+], ids=["fp64", "mixed-dtype", "strided"])
+def test_refusals_say_why(why, call):
+    from dispatch_tilelang import dispatch_check
+
+    spec = call()
+    verdict = dispatch_check(spec.op, spec)
+    assert not verdict.ok and why in verdict.reason, verdict
+
+
+def test_cuda_refuses_rows_beyond_the_registers():
+    spec = spec_of("rms_norm", torch.ones(2, 65536), (65536,))
+    verdict = N.check(spec, "cuda")
+    assert not verdict.ok and "65536" in verdict.reason
+
+
+@pytest.mark.parametrize("n", [1, 40, 1024, 4096, 16384, 32768])
+def test_cuda_config_space_fits_the_registers(n):
+    space = N.config_space(64, n, "cuda")
+    assert space and N.default_config(64, n, "cuda") in space
+    for cfg in space:
+        assert cuda_check(n, cfg["block_m"], cfg["threads"]) is None and cfg["tile_n"] == 0
+
+
+def test_tune_space_declares_tunables_and_build_keys():
+    from dispatch_tilelang import dispatch_tune_space
+
+    space = dispatch_tune_space("layer_norm", spec_of("layer_norm", torch.ones(8, 64), (64,)))
+    assert space.tunables == ("block_m",) and space.build_keys == ("tile_n",)
+    assert space.default.as_dict() in [c.as_dict() for c in space.configs]

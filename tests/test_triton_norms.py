@@ -1,0 +1,269 @@
+"""rms_norm and layer_norm on the Triton backend (the interpreter on the CPU), forward and backward vs torch.
+
+Small shapes: every path (one-pass with several rows per program, chunked, split over programs),
+with and without weight/bias, multi-dim normalized_shape, strided rows, bf16 and fp32; the
+refusals; deterministic dweight; and the autotuner's cache shared by calls with and without
+weight/bias.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+pytest.importorskip("triton")
+
+import dispatch  # noqa: E402
+from dispatch.backend import spec_of  # noqa: E402
+
+try:
+    from dispatch_triton import norms as N  # noqa: E402
+except ImportError:  # pragma: no cover - backends/ not installed
+    pytest.skip("dispatch_triton is not importable", allow_module_level=True)
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+F32, BF16 = torch.float32, torch.bfloat16
+TOL = {F32: dict(rtol=1e-5, atol=1e-5), BF16: dict(rtol=1.6e-2, atol=1e-2)}
+GTOL = {F32: dict(rtol=1e-4, atol=1e-4), BF16: dict(rtol=5e-2, atol=5e-2)}
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def _t(shape, dtype, seed, scale=1.0, shift=0.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale + shift).to(dtype).to(DEV)
+
+
+def _args(op, x, ns, weight, bias):
+    w = _t(ns, x.dtype, 1, 0.5, 1.0) if weight else None
+    b = _t(ns, x.dtype, 2, 0.5) if bias else None
+    return (x, list(ns), w) if op == "rms_norm" else (x, list(ns), w, b)
+
+
+def _check_fwd_bwd(op, args, dtype):
+    y = getattr(dispatch, op)(*args, backend="triton")
+    ref = getattr(F, op)(*[a.double() if isinstance(a, torch.Tensor) else a for a in args])
+    assert y.dtype == args[0].dtype and y.shape == args[0].shape
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+    proj = _t(args[0].shape, torch.float64, 7)
+    ours = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    (getattr(dispatch, op)(*ours, backend="triton").double() * proj).sum().backward()
+    theirs = [a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    (getattr(F, op)(*theirs) * proj).sum().backward()
+    for a, b in zip(ours, theirs):
+        if isinstance(a, torch.Tensor):
+            assert a.grad is not None and a.grad.dtype == a.dtype
+            scale = b.grad.abs().max().clamp_min(1)
+            torch.testing.assert_close(a.grad.double() / scale, b.grad / scale, **GTOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("affine", [(False, False), (True, False), (True, True)], ids=["plain", "w", "wb"])
+def test_short_rows_several_per_program(op, dtype, affine):
+    x = _t((5, 40), dtype, 0, 2.0, 1.0)
+    _check_fwd_bwd(op, _args(op, x, (40,), *affine), dtype)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_multi_dim_normalized_shape_and_leading_dims(op):
+    x = _t((2, 3, 4, 6), F32, 3, 1.5, -2.0)
+    _check_fwd_bwd(op, _args(op, x, (4, 6), True, True), F32)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_strided_rows(op):
+    base = _t((6, 50), BF16, 4)
+    x = base[::2, :32]  # rows 100 apart, 32 of 50 columns
+    spec = spec_of(op, x, (32,))
+    assert dispatch.explain(op, x, [32], backend="triton").decision.backend == "triton", spec
+    _check_fwd_bwd(op, _args(op, x, (32,), True, True), BF16)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_long_rows_chunked(op, dtype):
+    # N = 17000 > the one-pass limit: rows walked in chunks, the backward too
+    x = _t((2, 17000), dtype, 5, 1.0, 3.0)
+    _check_fwd_bwd(op, _args(op, x, (17000,), True, op == "layer_norm"), dtype)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("split", [(0, 0), (1, 4), (2, 2)], ids=["one-kernel", "split4", "groups2-split2"])
+def test_long_row_backward_paths(op, split):
+    m, n = 3, 9000  # > the one-pass backward: chunks of 2048, a ragged last one
+    x = _t((m, n), F32, 11, 1.0, 2.0)
+    w, b = _t((n,), F32, 1), _t((n,), F32, 2)
+    dy = _t((m, n), F32, 12)
+    backward = N.make_backward(op, m, n, F32, n, 1e-5, True, op == "layer_norm", split=split)
+    got = backward(dy, x, w, b, None) if op == "layer_norm" else backward(dy, x, w, None)
+    leaves = [t.double().requires_grad_() for t in (x, w, b)]
+    ref = (F.rms_norm(leaves[0], (n,), leaves[1], 1e-5) if op == "rms_norm"
+           else F.layer_norm(leaves[0], (n,), leaves[1], leaves[2], 1e-5))
+    ref.backward(dy.double())
+    for ours, leaf in zip(got, leaves):
+        torch.testing.assert_close(ours.double(), leaf.grad, rtol=1e-4, atol=1e-4)
+    assert N.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # few long rows: cut
+    assert N.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # one pass
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("config", [dict(BLOCK_N=16, SPLIT=1), dict(BLOCK_N=16, SPLIT=4), dict(BLOCK_N=32, SPLIT=2)],
+                         ids=["chunked", "split4", "split2"])
+def test_forced_chunked_and_split_paths(op, config):
+    m, n = 3, 100  # 100 = 6.25 chunks of 16: a ragged last chunk and segments of unequal length
+    x = _t((m, n), F32, 6, 2.0, 5.0)
+    w, b = _t((n,), F32, 1), _t((n,), F32, 2)
+    cfg = dict(ROWS=1, num_warps=1, num_stages=1, **config)
+    launcher = N.NormLauncher(op, m, n, F32, n, DEV, cfg, 1e-5, True, op == "layer_norm", (m, n))
+    y = launcher.run(x, w, b if op == "layer_norm" else None)
+    ref = F.rms_norm(x, (n,), w, 1e-5) if op == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
+    torch.testing.assert_close(y, ref, **TOL[F32])
+
+
+def test_empty_inputs():
+    for shape in ((0, 8), (4, 0)):
+        x = torch.empty(shape, device=DEV)
+        n = shape[-1]
+        y = dispatch.layer_norm(x, [n], backend="triton")
+        assert y.shape == shape
+        w = torch.ones(n, device=DEV, requires_grad=True)
+        xg = x.clone().requires_grad_()
+        dispatch.rms_norm(xg, [n], w, backend="triton").sum().backward()
+        assert xg.grad.shape == shape and torch.equal(w.grad, torch.zeros(n, device=DEV))
+
+
+def test_weight_gradient_is_deterministic_and_reduced_over_all_rows():
+    x = _t((37, 24), F32, 8)  # more rows than programs: each program accumulates several
+    w = _t((24,), F32, 1).requires_grad_()
+    grads = []
+    for _ in range(2):
+        w.grad = None
+        dispatch.rms_norm(x, [24], w, backend="triton").sum().backward()
+        grads.append(w.grad.clone())
+    assert torch.equal(grads[0], grads[1])
+    expected = (F.rms_norm(x.double(), (24,))).sum(0)
+    torch.testing.assert_close(grads[0].double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_frozen_weight_gets_no_gradient_and_input_still_does():
+    x = _t((6, 24), F32, 9).requires_grad_()
+    w, b = _t((24,), F32, 1), _t((24,), F32, 2).requires_grad_()
+    dispatch.layer_norm(x, [24], w, b, backend="triton").sum().backward()
+    assert w.grad is None and b.grad is not None
+    torch.testing.assert_close(b.grad, torch.full((24,), 6.0, device=DEV))
+    x2 = x.detach().clone().requires_grad_()
+    F.layer_norm(x2, [24], w, b.detach()).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("why,call", [
+    ("float64", lambda: spec_of("rms_norm", torch.ones(2, 8, dtype=torch.float64, device=DEV), (8,))),
+    ("differs", lambda: spec_of("rms_norm", torch.ones(2, 8, device=DEV), (8,),
+                                torch.ones(8, dtype=BF16, device=DEV))),
+    ("must be dense", lambda: spec_of("layer_norm", torch.ones(8, 4, device=DEV).t(), (8,))),
+    ("collapse", lambda: spec_of("layer_norm", torch.ones(4, 6, 8, device=DEV)[:, ::2].transpose(0, 1), (8,))),
+], ids=["fp64", "mixed-dtype", "transposed", "rows"])
+def test_refusals_say_why(why, call):
+    spec = call()
+    from dispatch_triton import dispatch_check
+
+    verdict = dispatch_check(spec.op, spec)
+    assert not verdict.ok and why in verdict.reason, verdict
+    with pytest.raises(dispatch.BackendRefusedError, match=why):
+        getattr(dispatch, spec.op)(*_call_of(spec), backend="triton")
+
+
+def _call_of(spec):
+    x = torch.empty_strided(spec.shape, spec.stride, dtype=spec.dtype, device=spec.device).fill_(1.0)
+    w = spec.tensors[1]
+    weight = torch.ones(w.shape, dtype=w.dtype, device=spec.device) if w.present else None
+    return (x, list(spec.normalized_shape), weight)
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton's autotuner and compile cache: with and without weight/bias share one entry
+
+def cpu_do_bench(fn, quantiles=None, **_):
+    fn()
+    return [1.0] * len(quantiles) if quantiles else 1.0
+
+
+@pytest.fixture
+def tuner():
+    kernel = N.autotuned(do_bench=cpu_do_bench)
+    kernel.cache.clear()
+    yield kernel
+    kernel.cache.clear()
+
+
+def test_autotuner_key_is_the_bucket_only(tuner):
+    assert tuner.keys == ["N_BUCKET"]
+    assert {"HAS_WEIGHT", "HAS_BIAS", "IS_RMS"}.isdisjoint(tuner.keys)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_autotune_cache_does_not_split_on_weight_or_bias(tuner, op):
+    x = _t((4, 40), BF16, 0)
+    w, b = _t((40,), BF16, 1), _t((40,), BF16, 2)
+    for weight, bias in ((None, None), (w, None), (w, b), (None, b)):
+        y = N.run_autotuned(op, x, weight, bias if op == "layer_norm" else None, do_bench=cpu_do_bench)
+        ref = (F.rms_norm(x.float(), (40,), None if weight is None else weight.float(), 1e-5) if op == "rms_norm"
+               else F.layer_norm(x.float(), (40,), None if weight is None else weight.float(),
+                                 None if bias is None else bias.float(), 1e-5))
+        torch.testing.assert_close(y.float(), ref, **TOL[BF16])
+    N.run_autotuned(op, _t((3, 60), BF16, 3), do_bench=cpu_do_bench)  # 40 and 60: one bucket
+    assert len(tuner.cache) == 1, list(tuner.cache)
+    if DEV.type == "cuda":  # the compiled variants: one per HAS_WEIGHT/HAS_BIAS toggle, no more
+        assert _compiled_variants(N._norm_fwd) <= 4
+
+
+def test_autotune_cache_negative_control_a_wrong_dtype_standin_splits(tuner):
+    x = _t((4, 40), BF16, 0)
+    N.run_autotuned("rms_norm", x, do_bench=cpu_do_bench)
+    N.run_autotuned("rms_norm", x, torch.ones(40, dtype=F32, device=DEV), do_bench=cpu_do_bench)
+    assert len(tuner.cache) == 2  # Triton keys on every tensor's dtype: why absent ones get the input's
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_compiled_variants_do_not_split_on_rows_or_placeholders(op):
+    # the JIT's compile cache: one variant per weight/bias toggle, whatever the row count
+    n = 1000
+    w, b = _t((n,), BF16, 1), _t((n,), BF16, 2)
+    combos = [(None, None), (w, None)] if op == "rms_norm" else [(None, None), (w, None), (None, b), (w, b)]
+
+    def call_all(m):
+        x = _t((m, n), BF16, m)
+        for weight, bias in combos:
+            args = (x, [n], weight) if op == "rms_norm" else (x, [n], weight, bias)
+            getattr(dispatch, op)(*args, backend="triton")
+
+    before = _compiled_variants(N._norm_fwd)
+    call_all(64)
+    first = _compiled_variants(N._norm_fwd) - before
+    assert first <= len(combos)
+    for m in (50, 33, 64):  # other row counts of the bucket, a row count not a multiple of 16
+        call_all(m)
+    assert _compiled_variants(N._norm_fwd) - before == first
+
+
+def _compiled_variants(jit_fn) -> int:
+    caches = getattr(jit_fn, "device_caches", None)
+    if caches is not None:
+        return sum(len(entry[0]) for entry in caches.values())
+    return sum(len(c) for c in jit_fn.cache.values())
+
+
+def test_config_space_and_default():
+    for n in (1, 40, 1000, 4096, 16384, 65536, 262144):
+        space = N.config_space(64, n, BF16)
+        assert space and N.default_config(64, n, BF16) in space
+        assert all(N.one_pass(c, n) == (c["BLOCK_N"] >= N._np2(n)) for c in space)
+    assert any(c["SPLIT"] > 1 for c in N.config_space(4, 262144, BF16))  # few long rows: cut over programs
+    assert N.default_config(4, 262144, BF16)["SPLIT"] > 1
