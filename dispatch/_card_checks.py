@@ -43,7 +43,7 @@ def string_mapping(_instance: Any, attribute: Any, value: Any) -> None:
 
 
 def costs(_instance: Any, attribute: Any, value: Any) -> None:
-    """``{device type (str): (launch us, GB/s)}``, both finite and > 0 (GB/s) / >= 0 (us)."""
+    """``{device type or "device type:op" (str): (launch us, GB/s)}``, finite, us >= 0, GB/s > 0."""
     import math
 
     def ok(v: Any) -> bool:

@@ -225,3 +225,12 @@ def test_device_timing_drops_the_launch_from_the_estimate_and_keys_decisions_apa
     assert decision_key(spec, {"a": "1"}, "device") != decision_key(spec, {"a": "1"})
     with pytest.raises(ValueError, match="'timing' must be in"):
         dispatch.configure(timing="gpu")
+
+
+def test_an_op_specific_cost_figure_overrides_the_device_types():
+    info = dispatch.BackendInfo(name="costed", version="1", ops=("softmax",),
+                                costs={"cuda": (10.0, 1000.0), "cuda:softmax": (40.0, 2000.0)})
+    assert info.estimate_us("cuda", 2_000_000, op="softmax") == 40.0 + 1.0
+    assert info.estimate_us("cuda", 2_000_000, op="logsumexp") == 10.0 + 2.0
+    assert info.estimate_us("cuda", 2_000_000, launch=False, op="softmax") == 1.0
+    assert info.estimate_us("cpu", 1) is None
