@@ -177,6 +177,10 @@ class Dispatcher:
 
     def _guarded(self, kernel, decision: Decision, key):
         def guarded(*tensors: torch.Tensor) -> torch.Tensor:
+            for t in tensors:  # a lazily negated or conjugated view: kernels read raw memory
+                if t is not None and (t.is_neg() or t.is_conj()):
+                    tensors = _resolved(tensors)
+                    break
             try:
                 return kernel(*tensors)
             except KeyboardInterrupt:
@@ -258,6 +262,11 @@ def _tracing() -> bool:
     """Whether torch.compile or torch.export is tracing this call (never true in eager code)."""
     compiler = getattr(torch, "compiler", None)
     return compiler is not None and compiler.is_compiling()
+
+
+def _resolved(tensors: tuple) -> tuple:
+    """The tensors with their negation and conjugation bits applied (new tensors; the user's are untouched)."""
+    return tuple(None if t is None else t.resolve_neg().resolve_conj() for t in tensors)
 
 
 def _has_reference(registry) -> bool:

@@ -146,3 +146,13 @@ def test_a_kernel_or_backward_that_exits_cannot_end_the_process():
     y = dispatch.softmax(x, -1, backend="quitter")
     with pytest.raises(dispatch.PluginError, match="SystemExit"):
         y.sum().backward()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the Triton interpreter runs on CPU-only machines")
+def test_a_negated_view_gets_the_right_sign_on_every_call_of_a_raw_memory_kernel():
+    y = torch.randn(4, 64)
+    x = torch._neg_view(y)  # what z.conj().imag gives: a view whose values are read negated
+    assert x.is_neg()
+    for _ in range(3):  # the first call of a key is checked on a copy; the later ones are not
+        torch.testing.assert_close(dispatch.softmax(x, -1, backend="triton"), torch.softmax(-y, -1))
+    assert x.is_neg() and torch.equal(torch._neg_view(x), y)  # the user's view is untouched
