@@ -186,3 +186,33 @@ def test_cases_are_reproducible_and_laid_out_as_named():
         Case("softmax", torch.float32, (4, 4), keepdim=True)
     ids = [c.id for c in default_cases()]
     assert len(ids) == len(set(ids))
+
+
+def test_the_kit_catches_an_online_softmax_that_turns_a_long_neg_inf_run_into_nan():
+    """Blockwise online softmax with the naive rescale exp(m_old - m_new): a block of -inf only gives
+    exp(-inf - -inf) = NaN. Short rows (one block) pass; the boundary rows catch it."""
+    import types
+
+    from dispatch.backend import BackendInfo, Verdict
+
+    def online(x, block=64):
+        m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64)
+        s = torch.zeros(x.shape[:-1], dtype=torch.float64)
+        xd = x.double()
+        for start in range(0, x.shape[-1], block):
+            part = xd[..., start:start + block]
+            m_new = torch.maximum(m, part.amax(-1))
+            s = s * torch.exp(m - m_new) + torch.exp(part - m_new.unsqueeze(-1)).sum(-1)
+            m = m_new
+        return (torch.exp(xd - m.unsqueeze(-1)) / s.unsqueeze(-1)).to(x.dtype)
+
+    plugin = types.SimpleNamespace(
+        dispatch_backend_info=dispatch.hookimpl(lambda: BackendInfo(name="online", version="1", ops=("softmax",))),
+        dispatch_check=dispatch.hookimpl(lambda op, spec: Verdict.yes() if spec.dims == (spec.ndim - 1,)
+                                         and spec.out_dtype == spec.dtype else Verdict.no("last dim only")),
+        dispatch_kernel=dispatch.hookimpl(lambda op, spec, config: online))
+    dispatch.register(plugin, name="online")
+    short = run_case("online", Case("softmax", torch.float32, (10, 37), values="special"), device="cpu")
+    long = run_case("online", Case("softmax", torch.float32, (8, 1100), values="boundary"), device="cpu")
+    assert short.outcome == "pass", short.reason
+    assert long.outcome == FAIL and "NaN" in long.reason, long.reason

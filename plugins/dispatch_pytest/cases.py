@@ -23,12 +23,14 @@ LAYOUTS = ("contiguous", "transposed", "strided", "offset", "expanded")
 #: Values of a case's input: ``random`` is N(0, 4^2); ``large`` is N(0, 200^2), which overflows
 #: ``exp`` unless the maximum is subtracted first; ``special`` plants NaN/+inf/-inf rows
 #: (see :func:`plant_special_rows`).
-VALUES = ("random", "special", "large")
+VALUES = ("random", "special", "large", "boundary")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 #: The ``dtype=`` casts certified for softmax and log_softmax, (input dtype, dtype=).
 CASTS = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float64),
          (torch.float32, torch.float16))
-_SCALE = {"random": 4.0, "special": 4.0, "large": 200.0}
+_SCALE = {"random": 4.0, "special": 4.0, "large": 200.0, "boundary": 4.0}
+#: Block sizes whose edges the ``boundary`` values straddle (every power of two a kernel may tile by).
+BLOCK_EDGES = (16, 32, 64, 128, 256, 512, 1024)
 
 
 def _dim(value: int | tuple[int, ...] | list[int]) -> int | tuple[int, ...]:
@@ -70,6 +72,9 @@ class Case:
             raise ValueError(f"layout {self.layout!r} needs at least 1 dim of size >= 1 (got shape {self.shape})")
         if self.grad and self.layout != "contiguous":
             raise ValueError(f"'grad' cases must be contiguous (got layout {self.layout!r})")
+        if self.values == "boundary" and not _fits_boundary_rows(self.shape, self.dim):
+            raise ValueError("values 'boundary' need a 2-d shape with >= 8 rows of > 1024 along 'dim' "
+                             f"(got shape {self.shape}, dim {self.dim!r})")
         if self.values == "special" and not _fits_special_rows(self.shape, self.dim):
             raise ValueError("values 'special' need a 2-d shape with >= 10 rows of >= 4 along 'dim' "
                              f"(got shape {self.shape}, dim {self.dim!r})")
@@ -95,6 +100,8 @@ class Case:
         base = torch.randn(self.shape, generator=gen, dtype=torch.float64) * _SCALE[self.values]
         if self.values == "special":
             plant_special_rows(base.movedim(self.dim, -1))
+        if self.values == "boundary":
+            plant_boundary_rows(base.movedim(self.dim, -1))
         x = lay_out(base.to(device=device, dtype=self.dtype), self.layout)
         if self.grad:
             x.requires_grad_(True)
@@ -149,6 +156,34 @@ def sample_cases(op: str) -> tuple[OpCase, ...]:
              for shape in ((8, 128), (7, 33), (3, 5, 17), (4, 0), (1, 4099))]
     cases += [OpCase(op, dtype, (8, 128), grad=True) for dtype in (torch.float32, torch.float64)]
     return tuple(cases)
+
+
+def _fits_boundary_rows(shape: tuple[int, ...], dim: int | tuple[int, ...]) -> bool:
+    if len(shape) != 2 or not isinstance(dim, int) or not -2 <= dim < 2:
+        return False
+    return shape[dim] > BLOCK_EDGES[-1] and shape[(dim + 1) % 2] >= 8
+
+
+def plant_boundary_rows(rows: torch.Tensor) -> None:
+    """Write -inf runs and NaN/+inf at block edges into the first 8 rows of a 2-d ``rows`` (in place).
+
+    0: the first 100 values -inf (a run longer than a small block); 1: all -inf; 2: -inf up to the
+    last value; 3: -inf in every block but the last; 4: NaN at each edge of :data:`BLOCK_EDGES`
+    (the last value of a block); 5: +inf at each edge's first value of the next block; 6: +inf
+    at the last value of the row; 7: -inf over [64, 1025), the max after it.
+    """
+    inf, nan = float("inf"), float("nan")
+    n = rows.shape[1]
+    rows[0, :100] = -inf
+    rows[1, :] = -inf
+    rows[2, : n - 1] = -inf
+    rows[3, : BLOCK_EDGES[-1]] = -inf
+    for edge in BLOCK_EDGES:
+        rows[4, edge - 1] = nan
+        rows[5, edge] = inf
+    rows[6, n - 1] = inf
+    rows[7, 64:1025] = -inf
+    rows[7, 1025] = 50.0
 
 
 def _fits_special_rows(shape: tuple[int, ...], dim: int | tuple[int, ...]) -> bool:
@@ -233,6 +268,7 @@ def _grid(op: str, dtype: torch.dtype) -> list[Case]:
     cases += [case((6, 40), layout=layout) for layout in LAYOUTS[1:]]
     cases += [case((4, 0)), case((0, 16)), case((2, 16387)), case((1, 65536))]
     cases += [case((10, 37), values="special"), case((37, 10), 0, values="special"), case((4, 64), values="large")]
+    cases += [case((8, 1100), values="boundary")]
     if op == "logsumexp":
         cases += [case((3, 5, 17), (0, 1)), case((8, 128), keepdim=True), case((4, 0), keepdim=True)]
     return cases
