@@ -386,3 +386,15 @@ def test_gpu_run_flushes_l2_and_measures_the_copy_ceiling():
     torch_result = run.result("torch", "4096x4096", "bfloat16")
     assert torch_result.passed and 1 < torch_result.pct_of_copy < 120
     assert all(r.status in ("pass", "refused") for r in run.results), [r for r in run.results if not r.passed]
+
+
+def test_torchs_own_low_precision_rounding_is_the_floor_not_a_failure():
+    """torch's bf16/fp16 log_softmax on the CPU rounds twice and misses the dtype tolerance on a few
+    values; every backend is judged by the rule torch itself meets, so it passes, and a backend
+    further off than torch still fails."""
+    run = compare("log_softmax", shapes=["8x128"], dtypes=["bfloat16", "float16"], backends="torch", warmup=1, rep=2,
+                  copy_bytes=1 << 20)
+    for result in run.results:
+        assert result.status == "pass", result.reason
+        assert "no further from the exact result than torch's own" in result.reason or not result.reason
+    assert run.ok
