@@ -114,9 +114,8 @@ class OpFunction:
             name=decl.name, params=", ".join(names), key=key_expression(decl),
             inline_key=key_expression(decl, inline=True),
             out_check="" if not decl.out else (
-                f"\n    if out is not None:\n        return _with_out({decl.name!r}, lambda: {decl.name}("
-                f"{', '.join(f'{n}={n}' for n in names)}, backend=backend), "
-                "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out)"),
+                f"\n    if out is not None:\n        return _with_out({decl.name!r}, {decl.name}, "
+                "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out, backend)"),
             signature=", ".join(signature), values="{" + ", ".join(f"{n!r}: {n}" for n in names) + "}",
             tensors=", ".join(decl.tensor_names))
         namespace: dict[str, Any] = {

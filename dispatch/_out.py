@@ -14,16 +14,16 @@ from collections.abc import Callable
 import torch
 
 
-def with_out(op: str, run: Callable[[], torch.Tensor], values: dict, out) -> torch.Tensor:
-    """Check ``out`` as torch would, call ``run()`` (the op without ``out``) and write its result into
-    ``out``; ``values`` are the call's arguments by name."""
+def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, backend) -> torch.Tensor:
+    """Check ``out`` as torch would, call ``function(**values, backend=backend)`` (the op without
+    ``out``) and write its result into ``out``; ``values`` are the call's arguments by name."""
     input = next(iter(values.values()))
     third = values.get("dtype", values.get("keepdim"))
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{op}(): argument 'out' must be Tensor, not {type(out).__name__}")
     if isinstance(input, torch.Tensor) and input.layout == torch.strided:
         _check_like_torch(op, input, third, out)
-    result = run()  # a bad input or dim raises torch's exception here, as without out=
+    result = function(**values, backend=backend)  # a bad input or dim raises torch's exception here
     if out.device != result.device:
         raise RuntimeError(f"{op}(): 'out' must be on the input's device {result.device} (got a tensor on "
                            f"{out.device}); pass out=torch.empty(0, device={str(result.device)!r})")
