@@ -97,30 +97,46 @@ def check_table_entry(device: str, entry: Any) -> tuple[dict[str, str], dict[str
 
 
 class ShippedTables:
-    """The decision tables of one directory, read once, indexed by :func:`match_key`."""
+    """The decision tables of one directory, indexed by :func:`match_key`; read again when a file
+    there changes, and each problem warned about once per file version."""
 
     def __init__(self, directory: Path | str) -> None:
         self.directory = Path(directory)
-        self._index: dict[str, ShippedDecision] | None = None
+        self._index: dict[str, ShippedDecision] = {}
+        self._seen: tuple | None = None  # (name, mtime, size) of each table the index was built from
         self._lock = threading.Lock()
-        self.rejected: dict[str, str] = {}  # file or "file entry i" -> why, each warned about once
+        self._warned: set[tuple] = set()
+        self.rejected: dict[str, str] = {}  # a file, or its bad entries -> why (from the last read)
 
-    def _reject(self, where: str, why: str) -> None:
+    def _reject(self, where: str, version: tuple, why: str) -> None:
         self.rejected[where] = why
-        warnings.warn(f"ignoring shipped decision table {where} ({why})", CacheWarning, stacklevel=5)
+        if (where, version, why) not in self._warned:
+            self._warned.add((where, version, why))
+            warnings.warn(f"ignoring shipped decision table {where} ({why})", CacheWarning, stacklevel=6)
 
-    def _load(self) -> dict[str, ShippedDecision]:
-        index: dict[str, ShippedDecision] = {}
+    def _files(self) -> tuple:
         if not self.directory.is_dir():
-            return index
+            return ()
+        found = []
         for path in sorted(self.directory.glob("*.json")):
+            try:
+                stat = path.stat()
+                found.append((path, stat.st_mtime_ns, stat.st_size))
+            except OSError:
+                found.append((path, None, None))
+        return tuple(found)
+
+    def _load(self, files: tuple) -> dict[str, ShippedDecision]:
+        index: dict[str, ShippedDecision] = {}
+        self.rejected = {}
+        for path, *version in files:
             try:
                 device, entries = _check_table(json.loads(path.read_text()))
             except RecursionError:
-                self._reject(str(path), "nested too deeply to be a decision table")
+                self._reject(str(path), tuple(version), "nested too deeply to be a decision table")
                 continue
             except (OSError, ValueError, UnicodeDecodeError) as exc:
-                self._reject(str(path), f"{type(exc).__name__}: {exc}")
+                self._reject(str(path), tuple(version), f"{type(exc).__name__}: {exc}")
                 continue
             bad = []
             for i, entry in enumerate(entries):
@@ -131,22 +147,23 @@ class ShippedTables:
                     continue
                 index.setdefault(match_key(key), ShippedDecision(value, path.name))
             if bad:
-                self._reject(f"{path} ({len(bad)} of {len(entries)} entries)", "; ".join(bad[:5])
+                self._reject(f"{path} ({len(bad)} of {len(entries)} entries)", tuple(version), "; ".join(bad[:5])
                              + ("; ..." if len(bad) > 5 else "") + "; its other entries are used")
         return index
 
+    def _current(self) -> dict[str, ShippedDecision]:
+        files = self._files()
+        with self._lock:
+            if files != self._seen:
+                self._index, self._seen = self._load(files), files
+            return self._index
+
     def lookup(self, key: Mapping[str, str]) -> ShippedDecision | None:
         """The shipped decision for a decision ``key``, or None."""
-        with self._lock:
-            if self._index is None:
-                self._index = self._load()
-            return self._index.get(match_key(key))
+        return self._current().get(match_key(key))
 
     def __len__(self) -> int:
-        with self._lock:
-            if self._index is None:
-                self._index = self._load()
-            return len(self._index)
+        return len(self._current())
 
 
 _tables: dict[Path, ShippedTables] = {}
