@@ -164,8 +164,10 @@ def test_an_entry_raced_among_backends_not_loaded_here_is_not_used(table):
 
 def test_backend_versions_are_not_matched_but_backend_names_are(table):
     file, _ = table
-    _rewrite(file, lambda data: [e["key"].update(candidates=e["key"]["candidates"].replace("chunked=1.0", "chunked=0.9"))
-                                 for e in data["entries"]])
+    def older(data):
+        for entry in data["entries"]:
+            entry["key"]["candidates"] = entry["key"]["candidates"].replace("chunked=1.0", "chunked=0.9")
+    _rewrite(file, older)
     assert decision().backend == "chunked"
     dispatch.register(chunked_backend.make("chunked2", priority=5))
     dispatch.configure(allow="chunked,chunked2,torch")  # a backend the table's race did not see

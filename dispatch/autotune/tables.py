@@ -69,8 +69,10 @@ class ShippedDecision:
 
 
 def _check_table(data: Any) -> tuple[str, list]:
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"'format' must be {FORMAT!r} (got {data.get('format') if isinstance(data, dict) else data!r:.60})")
+    if not isinstance(data, dict):
+        raise ValueError(f"a table must be a JSON object (got {data!r:.60})")
+    if data.get("format") != FORMAT:
+        raise ValueError(f"'format' must be {FORMAT!r} (got {data.get('format')!r:.60})")
     if data.get("schema") != SCHEMA:
         raise ValueError(f"'schema' must be {SCHEMA} (got {data.get('schema')!r:.60})")
     if not isinstance(data.get("device"), str) or not data["device"]:
