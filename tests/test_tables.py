@@ -217,3 +217,15 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_a_sweep_spec_names_every_combination_and_may_come_from_a_file(tmp_path):
+    from dispatch.cli import parse_sweep
+
+    calls = parse_sweep("softmax/logsumexp:bfloat16/float32:8x128/1x4096 log_softmax:float16:32x4096")
+    assert len(calls) == 2 * 2 * 2 + 1
+    assert ("logsumexp", torch.float32, (1, 4096)) in calls and ("log_softmax", torch.float16, (32, 4096)) in calls
+    spec = tmp_path / "sweep.txt"
+    spec.write_text("# the bandwidth rows\nsoftmax:float32:65536x1024  # one call\n\nlogsumexp:float32:8x128\n")
+    assert parse_sweep(f"@{spec}") == [("softmax", torch.float32, (65536, 1024)),
+                                       ("logsumexp", torch.float32, (8, 128))]
