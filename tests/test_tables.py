@@ -229,3 +229,17 @@ def test_a_sweep_spec_names_every_combination_and_may_come_from_a_file(tmp_path)
     spec.write_text("# the bandwidth rows\nsoftmax:float32:65536x1024  # one call\n\nlogsumexp:float32:8x128\n")
     assert parse_sweep(f"@{spec}") == [("softmax", torch.float32, (65536, 1024)),
                                        ("logsumexp", torch.float32, (8, 128))]
+
+
+def test_an_unreadable_tables_dir_is_one_warning_and_no_shipped_decision(monkeypatch, tmp_path):
+    tables = tmp_path / "tables"
+    tables.mkdir(exist_ok=True)
+    real_glob = Path.glob
+
+    def glob(self, pattern):
+        if self == tables:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_glob(self, pattern)
+    monkeypatch.setattr(Path, "glob", glob)
+    with pytest.warns(CacheWarning, match="cannot list it"):
+        assert "static order" in decision().reason

@@ -117,10 +117,15 @@ class ShippedTables:
             warnings.warn(f"ignoring shipped decision table {where} ({why})", CacheWarning, stacklevel=6)
 
     def _files(self) -> tuple:
-        if not self.directory.is_dir():
+        try:
+            if not self.directory.is_dir():
+                return ()
+            paths = sorted(self.directory.glob("*.json"))
+        except OSError as exc:
+            self._reject(str(self.directory), (), f"cannot list it: {type(exc).__name__}: {exc}")
             return ()
         found = []
-        for path in sorted(self.directory.glob("*.json")):
+        for path in paths:
             try:
                 stat = path.stat()
                 found.append((path, stat.st_mtime_ns, stat.st_size))
