@@ -2,8 +2,9 @@
 
 Order: a forced backend (``backend=`` > innermost ``use()`` > ``configure(backend=)`` /
 ``DISPATCH_BACKEND``) or, when none is forced, among the backends that may and can serve the
-call: the cached decision; else, under the ``measured`` policy with autotune on, a race of every
-server's tuned best; else the static order (each backend's priority for the device type).
+call: the cached decision; else a shipped decision (:mod:`.autotune.tables`); else, under the
+``measured`` policy with autotune on, a race of every server's tuned best; else the estimated cost
+or the static order (each backend's priority for the device type).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ._spec import CallSpec, Verdict
 from .autotune.cache import DecisionCache, decision_trusted
 from .autotune.space import EMPTY, Config, Timing, TuneResult, TuneSettings
 from .autotune.sweep import pick_winner, sweep
+from .autotune.tables import ShippedTables, shipped_tables
 from .errors import BackendRefusedError, NoBackendError, TuneError, UnknownBackendError
 from .reference import check_output, example_inputs, expected_output, input_safety, tolerance_of
 
@@ -101,8 +103,9 @@ class Selector:
     """Selection for one registry, cache and set of settings; stateless between calls."""
 
     def __init__(self, registry: Registry, cache: DecisionCache, settings: Settings,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, tables: ShippedTables | None | str = "shipped") -> None:
         self.registry = registry
+        self.tables = shipped_tables() if tables == "shipped" else tables  # None: no shipped decisions
         self.cache = cache
         self.settings = settings
         self.progress = progress
@@ -160,6 +163,10 @@ class Selector:
                 candidates = [Candidate(c.name, c.verdict, timings.get(c.name)) for c in candidates]
                 return Decision(spec, backend.name, config, f"cached decision ({cached.get('reason', '')})",
                                 policy, candidates, bucket, cached=True, config_source="cache")
+        if cached is None:
+            shipped = self._shipped(spec, dkey, servers, candidates, bucket)
+            if shipped is not None:
+                return shipped
         if may_race:  # a new key, or a cached race that noise may have decided (raced once more)
             return self._race(spec, servers, candidates, bucket, dkey, rerace=cached is not None)
         notes: dict[str, str] = {}
@@ -185,6 +192,18 @@ class Selector:
                             config_source=source, tune=tune, pruned=self.pruned.get(backend.name, ()))
         raise NoBackendError(f"every backend that serves {spec.describe()} failed: "
                              + "; ".join(f"{n}: {w}" for n, w in notes.items()))
+
+    def _shipped(self, spec, dkey, servers, candidates, bucket) -> Decision | None:
+        """The shipped table's decision for ``dkey`` if its backend serves this call, else None."""
+        found = self.tables.lookup(dkey) if self.tables is not None else None
+        if found is None or found.value["backend"] not in {b.name for b in servers}:
+            return None
+        value = found.value
+        timings = value.get("timings") or {}
+        candidates = [Candidate(c.name, c.verdict, timings.get(c.name)) for c in candidates]
+        reason = f"shipped decision ({found.file}: {value.get('reason', '')})"
+        return Decision(spec, value["backend"], Config.of(value.get("config") or {}), reason, self.settings.policy,
+                        candidates, bucket, config_source="shipped table")
 
     def _forced(self, spec, forced, judged, candidates, servers, bucket) -> Decision:
         by_name = {b.name: (b, v) for b, v in judged}

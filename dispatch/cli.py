@@ -6,6 +6,7 @@ import argparse
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -112,9 +113,72 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_sweep(text: str) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
+    """``"softmax/logsumexp:bfloat16/float32:8x128/1x4096"`` -> every (op, dtype, shape) of the product;
+    items are separated by spaces, commas or new lines, ``@FILE`` reads them from a file (``#`` comments)."""
+    if text.startswith("@"):
+        try:
+            text = "\n".join(line.partition("#")[0] for line in Path(text[1:]).read_text().splitlines())
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"--sweep {text}: cannot read it ({exc.strerror or exc})") from None
+    calls = []
+    for item in text.replace(",", " ").split():
+        parts = item.split(":")
+        if len(parts) != 3 or not all(parts):
+            raise argparse.ArgumentTypeError(
+                f"--sweep items must look like OPS:DTYPES:SHAPES, e.g. softmax/logsumexp:bfloat16/float32:8x128/1x4096 "
+                f"(got {item!r})")
+        dtypes = [parse_dtype(d) for d in parts[1].split("/")]
+        shapes = [parse_shape(s) for s in parts[2].split("/")]
+        calls += [(op, dtype, shape) for op in parts[0].split("/") for dtype in dtypes for shape in shapes]
+    if not calls:
+        raise argparse.ArgumentTypeError("--sweep names no call; e.g. --sweep softmax:float32:8x128")
+    return calls
+
+
+def cmd_tune_sweep(args: argparse.Namespace) -> int:
+    import datetime
+    import shlex
+
+    from .autotune.tables import write_table
+    from .tune import tune_sweep
+
+    if args.op is not None or args.shape is not None:
+        raise ValueError("--sweep names the calls: give no OP or --shape with it "
+                         f"(got {args.op!r} {'--shape' if args.shape is not None else ''})")
+    calls = []
+    for op, dtype, shape in args.sweep:
+        call_args, call_kwargs = _call(argparse.Namespace(**{**vars(args), "op": op, "dtype": dtype, "shape": shape}))
+        calls.append((op, call_args, call_kwargs))
+    print(f"tuning {len(calls)} calls", file=sys.stderr)
+    try:
+        entries = tune_sweep(calls, backends=args.backends, report=lambda line: print(line, file=sys.stderr))
+    except KeyboardInterrupt:
+        print("interrupted: every finished decision is in the cache; the same command again measures only "
+              "the calls left" + (f" (nothing was written to {args.export})" if args.export else ""), file=sys.stderr)
+        return 130
+    print(f"{len(entries)} decisions of {len(calls)} calls are in the cache")
+    if args.export:
+        devices = {key["device"] for key, _ in entries}
+        if len(devices) != 1:
+            raise ValueError(f"--export writes a table for one device; the sweep decided for "
+                             f"{', '.join(sorted(devices)) or 'none (no call was raced)'}")
+        command = "python -m dispatch " + shlex.join(args.argv)
+        created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        count = write_table(args.export, devices.pop(), entries, command, created)
+        print(f"wrote {count} decisions to {args.export}")
+    return 0
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from .tune import tune_call
 
+    if args.sweep is not None:
+        return cmd_tune_sweep(args)
+    if args.export is not None:
+        raise ValueError("--export writes the decisions of a --sweep; add --sweep OPS:DTYPES:SHAPES")
+    if args.op is None or args.shape is None:
+        raise ValueError("tune needs an OP and --shape (e.g. tune softmax --shape 8x128), or --sweep")
     call_args, call_kwargs = _call(args)
     print(tune_call(args.op, *call_args, backends=args.backends, progress=True, **call_kwargs))
     return 0
@@ -152,9 +216,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_call_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("op", help="a declared op: softmax, log_softmax, logsumexp, or one a plugin declares")
-    p.add_argument("--shape", type=parse_shape, required=True, help="e.g. 8x128 (the first tensor's)")
+def _add_call_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("op", nargs=None if required else "?",
+                   help="a declared op: softmax, log_softmax, logsumexp, or one a plugin declares")
+    p.add_argument("--shape", type=parse_shape, required=required, help="e.g. 8x128 (the first tensor's)")
     p.add_argument("--dtype", type=parse_dtype, default=torch.float32)
     p.add_argument("--dim", type=int, default=-1, help="for ops with a dim argument (default -1)")
     p.add_argument("--arg", type=parse_arg, action="append", metavar="NAME=VALUE",
@@ -177,9 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--autotune", action="store_true", help="tune if the key is new")
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("tune", help="tune every backend for a call and store the decision")
-    _add_call_args(p)
+    p = sub.add_parser("tune", help="tune every backend for a call (or a sweep of calls) and store the decision")
+    _add_call_args(p, required=False)
     p.add_argument("--backends", default=None, help="comma-separated names (default: all that serve)")
+    p.add_argument("--sweep", type=parse_sweep, default=None, metavar="SPEC",
+                   help="tune many calls: OPS:DTYPES:SHAPES items ('/' between alternatives), or @FILE")
+    p.add_argument("--export", default=None, metavar="FILE",
+                   help="with --sweep: write its decisions as a decision table (e.g. dispatch/tables/<gpu>.json)")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("cache", help="show, clear, export or import the decision cache")
@@ -199,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if getattr(args, "action", None) in ("export", "import") and not args.file:
         parser.error(f"cache {args.action} needs a FILE")
     with warnings.catch_warnings():

@@ -1,6 +1,11 @@
-"""Pre-tuning: race every backend that serves a call, store the decision, show progress."""
+"""Pre-tuning: race every backend that serves a call (or a sweep of calls), store the decisions, show progress."""
 
 from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
@@ -9,11 +14,13 @@ from ._select import Selector
 from .autotune.cache import default_cache
 from .explain import Explanation
 
+_log = logging.getLogger("dispatch.tune")
+
 
 def tune_call(op: str, *args, backends: str | None = None, progress: bool = False, **kwargs) -> Explanation:
     """Tune ``op`` for calls like ``dispatch.<op>(*args, **kwargs)`` on every backend that serves it
     (or ``backends``, comma-separated) and store the winner in the cache. A warm cache makes this a
-    lookup."""
+    lookup; shipped decision tables are not consulted (a tune races)."""
     from ._dispatcher import DISPATCHER
 
     decl = DISPATCHER.function(op).decl
@@ -32,7 +39,7 @@ def tune_call(op: str, *args, backends: str | None = None, progress: bool = Fals
             bar.set_postfix_str(event[:60])
             bar.update()
     try:
-        selector = Selector(_plugins.registry(), default_cache(), settings, progress=report)
+        selector = Selector(_plugins.registry(), default_cache(), settings, progress=report, tables=None)
         decision = selector.select(spec, scope=_settings.current_scope())
     finally:
         if bar is not None:
@@ -41,3 +48,37 @@ def tune_call(op: str, *args, backends: str | None = None, progress: bool = Fals
 
     DISPATCHER.clear()  # calls resolved before the tune now see its decision
     return Explanation(decision, hot=False)
+
+
+def tune_sweep(calls: Sequence[tuple[str, tuple, dict]], backends: str | None = None,
+               report: Callable[[str], None] | None = None) -> list[tuple[dict[str, str], dict[str, Any]]]:
+    """Tune each ``(op, args, kwargs)`` of ``calls`` as :func:`tune_call` does and return the decision
+    entries (key, value) they left in the cache, for :func:`~dispatch.autotune.tables.write_table`.
+
+    ``report`` gets one line per call (also logged at INFO on ``dispatch.tune``). A call that only
+    one backend serves is not raced and leaves no entry (its line says so). Every decision is in
+    the cache as soon as it is made, so an interrupted sweep run again measures only what is left.
+    """
+    from ._dispatcher import DISPATCHER
+    from ._keys import decision_key
+
+    entries = []
+    for i, (op, args, kwargs) in enumerate(calls, 1):
+        start = time.perf_counter()
+        decision = tune_call(op, *args, backends=backends, **kwargs).decision
+        registry = _plugins.registry().backends
+        servers = {c.name: registry[c.name].info.version for c in decision.candidates if c.verdict.ok}
+        key = decision_key(decision.spec, servers, _settings.settings().timing)
+        value = default_cache().get(key) if len(servers) > 1 else None
+        what = f"[{i}/{len(calls)}] {decision.spec.describe()}: {decision.backend}"
+        if value is None:
+            what += f" (not raced: {', '.join(servers)} the only server; no entry)"
+        else:
+            entries.append((key, value))
+            what += f" [{decision.config}] {decision.reason}"
+        line = f"{what} ({time.perf_counter() - start:.1f} s)"
+        _log.info(line)
+        if report is not None:
+            report(line)
+    DISPATCHER.clear()
+    return entries

@@ -1,4 +1,4 @@
-"""The common autotune protocol: tune spaces, seeding, measurement, sweeps and the cache."""
+"""The common autotune protocol: tune spaces, seeding, measurement, sweeps, the cache and shipped tables."""
 
 from .cache import CacheWarning, DecisionCache, decision_trusted, default_cache, default_cache_dir
 from .entries import EntryError
@@ -6,10 +6,12 @@ from .fleet import ImportReport, Machine
 from .placeholders import placeholder
 from .space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings, TuneSpace
 from .sweep import pick_winner, sweep
+from .tables import ShippedTables, default_tables_dir, shipped_tables, write_table
 from .timer import do_bench, measure, measurement_count
 
 __all__ = [
     "EMPTY", "CacheWarning", "Config", "DecisionCache", "EntryError", "Failure", "ImportReport", "Machine",
-    "Timing", "TuneResult", "TuneSettings", "TuneSpace", "decision_trusted", "default_cache", "default_cache_dir",
-    "do_bench", "measure", "measurement_count", "pick_winner", "placeholder", "sweep",
+    "ShippedTables", "Timing", "TuneResult", "TuneSettings", "TuneSpace", "decision_trusted", "default_cache",
+    "default_cache_dir", "default_tables_dir", "do_bench", "measure", "measurement_count", "pick_winner",
+    "placeholder", "shipped_tables", "sweep", "write_table",
 ]

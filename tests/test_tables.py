@@ -1,0 +1,245 @@
+"""Shipped decision tables: a table made by a sweep serves calls on its device, after the user's cache."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import dispatch
+from dispatch._dispatcher import DISPATCHER
+from dispatch._keys import device_name
+from dispatch.autotune import CacheWarning, default_cache
+from dispatch.autotune.tables import default_tables_dir
+from dispatch.cli import main
+
+import chunked_backend
+
+SHAPE = (4, 64)
+
+
+@pytest.fixture
+def fake_timer(monkeypatch):
+    """Races decided by the test: chunked configs at ``chunked`` us (+ chunk/1e4), torch at ``torch``."""
+    from dispatch.autotune import Timing
+
+    sweep_module = importlib.import_module("dispatch.autotune.sweep")
+    setting = {"chunked": 10.0, "torch": 20.0, "calls": 0}
+
+    def measure(fn, device, settings=None, config=None):
+        setting["calls"] += 1
+        if config is not None and "chunk" in config.as_dict():
+            return Timing(config, setting["chunked"] + config["chunk"] / 1e4, 0.1, 50)
+        return Timing(config, setting["torch"], 0.1, 50)
+
+    monkeypatch.setattr(sweep_module, "measure", measure)
+    return setting
+
+
+@pytest.fixture
+def table(fake_timer, tmp_path, monkeypatch):
+    """A table made by a sweep in which chunked (chunk 8) wins; the user's cache is then emptied."""
+    plugin = chunked_backend.make("chunked", priority=10)  # below torch: the static order picks torch
+    dispatch.register(plugin)
+    dispatch.configure(allow="chunked,torch")
+    file = default_tables_dir() / "cpu-table.json"
+    file.parent.mkdir(parents=True, exist_ok=True)
+    rc = main(["tune", "--sweep", "softmax/logsumexp:float32:4x64", "--backends", "chunked,torch",
+               "--device", "cpu", "--export", str(file)])
+    assert rc == 0 and fake_timer["calls"] > 0
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "fresh-cache"))
+    DISPATCHER.reset()
+    fake_timer["calls"] = 0
+    plugin.calls.clear()
+    return file, plugin
+
+
+def decision(op="softmax", x=None):
+    return dispatch.explain(op, torch.randn(*SHAPE) if x is None else x, dim=-1).decision
+
+
+def test_a_shipped_decision_serves_the_call_with_its_backend_and_config_and_measures_nothing(table, fake_timer):
+    file, plugin = table
+    data = json.loads(file.read_text())
+    assert data["device"] == device_name(torch.device("cpu")) and len(data["entries"]) == 2
+    assert data["command"].startswith("python -m dispatch tune --sweep") and data["created"]
+    x = torch.randn(*SHAPE)
+    d = decision(x=x)
+    assert (d.backend, d.config.as_dict(), d.config_source) == ("chunked", {"chunk": 8}, "shipped table")
+    assert f"shipped decision ({file.name}" in str(dispatch.explain("softmax", x, dim=-1))
+    torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+    assert plugin.calls and fake_timer["calls"] == 0
+    assert decision("logsumexp").backend == "chunked"
+    assert decision("log_softmax").backend == "torch"  # not in the table: the static order
+    assert not list(default_cache().entries())  # a shipped decision is not copied into the user's cache
+
+
+def test_precedence_user_cache_then_shipped_table_then_static_order(table, fake_timer, monkeypatch, tmp_path):
+    file, _ = table
+    dispatch.configure(autotune=True)  # a shipped decision is taken before a race
+    assert decision().backend == "chunked" and fake_timer["calls"] == 0
+    fake_timer.update(chunked=30.0)  # the user's own race says torch
+    importlib.import_module("dispatch.tune").tune_call("softmax", torch.randn(*SHAPE), dim=-1)
+    dispatch.configure(autotune=False)
+    d = decision()
+    assert (d.backend, d.cached, d.config_source) == ("torch", True, "cache")
+    monkeypatch.setenv("DISPATCH_TABLES_DIR", str(tmp_path / "no-tables"))
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "empty-cache"))
+    DISPATCHER.reset()
+    assert "first in the static order" in decision().reason
+
+
+def _rewrite(file, change):
+    data = json.loads(file.read_text())
+    change(data)
+    file.write_text(json.dumps(data))
+
+
+def test_a_table_of_another_device_is_never_used(table):
+    file, _ = table
+
+    def elsewhere(data):
+        data["device"] = "cpu:another-arch"
+        for entry in data["entries"]:
+            entry["key"]["device"] = "cpu:another-arch"
+    _rewrite(file, elsewhere)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)  # another device's table is no error, just not ours
+        assert decision().backend == "torch"
+
+
+def test_an_entry_whose_device_is_not_its_tables_is_warned_and_skipped(table):
+    file, _ = table
+    _rewrite(file, lambda data: data["entries"][0]["key"].update(device="cpu:another-arch"))
+    with pytest.warns(CacheWarning, match="must be the table's device"):
+        decision("softmax")  # entry 0 is logsumexp's (sorted by key); softmax's entry is still used
+    assert decision("logsumexp").backend == "torch" and decision("softmax").backend == "chunked"
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": "dispatch-decision-table", "schema": 99}', "[1, 2]",
+                                  "[" * 100000])
+def test_a_corrupt_table_is_warned_once_and_ignored(table, text):
+    file, _ = table
+    broken = file.with_name("broken.json")
+    broken.write_text(text)
+    with pytest.warns(CacheWarning, match="broken.json") as caught:
+        assert decision("softmax").backend == "chunked"  # the good table still serves
+    assert len([w for w in caught if "broken.json" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        assert decision("logsumexp").backend == "chunked"
+
+
+@pytest.mark.parametrize("change", [
+    lambda entry: entry["value"].update(backend=3),
+    lambda entry: entry["value"].update(config={"chunk": [8]}),
+    lambda entry: entry["key"].update(kind="tune"),
+    lambda entry: entry["value"].update(backend="ghost"),  # not among its own candidates
+], ids=["backend-not-str", "config-not-scalar", "not-a-decision", "backend-not-a-candidate"])
+def test_a_bad_entry_is_warned_and_skipped_and_the_others_are_used(table, change):
+    file, _ = table
+    _rewrite(file, lambda data: change(data["entries"][1]))  # softmax's
+    with pytest.warns(CacheWarning, match="entry 1"):
+        assert decision("softmax").backend == "torch"
+    assert decision("logsumexp").backend == "chunked"
+
+
+def test_an_entry_raced_among_backends_not_loaded_here_is_not_used(table):
+    file, _ = table
+
+    def with_ghost(data):
+        for entry in data["entries"]:
+            entry["key"]["candidates"] += ",ghost=2.0"
+            entry["value"]["backend"] = "ghost"
+    _rewrite(file, with_ghost)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)  # a valid entry, just not for this set of backends
+        d = decision()
+    assert d.backend == "torch" and "first in the static order" in d.reason
+
+
+def test_backend_versions_are_not_matched_but_backend_names_are(table):
+    file, _ = table
+    def older(data):
+        for entry in data["entries"]:
+            entry["key"]["candidates"] = entry["key"]["candidates"].replace("chunked=1.0", "chunked=0.9")
+    _rewrite(file, older)
+    assert decision().backend == "chunked"
+    dispatch.register(chunked_backend.make("chunked2", priority=5))
+    dispatch.configure(allow="chunked,chunked2,torch")  # a backend the table's race did not see
+    assert "shipped" not in decision().reason
+
+
+def test_the_tables_dir_defaults_to_the_packages_own_folder(monkeypatch):
+    monkeypatch.delenv("DISPATCH_TABLES_DIR")
+    assert default_tables_dir() == Path(dispatch.__file__).resolve().parent / "tables"
+
+
+def test_an_interrupted_sweep_keeps_its_finished_decisions_and_writes_no_table(fake_timer, monkeypatch, tmp_path):
+    dispatch.register(chunked_backend.make("chunked", priority=10))
+    tune = importlib.import_module("dispatch.tune")
+    real, done = tune.tune_call, []
+
+    def interrupted(*args, **kwargs):
+        if done:
+            raise KeyboardInterrupt
+        done.append(real(*args, **kwargs))
+        return done[-1]
+    monkeypatch.setattr(tune, "tune_call", interrupted)
+    out = tmp_path / "table.json"
+    assert main(["tune", "--sweep", "softmax:float32:4x64/4x2048", "--backends", "chunked,torch",
+                 "--device", "cpu", "--export", str(out)]) == 130
+    assert not out.exists()
+    entries = [k for k, _ in default_cache().entries() if k["kind"] == "decision"]
+    assert len(entries) == 1 and default_cache().rejected == {}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "--sweep", "softmax:float32"], "OPS:DTYPES:SHAPES"),
+    (["tune", "--sweep", "softmax:int8:4x4"], "--dtype must be a floating dtype"),
+    (["tune", "softmax", "--shape", "4x4", "--export", "t.json"], "--export writes the decisions of a --sweep"),
+    (["tune", "softmax", "--sweep", "softmax:float32:4x4"], "give no OP or --shape"),
+    (["tune"], "needs an OP and --shape"),
+])
+def test_sweep_arguments_are_checked_with_what_would_work(argv, message, capsys):
+    with pytest.raises(SystemExit) if message.startswith(("OPS", "--dtype")) else _nothing():
+        assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_sweep_spec_names_every_combination_and_may_come_from_a_file(tmp_path):
+    from dispatch.cli import parse_sweep
+
+    calls = parse_sweep("softmax/logsumexp:bfloat16/float32:8x128/1x4096 log_softmax:float16:32x4096")
+    assert len(calls) == 2 * 2 * 2 + 1
+    assert ("logsumexp", torch.float32, (1, 4096)) in calls and ("log_softmax", torch.float16, (32, 4096)) in calls
+    spec = tmp_path / "sweep.txt"
+    spec.write_text("# the bandwidth rows\nsoftmax:float32:65536x1024  # one call\n\nlogsumexp:float32:8x128\n")
+    assert parse_sweep(f"@{spec}") == [("softmax", torch.float32, (65536, 1024)),
+                                       ("logsumexp", torch.float32, (8, 128))]
+
+
+def test_an_unreadable_tables_dir_is_one_warning_and_no_shipped_decision(monkeypatch, tmp_path):
+    tables = tmp_path / "tables"
+    tables.mkdir(exist_ok=True)
+    real_glob = Path.glob
+
+    def glob(self, pattern):
+        if self == tables:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_glob(self, pattern)
+    monkeypatch.setattr(Path, "glob", glob)
+    with pytest.warns(CacheWarning, match="cannot list it"):
+        assert "static order" in decision().reason
