@@ -211,16 +211,19 @@ def test_autotuner_key_is_the_bucket_only(tuner):
 def test_autotune_cache_does_not_split_on_weight_or_bias(tuner, op):
     x = _t((4, 40), BF16, 0)
     w, b = _t((40,), BF16, 1), _t((40,), BF16, 2)
+    before = None
     for weight, bias in ((None, None), (w, None), (w, b), (None, b)):
         y = N.run_autotuned(op, x, weight, bias if op == "layer_norm" else None, do_bench=cpu_do_bench)
         ref = (F.rms_norm(x.float(), (40,), None if weight is None else weight.float(), 1e-5) if op == "rms_norm"
                else F.layer_norm(x.float(), (40,), None if weight is None else weight.float(),
                                  None if bias is None else bias.float(), 1e-5))
         torch.testing.assert_close(y.float(), ref, **TOL[BF16])
+        if before is None and DEV.type == "cuda":  # after the first call tuned (compiling every config)
+            before = _compiled_variants(N._norm_fwd)
+    if DEV.type == "cuda":  # later calls compile the tuned config once per new HAS_WEIGHT/HAS_BIAS toggle
+        assert _compiled_variants(N._norm_fwd) - before <= 3
     N.run_autotuned(op, _t((3, 60), BF16, 3), do_bench=cpu_do_bench)  # 40 and 60: one bucket
     assert len(tuner.cache) == 1, list(tuner.cache)
-    if DEV.type == "cuda":  # the compiled variants: one per HAS_WEIGHT/HAS_BIAS toggle, no more
-        assert _compiled_variants(N._norm_fwd) <= 4
 
 
 def test_autotune_cache_negative_control_a_wrong_dtype_standin_splits(tuner):
