@@ -23,7 +23,7 @@ OPS = ("softmax", "log_softmax", "logsumexp")  # the ops these kernels implement
 SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 _KERNEL_MODULES = ("dispatch_triton.jit", "dispatch_triton.configs", "dispatch_triton.launch",
-                   "dispatch_triton.autotune")
+                   "dispatch_triton.autotune", "dispatch_triton.strided", "dispatch_triton.strided_jit")
 
 
 def _interpreting() -> bool:
@@ -78,12 +78,26 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     if spec.ndim == 0:
         return Verdict.no("0-d input: nothing to reduce over")
     if not spec.last_dim_contiguous:
-        return Verdict.no(f"reduces the last, unit-stride dim only (got dims {list(spec.dims)} of shape "
-                          f"{list(spec.shape)}, strides {list(spec.stride)})")
+        return _strided_verdict(op, spec)
     if rows_view_stride(spec) is None:
         return Verdict.no(f"the leading dims (strides {list(spec.stride[:-1])}) don't collapse to rows "
                           "without a copy")
     return Verdict.yes()
+
+
+def _strided_plan(op: str, spec: CallSpec):
+    """The (outer, R, inner) plan of a call that is not a reduction over the last unit-stride dim,
+    or the reason there is none (:mod:`dispatch_triton.strided`)."""
+    from .strided import plan
+
+    return plan(op, spec.shape, spec.stride, spec.dims)
+
+
+def _strided_verdict(op: str, spec: CallSpec) -> Verdict:
+    p = _strided_plan(op, spec)
+    if isinstance(p, str):
+        return Verdict.no(f"dims {list(spec.dims)} of shape {list(spec.shape)}, strides {list(spec.stride)}: {p}")
+    return Verdict.yes("serves this call (strided kernel: reduced dim read in place)")
 
 
 def _rows(spec: CallSpec) -> tuple[int, int]:
@@ -95,6 +109,12 @@ def _rows(spec: CallSpec) -> tuple[int, int]:
 def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
     from .configs import config_space, default_config
 
+    if not spec.last_dim_contiguous:
+        from . import strided
+
+        p = _strided_plan(op, spec)
+        default = strided.default_config(p, spec.device)
+        return TuneSpace(configs=strided.config_space(p), default=default, tunables=strided.TUNABLES)
     m, n = _rows(spec)
     configs = config_space(op, m, n, spec.dtype)
     default = default_config(op, m, n, spec.dtype)
@@ -113,6 +133,12 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     from .configs import default_config
     from .launch import Launcher
 
+    if not spec.last_dim_contiguous:
+        from . import strided
+
+        p = _strided_plan(op, spec)
+        cfg = dict(config.as_dict()) if config else strided.default_config(p, spec.device)
+        return strided.StridedLauncher(op, p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
     m, n = _rows(spec)
     cfg = dict(config.as_dict()) if config else default_config(op, m, n, spec.dtype)
     return Launcher(op, m, n, spec.dtype, spec.out_dtype, rows_view_stride(spec), spec.device, cfg,
@@ -134,8 +160,8 @@ def _bench(settings) -> object:
 def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tuple, settings) -> TuneResult | None:
     """On CUDA, Triton's own autotuner sweeps the space (key: the bucketed row length and the dtypes;
     absent optional tensors get dtype-matched placeholders). Under the interpreter: dispatch's sweep."""
-    if spec.device.type != "cuda":
-        return None
+    if spec.device.type != "cuda" or not spec.last_dim_contiguous:
+        return None  # the strided kernel is swept by dispatch
     from .autotune import autotuned, config_from_triton, run_autotuned
 
     m, n = _rows(spec)
