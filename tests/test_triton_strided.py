@@ -141,6 +141,9 @@ def test_config_space_default_and_every_candidate_is_correct():
     p = S.plan("softmax", x.shape, x.stride(), (0,))
     space = S.config_space(p)
     assert S.default_config(p) in space and len(space) >= 4
+    for outer, inner in ((1, 1), (4, 33), (1, 4096), (4, 4096), (32, 4096), (7, 1000)):
+        other = S.StridedPlan(outer, 100, inner, (0, 0, 0), (0, 0, 0))
+        assert S.default_config(other) in S.config_space(other), (outer, inner)
     assert len({tuple(sorted(c.items())) for c in space}) == len(space)
     want = torch.softmax(x, 0)
     for cfg in space:

@@ -102,30 +102,29 @@ def _cfg(block_i: int, block_r: int, warps: int) -> dict:
 
 def config_space(p: StridedPlan) -> list[dict]:
     """Candidates: column blocks of 16-256 (no wider than the inner dim's next power of two, but at
-    least 16), chunks of R of 8-64 rows, tiles of at most 4096 elements, 2-8 warps."""
+    least 16), chunks of R of 8-64 rows, tiles of 512-4096 elements, 4 or 8 warps (about 20 configs)."""
     top = max(16, min(256, _np2(p.inner)))
     out = []
     for bi in (16, 32, 64, 128, 256):
         if bi > top:
             continue
         for br in (8, 16, 32, 64):
-            if bi * br > _TILE_MAX or bi * br < 256:
+            if not 512 <= bi * br <= _TILE_MAX or (br == 64 and bi > 16):
                 continue
-            for w in (2, 4, 8):
-                if bi * br >= 64 * w:  # at least two elements a thread
-                    out.append(_cfg(bi, br, w))
+            for w in (4, 8):
+                out.append(_cfg(bi, br, w))
     return out
 
 
 def default_config(p: StridedPlan, device: torch.device | None = None) -> dict:
-    """The widest column block that still gives two programs per SM (16 at least), and a chunk of
-    R making a 2048-element tile (so a program has 8-16 rows' worth of loads in flight), 4 warps."""
+    """The widest column block that still gives two programs per SM (16 at least), a chunk of R
+    making a tile of 1024-2048 elements, 4 warps."""
     space = config_space(p)
     want_programs = 2 * _device_sms(device)
     bi = max(16, min(256, _np2(p.inner)))
     while bi > 16 and p.outer * _cdiv(p.inner, bi) < want_programs:
         bi //= 2
-    br = max(8, min(64, 2048 // bi))
+    br = max(8, min(64 if bi == 16 else 32, 2048 // bi))
     want = _cfg(bi, br, 4)
     return dict(want) if want in space else dict(space[0])
 
