@@ -1,10 +1,11 @@
-"""The Triton backend: softmax, log_softmax and logsumexp over the last dim, as Triton kernels.
+"""The Triton backend: softmax, log_softmax and logsumexp over any single dim, as Triton kernels.
 
 Runs on CUDA devices, and on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``, set
 before triton is imported). Kernels are tuned through dispatch's protocol: the tune space comes
 from :mod:`dispatch_triton.configs`; on the GPU Triton's own autotuner does the sweep
 (:mod:`dispatch_triton.autotune`). The kernel itself is in :mod:`dispatch_triton.jit`, its launches
-in :mod:`dispatch_triton.launch`.
+in :mod:`dispatch_triton.launch`; reductions over a dim that is not unit-stride in
+:mod:`dispatch_triton.strided`.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def dispatch_backend_info() -> BackendInfo:
         costs={"cuda": (22.0, 3700.0)},
         versions={"triton": triton_version or "none", "kernels": source_hash(*_KERNEL_MODULES),
                   "interpreter": "1" if _interpreting() else "0"},
-        description="Triton kernels: multi-row, one-pass and split-row/online softmax family",
+        description="Triton kernels: multi-row, one-pass and split-row/online softmax family; "
+                    "any single dim read in place",
         available=_availability(triton_version))
 
 
