@@ -3,13 +3,14 @@
 For each layout (dim 0 of a 2-D tensor, dim 1 of (B, C, H, W), a transposed view, rows sliced
 out of wider ones), op and dtype, three contenders are timed with dispatch's protocol
 (``dispatch.backend.measure``: warm-up, median of repetitions, L2 flushed): torch eager,
-``torch.compile`` of the same torch op, and dispatch forced to the Triton backend (tuned by
-dispatch on its first call, then timed). GB/s counts bytes read plus bytes written; % of copy
-is against ``dispatch.ab.measure_copy_bandwidth`` measured in the same run. Every output is
-compared with torch's first. Writes ``layouts.json`` and ``layouts.md`` under ``--out``::
+``torch.compile`` of the same torch op, and dispatch forced to the Triton backend, with
+``dispatch.configure(autotune=True)`` (unless ``--no-tune``) so that its first call sweeps the
+kernel's config space; the config it runs is recorded. GB/s counts bytes read plus bytes
+written; % of copy is against ``dispatch.ab.measure_copy_bandwidth`` measured in the same run.
+Every output is compared with torch's first. Writes ``layouts.json`` and ``layouts.md`` under ``--out``::
 
     python3 benchmarks/bench_layouts.py --out DIR [--cases dim0_4096x4096,...] [--dtypes bfloat16,float32]
-        [--ops softmax,log_softmax,logsumexp] [--no-compile]
+        [--ops softmax,log_softmax,logsumexp] [--no-compile] [--no-tune]
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def run(cases, dtypes, ops, compile_too: bool, device: torch.device) -> dict:
                         row.update(median_us=timing.median_us, spread_us=timing.spread_us, max_abs_err=err,
                                    gbps=nbytes / timing.median_us / 1e3)
                         row["pct_of_copy"] = 100.0 * row["gbps"] / copy.gbps
+                        if who.startswith("dispatch"):
+                            decision = dispatch.explain(op, x, dim, backend="triton").decision
+                            row["config"] = dict(decision.config.as_dict()) if decision.config else {}
+                            row["config_source"] = decision.config_source
                     except Exception as exc:  # noqa: BLE001 - a contender that fails is reported, the rest run
                         row["error"] = f"{type(exc).__name__}: {exc}"
                     rows.append(row)
@@ -85,7 +90,8 @@ def _line(row: dict) -> str:
     head = f"{row['case']:<26} {row['dtype']:<9} {row['op']:<12} {row['contender']:<17}"
     if "error" in row:
         return f"{head} error: {row['error']}"
-    return f"{head} {row['median_us']:10.1f} us {row['gbps']:8.0f} GB/s {row['pct_of_copy']:5.1f}% err {row['max_abs_err']:.2g}"
+    return (f"{head} {row['median_us']:10.1f} us {row['gbps']:8.0f} GB/s {row['pct_of_copy']:5.1f}% "
+            f"err {row['max_abs_err']:.2g} {row.get('config', '')}")
 
 
 def markdown(result: dict) -> str:
@@ -100,7 +106,8 @@ def markdown(result: dict) -> str:
             lines.append(f"| {r['case']} | {where} | {r['dim']} | {r['dtype']} | {r['op']} | {r['contender']} | "
                          f"error: {r['error'][:80]} | | | |")
         else:
-            lines.append(f"| {r['case']} | {where} | {r['dim']} | {r['dtype']} | {r['op']} | {r['contender']} | "
+            who = r["contender"] + (f" {r['config']}" if r.get("config") else "")
+            lines.append(f"| {r['case']} | {where} | {r['dim']} | {r['dtype']} | {r['op']} | {who} | "
                          f"{r['median_us']:.1f} | {r['gbps']:.0f} | {r['pct_of_copy']:.1f} | {r['max_abs_err']:.2g} |")
     return "\n".join(lines) + "\n"
 
@@ -112,6 +119,7 @@ def main(argv=None) -> None:
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--ops", default="softmax,log_softmax,logsumexp")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    parser.add_argument("--no-tune", action="store_true", help="dispatch runs the default config, untuned")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_layouts needs a CUDA device")
@@ -121,6 +129,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"--cases: unknown {unknown}; known: {', '.join(CASES)}")
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
     ops = [o for o in args.ops.split(",") if o]
+    dispatch.configure(autotune=not args.no_tune)
     result = run(cases, dtypes, ops, not args.no_compile, torch.device("cuda"))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "layouts.json"), "w") as f:
