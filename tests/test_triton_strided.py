@@ -54,6 +54,7 @@ LAYOUTS = [
     ("permuted", (4, 5, 6), lambda t: t.permute(2, 0, 1), 1),
     ("every_other_last", (5, 24), lambda t: t[:, ::2], -1),
     ("one_d_strided", (30,), lambda t: t[::3], 0),
+    ("expanded_dim0", (1, 9), lambda t: t.expand(6, 9), 0),
 ]
 
 
@@ -109,6 +110,15 @@ def test_empty_r_and_empty_outer(op, shape, dim):
     want = getattr(torch, op)(x, dim)
     assert got.shape == want.shape
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_dtype_casts_over_dim0(op):
+    x = torch.randn(21, 10).to(DEV, torch.bfloat16)
+    got = getattr(dispatch, op)(x, 0, dtype=torch.float32, backend="triton")
+    want = getattr(torch, op)(x, 0, dtype=torch.float32)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_logsumexp_over_dims_that_collapse_and_keepdim():
