@@ -80,8 +80,9 @@ def _run(op, x, dim, config):
     return S.StridedLauncher(op, p, x.dtype, want.shape, x.device, config).run(x), want
 
 
+@pytest.mark.parametrize("split", [1, 3], ids=["one_program", "r_split_over_3"])
 @pytest.mark.parametrize("op", OPS)
-def test_special_columns_over_several_chunks_of_r(op):
+def test_special_columns_over_several_chunks_of_r(op, split):
     # R = 40 in chunks of 8: -inf runs of 20 and 39 rows, an all -inf column, NaN and +inf late
     x = torch.randn(40, 6)
     x[:20, 0] = -INF
@@ -91,14 +92,15 @@ def test_special_columns_over_several_chunks_of_r(op):
     x[35, 4] = INF
     x[:, 5] -= 1000.0
     x = x.to(DEV)
-    got, want = _run(op, x, 0, S._cfg(16, 8, 2))
+    got, want = _run(op, x, 0, S._cfg(16, 8, 2, split))
     torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("split", [1, 2], ids=["one_program", "r_split_over_2"])
 @pytest.mark.parametrize("op", OPS)
-def test_several_column_blocks_and_outer_slices(op):
+def test_several_column_blocks_and_outer_slices(op, split):
     x = torch.randn(3, 20, 37).to(DEV)  # inner 37 over three 16-wide blocks, outer 3, R over 3 chunks
-    got, want = _run(op, x, 1, S._cfg(16, 8, 2))
+    got, want = _run(op, x, 1, S._cfg(16, 8, 2, split))
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -147,7 +149,7 @@ def test_strided_rows_of_the_last_dim_take_the_row_kernel():
 
 
 def test_config_space_default_and_every_candidate_is_correct():
-    x = torch.randn(12, 40).to(DEV)
+    x = torch.randn(260, 20).to(DEV)  # R long enough that the candidates share it over programs
     p = S.plan("softmax", x.shape, x.stride(), (0,))
     space = S.config_space(p)
     assert S.default_config(p) in space and len(space) >= 4
@@ -155,6 +157,7 @@ def test_config_space_default_and_every_candidate_is_correct():
         other = S.StridedPlan(outer, 100, inner, (0, 0, 0), (0, 0, 0))
         assert S.default_config(other) in S.config_space(other), (outer, inner)
     assert len({tuple(sorted(c.items())) for c in space}) == len(space)
+    assert any(c["SPLIT_R"] > 1 for c in space)
     want = torch.softmax(x, 0)
     for cfg in space:
         got = S.StridedLauncher("softmax", p, x.dtype, want.shape, x.device, cfg).run(x)
@@ -165,3 +168,5 @@ def test_a_bad_config_is_an_error_naming_it():
     p = S.plan("softmax", (8, 8), (8, 1), (0,))
     with pytest.raises(ValueError, match="'BLOCK_R' must be a power of two \\(got 12\\)"):
         S.StridedLauncher("softmax", p, torch.float32, (8, 8), DEV, S._cfg(16, 12, 2))
+    with pytest.raises(ValueError, match="'SPLIT_R' must be 1 to 64 \\(got 0\\)"):
+        S.StridedLauncher("softmax", p, torch.float32, (8, 8), DEV, S._cfg(16, 8, 2, 0))
