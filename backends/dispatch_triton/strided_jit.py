@@ -5,7 +5,9 @@ program owns one ``outer`` index and ``BLOCK_I`` consecutive ``inner`` columns, 
 ``[BLOCK_R, BLOCK_I]`` is read along the inner dim (coalesced when its stride is 1). It walks
 ``R`` in chunks of ``BLOCK_R`` twice: first for the per-column (max, sum of exp) with an online
 rescale, in fp32, then (softmax, log_softmax) to write the output; logsumexp writes one value
-per column after the first pass.
+per column after the first pass. When the column blocks are too few to fill the device, ``R`` is
+shared by several programs: ``_strided_partials`` writes each chunk's (max, sum) to a workspace,
+and ``_strided_finish`` merges a column's partials and writes its chunk (or the logsumexp).
 
 Special values follow torch: a column of only -inf gives -inf (logsumexp) or NaN (softmax,
 log_softmax: 0/0); a NaN anywhere in a column gives NaN; +inf gives +inf for logsumexp and
