@@ -1,4 +1,4 @@
-"""The Triton JIT kernel for softmax, log_softmax and logsumexp over a dim that is not unit-stride.
+"""The Triton JIT kernels for softmax, log_softmax and logsumexp over a dim that is not unit-stride.
 
 The input is seen as ``(outer, R, inner)`` through its strides (``R`` the reduced length); each
 program owns one ``outer`` index and ``BLOCK_I`` consecutive ``inner`` columns, so a tile
