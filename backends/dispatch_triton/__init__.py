@@ -1,10 +1,11 @@
-"""The Triton backend: the softmax family (last dim) and rms_norm/layer_norm, as Triton kernels.
+"""The Triton backend: softmax, log_softmax and logsumexp over any single dim, and rms_norm/layer_norm.
 
 Runs on CUDA devices, and on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``, set
 before triton is imported). Kernels are tuned through dispatch's protocol: the tune space comes
 from :mod:`dispatch_triton.configs`; on the GPU Triton's own autotuner does the sweep
 (:mod:`dispatch_triton.autotune`). The kernel itself is in :mod:`dispatch_triton.jit`, its launches
-in :mod:`dispatch_triton.launch`.
+in :mod:`dispatch_triton.launch`; reductions over a dim that is not unit-stride in
+:mod:`dispatch_triton.strided`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ NORM_OPS = ("rms_norm", "layer_norm")  # served by dispatch_triton.norms
 SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 _KERNEL_MODULES = ("dispatch_triton.jit", "dispatch_triton.configs", "dispatch_triton.launch",
-                   "dispatch_triton.autotune", "dispatch_triton.norms", "dispatch_triton.norm_kernels")
+                   "dispatch_triton.autotune", "dispatch_triton.norms", "dispatch_triton.norm_kernels",
+                   "dispatch_triton.strided", "dispatch_triton.strided_jit")
 
 
 def _interpreting() -> bool:
@@ -54,7 +56,8 @@ def dispatch_backend_info() -> BackendInfo:
         costs={"cuda": (22.0, 3700.0), "cuda:rms_norm": (30.0, 1800.0), "cuda:layer_norm": (30.0, 1800.0)},
         versions={"triton": triton_version or "none", "kernels": source_hash(*_KERNEL_MODULES),
                   "interpreter": "1" if _interpreting() else "0"},
-        description="Triton kernels: multi-row, one-pass and split-row/online softmax family",
+        description="Triton kernels: multi-row, one-pass and split-row/online softmax family; "
+                    "any single dim read in place",
         available=_availability(triton_version))
 
 
@@ -85,12 +88,26 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     if spec.ndim == 0:
         return Verdict.no("0-d input: nothing to reduce over")
     if not spec.last_dim_contiguous:
-        return Verdict.no(f"reduces the last, unit-stride dim only (got dims {list(spec.dims)} of shape "
-                          f"{list(spec.shape)}, strides {list(spec.stride)})")
+        return _strided_verdict(op, spec)
     if rows_view_stride(spec) is None:
         return Verdict.no(f"the leading dims (strides {list(spec.stride[:-1])}) don't collapse to rows "
                           "without a copy")
     return Verdict.yes()
+
+
+def _strided_plan(op: str, spec: CallSpec):
+    """The (outer, R, inner) plan of a call that is not a reduction over the last unit-stride dim,
+    or the reason there is none (:mod:`dispatch_triton.strided`)."""
+    from .strided import plan
+
+    return plan(op, spec.shape, spec.stride, spec.dims)
+
+
+def _strided_verdict(op: str, spec: CallSpec) -> Verdict:
+    p = _strided_plan(op, spec)
+    if isinstance(p, str):
+        return Verdict.no(f"dims {list(spec.dims)} of shape {list(spec.shape)}, strides {list(spec.stride)}: {p}")
+    return Verdict.yes("serves this call (strided kernel: reduced dim read in place)")
 
 
 def _rows(spec: CallSpec) -> tuple[int, int]:
@@ -106,6 +123,12 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
         return norms.tune_space(spec)
     from .configs import config_space, default_config
 
+    if not spec.last_dim_contiguous:
+        from . import strided
+
+        p = _strided_plan(op, spec)
+        default = strided.default_config(p, spec.device)
+        return TuneSpace(configs=strided.config_space(p), default=default, tunables=strided.TUNABLES)
     m, n = _rows(spec)
     configs = config_space(op, m, n, spec.dtype)
     default = default_config(op, m, n, spec.dtype)
@@ -128,6 +151,12 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     from .configs import default_config
     from .launch import Launcher
 
+    if not spec.last_dim_contiguous:
+        from . import strided
+
+        p = _strided_plan(op, spec)
+        cfg = dict(config.as_dict()) if config else strided.default_config(p, spec.device)
+        return strided.StridedLauncher(op, p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
     m, n = _rows(spec)
     cfg = dict(config.as_dict()) if config else default_config(op, m, n, spec.dtype)
     return Launcher(op, m, n, spec.dtype, spec.out_dtype, rows_view_stride(spec), spec.device, cfg,
@@ -149,8 +178,8 @@ def _bench(settings) -> object:
 def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tuple, settings) -> TuneResult | None:
     """On CUDA, Triton's own autotuner sweeps the space (key: the bucketed row length and the dtypes;
     absent optional tensors get dtype-matched placeholders). Under the interpreter: dispatch's sweep."""
-    if spec.device.type != "cuda" or op in NORM_OPS:  # norms: dispatch's sweep (it includes the split path)
-        return None
+    if spec.device.type != "cuda" or op in NORM_OPS or not spec.last_dim_contiguous:
+        return None  # norms and the strided kernel are swept by dispatch (norms include the split path)
     from .autotune import autotuned, config_from_triton, run_autotuned
 
     m, n = _rows(spec)

@@ -1,0 +1,223 @@
+"""Reductions over a dim that is not unit-stride: the (outer, R, inner) plan, its configs and its launcher.
+
+A call is served without copying its input when its reduced dims collapse to one dim of length
+``R`` and its other dims to at most two, ``outer`` and ``inner`` (the one of smaller stride),
+both in the input and in the output; :func:`plan` says whether they do (with the reason when
+not). The output is laid out as torch's: contiguous, of the op's output shape (softmax and
+log_softmax: the input's shape; logsumexp: the reduced shape). :class:`StridedLauncher` runs
+:func:`~dispatch_triton.strided_jit._strided_kernel` on it.
+"""
+
+from __future__ import annotations
+
+import torch
+from attrs import frozen
+
+from .configs import _cdiv, _check_op, _device_sms, _np2
+from .direct import DirectLaunch
+from .jit import _interpreting
+from .strided_jit import _strided_finish, _strided_kernel, _strided_partials
+
+_OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
+TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
+_MAX_SPLIT_R = 64  # programs sharing one column block's R (the width of the partials merge)
+_TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
+
+
+@frozen
+class StridedPlan:
+    """The ``(outer, R, inner)`` view of one call: sizes, input strides and output strides."""
+
+    outer: int
+    R: int
+    inner: int
+    x_strides: tuple[int, int, int]  # (outer, R, inner)
+    out_strides: tuple[int, int, int]
+
+
+def _prod(sizes) -> int:
+    n = 1
+    for s in sizes:
+        n *= int(s)
+    return n
+
+
+def _contiguous_strides(shape) -> list[int]:
+    strides, acc = [0] * len(shape), 1
+    for i in range(len(shape) - 1, -1, -1):
+        strides[i] = acc
+        acc *= max(int(shape[i]), 1)
+    return strides
+
+
+def _collapse(dims, shape, strides_a, strides_b) -> list[tuple[int, int, int]]:
+    """``dims`` (outermost first) merged where both stride sets allow: ``[(size, stride_a, stride_b)]``."""
+    groups: list[list[int]] = []
+    for d in dims:
+        size, sa, sb = int(shape[d]), int(strides_a[d]), int(strides_b[d])
+        if groups and groups[-1][1] == sa * size and groups[-1][2] == sb * size:
+            g = groups[-1]
+            g[0], g[1], g[2] = g[0] * size, sa, sb
+        else:
+            groups.append([size, sa, sb])
+    return [tuple(g) for g in groups]
+
+
+def plan(op: str, shape, stride, dims) -> StridedPlan | str:
+    """The plan of ``op`` over ``dims`` of an input of ``shape``/``stride``, or why there is none."""
+    _check_op(op)
+    shape, stride, dims = tuple(shape), tuple(stride), tuple(sorted(set(dims)))
+    if not shape:
+        return "0-d input: nothing to reduce over"
+    if op != "logsumexp" and len(dims) != 1:
+        return f"{op} reduces one dim (got dims {list(dims)})"
+    if 0 in shape:  # nothing to read: only the sizes matter
+        kept = [s for i, s in enumerate(shape) if i not in dims]
+        return StridedPlan(_prod(kept), _prod(shape[d] for d in dims), 1, (0, 0, 0), (0, 0, 0))
+    if op == "logsumexp":
+        out_full = tuple(1 if i in dims else s for i, s in enumerate(shape))
+        out_stride = _contiguous_strides(out_full)
+        for d in dims:
+            out_stride[d] = 0
+    else:
+        out_stride = _contiguous_strides(shape)
+    reduced = _collapse([d for d in dims if shape[d] != 1], shape, stride, out_stride)
+    if len(reduced) > 1:
+        return (f"the reduced dims {list(dims)} (sizes {[shape[d] for d in dims]}, strides "
+                f"{[stride[d] for d in dims]}) don't collapse to one dim without a copy")
+    R, sxr, sor = reduced[0] if reduced else (1, 0, 0)
+    others = sorted((d for d in range(len(shape)) if d not in dims and shape[d] != 1),
+                    key=lambda d: (-stride[d], d))
+    kept = _collapse(others, shape, stride, out_stride)
+    if len(kept) > 2:
+        return (f"the dims kept (sizes {[shape[d] for d in others]}, strides {[stride[d] for d in others]}) "
+                "don't collapse to (outer, inner) without a copy")
+    kept = [(1, 0, 0)] * (2 - len(kept)) + kept
+    (outer, sxo, soo), (inner, sxi, soi) = kept
+    return StridedPlan(outer, R, inner, (sxo, sxr, sxi), (soo, sor, soi))
+
+
+def _cfg(block_i: int, block_r: int, warps: int, split_r: int = 1) -> dict:
+    return {"BLOCK_I": int(block_i), "BLOCK_R": int(block_r), "SPLIT_R": int(split_r), "num_warps": int(warps)}
+
+
+def split_for(p: StridedPlan, block_i: int, block_r: int, device: torch.device | None = None) -> int:
+    """Programs to share R so that the launch has about four programs per SM (a power of two, at
+    most 64, each with four chunks of R at least); 1 when the column blocks fill the device."""
+    programs = max(1, p.outer * _cdiv(p.inner, block_i))
+    want = _cdiv(4 * _device_sms(device), programs)
+    most = max(1, p.R // (4 * block_r))
+    split = 1
+    while split * 2 <= min(want, most, _MAX_SPLIT_R):
+        split *= 2
+    return split
+
+
+def config_space(p: StridedPlan, device: torch.device | None = None) -> list[dict]:
+    """Candidates: column blocks of 16-256 (no wider than the inner dim's next power of two, but at
+    least 16), chunks of R of 8-64 rows, tiles of 512-4096 elements, 4 or 8 warps (about 20
+    configs); each with R shared by :func:`split_for` programs."""
+    top = max(16, min(256, _np2(p.inner)))
+    out = []
+    for bi in (16, 32, 64, 128, 256):
+        if bi > top:
+            continue
+        for br in (8, 16, 32, 64):
+            if not 512 <= bi * br <= _TILE_MAX or (br == 64 and bi > 16):
+                continue
+            for w in (4, 8):
+                out.append(_cfg(bi, br, w, split_for(p, bi, br, device)))
+    return out
+
+
+def default_config(p: StridedPlan, device: torch.device | None = None) -> dict:
+    """The widest column block that still gives two programs per SM (16 at least), a chunk of R
+    making a tile of 1024-2048 elements, 4 warps; R shared as :func:`split_for` says."""
+    space = config_space(p, device)
+    want_programs = 2 * _device_sms(device)
+    bi = max(16, min(256, _np2(p.inner)))
+    while bi > 16 and p.outer * _cdiv(p.inner, bi) < want_programs:
+        bi //= 2
+    br = max(8, min(64 if bi == 16 else 32, 2048 // bi))
+    want = _cfg(bi, br, 4, split_for(p, bi, br, device))
+    return dict(want) if want in space else dict(space[0])
+
+
+def validate(config: dict) -> tuple[int, int, int, int]:
+    """``(BLOCK_I, BLOCK_R, num_warps, SPLIT_R)`` of ``config``, checked (``SPLIT_R`` defaults to 1)."""
+    try:
+        bi, br, w = (int(config[k]) for k in ("BLOCK_I", "BLOCK_R", "num_warps"))
+    except KeyError as exc:
+        raise ValueError(f"a strided config needs {TUNABLES} (got {sorted(config)})") from exc
+    split = int(config.get("SPLIT_R", 1))
+    for name, v in (("BLOCK_I", bi), ("BLOCK_R", br), ("num_warps", w)):
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"'{name}' must be a power of two (got {v})")
+    if not 1 <= split <= _MAX_SPLIT_R:
+        raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R} (got {split})")
+    return bi, br, w, split
+
+
+class StridedLauncher:
+    """``run(x)``: ``op`` of an ``x`` laid out as ``p`` says, into a new contiguous ``out_shape`` tensor.
+
+    Built once per call spec and config; ``x`` is handed to the kernel as it is (its data pointer,
+    at the plan's strides), never copied.
+    """
+
+    def __init__(self, op: str, p: StridedPlan, out_dtype: torch.dtype, out_shape, device, config: dict):
+        _check_op(op)
+        bi, br, w, split = validate(config)
+        device = torch.empty(0, device=device).device
+        self.op, self.plan, self.config, self.device = op, p, dict(config), device
+        out_shape = tuple(int(d) for d in out_shape)
+        empty = torch.empty
+        n_ib = _cdiv(p.inner, bi)
+        self.grid = (p.outer * n_ib,)
+        if p.outer * p.inner == 0 or (p.R == 0 and op != "logsumexp"):
+            self.direct = ()
+
+            def run(x):
+                return empty(*out_shape, dtype=out_dtype, device=device) if out_shape else \
+                    empty((), dtype=out_dtype, device=device)
+        elif p.R == 0:  # logsumexp of nothing: -inf
+            self.direct = ()
+
+            def run(x):
+                return torch.full(out_shape, float("-inf"), dtype=out_dtype, device=device)
+        else:
+            rows_per_split = _cdiv(_cdiv(p.R, split), br) * br
+            n_splits = _cdiv(p.R, rows_per_split)
+            xs, os_ = p.x_strides, p.out_strides
+            common = dict(R=p.R, INNER=p.inner, n_iblocks=n_ib, sxo=xs[0], sxr=xs[1], sxi=xs[2], BLOCK_R=br, BLOCK_I=bi)
+            out_strides = dict(soo=os_[0], sor=os_[1], soi=os_[2], OP=_OP_CODE[op])
+            options, direct = dict(num_warps=w), not _interpreting()
+            size = out_shape or ((),)
+            if n_splits == 1:
+                k = DirectLaunch(_strided_kernel, self.grid, 2, dict(common, **out_strides), options, enabled=direct)
+                self.direct = (k,)
+
+                def run(x):
+                    out = empty(*size, dtype=out_dtype, device=device)
+                    k.launch(x, out)
+                    return out
+            else:
+                split_args = dict(common, rows_per_split=rows_per_split, n_splits=n_splits)
+                self.grid = (p.outer * n_ib, n_splits)
+                k1 = DirectLaunch(_strided_partials, self.grid, 2, split_args, options, enabled=direct)
+                k2 = DirectLaunch(_strided_finish, (p.outer * n_ib, 1 if op == "logsumexp" else n_splits), 3,
+                                  dict(split_args, **out_strides, BLOCK_S=_np2(n_splits)), options, enabled=direct)
+                self.direct = (k1, k2)
+                ws_numel = 2 * p.outer * n_splits * p.inner
+
+                def run(x):
+                    # the partials of this call only: every slot is written before it is read, and a
+                    # fresh buffer keeps concurrent streams and captured graphs apart
+                    ws = empty(ws_numel, dtype=torch.float32, device=device)
+                    out = empty(*size, dtype=out_dtype, device=device)
+                    k1.launch(x, ws)
+                    k2.launch(x, out, ws)
+                    return out
+
+        run.launcher = self
+        self.run = run

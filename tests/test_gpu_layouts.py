@@ -1,0 +1,58 @@
+"""On a CUDA device: the Triton backend over dims that are not unit-stride and over strided rows, at size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dispatch
+from dispatch.tolerance import mismatch
+
+pytestmark = pytest.mark.gpu
+
+# (name, shape allocated, view of it, dim): the layouts of benchmarks/bench_layouts.py and a few odd sizes
+LAYOUTS = [
+    ("dim0_4096x4096", (4096, 4096), lambda t: t, 0),
+    ("dim1_32x1024x64x64", (32, 1024, 64, 64), lambda t: t, 1),
+    ("dim1_8x3x224x224", (8, 3, 224, 224), lambda t: t, 1),
+    ("transposed_4096x1000", (4096, 1000), lambda t: t.t(), -1),
+    ("dim0_slice_1000x3000_of_4096", (1000, 4096), lambda t: t[:, :3000], 0),
+    ("rows_4096x4000_of_4096", (4096, 4096), lambda t: t[:, :4000], -1),
+    ("permuted_64x77x96", (64, 77, 96), lambda t: t.permute(2, 0, 1), 1),
+]
+
+
+@pytest.fixture(autouse=True)
+def triton_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    info = dispatch.backends().get("triton")
+    if info is None or not info.available:
+        pytest.skip(f"triton backend unavailable: {info.available.reason if info else 'not loaded'}")
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name,shape,view,dim", LAYOUTS, ids=[c[0] for c in LAYOUTS])
+def test_layout_at_size_matches_torch_without_touching_the_input(name, shape, view, dim, dtype, op):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = view((torch.randn(shape, device="cuda", generator=g) * 4).to(dtype))
+    before = x.clone()
+    got = getattr(dispatch, op)(x, dim, backend="triton")
+    want = getattr(torch, op)(x.double(), dim).to(dtype)
+    assert got.stride() == getattr(torch, op)(x, dim).stride()
+    why = mismatch(got, want)
+    assert why is None, why
+    assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+def test_inf_runs_longer_than_any_chunk_at_size(op):
+    x = torch.randn(3000, 512, device="cuda")
+    x[:2500, :100] = float("-inf")  # runs longer than any BLOCK_R of the space
+    x[:, 100:110] = float("-inf")
+    x[2999, 200] = float("nan")
+    x[1234, 300] = float("inf")
+    got = getattr(dispatch, op)(x, 0, backend="triton")
+    why = mismatch(got, getattr(torch, op)(x, 0))
+    assert why is None, why

@@ -1,0 +1,172 @@
+"""The Triton backend over a dim that is not unit-stride (dispatch_triton.strided) under the interpreter.
+
+Every layout the strided kernel takes (dim 0 of 2-D, dim 1 of 4-D, transposed and permuted views,
+strided slices) against torch, for the three ops in fp32 and bf16, read in place; -inf runs longer
+than a chunk of R, special values, empty inputs, and the layouts it refuses, with a reason.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+pytest.importorskip("triton")
+
+import dispatch  # noqa: E402
+
+try:
+    from dispatch_triton import strided as S  # noqa: E402
+except ImportError:  # pragma: no cover - backends/ not installed
+    pytest.skip("dispatch_triton is not importable", allow_module_level=True)
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on inf - inf inside the interpreter
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+OPS = ("softmax", "log_softmax", "logsumexp")
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.fixture(autouse=True)
+def triton_backend():
+    info = dispatch.backends().get("triton")
+    if info is None or not info.available:
+        pytest.skip(f"triton backend unavailable: {info.available.reason if info else 'not loaded'}")
+    if DEV == "cpu" and info.versions.get("interpreter") != "1":
+        pytest.skip("CPU tensors need the Triton interpreter")
+
+
+def _tol(dtype):
+    return dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-5)
+
+
+# (name, base shape, view of the base, dim): one of each layout the strided kernel serves, tiny
+LAYOUTS = [
+    ("dim0_2d", (19, 33), lambda t: t, 0),
+    ("dim1_4d", (2, 6, 3, 5), lambda t: t, 1),
+    ("transposed_last", (6, 40), lambda t: t.t(), -1),
+    ("transposed_first", (6, 40), lambda t: t.t(), 0),
+    ("slice_dim0", (9, 20), lambda t: t[:, :7], 0),
+    ("permuted", (4, 5, 6), lambda t: t.permute(2, 0, 1), 1),
+    ("every_other_last", (5, 24), lambda t: t[:, ::2], -1),
+    ("one_d_strided", (30,), lambda t: t[::3], 0),
+    ("expanded_dim0", (1, 9), lambda t: t.expand(6, 9), 0),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name,shape,view,dim", LAYOUTS, ids=[c[0] for c in LAYOUTS])
+def test_each_layout_matches_torch_in_place_and_in_torchs_layout(name, shape, view, dim, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = view(torch.randn(*shape, generator=g).to(DEV, dtype))
+    before = x.clone()
+    for op in OPS:
+        spec = dispatch.explain(op, x, dim, backend="triton").decision.spec
+        assert not spec.last_dim_contiguous  # the strided kernel, not the row kernel, serves it
+        got = getattr(dispatch, op)(x, dim, backend="triton")
+        want = getattr(torch, op)(x, dim)
+        assert got.shape == want.shape and got.stride() == want.stride() and got.dtype == want.dtype, op
+        torch.testing.assert_close(got.float(), want.float(), **_tol(dtype))
+    assert torch.equal(x, before)  # read in place, never written
+
+
+def _run(op, x, dim, config):
+    p = S.plan(op, x.shape, x.stride(), (dim % x.dim(),))
+    want = getattr(torch, op)(x, dim)
+    return S.StridedLauncher(op, p, x.dtype, want.shape, x.device, config).run(x), want
+
+
+@pytest.mark.parametrize("split", [1, 3], ids=["one_program", "r_split_over_3"])
+@pytest.mark.parametrize("op", OPS)
+def test_special_columns_over_several_chunks_of_r(op, split):
+    # R = 40 in chunks of 8: -inf runs of 20 and 39 rows, an all -inf column, NaN and +inf late
+    x = torch.randn(40, 6)
+    x[:20, 0] = -INF
+    x[:39, 1] = -INF
+    x[:, 2] = -INF
+    x[33, 3] = NAN
+    x[35, 4] = INF
+    x[:, 5] -= 1000.0
+    x = x.to(DEV)
+    got, want = _run(op, x, 0, S._cfg(16, 8, 2, split))
+    torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("split", [1, 2], ids=["one_program", "r_split_over_2"])
+@pytest.mark.parametrize("op", OPS)
+def test_several_column_blocks_and_outer_slices(op, split):
+    x = torch.randn(3, 20, 37).to(DEV)  # inner 37 over three 16-wide blocks, outer 3, R over 3 chunks
+    got, want = _run(op, x, 1, S._cfg(16, 8, 2, split))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape,dim", [((0, 5), 0), ((5, 0), 0), ((2, 0, 3), 1), ((2, 3, 0), 1)])
+@pytest.mark.parametrize("op", OPS)
+def test_empty_r_and_empty_outer(op, shape, dim):
+    x = torch.randn(*shape).to(DEV)
+    got = getattr(dispatch, op)(x, dim, backend="triton")
+    want = getattr(torch, op)(x, dim)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_dtype_casts_over_dim0(op):
+    x = torch.randn(21, 10).to(DEV, torch.bfloat16)
+    got = getattr(dispatch, op)(x, 0, dtype=torch.float32, backend="triton")
+    want = getattr(torch, op)(x, 0, dtype=torch.float32)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_logsumexp_over_dims_that_collapse_and_keepdim():
+    x = torch.randn(3, 5, 7).to(DEV)
+    for dims, keepdim in (((0, 1), False), ((0, 1), True), ((1,), True)):
+        got = dispatch.logsumexp(x, dims, keepdim=keepdim, backend="triton")
+        torch.testing.assert_close(got, torch.logsumexp(x, dims, keepdim=keepdim), atol=1e-5, rtol=1e-5)
+
+
+def test_refuses_layouts_that_do_not_collapse_with_a_reason():
+    x = torch.randn(4, 3, 10, 6)[:, :, ::2, :]  # kept dims 0, 2, 3: three strides that don't merge
+    with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to \\(outer, inner\\)"):
+        dispatch.softmax(x, 1, backend="triton")
+    y = torch.randn(4, 7, 5)[:, :3, :]  # reduced dims 0 and 1 at strides 35 and 5: no single dim
+    with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to one dim"):
+        dispatch.logsumexp(y, (0, 1), backend="triton")
+
+
+def test_strided_rows_of_the_last_dim_take_the_row_kernel():
+    x = torch.randn(6, 64)[:, :37]  # rows 64 apart, unit stride along a row
+    spec = dispatch.explain("softmax", x, -1, backend="triton").decision.spec
+    assert spec.last_dim_contiguous
+    for op in OPS:
+        torch.testing.assert_close(getattr(dispatch, op)(x, -1, backend="triton"), getattr(torch, op)(x, -1),
+                                   atol=1e-5, rtol=1e-5)
+
+
+def test_config_space_default_and_every_candidate_is_correct():
+    x = torch.randn(260, 20).to(DEV)  # R long enough that the candidates share it over programs
+    p = S.plan("softmax", x.shape, x.stride(), (0,))
+    space = S.config_space(p)
+    assert S.default_config(p) in space and len(space) >= 4
+    for outer, inner in ((1, 1), (4, 33), (1, 4096), (4, 4096), (32, 4096), (7, 1000)):
+        other = S.StridedPlan(outer, 100, inner, (0, 0, 0), (0, 0, 0))
+        assert S.default_config(other) in S.config_space(other), (outer, inner)
+    assert len({tuple(sorted(c.items())) for c in space}) == len(space)
+    assert any(c["SPLIT_R"] > 1 for c in space)
+    want = torch.softmax(x, 0)
+    for cfg in space:
+        got = S.StridedLauncher("softmax", p, x.dtype, want.shape, x.device, cfg).run(x)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=lambda m, c=cfg: f"{c}: {m}")
+
+
+def test_a_bad_config_is_an_error_naming_it():
+    p = S.plan("softmax", (8, 8), (8, 1), (0,))
+    with pytest.raises(ValueError, match="'BLOCK_R' must be a power of two \\(got 12\\)"):
+        S.StridedLauncher("softmax", p, torch.float32, (8, 8), DEV, S._cfg(16, 12, 2))
+    with pytest.raises(ValueError, match="'SPLIT_R' must be 1 to 64 \\(got 0\\)"):
+        S.StridedLauncher("softmax", p, torch.float32, (8, 8), DEV, S._cfg(16, 8, 2, 0))
