@@ -127,3 +127,14 @@ def test_norms_compile_with_weight_and_bias_gradients():
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(x.grad, xr.grad)
     torch.testing.assert_close(w.grad, wr.grad)
+
+
+def test_dispatch_imported_after_dynamo_is_registered_at_once(tmp_path):
+    import subprocess
+    import sys
+
+    script = ("import torch, torch._dynamo\nimport dispatch\n"
+              "f = torch.compile(lambda t: dispatch.softmax(t, -1) * 2, fullgraph=True, backend='aot_eager')\n"
+              "x = torch.randn(3, 5)\nassert torch.allclose(f(x), torch.softmax(x, -1) * 2)\nprint('ok')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
