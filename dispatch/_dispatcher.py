@@ -204,14 +204,14 @@ class Dispatcher:
         registry = _plugins.registry()
         backend = registry.backends[decision.backend]
         spec = decision.spec
-        vkey = (decision.backend, decision.config, _bucket_key(spec), spec.stride == _contig(spec))
+        vkey = (decision.backend, decision.config, _bucket_key(spec), spec.input.dense)
         if backend.info.reference or vkey in self._validated:
             return _RUN_AGAIN
         kernel = getattr(fn, "__wrapped__", fn)
         try:
             with torch.no_grad():
                 expected = expected_output(spec, tensors) if _has_reference(registry) else None
-                copies = tuple(None if t is None else _copy_like(t) for t in tensors)
+                copies = tuple(None if t is None else _opdecl.with_strides(t.detach(), t.stride()) for t in tensors)
                 out = kernel(*copies)
         except KeyboardInterrupt:
             raise
@@ -272,23 +272,6 @@ def _resolved(tensors: tuple) -> tuple:
 def _has_reference(registry) -> bool:
     return any(b.info.reference for b in registry.backends.values())
 
-
-def _copy_like(t: torch.Tensor) -> torch.Tensor:
-    """A copy of ``t`` with its strides where they are not overlapping (so layout paths are the same)."""
-    try:
-        c = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-        c.copy_(t.detach())
-    except RuntimeError:
-        c = t.detach().clone()
-    return c
-
-
-def _contig(spec: CallSpec) -> tuple[int, ...]:
-    stride, acc = [], 1
-    for size in reversed(spec.shape):
-        stride.append(acc)
-        acc *= max(size, 1)
-    return tuple(reversed(stride))
 
 
 def _bucket_key(spec: CallSpec) -> tuple:

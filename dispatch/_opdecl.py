@@ -76,14 +76,19 @@ def default_examples(spec: CallSpec, seed: int = 0) -> tuple[torch.Tensor | None
             values = torch.randint(0, 2, t.shape, generator=gen).bool()
         else:
             values = torch.randint(0, 2, t.shape, generator=gen).to(t.dtype)
-        values = values.to(t.device)
-        try:
-            x = torch.empty_strided(t.shape, t.stride, dtype=t.dtype, device=t.device)
-            x.copy_(values)
-        except RuntimeError:  # overlapping strides (an expanded view): a dense copy serves
-            x = values
-        out.append(x)
+        out.append(with_strides(values.to(t.device), t.stride))
     return tuple(out)
+
+
+def with_strides(values: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    """A new tensor holding ``values`` laid out with ``stride`` (so a kernel sees the layout of the
+    call), or a dense copy where the strides overlap (an expanded view can't be written)."""
+    try:
+        x = torch.empty_strided(values.shape, stride, dtype=values.dtype, device=values.device)
+        x.copy_(values)
+        return x
+    except RuntimeError:
+        return values.clone()
 
 
 def default_sample(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0,

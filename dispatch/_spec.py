@@ -50,6 +50,21 @@ class TensorSpec:
             n *= s
         return n
 
+    @property
+    def dense(self) -> bool:
+        """Row-major and gapless (strides of size-1 dims don't matter), as ``Tensor.is_contiguous()``."""
+        return is_dense(self.shape, self.stride)
+
+
+def is_dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether ``shape`` with ``stride`` is row-major and gapless (size-1 dims' strides ignored)."""
+    expected = 1
+    for size, st in zip(reversed(shape), reversed(stride)):
+        if size > 1 and st != expected:
+            return False
+        expected *= size
+    return True
+
 
 @frozen
 class CallSpec:

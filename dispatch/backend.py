@@ -10,11 +10,11 @@ from the top-level ``dispatch`` namespace only; ``dispatch._*`` modules are inte
 
 from __future__ import annotations
 
-from ._opdecl import OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples, spec_of
+from ._opdecl import OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples, spec_of, with_strides
 from ._keys import device_name
 from ._plugins import Backend, Fault, loaded_backends
 from ._sources import dist_version, source_hash
-from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict, dtype_name
+from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict, dtype_name, is_dense
 from .autotune.placeholders import placeholder
 from .autotune.seeding import seed_kwargs, split_build_keys, strip_build_keys, to_config_keys
 from .autotune.space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings, TuneSpace
@@ -29,7 +29,7 @@ from .tolerance import max_errors, mismatch, tolerance
 
 __all__ = [
     "Backend", "Fault", "loaded_backends", "OpDecl", "TensorArg", "TensorSpec", "declare_op", "declared_ops", "default_examples", "example_inputs",
-    "expected_output", "input_safety", "reference_kernel", "spec_of",
+    "expected_output", "input_safety", "is_dense", "reference_kernel", "spec_of", "with_strides",
     "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
     "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult", "TuneSettings",
     "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",

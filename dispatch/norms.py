@@ -13,7 +13,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from ._opdecl import OpDecl, TensorArg, _next_pow2, declare
+from ._opdecl import OpDecl, TensorArg, _next_pow2, declare, with_strides
 from ._spec import CallSpec
 
 
@@ -227,13 +227,7 @@ def _examples(spec: CallSpec, seed: int = 0):
             values = 1 + 0.5 * values
         elif i == 2:
             values = 0.5 * values
-        values = values.to(t.dtype).to(t.device)
-        try:
-            x = torch.empty_strided(t.shape, t.stride, dtype=t.dtype, device=t.device)
-            x.copy_(values)
-        except RuntimeError:  # overlapping strides (an expanded view): a dense copy serves
-            x = values
-        out.append(x)
+        out.append(with_strides(values.to(t.dtype).to(t.device), t.stride))
     return tuple(out)
 
 

@@ -60,15 +60,6 @@ def dispatch_backend_info() -> BackendInfo:
         available=available)
 
 
-def _contiguous(spec: CallSpec) -> bool:
-    expected = 1
-    for size, stride in zip(reversed(spec.shape), reversed(spec.stride)):
-        if size > 1 and stride != expected:
-            return False
-        expected *= size
-    return True
-
-
 @hookimpl
 def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     target = _target(spec)
@@ -94,7 +85,7 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     if spec.ndim == 0 or not spec.last_dim_contiguous:
         return Verdict.no(f"reduces the last, unit-stride dim only (got dims {list(spec.dims)} of shape "
                           f"{list(spec.shape)}, strides {list(spec.stride)})")
-    if not _contiguous(spec):
+    if not spec.input.dense:
         return Verdict.no(f"needs a contiguous input (got strides {list(spec.stride)})")
     return Verdict.yes()
 

@@ -29,14 +29,6 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _dense(shape, stride) -> bool:
-    expected = 1
-    for size, st in zip(reversed(shape), reversed(stride)):
-        if size > 1 and st != expected:
-            return False
-        expected *= size
-    return True
-
 
 def check(spec, target: str):
     """Can the TileLang norm kernels serve this call on ``target``? A verdict with a reason."""
@@ -45,10 +37,10 @@ def check(spec, target: str):
     if spec.dtype not in DTYPES:
         return Verdict.no(f"input dtype {dtype_name(spec.dtype)} not served; float32, float16 and bfloat16 are")
     for t in spec.tensors[1:]:
-        if t.present and (t.dtype != spec.dtype or not _dense(t.shape, t.stride)):
+        if t.present and (t.dtype != spec.dtype or not t.dense):
             return Verdict.no(f"{t.name} must be contiguous and of the input's dtype ({dtype_name(spec.dtype)}); "
                               f"got {dtype_name(t.dtype)}, strides {list(t.stride)}")
-    if not _dense(spec.shape, spec.stride):
+    if not spec.input.dense:
         return Verdict.no(f"needs a contiguous input (got strides {list(spec.stride)})")
     n = norm_size(spec)
     if target == "cuda" and n > CUDA_MAX_N:

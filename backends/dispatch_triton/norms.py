@@ -352,7 +352,7 @@ def check(spec) -> "Verdict":
         if t.present and t.dtype != spec.dtype:
             return Verdict.no(f"{t.name} dtype {dtype_name(t.dtype)} differs from the input's "
                               f"({dtype_name(spec.dtype)}); pass them in one dtype")
-        if t.present and not _dense(t.shape, t.stride):
+        if t.present and not t.dense:
             return Verdict.no(f"{t.name} must be contiguous (got strides {list(t.stride)})")
     n = norm_size(spec)
     if n > MAX_N:
@@ -365,14 +365,6 @@ def check(spec) -> "Verdict":
                           "collapse to rows with one stride without a copy")
     return Verdict.yes()
 
-
-def _dense(shape, stride) -> bool:
-    expected = 1
-    for size, st in zip(reversed(shape), reversed(stride)):
-        if size > 1 and st != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _shape(spec) -> tuple[int, int]:
