@@ -135,15 +135,17 @@ def register(decl: _opdecl.OpDecl) -> None:
 
 def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
     """What Dynamo traces in place of the op function: the custom op, with the same signature."""
-    params = decl.parameters
-    tensors = set(decl.tensor_names)
-    signature = [p.name if p.default is p.empty else f"{p.name}=_default_{p.name}" for p in params]
-    signature += ["backend=None"] if any(p.kind == p.KEYWORD_ONLY for p in params) else ["*", "backend=None"]
-    others = [p.name for p in params if p.name not in tensors] + ["backend"]
-    source = (f"def {decl.name}({', '.join(signature)}):\n"
+    from ._opfunc import signature_source
+
+    signature, defaults = signature_source(decl)
+    others = [*decl.attribute_names, "backend"]
+    out_check = "" if not decl.out else (
+        "    if out is not None:\n"
+        f"        raise TypeError('dispatch.{decl.name}(out=...) cannot run inside a compiled graph (a custom op "
+        "may not write into its arguments); call it without out= there')\n")
+    source = (f"def {decl.name}({signature}):\n{out_check}"
               f"    return _op({', '.join(decl.tensor_names)}, _encode({{{', '.join(f'{n!r}: {n}' for n in others)}}}))\n")
-    namespace = {"_op": op, "_encode": _constant_encode(),
-                 **{f"_default_{p.name}": p.default for p in params if p.default is not p.empty}}
+    namespace = {"_op": op, "_encode": _constant_encode(), **defaults}
     exec(compile(source, f"<dispatch compiled op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
     return namespace[decl.name]
 

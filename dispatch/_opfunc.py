@@ -77,6 +77,23 @@ def key_expression(decl: OpDecl, inline: bool = False) -> str:
     return ", ".join(parts)
 
 
+def signature_source(decl: OpDecl) -> tuple[str, dict[str, Any]]:
+    """The parameter list of ``dispatch.<op>`` as source (the op's own parameters, then keyword-only
+    ``backend=None`` and, for ops that take it, ``out=None``), with the namespace its defaults need."""
+    parts: list[str] = []
+    keyword_only = False
+    for p in decl.parameters:
+        if p.kind == p.KEYWORD_ONLY and not keyword_only:
+            parts.append("*")
+            keyword_only = True
+        parts.append(p.name if p.default is p.empty else f"{p.name}=_default_{p.name}")
+    parts += ["backend=None"] if keyword_only else ["*", "backend=None"]
+    if decl.out:
+        parts.append("out=None")
+    defaults = {f"_default_{p.name}": p.default for p in decl.parameters if p.default is not p.empty}
+    return ", ".join(parts), defaults
+
+
 _TEMPLATE = '''
 def key({params}, backend=None):
     return ({key})
@@ -98,17 +115,7 @@ class OpFunction:
     def __init__(self, decl: OpDecl, table: dict, miss: Callable[..., Any]) -> None:
         self.decl = decl
         params = decl.parameters
-        defaults = {f"_default_{p.name}": p.default for p in params if p.default is not p.empty}
-        signature = []
-        keyword_only = False
-        for p in params:
-            if p.kind == p.KEYWORD_ONLY and not keyword_only:
-                signature.append("*")
-                keyword_only = True
-            signature.append(p.name if p.default is p.empty else f"{p.name}=_default_{p.name}")
-        signature += ["backend=None"] if keyword_only else ["*", "backend=None"]
-        if decl.out:
-            signature.append("out=None")
+        signature, defaults = signature_source(decl)
         names = [p.name for p in params]
         source = _TEMPLATE.format(
             name=decl.name, params=", ".join(names), key=key_expression(decl),
@@ -116,7 +123,7 @@ class OpFunction:
             out_check="" if not decl.out else (
                 f"\n    if out is not None:\n        return _with_out({decl.name!r}, {decl.name}, "
                 "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out, backend)"),
-            signature=", ".join(signature), values="{" + ", ".join(f"{n!r}: {n}" for n in names) + "}",
+            signature=signature, values="{" + ", ".join(f"{n!r}: {n}" for n in names) + "}",
             tensors=", ".join(decl.tensor_names))
         namespace: dict[str, Any] = {
             "_table": table, "_miss": lambda key, backend, values: miss(decl, key, backend, values),
