@@ -5,7 +5,7 @@ dispatch's own pick) is timed two ways:
 
 ``wall_us``
     A loop of back-to-back calls, synchronised once at the end, divided by the calls: what an
-    eager caller pays per call. At decode shapes (1x4096) the kernel runs for a few
+    eager caller pays per call. The contenders take turns, one loop each per round, 15 rounds. At decode shapes (1x4096) the kernel runs for a few
     microseconds, so this is the host cost of the call path whenever that exceeds the kernel.
 ``graph_us``
     The same call captured ``GRAPH_CALLS`` times in one CUDA graph, replayed and timed with CUDA
@@ -34,20 +34,27 @@ import dispatch
 GRAPH_CALLS = 20
 
 
-def wall_us(fn, calls: int = 200, repeats: int = 15) -> tuple[float, float]:
-    """(median, spread) of the wall time per call of ``calls`` back-to-back calls, in us."""
-    for _ in range(30):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
+def wall_us_interleaved(fns: dict, calls: int = 200, rounds: int = 15) -> dict:
+    """``{name: (median, spread)}``: wall time per call of ``calls`` back-to-back calls of each of
+    ``fns``, in us, the contenders taking turns round by round (so a host that slows down or speeds
+    up mid-run weighs on every contender alike)."""
+    for fn in fns.values():
+        for _ in range(30):
             fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    samples.sort()
-    return statistics.median(samples), samples[-2] - samples[1]
+    torch.cuda.synchronize()
+    samples: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+    out = {}
+    for name, ss in samples.items():
+        ss.sort()
+        out[name] = (statistics.median(ss), ss[-2] - ss[1])
+    return out
 
 
 def graph_us(fn, reference: torch.Tensor, repeats: int = 15) -> tuple[float, float, bool]:
@@ -129,16 +136,19 @@ def main() -> int:
             ref = getattr(torch, op)(x.float(), -1)
             row = {"op": op, "shape": [m, n], "dtype": a.dtype, "wall_us": {}, "wall_spread_us": {},
                    "graph_us": {}, "graph_ok": {}, "errors": {}}
+            running = {}
             for name, fn in fns.items():
                 try:
                     out = fn(x)
                     if not torch.allclose(out.float(), ref, atol=2e-2, rtol=2e-2):
                         row["errors"][name] = "wrong eager result"
-                    row["wall_us"][name], row["wall_spread_us"][name] = wall_us(lambda fn=fn: fn(x))
+                    running[name] = lambda fn=fn: fn(x)
                 except Exception as exc:  # noqa: BLE001 - a contender that fails is reported, not fatal
                     row["errors"][name] = f"eager: {type(exc).__name__}: {exc}"
-                    continue
-                if a.no_graph:
+            for name, (median, spread) in wall_us_interleaved(running).items():
+                row["wall_us"][name], row["wall_spread_us"][name] = median, spread
+            for name, fn in fns.items():
+                if a.no_graph or name not in running:
                     continue
                 try:
                     g, _, ok = graph_us(lambda fn=fn: fn(x), ref)

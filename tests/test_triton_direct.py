@@ -20,8 +20,18 @@ class FakeCompiled:
         self.log, self.wrong = log, wrong
 
     def run(self, g0, g1, g2, stream, function, packed, launch_metadata, enter, leave, x, out, *tail):
+        # pointers arrive as addresses (ints), as the real launcher takes them without a driver query
+        assert isinstance(x, int) and isinstance(out, int) and (enter, leave) == (None, None)
         self.log.append(("direct", (g0, g1, g2), stream, function, packed, tail))
-        out.copy_(x + (2 if self.wrong else 1))
+        MEMORY[out].copy_(MEMORY[x] + (2 if self.wrong else 1))
+
+
+MEMORY: dict[int, torch.Tensor] = {}  # address -> tensor, for the stand-in launcher
+
+
+def mem(t: torch.Tensor) -> torch.Tensor:
+    MEMORY[t.data_ptr()] = t
+    return t
 
 
 class FakeJit:
@@ -50,16 +60,21 @@ def cpu_as_gpu(monkeypatch):
     monkeypatch.setattr(direct, "_current_device", lambda: state["device"])
     monkeypatch.setattr(direct, "_hooks", lambda: state["hooks"])
     monkeypatch.setattr(direct, "_capturing", lambda: False)
+    monkeypatch.setattr(direct, "_empty_like", lambda t: mem(torch.empty_like(t)))
     state["patch"] = monkeypatch
     return state
 
 
 def aligned(n=8):
-    return torch.arange(float(n))
+    return mem(torch.arange(float(n)))
 
 
 def misaligned(n=8):
-    return torch.arange(float(n + 1))[1:]  # 4 bytes past an aligned start
+    return mem(torch.arange(float(n + 1))[1:])  # 4 bytes past an aligned start
+
+
+def empty(n=8):
+    return mem(torch.empty(n))
 
 
 def make(fn, **kw):
@@ -69,12 +84,12 @@ def make(fn, **kw):
 def test_first_call_takes_the_jit_path_then_launches_directly_with_prepacked_arguments(cpu_as_gpu):
     fn = FakeJit()
     launch = make(fn)
-    x, out = aligned(), torch.empty(8)
+    x, out = aligned(), empty()
     launch.launch(x, out)
     assert fn.log[0] == ("jit", (3,), {"N": 8, "BLOCK": 16, "num_warps": 4})
     assert launch.state == "direct"
     fn.log.clear()
-    out2 = torch.empty(8)
+    out2 = empty()
     launch.launch(x, out2)
     assert fn.log == [("direct", (3, 1, 1), 77, 1234, ("meta",), (8, 16))]  # tail in parameter order
     assert torch.equal(out2, x + 1)
@@ -83,13 +98,13 @@ def test_first_call_takes_the_jit_path_then_launches_directly_with_prepacked_arg
 def test_a_misaligned_input_takes_the_jit_path_and_does_not_arm(cpu_as_gpu):
     fn = FakeJit()
     launch = make(fn)
-    launch.launch(misaligned(), torch.empty(8))
+    launch.launch(misaligned(), empty())
     assert launch.state == "jit"  # compiled for an unaligned pointer: not the kernel to keep
-    launch.launch(aligned(), torch.empty(8))
+    launch.launch(aligned(), empty())
     assert launch.state == "direct"
     fn.log.clear()
     x = misaligned()
-    out = torch.empty(8)
+    out = empty()
     launch.launch(x, out)
     assert [e[0] for e in fn.log] == ["jit"]
     assert torch.equal(out, x + 1)
@@ -98,24 +113,24 @@ def test_a_misaligned_input_takes_the_jit_path_and_does_not_arm(cpu_as_gpu):
 def test_another_current_device_takes_the_jit_path(cpu_as_gpu):
     fn = FakeJit()
     launch = make(fn)
-    launch.launch(aligned(), torch.empty(8))
+    launch.launch(aligned(), empty())
     cpu_as_gpu["device"] = 1
     fn.log.clear()
-    launch.launch(aligned(), torch.empty(8))
+    launch.launch(aligned(), empty())
     assert [e[0] for e in fn.log] == ["jit"]
 
 
 def test_not_armed_while_capturing_a_cuda_graph(cpu_as_gpu):
     cpu_as_gpu["patch"].setattr(direct, "_capturing", lambda: True)
     launch = make(FakeJit())
-    launch.launch(aligned(), torch.empty(8))
+    launch.launch(aligned(), empty())
     assert launch.state == "jit"
 
 
 def test_a_launcher_that_disagrees_with_the_jit_path_is_never_used(cpu_as_gpu):
     fn = FakeJit(wrong=True)
     launch = make(fn)
-    x, out = aligned(), torch.empty(8)
+    x, out = aligned(), empty()
     launch.launch(x, out)
     assert launch.state == "disarmed" and "did not reproduce" in launch.why
     fn.log.clear()
@@ -126,18 +141,18 @@ def test_a_launcher_that_disagrees_with_the_jit_path_is_never_used(cpu_as_gpu):
 def test_a_launch_hook_keeps_calls_on_the_jit_path(cpu_as_gpu):
     cpu_as_gpu["hooks"] = (print, None)
     launch = make(FakeJit())
-    launch.launch(aligned(), torch.empty(8))
+    launch.launch(aligned(), empty())
     assert launch.state == "jit"
 
 
 def test_a_hook_installed_after_arming_sends_calls_back_to_the_jit_path(cpu_as_gpu):
     fn = FakeJit()
     launch = make(fn)
-    launch.launch(aligned(), torch.empty(8))
+    launch.launch(aligned(), empty())
     assert launch.state == "direct"
     cpu_as_gpu["hooks"] = (print, None)
     fn.log.clear()
-    launch.launch(aligned(), torch.empty(8))
+    launch.launch(aligned(), empty())
     assert [e[0] for e in fn.log] == ["jit"]
 
 
@@ -152,7 +167,7 @@ def test_the_interpreter_never_arms():
     import os
 
     launch = make(FakeJit(), enabled=os.environ.get("TRITON_INTERPRET") != "1")
-    launch.launch(aligned(), torch.empty(8))
+    launch.launch(aligned(), empty())
     assert launch.state in ("jit", "disarmed")  # CPU tensors: never "direct" without the stand-ins
 
 
@@ -175,3 +190,50 @@ def test_a_captured_split_launch_gets_a_private_slot_buffer_that_holds_every_par
     b = launch._split_slots(torch.device("cuda", 0), rows * programs_per_row)
     assert a is not b  # private to each captured launch
     assert made[0][1] == torch.int64 and made[0][0] >= 64 + 2 * rows * programs_per_row
+
+
+class FakeJitWithWeight(FakeJit):
+    """Parameters (x, out, w, N, BLOCK): writes ``x + w``; ``w`` stays the same for every launch."""
+
+    arg_names = ["x_ptr", "out_ptr", "w_ptr", "N", "BLOCK"]
+
+    def __init__(self):
+        super().__init__()
+        jit = self
+
+        class Compiled(FakeCompiled):
+            def run(self, g0, g1, g2, stream, function, packed, launch_metadata, enter, leave, x, out, *tail):
+                assert all(isinstance(a, int) for a in (x, out, *tail))
+                jit.log.append(("direct", tail))
+                MEMORY[out].copy_(MEMORY[x] + MEMORY[tail[0]])
+
+        self.compiled = Compiled(self.log)
+
+    def __getitem__(self, grid):
+        def call(x, out, w, **kw):
+            self.log.append(("jit", dict(kw)))
+            out.copy_(x + w)
+            return self.compiled
+        return call
+
+
+def test_fixed_trailing_tensors_are_launched_by_their_address_and_kept_alive(cpu_as_gpu):
+    import gc
+    import weakref
+
+    fn = FakeJitWithWeight()
+    w = mem(torch.full((8,), 10.0))
+    ref = weakref.ref(w)
+    launch = direct.DirectLaunch(fn, (1,), 3, {"N": 8, "BLOCK": 16}, {}, fixed=(w,))
+    address = w.data_ptr()
+    x = aligned()
+    launch.launch(x, empty())
+    assert launch.state == "direct"
+    del w
+    gc.collect()
+    assert ref() is not None  # the launch holds the tensor whose address it hands out
+    fn.log.clear()
+    out = empty()
+    launch.launch(x, out)
+    assert fn.log == [("direct", (address, 8, 16))]
+    assert torch.equal(out, x + 10)

@@ -19,7 +19,15 @@ What the compiled kernel assumes, and how each assumption is kept:
 * the stream: read per call (torch's current stream), so launches follow streams and CUDA-graph
   capture like the JIT path's;
 * launch hooks (profilers): the direct path is armed only when Triton has none installed, and a
-  hook installed later sends calls back to the JIT path.
+  hook installed later sends calls back to the JIT path. The launcher is then handed no hooks at
+  all (an empty hook chain would still be called twice per launch).
+
+Pointers are handed to the launcher as integers (``data_ptr()``): Triton's launcher takes an int
+as the device address it is, where for a tensor it calls ``data_ptr`` and asks the driver to
+translate the address (``cuPointerGetAttribute``), about half a microsecond per tensor argument.
+The tensors come from torch's CUDA allocator on the kernel's device (the call key fixes the
+device), where that translation is the identity. Tensors fixed for the object's life (``fixed``:
+stand-ins for absent arguments, buffers) have their addresses read once and are kept alive here.
 
 The direct path is armed after the first eager call that meets these conditions, by a check
 launch whose output must match the JIT path's (so a launcher ABI this code does not know is
@@ -44,6 +52,7 @@ except Exception:  # pragma: no cover - older Triton: hooks on CompiledKernel
 ARM_DEVICES = ("cuda",)
 
 
+_empty_like = torch.empty_like  # the check's outputs (module-level, for the CPU tests' stand-in launcher)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # device index -> current stream handle
 _current_device = getattr(torch._C, "_cuda_getDevice", None)  # () -> current device index
 
@@ -67,26 +76,28 @@ def _hooks() -> tuple:
 
 
 class DirectLaunch:
-    """``launch(*tensors)``: the kernel ``jit_fn`` on ``grid`` with ``tensors`` then ``tail``.
+    """``launch(*tensors)``: the kernel ``jit_fn`` on ``grid`` with ``tensors``, ``fixed``, then ``tail``.
 
-    ``tensors`` are the kernel's leading pointer arguments (the first is the user's input, checked
-    for alignment per call; the others must come from torch's allocator); ``tail`` the remaining
-    arguments (ints, constexprs) by name, ``options`` the launch options (num_warps, ...).
+    ``tensors`` are the kernel's leading pointer arguments that change per call (the first is the
+    user's input, checked for alignment per call; the others must come from torch's allocator);
+    ``fixed`` the pointer arguments after them that stay the same for the object's life;
+    ``n_tensors`` counts both. ``tail`` the remaining arguments (ints, constexprs) by name,
+    ``options`` the launch options (num_warps, ...).
     ``state`` says where the object is: ``"jit"`` (not armed yet), ``"direct"`` or ``"disarmed"``
     (with ``why``: the direct path will not be tried again).
     """
 
     def __init__(self, jit_fn, grid: tuple[int, ...], n_tensors: int, tail: dict, options: dict, *,
-                 enabled: bool = True):
+                 enabled: bool = True, fixed: tuple = ()):
         self.jit_fn, self.grid, self.n_tensors = jit_fn, tuple(grid) + (1,) * (3 - len(grid)), n_tensors
-        self.tail, self.options = dict(tail), dict(options)
+        self.tail, self.options, self.fixed = dict(tail), dict(options), tuple(fixed)
         self.kernel = jit_fn[grid]
         self.state, self.why = ("jit", "") if enabled else ("disarmed", "direct launch disabled")
         self.direct = None  # the armed launch: direct(x, *tensors) -> None
         self.launch = self._first
 
     def _jit(self, *tensors):
-        return self.kernel(*tensors, **self.tail, **self.options)
+        return self.kernel(*tensors, *self.fixed, **self.tail, **self.options)
 
     def _first(self, *tensors):
         """The JIT path; arms the direct path when the conditions hold (see the module's docstring)."""
@@ -102,7 +113,7 @@ class DirectLaunch:
         if x.data_ptr() % 16:
             return  # compiled for an unaligned pointer; an aligned call will arm
         try:
-            direct = self._make_direct(compiled, x.device)
+            direct = self._make_direct(compiled, x.device, len(tensors))
             if direct is None:
                 return
             ok, why = self._check(direct, tensors)
@@ -113,32 +124,43 @@ class DirectLaunch:
         else:
             self.state, self.why = "disarmed", why
 
-    def _make_direct(self, compiled, device: torch.device):
+    def _make_direct(self, compiled, device: torch.device, n_call: int | None = None):
         names = list(self.jit_fn.arg_names)
         missing = [n for n in names[self.n_tensors:] if n not in self.tail]
         if missing:
             raise ValueError(f"no value for kernel parameter(s) {missing}")
-        tail = tuple(self.tail[n] for n in names[self.n_tensors:])
         enter, leave = _hooks()
         if not (_idle(enter) and _idle(leave)):
             return None  # a launch hook is installed: the JIT path calls it with its metadata
         index = device.index if device.index is not None else _current_device()
         stream_of, current_device = _raw_stream, _current_device
         run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+        tail = (*(t.data_ptr() for t in self.fixed), *(self.tail[n] for n in names[self.n_tensors:]))
         g0, g1, g2 = self.grid
         jit, hooks = self._jit, _hooks
+        # a hook chain that gains a hook, or a hook set in its place, sends calls to the JIT path
+        e_calls, l_calls = getattr(enter, "calls", None), getattr(leave, "calls", None)
 
-        def direct(x, *rest):
-            if x.data_ptr() & 15 or current_device() != index or not _idle(hooks()[0]):
-                return jit(x, *rest)
-            run(g0, g1, g2, stream_of(index), function, packed, None, enter, leave, x, *rest, *tail)
+        if n_call == 2:  # (input, output): the common case, without a loop
+            def direct(x, out):
+                p = x.data_ptr()
+                if p & 15 or current_device() != index or e_calls or l_calls or hooks() != (enter, leave):
+                    return jit(x, out)
+                run(g0, g1, g2, stream_of(index), function, packed, None, None, None, p, out.data_ptr(), *tail)
+        else:
+            def direct(x, *rest):
+                p = x.data_ptr()
+                if p & 15 or current_device() != index or e_calls or l_calls or hooks() != (enter, leave):
+                    return jit(x, *rest)
+                run(g0, g1, g2, stream_of(index), function, packed, None, None, None, p,
+                    *[t.data_ptr() for t in rest], *tail)
 
         return direct
 
     def _check(self, direct, tensors) -> tuple[bool, str]:
         """Launch both ways into separate outputs (argument 1) and compare them."""
         x, out = tensors[0], tensors[1]
-        a, b = torch.empty_like(out), torch.empty_like(out)
+        a, b = _empty_like(out), _empty_like(out)
         self._jit(x, a, *tensors[2:])
         direct(x, b, *tensors[2:])
         if torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-3, equal_nan=True):

@@ -331,10 +331,11 @@ class Launcher:
         int_names = ("M", "N", "stride_xm", "stride_om", "stride_mm", "N_BUCKET")
         options = dict(num_warps=warps, num_stages=stages)
 
-        def launcher(phase: int) -> DirectLaunch:
-            """The kernel on ``grid`` for ``phase``: its JIT path, then its direct launch once armed."""
+        def launcher(phase: int, fixed: tuple = ()) -> DirectLaunch:
+            """The kernel on ``grid`` for ``phase``: its JIT path, then its direct launch once armed
+            (``fixed``: the trailing pointer arguments that are the same for every launch)."""
             tail = dict(zip(int_names, ints), **meta, PHASE=phase)
-            return DirectLaunch(_softmax_kernel, grid, 6, tail, options, enabled=not _interpreting())
+            return DirectLaunch(_softmax_kernel, grid, 6, tail, options, enabled=not _interpreting(), fixed=fixed)
 
         if op != "logsumexp" and ns > 1:
             need = M * ns  # the partials of every row, each program publishing one per row
@@ -368,11 +369,10 @@ class Launcher:
 
             self.direct = (k0,)
         else:
-            k0 = launcher(0)
-            tail = (mask_arg, ws, sync, slots)
+            k0 = launcher(0, fixed=(mask_arg, ws, sync, slots))
 
             def launch(x, out):
-                k0.launch(x, out, *tail)
+                k0.launch(x, out)
 
             self.direct = (k0,)
         return grid, launch
