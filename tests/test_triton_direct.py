@@ -56,9 +56,12 @@ def cpu_as_gpu(monkeypatch):
     """Let the direct path arm on CPU tensors, on "device 0" whose current stream is 77."""
     monkeypatch.setattr(direct, "ARM_DEVICES", ("cpu",))
     monkeypatch.setattr(direct, "_raw_stream", lambda index: 77)
-    state = {"device": 0, "hooks": (None, None)}
+    import types
+
+    hooks = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+    state = {"device": 0, "hooks": hooks}
     monkeypatch.setattr(direct, "_current_device", lambda: state["device"])
-    monkeypatch.setattr(direct, "_hooks", lambda: state["hooks"])
+    monkeypatch.setattr(direct, "_RUNTIME", hooks)
     monkeypatch.setattr(direct, "_capturing", lambda: False)
     monkeypatch.setattr(direct, "_empty_like", lambda t: mem(torch.empty_like(t)))
     state["patch"] = monkeypatch
@@ -139,7 +142,7 @@ def test_a_launcher_that_disagrees_with_the_jit_path_is_never_used(cpu_as_gpu):
 
 
 def test_a_launch_hook_keeps_calls_on_the_jit_path(cpu_as_gpu):
-    cpu_as_gpu["hooks"] = (print, None)
+    cpu_as_gpu["hooks"].launch_enter_hook = print
     launch = make(FakeJit())
     launch.launch(aligned(), empty())
     assert launch.state == "jit"
@@ -150,7 +153,7 @@ def test_a_hook_installed_after_arming_sends_calls_back_to_the_jit_path(cpu_as_g
     launch = make(fn)
     launch.launch(aligned(), empty())
     assert launch.state == "direct"
-    cpu_as_gpu["hooks"] = (print, None)
+    cpu_as_gpu["hooks"].launch_enter_hook = print
     fn.log.clear()
     launch.launch(aligned(), empty())
     assert [e[0] for e in fn.log] == ["jit"]
@@ -237,3 +240,48 @@ def test_fixed_trailing_tensors_are_launched_by_their_address_and_kept_alive(cpu
     launch.launch(x, out)
     assert fn.log == [("direct", (address, 8, 16))]
     assert torch.equal(out, x + 10)
+
+
+class CudaLauncherLike:
+    """The shape of Triton 3.6's CUDA launcher: ``__call__`` allocates scratch, then calls ``launch``."""
+
+    launch_cooperative_grid, launch_pdl = False, True
+
+    def __init__(self, global_scratch=0, profile_scratch=0):
+        self.global_scratch_size, self.profile_scratch_size = global_scratch, profile_scratch
+        self.launch = lambda *args: ("entry", args)
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        return ("call", args)
+
+
+def test_the_launcher_entry_point_is_called_directly_only_where_its_call_adds_nothing():
+    run = CudaLauncherLike()
+    callee, head = direct.launcher_entry(run, 7, "meta")
+    assert callee is run.launch
+    # the C entry takes what __call__ would add (cooperative, pdl, no scratch buffers) before the metadata
+    assert head == (7, False, True, None, None, "meta", None, None, None)
+    for needs_scratch in (CudaLauncherLike(global_scratch=64), CudaLauncherLike(profile_scratch=8)):
+        callee, head = direct.launcher_entry(needs_scratch, 7, "meta")
+        assert callee is needs_scratch and head == (7, "meta", None, None, None)
+
+
+def test_an_entry_point_that_disagrees_with_the_jit_path_falls_back_to_the_launcher_object(cpu_as_gpu):
+    """The direct entry is checked like every direct launch: wrong output there -> the launcher object."""
+    fn = FakeJit()
+    good_run = fn.compiled.run
+
+    class Launcher36(CudaLauncherLike):
+        def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+            return good_run(gridX, gridY, gridZ, stream, function, *args)
+
+    launcher = Launcher36()
+    launcher.launch = lambda *args: MEMORY[args[-3]].fill_(-1)  # writes garbage into the output
+    fn.compiled.run = launcher
+    launch = make(fn)
+    x, out = aligned(), empty()
+    launch.launch(x, out)
+    assert launch.state == "direct"
+    out2 = empty()
+    launch.launch(x, out2)
+    assert torch.equal(out2, x + 1)

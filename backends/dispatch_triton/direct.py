@@ -37,6 +37,8 @@ being captured (the check synchronizes) nor under the Triton interpreter (no com
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 try:  # Triton >= 3.4 keeps its launch hooks in knobs
@@ -66,13 +68,44 @@ def _idle(hook) -> bool:
     return hook is None or (hasattr(hook, "calls") and not hook.calls)
 
 
-def _hooks() -> tuple:
-    """Triton's (launch_enter_hook, launch_exit_hook) as the JIT path would pass them."""
+def _hook_holder():
+    """Where Triton keeps its launch hooks (``launch_enter_hook``, ``launch_exit_hook``)."""
     if _RUNTIME is not None:
-        return _RUNTIME.launch_enter_hook, _RUNTIME.launch_exit_hook
+        return _RUNTIME
     from triton.compiler.compiler import CompiledKernel
 
-    return CompiledKernel.launch_enter_hook, CompiledKernel.launch_exit_hook
+    return CompiledKernel
+
+
+def _hooks() -> tuple:
+    """Triton's (launch_enter_hook, launch_exit_hook) as the JIT path would pass them."""
+    holder = _hook_holder()
+    return holder.launch_enter_hook, holder.launch_exit_hook
+
+
+_LAUNCHER_CALL = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+
+
+def launcher_entry(run, function, packed) -> tuple:
+    """``(callee, head)``: the launch is ``callee(gx, gy, gz, stream, *head, *kernel_args)``.
+
+    Through the compiled kernel's launcher object ``run`` (``head`` = function, metadata, no launch
+    metadata, no hooks); or, where it is the CUDA launcher whose ``__call__`` only allocates
+    scratch buffers this kernel does not have (Triton 3.6's: ``(gridX, gridY, gridZ, stream,
+    function, *args)``, no global or profile scratch), its C entry point directly, one Python
+    frame less per launch.
+    """
+    generic = run, (function, packed, None, None, None)
+    launch = getattr(run, "launch", None)
+    try:
+        params = list(inspect.signature(type(run).__call__).parameters)
+    except (TypeError, ValueError):
+        return generic
+    if (params == _LAUNCHER_CALL and callable(launch) and getattr(run, "global_scratch_size", 1) == 0
+            and getattr(run, "profile_scratch_size", 1) == 0 and hasattr(run, "launch_cooperative_grid")
+            and hasattr(run, "launch_pdl")):
+        return launch, (function, run.launch_cooperative_grid, run.launch_pdl, None, None, packed, None, None, None)
+    return generic
 
 
 class DirectLaunch:
@@ -112,48 +145,56 @@ class DirectLaunch:
             return  # not now: another eager call will try
         if x.data_ptr() % 16:
             return  # compiled for an unaligned pointer; an aligned call will arm
-        try:
-            direct = self._make_direct(compiled, x.device, len(tensors))
-            if direct is None:
-                return
-            ok, why = self._check(direct, tensors)
-        except Exception as exc:  # noqa: BLE001 - an unknown launcher ABI: stay on the JIT path
-            ok, why = False, f"{type(exc).__name__}: {exc}"
+        ok, why = False, ""
+        for entry in (True, False):  # the launcher's C entry point, else the launcher object
+            try:
+                direct = self._make_direct(compiled, x.device, len(tensors), entry=entry)
+                if direct is None:
+                    return
+                ok, why = self._check(direct, tensors)
+            except Exception as exc:  # noqa: BLE001 - an unknown launcher ABI: stay on the JIT path
+                ok, why = False, f"{type(exc).__name__}: {exc}"
+            if ok:
+                break
         if ok:
             self.state, self.direct, self.launch = "direct", direct, direct
         else:
             self.state, self.why = "disarmed", why
 
-    def _make_direct(self, compiled, device: torch.device, n_call: int | None = None):
+    def _make_direct(self, compiled, device: torch.device, n_call: int | None = None, *, entry: bool = True):
         names = list(self.jit_fn.arg_names)
         missing = [n for n in names[self.n_tensors:] if n not in self.tail]
         if missing:
             raise ValueError(f"no value for kernel parameter(s) {missing}")
-        enter, leave = _hooks()
+        holder = _hook_holder()
+        enter, leave = holder.launch_enter_hook, holder.launch_exit_hook
         if not (_idle(enter) and _idle(leave)):
             return None  # a launch hook is installed: the JIT path calls it with its metadata
         index = device.index if device.index is not None else _current_device()
         stream_of, current_device = _raw_stream, _current_device
-        run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+        function, packed = compiled.function, compiled.packed_metadata
+        run, head = (launcher_entry if entry else lambda r, f, p: (r, (f, p, None, None, None)))(
+            compiled.run, function, packed)
         tail = (*(t.data_ptr() for t in self.fixed), *(self.tail[n] for n in names[self.n_tensors:]))
         g0, g1, g2 = self.grid
-        jit, hooks = self._jit, _hooks
+        jit = self._jit
         # a hook chain that gains a hook, or a hook set in its place, sends calls to the JIT path
         e_calls, l_calls = getattr(enter, "calls", None), getattr(leave, "calls", None)
 
         if n_call == 2:  # (input, output): the common case, without a loop
             def direct(x, out):
                 p = x.data_ptr()
-                if p & 15 or current_device() != index or e_calls or l_calls or hooks() != (enter, leave):
+                if (p & 15 or current_device() != index or e_calls or l_calls
+                        or holder.launch_enter_hook is not enter or holder.launch_exit_hook is not leave):
                     return jit(x, out)
-                run(g0, g1, g2, stream_of(index), function, packed, None, None, None, p, out.data_ptr(), *tail)
+                run(g0, g1, g2, stream_of(index), *head, p, out.data_ptr(), *tail)
         else:
             def direct(x, *rest):
                 p = x.data_ptr()
-                if p & 15 or current_device() != index or e_calls or l_calls or hooks() != (enter, leave):
+                if (p & 15 or current_device() != index or e_calls or l_calls
+                        or holder.launch_enter_hook is not enter or holder.launch_exit_hook is not leave):
                     return jit(x, *rest)
-                run(g0, g1, g2, stream_of(index), function, packed, None, None, None, p,
-                    *[t.data_ptr() for t in rest], *tail)
+                run(g0, g1, g2, stream_of(index), *head, p, *[t.data_ptr() for t in rest], *tail)
 
         return direct
 
