@@ -13,6 +13,7 @@ from .space import Config, Timing, TuneSettings
 
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H200: 50 MB)
 _BURST = 20  # back-to-back calls timed for a call's host-bound rate
+_BURSTS = 5  # bursts of them, the median kept
 _flush_buffers: dict[torch.device, torch.Tensor] = {}
 _count_lock = threading.Lock()
 _measured = 0
@@ -92,17 +93,22 @@ def _measure_cuda(fn, device, settings, cfg) -> Timing:
     return Timing(cfg, median, spread, settings.rep)
 
 
-def _back_to_back_us(fn, calls: int) -> float:
-    """Per-call wall time of ``calls`` calls issued back to back (one synchronisation at the end).
+def _back_to_back_us(fn, calls: int, bursts: int = _BURSTS) -> float:
+    """Per-call wall time of ``calls`` calls issued back to back (one synchronisation at the end),
+    the median of ``bursts`` such bursts (one burst is at the mercy of whatever else the host does
+    during it: a race between candidates a few microseconds apart needs the median).
 
     Events bracket the GPU work only; a call whose host side (checks, launch) outlasts its kernel
     leaves the GPU idle between calls, which this rate shows and the events do not."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    rates = []
+    for _ in range(bursts):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        rates.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(rates)
 
 
 def do_bench(fn: Callable[[], object], warmup: int = 25, rep: int = 50, quantiles=None, **_: object) -> float:
