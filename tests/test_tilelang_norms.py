@@ -122,3 +122,22 @@ def test_tune_space_declares_tunables_and_build_keys():
     space = dispatch_tune_space("layer_norm", spec_of("layer_norm", torch.ones(8, 64), (64,)))
     assert space.tunables == ("block_m",) and space.build_keys == ("tile_n",)
     assert space.default.as_dict() in [c.as_dict() for c in space.configs]
+
+
+@pytest.mark.parametrize("which", ["forward", "backward"])
+def test_cuda_norm_programs_close_over_plain_values_only(which):
+    """TileLang's autotuner keys its cache on the program's closure and refuses (AssertionError)
+    any cell that is not an int/float/str/bool/None: a module or dict in a cell made every CUDA
+    norm tune fail on the device. The programs are built on the CPU; nothing is compiled here."""
+    from dispatch_tilelang import norm_backward, norm_kernels
+
+    if which == "forward":
+        progs = [norm_kernels.cuda_program(op, 4096, "bfloat16", w, b, 1e-6)
+                 for op in ("rms_norm", "layer_norm") for w in (False, True) for b in (False, True)]
+    else:
+        progs = [norm_backward.cuda_program(op, 4096, "bfloat16", w, 1e-6)
+                 for op in ("rms_norm", "layer_norm") for w in (False, True)]
+    for prog in progs:
+        cells = [c.cell_contents for c in (prog.func.__closure__ or ())]
+        bad = [v for v in cells if not isinstance(v, (int, float, str, bool, type(None)))]
+        assert not bad, f"{prog.func.__qualname__} closes over {bad}"

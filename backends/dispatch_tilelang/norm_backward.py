@@ -14,7 +14,7 @@ import functools
 import threading
 
 import tilelang
-import tilelang.language as TL
+import tilelang.language as T
 import torch
 
 from ._numerics import F32
@@ -110,7 +110,6 @@ def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, eps: float):
 @functools.lru_cache(maxsize=None)
 def cuda_program(op: str, n_cols: int, dtype: str, has_weight: bool, eps: float, arch: str | None = None):
     """The CUDA backward (tunables ``block_m``, ``threads``): whole rows in registers."""
-    T = TL
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N = n_cols
     rms = op == "rms_norm"

@@ -21,7 +21,7 @@ sum d^2 / N - (sum d / N)^2. ``y = (x - mean) * rstd [* w] [+ b]``, rounded once
 import functools
 
 import tilelang
-import tilelang.language as TL
+import tilelang.language as T
 
 from ._numerics import F32, bf16_bits_to_f32, f32_to_bf16_bits
 
@@ -35,11 +35,11 @@ def storage_dtype(dtype: str, target: str) -> str:
 
 
 def _load(v, dtype: str, target: str):
-    return bf16_bits_to_f32(v) if target == "c" and dtype == "bfloat16" else TL.cast(v, F32)
+    return bf16_bits_to_f32(v) if target == "c" and dtype == "bfloat16" else T.cast(v, F32)
 
 
 def _store(f, dtype: str, target: str):
-    return f32_to_bf16_bits(f) if target == "c" and dtype == "bfloat16" else TL.cast(f, dtype)
+    return f32_to_bf16_bits(f) if target == "c" and dtype == "bfloat16" else T.cast(f, dtype)
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,7 +132,6 @@ def cuda_check(n_cols: int, block_m: int, threads: int) -> str | None:
 def cuda_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float,
                  arch: str | None = None):
     """The ``@tilelang.jit`` CUDA program (tunables ``block_m``, ``threads``): whole rows in registers."""
-    T = TL
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N = n_cols
     rms = op == "rms_norm"
