@@ -67,6 +67,36 @@ def test_captured_call_replays_with_correct_results_on_new_inputs(backend, op, s
         assert mismatch(out, getattr(torch, op)(x, -1)) is None, seed
 
 
+def _capture_case(op, shape, backend):
+    """(call, reference) for a norm call (weight and bias) or a softmax over a non-last dim."""
+    import torch.nn.functional as F
+
+    x = _x(shape)
+    if op in ("rms_norm", "layer_norm"):
+        n = shape[-1]
+        w, b = _x((n,), seed=5), _x((n,), seed=6)
+        args = (x, (n,), w) if op == "rms_norm" else (x, (n,), w, b)
+        return x, (lambda: getattr(dispatch, op)(*args, backend=backend)), (lambda: getattr(F, op)(*args))
+    return x, (lambda: getattr(dispatch, op)(x, 0, backend=backend)), (lambda: getattr(torch, op)(x, 0))
+
+
+@pytest.mark.parametrize("op,shape", [("rms_norm", (8, 4096)), ("layer_norm", (8, 4096)), ("rms_norm", (2, 65536)),
+                                      ("softmax", (512, 256)), ("logsumexp", (4096, 64))], ids=str)
+def test_captured_norms_and_non_last_dims_replay_with_correct_results(backend, op, shape):
+    x, fn, ref = _capture_case(op, shape, backend)
+    try:
+        fn()
+    except dispatch.BackendRefusedError as exc:
+        pytest.skip(f"{backend} does not serve it: {exc}")
+    _warm(fn)
+    graph, out = _capture(fn)
+    for seed in (1, 2):
+        x.copy_(_x(shape, seed=seed))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert mismatch(out, ref()) is None, seed
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_concurrent_replays_and_eager_calls_do_not_corrupt_each_other(backend, op):
     """Two graphs of the split path replayed at once on two streams while eager calls of the same
