@@ -96,11 +96,33 @@ def _library() -> torch.library.Library:
     return _lib
 
 
-# The keys that a call of a plain tensor (no subclass, no mode, no functionalization) has below
-# ADInplaceOrView: one backend's Dense functionality. Only such calls skip the redispatch.
-_DENSE = (torch._C.DispatchKeySet(torch._C.DispatchKey.CPU).raw_repr()
-          & torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA).raw_repr())
-_FUNCTIONALITIES_BELOW_AUTOGRAD = torch._C._after_ADInplaceOrView_keyset.raw_repr() & ~(_DENSE - 1)
+def _plain_keys() -> tuple[int, int] | None:
+    """``(mask, dense)``: a call's dispatch keys below ADInplaceOrView, masked to their functionality
+    bits, are ``dense`` exactly when its tensors are plain (one backend's Dense functionality, no
+    subclass, mode, functionalization, lazy negation or conjugation). None where this torch lays
+    its key sets out otherwise: then every call goes on through the dispatcher."""
+    C = torch._C
+    try:
+        def raw(*keys):
+            found = C.DispatchKeySet(keys[0])
+            for k in keys[1:]:
+                found = found.add(k)
+            return found.raw_repr()
+
+        dense = raw(C.DispatchKey.CPU) & raw(C.DispatchKey.CUDA)
+        mask = C._after_ADInplaceOrView_keyset.raw_repr() & ~(dense - 1)
+        K = C.DispatchKey
+        plain = [raw(K.CPU, K.ADInplaceOrView, K.AutogradCPU), raw(K.CUDA, K.AutogradCUDA), raw(K.Meta)]
+        other = [raw(K.CPU, K.Python), raw(K.CPU, K.Functionalize), raw(K.CUDA, K.Conjugate),
+                 raw(K.SparseCPU), raw(K.CPU, K.Python, K.PythonTLSSnapshot, K.AutogradCPU)]
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    if dense and all(r & mask == dense for r in plain) and not any(r & mask == dense for r in other):
+        return mask, dense
+    return None
+
+
+_PLAIN = _plain_keys()
 
 _KERNELS = '''
 def impl({tensors}, _d_args):
@@ -116,7 +138,7 @@ def impl({tensors}, _d_args):
 def autograd(_d_keyset, {tensors}, _d_args):
     if {requires_grad} and _d_grad_enabled():
         return _d_Function.apply(_d_keyset, {tensors}, _d_args)
-    if _d_keyset.raw_repr() & _d_BELOW == _d_DENSE:
+    if {plain}:
         return impl({tensors}, _d_args)
     with _d_below_autograd():
         return _d_op.redispatch(_d_keyset & _d_after_autograd, {tensors}, _d_args)
@@ -148,6 +170,7 @@ def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
     call = ", ".join([p.name if p.kind != p.KEYWORD_ONLY else f"{p.name}={p.name}" for p in params]
                      + ["backend=backend"])
     source = _KERNELS.format(
+        plain="_d_keyset.raw_repr() & _d_MASK == _d_DENSE" if _PLAIN else "False",
         tensors=", ".join(tensors), attributes="".join(f"{n}, " for n in names), call=call,
         aliases=" or ".join(f"_d_out is {t}" for t in tensors),
         requires_grad="(" + " or ".join(f"{t}.requires_grad" if not a.optional else
@@ -156,7 +179,7 @@ def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
     namespace = {
         "_d_attributes": attributes, "_d_remember": remember, "_d_function": DISPATCHER.function,
         "_d_name": decl.name, "_d_grad_enabled": torch.is_grad_enabled, "_d_Function": function,
-        "_d_BELOW": _FUNCTIONALITIES_BELOW_AUTOGRAD, "_d_DENSE": _DENSE, "_d_op": op,
+        "_d_MASK": _PLAIN and _PLAIN[0], "_d_DENSE": _PLAIN and _PLAIN[1], "_d_op": op,
         "_d_below_autograd": torch._C._AutoDispatchBelowAutograd,
         "_d_after_autograd": torch._C._after_autograd_keyset}
     exec(compile(source, f"<dispatch custom op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
