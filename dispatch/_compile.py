@@ -1,7 +1,7 @@
 """torch.compile support: every declared op is also a ``torch.library`` custom op, which Dynamo sees
 in place of the op function (one opaque node per call), while eager calls keep their hot path.
 
-How: for op ``name`` this registers ``dispatch::name(Tensor input, Tensor? mask, ..., str args) ->
+How: for op ``name`` this defines ``dispatch::name(Tensor input, Tensor? mask, ..., str args) ->
 Tensor``, whose ``args`` is a JSON text of the call's other arguments (``dim``, ``dtype``, ``backend``...,
 each tagged with its type), and tells Dynamo (``torch._dynamo.substitute_in_graph``) to trace a
 small stand-in that calls that custom op instead of the op function. At run time the custom op
@@ -9,6 +9,13 @@ calls the op function itself, so a compiled graph dispatches exactly as eager do
 per key, same cache, same explain, the settings and ``use()`` scope in force when it runs. Its
 fake (meta) implementation runs the op's reference on fake tensors (shapes, dtypes and strides as
 torch's, symbolic sizes included); its backward is the op's reference backward.
+
+What a compiled graph pays per call on top of the eager call is one trip through torch's
+dispatcher into one Python kernel: the op's own autograd kernel (made once per op, from its
+declaration) calls the op function straight away when no input needs a gradient and the tensors
+are plain, each ``args`` text being decoded once; only fake, functional and subclassed tensors,
+dispatch modes and calls that autograd records go on through the dispatcher (``torch.library``'s
+``custom_op`` wrappers cost several times more).
 
 Importing ``torch._dynamo`` costs more than a second, so nothing here runs until it is imported:
 a post-import hook registers every op then (and any op declared later, at declaration).
@@ -30,6 +37,8 @@ from . import _opdecl
 _NAMESPACE = "dispatch"
 _registered: dict[str, Any] = {}
 _lock = threading.RLock()
+_lib: torch.library.Library | None = None
+_MAX_ENCODINGS = 1024  # decoded ``args`` texts kept per op
 
 
 # -- the non-tensor arguments, as text a graph can carry -------------------------------------------
@@ -80,6 +89,103 @@ def _values(decl: _opdecl.OpDecl, tensors: tuple, args: str) -> tuple[dict[str, 
     return values, backend
 
 
+def _library() -> torch.library.Library:
+    global _lib
+    if _lib is None:
+        _lib = torch.library.Library(_NAMESPACE, "FRAGMENT")
+    return _lib
+
+
+def _plain_keys() -> tuple[int, int] | None:
+    """``(mask, dense)``: a call's dispatch keys below ADInplaceOrView, masked to their functionality
+    bits, are ``dense`` exactly when its tensors are plain (one backend's Dense functionality, no
+    subclass, mode, functionalization, lazy negation or conjugation). None where this torch lays
+    its key sets out otherwise: then every call goes on through the dispatcher."""
+    C = torch._C
+    try:
+        def raw(*keys):
+            found = C.DispatchKeySet(keys[0])
+            for k in keys[1:]:
+                found = found.add(k)
+            return found.raw_repr()
+
+        dense = raw(C.DispatchKey.CPU) & raw(C.DispatchKey.CUDA)
+        mask = C._after_ADInplaceOrView_keyset.raw_repr() & ~(dense - 1)
+        K = C.DispatchKey
+        plain = [raw(K.CPU, K.ADInplaceOrView, K.AutogradCPU), raw(K.CUDA, K.AutogradCUDA), raw(K.Meta)]
+        other = [raw(K.CPU, K.Python), raw(K.CPU, K.Functionalize), raw(K.CUDA, K.Conjugate),
+                 raw(K.SparseCPU), raw(K.CPU, K.Python, K.PythonTLSSnapshot, K.AutogradCPU)]
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    if dense and all(r & mask == dense for r in plain) and not any(r & mask == dense for r in other):
+        return mask, dense
+    return None
+
+
+_PLAIN = _plain_keys()
+
+_KERNELS = '''
+def impl({tensors}, _d_args):
+    try:
+        {attributes}backend = _d_attributes[_d_args]
+    except KeyError:
+        {attributes}backend = _d_remember(_d_args)
+    _d_out = _d_function(_d_name).function({call})
+    if {aliases}:
+        return _d_out.clone()
+    return _d_out
+
+def autograd(_d_keyset, {tensors}, _d_args):
+    if {requires_grad} and _d_grad_enabled():
+        return _d_Function.apply(_d_keyset, {tensors}, _d_args)
+    if {plain}:
+        return impl({tensors}, _d_args)
+    with _d_below_autograd():
+        return _d_op.redispatch(_d_keyset & _d_after_autograd, {tensors}, _d_args)
+'''
+
+
+def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
+    """The op's run-time kernels, made once: ``impl(*tensors, args)`` calls the op function (its
+    resolved table, as eager calls do) with the arguments ``args`` encodes (each text decoded once);
+    ``autograd(keyset, *tensors, args)`` records the op for autograd when an input needs a
+    gradient, calls ``impl`` itself for plain tensors, and otherwise passes the call on below
+    autograd (fake, functional and subclassed tensors, dispatch modes) as torch does."""
+    from ._dispatcher import DISPATCHER
+
+    params = decl.parameters
+    names = decl.attribute_names
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    attributes: dict[str, tuple] = {}
+
+    def remember(args: str) -> tuple:
+        values = decode(args)
+        found = (*(values.get(n, defaults.get(n)) for n in names), values.get("backend"))
+        if len(attributes) >= _MAX_ENCODINGS:
+            attributes.clear()
+        attributes[args] = found
+        return found
+
+    tensors = decl.tensor_names
+    call = ", ".join([p.name if p.kind != p.KEYWORD_ONLY else f"{p.name}={p.name}" for p in params]
+                     + ["backend=backend"])
+    source = _KERNELS.format(
+        plain="_d_keyset.raw_repr() & _d_MASK == _d_DENSE" if _PLAIN else "False",
+        tensors=", ".join(tensors), attributes="".join(f"{n}, " for n in names), call=call,
+        aliases=" or ".join(f"_d_out is {t}" for t in tensors),
+        requires_grad="(" + " or ".join(f"{t}.requires_grad" if not a.optional else
+                                        f"({t} is not None and {t}.requires_grad)"
+                                        for t, a in zip(tensors, decl.tensors)) + ")")
+    namespace = {
+        "_d_attributes": attributes, "_d_remember": remember, "_d_function": DISPATCHER.function,
+        "_d_name": decl.name, "_d_grad_enabled": torch.is_grad_enabled, "_d_Function": function,
+        "_d_MASK": _PLAIN and _PLAIN[0], "_d_DENSE": _PLAIN and _PLAIN[1], "_d_op": op,
+        "_d_below_autograd": torch._C._AutoDispatchBelowAutograd,
+        "_d_after_autograd": torch._C._after_autograd_keyset}
+    exec(compile(source, f"<dispatch custom op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
+    return namespace["impl"], namespace["autograd"]
+
+
 def register(decl: _opdecl.OpDecl) -> None:
     """Make op ``decl.name`` a custom op and its function a Dynamo-substituted call of it (once per name)."""
     with _lock:
@@ -90,18 +196,10 @@ def register(decl: _opdecl.OpDecl) -> None:
         from ._dispatcher import DISPATCHER
 
         name = decl.name
+        lib = _library()
+        lib.define(name + _schema(decl), tags=(torch.Tag.pt2_compliant_tag,))
+        op = getattr(getattr(torch.ops, _NAMESPACE), name).default
 
-        def impl(*tensors_and_args):
-            *tensors, args = tensors_and_args
-            current = DISPATCHER.function(name)
-            values, backend = _values(current.decl, tuple(tensors), args)
-            out = current.function(**values, backend=backend)
-            # a custom op may not return one of its inputs (an identity on some backend)
-            return out.clone() if any(out is t for t in tensors) else out
-
-        op = torch.library.custom_op(f"{_NAMESPACE}::{name}", impl, mutates_args=(), schema=_schema(decl))
-
-        @op.register_fake
         def fake(*tensors_and_args):
             *tensors, args = tensors_and_args
             current = _opdecl.get(name)
@@ -109,11 +207,14 @@ def register(decl: _opdecl.OpDecl) -> None:
             spec = current.spec(values, grad_enabled=False)
             return current.reference(spec)(*tensors)
 
-        def setup_context(ctx, inputs, output):
-            *tensors, args = inputs
+        def forward(ctx, keyset, *tensors_and_args):
+            *tensors, args = tensors_and_args
+            with torch._C._AutoDispatchBelowAutograd():
+                output = op.redispatch(keyset & torch._C._after_autograd_keyset, *tensors, args)
             ctx.args = args
             ctx.absent = tuple(t is None for t in tensors)
             ctx.save_for_backward(*(t for t in tensors if t is not None), output)
+            return output
 
         def backward(ctx, grad):
             from ._autograd import reference_backward
@@ -125,11 +226,15 @@ def register(decl: _opdecl.OpDecl) -> None:
             spec = current.spec(values, grad_enabled=False)
             grads = reference_backward(spec)(grad, *tensors, ctx.saved_tensors[-1])
             grads = (grads,) if isinstance(grads, torch.Tensor) or grads is None else tuple(grads)
-            return (*grads, *(None,) * (len(tensors) - len(grads)), None)
+            return (None, *grads, *(None,) * (len(tensors) - len(grads)), None)
 
-        op.register_autograd(backward, setup_context=setup_context)
-        function = DISPATCHER.function(name).function
-        substitute_in_graph(function, skip_signature_check=True)(_stand_in(decl, op))
+        function = type(f"DispatchBackward_{name}", (torch.autograd.Function,),
+                        {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+        impl, autograd = _kernels(decl, op, function)
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+        lib.impl(name, autograd, "Autograd", with_keyset=True)
+        torch.library.register_fake(f"{_NAMESPACE}::{name}", fake, lib=lib)
+        substitute_in_graph(DISPATCHER.function(name).function, skip_signature_check=True)(_stand_in(decl, op))
         _registered[name] = op
 
 

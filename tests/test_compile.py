@@ -138,3 +138,37 @@ def test_dispatch_imported_after_dynamo_is_registered_at_once(tmp_path):
               "x = torch.randn(3, 5)\nassert torch.allclose(f(x), torch.softmax(x, -1) * 2)\nprint('ok')\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_custom_op_called_outside_a_graph_runs_like_eager_and_defers_to_modes_and_autograd():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from dispatch._compile import encode
+    from dispatch._dispatcher import DISPATCHER
+
+    op = torch.ops.dispatch.softmax.default
+    args = encode({"dim": -1, "dtype": None, "backend": None})
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(op(x, args), torch.softmax(x, -1))
+    assert DISPATCHER.function("softmax").key(x, -1, None) in DISPATCHER.tables["softmax"]  # the eager table
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        op(x, args)
+    assert seen.ops == ["dispatch.softmax.default"]  # one node, as a tracer sees it
+    with FakeTensorMode() as mode:
+        fake = op(mode.from_tensor(torch.randn(3, 5)), args)
+    assert type(fake).__name__ == "FakeTensor" and fake.shape == (3, 5)
+    xg, xr = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    (op(xg, args) * torch.arange(8.0)).sum().backward()
+    (torch.softmax(xr, -1) * torch.arange(8.0)).sum().backward()
+    torch.testing.assert_close(xg.grad, xr.grad)
