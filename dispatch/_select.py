@@ -297,6 +297,10 @@ class Selector:
         report = CompileReport([c for c in configs if c not in bad], [f for f in failed if f.config in configs],
                                seconds)
         self._event(f"{backend.name}: compiled {len(report.compiled)}/{len(configs)} in {seconds:.1f} s")
+        self._line(f"compiled {len(report.compiled)}/{len(configs)} config(s) of {backend.name} for {spec.describe()} "
+                   f"in {seconds:.1f} s" + (f" ({len(report.failures)} failed: "
+                                             + "; ".join(f"[{f.config}] {f.reason}" for f in report.failures[:3])
+                                             + ")" if report.failures else ""))
         return report
 
     def _precompile_all(self, spec: CallSpec, backends: Sequence[Backend]) -> dict[str, CompileReport | None]:
@@ -349,7 +353,7 @@ class Selector:
         report = None
         if space is not None:
             if compiled is _ASK:
-                self._line(f"tuning {what}: {len(space.configs)} config(s)")
+                self._line(f"tuning {what}: {len(space.configs)} config(s), compiled ahead, then timed")
             report = self.precompile(backend, spec, space) if compiled is _ASK else compiled
         compile_failures: tuple = ()
         if report is not None and report.failures:
@@ -400,8 +404,8 @@ class Selector:
                 for b in servers}
         untuned = [b for b in servers if rerace or self._cached_tune(keys[b.name]) is None]
         if untuned:
-            self._line(f"racing {', '.join(b.name for b in servers)} for {spec.describe()}: compiling the "
-                       f"candidates of {', '.join(b.name for b in untuned)}")
+            self._line(f"racing {', '.join(b.name for b in servers)} for {spec.describe()}: compiling ahead, "
+                       f"then timing, {', '.join(b.name for b in untuned)}")
         compiled = self._precompile_all(spec, untuned)  # every backend's compile at once, then the timing
         for backend in servers:
             start = time.perf_counter()

@@ -20,7 +20,9 @@ _log = logging.getLogger("dispatch.tune")
 def tune_call(op: str, *args, backends: str | None = None, progress: bool = False, **kwargs) -> Explanation:
     """Tune ``op`` for calls like ``dispatch.<op>(*args, **kwargs)`` on every backend that serves it
     (or ``backends``, comma-separated) and store the winner in the cache. A warm cache makes this a
-    lookup; shipped decision tables are not consulted (a tune races)."""
+    lookup; shipped decision tables are not consulted (a tune races). With ``progress``, a progress
+    bar of the tune's steps and a line per backend (what it compiled, and its compile/timing seconds);
+    the same lines are logged at INFO on ``dispatch.tune``."""
     from ._dispatcher import DISPATCHER
 
     decl = DISPATCHER.function(op).decl
@@ -29,17 +31,20 @@ def tune_call(op: str, *args, backends: str | None = None, progress: bool = Fals
     if backends:
         settings = attrs.evolve(settings, allow=backends)
     bar = None
-    report = None
+    report = lines = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(desc=f"tuning {spec.describe()}", unit="config", leave=True)
+        bar = tqdm(desc=f"tuning {spec.describe()}", unit="step", leave=True)
 
-        def report(event: str) -> None:
+        def report(event: str) -> None:  # a step: a backend's compile begun or ended, a config timed
             bar.set_postfix_str(event[:60])
             bar.update()
+
+        lines = bar.write  # a line per backend: its compile, then its tune (compile/timing seconds)
     try:
-        selector = Selector(_plugins.registry(), default_cache(), settings, progress=report, tables=None)
+        selector = Selector(_plugins.registry(), default_cache(), settings, progress=report, tables=None,
+                            report=lines)
         decision = selector.select(spec, scope=_settings.current_scope())
     finally:
         if bar is not None:
