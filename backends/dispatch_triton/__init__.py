@@ -175,6 +175,13 @@ def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None
         return None
     from dispatch.backend import compile_all
 
+    from .jit import _softmax_kernel
+
+    with torch.cuda.device(spec.device):  # the JIT's per-device cache made here, not raced for by the pool
+        caches = getattr(_softmax_kernel, "device_caches", None)
+        if caches is not None:
+            caches[torch.cuda.current_device()]
+
     def one(config) -> None:
         with torch.cuda.device(spec.device):
             kernel = dispatch_kernel(op, spec, config)
