@@ -109,7 +109,8 @@ def main() -> int:
         op, dtype, shape = case.split(":")
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(os.environ, DISPATCH_CACHE_DIR=f"{tmp}/dispatch", TILELANG_CACHE_DIR=f"{tmp}/tilelang",
-                       TRITON_CACHE_DIR=f"{tmp}/triton")
+                       TRITON_CACHE_DIR=f"{tmp}/triton",
+                       DISPATCH_TABLES_DIR=f"{tmp}/tables")  # no shipped decision: the call races
             if a.device == "cpu":
                 env.setdefault("TRITON_INTERPRET", "1")
             if a.native:
