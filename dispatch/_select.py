@@ -283,7 +283,7 @@ class Selector:
         (or its hook failed: then the tune builds each candidate as it times it)."""
         configs = tuple(space.configs)
         start = time.perf_counter()
-        self._event(f"{backend.name}: compiling {len(configs)} config(s)")
+        self._event(f"{backend.name}: compile step, {len(configs)} config(s)")
         try:
             failed = backend.precompile(spec.op, spec, configs)
         except Exception as exc:  # noqa: BLE001 - a broken hook costs the head start, not the tune
@@ -353,7 +353,7 @@ class Selector:
         report = None
         if space is not None:
             if compiled is _ASK:
-                self._line(f"tuning {what}: {len(space.configs)} config(s), compiled ahead, then timed")
+                self._line(f"tuning {what}: {len(space.configs)} config(s)")
             report = self.precompile(backend, spec, space) if compiled is _ASK else compiled
         compile_failures: tuple = ()
         if report is not None and report.failures:
@@ -404,8 +404,8 @@ class Selector:
                 for b in servers}
         untuned = [b for b in servers if rerace or self._cached_tune(keys[b.name]) is None]
         if untuned:
-            self._line(f"racing {', '.join(b.name for b in servers)} for {spec.describe()}: compiling ahead, "
-                       f"then timing, {', '.join(b.name for b in untuned)}")
+            self._line(f"racing {', '.join(b.name for b in servers)} for {spec.describe()}: tuning "
+                       f"{', '.join(b.name for b in untuned)} (every compile first, then the timing)")
         compiled = self._precompile_all(spec, untuned)  # every backend's compile at once, then the timing
         for backend in servers:
             start = time.perf_counter()

@@ -382,3 +382,55 @@ def test_ctrl_c_while_an_entry_is_written_leaves_no_file(monkeypatch):
 def test_tune_error_when_nothing_compiles_names_every_config():
     with pytest.raises(TuneError, match="measured no config"):
         sweep([Config.of(k=1)], lambda c: (_ for _ in ()).throw(RuntimeError("boom")), None, torch.device("cpu"))
+
+
+# -- Triton's compile step, without a GPU ---------------------------------------------------------
+
+def test_triton_direct_launch_compile_takes_the_warm_up_path_with_the_launch_arguments():
+    pytest.importorskip("triton")
+    from dispatch_triton.direct import DirectLaunch
+
+    calls, handles = [], []
+
+    class Compiled:
+        def _init_handles(self):
+            handles.append(True)
+
+    class FakeJit:
+        arg_names = ["x", "out", "M", "BLOCK"]
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+        def warmup(self, *args, grid, **kwargs):
+            calls.append((args, grid, kwargs))
+            return Compiled()
+
+    direct = DirectLaunch(FakeJit(), (7,), 2, {"M": 3, "BLOCK": 64}, {"num_warps": 4})
+    x, out = torch.empty(3), torch.empty(3)
+    direct.compile(x, out)
+    (args, grid, kwargs), = calls
+    assert args == (x, out) and grid == (7, 1, 1) and kwargs == {"M": 3, "BLOCK": 64, "num_warps": 4}
+    assert handles == [True] and direct.state == "jit"  # loaded, not launched, not armed
+
+
+@pytest.mark.parametrize("op,n", [("softmax", 256), ("logsumexp", 256), ("softmax", 65536)])
+def test_triton_launcher_compile_passes_stand_ins_of_the_launch_dtypes(monkeypatch, op, n):
+    pytest.importorskip("triton")
+    from dispatch_triton import launch
+    from dispatch_triton.configs import config_space
+    from dispatch_triton.direct import DirectLaunch
+
+    seen = []
+    monkeypatch.setattr(DirectLaunch, "compile", lambda self, *tensors: seen.append(tensors))
+    config = config_space(op, 4, n, torch.bfloat16)[0]
+    launcher = launch.Launcher(op, 4, n, torch.bfloat16, torch.float32, n, "cpu", config)
+    launcher.compile()
+    assert seen == []  # the interpreter compiles nothing
+    monkeypatch.setattr(launch, "_interpreting", lambda: False)
+    launcher.compile()
+    assert len(seen) == len(launcher.direct) >= 1
+    for tensors in seen:
+        assert [t.dtype for t in tensors] == [torch.bfloat16, torch.float32, torch.int8, torch.float32, torch.int32,
+                                              torch.int64]
+        assert all(t.data_ptr() % 16 == 0 for t in tensors)  # aligned, as the launch's own tensors
