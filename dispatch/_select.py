@@ -23,6 +23,7 @@ from ._plugins import Backend, Registry, forced_fault
 from ._settings import Scope, Settings
 from ._spec import CallSpec, Verdict
 from .autotune.cache import DecisionCache, decision_trusted
+from .autotune import compiling
 from .autotune.compiling import CompileReport
 from .autotune.space import EMPTY, Config, Timing, TuneResult, TuneSettings, TuneSpace
 from .autotune.sweep import pick_winner, sweep
@@ -306,7 +307,9 @@ class Selector:
     def _precompile_all(self, spec: CallSpec, backends: Sequence[Backend]) -> dict[str, CompileReport | None]:
         """Every backend's ahead-of-timing compile, all at once (each on its own thread pool):
         compiling is the CPU's work, so one backend's need not wait for another's. Nothing is
-        timed meanwhile."""
+        timed meanwhile. One compile thread (``DISPATCH_COMPILE_WORKERS=1``) compiles the
+        backends one after another too."""
+        compiling.resume()
         spaces = {}
         for backend in backends:
             try:
@@ -317,15 +320,16 @@ class Selector:
                 spaces[backend.name] = (backend, space)
         if not spaces:
             return {}
-        if len(spaces) == 1:
-            (backend, space), = spaces.values()
-            return {backend.name: self.precompile(backend, spec, space)}
+        if len(spaces) == 1 or compiling.default_workers() == 1:
+            return {name: self.precompile(backend, spec, space) for name, (backend, space) in spaces.items()}
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(spaces), thread_name_prefix="dispatch-precompile")
         try:
             futures = {name: pool.submit(self.precompile, backend, spec, space)
                        for name, (backend, space) in spaces.items()}
             return {name: future.result() for name, future in futures.items()}
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                compiling.interrupt()  # the backends' pools start no more compiles
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         finally:
@@ -353,6 +357,7 @@ class Selector:
         report = None
         if space is not None:
             if compiled is _ASK:
+                compiling.resume()
                 self._line(f"tuning {what}: {len(space.configs)} config(s)")
             report = self.precompile(backend, spec, space) if compiled is _ASK else compiled
         compile_failures: tuple = ()

@@ -434,3 +434,36 @@ def test_triton_launcher_compile_passes_stand_ins_of_the_launch_dtypes(monkeypat
         assert [t.dtype for t in tensors] == [torch.bfloat16, torch.float32, torch.int8, torch.float32, torch.int32,
                                               torch.int64]
         assert all(t.data_ptr() % 16 == 0 for t in tensors)  # aligned, as the launch's own tensors
+
+
+def test_ctrl_c_in_a_compile_stops_the_compiles_not_yet_started_everywhere():
+    from dispatch.autotune import compiling
+
+    started = []
+
+    def one(config):
+        started.append(config["k"])
+        if config["k"] == 0:
+            raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            compile_all([Config.of(k=k) for k in range(5)], one, workers=1)
+        assert started == [0]  # the four queued behind it never ran
+        with pytest.raises(KeyboardInterrupt):  # nor do those of another tune, until one begins anew
+            compile_all([Config.of(k=9)], one, workers=1)
+        assert started == [0]
+    finally:
+        compiling.resume()
+    assert compile_all([Config.of(k=7)], one).compiled == (Config.of(k=7),)
+
+
+def test_a_tune_begun_after_an_interrupted_one_compiles_again():
+    from dispatch.autotune import compiling
+
+    compiling.interrupt()
+    plugin = _with_precompile(chunked_backend.make("chunked", priority=200))
+    dispatch.register(plugin)
+    dispatch.configure(autotune=True, allow=["chunked"])
+    assert dispatch.explain("softmax", torch.randn(8, 64)).decision.backend == "chunked"
+    assert sorted(plugin.built) == [8, 64, 1024]

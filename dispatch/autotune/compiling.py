@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +38,25 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_interrupted = threading.Event()
+
+
+def interrupt() -> None:
+    """Ctrl-C: the compiles not yet started in every :func:`compile_all` of the process give up,
+    and those calls raise KeyboardInterrupt (so a tune running in another thread stops too, and
+    caches nothing, instead of going on without the configs that were never compiled)."""
+    _interrupted.set()
+
+
+def resume() -> None:
+    """Compile again after :func:`interrupt` (a tune begun after the interrupted one calls it)."""
+    _interrupted.clear()
+
+
+class _Interrupted(Exception):
+    pass
+
+
 @frozen
 class CompileReport:
     """What a compile step did: the configs that compiled, those that failed (and why), its seconds."""
@@ -53,8 +73,9 @@ def compile_all(configs: Sequence[Config], compile_one: Callable[[Config], Any],
     configs' order.
 
     An exception from ``compile_one`` fails that config only (its reason is recorded). Ctrl-C
-    cancels the compiles not yet started and is raised again; those running finish in the
-    background (a thread cannot be stopped), and what they leave is the DSL's own cache.
+    (a KeyboardInterrupt here or in a job, or :func:`interrupt`) stops the compiles not yet started,
+    in this call and every other, and is raised again; those running finish in the background (a
+    thread cannot be stopped), and what they leave is the DSL's own cache.
     ``progress(config, why_failed)`` is called as each config finishes (``why_failed`` None when
     it compiled).
     """
@@ -64,18 +85,28 @@ def compile_all(configs: Sequence[Config], compile_one: Callable[[Config], Any],
         return CompileReport((), (), 0.0)
     workers = max(1, min(len(configs), workers or default_workers()))
     reasons: dict[int, str] = {}
+
+    def job(config: Config) -> Any:
+        if _interrupted.is_set():
+            raise _Interrupted
+        return compile_one(config)
+
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dispatch-compile")
     try:
-        futures = {pool.submit(compile_one, config): i for i, config in enumerate(configs)}
+        futures = {pool.submit(job, config): i for i, config in enumerate(configs)}
         for future in concurrent.futures.as_completed(futures):
             i = futures[future]
             exc = future.exception()
+            if isinstance(exc, (KeyboardInterrupt, _Interrupted)):
+                raise KeyboardInterrupt
             if exc is not None:
                 first = str(exc).strip().splitlines()
                 reasons[i] = f"compile error: {type(exc).__name__}: {first[0] if first else ''}"
             if progress is not None:
                 progress(configs[i], reasons.get(i))
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            interrupt()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
