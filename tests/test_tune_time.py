@@ -467,3 +467,28 @@ def test_a_tune_begun_after_an_interrupted_one_compiles_again():
     dispatch.configure(autotune=True, allow=["chunked"])
     assert dispatch.explain("softmax", torch.randn(8, 64)).decision.backend == "chunked"
     assert sorted(plugin.built) == [8, 64, 1024]
+
+
+def test_compiles_parse_python_one_at_a_time_and_leave_ast_as_they_found_it():
+    import ast
+
+    from dispatch.autotune import compiling
+
+    original = ast.parse
+    inside = []
+    barrier = threading.Barrier(2, timeout=10)
+
+    def one(config):
+        barrier.wait()  # both jobs at once
+        inside.append(ast.parse is not original and not compiling.PARSE_LOCK._is_owned())
+        with compiling.PARSE_LOCK:  # what a tracer holds: ast.parse in it re-enters
+            assert isinstance(ast.parse("x = 1"), ast.Module)
+
+    compile_all([Config.of(k=0), Config.of(k=1)], one, workers=2)
+    assert inside == [True, True]
+    assert ast.parse is original
+    with compiling.serial_parsing():
+        with compiling.serial_parsing():
+            assert ast.parse is not original
+        assert ast.parse is not original
+    assert ast.parse is original

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from dispatch.backend import PARSE_LOCK
+
 from .availability import DTYPES, _check_op, _check_target, dtype_name, supports
 from .configs import BUILD_KEYS, split_config, validate_config
 
@@ -117,7 +119,9 @@ _BUILD_LOCKS_GUARD = threading.Lock()
 # keeps its recursion-depth counter in shared state, so two threads parsing at once can corrupt
 # it ("SystemError: AST constructor recursion depth mismatch"), after which every later ast call
 # in the process fails.
-_TRACE_LOCK = threading.Lock()
+# It is dispatch's PARSE_LOCK, which ``ast.parse`` also takes while a tune compiles (another
+# backend's compiles, Triton's, parse their kernels meanwhile).
+_TRACE_LOCK = PARSE_LOCK
 
 
 def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, config: Mapping[str, Any], target: str) -> CompiledKernel:

@@ -6,11 +6,20 @@ leave every core but one idle. :func:`compile_all` runs one job per config on a 
 (the compilers release the GIL or run as subprocesses, so threads overlap) and reports which
 configs compiled, which failed and why, and how long it took. A config that fails to compile is
 dropped from the tune with its reason, never the tune itself.
+
+Threads that parse Python at once can break CPython 3.11's ``ast`` module ("SystemError: AST
+constructor recursion depth mismatch": the module's recursion counter is shared, and a thread
+switch inside one conversion lets another change it), and DSL front ends parse kernel sources
+on every compile. While compiles run (:func:`serial_parsing`), ``ast.parse`` therefore takes
+:data:`PARSE_LOCK`, which a backend also holds around anything else that builds or compiles
+Python ASTs (TileLang's tracing).
 """
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
@@ -36,6 +45,37 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+PARSE_LOCK = threading.RLock()
+_parse_guard = threading.Lock()
+_parse_users = 0
+_original_parse = ast.parse
+
+
+def _serial_parse(*args: Any, **kwargs: Any) -> Any:
+    with PARSE_LOCK:
+        return _original_parse(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def serial_parsing():
+    """Within it (on every thread), ``ast.parse`` holds :data:`PARSE_LOCK`: one parse at a time in
+    the process. Nested and concurrent uses share one installation; the last to leave restores
+    ``ast.parse`` (unless someone replaced it meanwhile)."""
+    global _parse_users, _original_parse
+    with _parse_guard:
+        if _parse_users == 0 and ast.parse is not _serial_parse:
+            _original_parse = ast.parse
+            ast.parse = _serial_parse
+        _parse_users += 1
+    try:
+        yield
+    finally:
+        with _parse_guard:
+            _parse_users -= 1
+            if _parse_users == 0 and ast.parse is _serial_parse:
+                ast.parse = _original_parse
 
 
 _interrupted = threading.Event()
@@ -92,23 +132,24 @@ def compile_all(configs: Sequence[Config], compile_one: Callable[[Config], Any],
         return compile_one(config)
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dispatch-compile")
-    try:
-        futures = {pool.submit(job, config): i for i, config in enumerate(configs)}
-        for future in concurrent.futures.as_completed(futures):
-            i = futures[future]
-            exc = future.exception()
-            if isinstance(exc, (KeyboardInterrupt, _Interrupted)):
-                raise KeyboardInterrupt
-            if exc is not None:
-                first = str(exc).strip().splitlines()
-                reasons[i] = f"compile error: {type(exc).__name__}: {first[0] if first else ''}"
-            if progress is not None:
-                progress(configs[i], reasons.get(i))
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            interrupt()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
+    with serial_parsing():
+        try:
+            futures = {pool.submit(job, config): i for i, config in enumerate(configs)}
+            for future in concurrent.futures.as_completed(futures):
+                i = futures[future]
+                exc = future.exception()
+                if isinstance(exc, (KeyboardInterrupt, _Interrupted)):
+                    raise KeyboardInterrupt
+                if exc is not None:
+                    first = str(exc).strip().splitlines()
+                    reasons[i] = f"compile error: {type(exc).__name__}: {first[0] if first else ''}"
+                if progress is not None:
+                    progress(configs[i], reasons.get(i))
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                interrupt()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
     pool.shutdown(wait=True)
     compiled = [c for i, c in enumerate(configs) if i not in reasons]
     failures = [Failure(configs[i], reasons[i]) for i in sorted(reasons)]
