@@ -335,6 +335,17 @@ class Selector:
         finally:
             pool.shutdown(wait=False)
 
+    def compile_for_race(self, spec: CallSpec, servers: Sequence[Backend], fresh: bool = False
+                         ) -> tuple[list[Backend], dict[str, CompileReport | None]]:
+        """The servers a race must tune (no cached tune, or ``fresh``) and their compile reports,
+        all compiled at once (:meth:`_precompile_all`): pass each report to :meth:`tune`."""
+        untuned = [b for b in servers if fresh or self._cached_tune(
+            tune_key(spec, b.name, b.info.version, dict(b.info.versions), self.settings.timing)) is None]
+        if untuned:
+            self._line(f"racing {', '.join(b.name for b in servers)} for {spec.describe()}: tuning "
+                       f"{', '.join(b.name for b in untuned)} (every compile first, then the timing)")
+        return untuned, self._precompile_all(spec, untuned)
+
     def tune(self, backend: Backend, spec: CallSpec, settings: TuneSettings | None = None,
              progress: Callable[[Config], None] | None = None, fresh: bool = False,
              compiled: CompileReport | None | object = _ASK) -> TuneResult:
@@ -405,13 +416,7 @@ class Selector:
         results: dict[str, TuneResult] = {}
         notes: dict[str, str] = {}
         seconds: dict[str, float] = {}
-        keys = {b.name: tune_key(spec, b.name, b.info.version, dict(b.info.versions), self.settings.timing)
-                for b in servers}
-        untuned = [b for b in servers if rerace or self._cached_tune(keys[b.name]) is None]
-        if untuned:
-            self._line(f"racing {', '.join(b.name for b in servers)} for {spec.describe()}: tuning "
-                       f"{', '.join(b.name for b in untuned)} (every compile first, then the timing)")
-        compiled = self._precompile_all(spec, untuned)  # every backend's compile at once, then the timing
+        untuned, compiled = self.compile_for_race(spec, servers, rerace)
         for backend in servers:
             start = time.perf_counter()
             try:
