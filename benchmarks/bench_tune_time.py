@@ -7,7 +7,7 @@ then each times its own) and the per-backend seconds, split into compiling and t
 ``dispatch.explain`` and the tune entries the race left in the cache.
 
     python benchmarks/bench_tune_time.py --cases softmax:bfloat16:16384x4096,softmax:bfloat16:8x32x1024x1024
-    python benchmarks/bench_tune_time.py --cases sweep --budget-s 330 --json tune_time.jsonl
+    python benchmarks/bench_tune_time.py --cases sweep --budget-s 320 --timeout 45 --json tune_time.jsonl
     python benchmarks/bench_tune_time.py --native    # the DSLs' own autotuners (Triton's, TileLang's) instead
     python benchmarks/bench_tune_time.py --native --tilelang-group-compile 0   # TileLang one module per candidate
 
@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 
-SWEEP_SHAPES = ("262144x256", "65536x1024", "16384x4096", "4096x16384", "1024x65536", "256x262144", "1x4096",
-                "32x4096", "8x32x1024x1024")
+SWEEP_SHAPES = ("8x32x1024x1024", "262144x256", "65536x1024", "16384x4096", "4096x16384", "1024x65536", "256x262144",
+                "1x4096", "32x4096")
 SWEEP = ",".join(f"{op}:bfloat16:{shape}" for shape in SWEEP_SHAPES for op in ("softmax", "log_softmax", "logsumexp"))
 
 CHILD = r"""
