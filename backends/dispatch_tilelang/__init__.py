@@ -157,7 +157,7 @@ def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None
     from .build import build_all
 
     failed = build_all(op, spec.rows, spec.shape[-1], spec.dtype, spec.out_dtype, [c.as_dict() for c in configs],
-                       target)
+                       target, device=spec.device)
     return tuple(Failure(Config.of(c), why) for c, why in failed)
 
 

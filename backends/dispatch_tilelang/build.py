@@ -166,16 +166,25 @@ def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, conf
 
 
 def build_all(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, configs: list[Mapping[str, Any]],
-              target: str, workers: int | None = None) -> list[tuple[dict, str]]:
+              target: str, workers: int | None = None, device: Any = None) -> list[tuple[dict, str]]:
     """Build every config at once: what :func:`build` does for each, with the compiles on a thread
     pool (a program is made and traced one at a time, under the trace lock; TileLang's lowering
     releases the GIL and ``nvcc`` is a subprocess, so the compiles overlap). The kernels land
-    where :func:`build` finds them. Returns ``(config, reason)`` for each config that failed."""
+    where :func:`build` finds them. ``device`` (a CUDA device) is made current on each compile
+    thread, where the kernel is loaded. Returns ``(config, reason)`` for each config that failed."""
     from dispatch.backend import Config, compile_all
 
     ins, outs = dtype_name(in_dtype), dtype_name(out_dtype)
 
     def one(config: Config) -> None:
+        if device is not None and target == "cuda":
+            import torch
+
+            with torch.cuda.device(device):
+                return build_one(config)
+        return build_one(config)
+
+    def build_one(config: Config) -> None:
         cfg = config.as_dict()
         if n_cols == 0 or _BUILT.get(_build_key(op, n_cols, ins, outs, cfg, target)) is not None:
             return
