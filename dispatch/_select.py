@@ -10,11 +10,14 @@ or the static order (each backend's priority for the device type).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 
 import attrs
+import torch
 from attrs import field, frozen
 
 from . import _opdecl
@@ -122,6 +125,7 @@ class Selector:
         self.settings = settings
         self.progress = progress  # an event per step of a tune (a config timed, a compile begun or ended)
         self.report = report  # a line per backend tuned (also logged at INFO on dispatch.tune)
+        self._local = threading.local()  # .examples: (spec, future of (inputs, expected)) of a race on this thread
         self.pruned: dict[str, tuple] = {}  # per backend: the configs its tune space dropped, and why
 
     # -- verdicts --------------------------------------------------------------------------------
@@ -380,11 +384,10 @@ class Selector:
             kept = tuple(c for c in space.configs if c in set(report.compiled))
             space = attrs.evolve(space, configs=kept, default=space.default if space.default in kept else kept[0])
         start = time.perf_counter()
-        xs = example_inputs(spec)
+        xs, expected = self._inputs(spec)
         before = tuple(None if t is None else t.clone() for t in xs)
-        expected = None
-        if self.reference() is not None and not backend.info.reference:
-            expected = expected_output(spec, xs)
+        if backend.info.reference:
+            expected = None
         result = None
         if space is not None:
             result = backend.native_tune(spec.op, spec, space, xs, settings)
@@ -412,7 +415,39 @@ class Selector:
         self._line(_tuned_line(what, result, report))
         return result
 
+    def _make_examples(self, spec: CallSpec) -> tuple[tuple, object]:
+        xs = example_inputs(spec)
+        return xs, (expected_output(spec, xs) if self.reference() is not None else None)
+
+    def _inputs(self, spec: CallSpec) -> tuple[tuple, object]:
+        """A tune's inputs and the reference's output on them. In a race every backend gets its
+        own copy of one set, made once (while the compiles run) rather than once per backend: a
+        large input takes seconds to make on the CPU, deterministically, and a copy on the device
+        next to nothing."""
+        shared = getattr(self._local, "examples", None)
+        if shared is None or shared[0] != spec:
+            return self._make_examples(spec)
+        xs, expected = shared[1].result()
+        return tuple(None if t is None else _copy(t) for t in xs), expected
+
+    @contextlib.contextmanager
+    def shared_inputs(self, spec: CallSpec):
+        """Within it, the tunes of ``spec`` share one set of inputs (see :meth:`_inputs`), begun at
+        once on a thread of its own, so that it is made while the candidates compile."""
+        making = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dispatch-examples")
+        outer = getattr(self._local, "examples", None)
+        self._local.examples = (spec, making.submit(self._make_examples, spec))
+        try:
+            yield
+        finally:
+            self._local.examples = outer
+            making.shutdown(wait=False, cancel_futures=True)
+
     def _race(self, spec, servers, candidates, bucket, dkey, rerace: bool = False) -> Decision:
+        with self.shared_inputs(spec):
+            return self._race_with_inputs(spec, servers, candidates, bucket, dkey, rerace)
+
+    def _race_with_inputs(self, spec, servers, candidates, bucket, dkey, rerace: bool = False) -> Decision:
         results: dict[str, TuneResult] = {}
         notes: dict[str, str] = {}
         seconds: dict[str, float] = {}
@@ -468,3 +503,9 @@ def _tuned_line(what: str, result: TuneResult, report: CompileReport | None) -> 
     return (f"tuned {what} in {result.compile_s + result.timing_s:.1f} s: {compiled}, timing {result.timing_s:.1f} s "
             f"({timed} timed, {stopped} stopped early, source {result.source}) -> [{result.config}] "
             f"{result.latency_us:.2f} us")
+
+
+def _copy(t):
+    """A new tensor equal to ``t`` in the same layout (strides; a view's gaps included)."""
+    fresh = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+    return fresh.copy_(t)

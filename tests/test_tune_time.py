@@ -492,3 +492,33 @@ def test_compiles_parse_python_one_at_a_time_and_leave_ast_as_they_found_it():
             assert ast.parse is not original
         assert ast.parse is not original
     assert ast.parse is original
+
+
+# -- one set of inputs per race --------------------------------------------------------------------
+
+def test_a_race_makes_its_inputs_once_and_gives_each_backend_its_own_copy(monkeypatch):
+    import dispatch._select as select
+
+    made = []
+    real = select.example_inputs
+    monkeypatch.setattr(select, "example_inputs", lambda spec, seed=0: made.append(spec) or real(spec, seed))
+    dispatch.register(chunked_backend.make("vandal", fault="writes input", priority=300))
+    dispatch.register(chunked_backend.make("chunked", priority=200))
+    dispatch.configure(autotune=True, policy="measured", allow=["torch", "chunked", "vandal"])
+    decision = dispatch.explain("softmax", torch.randn(8, 64)).decision
+    assert len(made) == 1  # not once per backend
+    by_name = {c.name: c for c in decision.candidates}
+    assert "wrote into its input" in by_name["vandal"].note
+    # the vandal zeroed its own copy only: the others were checked and timed on the real inputs
+    assert by_name["chunked"].latency_us is not None and by_name["torch"].latency_us is not None
+
+
+def test_the_copies_keep_the_layout_of_the_inputs():
+    from dispatch._select import _copy
+
+    base = torch.randn(8, 130)
+    view = base[:, 1:129:2]  # gaps between elements and rows
+    copy = _copy(view)
+    assert copy.stride() == view.stride() and torch.equal(copy, view) and copy.data_ptr() != view.data_ptr()
+    t = torch.randn(4, 6).t()
+    assert _copy(t).stride() == t.stride()
