@@ -133,7 +133,8 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
     m, n = _rows(spec)
     default = default_config(op, m, n, spec.dtype)
     configs, pruned = prune(op, m, n, spec.dtype, config_space(op, m, n, spec.dtype), default)
-    return TuneSpace(configs=configs, default=default, tunables=tuple(default), pruned=pruned)
+    return TuneSpace(configs=configs, default=default, tunables=tuple(default),
+                     pruned=[(Config.of(c), why) for c, why in pruned])
 
 
 @hookimpl
