@@ -165,14 +165,22 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
                             out_shape=spec.out_shape).run
 
 
+#: Tune the softmax family on CUDA with ``triton.autotune`` (candidates compiled as it reaches
+#: them) rather than dispatch's sweep (candidates compiled ahead, all at once, and timed with an
+#: early stop): off, the sweep is the faster tune; kept for comparison.
+NATIVE_AUTOTUNE = os.environ.get("DISPATCH_TRITON_NATIVE_AUTOTUNE", "").strip() in ("1", "true", "on")
+
+
 @hookimpl
 def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None:
     """On CUDA, every config's kernels compiled (and loaded) at once on a thread pool, before any
     is timed: a :class:`~dispatch_triton.launch.Launcher` per config, whose ``compile()`` takes
     the JIT's warm-up path with stand-ins of the launch's tensors. A config that fails to compile
     is reported (and left out of the tune). Under the interpreter there is nothing to compile: None
-    (nor for the norms and the strided kernel, which compile as they are timed)."""
-    if spec.device.type != "cuda" or _interpreting() or op in NORM_OPS or not spec.last_dim_contiguous:
+    (nor for the norms and the strided kernel, which compile as they are timed, nor when
+    ``triton.autotune`` tunes: ``DISPATCH_TRITON_NATIVE_AUTOTUNE=1``)."""
+    if (spec.device.type != "cuda" or _interpreting() or op in NORM_OPS or not spec.last_dim_contiguous
+            or NATIVE_AUTOTUNE):
         return None
     from dispatch.backend import compile_all
 
@@ -202,12 +210,6 @@ def _bench(settings) -> object:
     if key not in _BENCHES:
         _BENCHES[key] = functools.partial(do_bench, warmup=settings.warmup, rep=settings.rep)
     return _BENCHES[key]
-
-
-#: Tune the softmax family on CUDA with ``triton.autotune`` (candidates compiled as it reaches
-#: them) rather than dispatch's sweep (candidates compiled ahead, all at once, and timed with an
-#: early stop): off, the sweep is the faster tune; kept for comparison.
-NATIVE_AUTOTUNE = os.environ.get("DISPATCH_TRITON_NATIVE_AUTOTUNE", "").strip() in ("1", "true", "on")
 
 
 @hookimpl
