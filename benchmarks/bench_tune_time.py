@@ -13,7 +13,8 @@ then each times its own) and the per-backend seconds, split into compiling and t
 
 A shape is ``MxN`` or any ``AxBx...`` (the op reduces the last dim). ``--cases sweep`` is every op
 of the softmax family in bfloat16 at the shapes of the shipped H200 table and the attention-score
-shape 8x32x1024x1024. Prints one JSON line per case (appended to --json when given) and a summary.
+shape 8x32x1024x1024. Prints one JSON line per case (with --json: appended to that file, and a
+short line printed instead) and a summary.
 """
 
 from __future__ import annotations
@@ -82,6 +83,24 @@ print("RESULT " + json.dumps({"op": op, "dtype": dtype, "shape": sys.argv[3], "t
 """
 
 
+def _brief(case: str, rec: dict) -> str:
+    """One short line for a case (the whole record goes to --json)."""
+    if "total_s" not in rec:
+        return f"{case}: {rec.get('skipped') or 'ERROR ' + str(rec.get('error', ''))[-300:]}"
+    parts = []
+    for name, b in rec["backends"].items():
+        if b.get("tune_s") is None:
+            if b.get("note"):
+                parts.append(f"{name} failed: {b['note'][:80]}")
+            continue
+        split = f" = compile {b['compile_s']:.1f} + timing {b['timing_s']:.1f}" if b.get("compile_s") is not None else ""
+        extra = f", {b.get('timed', 0)} timed, {b.get('stopped_early', 0)} stopped early"
+        extra += f", {len(b['failed'])} failed" if b.get("failed") else ""
+        parts.append(f"{name} {b['tune_s']:.1f} s{split}{extra} -> {b['us']:.1f} us")
+    return (f"{case}: tune {rec['total_s']:.1f} s (startup {rec['startup_s']:.1f} s, process {rec['process_s']:.1f} s), "
+            f"pick {rec['pick']} | " + " | ".join(parts))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="softmax:bfloat16:16384x4096,softmax:bfloat16:1024x65536",
@@ -132,10 +151,12 @@ def main() -> int:
             rec = json.loads(line[len("RESULT "):])
             rec["process_s"] = wall
             records.append(rec)
-        print(json.dumps(rec), flush=True)
         if a.json:
             with open(a.json, "a") as f:
                 f.write(json.dumps(rec) + "\n")
+            print(_brief(case, rec), flush=True)
+        else:
+            print(json.dumps(rec), flush=True)
     if records:
         totals = [r["total_s"] for r in records]
         over = [f"{r['op']}:{r['shape']} {r['total_s']:.1f} s" for r in records if r["total_s"] > 10]
