@@ -16,7 +16,7 @@ from attrs import frozen
 
 from . import _opdecl, hookspec
 from ._spec import BackendInfo, CallSpec, Verdict
-from .autotune.space import EMPTY, Config, TuneResult, TuneSettings, TuneSpace
+from .autotune.space import EMPTY, Config, Failure, TuneResult, TuneSettings, TuneSpace
 from .errors import BackendFaultError, PluginError
 
 ENTRY_POINT_GROUP = "dispatch.backends"
@@ -133,6 +133,19 @@ class Backend:
         if space is not None and not isinstance(space, TuneSpace):
             raise self._malformed("dispatch_tune_space", space, "a dispatch.autotune.TuneSpace or None")
         return space
+
+    def precompile(self, op: str, spec: CallSpec, configs: tuple[Config, ...]) -> tuple[Failure, ...] | None:
+        """The backend's ahead-of-timing compile of ``configs`` (None: it compiles nothing ahead)."""
+        failed = self._call("dispatch_precompile", op=op, spec=spec, configs=tuple(configs))
+        if failed is None:
+            return None
+        try:
+            failed = tuple(failed)
+        except TypeError:
+            failed = (failed,)
+        if not all(isinstance(f, Failure) for f in failed):
+            raise self._malformed("dispatch_precompile", failed, "dispatch.backend.Failure records or None")
+        return failed
 
     def native_tune(self, op: str, spec: CallSpec, space: TuneSpace, example: tuple,
                     settings: TuneSettings) -> TuneResult | None:

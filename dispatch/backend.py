@@ -15,6 +15,7 @@ from ._keys import device_name
 from ._plugins import Backend, Fault, loaded_backends
 from ._sources import dist_version, source_hash
 from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict, dtype_name, is_dense
+from .autotune.compiling import PARSE_LOCK, CompileReport, compile_all, default_workers, serial_parsing
 from .autotune.placeholders import placeholder
 from .autotune.seeding import seed_kwargs, split_build_keys, strip_build_keys, to_config_keys
 from .autotune.space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings, TuneSpace
@@ -28,7 +29,8 @@ from .reference import example_inputs, expected_output, input_safety, reference_
 from .tolerance import max_errors, mismatch, tolerance
 
 __all__ = [
-    "Backend", "Fault", "loaded_backends", "OpDecl", "TensorArg", "TensorSpec", "declare_op", "declared_ops", "default_examples", "example_inputs",
+    "Backend", "CompileReport", "Fault", "PARSE_LOCK", "compile_all", "default_workers", "loaded_backends",
+    "serial_parsing", "OpDecl", "TensorArg", "TensorSpec", "declare_op", "declared_ops", "default_examples", "example_inputs",
     "expected_output", "input_safety", "is_dense", "reference_kernel", "spec_of", "with_strides",
     "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
     "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult", "TuneSettings",

@@ -234,12 +234,14 @@ class _Agreement:
                                                       self.selector.settings, self.selector.progress)
         by_name = {b.name: b for b in self.servers}
         out: dict[str, Any] = {}
-        for name in common:
-            try:
-                result = tuner.tune(by_name[name], self.spec)
-                out[name] = {"latency_us": result.latency_us, "config": result.config.as_dict()}
-            except Exception as exc:  # this rank's backend faulted: it can't win for the group
-                out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        with tuner.shared_inputs(self.spec):
+            _, compiled = tuner.compile_for_race(self.spec, [by_name[name] for name in common])
+            for name in common:
+                try:
+                    result = tuner.tune(by_name[name], self.spec, compiled=compiled.get(name))
+                    out[name] = {"latency_us": result.latency_us, "config": result.config.as_dict()}
+                except Exception as exc:  # this rank's backend faulted: it can't win for the group
+                    out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
         return out
 
     # -- the answer (a pure function of what the ranks posted) -----------------------------------

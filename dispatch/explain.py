@@ -26,7 +26,10 @@ class Explanation:
             mark = "->" if c.name == d.backend else ("ok" if c.verdict.ok else "no")
             timing = f"  {c.latency_us:.2f} us" if c.latency_us is not None else ""
             if c.tune_s is not None:
-                timing += f"  (tuned in {c.tune_s:.1f} s)"
+                split = ""
+                if c.compile_s is not None and c.timing_s is not None:
+                    split = f": compile {c.compile_s:.1f} s, timing {c.timing_s:.1f} s"
+                timing += f"  (tuned in {c.tune_s:.1f} s{split})"
             note = f"  ({c.note})" if c.note else ""
             lines.append(f"    {mark} {c.name:<12} {c.verdict.reason}{timing}{note}")
         lines.append(f"  choice: {d.backend}  config: {d.config}  ({d.config_source})")
@@ -36,9 +39,11 @@ class Explanation:
         if d.agreed:
             lines.append(f"  agreed by: {d.agreed}")
         if d.tune is not None and d.tune.timings:
-            lines.append("  tuned configs:")
+            lines.append(f"  tuned configs (compile {d.tune.compile_s:.1f} s, timing {d.tune.timing_s:.1f} s):")
+            full = max(t.reps for t in d.tune.timings)
             for t in sorted(d.tune.timings, key=lambda t: t.median_us):
-                lines.append(f"    {t.median_us:10.2f} us  +-{t.spread_us:.2f}  {t.config}")
+                stopped = f"  (stopped early after {t.reps} reps)" if 0 < t.reps < full else ""
+                lines.append(f"    {t.median_us:10.2f} us  +-{t.spread_us:.2f}  {t.config}{stopped}")
             for f in d.tune.failures:
                 lines.append(f"    failed: {f.config}: {f.reason}")
         if d.pruned:

@@ -14,7 +14,8 @@ deterministic. A hook that raises is recorded against its backend (``python -m d
 and counts as a refusal for that call; it never takes other backends down.
 
 Backends, required: :func:`dispatch_backend_info`, :func:`dispatch_check`, :func:`dispatch_kernel`.
-Backends, optional: :func:`dispatch_tune_space`, :func:`dispatch_native_tune`, :func:`dispatch_backward`.
+Backends, optional: :func:`dispatch_tune_space`, :func:`dispatch_precompile`, :func:`dispatch_native_tune`,
+:func:`dispatch_backward`.
 Op packages: :func:`dispatch_ops`.
 """
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
     from ._opdecl import OpDecl
     from ._spec import BackendInfo, CallSpec, Verdict
-    from .autotune import Config, TuneResult, TuneSpace, TuneSettings
+    from .autotune import Config, Failure, TuneResult, TuneSpace, TuneSettings
 
 PROJECT = "dispatch"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -97,6 +98,20 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace | None:
     The space declares candidate configs (pruned for the shape), the default config, the
     tunable parameter names and the aliases between JIT parameter names and config keys. None
     (or not implementing the hook) means the kernel has nothing to tune.
+    """
+
+
+@hookspec
+def dispatch_precompile(op: str, spec: CallSpec, configs: tuple[Config, ...]) -> Iterable[Failure] | None:
+    """Compile the kernels of ``configs`` for ``spec`` before any of them is timed.
+
+    Optional. Called once per tune, with the tune space's configs, before
+    :func:`dispatch_native_tune` or dispatch's sweep times them, possibly while other backends
+    compile theirs (never while anything is timed). Compile them concurrently (a thread pool:
+    :func:`dispatch.backend.compile_all`) into the caches that building and tuning them will read,
+    so that the tune only times. Return the configs that failed to compile as
+    :class:`~dispatch.backend.Failure` records (they are dropped from the tune, with their
+    reasons), or None when there is nothing to compile ahead here (an interpreter, the CPU).
     """
 
 

@@ -17,10 +17,13 @@ from .explain import Explanation
 _log = logging.getLogger("dispatch.tune")
 
 
-def tune_call(op: str, *args, backends: str | None = None, progress: bool = False, **kwargs) -> Explanation:
+def tune_call(op: str, *args, backends: str | None = None, progress: bool = False,
+              lines: Callable[[str], None] | None = None, **kwargs) -> Explanation:
     """Tune ``op`` for calls like ``dispatch.<op>(*args, **kwargs)`` on every backend that serves it
     (or ``backends``, comma-separated) and store the winner in the cache. A warm cache makes this a
-    lookup; shipped decision tables are not consulted (a tune races)."""
+    lookup; shipped decision tables are not consulted (a tune races). With ``progress``, a progress
+    bar of the tune's steps and a line per backend (what it compiled, and its compile/timing seconds);
+    the same lines are logged at INFO on ``dispatch.tune``, and passed to ``lines`` when given."""
     from ._dispatcher import DISPATCHER
 
     decl = DISPATCHER.function(op).decl
@@ -33,13 +36,16 @@ def tune_call(op: str, *args, backends: str | None = None, progress: bool = Fals
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(desc=f"tuning {spec.describe()}", unit="config", leave=True)
+        bar = tqdm(desc=f"tuning {spec.describe()}", unit="step", leave=True)
 
-        def report(event: str) -> None:
+        def report(event: str) -> None:  # a step: a backend's compile begun or ended, a config timed
             bar.set_postfix_str(event[:60])
             bar.update()
+
+        lines = lines or bar.write  # a line per backend: its compile, then its tune (compile/timing seconds)
     try:
-        selector = Selector(_plugins.registry(), default_cache(), settings, progress=report, tables=None)
+        selector = Selector(_plugins.registry(), default_cache(), settings, progress=report, tables=None,
+                            report=lines)
         decision = selector.select(spec, scope=_settings.current_scope())
     finally:
         if bar is not None:
@@ -55,7 +61,8 @@ def tune_sweep(calls: Sequence[tuple[str, tuple, dict]], backends: str | None = 
     """Tune each ``(op, args, kwargs)`` of ``calls`` as :func:`tune_call` does and return the decision
     entries (key, value) they left in the cache, for :func:`~dispatch.autotune.tables.write_table`.
 
-    ``report`` gets one line per call (also logged at INFO on ``dispatch.tune``). A call that only
+    ``report`` gets one line per call (also logged at INFO on ``dispatch.tune``), and before it, as
+    the call is tuned, a line per backend (indented). A call that only
     one backend serves is not raced and leaves no entry (its line says so). Every decision is in
     the cache as soon as it is made, so an interrupted sweep run again measures only what is left.
     """
@@ -65,7 +72,8 @@ def tune_sweep(calls: Sequence[tuple[str, tuple, dict]], backends: str | None = 
     entries = []
     for i, (op, args, kwargs) in enumerate(calls, 1):
         start = time.perf_counter()
-        decision = tune_call(op, *args, backends=backends, **kwargs).decision
+        decision = tune_call(op, *args, backends=backends, lines=(lambda line: report("    " + line)) if report else None,
+                             **kwargs).decision
         registry = _plugins.registry().backends
         servers = {c.name: registry[c.name].info.version for c in decision.candidates if c.verdict.ok}
         key = decision_key(decision.spec, servers, _settings.settings().timing)

@@ -1,12 +1,16 @@
 """The TileLang backend: the softmax family (last dim) and rms_norm/layer_norm, as TileLang programs.
 
 CUDA kernels (``tilelang.language``) on NVIDIA GPUs, C kernels (TileLang's CPU dialect, target
-"c") on the CPU. On the GPU, TileLang's own ``autotune`` tunes each kernel family (``tile_n`` /
-``cluster``, build-time keys stripped before TileLang sees a config) with seeded required
-tunables and ``do_not_specialize``; on the CPU, dispatch's own sweep tunes the C kernels.
+"c") on the CPU. On the GPU the candidates are compiled at once on a thread pool
+(``dispatch_precompile``), then dispatch's sweep times them; with
+``DISPATCH_TILELANG_NATIVE_AUTOTUNE=1``, TileLang's own ``autotune`` tunes each kernel family
+instead (``tile_n`` / ``cluster``, build-time keys stripped before TileLang sees a config) with
+seeded required tunables and ``do_not_specialize``. On the CPU, dispatch's own sweep tunes the C kernels.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -20,9 +24,8 @@ NORM_OPS = ("rms_norm", "layer_norm")  # served by dispatch_tilelang.norms
 # The TileLang versions served are the ``tilelang`` extra's range in pyproject.toml (0.1.11/0.1.12
 # bind signatures before configs: the seeding in native_tune makes them tune too).
 
-#: On the GPU, TileLang's tuner compiles every candidate (nvcc, ~3 s each on an H200 host, one
-#: module per kernel family): the tune space is the default config's family only, at most this
-#: many of it. The spaces are ordered best-first by H200 measurements
+#: On the GPU every candidate is compiled (nvcc, ~3 s each on an H200 host; at once, on a pool):
+#: the tune space is the default config's family only, at most this many of it. The spaces are ordered best-first by H200 measurements
 #: (benchmarks/results/history/2026-11/tilelang_kernels_h200.md), where tuning within a family gained <= 2%.
 MAX_CUDA_CANDIDATES = 2
 
@@ -135,12 +138,37 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     return call_path(compiled, m, n, spec.out_shape, spec.ndim == 2)
 
 
+#: Tune the softmax family on CUDA with TileLang's ``autotune`` (which compiles a family's
+#: candidates as one module) rather than dispatch's sweep over candidates compiled ahead, all at
+#: once, alongside the other backends' (and timed with an early stop): off, the sweep is the
+#: faster tune; kept for comparison.
+NATIVE_AUTOTUNE = os.environ.get("DISPATCH_TILELANG_NATIVE_AUTOTUNE", "").strip() in ("1", "true", "on")
+
+
+@hookimpl
+def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None:
+    """On CUDA (softmax family), every config compiled at once on a thread pool
+    (:func:`~dispatch_tilelang.build.build_all`), so that dispatch's sweep only times them; a config
+    that fails to compile is reported and left out. Elsewhere, and when TileLang's own autotuner
+    tunes (it compiles on its own pool): None."""
+    target = _target(spec)
+    if target != "cuda" or op in NORM_OPS or NATIVE_AUTOTUNE:
+        return None
+    from .build import build_all
+
+    failed = build_all(op, spec.rows, spec.shape[-1], spec.dtype, spec.out_dtype, [c.as_dict() for c in configs],
+                       target, device=spec.device)
+    return tuple(Failure(Config.of(c), why) for c, why in failed)
+
+
 @hookimpl
 def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tuple, settings) -> TuneResult | None:
-    """On CUDA: TileLang's ``autotune`` per kernel family (seeded, ``do_not_specialize``), then the
-    families' winners compared by the protocol's timer. On the CPU: None (dispatch's sweep tunes)."""
+    """With ``DISPATCH_TILELANG_NATIVE_AUTOTUNE=1``, on CUDA: TileLang's ``autotune`` per kernel
+    family (seeded, ``do_not_specialize``), then the families' winners compared by the protocol's
+    timer. Otherwise None: dispatch's sweep times what :func:`dispatch_precompile` compiled. The
+    norms keep their own native tune on CUDA."""
     target = _target(spec)
-    if target != "cuda":
+    if target != "cuda" or (op not in NORM_OPS and not NATIVE_AUTOTUNE):
         return None
     if op in NORM_OPS:
         from . import norms

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from dispatch.backend import PARSE_LOCK
+
 from .availability import DTYPES, _check_op, _check_target, dtype_name, supports
 from .configs import BUILD_KEYS, split_config, validate_config
 
@@ -117,7 +119,9 @@ _BUILD_LOCKS_GUARD = threading.Lock()
 # keeps its recursion-depth counter in shared state, so two threads parsing at once can corrupt
 # it ("SystemError: AST constructor recursion depth mismatch"), after which every later ast call
 # in the process fails.
-_TRACE_LOCK = threading.Lock()
+# It is dispatch's PARSE_LOCK, which ``ast.parse`` also takes while a tune compiles (another
+# backend's compiles, Triton's, parse their kernels meanwhile).
+_TRACE_LOCK = PARSE_LOCK
 
 
 def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, config: Mapping[str, Any], target: str) -> CompiledKernel:
@@ -159,6 +163,56 @@ def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, conf
             compiled = CompiledKernel(op, n_cols, ins, outs, config, target, jit_kernel)
         _BUILT[key] = compiled
         return compiled
+
+
+def build_all(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, configs: list[Mapping[str, Any]],
+              target: str, workers: int | None = None, device: Any = None) -> list[tuple[dict, str]]:
+    """Build every config at once: what :func:`build` does for each, with the compiles on a thread
+    pool (a program is made and traced one at a time, under the trace lock; TileLang's lowering
+    releases the GIL and ``nvcc`` is a subprocess, so the compiles overlap). The kernels land
+    where :func:`build` finds them. ``device`` (a CUDA device) is made current on each compile
+    thread, where the kernel is loaded. Returns ``(config, reason)`` for each config that failed."""
+    from dispatch.backend import Config, compile_all
+
+    ins, outs = dtype_name(in_dtype), dtype_name(out_dtype)
+
+    def one(config: Config) -> None:
+        if device is not None and target == "cuda":
+            import torch
+
+            with torch.cuda.device(device):
+                return build_one(config)
+        return build_one(config)
+
+    def build_one(config: Config) -> None:
+        cfg = config.as_dict()
+        if n_cols == 0 or _BUILT.get(_build_key(op, n_cols, ins, outs, cfg, target)) is not None:
+            return
+        reason = validate_config(op, n_cols, ins, cfg, target)
+        if reason is not None:
+            raise ValueError(reason)
+        jit_kwargs, build_keys = split_config(cfg, target)
+        with _TRACE_LOCK:
+            program = jit_program(op, n_cols, ins, outs, target, build_keys)
+            get_tir = getattr(program, "get_tir", None)
+            prim = get_tir(**jit_kwargs) if callable(get_tir) else None
+            if prim is None:  # a TileLang without get_tir: made, traced and compiled in one call
+                kernel = program(**jit_kwargs)
+        if prim is not None:
+            import tilelang
+
+            kernel = tilelang.compile(prim, out_idx=getattr(program, "out_idx", None),
+                                      execution_backend=getattr(program, "execution_backend", None),
+                                      target=getattr(program, "target", None),
+                                      target_host=getattr(program, "target_host", None),
+                                      verbose=getattr(program, "verbose", None),
+                                      pass_configs=getattr(program, "pass_configs", None),
+                                      **({"compile_flags": program.compile_flags}
+                                         if getattr(program, "compile_flags", None) else {}))
+        adopt(op, n_cols, ins, outs, cfg, target, kernel)
+
+    report = compile_all([Config.of(c) for c in configs], one, workers)
+    return [(f.config.as_dict(), f.reason) for f in report.failures]
 
 
 def _build_key(op: str, n_cols: int, ins: str, outs: str, config: Mapping[str, Any], target: str) -> tuple:

@@ -2,8 +2,9 @@
 
 Runs on CUDA devices, and on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``, set
 before triton is imported). Kernels are tuned through dispatch's protocol: the tune space comes
-from :mod:`dispatch_triton.configs`; on the GPU Triton's own autotuner does the sweep
-(:mod:`dispatch_triton.autotune`). The kernel itself is in :mod:`dispatch_triton.jit`, its launches
+from :mod:`dispatch_triton.configs` (pruned for the call's rows); on the GPU every candidate is
+compiled at once on a thread pool (``dispatch_precompile``), then dispatch's sweep times them
+(:mod:`dispatch_triton.autotune` holds the ``triton.autotune`` wrapper, for direct use). The kernel itself is in :mod:`dispatch_triton.jit`, its launches
 in :mod:`dispatch_triton.launch`; reductions over a dim that is not unit-stride in
 :mod:`dispatch_triton.strided`.
 """
@@ -122,7 +123,7 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
         from . import norms
 
         return norms.tune_space(spec)
-    from .configs import config_space, default_config
+    from .configs import config_space, default_config, prune
 
     if not spec.last_dim_contiguous:
         from . import strided
@@ -131,9 +132,10 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
         default = strided.default_config(p, spec.device)
         return TuneSpace(configs=strided.config_space(p), default=default, tunables=strided.TUNABLES)
     m, n = _rows(spec)
-    configs = config_space(op, m, n, spec.dtype)
     default = default_config(op, m, n, spec.dtype)
-    return TuneSpace(configs=configs, default=default, tunables=tuple(default))
+    configs, pruned = prune(op, m, n, spec.dtype, config_space(op, m, n, spec.dtype), default)
+    return TuneSpace(configs=configs, default=default, tunables=tuple(default),
+                     pruned=[(Config.of(c), why) for c, why in pruned])
 
 
 @hookimpl
@@ -164,6 +166,42 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
                             out_shape=spec.out_shape).run
 
 
+#: Tune the softmax family on CUDA with ``triton.autotune`` (candidates compiled as it reaches
+#: them) rather than dispatch's sweep (candidates compiled ahead, all at once, and timed with an
+#: early stop): off, the sweep is the faster tune; kept for comparison.
+NATIVE_AUTOTUNE = os.environ.get("DISPATCH_TRITON_NATIVE_AUTOTUNE", "").strip() in ("1", "true", "on")
+
+
+@hookimpl
+def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None:
+    """On CUDA, every config's kernels compiled (and loaded) at once on a thread pool, before any
+    is timed: a :class:`~dispatch_triton.launch.Launcher` per config, whose ``compile()`` takes
+    the JIT's warm-up path with stand-ins of the launch's tensors. A config that fails to compile
+    is reported (and left out of the tune). Under the interpreter there is nothing to compile: None
+    (nor for the norms and the strided kernel, which compile as they are timed, nor when
+    ``triton.autotune`` tunes: ``DISPATCH_TRITON_NATIVE_AUTOTUNE=1``)."""
+    if (spec.device.type != "cuda" or _interpreting() or op in NORM_OPS or not spec.last_dim_contiguous
+            or NATIVE_AUTOTUNE):
+        return None
+    from dispatch.backend import compile_all
+
+    from .jit import _softmax_kernel
+
+    with torch.cuda.device(spec.device):  # the JIT's per-device cache made here, not raced for by the pool
+        caches = getattr(_softmax_kernel, "device_caches", None)
+        if caches is not None:
+            caches[torch.cuda.current_device()]
+
+    def one(config) -> None:
+        with torch.cuda.device(spec.device):
+            kernel = dispatch_kernel(op, spec, config)
+            launcher = getattr(kernel, "launcher", None)
+            if launcher is not None:
+                launcher.compile()
+
+    return compile_all(configs, one).failures
+
+
 _BENCHES: dict[tuple[int, int], object] = {}
 
 
@@ -177,9 +215,11 @@ def _bench(settings) -> object:
 
 @hookimpl
 def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tuple, settings) -> TuneResult | None:
-    """On CUDA, Triton's own autotuner sweeps the space (key: the bucketed row length and the dtypes;
-    absent optional tensors get dtype-matched placeholders). Under the interpreter: dispatch's sweep."""
-    if spec.device.type != "cuda" or op in NORM_OPS or not spec.last_dim_contiguous:
+    """None: dispatch's sweep times the candidates that :func:`dispatch_precompile` compiled. With
+    ``DISPATCH_TRITON_NATIVE_AUTOTUNE=1``, on CUDA, Triton's own autotuner sweeps the space instead
+    (key: the bucketed row length and the dtypes; absent optional tensors get dtype-matched
+    placeholders)."""
+    if not NATIVE_AUTOTUNE or spec.device.type != "cuda" or op in NORM_OPS or not spec.last_dim_contiguous:
         return None  # norms and the strided kernel are swept by dispatch (norms include the split path)
     from .autotune import autotuned, config_from_triton, run_autotuned
 

@@ -171,6 +171,39 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
     return dict(space[0])
 
 
+def _rows_bucket(n_rows: int) -> tuple[int, int]:
+    """The (fewest, most) rows of the rows bucket ``n_rows`` falls in (dispatch buckets rows by
+    powers of 4), so that every input of a bucket, whose tune it shares, gets the same space."""
+    hi = 1
+    while hi < n_rows:
+        hi *= 4
+    return (hi // 4 + 1 if hi > 1 else 1), hi
+
+
+def prune(op: str, n_rows: int, n_cols: int, dtype: torch.dtype, configs: list[dict],
+          default: dict) -> tuple[list[dict], list[tuple[dict, str]]]:
+    """``(kept, pruned)``: the candidates of ``configs`` worth compiling for this many rows, and the
+    others with why. The default is always kept. Dropped: tiles of several rows when the input
+    has fewer rows than a tile holds (the rest of the tile is idle), and logsumexp's rows cut
+    over several programs when there are rows enough to fill the device one program per row.
+    Rows are taken by their bucket (see :func:`_rows_bucket`)."""
+    lo, hi = _rows_bucket(max(int(n_rows), 1))
+    sms = _device_sms()
+    kept, pruned = [], []
+    for c in configs:
+        why = None
+        if c != default:
+            if c["path"] == "rows" and c["ROWS"] > hi:
+                why = f"a tile of {c['ROWS']} rows, for inputs of at most {hi} row(s)"
+            elif c["path"] == "split_online" and op == "logsumexp" and lo >= 4 * sms:
+                why = f"a row cut over {c['SPLIT']} programs, but {lo}+ rows fill the {sms} SMs one program per row"
+        if why is None:
+            kept.append(c)
+        else:
+            pruned.append((c, why))
+    return kept, pruned
+
+
 def _universe(op: str) -> list[dict]:
     seen: dict[tuple, dict] = {}
     for k in range(0, 32):

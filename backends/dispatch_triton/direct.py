@@ -132,6 +132,17 @@ class DirectLaunch:
     def _jit(self, *tensors):
         return self.kernel(*tensors, *self.fixed, **self.tail, **self.options)
 
+    def compile(self, *tensors):
+        """Compile (and load) the kernel that a launch with tensors like ``tensors`` (same dtypes
+        and alignment: stand-ins will do) would run, without launching it: the JIT's warm-up path,
+        so the first launch finds it in the JIT's cache. Safe to call from another thread. Returns
+        the compiled kernel (None under the interpreter, which compiles nothing)."""
+        compiled = self.jit_fn.warmup(*tensors, grid=self.grid, **self.tail, **self.options)
+        init = getattr(compiled, "_init_handles", None)
+        if callable(init):
+            init()  # the module loaded and the launcher built here, not in the first timed call
+        return compiled
+
     def _first(self, *tensors):
         """The JIT path; arms the direct path when the conditions hold (see the module's docstring)."""
         compiled = self._jit(*tensors)

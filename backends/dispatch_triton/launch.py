@@ -294,6 +294,7 @@ class Launcher:
         self.in_dtype, self.out_dtype, self.out_shape, self.config = in_dtype, out_dtype, out_shape, dict(config)
         self.empty = M == 0 or N == 0
         self.direct: tuple[DirectLaunch, ...] = ()
+        self._stand_ins: tuple = ()  # tensors like a launch's, for compile()
         if self.empty:
             self.grid = (0,)
 
@@ -313,6 +314,15 @@ class Launcher:
         run.launcher = self
         self.run = run
 
+    def compile(self) -> None:
+        """Compile every kernel a launch of this Launcher runs, without launching (see
+        :meth:`DirectLaunch.compile`): what a tune does for all its candidates at once, on a
+        thread pool, before timing them. Nothing to do under the interpreter or for an empty input."""
+        if _interpreting() or self.empty:
+            return
+        for direct in self.direct:
+            direct.compile(*self._stand_ins)
+
     def _build(self, mask, anchor):
         op, M, N, device, config = self.op, self.M, self.N, self.device, self.config
         code, ns = _validate(config, N, device, op)
@@ -328,6 +338,7 @@ class Launcher:
         occ_args = (placeholder(anchor, self.in_dtype), placeholder(anchor, self.out_dtype), mask_arg, ws, sync, slots,
                     *ints)
         grid = (_grid_size(device, M, N, occ_args, meta),)
+        self._stand_ins = occ_args[:6]
         int_names = ("M", "N", "stride_xm", "stride_om", "stride_mm", "N_BUCKET")
         options = dict(num_warps=warps, num_stages=stages)
 

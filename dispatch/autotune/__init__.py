@@ -1,6 +1,7 @@
 """The common autotune protocol: tune spaces, seeding, measurement, sweeps, the cache and shipped tables."""
 
 from .cache import CacheWarning, DecisionCache, decision_trusted, default_cache, default_cache_dir
+from .compiling import CompileReport, compile_all
 from .entries import EntryError
 from .fleet import ImportReport, Machine
 from .placeholders import placeholder
@@ -10,8 +11,8 @@ from .tables import ShippedTables, default_tables_dir, shipped_tables, write_tab
 from .timer import do_bench, measure, measurement_count
 
 __all__ = [
-    "EMPTY", "CacheWarning", "Config", "DecisionCache", "EntryError", "Failure", "ImportReport", "Machine",
-    "ShippedTables", "Timing", "TuneResult", "TuneSettings", "TuneSpace", "decision_trusted", "default_cache",
+    "EMPTY", "CacheWarning", "CompileReport", "Config", "DecisionCache", "EntryError", "Failure", "ImportReport", "Machine",
+    "ShippedTables", "Timing", "TuneResult", "TuneSettings", "TuneSpace", "compile_all", "decision_trusted", "default_cache",
     "default_cache_dir", "default_tables_dir", "do_bench", "measure", "measurement_count", "pick_winner",
     "placeholder", "shipped_tables", "sweep", "write_table",
 ]

@@ -147,7 +147,7 @@ class DecisionCache:
         """Every valid entry, as (key, value); others are skipped with a warning."""
         if not self.entries_dir.is_dir():
             return
-        for path in sorted(self.entries_dir.glob("*.json")):
+        for path in sorted(p for p in self.entries_dir.glob("*.json") if not p.name.startswith(".tmp-")):
             entry = self._read(path)
             if entry is not None:
                 yield entry["key"], entry["value"]
@@ -191,15 +191,19 @@ class DecisionCache:
         path = self.path_of(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            tmp = None
             try:
+                # the temporary file is never taken for an entry (not *.json), even if a kill
+                # leaves it behind; Ctrl-C anywhere here removes it
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
                 with os.fdopen(fd, "w") as f:
                     f.write(payload)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
             except BaseException:
-                Path(tmp).unlink(missing_ok=True)
+                if tmp is not None:
+                    Path(tmp).unlink(missing_ok=True)
                 raise
         return path
 
@@ -215,14 +219,14 @@ class DecisionCache:
         if not self.entries_dir.is_dir():
             return 0
         for path in sorted(self.entries_dir.iterdir()):
-            if path.suffix not in (".json", ".lock"):
+            if path.suffix not in (".json", ".lock", ".part"):
                 continue
             try:
                 if path.is_dir() and not path.is_symlink():
                     path.rmdir()  # an empty directory in an entry's place; a full one is reported
                 else:
                     path.unlink(missing_ok=True)
-                removed += path.suffix == ".json"
+                removed += path.suffix == ".json" and not path.name.startswith(".tmp-")
             except OSError as exc:
                 warnings.warn(f"could not remove {path} ({type(exc).__name__}: {exc})", CacheWarning, stacklevel=2)
         return removed

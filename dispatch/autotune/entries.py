@@ -5,7 +5,8 @@ value. A decision value holds ``backend`` (a non-empty str) and optionally ``con
 of str to a JSON scalar), ``reason`` (str), ``timings`` (backend name -> median in us),
 ``spread_us`` (the winner's spread in us) and ``reraced`` (bool). A tune value holds ``config``
 and ``latency_us`` and optionally ``spread_us``, ``timings`` (a list of ``{"config", "median_us",
-"spread_us", "reps"}``), ``failures`` (a list of ``{"config", "reason"}``) and ``source`` (str).
+"spread_us", "reps"}``), ``failures`` (a list of ``{"config", "reason"}``), ``source`` (str), and ``compile_s`` and
+``timing_s`` (the seconds the tune spent compiling candidates, and timing them).
 Numbers are finite and >= 0 (never a bool). Fields not named here are kept and ignored.
 """
 
@@ -119,6 +120,8 @@ def check_tune(value: Mapping[str, Any]) -> None:
     _number("latency_us", value["latency_us"])
     _optional(value, "spread_us", _number)
     _optional(value, "source", _text)
+    _optional(value, "compile_s", _number)
+    _optional(value, "timing_s", _number)
     if "timings" in value:
         _records("timings", value["timings"],
                  {"config": _config, "median_us": _number, "spread_us": _number, "reps": _reps},

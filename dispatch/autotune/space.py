@@ -115,6 +115,8 @@ class TuneResult:
     timings: tuple[Timing, ...] = field(default=(), converter=tuple)
     failures: tuple[Failure, ...] = field(default=(), converter=tuple)
     source: str = "sweep"
+    compile_s: float = field(default=0.0, converter=float)  # seconds spent compiling candidates ahead of timing
+    timing_s: float = field(default=0.0, converter=float)  # seconds spent timing them (and whatever was left to build)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,6 +127,8 @@ class TuneResult:
                          "reps": t.reps} for t in self.timings],
             "failures": [{"config": f.config.as_dict(), "reason": f.reason} for f in self.failures],
             "source": self.source,
+            "compile_s": self.compile_s,
+            "timing_s": self.timing_s,
         }
 
     @classmethod
@@ -137,6 +141,8 @@ class TuneResult:
                                  int(t.get("reps", 0))) for t in data.get("timings", ())),
             failures=tuple(Failure(Config.of(f["config"]), str(f["reason"])) for f in data.get("failures", ())),
             source=str(data.get("source", "sweep")),
+            compile_s=float(data.get("compile_s", 0.0)),
+            timing_s=float(data.get("timing_s", 0.0)),
         )
 
 
@@ -149,3 +155,9 @@ class TuneSettings:
     tie_tolerance: float = field(default=0.02, validator=ge(0.0))
     flush_l2: bool = True
     host_bound: bool = True  # CUDA: a call costs at least its back-to-back rate (host launch path included)
+    # Early stop: a sweep stops timing a candidate whose median after its first ``probe_rep``
+    # repetitions is more than ``early_stop`` times the best full median so far (0: never);
+    # ``stop_above_us`` is that bound for one measurement (set by the sweep, None: time in full)
+    early_stop: float = field(default=1.5, validator=ge(0.0))
+    probe_rep: int = field(default=10, validator=ge(1))
+    stop_above_us: float | None = None

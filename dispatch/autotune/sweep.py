@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import attrs
 import torch
 
 from ..errors import TuneError
@@ -27,17 +28,32 @@ def pick_winner(timings: Sequence[Timing], tie_tolerance: float) -> Timing:
 def sweep(candidates: Sequence[Config], make_runner: Callable[[Config], Callable[[], torch.Tensor]],
           reference: torch.Tensor | None, device: torch.device, settings: TuneSettings = TuneSettings(),
           what: str = "kernel", progress: Callable[[Config], None] | None = None,
-          tolerance: tuple[float, float] | None = None) -> TuneResult:
+          tolerance: tuple[float, float] | None = None, first: Config | None = None,
+          timer: Callable[..., Timing] | None = None) -> TuneResult:
     """Measure every candidate and return the winner with every timing and failure.
 
     ``make_runner(config)`` builds a zero-argument callable that runs the kernel on fixed inputs.
     Each candidate's first output is checked against ``reference`` (when given) before it is
     timed; a candidate that fails to build, raises, or differs is recorded as a failure with its
     reason. If nothing could be measured, :class:`TuneError` lists every config and its failure.
+
+    ``first`` (the space's default, say) is timed first, so that the early stop has a good
+    time to compare with: from the second candidate on, a measurement is told to stop after its
+    first ``settings.probe_rep`` repetitions when their median is more than
+    ``settings.early_stop`` times the best full median so far (``TuneSettings.stop_above_us``).
+    Such a candidate keeps that shorter timing (fewer ``reps``); it cannot win, being far behind
+    one timed in full. Ties are still resolved in the candidates' order. ``timer`` (default
+    :func:`~dispatch.autotune.timer.measure`) takes ``(fn, device, settings, config)``.
     """
+    timer = timer or measure
+    order = list(candidates)
+    if first is not None and first in order:
+        order.remove(first)
+        order.insert(0, first)
     timings: list[Timing] = []
     failures: list[Failure] = []
-    for config in candidates:
+    best_full: float | None = None
+    for config in order:
         if progress is not None:
             progress(config)
         try:
@@ -55,14 +71,21 @@ def sweep(candidates: Sequence[Config], make_runner: Callable[[Config], Callable
                 failures.append(Failure(config, f"wrong result: {why}"))
                 continue
         try:
-            timings.append(measure(runner, device, settings, config))
+            bound = settings.early_stop * best_full if settings.early_stop and best_full is not None else None
+            timing = timer(runner, device, attrs.evolve(settings, stop_above_us=bound), config)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
             failures.append(Failure(config, f"{type(exc).__name__} while timing: {exc}"))
+            continue
+        timings.append(timing)
+        if bound is None or timing.median_us <= bound:  # timed in full (a stopped one is far behind)
+            best_full = timing.median_us if best_full is None else min(best_full, timing.median_us)
     if not timings:
         lines = "\n".join(f"  - {f.config}: {f.reason}" for f in failures) or "  (no candidates)"
         raise TuneError(f"tuning {what} measured no config; every candidate failed:\n{lines}")
+    rank = {config: i for i, config in enumerate(candidates)}
+    timings.sort(key=lambda t: rank.get(t.config, len(rank)))  # ties go to the earlier candidate of the space
     best = pick_winner(timings, settings.tie_tolerance)
     return TuneResult(config=best.config, latency_us=best.median_us, spread_us=best.spread_us,
                       timings=tuple(timings), failures=tuple(failures), source="sweep")

@@ -56,6 +56,10 @@ def measure(fn: Callable[[], object], device: torch.device, settings: TuneSettin
     with events and, with ``settings.flush_l2``, preceded by an L2 flush outside the timed region;
     with ``settings.host_bound`` the median is at least the per-call time of a burst of
     back-to-back calls, so a call whose host side outlasts its kernel is charged for it.
+
+    With ``settings.stop_above_us``, the median of the first ``settings.probe_rep`` repetitions
+    is looked at first: above that bound, the candidate is far behind and those repetitions are
+    its timing (``reps`` says how many); else the remaining repetitions follow.
     """
     _count()
     cfg = config if config is not None else Config({})
@@ -63,13 +67,27 @@ def measure(fn: Callable[[], object], device: torch.device, settings: TuneSettin
         return _measure_cuda(fn, device, settings, cfg)
     for _ in range(settings.warmup):
         fn()
-    samples = []
-    for _ in range(settings.rep):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e6)
+    samples: list[float] = []
+    for part in _parts(settings):
+        for _ in range(part):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e6)
+        if _behind(samples, settings):
+            break
     median, spread = _summary(samples)
-    return Timing(cfg, median, spread, settings.rep)
+    return Timing(cfg, median, spread, len(samples))
+
+
+def _parts(settings: TuneSettings) -> tuple[int, ...]:
+    """The repetitions in one or two runs: the probe first when an early stop may end it."""
+    if settings.stop_above_us is None or settings.probe_rep >= settings.rep:
+        return (settings.rep,)
+    return (settings.probe_rep, settings.rep - settings.probe_rep)
+
+
+def _behind(samples_us: list[float], settings: TuneSettings) -> bool:
+    return settings.stop_above_us is not None and statistics.median(samples_us) > settings.stop_above_us
 
 
 def _measure_cuda(fn, device, settings, cfg) -> Timing:
@@ -77,20 +95,25 @@ def _measure_cuda(fn, device, settings, cfg) -> Timing:
         for _ in range(settings.warmup):
             fn()
         torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(settings.rep)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(settings.rep)]
-        for start, end in zip(starts, ends):
-            if settings.flush_l2:
-                _flush_l2(device)
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        samples: list[float] = []
+        for part in _parts(settings):
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(part)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(part)]
+            for start, end in zip(starts, ends):
+                if settings.flush_l2:
+                    _flush_l2(device)
+                start.record()
+                fn()
+                end.record()
+            torch.cuda.synchronize()
+            samples += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+            if _behind(samples, settings):  # far behind: the back-to-back rate could only add to it
+                median, spread = _summary(samples)
+                return Timing(cfg, median, spread, len(samples))
         median, spread = _summary(samples)
         if settings.host_bound:
             median = max(median, _back_to_back_us(fn, min(settings.rep, _BURST)))
-    return Timing(cfg, median, spread, settings.rep)
+    return Timing(cfg, median, spread, len(samples))
 
 
 def _back_to_back_us(fn, calls: int, bursts: int = _BURSTS) -> float:
