@@ -43,8 +43,11 @@ def mismatch(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, flo
         return f"dtype {actual.dtype} != expected {expected.dtype}"
     if actual.numel() == 0:
         return None
-    a = actual.detach().to(torch.float64).cpu()
-    e = expected.detach().to(torch.float64).cpu()
+    # compared where both live (a GPU compares 64M elements in milliseconds; a copy to the host
+    # and a CPU comparison take seconds, paid by every first call and every tuned candidate)
+    where = expected.device if actual.device == expected.device else torch.device("cpu")
+    a = actual.detach().to(device=where, dtype=torch.float64)
+    e = expected.detach().to(device=where, dtype=torch.float64)
     if not torch.equal(torch.isnan(a), torch.isnan(e)):
         return _nan_sides(torch.isnan(a), torch.isnan(e))
     if not torch.equal(torch.isinf(a) & (a > 0), torch.isinf(e) & (e > 0)) or not torch.equal(
