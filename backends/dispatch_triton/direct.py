@@ -12,9 +12,9 @@ What the compiled kernel assumes, and how each assumption is kept:
 * dtypes of the tensors, the ints and the constexprs: fixed by the caller for the object's life
   (a :class:`~dispatch_triton.launch.Launcher` is built per call spec);
 * 16-byte alignment of the data pointers, which Triton specializes on: the stand-in tensors and
-  fresh outputs come from torch's allocator (always aligned); the one user tensor, the first
-  argument, is checked per call, and a misaligned one takes the JIT path (which compiles the
-  unaligned variant);
+  fresh outputs come from torch's allocator (always aligned); the user's tensors (the first
+  argument, and any other that ``checked`` names) are checked per call, and a misaligned one
+  takes the JIT path (which compiles the unaligned variant);
 * the device: the current CUDA device must be the one the kernel was loaded on, else the JIT path;
 * the stream: read per call (torch's current stream), so launches follow streams and CUDA-graph
   capture like the JIT path's;
@@ -69,16 +69,19 @@ def _hooks() -> tuple:
 class DirectLaunch:
     """``launch(*tensors)``: the kernel ``jit_fn`` on ``grid`` with ``tensors`` then ``tail``.
 
-    ``tensors`` are the kernel's leading pointer arguments (the first is the user's input, checked
-    for alignment per call; the others must come from torch's allocator); ``tail`` the remaining
+    ``tensors`` are the kernel's leading pointer arguments (the first is the user's input, the
+    one at position ``out`` (1 by default) what the kernel writes, compared once when arming;
+    those at the positions in ``checked`` are checked for alignment per call, the others must
+    come from torch's allocator); ``tail`` the remaining
     arguments (ints, constexprs) by name, ``options`` the launch options (num_warps, ...).
     ``state`` says where the object is: ``"jit"`` (not armed yet), ``"direct"`` or ``"disarmed"``
     (with ``why``: the direct path will not be tried again).
     """
 
     def __init__(self, jit_fn, grid: tuple[int, ...], n_tensors: int, tail: dict, options: dict, *,
-                 enabled: bool = True):
+                 enabled: bool = True, checked: tuple[int, ...] = (0,), out: int = 1):
         self.jit_fn, self.grid, self.n_tensors = jit_fn, tuple(grid) + (1,) * (3 - len(grid)), n_tensors
+        self.checked, self.out = tuple(sorted(set(checked) | {0})), int(out)
         self.tail, self.options = dict(tail), dict(options)
         self.kernel = jit_fn[grid]
         self.state, self.why = ("jit", "") if enabled else ("disarmed", "direct launch disabled")
@@ -99,7 +102,7 @@ class DirectLaunch:
         x = tensors[0]
         if x.device.type not in ARM_DEVICES or _capturing():
             return  # not now: another eager call will try
-        if x.data_ptr() % 16:
+        if any(tensors[i].data_ptr() % 16 for i in self.checked):
             return  # compiled for an unaligned pointer; an aligned call will arm
         try:
             direct = self._make_direct(compiled, x.device)
@@ -128,19 +131,31 @@ class DirectLaunch:
         g0, g1, g2 = self.grid
         jit, hooks = self._jit, _hooks
 
-        def direct(x, *rest):
-            if x.data_ptr() & 15 or current_device() != index or not _idle(hooks()[0]):
+        if self.checked == (0,):
+            def direct(x, *rest):
+                if x.data_ptr() & 15 or current_device() != index or not _idle(hooks()[0]):
+                    return jit(x, *rest)
+                run(g0, g1, g2, stream_of(index), function, packed, None, enter, leave, x, *rest, *tail)
+
+            return direct
+        others = tuple(i - 1 for i in self.checked[1:])  # positions in ``rest``
+
+        def direct_checked(x, *rest):
+            bits = x.data_ptr()
+            for i in others:
+                bits |= rest[i].data_ptr()
+            if bits & 15 or current_device() != index or not _idle(hooks()[0]):
                 return jit(x, *rest)
             run(g0, g1, g2, stream_of(index), function, packed, None, enter, leave, x, *rest, *tail)
 
-        return direct
+        return direct_checked
 
     def _check(self, direct, tensors) -> tuple[bool, str]:
-        """Launch both ways into separate outputs (argument 1) and compare them."""
-        x, out = tensors[0], tensors[1]
-        a, b = torch.empty_like(out), torch.empty_like(out)
-        self._jit(x, a, *tensors[2:])
-        direct(x, b, *tensors[2:])
+        """Launch both ways into separate outputs (argument ``out``) and compare them."""
+        k = self.out
+        a, b = torch.empty_like(tensors[k]), torch.empty_like(tensors[k])
+        self._jit(*tensors[:k], a, *tensors[k + 1:])
+        direct(*tensors[:k], b, *tensors[k + 1:])
         if torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-3, equal_nan=True):
             return True, ""
         return False, "a direct launch did not reproduce the JIT path's output"
