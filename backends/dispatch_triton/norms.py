@@ -12,16 +12,23 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
 * up to 1024: tiles of 2048 elements (several rows each), 4 warps;
 * 2048 and 4096: a row per program, 16 elements a thread (4 and 8 warps);
 * 8192: a row per program, 16 warps;
-* 16384: 16 warps; bf16/fp16 rows in a persistent grid, one program per multiprocessor, the next
-  row's load in flight while one is reduced and written (fp32 rows leave no registers for that);
+* 16384: bf16/fp16 rows in a persistent grid of one 32-warp program per multiprocessor, the next
+  row's load in flight while one is reduced and written; fp32 rows (twice the bytes in flight per
+  register) a program per row of 16 warps;
 * longer: 4096-element chunks, 8 warps; rows cut into ``SPLIT`` segments (two launches) so that
   there are about 6 programs per multiprocessor, or a program per row (two passes, the second
   mostly from L2) when rows alone fill the device that well.
 
+A persistent grid is never larger than what is resident at once: its programs are compiled with
+``maxnreg`` so that they fit (a program waiting for a slot would wait for another to finish).
+
 Backward (:func:`backward_plan`): rows of up to 8192 elements held in registers by a persistent
-grid (dx, and dweight/dbias partials accumulated in registers, one row of partials per program);
-longer rows in two launches over (row groups, 4096-element chunks). The partials are reduced
-over the programs by one more launch, in a fixed order (deterministic).
+grid (8 elements a thread, tiles of at least 2048 elements, 32 warps a multiprocessor at 64
+registers): x and dy read once, dx written once, the statistics recomputed in registers, and the
+dweight/dbias partials accumulated in registers (one row of partials per program). Longer rows
+in two launches over (row groups, 4096-element chunks): the per-row sums, then dx and the
+partials, re-reading x and dy newest first (L2). The partials are reduced over the programs by one
+more launch, in a fixed order (deterministic).
 
 Every launch goes through a :class:`~dispatch_triton.direct.DirectLaunch`: after the first call
 the compiled kernel's launcher is called with its arguments prepacked.
@@ -86,10 +93,12 @@ def _one_pass_space(bn: int, dtype: torch.dtype) -> list[dict]:
     elif bn == 4096:
         cands = [(1, 8, 0), (1, 4, 0), (1, 16, 0), (1, 8, 2)]
     elif bn == 8192:
-        cands = [(1, 16, 0), (1, 8, 0), (1, 16, 1), (1, 32, 0)]
+        cands = [(1, 16, 0), (1, 16, 1), (1, 32, 0), (1, 8, 0)]
     else:
-        cands = [(1, 16, 0), (1, 16, 1), (1, 32, 0), (1, 32, 1)]
-        if not wide:  # bf16/fp16: room for the next row's load
+        # 16384: bf16/fp16 rows in a persistent grid with the next row's load in flight (one program
+        # of 32 warps a multiprocessor); fp32 rows load twice the bytes: a program per row
+        cands = [(1, 16, 0), (1, 32, 1), (1, 32, 0), (1, 16, 1)]
+        if not wide:
             cands = [cands[1], cands[0], cands[2], cands[3]]
     return [_cfg(bn, rows, 1, warps, 1, persist) for rows, warps, persist in cands]
 
@@ -136,6 +145,12 @@ def _check_config(config: dict, n: int) -> None:
         raise ValueError(f"config PERSIST must be >= 0 (got {config['PERSIST']})")
 
 
+def _persist_regs(config: dict) -> int:
+    """Registers a thread may use so that ``PERSIST`` programs fit on a multiprocessor (65536
+    registers): a persistent program that is not resident would wait for another to finish."""
+    return min(255, 65536 // (int(config["PERSIST"]) * int(config["num_warps"]) * 32)) & ~7
+
+
 def _fwd_grid(m: int, config: dict, device) -> int:
     """Programs of a one-pass forward: one per tile, or ``PERSIST`` per multiprocessor (on the CPU,
     under the interpreter: ``PERSIST`` in all, so that each walks several tiles)."""
@@ -175,6 +190,8 @@ class NormLauncher:
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]))
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
+        if device.type == "cuda" and int(config.get("PERSIST", 0)) and one_pass(config, n):
+            options["maxnreg"] = _persist_regs(config)
         enabled = not _interpreting()
         split = int(config["SPLIT"])
 
@@ -363,7 +380,8 @@ _LOCK = threading.Lock()
 
 def _to_triton(c: dict) -> triton.Config:
     return triton.Config({"BLOCK_N": c["BLOCK_N"], "ROWS": c["ROWS"], "PERSIST": c["PERSIST"]},
-                         num_warps=c["num_warps"], num_stages=c["num_stages"])
+                         num_warps=c["num_warps"], num_stages=c["num_stages"],
+                         maxnreg=_persist_regs(c) if c["PERSIST"] else None)
 
 
 def config_from_triton(cfg: triton.Config) -> dict:
