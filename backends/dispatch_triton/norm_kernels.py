@@ -21,9 +21,9 @@ Statistics of a chunked row are shifted sums: ``d = x - x[0]``, ``sum d`` and ``
 layer_norm's variance does not cancel catastrophically for rows far from zero); rms_norm needs
 only ``sum x^2``.
 
-``_norm_bwd`` (backward of rows held in registers): a persistent grid of G programs, each over
-tiles ``pid, pid + G, ...`` of ``ROWS`` rows, loading the next tile's ``x`` and ``dy`` before
-working on the current one; ``w`` is loaded once per program. Per row it recomputes the
+``_norm_bwd`` (backward of rows held in registers): a persistent grid of G programs (as many as
+are resident at once), each over tiles ``pid, pid + G, ...`` of ``ROWS`` rows; ``w`` is loaded
+once per program. Per row it recomputes the
 statistics from the ``x`` in registers (no extra read) and writes ``dx``; it accumulates its rows'
 ``dy * xhat`` (dweight) and ``dy`` (dbias) in fp32 registers and writes them once, into its row of
 an fp32 partials buffer ``[G, N]``, which ``_column_sum`` then reduces over G in a fixed order:
@@ -242,7 +242,7 @@ def _norm_bwd(
     x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, PREFETCH: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
 ):
     # rows held in registers; dweight partials at p_ptr[pid, :], dbias partials p_off_b further on
     DX_TY = dx_ptr.dtype.element_ty
@@ -255,25 +255,11 @@ def _norm_bwd(
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
     acc_w = tl.zeros([BLOCK_N], tl.float32)
     acc_b = tl.zeros([BLOCK_N], tl.float32)
-    if PREFETCH:
-        xp, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
-        dyp, mask = _tile_ptrs(dy_ptr, pid, ROWS, cols, cmask, M, stride_dym)
-        x_next = tl.load(xp, mask=mask, other=0.0, eviction_policy="evict_first")
-        dy_next = tl.load(dyp, mask=mask, other=0.0, eviction_policy="evict_first")
     for t in range(pid, tl.cdiv(M, ROWS), G):
-        if PREFETCH:
-            x = x_next.to(tl.float32)
-            dy = dy_next.to(tl.float32)
-            # the next tile's loads are in flight while this one is worked on
-            xp, nmask = _tile_ptrs(x_ptr, t + G, ROWS, cols, cmask, M, stride_xm)
-            dyp, nmask = _tile_ptrs(dy_ptr, t + G, ROWS, cols, cmask, M, stride_dym)
-            x_next = tl.load(xp, mask=nmask, other=0.0, eviction_policy="evict_first")
-            dy_next = tl.load(dyp, mask=nmask, other=0.0, eviction_policy="evict_first")
-        else:
-            xp, mask = _tile_ptrs(x_ptr, t, ROWS, cols, cmask, M, stride_xm)
-            dyp, mask = _tile_ptrs(dy_ptr, t, ROWS, cols, cmask, M, stride_dym)
-            x = tl.load(xp, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-            dy = tl.load(dyp, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        xp, mask = _tile_ptrs(x_ptr, t, ROWS, cols, cmask, M, stride_xm)
+        dyp, mask = _tile_ptrs(dy_ptr, t, ROWS, cols, cmask, M, stride_dym)
+        x = tl.load(xp, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(dyp, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         dxp, mask = _tile_ptrs(dx_ptr, t, ROWS, cols, cmask, M, stride_dxm)
         dx, xhat = _rows_bwd(x, dy, w, mask, N, eps, IS_RMS, HAS_WEIGHT)
         tl.store(dxp, _to_out(dx, DX_TY), mask=mask)

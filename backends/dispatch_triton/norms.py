@@ -254,7 +254,7 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
 def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
                   split: tuple[int, int] | None = None) -> dict:
     """How the backward of ``m`` rows of ``n`` runs: ``kind`` "rows" (rows in registers: ``BLOCK_N``,
-    ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``, ``PREFETCH``) or "split" (long
+    ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``) or "split" (long
     rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``).
 
     ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows)."""
@@ -268,8 +268,7 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         warps = min(32, bn * rows // 256)
         tiles = _cdiv(m, rows)
         g = min(tiles, (32 // warps) * sms if cuda else 4)
-        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, PREFETCH=False,
-                    maxnreg=64)
+        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=64)
     # long rows: (row groups) x (chunks) programs, 8 elements a thread, one wave of resident
     # programs (each walks its group's rows: the dweight/dbias partials are a row per group)
     groups, block = split if split is not None else (0, _CHUNK)
@@ -310,7 +309,7 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             main = DirectLaunch(_norm_bwd, (g,), 5, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
                                                          stride_dxm=n, p_off_b=g * n if want_dw else 0, eps=float(eps),
                                                          WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=plan["BLOCK_N"],
-                                                         ROWS=plan["ROWS"], PREFETCH=plan["PREFETCH"], **flags),
+                                                         ROWS=plan["ROWS"], **flags),
                                 options, enabled=enabled, checked=(0, 2, 3))
             stages = (main,)
         else:
@@ -326,10 +325,10 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
                               options, enabled=enabled, checked=(0, 2, 3))
             stages = (sums, dx)
         reduce = None
-        if k:
-            rbn = min(64, max(16, _np2(n)))
+        if k:  # columns of 32 fp32 (a 128-byte line a row), up to 128 partial rows a step
+            rbn = min(32, max(16, _np2(n)))
             reduce = DirectLaunch(_column_sum, (_cdiv(n, rbn), k), 3,
-                                  dict(G=g, N=n, BLOCK_G=min(32, _np2(g)), BLOCK_N=rbn),
+                                  dict(G=g, N=n, BLOCK_G=min(128, _np2(g)), BLOCK_N=rbn),
                                   dict(num_warps=4, num_stages=1), enabled=enabled)
         ws_size = m * plan.get("S", 0) * 4
         return plan, g, k, stages, reduce, ws_size
