@@ -84,11 +84,11 @@ def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl
         cmask = cols < N
         x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
         if IS_RMS:
-            d = x
+            s2 += x * x  # sum x unused: not kept
         else:
             d = tl.where(cmask, x - shift, 0.0)
-        s1 += d
-        s2 += d * d
+            s1 += d
+            s2 += d * d
     return tl.sum(s1, 0), tl.sum(s2, 0)
 
 

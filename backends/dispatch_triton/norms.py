@@ -11,13 +11,14 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
 
 * up to 1024: tiles of 2048 elements (several rows each), 4 warps;
 * 2048 and 4096: a row per program, 16 elements a thread (4 and 8 warps);
-* 8192: a row per program, 16 warps;
+* 8192: a row per program, 8 warps (32 elements a thread: two programs a multiprocessor);
 * 16384: bf16/fp16 rows in a persistent grid of one 32-warp program per multiprocessor, the next
   row's load in flight while one is reduced and written; fp32 rows (twice the bytes in flight per
   register) a program per row of 16 warps;
-* longer: 4096-element chunks, 8 warps; rows cut into ``SPLIT`` segments (two launches) so that
-  there are about 6 programs per multiprocessor, or a program per row (two passes, the second
-  mostly from L2) when rows alone fill the device that well.
+* longer: 4096-element chunks, 8 warps. With rows for 1.5 programs a multiprocessor or more, a
+  program per row (one launch) walks it twice (the second pass newest chunks first, mostly from
+  L2); with fewer rows, rows are cut into ``SPLIT`` segments (two launches) so that there are
+  about 6 programs per multiprocessor.
 
 A persistent grid is never larger than what is resident at once: its programs are compiled with
 ``maxnreg`` so that they fit (a program waiting for a slot would wait for another to finish).
@@ -92,8 +93,8 @@ def _one_pass_space(bn: int, dtype: torch.dtype) -> list[dict]:
         cands = [(1, 4, 0), (1, 8, 0), (2, 8, 0), (2, 4, 0)]
     elif bn == 4096:
         cands = [(1, 8, 0), (1, 4, 0), (1, 16, 0), (1, 8, 2)]
-    elif bn == 8192:
-        cands = [(1, 16, 0), (1, 16, 1), (1, 32, 0), (1, 8, 0)]
+    elif bn == 8192:  # 8 warps: two programs fit a multiprocessor (16 warps of layer_norm: one)
+        cands = [(1, 8, 0), (1, 16, 0), (1, 16, 1), (1, 32, 0)]
     else:
         # 16384: bf16/fp16 rows in a persistent grid with the next row's load in flight (one program
         # of 32 warps a multiprocessor); fp32 rows load twice the bytes: a program per row
@@ -119,14 +120,14 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
         return _one_pass_space(max(np2, 16), dtype)
     nchunks = _cdiv(n, _CHUNK)
     split = _split_for(m, nchunks, device) if m <= _MAX_GRID_ROWS else 1
-    out = [_cfg(_CHUNK, 1, split, 8)]
-    for s in (split * 2, split // 2):
-        if 1 <= s <= min(64, nchunks) and m <= _MAX_GRID_ROWS:
-            out.append(_cfg(_CHUNK, 1, s, 8))
-    if split > 1:
-        out.append(_cfg(_CHUNK, 1, 1, 8))
-    out.append(_cfg(2 * _CHUNK, 1, max(1, split // 2), 16))
-    return out
+    chunked = [_cfg(_CHUNK, 1, 1, 8), _cfg(2 * _CHUNK, 1, 1, 16)]
+    splits = [_cfg(_CHUNK, 1, s, 8) for s in (split, split * 2, split // 2)
+              if 2 <= s <= min(64, nchunks) and m <= _MAX_GRID_ROWS]
+    # rows enough for 1.5 programs a multiprocessor or more: one launch, a program per row (its
+    # second pass mostly from L2); fewer: rows cut over programs (two launches)
+    if 2 * m >= 3 * _sms(device) or not splits:
+        return chunked + splits
+    return splits + chunked
 
 
 def default_config(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None) -> dict:
