@@ -1,9 +1,10 @@
 """rms_norm and layer_norm on the Triton backend (the interpreter on the CPU), forward and backward vs torch.
 
-Small shapes: every path (one-pass with several rows per program, chunked, split over programs),
-with and without weight/bias, multi-dim normalized_shape, strided rows, bf16 and fp32; the
-refusals; deterministic dweight; and the autotuner's cache shared by calls with and without
-weight/bias.
+Small shapes: every path of the forward (rows in registers, several rows per tile, persistent
+programs walking several tiles, chunked, split over programs) and of the backward (rows in
+registers, several per tile; long rows over row groups and chunks), with and without
+weight/bias, multi-dim normalized_shape, strided rows, N = 1, bf16 and fp32; the refusals;
+deterministic dweight; and the autotuner's cache shared by calls with and without weight/bias.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ class NormLauncher:
         anchor = torch.empty(0, device=device)
         device = anchor.device
         self.config = dict(config)
-        empty, size = torch.empty, tuple(out_shape)
+        empty, size = torch.empty, tuple(out_shape)  # empty(*size): varargs parse faster than a tuple
         self.direct: tuple[DirectLaunch, ...] = ()
         if m == 0 or n == 0:
             def run(x, weight=None, bias=None):
@@ -206,7 +206,7 @@ class NormLauncher:
             self.direct = (k0,)
 
             def run(x, weight=None, bias=None):
-                y = empty(size, dtype=dtype, device=device)
+                y = empty(*size, dtype=dtype, device=device)
                 k0.launch(x, y, ph if weight is None else weight, ph if bias is None else bias, ph32)
                 return y
         elif split > 1:
@@ -217,7 +217,7 @@ class NormLauncher:
             ws_size = 2 * m * split
 
             def run(x, weight=None, bias=None):
-                y = empty(size, dtype=dtype, device=device)
+                y = empty(*size, dtype=dtype, device=device)
                 ws = empty(ws_size, dtype=torch.float32, device=device)
                 w = ph if weight is None else weight
                 b = ph if bias is None else bias
@@ -229,7 +229,7 @@ class NormLauncher:
             self.direct = (k0,)
 
             def run(x, weight=None, bias=None):
-                y = empty(size, dtype=dtype, device=device)
+                y = empty(*size, dtype=dtype, device=device)
                 k0.launch(x, y, ph if weight is None else weight, ph if bias is None else bias, ph32)
                 return y
         self.run = run
@@ -332,7 +332,8 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
                                   dict(G=g, N=n, BLOCK_G=min(128, _np2(g)), BLOCK_N=rbn),
                                   dict(num_warps=4, num_stages=1), enabled=enabled)
         ws_size = m * plan.get("S", 0) * 4
-        return plan, g, k, stages, reduce, ws_size
+        anchor = torch.empty(0, device=device)
+        return plan, g, k, stages, reduce, ws_size, placeholder(anchor, torch.float32), placeholder(anchor, dtype)
 
     def backward(grad, x, weight, *rest):
         bias = rest[0] if len(rest) == 2 else None
@@ -352,10 +353,9 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
                 built = plans.get(key)
                 if built is None:
                     built = plans[key] = build(device, dy_stride, weight is not None, want_dw, want_db, dtype)
-        plan, g, k, stages, reduce, ws_size = built
-        ph32 = placeholder(x, torch.float32)
+        plan, g, k, stages, reduce, ws_size, ph32, ph = built
         partials = torch.empty(k * g * n, dtype=torch.float32, device=device) if k else ph32
-        w_arg = weight if weight is not None else placeholder(x, dtype)
+        w_arg = weight if weight is not None else ph
         if plan["kind"] == "rows":
             stages[0].launch(x, dx, dy, w_arg, partials)
         else:
