@@ -6,10 +6,10 @@ arithmetic is in fp32; results are rounded once to the output's dtype.
 ``_norm_fwd`` (forward), paths chosen by constexprs:
 
 * ``ONE_PASS`` (``BLOCK_N >= N``): tiles of ``ROWS`` whole rows held in registers: read once,
-  written once. Programs walk tiles ``pid, pid + G, ...`` (G programs: one tile each, or a
-  persistent grid) and load the next tile before working on the current one, so a program
-  always has a load in flight. layer_norm's variance is the two-pass one, over the centred
-  values in registers.
+  written once. A program per tile, or (``PERSIST``) a persistent grid of G programs walking
+  tiles ``pid, pid + G, ...`` that load the next tile before working on the current one, so a
+  program always has a load in flight. layer_norm's variance is the two-pass one, over the
+  centred values in registers.
 * chunked, ``PHASE`` 0: one program per row walks it in ``BLOCK_N`` chunks twice (statistics, then
   the output, newest chunks first, so the second read mostly hits L2).
 * split, ``PHASE`` 1 then 2 (two launches): a row is cut into ``SPLIT`` segments, one program each,
@@ -23,14 +23,14 @@ only ``sum x^2``.
 
 ``_norm_bwd`` (backward of rows held in registers): a persistent grid of G programs (as many as
 are resident at once), each over tiles ``pid, pid + G, ...`` of ``ROWS`` rows; ``w`` is loaded
-once per program. Per row it recomputes the
-statistics from the ``x`` in registers (no extra read) and writes ``dx``; it accumulates its rows'
-``dy * xhat`` (dweight) and ``dy`` (dbias) in fp32 registers and writes them once, into its row of
-an fp32 partials buffer ``[G, N]``, which ``_column_sum`` then reduces over G in a fixed order:
+once per program. Per row it recomputes the statistics from the ``x`` in registers (no extra
+read) and writes ``dx``; it accumulates its rows' ``dy * xhat`` (dweight) and ``dy`` (dbias) in
+fp32 registers and writes them once, into its row of an fp32 partials buffer ``[G, N]`` (dbias's
+``p_off_b`` further on), which ``_column_sum`` then reduces over G in a fixed order:
 deterministic, run to run.
 
-``_norm_bwd_split`` (backward of long rows): two launches over a grid (row groups, chunks of
-``BLOCK_N`` columns). Phase 1: per row and chunk, four sums (``sum d``, ``sum d^2``,
+``_norm_bwd_sums`` then ``_norm_bwd_split`` (backward of long rows): two launches over a grid
+(row groups, chunks of ``BLOCK_N`` columns). Phase 1: per row and chunk, four sums (``sum d``, ``sum d^2``,
 ``sum g * d``, ``sum g``, with ``g = dy * w``) into a workspace. Phase 2 (programs, rows and
 chunks in the mirror order, so its first reads hit L2): per row, the chunks' sums combined into
 the statistics and the two projections ``dx`` needs, ``dx`` written, and the chunk's dweight and
