@@ -6,11 +6,18 @@ Bytes counted (what an ideal kernel moves):
   backward  read x and dy (M*N each) and weight (N), write dx (M*N) and dweight/dbias (N each)
 The backward is timed alone (``torch.autograd.grad`` on a graph built once, kept with retain_graph).
 Shapes: for each N in 1024..262144, M = elements // N (M*N = --elements, 16M by default), plus the
-decode shapes M = 1, 4, 32 at N = 4096 and 8192. Each forced backend tunes first (autotune on).
+decode shapes M = 1..32 at N = 4096 (and 8192). Each forced backend tunes first (autotune on),
+except with ``--quick``, which times the default configs (what a call gets with tuning off; ``--tune``
+tunes anyway) and forces only the Triton backend unless ``--backends`` says otherwise.
+
+``--jobs K`` (default 8 with ``--quick``) first compiles every case's kernels in K processes
+(torch.compile's graphs and dispatch's Triton kernels, into their on-disk caches), so that the
+timed sweep, one process, mostly finds them compiled.
 
     python benchmarks/bench_norms.py --out benchmarks/results/norms_h200     # the full sweep
-    python benchmarks/bench_norms.py --quick --ops rms_norm --dtypes bfloat16  # a short one
-    python benchmarks/bench_norms.py --device cpu --quick --elements 65536      # a CPU smoke run
+    python benchmarks/bench_norms.py --quick --ops rms_norm,layer_norm --out DIR  # ~3 minutes on an H200
+    TRITON_INTERPRET=1 python benchmarks/bench_norms.py --device cpu --quick --elements 8192 \
+        --ops rms_norm --dtypes float32 --no-compile   # a CPU smoke run (the interpreter: minutes)
     python benchmarks/bench_norms.py --resume --out DIR   # go on with a sweep that was stopped
 
 Results are saved after every case (a run that is stopped keeps what it measured).
@@ -24,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,13 +43,14 @@ from dispatch.ab import measure_copy_bandwidth
 from dispatch.backend import TuneSettings, measure, mismatch
 
 N_SWEEP = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
-DECODE = [(m, n) for n in (4096, 8192) for m in (1, 4, 32)]
+DECODE = [(m, 4096) for m in (1, 2, 4, 8, 16, 32)] + [(m, 8192) for m in (1, 4, 32)]
+DECODE_QUICK = [(1, 4096), (8, 4096), (32, 4096)]
 TORCH = {"rms_norm": F.rms_norm, "layer_norm": F.layer_norm}
 
 
 def shapes(elements: int, quick: bool) -> list[tuple[int, int]]:
     ns = N_SWEEP[::2] if quick else N_SWEEP
-    return [(max(1, elements // n), n) for n in ns] + (DECODE[::2] if quick else DECODE)
+    return [(max(1, elements // n), n) for n in ns] + (DECODE_QUICK if quick else DECODE)
 
 
 def case_args(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, affine: bool):
@@ -61,16 +70,60 @@ def bwd_bytes(op: str, m: int, n: int, esz: int, affine: bool) -> int:
     return 3 * m * n * esz + params
 
 
-def _runners(op: str, backends: list[str], compiled: bool):
+_COMPILED: dict = {}
+
+
+def _runners(op: str, backends: list[str], compiled: bool, auto: bool = True):
     fn = TORCH[op]
     out = {"torch eager": fn}
     if compiled:
-        out["torch.compile"] = torch.compile(fn, dynamic=False)
+        if op not in _COMPILED:
+            _COMPILED[op] = torch.compile(fn, dynamic=False)
+        out["torch.compile"] = _COMPILED[op]
     dispatch_fn = getattr(dispatch, op)
     for name in backends:
         out[f"dispatch[{name}]"] = (lambda b: lambda *a, **k: dispatch_fn(*a, backend=b, **k))(name)
-    out["dispatch (auto)"] = dispatch_fn
+    if auto:
+        out["dispatch (auto)"] = dispatch_fn
     return out
+
+
+def cases(args) -> list[tuple[str, str, int, int]]:
+    return [(op, dtype_name, m, n) for op in args.ops.split(",") for dtype_name in args.dtypes.split(",")
+            for m, n in shapes(args.elements, args.quick)]
+
+
+def warm(args, device) -> None:
+    """Compile (run once, forward and backward) every case of this process's shard: the kernels
+    land in the on-disk caches that the timed sweep then reads."""
+    backends = [b for b in args.backends.split(",") if b and b in dispatch.backends()]
+    k, of = (int(v) for v in args.shard.split("/"))
+    for i, (op, dtype_name, m, n) in enumerate(cases(args)):
+        if i % of != k:
+            continue
+        call, kwargs = case_args(op, m, n, getattr(torch, dtype_name), device, not args.no_affine)
+        for name, run in _runners(op, backends, not args.no_compile, auto=False).items():
+            if name == "torch eager":
+                continue
+            try:
+                with torch.no_grad():
+                    run(*call, **kwargs)
+                leaves = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in call]
+                run(*leaves, **kwargs).sum().backward()
+            except Exception as exc:  # the sweep reports it
+                print(f"warm {op} {dtype_name} {m}x{n} {name}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def warm_in_parallel(args) -> None:
+    if args.jobs <= 0:
+        return
+    base = [a for a in sys.argv[1:] if a not in ("--resume",)]
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *base, "--warm-only", "--shard",
+                               f"{i}/{args.jobs}", "--jobs", "0"]) for i in range(args.jobs)]
+    for p in procs:
+        p.wait()
 
 
 def time_forward(run, args, kwargs, device, settings):
@@ -94,6 +147,7 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
     """Measure every case not in ``rows`` yet (a ``--resume``d sweep), calling ``save()`` after each."""
     backends = [b for b in args.backends.split(",") if b and b in dispatch.backends()]
     done = {(r["op"], r["dtype"], r["M"], r["N"]) for r in rows}
+    eager: dict = {}
     for op in args.ops.split(","):
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
@@ -107,7 +161,7 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
                     if direction == "backward" and args.forward_only:
                         continue
                     nbytes = (fwd_bytes if direction == "forward" else bwd_bytes)(op, m, n, esz, not args.no_affine)
-                    for name, run in _runners(op, backends, not args.no_compile).items():
+                    for name, run in _runners(op, backends, not args.no_compile, args.auto).items():
                         row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "direction": direction,
                                "impl": name, "bytes": nbytes}
                         try:
@@ -119,10 +173,15 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
                             row.update(us=t.median_us, spread_us=t.spread_us,
                                        gbps=nbytes / (t.median_us * 1e-6) / 1e9)
                             row["pct_copy"] = 100 * row["gbps"] / copy_gbs
+                            if name == "torch eager":
+                                eager[direction] = t.median_us
+                            elif direction in eager:
+                                row["vs_eager"] = eager[direction] / t.median_us
                         except Exception as exc:  # a refusal or a failure is a row too, with its reason
                             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                         rows.append(row)
                         shown = (f"{row['us']:9.1f} us {row['gbps']:7.0f} GB/s {row['pct_copy']:5.1f}%"
+                                 + (f"  x{row['vs_eager']:.2f} vs eager" if "vs_eager" in row else "")
                                  if "us" in row else row["error"][:90])
                         print(f"{op:10} {dtype_name:8} {m:>7}x{n:<7} {direction:8} {name:20} {shown}", flush=True)
                 save()  # a run stopped part way keeps every finished case
@@ -188,8 +247,16 @@ def main() -> int:
     parser.add_argument("--ops", default="rms_norm,layer_norm")
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--elements", type=int, default=16 * 1024 * 1024, help="M*N of the large shapes (>= 8M)")
-    parser.add_argument("--backends", default="triton,tilelang,torch", help="backends to force, one column each")
-    parser.add_argument("--quick", action="store_true", help="every other N, fewer decode shapes")
+    parser.add_argument("--backends", default=None,
+                        help="backends to force, one column each (default triton,tilelang,torch; triton with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="every other N, three decode shapes, default configs (no tuning), only Triton forced")
+    parser.add_argument("--tune", action="store_true", help="with --quick: tune the forced backends anyway")
+    parser.add_argument("--auto", action="store_true", help="with --quick: add the dispatch (auto) column")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="processes that compile every case first (default 8 with --quick, else 0)")
+    parser.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument("--no-affine", action="store_true", help="no weight/bias")
     parser.add_argument("--forward-only", action="store_true")
@@ -199,12 +266,25 @@ def main() -> int:
     parser.add_argument("--resume", action="store_true",
                         help="keep the cases of <out>/<name>.json and measure only the missing ones")
     args = parser.parse_args()
+    if args.backends is None:
+        args.backends = "triton" if args.quick else "triton,tilelang,torch"
+    if args.jobs is None:
+        args.jobs = 8 if args.quick and args.device == "cuda" else 0
+    args.auto = args.auto or not args.quick
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
         return 2
+    # one compiled function per op serves every shape and dtype of the sweep: no recompile limit
+    torch._dynamo.config.recompile_limit = 1024
+    torch._dynamo.config.accumulated_recompile_limit = 4096
     settings = TuneSettings() if device.type == "cuda" else TuneSettings(warmup=2, rep=5)
-    dispatch.configure(autotune=True, policy="measured")
+    dispatch.configure(autotune=args.tune or not args.quick, policy="measured")
+    if args.warm_only:  # compiles only: nothing timed, nothing tuned
+        dispatch.configure(autotune=False)
+        warm(args, device)
+        return 0
+    warm_in_parallel(args)
     copy_gbs = measure_copy_bandwidth(device, settings).gbps
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(f"device {name}; copy bandwidth {copy_gbs:.0f} GB/s; backends "

@@ -16,28 +16,28 @@ _TRITON = textwrap.dedent("""
     import itertools, triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from dispatch_triton.norm_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_fwd
+    from dispatch_triton.norm_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_bwd_sums, _norm_fwd
 
-    def build(fn, ptrs, consts):
+    def build(fn, ptrs, consts, warps=4):
         sig = {a: "constexpr" if a in consts else ptrs.get(a, "fp32" if a == "eps" else "i32")
                for a in fn.arg_names}
         triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": 4})
+                       options={"num_warps": warps})
 
     fwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "b_ptr", "y_ptr")} | {"ws_ptr": "*fp32"}
-    for rms, affine, (onep, phase) in itertools.product([True, False], [True, False],
-                                                         [(True, 0), (False, 0), (False, 1), (False, 2)]):
+    for rms, affine, (onep, phase, persist) in itertools.product(
+            [True, False], [True, False], [(True, 0, 0), (True, 0, 1), (False, 0, 0), (False, 1, 0), (False, 2, 0)]):
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine, PHASE=phase, ONE_PASS=onep,
-                                   BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1))
-    bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr")} | {"pw_ptr": "*fp32", "pb_ptr": "*fp32"}
-    for rms, affine, onep in itertools.product([True, False], [True, False], [True, False]):
-        build(_norm_bwd, bwd, dict(IS_RMS=rms, HAS_WEIGHT=affine, WANT_DW=affine, WANT_DB=affine and not rms,
-                                   ONE_PASS=onep, BLOCK_N=1024 if onep else 2048))
-    split = bwd | {"ws_ptr": "*fp32"}
-    for rms, affine, phase in itertools.product([True, False], [True, False], [1, 2, 3]):
-        build(_norm_bwd_split, split, dict(IS_RMS=rms, HAS_WEIGHT=affine, WANT_DW=affine, WANT_DB=affine and not rms,
-                                           PHASE=phase, BLOCK_N=2048, SPLIT=8))
-    build(_column_sum, {"p_ptr": "*fp32", "out_ptr": "*bf16"}, dict(BLOCK_G=8, BLOCK_N=256))
+                                   BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1,
+                                   PERSIST=persist))
+    bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr")} | {"p_ptr": "*fp32", "ws_ptr": "*fp32"}
+    for rms, affine in itertools.product([True, False], [True, False]):
+        flags = dict(IS_RMS=rms, HAS_WEIGHT=affine)
+        build(_norm_bwd, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=1024, ROWS=2))
+        build(_norm_bwd_sums, bwd, dict(flags, BLOCK_N=2048, CHUNKS_P2=8))
+        build(_norm_bwd_split, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=2048,
+                                         CHUNKS_P2=8))
+    build(_column_sum, {"p_ptr": "*fp32", "out0_ptr": "*bf16", "out1_ptr": "*bf16"}, dict(BLOCK_G=128, BLOCK_N=32))
     print("compiled")
 """)
 

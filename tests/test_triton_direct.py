@@ -285,3 +285,57 @@ def test_an_entry_point_that_disagrees_with_the_jit_path_falls_back_to_the_launc
     out2 = empty()
     launch.launch(x, out2)
     assert torch.equal(out2, x + 1)
+
+
+class FakeJit4(FakeJit):
+    """A JIT function of parameters (x, out, w, ws, N, BLOCK): ``out = x + 1``, or with ``into_ws``
+    ``ws = 2 x`` (``out`` left alone)."""
+
+    arg_names = ["x_ptr", "out_ptr", "w_ptr", "ws_ptr", "N", "BLOCK"]
+
+    def __init__(self, into_ws=False):
+        super().__init__()
+        self.into_ws = into_ws
+
+    def __getitem__(self, grid):
+        def call(x, out, w, ws, **kw):
+            self.log.append(("jit", tuple(grid), dict(kw)))
+            if self.into_ws:
+                ws.copy_(2 * x)
+            else:
+                out.copy_(x + 1)
+            return self.compiled
+        return call
+
+
+def test_checked_tensors_besides_the_first_send_misaligned_calls_to_the_jit_path(cpu_as_gpu):
+    fn = FakeJit4()
+    launch = direct.DirectLaunch(fn, (3,), 4, {"N": 8, "BLOCK": 16}, {}, checked=(0, 2))
+    x, w = aligned(), aligned()
+    launch.launch(x, empty(), misaligned(), aligned())
+    assert launch.state == "jit"  # compiled for a misaligned w: not armed
+    launch.launch(x, empty(), w, aligned())
+    assert launch.state == "direct"
+    fn.log.clear()
+    launch.launch(x, empty(), misaligned(), aligned())
+    launch.launch(x, empty(), w, misaligned())  # not a checked position: direct
+    assert [e[0] for e in fn.log] == ["jit", "direct"]
+
+
+def test_the_arming_check_compares_the_output_it_is_told(cpu_as_gpu):
+    # the output at position 3 (``ws``): argument 1 is left alone by the kernel, so comparing it
+    # would compare two uninitialised buffers
+    fn = FakeJit4(into_ws=True)
+    seen = []
+
+    def run(g0, g1, g2, stream, function, packed, launch_metadata, enter, leave, x, out, w, ws, *tail):
+        seen.append(ws)
+        MEMORY[ws].copy_(2 * MEMORY[x])
+
+    fn.compiled.run = run
+    launch = direct.DirectLaunch(fn, (3,), 4, {"N": 8, "BLOCK": 16}, {}, out=3)
+    x, out, ws = aligned(), mem(torch.full((8,), float("nan"))), empty()
+    ws.zero_()
+    launch.launch(x, out, aligned(), ws)
+    assert launch.state == "direct" and seen and seen[0] != ws.data_ptr()  # the check's own buffer
+    assert torch.equal(ws, 2 * x)

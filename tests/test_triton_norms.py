@@ -1,9 +1,10 @@
 """rms_norm and layer_norm on the Triton backend (the interpreter on the CPU), forward and backward vs torch.
 
-Small shapes: every path (one-pass with several rows per program, chunked, split over programs),
-with and without weight/bias, multi-dim normalized_shape, strided rows, bf16 and fp32; the
-refusals; deterministic dweight; and the autotuner's cache shared by calls with and without
-weight/bias.
+Small shapes: every path of the forward (rows in registers, several rows per tile, persistent
+programs walking several tiles, chunked, split over programs) and of the backward (rows in
+registers, several per tile; long rows over row groups and chunks), with and without
+weight/bias, multi-dim normalized_shape, strided rows, N = 1, bf16 and fp32; the refusals;
+deterministic dweight; and the autotuner's cache shared by calls with and without weight/bias.
 """
 
 from __future__ import annotations
@@ -93,23 +94,51 @@ def test_long_rows_chunked(op, dtype):
     _check_fwd_bwd(op, _args(op, x, (17000,), True, op == "layer_norm"), dtype)
 
 
-@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
-@pytest.mark.parametrize("split", [(0, 0), (1, 4), (2, 2)], ids=["one-kernel", "split4", "groups2-split2"])
-def test_long_row_backward_paths(op, split):
-    m, n = 3, 9000  # > the one-pass backward: chunks of 2048, a ragged last one
-    x = _t((m, n), F32, 11, 1.0, 2.0)
-    w, b = _t((n,), F32, 1), _t((n,), F32, 2)
-    dy = _t((m, n), F32, 12)
-    backward = N.make_backward(op, m, n, F32, n, 1e-5, True, op == "layer_norm", split=split)
+def _backward_vs_torch(op, m, n, dtype, split, affine=(True, True), shift=2.0, tol=1e-4):
+    x = _t((m, n), dtype, 11, 1.0, shift)
+    w = _t((n,), dtype, 1, 0.5, 1.0) if affine[0] else None
+    b = _t((n,), dtype, 2) if affine[1] and op == "layer_norm" else None
+    dy = _t((m, n), dtype, 12)
+    backward = N.make_backward(op, m, n, dtype, n, 1e-5, w is not None, b is not None, split=split)
     got = backward(dy, x, w, b, None) if op == "layer_norm" else backward(dy, x, w, None)
-    leaves = [t.double().requires_grad_() for t in (x, w, b)]
+    leaves = [None if t is None else t.double().requires_grad_() for t in (x, w, b)]
     ref = (F.rms_norm(leaves[0], (n,), leaves[1], 1e-5) if op == "rms_norm"
            else F.layer_norm(leaves[0], (n,), leaves[1], leaves[2], 1e-5))
     ref.backward(dy.double())
     for ours, leaf in zip(got, leaves):
-        torch.testing.assert_close(ours.double(), leaf.grad, rtol=1e-4, atol=1e-4)
-    assert N.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # few long rows: cut
-    assert N.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # one pass
+        if leaf is None:
+            assert ours is None
+            continue
+        assert ours.dtype == dtype
+        scale = leaf.grad.abs().max().clamp_min(1)
+        torch.testing.assert_close(ours.double() / scale, leaf.grad / scale, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("split", [None, (1, 2048), (2, 1024), (3, 4096)],
+                         ids=["default", "one-group", "groups2", "groups3-one-chunk"])
+def test_long_row_backward_paths(op, split):
+    # 9000 > the rows held in registers: (row groups, chunks of columns) in two launches,
+    # a ragged last chunk; 3 groups of 5 rows: groups of unequal row counts
+    _backward_vs_torch(op, 5, 9000, F32, split)
+    assert N.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # long rows: cut in chunks
+    assert N.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # rows in registers
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("m,n", [(7, 1), (9, 24), (5, 100), (11, 1000)])
+def test_backward_rows_in_registers(op, m, n):
+    # several rows per tile (short rows), a row per tile, N = 1; more tiles than programs
+    plan = N.backward_plan(m, n, F32, torch.device("cpu"))
+    assert plan["kind"] == "rows" and plan["G"] <= 4
+    _backward_vs_torch(op, m, n, F32, None)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("affine", [(False, False), (True, False), (False, True)], ids=["plain", "w", "b"])
+@pytest.mark.parametrize("split", [None, (2, 64)], ids=["rows", "split"])
+def test_backward_bf16_and_absent_parameters(op, affine, split):
+    _backward_vs_torch(op, 6, 200, BF16, split, affine, shift=0.5, tol=3e-2)
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
@@ -124,6 +153,29 @@ def test_forced_chunked_and_split_paths(op, config):
     y = launcher.run(x, w, b if op == "layer_norm" else None)
     ref = F.rms_norm(x, (n,), w, 1e-5) if op == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
     torch.testing.assert_close(y, ref, **TOL[F32])
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("config", [dict(BLOCK_N=64, ROWS=2, PERSIST=1), dict(BLOCK_N=128, ROWS=1, PERSIST=2),
+                                    dict(BLOCK_N=64, ROWS=4, PERSIST=0)], ids=["persist1-rows2", "persist2", "rows4"])
+def test_forced_rows_in_registers_paths(op, dtype, config):
+    # persistent programs walking several tiles (the last one ragged), and tiles of several rows
+    m, n = 9, 40
+    x = _t((m, n), dtype, 6, 2.0, 5.0)
+    w, b = _t((n,), dtype, 1), _t((n,), dtype, 2)
+    cfg = dict(SPLIT=1, num_warps=1, num_stages=1, **config)
+    launcher = N.NormLauncher(op, m, n, dtype, n, DEV, cfg, 1e-5, True, op == "layer_norm", (m, n))
+    y = launcher.run(x, w, b if op == "layer_norm" else None)
+    ref = (F.rms_norm(x.double(), (n,), w.double(), 1e-5) if op == "rms_norm"
+           else F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5))
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_rows_of_one_element(op):
+    x = _t((6, 1), F32, 3, 1.0, 3.0)  # away from 0: rms_norm's eps=None is the fp64 one in the fp64 reference
+    _check_fwd_bwd(op, _args(op, x, (1,), True, True), F32)
 
 
 def test_empty_inputs():
@@ -265,8 +317,10 @@ def _compiled_variants(jit_fn) -> int:
 
 def test_config_space_and_default():
     for n in (1, 40, 1000, 4096, 16384, 65536, 262144):
-        space = N.config_space(64, n, BF16)
-        assert space and N.default_config(64, n, BF16) in space
-        assert all(N.one_pass(c, n) == (c["BLOCK_N"] >= N._np2(n)) for c in space)
+        for dtype in (BF16, F32):
+            space = N.config_space(64, n, dtype)
+            assert space and N.default_config(64, n, dtype) == space[0]  # the default wins ties
+            assert 2 <= len(space) <= 6 and len({tuple(sorted(c.items())) for c in space}) == len(space)
+            assert all(N.one_pass(c, n) == (c["BLOCK_N"] >= N._np2(n)) for c in space)
     assert any(c["SPLIT"] > 1 for c in N.config_space(4, 262144, BF16))  # few long rows: cut over programs
     assert N.default_config(4, 262144, BF16)["SPLIT"] > 1

@@ -12,9 +12,9 @@ What the compiled kernel assumes, and how each assumption is kept:
 * dtypes of the tensors, the ints and the constexprs: fixed by the caller for the object's life
   (a :class:`~dispatch_triton.launch.Launcher` is built per call spec);
 * 16-byte alignment of the data pointers, which Triton specializes on: the stand-in tensors and
-  fresh outputs come from torch's allocator (always aligned); the one user tensor, the first
-  argument, is checked per call, and a misaligned one takes the JIT path (which compiles the
-  unaligned variant);
+  fresh outputs come from torch's allocator (always aligned); the user's tensors (the first
+  argument, and any other that ``checked`` names) are checked per call, and a misaligned one
+  takes the JIT path (which compiles the unaligned variant);
 * the device: the current CUDA device must be the one the kernel was loaded on, else the JIT path;
 * the stream: read per call (torch's current stream), so launches follow streams and CUDA-graph
   capture like the JIT path's;
@@ -112,7 +112,9 @@ class DirectLaunch:
     """``launch(*tensors)``: the kernel ``jit_fn`` on ``grid`` with ``tensors``, ``fixed``, then ``tail``.
 
     ``tensors`` are the kernel's leading pointer arguments that change per call (the first is the
-    user's input, checked for alignment per call; the others must come from torch's allocator);
+    user's input; the one at position ``out`` (1 by default) what the kernel writes, compared once
+    when arming; those at the positions in ``checked`` are checked for alignment per call, the
+    others must come from torch's allocator);
     ``fixed`` the pointer arguments after them that stay the same for the object's life;
     ``n_tensors`` counts both. ``tail`` the remaining arguments (ints, constexprs) by name,
     ``options`` the launch options (num_warps, ...).
@@ -121,8 +123,9 @@ class DirectLaunch:
     """
 
     def __init__(self, jit_fn, grid: tuple[int, ...], n_tensors: int, tail: dict, options: dict, *,
-                 enabled: bool = True, fixed: tuple = ()):
+                 enabled: bool = True, fixed: tuple = (), checked: tuple[int, ...] = (0,), out: int = 1):
         self.jit_fn, self.grid, self.n_tensors = jit_fn, tuple(grid) + (1,) * (3 - len(grid)), n_tensors
+        self.checked, self.out = tuple(sorted(set(checked) | {0})), int(out)
         self.tail, self.options, self.fixed = dict(tail), dict(options), tuple(fixed)
         self.kernel = jit_fn[grid]
         self.state, self.why = ("jit", "") if enabled else ("disarmed", "direct launch disabled")
@@ -154,7 +157,7 @@ class DirectLaunch:
         x = tensors[0]
         if x.device.type not in ARM_DEVICES or _capturing():
             return  # not now: another eager call will try
-        if x.data_ptr() % 16:
+        if any(tensors[i].data_ptr() % 16 for i in self.checked):
             return  # compiled for an unaligned pointer; an aligned call will arm
         ok, why = False, ""
         for entry in (True, False):  # the launcher's C entry point, else the launcher object
@@ -192,7 +195,8 @@ class DirectLaunch:
         # a hook chain that gains a hook, or a hook set in its place, sends calls to the JIT path
         e_calls, l_calls = getattr(enter, "calls", None), getattr(leave, "calls", None)
 
-        if n_call == 2:  # (input, output): the common case, without a loop
+        others = tuple(i - 1 for i in self.checked[1:])  # user tensors in ``rest`` checked per call
+        if n_call == 2 and not others:  # (input, output): the common case, without a loop
             def direct(x, out):
                 p = x.data_ptr()
                 if (p & 15 or current_device() != index or e_calls or l_calls
@@ -202,19 +206,23 @@ class DirectLaunch:
         else:
             def direct(x, *rest):
                 p = x.data_ptr()
-                if (p & 15 or current_device() != index or e_calls or l_calls
+                ptrs = [t.data_ptr() for t in rest]
+                bits = p
+                for i in others:
+                    bits |= ptrs[i]
+                if (bits & 15 or current_device() != index or e_calls or l_calls
                         or holder.launch_enter_hook is not enter or holder.launch_exit_hook is not leave):
                     return jit(x, *rest)
-                run(g0, g1, g2, stream_of(index), *head, p, *[t.data_ptr() for t in rest], *tail)
+                run(g0, g1, g2, stream_of(index), *head, p, *ptrs, *tail)
 
         return direct
 
     def _check(self, direct, tensors) -> tuple[bool, str]:
-        """Launch both ways into separate outputs (argument 1) and compare them."""
-        x, out = tensors[0], tensors[1]
-        a, b = _empty_like(out), _empty_like(out)
-        self._jit(x, a, *tensors[2:])
-        direct(x, b, *tensors[2:])
+        """Launch both ways into separate outputs (argument ``out``) and compare them."""
+        k = self.out
+        a, b = _empty_like(tensors[k]), _empty_like(tensors[k])
+        self._jit(*tensors[:k], a, *tensors[k + 1:])
+        direct(*tensors[:k], b, *tensors[k + 1:])
         if torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-3, equal_nan=True):
             return True, ""
         return False, "a direct launch did not reproduce the JIT path's output"

@@ -5,8 +5,11 @@ arithmetic is in fp32; results are rounded once to the output's dtype.
 
 ``_norm_fwd`` (forward), paths chosen by constexprs:
 
-* ``ONE_PASS`` (``BLOCK_N >= N``): ``ROWS`` whole rows per program, held in registers: read once,
-  written once. layer_norm's variance is the two-pass one, over the centred values in registers.
+* ``ONE_PASS`` (``BLOCK_N >= N``): tiles of ``ROWS`` whole rows held in registers: read once,
+  written once. A program per tile, or (``PERSIST``) a persistent grid of G programs walking
+  tiles ``pid, pid + G, ...`` that load the next tile before working on the current one, so a
+  program always has a load in flight. layer_norm's variance is the two-pass one, over the
+  centred values in registers.
 * chunked, ``PHASE`` 0: one program per row walks it in ``BLOCK_N`` chunks twice (statistics, then
   the output, newest chunks first, so the second read mostly hits L2).
 * split, ``PHASE`` 1 then 2 (two launches): a row is cut into ``SPLIT`` segments, one program each,
@@ -18,14 +21,20 @@ Statistics of a chunked row are shifted sums: ``d = x - x[0]``, ``sum d`` and ``
 layer_norm's variance does not cancel catastrophically for rows far from zero); rms_norm needs
 only ``sum x^2``.
 
-``_norm_bwd`` (backward): persistent programs, each over rows ``pid, pid + G, ...``. Per row it
-recomputes the statistics from ``x`` and writes ``dx``; it accumulates its rows' ``dy * xhat``
-(dweight) and ``dy`` (dbias) into its own row of an fp32 partials buffer ``[G, N]``, which
-``_column_sum`` then reduces over G in a fixed order: deterministic, run to run.
+``_norm_bwd`` (backward of rows held in registers): a persistent grid of G programs (as many as
+are resident at once), each over tiles ``pid, pid + G, ...`` of ``ROWS`` rows; ``w`` is loaded
+once per program. Per row it recomputes the statistics from the ``x`` in registers (no extra
+read) and writes ``dx``; it accumulates its rows' ``dy * xhat`` (dweight) and ``dy`` (dbias) in
+fp32 registers and writes them once, into its row of an fp32 partials buffer ``[G, N]`` (dbias's
+``p_off_b`` further on), which ``_column_sum`` then reduces over G in a fixed order:
+deterministic, run to run.
 
-``_norm_bwd_split`` (backward of few long rows): a row cut into segments over three launches
-(segment statistics; segment sums of ``g * xhat`` and ``g``; ``dx`` and the partials), so that a
-handful of 256K-element rows still fills the device.
+``_norm_bwd_sums`` then ``_norm_bwd_split`` (backward of long rows): two launches over a grid
+(row groups, chunks of ``BLOCK_N`` columns). Phase 1: per row and chunk, four sums (``sum d``, ``sum d^2``,
+``sum g * d``, ``sum g``, with ``g = dy * w``) into a workspace. Phase 2 (programs, rows and
+chunks in the mirror order, so its first reads hit L2): per row, the chunks' sums combined into
+the statistics and the two projections ``dx`` needs, ``dx`` written, and the chunk's dweight and
+dbias accumulated over the group's rows in registers, written once per program.
 
 ``HAS_WEIGHT`` / ``HAS_BIAS`` are constexprs that the autotuner's key never sees: an absent
 weight or bias is passed as a cached placeholder of the input's dtype, so calls with and without
@@ -75,11 +84,11 @@ def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl
         cmask = cols < N
         x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
         if IS_RMS:
-            d = x
+            s2 += x * x  # sum x unused: not kept
         else:
             d = tl.where(cmask, x - shift, 0.0)
-        s1 += d
-        s2 += d * d
+            s1 += d
+            s2 += d * d
     return tl.sum(s1, 0), tl.sum(s2, 0)
 
 
@@ -104,36 +113,67 @@ def _row_shift(x_ptr, xoff, IS_RMS: tl.constexpr):
         return tl.load(x_ptr + xoff).to(tl.float32)
 
 
+@triton.jit
+def _tile_ptrs(base, t, ROWS: tl.constexpr, cols, cmask, M, stride):
+    # pointers and mask of tile t: rows t * ROWS ... of BLOCK_N columns
+    rows = t * ROWS + tl.arange(0, ROWS)
+    mask = (rows < M)[:, None] & cmask[None, :]
+    return base + rows.to(tl.int64)[:, None] * stride + cols[None, :], mask
+
+
+@triton.jit
+def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+              HAS_BIAS: tl.constexpr):
+    # a tile of whole rows (fp32, zeros where masked off) normalized and stored
+    if IS_RMS:
+        xc = x
+    else:
+        xc = tl.where(mask, x - (tl.sum(x, 1) / N)[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+    y = xc * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * w.to(tl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + b.to(tl.float32)[None, :]
+    tl.store(yptrs, _to_out(y, yptrs.dtype.element_ty), mask=mask)
+
+
 @triton.jit(do_not_specialize=["M", "N_BUCKET", "eps"])  # M: row counts never recompile
 def _norm_fwd(
-    x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr,
+    x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr,
     M, N, stride_xm, stride_ym, eps,
     N_BUCKET,  # noqa: ARG001 - the autotune key only (bucketed row length)
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
     ONE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr,
+    PERSIST: tl.constexpr,
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
     if ONE_PASS:
-        rows = pid * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK_N)
         cmask = cols < N
-        mask = (rows < M)[:, None] & cmask[None, :]
-        rows64 = rows.to(tl.int64)
-        x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)
-        if IS_RMS:
-            xc = x
-        else:
-            xc = tl.where(mask, x - (tl.sum(x, 1) / N)[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
-        xhat = xc * rstd[:, None]
-        y = xhat
+        w = 0.0
+        b = 0.0
         if HAS_WEIGHT:
-            y = y * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+            w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
         if HAS_BIAS:
-            y = y + tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_ptr + rows64[:, None] * stride_ym + cols[None, :], _to_out(y, OUT_TY), mask=mask)
+            b = tl.load(b_ptr + cols, mask=cmask, other=0.0)
+        if PERSIST:
+            G = tl.num_programs(0)
+            ptrs, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
+            x_next = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+            for t in range(pid, tl.cdiv(M, ROWS), G):
+                x = x_next
+                # the next tile's load is in flight while this one is reduced and written
+                nptrs, nmask = _tile_ptrs(x_ptr, t + G, ROWS, cols, cmask, M, stride_xm)
+                x_next = tl.load(nptrs, mask=nmask, other=0.0, eviction_policy="evict_first")
+                yptrs, mask = _tile_ptrs(y_ptr, t, ROWS, cols, cmask, M, stride_ym)
+                _rows_out(x.to(tl.float32), mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS)
+        else:
+            ptrs, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
+            x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            yptrs, mask = _tile_ptrs(y_ptr, pid, ROWS, cols, cmask, M, stride_ym)
+            _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS)
     else:
         row = tl.program_id(0)
         seg = tl.program_id(1)
@@ -175,203 +215,183 @@ def _norm_fwd(
                 tl.store(y_ptr + yoff + cols, _to_out(y, OUT_TY), mask=cmask)
 
 
+@triton.jit
+def _rows_bwd(x, dy, w, mask, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+    # a tile of whole rows (fp32, zeros where masked off): (dx, xhat), the statistics recomputed
+    if IS_RMS:
+        xc = x
+    else:
+        xc = tl.where(mask, x - (tl.sum(x, 1) / N)[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+    xhat = xc * rstd[:, None]
+    if HAS_WEIGHT:
+        g = dy * w.to(tl.float32)[None, :]
+    else:
+        g = dy
+    c1 = tl.sum(g * xhat, 1) / N
+    if IS_RMS:
+        dx = rstd[:, None] * (g - xhat * c1[:, None])
+    else:
+        c2 = tl.sum(g, 1) / N
+        dx = rstd[:, None] * (g - c2[:, None] - xhat * c1[:, None])
+    return dx, xhat
+
+
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd(
-    x_ptr, w_ptr, dy_ptr, dx_ptr, pw_ptr, pb_ptr,
-    M, N, stride_xm, stride_dym, stride_dxm, eps,
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    ONE_PASS: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
 ):
+    # rows held in registers; dweight partials at p_ptr[pid, :], dbias partials p_off_b further on
     DX_TY = dx_ptr.dtype.element_ty
     pid = tl.program_id(0)
     G = tl.num_programs(0)
-    cols0 = tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    w = 0.0
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
+    acc_w = tl.zeros([BLOCK_N], tl.float32)
+    acc_b = tl.zeros([BLOCK_N], tl.float32)
+    for t in range(pid, tl.cdiv(M, ROWS), G):
+        xp, mask = _tile_ptrs(x_ptr, t, ROWS, cols, cmask, M, stride_xm)
+        dyp, mask = _tile_ptrs(dy_ptr, t, ROWS, cols, cmask, M, stride_dym)
+        x = tl.load(xp, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(dyp, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dxp, mask = _tile_ptrs(dx_ptr, t, ROWS, cols, cmask, M, stride_dxm)
+        dx, xhat = _rows_bwd(x, dy, w, mask, N, eps, IS_RMS, HAS_WEIGHT)
+        tl.store(dxp, _to_out(dx, DX_TY), mask=mask)
+        if WANT_DW:
+            acc_w += tl.sum(dy * xhat, 0)
+        if WANT_DB:
+            acc_b += tl.sum(dy, 0)
     poff = tl.cast(pid, tl.int64) * N
-    if ONE_PASS:
-        cmask = cols0 < N
+    if WANT_DW:
+        tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
+    if WANT_DB:
+        tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
+
+
+@triton.jit
+def _column_sum(p_ptr, out0_ptr, out1_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr):
+    # out_k[n] = sum over g of p[k, g, n], in a fixed order (the second stage of dweight/dbias):
+    # k = program_id(1), 0 or 1 (the wanted ones of dweight and dbias, in that order)
+    k = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    base = p_ptr + tl.cast(k, tl.int64) * G * N
+    acc = tl.zeros([BLOCK_G, BLOCK_N], tl.float32)
+    for g0 in range(0, G, BLOCK_G):
+        g = g0 + tl.arange(0, BLOCK_G)
+        acc += tl.load(base + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & cmask[None, :],
+                       other=0.0)
+    total = tl.sum(acc, 0)
+    if k == 0:
+        tl.store(out0_ptr + cols, _to_out(total, out0_ptr.dtype.element_ty), mask=cmask)
+    else:
+        tl.store(out1_ptr + cols, _to_out(total, out1_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _split_bwd(
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    PHASE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr,
+):
+    # The backward of long rows, over a grid (row groups GR, chunks): program (rg, c) takes chunk c
+    # of rows rg, rg + GR, ... The fp32 workspace holds 4 sums per row and chunk (PHASE 1):
+    # sum d, sum d^2, sum g * d, sum g, with d = x - x[row, 0] (x itself for rms_norm), g = dy * w.
+    # PHASE 2 writes dx and the group's dweight/dbias partials of the chunk (p_ptr[rg, chunk]).
+    DX_TY = dx_ptr.dtype.element_ty
+    rg = tl.program_id(0)
+    c = tl.program_id(1)
+    GR = tl.num_programs(0)
+    S = tl.num_programs(1)
+    if PHASE == 2:  # the mirror of phase 1: what it read last (still in L2) is read first
+        rg = GR - 1 - rg
+        c = S - 1 - c
+    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    acc_w = tl.zeros([BLOCK_N], tl.float32)
+    acc_b = tl.zeros([BLOCK_N], tl.float32)
+    j = tl.arange(0, CHUNKS_P2)
+    jmask = j < S
+    count = tl.cdiv(M - rg, GR)
+    for i in range(0, count):
+        if PHASE == 2:
+            row = rg + (count - 1 - i) * GR
+        else:
+            row = rg + i * GR
+        r64 = tl.cast(row, tl.int64)
+        xoff = r64 * stride_xm
+        x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + r64 * stride_dym + cols, mask=cmask, other=0.0).to(tl.float32)
+        shift = _row_shift(x_ptr, xoff, IS_RMS)
         if HAS_WEIGHT:
-            w = tl.load(w_ptr + cols0, mask=cmask, other=0.0).to(tl.float32)
-        acc_w = tl.zeros([BLOCK_N], tl.float32)
-        acc_b = tl.zeros([BLOCK_N], tl.float32)
-        for row in range(pid, M, G):
-            r64 = tl.cast(row, tl.int64)
-            x = tl.load(x_ptr + r64 * stride_xm + cols0, mask=cmask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_ptr + r64 * stride_dym + cols0, mask=cmask, other=0.0).to(tl.float32)
+            g = dy * w
+        else:
+            g = dy
+        wbase = ws_ptr + r64 * S * 4
+        if PHASE == 1:
             if IS_RMS:
-                xc = x
+                d = x
             else:
-                xc = tl.where(cmask, x - tl.sum(x, 0) / N, 0.0)
-            rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 0) / N + eps)
-            xhat = xc * rstd
-            if HAS_WEIGHT:
-                g = dy * w
+                d = tl.where(cmask, x - shift, 0.0)
+            tl.store(wbase + c * 4, tl.sum(d, 0))
+            tl.store(wbase + c * 4 + 1, tl.sum(d * d, 0))
+            tl.store(wbase + c * 4 + 2, tl.sum(g * d, 0))
+            tl.store(wbase + c * 4 + 3, tl.sum(g, 0))
+        else:
+            s1 = tl.sum(tl.load(wbase + j * 4, mask=jmask, other=0.0), 0)
+            s2 = tl.sum(tl.load(wbase + j * 4 + 1, mask=jmask, other=0.0), 0)
+            sgd = tl.sum(tl.load(wbase + j * 4 + 2, mask=jmask, other=0.0), 0)
+            sg = tl.sum(tl.load(wbase + j * 4 + 3, mask=jmask, other=0.0), 0)
+            mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
+            if IS_RMS:
+                c1 = rstd * sgd / N  # sum g * xhat / N, xhat = x * rstd
             else:
-                g = dy
-            c1 = tl.sum(g * xhat, 0) / N
+                c1 = rstd * (sgd - (s1 / N) * sg) / N  # xhat = (d - sum d / N) * rstd
+            xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
             if IS_RMS:
                 dx = rstd * (g - xhat * c1)
             else:
-                c2 = tl.sum(g, 0) / N
-                dx = rstd * (g - c2 - xhat * c1)
-            tl.store(dx_ptr + r64 * stride_dxm + cols0, _to_out(dx, DX_TY), mask=cmask)
+                dx = rstd * (g - sg / N - xhat * c1)
+            tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask)
             if WANT_DW:
                 acc_w += dy * xhat
             if WANT_DB:
                 acc_b += dy
+    if PHASE == 2:
+        poff = tl.cast(rg, tl.int64) * N
         if WANT_DW:
-            tl.store(pw_ptr + poff + cols0, acc_w, mask=cmask)
+            tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
         if WANT_DB:
-            tl.store(pb_ptr + poff + cols0, acc_b, mask=cmask)
-    else:
-        nchunks = tl.cdiv(N, BLOCK_N)
-        if WANT_DW or WANT_DB:
-            zero = tl.zeros([BLOCK_N], tl.float32)
-            for c in range(0, nchunks):
-                cols = c * BLOCK_N + cols0
-                if WANT_DW:
-                    tl.store(pw_ptr + poff + cols, zero, mask=cols < N)
-                if WANT_DB:
-                    tl.store(pb_ptr + poff + cols, zero, mask=cols < N)
-        for row in range(pid, M, G):
-            r64 = tl.cast(row, tl.int64)
-            xoff = r64 * stride_xm
-            dyoff = r64 * stride_dym
-            shift = _row_shift(x_ptr, xoff, IS_RMS)
-            s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, 0, nchunks, IS_RMS, BLOCK_N)
-            mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
-            a1 = tl.zeros([BLOCK_N], tl.float32)
-            a2 = tl.zeros([BLOCK_N], tl.float32)
-            for i in range(0, nchunks):
-                c = nchunks - 1 - i  # passes alternate direction: each starts on what the last read
-                cols = c * BLOCK_N + cols0
-                cmask = cols < N
-                x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
-                g = tl.load(dy_ptr + dyoff + cols, mask=cmask, other=0.0).to(tl.float32)
-                if HAS_WEIGHT:
-                    g = g * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-                xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
-                a1 += g * xhat
-                a2 += g
-            c1 = tl.sum(a1, 0) / N
-            c2 = tl.sum(a2, 0) / N
-            for c in range(0, nchunks):
-                cols = c * BLOCK_N + cols0
-                cmask = cols < N
-                x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_ptr + dyoff + cols, mask=cmask, other=0.0).to(tl.float32)
-                if HAS_WEIGHT:
-                    g = dy * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-                else:
-                    g = dy
-                xhat = (x - mean) * rstd
-                if IS_RMS:
-                    dx = rstd * (g - xhat * c1)
-                else:
-                    dx = rstd * (g - c2 - xhat * c1)
-                tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask)
-                if WANT_DW:
-                    pw = tl.load(pw_ptr + poff + cols, mask=cmask, other=0.0)
-                    tl.store(pw_ptr + poff + cols, pw + dy * xhat, mask=cmask)
-                if WANT_DB:
-                    pb = tl.load(pb_ptr + poff + cols, mask=cmask, other=0.0)
-                    tl.store(pb_ptr + poff + cols, pb + dy, mask=cmask)
+            tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
 
 
-@triton.jit
-def _column_sum(p_ptr, out_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr):
-    # out[n] = sum over g of p[g, n], in a fixed order (the second stage of dweight/dbias)
-    OUT_TY = out_ptr.dtype.element_ty
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    cmask = cols < N
-    acc = tl.zeros([BLOCK_G, BLOCK_N], tl.float32)
-    for g0 in range(0, G, BLOCK_G):
-        g = g0 + tl.arange(0, BLOCK_G)
-        acc += tl.load(p_ptr + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & cmask[None, :],
-                       other=0.0)
-    tl.store(out_ptr + cols, _to_out(tl.sum(acc, 0), OUT_TY), mask=cmask)
+@triton.jit(do_not_specialize=["M", "eps"])
+def _norm_bwd_sums(
+    x_ptr, ws_ptr, dy_ptr, w_ptr,
+    M, N, stride_xm, stride_dym, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr,
+):
+    # phase 1 of the long-row backward: the four sums of each row and chunk into ws
+    _split_bwd(x_ptr, x_ptr, dy_ptr, w_ptr, ws_ptr, ws_ptr, M, N, stride_xm, stride_dym, 0, 0, eps,
+               IS_RMS, HAS_WEIGHT, False, False, 1, BLOCK_N, CHUNKS_P2)
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd_split(
-    x_ptr, w_ptr, dy_ptr, dx_ptr, pw_ptr, pb_ptr, ws_ptr,
-    M, N, stride_xm, stride_dym, stride_dxm, eps,
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    PHASE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr,
 ):
-    # The backward of few long rows: a row cut into SPLIT segments over three launches. Program
-    # (rg, seg) takes segment seg of rows rg, rg + GR, ... Per row and segment the fp32 workspace
-    # holds 4 sums: (sum d, sum d^2) from PHASE 1, (sum g * xhat, sum g) from PHASE 2; PHASE 3
-    # writes dx and adds dy * xhat and dy into row rg of the partials (its own columns only).
-    DX_TY = dx_ptr.dtype.element_ty
-    rg = tl.program_id(0)
-    seg = tl.program_id(1)
-    GR = tl.num_programs(0)
-    nchunks = tl.cdiv(N, BLOCK_N)
-    per = tl.cdiv(nchunks, SPLIT)
-    lo = seg * per
-    hi = tl.minimum(lo + per, nchunks)
-    cols0 = tl.arange(0, BLOCK_N)
-    j = tl.arange(0, SPLIT)
-    poff = tl.cast(rg, tl.int64) * N
-    if PHASE == 3:
-        if WANT_DW or WANT_DB:
-            zero = tl.zeros([BLOCK_N], tl.float32)
-            for c in range(lo, hi):
-                cols = c * BLOCK_N + cols0
-                if WANT_DW:
-                    tl.store(pw_ptr + poff + cols, zero, mask=cols < N)
-                if WANT_DB:
-                    tl.store(pb_ptr + poff + cols, zero, mask=cols < N)
-    for row in range(rg, M, GR):
-        r64 = tl.cast(row, tl.int64)
-        xoff = r64 * stride_xm
-        dyoff = r64 * stride_dym
-        base = r64 * SPLIT * 4
-        shift = _row_shift(x_ptr, xoff, IS_RMS)
-        if PHASE == 1:
-            s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N)
-            tl.store(ws_ptr + base + seg * 4, s1)
-            tl.store(ws_ptr + base + seg * 4 + 1, s2)
-        else:
-            s1 = tl.sum(tl.load(ws_ptr + base + j * 4), 0)
-            s2 = tl.sum(tl.load(ws_ptr + base + j * 4 + 1), 0)
-            mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
-            if PHASE == 2:
-                a1 = tl.zeros([BLOCK_N], tl.float32)
-                a2 = tl.zeros([BLOCK_N], tl.float32)
-                for i in range(0, hi - lo):
-                    c = hi - 1 - i  # against phase 1's direction: its last chunks are still in L2
-                    cols = c * BLOCK_N + cols0
-                    cmask = cols < N
-                    x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
-                    g = tl.load(dy_ptr + dyoff + cols, mask=cmask, other=0.0).to(tl.float32)
-                    if HAS_WEIGHT:
-                        g = g * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-                    a1 += g * tl.where(cmask, (x - mean) * rstd, 0.0)
-                    a2 += g
-                tl.store(ws_ptr + base + seg * 4 + 2, tl.sum(a1, 0))
-                tl.store(ws_ptr + base + seg * 4 + 3, tl.sum(a2, 0))
-            else:
-                c1 = tl.sum(tl.load(ws_ptr + base + j * 4 + 2), 0) / N
-                c2 = tl.sum(tl.load(ws_ptr + base + j * 4 + 3), 0) / N
-                for c in range(lo, hi):
-                    cols = c * BLOCK_N + cols0
-                    cmask = cols < N
-                    x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
-                    dy = tl.load(dy_ptr + dyoff + cols, mask=cmask, other=0.0).to(tl.float32)
-                    if HAS_WEIGHT:
-                        g = dy * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-                    else:
-                        g = dy
-                    xhat = (x - mean) * rstd
-                    if IS_RMS:
-                        dx = rstd * (g - xhat * c1)
-                    else:
-                        dx = rstd * (g - c2 - xhat * c1)
-                    tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask)
-                    if WANT_DW:
-                        pw = tl.load(pw_ptr + poff + cols, mask=cmask, other=0.0)
-                        tl.store(pw_ptr + poff + cols, pw + dy * xhat, mask=cmask)
-                    if WANT_DB:
-                        pb = tl.load(pb_ptr + poff + cols, mask=cmask, other=0.0)
-                        tl.store(pb_ptr + poff + cols, pb + dy, mask=cmask)
+    # phase 2 of the long-row backward: dx and the dweight/dbias partials
+    _split_bwd(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+               IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, 2, BLOCK_N, CHUNKS_P2)

@@ -1,9 +1,38 @@
 """rms_norm and layer_norm on Triton, host side: config spaces, the forward launcher, the backward,
 and Triton's native autotuner over the forward kernel (kernels in :mod:`dispatch_triton.norm_kernels`).
 
-A config is a dict: ``BLOCK_N`` (a power of two), ``ROWS`` (rows per program, one-pass only),
-``SPLIT`` (programs per row, chunked only; a power of two), ``num_warps``, ``num_stages``. It is
-one-pass when ``BLOCK_N`` covers the bucketed row length.
+A config is a dict: ``BLOCK_N`` (a power of two), ``ROWS`` (rows per tile, one-pass only),
+``SPLIT`` (programs per row, chunked only; a power of two), ``PERSIST`` (one-pass only: 0 for a
+program per tile, k for a persistent grid of k programs per multiprocessor that load the next tile
+while working on the current one), ``num_warps``, ``num_stages``. It is one-pass when ``BLOCK_N``
+covers the bucketed row length.
+
+Forward, by the row length's bucket (the default of each; the tune space holds a handful more):
+
+* up to 1024: tiles of 2048 elements (several rows each), 4 warps;
+* 2048 and 4096: a row per program, 16 elements a thread (4 and 8 warps);
+* 8192: a row per program, 8 warps (32 elements a thread: two programs a multiprocessor);
+* 16384: bf16/fp16 rows in a persistent grid of one 32-warp program per multiprocessor, the next
+  row's load in flight while one is reduced and written; fp32 rows (twice the bytes in flight per
+  register) a program per row of 16 warps;
+* longer: 4096-element chunks, 8 warps. With rows for 1.5 programs a multiprocessor or more, a
+  program per row (one launch) walks it twice (the second pass newest chunks first, mostly from
+  L2); with fewer rows, rows are cut into ``SPLIT`` segments (two launches) so that there are
+  about 6 programs per multiprocessor.
+
+A persistent grid is never larger than what is resident at once: its programs are compiled with
+``maxnreg`` so that they fit (a program waiting for a slot would wait for another to finish).
+
+Backward (:func:`backward_plan`): rows of up to 8192 elements held in registers by a persistent
+grid (8 elements a thread, tiles of at least 2048 elements, 32 warps a multiprocessor at 64
+registers): x and dy read once, dx written once, the statistics recomputed in registers, and the
+dweight/dbias partials accumulated in registers (one row of partials per program). Longer rows
+in two launches over (row groups, 4096-element chunks): the per-row sums, then dx and the
+partials, re-reading x and dy newest first (L2). The partials are reduced over the programs by one
+more launch, in a fixed order (deterministic).
+
+Every launch goes through a :class:`~dispatch_triton.direct.DirectLaunch`: after the first call
+the compiled kernel's launcher is called with its arguments prepacked.
 """
 
 from __future__ import annotations
@@ -15,14 +44,18 @@ import triton
 
 from dispatch.backend import placeholder
 
-from .norm_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_fwd
+from . import _interpreting
+from .direct import DirectLaunch
+from .norm_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_bwd_sums, _norm_fwd
 
 NORM_OPS = ("rms_norm", "layer_norm")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_N = 1 << 20  # longest row served
 _MAX_ONE_PASS = 16384  # longest row held in registers (forward)
 _MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
-_MAX_GRID_ROWS = 65535  # grid dim 1 limit: the split path's rows
+_MAX_GRID_ROWS = 65535  # the split path's rows
+_CHUNK = 4096  # the chunk of long rows
+_SPLIT_PER_SM = 6  # programs per multiprocessor the forward's split aims at
 
 
 def _np2(n: int) -> int:
@@ -39,9 +72,9 @@ def _sms(device: torch.device | None) -> int:
     return 132
 
 
-def _cfg(block_n: int, rows: int = 1, split: int = 1, warps: int = 4, stages: int = 1) -> dict:
-    return {"BLOCK_N": int(block_n), "ROWS": int(rows), "SPLIT": int(split), "num_warps": int(warps),
-            "num_stages": int(stages)}
+def _cfg(block_n: int, rows: int = 1, split: int = 1, warps: int = 4, stages: int = 1, persist: int = 0) -> dict:
+    return {"BLOCK_N": int(block_n), "ROWS": int(rows), "SPLIT": int(split), "PERSIST": int(persist),
+            "num_warps": int(warps), "num_stages": int(stages)}
 
 
 def one_pass(config: dict, n: int) -> bool:
@@ -49,56 +82,57 @@ def one_pass(config: dict, n: int) -> bool:
     return config["BLOCK_N"] >= _np2(max(n, 1))
 
 
+def _one_pass_space(bn: int, dtype: torch.dtype) -> list[dict]:
+    """Candidates that hold rows of bucket ``bn`` in registers, the default first: (tile rows,
+    warps, persistent programs per multiprocessor)."""
+    wide = dtype == torch.float32
+    if bn <= 1024:
+        r = 2048 // bn
+        cands = [(r, 4, 0), (2 * r, 8, 0), (r, 8, 0), (2 * r, 4, 0)]
+    elif bn == 2048:
+        cands = [(1, 4, 0), (1, 8, 0), (2, 8, 0), (2, 4, 0)]
+    elif bn == 4096:
+        cands = [(1, 8, 0), (1, 4, 0), (1, 16, 0), (1, 8, 2)]
+    elif bn == 8192:  # 8 warps: two programs fit a multiprocessor (16 warps of layer_norm: one)
+        cands = [(1, 8, 0), (1, 16, 0), (1, 16, 1), (1, 32, 0)]
+    else:
+        # 16384: bf16/fp16 rows in a persistent grid with the next row's load in flight (one program
+        # of 32 warps a multiprocessor); fp32 rows load twice the bytes: a program per row
+        cands = [(1, 16, 0), (1, 32, 1), (1, 32, 0), (1, 16, 1)]
+        if not wide:
+            cands = [cands[1], cands[0], cands[2], cands[3]]
+    return [_cfg(bn, rows, 1, warps, 1, persist) for rows, warps, persist in cands]
+
+
+def _split_for(m: int, nchunks: int, device) -> int:
+    """Programs per row that give about ``_SPLIT_PER_SM`` programs per multiprocessor (a power of
+    two, at most the row's chunks and 64)."""
+    want = _np2(_cdiv(_SPLIT_PER_SM * _sms(device), max(m, 1)))
+    return max(1, min(want, 1 << (max(nchunks, 1).bit_length() - 1), 64))
+
+
 def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None) -> list[dict]:
     """Candidate forward configs for ``m`` rows of ``n``, deterministic, by the bucket of ``n``
-    (and, for the split path, how many programs ``m`` rows need to fill the device)."""
+    (and, for long rows, how many programs per row ``m`` rows need to fill the device); the
+    default (:func:`default_config`) first, so that it wins ties."""
     np2 = _np2(max(int(n), 1))
-    out: list[dict] = []
     if np2 <= _MAX_ONE_PASS:
-        bn = max(np2, 16)
-        for tile in (1024, 2048, 4096, 8192, 16384):
-            if bn <= tile <= max(2048, 2 * bn):
-                for per in (8, 16, 32):
-                    w = tile // (32 * per)
-                    if 1 <= w <= 32:
-                        out.append(_cfg(bn, tile // bn, 1, w))
-        if not out:
-            out.append(_cfg(bn, 1, 1, 1))
-    if np2 >= 8192:
-        for bn, w in ((2048, 4), (4096, 8)):
-            if bn < np2:
-                out.append(_cfg(bn, 1, 1, w))
-                for split in _splits(m, np2 // bn, device):
-                    out.append(_cfg(bn, 1, split, w))
-    return out
-
-
-def _splits(m: int, nchunks: int, device) -> list[int]:
-    """Programs per row worth trying: powers of two up to what fills the device twice over."""
-    want = max(1, _cdiv(2 * _sms(device), max(m, 1)))
-    out, s = [], 2
-    while s <= min(nchunks, 2 * _np2(want), 64):
-        out.append(s)
-        s *= 2
-    return out if m <= _MAX_GRID_ROWS else []
+        return _one_pass_space(max(np2, 16), dtype)
+    nchunks = _cdiv(n, _CHUNK)
+    split = _split_for(m, nchunks, device) if m <= _MAX_GRID_ROWS else 1
+    chunked = [_cfg(_CHUNK, 1, 1, 8), _cfg(2 * _CHUNK, 1, 1, 16)]
+    splits = [_cfg(_CHUNK, 1, s, 8) for s in (split, split * 2, split // 2)
+              if 2 <= s <= min(64, nchunks) and m <= _MAX_GRID_ROWS]
+    # rows enough for 1.5 programs a multiprocessor or more: one launch, a program per row (its
+    # second pass mostly from L2); fewer: rows cut over programs (two launches)
+    if 2 * m >= 3 * _sms(device) or not splits:
+        return chunked + splits
+    return splits + chunked
 
 
 def default_config(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None) -> dict:
-    """The heuristic pick: whole rows in registers up to 16K elements (several short rows per
-    program, 8-16 elements per thread), then 4096-element chunks, cut over enough programs per row
-    to fill the device when rows are few."""
-    space = config_space(m, n, dtype, device)
-    np2 = _np2(max(int(n), 1))
-    if np2 <= _MAX_ONE_PASS:
-        bn = max(np2, 16)
-        if bn <= 512:
-            want = _cfg(bn, 1024 // bn, 1, 4)
-        else:
-            want = _cfg(bn, 1, 1, max(1, min(16, bn // (256 if dtype == torch.float32 else 512))))
-    else:
-        splits = [c["SPLIT"] for c in space if c["BLOCK_N"] == 4096]
-        want = _cfg(4096, 1, max(splits) if m < 2 * _sms(device) else 1, 8)
-    return dict(want) if want in space else dict(space[0])
+    """The heuristic pick (what runs with tuning off): see the module's docstring."""
+    return dict(config_space(m, n, dtype, device)[0])
 
 
 def _check_config(config: dict, n: int) -> None:
@@ -108,6 +142,24 @@ def _check_config(config: dict, n: int) -> None:
             raise ValueError(f"config {name} must be a power of two (got {v}) in {config}")
     if rows > 1 and bn < n:
         raise ValueError(f"config ROWS={rows} packs whole rows: BLOCK_N={bn} must be >= N={n}")
+    if int(config.get("PERSIST", 0)) < 0:
+        raise ValueError(f"config PERSIST must be >= 0 (got {config['PERSIST']})")
+
+
+def _persist_regs(config: dict) -> int:
+    """Registers a thread may use so that ``PERSIST`` programs fit on a multiprocessor (65536
+    registers): a persistent program that is not resident would wait for another to finish."""
+    return min(255, 65536 // (int(config["PERSIST"]) * int(config["num_warps"]) * 32)) & ~7
+
+
+def _fwd_grid(m: int, config: dict, device) -> int:
+    """Programs of a one-pass forward: one per tile, or ``PERSIST`` per multiprocessor (on the CPU,
+    under the interpreter: ``PERSIST`` in all, so that each walks several tiles)."""
+    tiles = _cdiv(m, int(config["ROWS"]))
+    persist = int(config.get("PERSIST", 0))
+    if not persist:
+        return tiles
+    return min(tiles, persist * (_sms(device) if device.type == "cuda" else 1))
 
 
 class NormLauncher:
@@ -126,42 +178,59 @@ class NormLauncher:
         anchor = torch.empty(0, device=device)
         device = anchor.device
         self.config = dict(config)
-        empty, size = torch.empty, tuple(out_shape)
+        empty, size = torch.empty, tuple(out_shape)  # empty(*size): varargs parse faster than a tuple
+        self.direct: tuple[DirectLaunch, ...] = ()
         if m == 0 or n == 0:
             def run(x, weight=None, bias=None):
                 return empty(size, dtype=dtype, device=device)
             self.run = run
             return
         ph = placeholder(anchor, dtype)
+        ph32 = placeholder(anchor, torch.float32)
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
-                    BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]), num_warps=int(config["num_warps"]),
-                    num_stages=int(config.get("num_stages", 1)))
-        ints = (m, n, row_stride, n, float(eps), _np2(n))
+                    BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]))
+        ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
+        options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
+        if device.type == "cuda" and int(config.get("PERSIST", 0)) and one_pass(config, n):
+            options["maxnreg"] = _persist_regs(config)
+        enabled = not _interpreting()
         split = int(config["SPLIT"])
+
+        def launcher(grid, out=1, **kw):
+            return DirectLaunch(_norm_fwd, grid, 5, dict(ints, **meta, **kw), options, enabled=enabled,
+                                checked=(0, 2, 3), out=out)
+
         if one_pass(config, n):
-            kernel = _norm_fwd[(_cdiv(m, meta["ROWS"]), 1)]
-            kw = dict(meta, PHASE=0, ONE_PASS=True, SPLIT=1)
-        else:
-            kernel = _norm_fwd[(m, 1)]
-            kw = dict(meta, PHASE=0, ONE_PASS=False, SPLIT=1)
-        if split > 1 and not one_pass(config, n):
-            stats, write = _norm_fwd[(m, split)], _norm_fwd[(m, split)]
-            kw1, kw2 = dict(meta, PHASE=1, ONE_PASS=False, SPLIT=split), dict(meta, PHASE=2, ONE_PASS=False,
-                                                                               SPLIT=split)
+            k0 = launcher((_fwd_grid(m, config, device),), PHASE=0, ONE_PASS=True, SPLIT=1,
+                          PERSIST=int(config.get("PERSIST", 0)))
+            self.direct = (k0,)
+
+            def run(x, weight=None, bias=None):
+                y = empty(*size, dtype=dtype, device=device)
+                k0.launch(x, y, ph if weight is None else weight, ph if bias is None else bias, ph32)
+                return y
+        elif split > 1:
+            common = dict(ONE_PASS=False, SPLIT=split, PERSIST=0)
+            k1 = launcher((m, split), out=4, PHASE=1, **common)
+            k2 = launcher((m, split), PHASE=2, **common)
+            self.direct = (k1, k2)
             ws_size = 2 * m * split
 
             def run(x, weight=None, bias=None):
-                y = empty(size, dtype=dtype, device=device)
+                y = empty(*size, dtype=dtype, device=device)
                 ws = empty(ws_size, dtype=torch.float32, device=device)
                 w = ph if weight is None else weight
                 b = ph if bias is None else bias
-                stats(x, w, b, y, ws, *ints, **kw1)
-                write(x, w, b, y, ws, *ints, **kw2)
+                k1.launch(x, y, w, b, ws)
+                k2.launch(x, y, w, b, ws)
                 return y
         else:
+            k0 = launcher((m,), PHASE=0, ONE_PASS=False, SPLIT=1, PERSIST=0)
+            self.direct = (k0,)
+
             def run(x, weight=None, bias=None):
-                y = empty(size, dtype=dtype, device=device)
-                kernel(x, ph if weight is None else weight, ph if bias is None else bias, y, ph, *ints, **kw)
+                y = empty(*size, dtype=dtype, device=device)
+                k0.launch(x, y, ph if weight is None else weight, ph if bias is None else bias, ph32)
                 return y
         self.run = run
 
@@ -183,24 +252,38 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
     return t.contiguous(), n
 
 
-def backward_programs(m: int, device: torch.device) -> int:
-    """Programs of the backward (rows are dealt out round robin; each keeps a row of partials)."""
-    if device.type != "cuda":
-        return max(1, min(m, 4))
-    return max(1, min(m, 2 * _sms(device)))  # partials: 2 x SMs x N x 4 bytes, small next to 3 x M x N
+def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
+                  split: tuple[int, int] | None = None) -> dict:
+    """How the backward of ``m`` rows of ``n`` runs: ``kind`` "rows" (rows in registers: ``BLOCK_N``,
+    ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``) or "split" (long
+    rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``).
+
+    ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows)."""
+    cuda = device.type == "cuda"
+    sms = _sms(device)
+    bn = max(_np2(max(n, 1)), 16)
+    if split is None and bn <= _MAX_ONE_PASS_BWD:
+        # 8 elements a thread, tiles of at least 2048 elements (several short rows), and as many
+        # programs as are resident at 64 registers a thread (``maxnreg``): 32 warps a multiprocessor
+        rows = max(1, 2048 // bn)
+        warps = min(32, bn * rows // 256)
+        tiles = _cdiv(m, rows)
+        g = min(tiles, (32 // warps) * sms if cuda else 4)
+        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=64)
+    # long rows: (row groups) x (chunks) programs, 8 elements a thread, one wave of resident
+    # programs (each walks its group's rows: the dweight/dbias partials are a row per group)
+    groups, block = split if split is not None else (0, _CHUNK)
+    chunks = _cdiv(n, block)
+    warps = max(1, min(32, block // 256))
+    if groups <= 0:
+        groups = _cdiv(max(1, 32 // warps) * sms, chunks) if cuda else 2
+    return dict(kind="split", BLOCK_N=block, GR=max(1, min(groups, m)), S=chunks, num_warps=warps, maxnreg=64)
 
 
 def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
-    """``(row groups, segments per row)`` of the split backward, or ``(0, 0)`` for the one-kernel one.
-
-    Rows too long for one pass and too few to fill the device are cut into segments; row groups
-    are kept few (about M / 16), as each holds a row of dweight/dbias partials."""
-    programs = 2 * _sms(device) if device.type == "cuda" else 4
-    if _np2(max(n, 1)) <= _MAX_ONE_PASS_BWD or m >= programs:
-        return 0, 0
-    groups = max(1, m // 16)
-    split = min(_np2(_cdiv(n, 2048)), 64, _np2(_cdiv(programs, groups)))
-    return (groups, split) if split > 1 else (0, 0)
+    """``(row groups, chunks per row)`` of the long-row backward, or ``(0, 0)`` for rows held in registers."""
+    plan = backward_plan(m, n, torch.float32, device)
+    return (plan["GR"], plan["S"]) if plan["kind"] == "split" else (0, 0)
 
 
 def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, eps: float,
@@ -209,13 +292,48 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
     """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` for one call shape.
 
     ``weight_grad``/``bias_grad`` False: that gradient is not wanted (a frozen parameter) and is None.
-    ``split``: ``(row groups, segments)`` of the split backward (default: :func:`backward_split`)."""
+    ``split``: ``(row groups, chunk length)`` forces the long-row path (see :func:`backward_plan`)."""
     is_rms = op == "rms_norm"
-    bn_one = max(_np2(max(n, 1)), 16)
-    onep = bn_one <= _MAX_ONE_PASS_BWD
-    block_n = bn_one if onep else 2048
-    warps = max(1, min(16, block_n // 256)) if onep else 8
-    split_plan = split
+    plans: dict = {}
+    lock = threading.Lock()
+
+    def build(device, dy_stride: int, has_w: bool, want_dw: bool, want_db: bool, wdtype):
+        plan = backward_plan(m, n, dtype, device, split)
+        enabled = not _interpreting()
+        k = int(want_dw) + int(want_db)
+        flags = dict(IS_RMS=is_rms, HAS_WEIGHT=has_w)
+        options = dict(num_warps=plan["num_warps"], num_stages=1)
+        if plan.get("maxnreg") and device.type == "cuda":
+            options["maxnreg"] = plan["maxnreg"]  # keeps every persistent program resident
+        if plan["kind"] == "rows":
+            g = plan["G"]
+            main = DirectLaunch(_norm_bwd, (g,), 5, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
+                                                         stride_dxm=n, p_off_b=g * n if want_dw else 0, eps=float(eps),
+                                                         WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=plan["BLOCK_N"],
+                                                         ROWS=plan["ROWS"], **flags),
+                                options, enabled=enabled, checked=(0, 2, 3))
+            stages = (main,)
+        else:
+            g, s, bn = plan["GR"], plan["S"], plan["BLOCK_N"]
+            sums = DirectLaunch(_norm_bwd_sums, (g, s), 4, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
+                                                                 eps=float(eps), BLOCK_N=bn, CHUNKS_P2=_np2(s),
+                                                                 **flags),
+                                options, enabled=enabled, checked=(0, 2, 3))
+            dx = DirectLaunch(_norm_bwd_split, (g, s), 6, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
+                                                                stride_dxm=n, p_off_b=g * n if want_dw else 0,
+                                                                eps=float(eps), WANT_DW=want_dw, WANT_DB=want_db,
+                                                                BLOCK_N=bn, CHUNKS_P2=_np2(s), **flags),
+                              options, enabled=enabled, checked=(0, 2, 3))
+            stages = (sums, dx)
+        reduce = None
+        if k:  # columns of 32 fp32 (a 128-byte line a row), up to 128 partial rows a step
+            rbn = min(32, max(16, _np2(n)))
+            reduce = DirectLaunch(_column_sum, (_cdiv(n, rbn), k), 3,
+                                  dict(G=g, N=n, BLOCK_G=min(128, _np2(g)), BLOCK_N=rbn),
+                                  dict(num_warps=4, num_stages=1), enabled=enabled)
+        ws_size = m * plan.get("S", 0) * 4
+        anchor = torch.empty(0, device=device)
+        return plan, g, k, stages, reduce, ws_size, placeholder(anchor, torch.float32), placeholder(anchor, dtype)
 
     def backward(grad, x, weight, *rest):
         bias = rest[0] if len(rest) == 2 else None
@@ -228,35 +346,30 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             db = torch.zeros_like(bias) if want_db else None
             return (dx, dw, db) if not is_rms else (dx, dw)
         dy, dy_stride = _dense_rows(grad, m, n)
-        groups, segments = split_plan if split_plan is not None else backward_split(m, n, device)
-        g = groups if segments > 1 else backward_programs(m, device)
-        ph32 = placeholder(x, torch.float32)
-        pw = torch.empty((g, n), dtype=torch.float32, device=device) if want_dw else ph32
-        pb = torch.empty((g, n), dtype=torch.float32, device=device) if want_db else ph32
-        w_arg = weight if weight is not None else placeholder(x, dtype)
-        flags = dict(IS_RMS=is_rms, HAS_WEIGHT=weight is not None, WANT_DW=want_dw, WANT_DB=want_db)
-        if segments > 1:
-            ws = torch.empty(m * segments * 4, dtype=torch.float32, device=device)
-            for phase in (1, 2, 3):
-                _norm_bwd_split[(g, segments)](x, w_arg, dy, dx, pw, pb, ws, m, n, row_stride, dy_stride, n,
-                                               float(eps), PHASE=phase, BLOCK_N=2048, SPLIT=segments, num_warps=8,
-                                               **flags)
+        key = (device, dy_stride, weight is not None, want_dw, want_db)
+        built = plans.get(key)
+        if built is None:
+            with lock:
+                built = plans.get(key)
+                if built is None:
+                    built = plans[key] = build(device, dy_stride, weight is not None, want_dw, want_db, dtype)
+        plan, g, k, stages, reduce, ws_size, ph32, ph = built
+        partials = torch.empty(k * g * n, dtype=torch.float32, device=device) if k else ph32
+        w_arg = weight if weight is not None else ph
+        if plan["kind"] == "rows":
+            stages[0].launch(x, dx, dy, w_arg, partials)
         else:
-            _norm_bwd[(g,)](x, w_arg, dy, dx, pw, pb, m, n, row_stride, dy_stride, n, float(eps),
-                            ONE_PASS=onep, BLOCK_N=block_n, num_warps=warps, **flags)
-        dw = _reduce(pw, weight) if want_dw else None
-        db = _reduce(pb, bias) if want_db else None
+            ws = torch.empty(ws_size, dtype=torch.float32, device=device)
+            stages[0].launch(x, ws, dy, w_arg)
+            stages[1].launch(x, dx, dy, w_arg, partials, ws)
+        dw = torch.empty(weight.shape, dtype=weight.dtype, device=device) if want_dw else None
+        db = torch.empty(bias.shape, dtype=bias.dtype, device=device) if want_db else None
+        if k:
+            outs = [t for t in (dw, db) if t is not None]
+            reduce.launch(partials, outs[0], outs[-1])
         return (dx, dw) if is_rms else (dx, dw, db)
 
     return backward
-
-
-def _reduce(partials: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    g, n = partials.shape
-    out = torch.empty(like.shape, dtype=like.dtype, device=like.device)
-    bn = min(256, max(16, _np2(n)))
-    _column_sum[(_cdiv(n, bn),)](partials, out, g, n, BLOCK_G=8, BLOCK_N=bn, num_warps=4)
-    return out
 
 
 # -- Triton's native autotuner over the forward ---------------------------------------------------
@@ -266,13 +379,14 @@ _LOCK = threading.Lock()
 
 
 def _to_triton(c: dict) -> triton.Config:
-    return triton.Config({"BLOCK_N": c["BLOCK_N"], "ROWS": c["ROWS"]}, num_warps=c["num_warps"],
-                         num_stages=c["num_stages"])
+    return triton.Config({"BLOCK_N": c["BLOCK_N"], "ROWS": c["ROWS"], "PERSIST": c["PERSIST"]},
+                         num_warps=c["num_warps"], num_stages=c["num_stages"],
+                         maxnreg=_persist_regs(c) if c["PERSIST"] else None)
 
 
 def config_from_triton(cfg: triton.Config) -> dict:
     """The config dict of a ``triton.Config`` built here (an autotuner's winner)."""
-    return _cfg(cfg.kwargs["BLOCK_N"], cfg.kwargs["ROWS"], 1, cfg.num_warps, cfg.num_stages)
+    return _cfg(cfg.kwargs["BLOCK_N"], cfg.kwargs["ROWS"], 1, cfg.num_warps, cfg.num_stages, cfg.kwargs["PERSIST"])
 
 
 def _universe() -> list[dict]:
@@ -300,10 +414,11 @@ def autotuned(do_bench=None):
                 def prune(configs, named_args, **kwargs):
                     n = int(named_args["N"])
                     onep = _np2(n) <= _MAX_ONE_PASS  # what run_autotuned passes as ONE_PASS
-                    allowed = {(c["BLOCK_N"], c["ROWS"], c["num_warps"])
+                    allowed = {(c["BLOCK_N"], c["ROWS"], c["PERSIST"], c["num_warps"])
                                for c in config_space(int(named_args["M"]), n, named_args["x_ptr"].dtype)
                                if c["SPLIT"] == 1 and one_pass(c, n) == onep}
-                    kept = [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["ROWS"], c.num_warps) in allowed]
+                    kept = [c for c in configs
+                            if (c.kwargs["BLOCK_N"], c.kwargs["ROWS"], c.kwargs["PERSIST"], c.num_warps) in allowed]
                     if not kept:
                         raise ValueError(f"no norm config fits N={n}")
                     return kept
@@ -330,11 +445,11 @@ def run_autotuned(op: str, x: torch.Tensor, weight: torch.Tensor | None = None, 
     ph = placeholder(x, x.dtype)
 
     def grid(meta):
-        return (_cdiv(m, meta["ROWS"]) if meta["ONE_PASS"] else m, 1)
+        return (_fwd_grid(m, meta, x.device) if meta["ONE_PASS"] else m, 1)
 
     # ONE_PASS follows from the config: every candidate of a bucket agrees (pruned to it)
     onep = _np2(n) <= _MAX_ONE_PASS
-    kernel[grid](x, ph if weight is None else weight, ph if bias is None else bias, y, ph, m, n, x.stride(0), n,
+    kernel[grid](x, y, ph if weight is None else weight, ph if bias is None else bias, ph, m, n, x.stride(0), n,
                  float(eps), _np2(n), IS_RMS=op == "rms_norm", HAS_WEIGHT=weight is not None,
                  HAS_BIAS=bias is not None, PHASE=0, ONE_PASS=onep, SPLIT=1)
     return y
