@@ -7,7 +7,9 @@ processes, each with its own empty decision cache:
     Tuning off (the default). The first call resolves; ``explain`` says where the decision came
     from (``shipped table`` expected); the call is then timed.
 ``tuned``
-    Tuning on. The first call races every backend (its seconds are recorded); the call is timed.
+    Tuning on and no shipped tables (``DISPATCH_TABLES_DIR`` an empty folder; with tuning on a
+    shipped decision would still answer first). The first call races every backend (its seconds
+    are recorded); the call is timed.
 
 Timing is the protocol's (:func:`dispatch.autotune.measure`): CUDA events with L2 flushed between
 repetitions, and, for a call whose host side outlasts its kernel, its back-to-back rate. Each
@@ -65,6 +67,9 @@ def child(phase: str, cases: list[str], rounds: int) -> None:
 def run_phase(phase: str, cases: str, rounds: int, timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, DISPATCH_CACHE_DIR=f"{tmp}/dispatch")
+        if phase == "tuned":  # no shipped decisions: with tuning on they would still answer first
+            os.makedirs(f"{tmp}/no-tables")
+            env["DISPATCH_TABLES_DIR"] = f"{tmp}/no-tables"
         proc = subprocess.run([sys.executable, __file__, "--child", phase, "--cases", cases, "--rounds", str(rounds)],
                               env=env, capture_output=True, text=True, timeout=timeout)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -95,8 +100,8 @@ def main() -> int:
         within += ok
         rows.append({"case": case, "shipped": s, "tuned": t, "same_choice": same, "ratio": ratio, "within_3pct": ok})
         print(f"{case:32s} shipped {s['backend']:8s} {s['us']:9.2f} us ({s['source']})  tuned {t['backend']:8s} "
-              f"{t['us']:9.2f} us (tune {t['first_call_s']:.1f} s)  ratio {ratio:.3f}{'' if ok else '  > 3%'}",
-              flush=True)
+              f"{t['us']:9.2f} us (race {t['first_call_s']:.1f} s)  ratio {ratio:.3f}"
+              f"{'' if ok else '  > 3%'}{'  same choice' if same else ''}", flush=True)
     print(f"{within}/{len(rows)} within 3% of the tuned pick; "
           f"{sum(r['shipped']['source'] == 'shipped table' for r in rows)}/{len(rows)} from the shipped table")
     if a.out:
@@ -107,12 +112,12 @@ def main() -> int:
         with open(os.path.join(a.out, "shipped.json"), "w") as f:
             json.dump({**meta, "rows": rows}, f, indent=1)
         lines = [f"{meta['device']}, torch {meta['torch']}; us per call (median of {a.rounds} rounds)", "",
-                 "| case | shipped (tuning off) | us | tuned (fresh race) | us | race s | shipped / tuned |",
-                 "|---|---|---|---|---|---|---|"]
+                 "| case | shipped (tuning off) | us | tuned (fresh race) | us | race s | same choice | shipped / tuned |",
+                 "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             s, t = r["shipped"], r["tuned"]
             lines.append(f"| {r['case']} | {s['backend']} ({s['source']}) | {s['us']:.2f} | {t['backend']} | "
-                         f"{t['us']:.2f} | {t['first_call_s']:.1f} | {r['ratio']:.3f}{'' if r['within_3pct'] else ' (>3%)'} |")
+                         f"{t['us']:.2f} | {t['first_call_s']:.1f} | {'yes' if r['same_choice'] else 'no'} | {r['ratio']:.3f}{'' if r['within_3pct'] else ' (>3%)'} |")
         lines.append("")
         lines.append(f"{within} of {len(rows)} within 3% of the tuned pick.")
         with open(os.path.join(a.out, "shipped.md"), "w") as f:
