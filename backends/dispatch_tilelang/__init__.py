@@ -55,8 +55,9 @@ def dispatch_backend_info() -> BackendInfo:
         priority={"cuda": 20, "cpu": -5},  # on the CPU: single-threaded C, for testing
         # H200, tvm-ffi call: 13-15 us a dispatched call back to back at decode shapes, ~3800 GB/s on
         # bandwidth rows (benchmarks/results/current/launch/launch.md)
-        # rms_norm/layer_norm: not measured on the device (its CUDA tuning failed there), so never the
-        # estimated-cost choice: a huge launch figure
+        # rms_norm/layer_norm: tuned on the device at three shapes only (layer_norm 1.1-1.7x torch's
+        # speed, rms_norm 0.7-1.6x; benchmarks/results/current/norms/), so never the estimated-cost
+        # choice: a huge launch figure
         costs={"cuda": (15.0, 3800.0), "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0)},
         versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
         description="TileLang programs: row-block, tiled and cluster-split softmax family",
