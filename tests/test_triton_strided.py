@@ -131,16 +131,16 @@ def test_logsumexp_over_dims_that_collapse_and_keepdim():
 
 
 def test_refuses_layouts_that_do_not_collapse_with_a_reason():
-    x = torch.randn(4, 3, 10, 6)[:, :, ::2, :]  # kept dims 0, 2, 3: three strides that don't merge
+    x = torch.randn(4, 3, 10, 6, device=DEV)[:, :, ::2, :]  # kept dims 0, 2, 3: three strides that don't merge
     with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to \\(outer, inner\\)"):
         dispatch.softmax(x, 1, backend="triton")
-    y = torch.randn(4, 7, 5)[:, :3, :]  # reduced dims 0 and 1 at strides 35 and 5: no single dim
+    y = torch.randn(4, 7, 5, device=DEV)[:, :3, :]  # reduced dims 0 and 1 at strides 35 and 5: no single dim
     with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to one dim"):
         dispatch.logsumexp(y, (0, 1), backend="triton")
 
 
 def test_strided_rows_of_the_last_dim_take_the_row_kernel():
-    x = torch.randn(6, 64)[:, :37]  # rows 64 apart, unit stride along a row
+    x = torch.randn(6, 64, device=DEV)[:, :37]  # rows 64 apart, unit stride along a row
     spec = dispatch.explain("softmax", x, -1, backend="triton").decision.spec
     assert spec.last_dim_contiguous
     for op in OPS:
