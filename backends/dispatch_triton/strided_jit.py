@@ -51,7 +51,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
         tl.store(out_ptr + o * soo + cols.to(tl.int64) * soi, res.to(out_ptr.dtype.element_ty), mask=cmask)
     else:
         inv = 1.0 / s
-        shift = safe + tl.log(s)
+        log_s = tl.log(s)  # log_softmax = (x - max) - log(sum): exact difference first, as torch
         for r0 in range(0, R, BLOCK_R):
             r = r0 + rr
             mask = (r < R)[:, None] & cmask[None, :]
@@ -59,7 +59,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
             if OP == 0:
                 y = tl.exp(v - safe[None, :]) * inv[None, :]
             else:
-                y = v - shift[None, :]
+                y = (v - safe[None, :]) - log_s[None, :]
             tl.store(o_base + r.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -132,7 +132,7 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split,
         o_base = out_ptr + o * soo + cols.to(tl.int64)[None, :] * soi
         rr = tl.arange(0, BLOCK_R)
         inv = 1.0 / s
-        shift = safe + tl.log(s)
+        log_s = tl.log(s)  # log_softmax = (x - max) - log(sum): exact difference first, as torch
         start = sp * rows_per_split
         stop = tl.minimum(start + rows_per_split, R)
         for r0 in range(start, stop, BLOCK_R):
@@ -142,5 +142,5 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split,
             if OP == 0:
                 y = tl.exp(v - safe[None, :]) * inv[None, :]
             else:
-                y = v - shift[None, :]
+                y = (v - safe[None, :]) - log_s[None, :]
             tl.store(o_base + r.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask=mask)
