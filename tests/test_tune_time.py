@@ -526,3 +526,14 @@ def test_the_copies_keep_the_layout_of_the_inputs():
     assert copy.stride() == view.stride() and torch.equal(copy, view) and copy.data_ptr() != view.data_ptr()
     t = torch.randn(4, 6).t()
     assert _copy(t).stride() == t.stride()
+
+
+def test_a_compile_worker_count_that_is_not_a_number_is_named_in_a_warning(monkeypatch):
+    from dispatch.autotune import compiling
+
+    monkeypatch.setenv(compiling.ENV_WORKERS, "eight")
+    with pytest.warns(RuntimeWarning, match="DISPATCH_COMPILE_WORKERS='eight'"):
+        n = compiling.default_workers()
+    assert n >= 1
+    monkeypatch.setenv(compiling.ENV_WORKERS, "3")
+    assert compiling.default_workers() == 3

@@ -23,6 +23,7 @@ import contextlib
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,16 +36,18 @@ ENV_WORKERS = "DISPATCH_COMPILE_WORKERS"
 
 def default_workers() -> int:
     """Threads for compiling: ``$DISPATCH_COMPILE_WORKERS``, else the CPUs this process may run on."""
+    try:
+        cpus = max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        cpus = max(1, os.cpu_count() or 1)
     env = os.environ.get(ENV_WORKERS, "").strip()
     if env:
         try:
             return max(1, int(env))
         except ValueError:
-            pass
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+            warnings.warn(f"{ENV_WORKERS}={env!r} is not a whole number of threads (e.g. 1 or 8); "
+                          f"compiling on {cpus}, one per CPU", RuntimeWarning, stacklevel=2)
+    return cpus
 
 
 PARSE_LOCK = threading.RLock()
