@@ -43,7 +43,8 @@ def string_mapping(_instance: Any, attribute: Any, value: Any) -> None:
 
 
 def costs(_instance: Any, attribute: Any, value: Any) -> None:
-    """``{device type or "device type:op" (str): (launch us, GB/s)}``, finite, us >= 0, GB/s > 0."""
+    """``{device type, "device type:op" or "device type:op:grad" (str): (launch us, GB/s)}``, finite,
+    us >= 0, GB/s > 0."""
     import math
 
     def ok(v: Any) -> bool:

@@ -94,7 +94,8 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
     if len(servers) < 2:
         return list(servers), {}
     nbytes = _opdecl.get(spec.op).bytes_moved(spec)
-    estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes, launch=timing == "wall", op=spec.op)
+    estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes, launch=timing == "wall", op=spec.op,
+                                            grad=spec.requires_grad)
                  for b in servers}
     if any(e is None for e in estimates.values()):
         return list(servers), {}

@@ -227,11 +227,17 @@ class BackendInfo:
         if not value.isidentifier():
             raise ValueError(f"'name' must be an identifier like 'triton' (got {value!r})")
 
-    def estimate_us(self, device_type: str, nbytes: int, launch: bool = True, op: str | None = None) -> float | None:
+    def estimate_us(self, device_type: str, nbytes: int, launch: bool = True, op: str | None = None,
+                    grad: bool = False) -> float | None:
         """What a call moving ``nbytes`` costs on ``device_type`` by the card's ``costs`` (launch us,
         when ``launch``, + bytes / GB/s), or None when the card gives no figures for that device type.
-        A ``"<device type>:<op>"`` entry (``"cuda:rms_norm"``) overrides the device type's for that op."""
-        cost = self.costs.get(f"{device_type}:{op}") if op is not None else None
+        A ``"<device type>:<op>"`` entry (``"cuda:rms_norm"``) overrides the device type's for that op,
+        and for a call autograd records (``grad``), a ``"<device type>:<op>:grad"`` entry overrides
+        both: a backend whose forward is fast but whose backward is not says so there."""
+        cost = None
+        if op is not None:
+            cost = self.costs.get(f"{device_type}:{op}:grad") if grad else None
+            cost = cost if cost is not None else self.costs.get(f"{device_type}:{op}")
         cost = cost if cost is not None else self.costs.get(device_type)
         if cost is None:
             return None

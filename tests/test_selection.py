@@ -234,3 +234,36 @@ def test_an_op_specific_cost_figure_overrides_the_device_types():
     assert info.estimate_us("cuda", 2_000_000, op="logsumexp") == 10.0 + 2.0
     assert info.estimate_us("cuda", 2_000_000, launch=False, op="softmax") == 1.0
     assert info.estimate_us("cpu", 1) is None
+
+
+def test_a_grad_cost_figure_sends_recorded_calls_elsewhere_and_keeps_them_apart():
+    """A backend whose forward is fast but whose backward is not: its ``"<device>:<op>:grad"`` figure
+    is used for calls autograd records, so inference calls and training calls of one shape get
+    different backends, without measuring anything."""
+    import chunked_backend
+
+    info = dispatch.BackendInfo(name="costed", version="1", ops=("softmax",),
+                                costs={"cuda": (10.0, 1000.0), "cuda:softmax:grad": (40.0, 100.0)})
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", grad=True) == 40.0 + 20.0
+    assert info.estimate_us("cuda", 2_000_000, op="softmax") == 10.0 + 2.0
+    assert info.estimate_us("cuda", 2_000_000, op="logsumexp", grad=True) == 10.0 + 2.0
+
+    def with_costs(name, costs):
+        plugin = chunked_backend.make(name, priority=0)
+
+        @dispatch.hookimpl
+        def dispatch_backend_info():
+            return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), costs=costs)
+
+        plugin.dispatch_backend_info = dispatch_backend_info
+        return plugin
+
+    dispatch.register(with_costs("fast_forward", {"cpu": (1.0, 1000.0), "cpu:softmax:grad": (100.0, 10.0)}))
+    dispatch.register(with_costs("steady", {"cpu": (5.0, 500.0)}))
+    dispatch.configure(allow=["fast_forward", "steady"])
+    x = torch.randn(64, 256)
+    assert dispatch.explain("softmax", x).decision.backend == "fast_forward"
+    assert dispatch.explain("softmax", x.requires_grad_()).decision.backend == "steady"
+    y = dispatch.softmax(x, -1)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.zeros_like(x), atol=1e-6, rtol=0)  # d(sum softmax)/dx = 0

@@ -53,9 +53,11 @@ def dispatch_backend_info() -> BackendInfo:
         # H200, direct launch: 14-15 us a dispatched call back to back at decode shapes (torch.softmax
         # 10-11 us in the same run), ~3700 GB/s on bandwidth rows
         # (benchmarks/results/current/launch/launch.md, the softmax sweep)
-        # rms_norm/layer_norm: 30-60 us per call, 1100-2000 GB/s forward on the H200
-        # (benchmarks/results/current/norms/): behind torch's norms but on long rows
-        costs={"cuda": (15.0, 3700.0), "cuda:rms_norm": (30.0, 1800.0), "cuda:layer_norm": (30.0, 1800.0)},
+        # rms_norm/layer_norm forward: 22-26 us at 16M elements bf16 (64-73% of copy, 1.2-2x torch's
+        # speed, 3-13x on long rows); their backward is slower than torch's up to N = 16384, so calls
+        # autograd records are left to torch (benchmarks/results/current/norms/)
+        costs={"cuda": (15.0, 3700.0), "cuda:rms_norm": (13.0, 2900.0), "cuda:layer_norm": (13.0, 2800.0),
+               "cuda:rms_norm:grad": (30.0, 1800.0), "cuda:layer_norm:grad": (30.0, 1800.0)},
         versions={"triton": triton_version or "none", "kernels": source_hash(*_KERNEL_MODULES),
                   "interpreter": "1" if _interpreting() else "0"},
         description="Triton kernels: multi-row, one-pass and split-row/online softmax family; "
