@@ -43,21 +43,36 @@ def mismatch(actual: torch.Tensor, expected: torch.Tensor, tol: tuple[float, flo
         return f"dtype {actual.dtype} != expected {expected.dtype}"
     if actual.numel() == 0:
         return None
+    rtol, atol = tol if tol is not None else tolerance(expected.dtype)
     # compared where both live (a GPU compares 64M elements in milliseconds; a copy to the host
-    # and a CPU comparison take seconds, paid by every first call and every tuned candidate)
+    # and a CPU comparison take seconds, paid by every first call and every tuned candidate), in
+    # slices of _SLICE elements, so that the float64 copies stay small next to the tensors
     where = expected.device if actual.device == expected.device else torch.device("cpu")
-    a = actual.detach().to(device=where, dtype=torch.float64)
-    e = expected.detach().to(device=where, dtype=torch.float64)
+    flat_a, flat_e = actual.detach().reshape(-1), expected.detach().reshape(-1)
+    for start in range(0, flat_a.numel(), _SLICE):
+        why = _mismatch_slice(flat_a[start:start + _SLICE], flat_e[start:start + _SLICE], where, rtol, atol)
+        if why is not None:  # the report counts over the whole tensors
+            return _mismatch_slice(flat_a, flat_e, torch.device("cpu"), rtol, atol, actual, expected)
+    return None
+
+
+_SLICE = 1 << 24  # elements compared at once (128 MB per float64 copy)
+
+
+def _mismatch_slice(actual: torch.Tensor, expected: torch.Tensor, where: torch.device, rtol: float, atol: float,
+                    whole_actual: torch.Tensor | None = None, whole_expected: torch.Tensor | None = None) -> str | None:
+    a = actual.to(device=where, dtype=torch.float64)
+    e = expected.to(device=where, dtype=torch.float64)
     if not torch.equal(torch.isnan(a), torch.isnan(e)):
         return _nan_sides(torch.isnan(a), torch.isnan(e))
     if not torch.equal(torch.isinf(a) & (a > 0), torch.isinf(e) & (e > 0)) or not torch.equal(
             torch.isinf(a) & (a < 0), torch.isinf(e) & (e < 0)):
         return "infinities differ from the reference"
-    rtol, atol = tol if tol is not None else tolerance(expected.dtype)
     finite = torch.isfinite(e)
     bad = ((a - e).abs() > atol + rtol * e.abs()) & finite
     if bool(bad.any()):
-        abs_err, rel_err = max_errors(actual, expected)
+        abs_err, rel_err = max_errors(whole_actual if whole_actual is not None else actual,
+                                      whole_expected if whole_expected is not None else expected)
         return (f"{int(bad.sum())} of {a.numel()} values outside rtol={rtol}, atol={atol} "
                 f"(max abs err {abs_err:.3g}, max rel err {rel_err:.3g})")
     return None

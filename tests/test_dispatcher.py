@@ -215,6 +215,24 @@ def test_a_race_between_real_backends_times_each_and_keeps_the_fastest():
     assert dispatch.explain("softmax", x).decision.cached and measurement_count() == before
 
 
+def test_a_large_output_is_compared_slice_by_slice_and_reported_whole(monkeypatch):
+    """Outputs are compared in slices (bounded float64 copies next to a large tensor); a difference
+    in any slice, the last one too, is found, and the report counts over the whole tensors."""
+    from dispatch import tolerance
+
+    monkeypatch.setattr(tolerance, "_SLICE", 7)
+    reference = torch.randn(5, 9)
+    assert tolerance.mismatch(reference.clone(), reference) is None
+    assert tolerance.mismatch(reference.t().contiguous().t(), reference) is None  # another layout
+    result = reference.clone()
+    result[0, 0] += 1.0
+    result[4, 8] += 1.0  # in the last, short slice
+    assert tolerance.mismatch(result, reference).startswith("2 of 45 values outside")
+    late_nan = reference.clone()
+    late_nan[4, 7] = float("nan")
+    assert "the result has NaN at 1 position" in tolerance.mismatch(late_nan, reference)
+
+
 def test_a_nan_mismatch_says_which_side_has_the_nan():
     from dispatch.tolerance import mismatch
 
