@@ -53,6 +53,21 @@ def _next_pow2(n: int) -> int:
     return p
 
 
+def _next_pow4(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 4
+    return p
+
+
+def rows_bucket(n_rows: int) -> tuple[int, int]:
+    """``(fewest, most)`` rows of the bucket ``n_rows`` falls in: the built-in ops key their
+    decisions and tunes by rows up to the next power of 4 (``"M<=most"``), so every input of a
+    bucket shares one decision; a backend that shapes its tune space by rows uses the bucket's."""
+    most = _next_pow4(max(int(n_rows), 1))
+    return (most // 4 + 1 if most > 1 else 1), most
+
+
 def _default_bytes(spec: CallSpec) -> int:
     read = sum(t.numel * t.dtype.itemsize for t in spec.tensors if t.present)
     out = 1

@@ -10,7 +10,8 @@ from the top-level ``dispatch`` namespace only; ``dispatch._*`` modules are inte
 
 from __future__ import annotations
 
-from ._opdecl import OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples, spec_of, with_strides
+from ._opdecl import (OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples, rows_bucket,
+                      spec_of, with_strides)
 from ._keys import device_name
 from ._plugins import Backend, Fault, loaded_backends
 from ._sources import dist_version, source_hash
@@ -31,7 +32,7 @@ from .tolerance import max_errors, mismatch, tolerance
 __all__ = [
     "Backend", "CompileReport", "Fault", "PARSE_LOCK", "compile_all", "default_workers", "loaded_backends",
     "serial_parsing", "OpDecl", "TensorArg", "TensorSpec", "declare_op", "declared_ops", "default_examples", "example_inputs",
-    "expected_output", "input_safety", "is_dense", "reference_kernel", "spec_of", "with_strides",
+    "expected_output", "input_safety", "is_dense", "reference_kernel", "rows_bucket", "spec_of", "with_strides",
     "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
     "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult", "TuneSettings",
     "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",

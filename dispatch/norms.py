@@ -13,15 +13,8 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from ._opdecl import OpDecl, TensorArg, _next_pow2, declare, with_strides
+from ._opdecl import OpDecl, TensorArg, _next_pow2, _next_pow4, declare, with_strides
 from ._spec import CallSpec
-
-
-def _next_pow4(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 4
-    return p
 
 
 # -- argument checks: the op's signature, returning its attributes ------------------------------------

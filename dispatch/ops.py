@@ -11,15 +11,8 @@ import operator
 
 import torch
 
-from ._opdecl import OpDecl, TensorArg, _next_pow2, declare
+from ._opdecl import OpDecl, TensorArg, _next_pow2, _next_pow4, declare
 from ._spec import CallSpec
-
-
-def _next_pow4(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 4
-    return p
 
 
 def _index(d) -> int:

@@ -11,6 +11,8 @@ import functools
 
 import torch
 
+from dispatch.backend import rows_bucket
+
 # op and path names, and the codes of the kernel's OP / PATH constexprs
 OPS = ("softmax", "log_softmax", "logsumexp")
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
@@ -171,23 +173,15 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
     return dict(space[0])
 
 
-def _rows_bucket(n_rows: int) -> tuple[int, int]:
-    """The (fewest, most) rows of the rows bucket ``n_rows`` falls in (dispatch buckets rows by
-    powers of 4), so that every input of a bucket, whose tune it shares, gets the same space."""
-    hi = 1
-    while hi < n_rows:
-        hi *= 4
-    return (hi // 4 + 1 if hi > 1 else 1), hi
-
-
 def prune(op: str, n_rows: int, n_cols: int, dtype: torch.dtype, configs: list[dict],
           default: dict) -> tuple[list[dict], list[tuple[dict, str]]]:
     """``(kept, pruned)``: the candidates of ``configs`` worth compiling for this many rows, and the
     others with why. The default is always kept. Dropped: tiles of several rows when the input
     has fewer rows than a tile holds (the rest of the tile is idle), and logsumexp's rows cut
     over several programs when there are rows enough to fill the device one program per row.
-    Rows are taken by their bucket (see :func:`_rows_bucket`)."""
-    lo, hi = _rows_bucket(max(int(n_rows), 1))
+    Rows are taken by their bucket (:func:`dispatch.backend.rows_bucket`), whose tune every input
+    of the bucket shares."""
+    lo, hi = rows_bucket(n_rows)
     sms = _device_sms()
     kept, pruned = [], []
     for c in configs:
