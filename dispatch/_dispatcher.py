@@ -176,17 +176,39 @@ class Dispatcher:
         return self._guarded(kernel, decision, key)
 
     def _guarded(self, kernel, decision: Decision, key):
-        def guarded(*tensors: torch.Tensor) -> torch.Tensor:
-            for t in tensors:  # a lazily negated or conjugated view: kernels read raw memory
-                if t is not None and (t.is_neg() or t.is_conj()):
-                    tensors = _resolved(tensors)
-                    break
-            try:
-                return kernel(*tensors)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # SystemExit included: a kernel cannot end the process
-                return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc)
+        """``kernel`` with two things added per call: a lazily negated (or, for complex dtypes,
+        conjugated) view is resolved first (kernels read raw memory), and a kernel that raises is
+        quarantined for the key and the call served again. A conjugate bit exists only on complex
+        tensors, so calls of real dtypes check the negation bit alone; a one-tensor op gets a
+        wrapper without a loop (the common hot path)."""
+        tensors_spec = decision.spec.tensors
+        complex_ = any(t.present and t.dtype.is_complex for t in tensors_spec)
+
+        def fault(exc: BaseException, tensors: tuple) -> torch.Tensor:
+            return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc)
+
+        if len(tensors_spec) == 1 and not complex_:
+            def guarded(x: torch.Tensor) -> torch.Tensor:
+                if x.is_neg():
+                    x = x.resolve_neg()  # a new tensor: the user's view is untouched
+                try:
+                    return kernel(x)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # SystemExit included: a kernel cannot end the process
+                    return fault(exc, (x,))
+        else:
+            def guarded(*tensors: torch.Tensor) -> torch.Tensor:
+                for t in tensors:
+                    if t is not None and (t.is_neg() or (complex_ and t.is_conj())):
+                        tensors = _resolved(tensors)
+                        break
+                try:
+                    return kernel(*tensors)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # SystemExit included: a kernel cannot end the process
+                    return fault(exc, tensors)
         guarded.__wrapped__ = kernel
         return guarded
 

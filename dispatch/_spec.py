@@ -56,6 +56,15 @@ class TensorSpec:
         return is_dense(self.shape, self.stride)
 
 
+def contiguous_strides(shape) -> tuple[int, ...]:
+    """The strides torch gives a new contiguous tensor of ``shape`` (a size-0 dim counts as 1)."""
+    strides, acc = [0] * len(shape), 1
+    for i in range(len(shape) - 1, -1, -1):
+        strides[i] = acc
+        acc *= max(int(shape[i]), 1)
+    return tuple(strides)
+
+
 def is_dense(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     """Whether ``shape`` with ``stride`` is row-major and gapless (size-1 dims' strides ignored)."""
     expected = 1

@@ -59,8 +59,9 @@ def cpu_as_gpu(monkeypatch):
     import types
 
     hooks = types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
-    state = {"device": 0, "hooks": hooks}
+    state = {"device": 0, "hooks": hooks, "count": 2}
     monkeypatch.setattr(direct, "_current_device", lambda: state["device"])
+    monkeypatch.setattr(direct, "_device_count", lambda: state["count"])
     monkeypatch.setattr(direct, "_RUNTIME", hooks)
     monkeypatch.setattr(direct, "_capturing", lambda: False)
     monkeypatch.setattr(direct, "_empty_like", lambda t: mem(torch.empty_like(t)))
@@ -121,6 +122,19 @@ def test_another_current_device_takes_the_jit_path(cpu_as_gpu):
     fn.log.clear()
     launch.launch(aligned(), empty())
     assert [e[0] for e in fn.log] == ["jit"]
+
+
+def test_with_one_device_the_current_device_is_not_asked_per_call(cpu_as_gpu):
+    cpu_as_gpu["count"] = 1  # the only device is the current one: nothing to ask per call
+    fn = FakeJit()
+    launch = make(fn)
+    launch.launch(aligned(), empty())
+    assert launch.state == "direct"
+    cpu_as_gpu["device"] = 1  # would send a multi-device launch to the JIT path; here it is not read
+    fn.log.clear()
+    x, out = aligned(), empty()
+    launch.launch(x, out)
+    assert [e[0] for e in fn.log] == ["direct"] and torch.equal(out, x + 1)
 
 
 def test_not_armed_while_capturing_a_cuda_graph(cpu_as_gpu):

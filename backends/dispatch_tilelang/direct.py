@@ -47,6 +47,20 @@ def executable_of(jit_kernel):
         return None, "", f"{type(exc).__name__}: {exc}"
 
 
+def entry_of(executable):
+    """What calling ``executable`` calls: a tvm-ffi module's call is a Python method that calls its
+    ``main`` function, so ``main`` itself (one Python frame less per call); else the executable."""
+    try:
+        import tvm_ffi
+
+        module = tvm_ffi.Module
+        if isinstance(executable, module) and type(executable).__call__ is module.__call__:
+            return executable.main
+    except Exception:  # noqa: BLE001 - no such module or no main: call the executable
+        pass
+    return executable
+
+
 class CallPath:
     """``run(x)`` for every ``x`` of one call spec: the adapter's call first, then the executable's.
 
@@ -72,7 +86,7 @@ class CallPath:
         return self.compiled(x.reshape(self.m, self.n)).view(self.out_shape)
 
     def _closure(self, input_is_2d: bool):
-        exe, empty, out_dtype, adapter = self.executable, torch.empty, self.compiled._torch_out, self._adapter
+        exe, empty, out_dtype, adapter = entry_of(self.executable), torch.empty, self.compiled._torch_out, self._adapter
         m, n, out_shape = self.m, self.n, self.out_shape
         kernel_shape = (m,) if self.compiled.op == "logsumexp" else (m, n)
         same_shape, armed, callee = kernel_shape == out_shape, [False], self.abi == "callee"

@@ -17,8 +17,8 @@ import os
 import torch
 
 import dispatch
-from dispatch.backend import (BackendInfo, CallSpec, Config, Timing, TuneResult, TuneSpace, Verdict, dist_version,
-                              do_bench, hookimpl, measure, source_hash)
+from dispatch.backend import (BackendInfo, CallSpec, Config, Timing, TuneResult, TuneSpace, Verdict,
+                              contiguous_strides, dist_version, do_bench, hookimpl, measure, source_hash)
 
 NAME = "triton"
 OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
@@ -164,8 +164,10 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
         return strided.StridedLauncher(op, p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
     m, n = _rows(spec)
     cfg = dict(config.as_dict()) if config else default_config(op, m, n, spec.dtype)
+    like_input = (spec.out_dtype == spec.dtype and tuple(spec.out_shape) == tuple(spec.shape)
+                  and tuple(spec.stride) == contiguous_strides(spec.shape))
     return Launcher(op, m, n, spec.dtype, spec.out_dtype, rows_view_stride(spec), spec.device, cfg,
-                            out_shape=spec.out_shape).run
+                    out_shape=spec.out_shape, like_input=like_input).run
 
 
 #: Tune the softmax family on CUDA with ``triton.autotune`` (candidates compiled as it reaches

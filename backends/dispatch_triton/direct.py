@@ -15,7 +15,8 @@ What the compiled kernel assumes, and how each assumption is kept:
   fresh outputs come from torch's allocator (always aligned); the user's tensors (the first
   argument, and any other that ``checked`` names) are checked per call, and a misaligned one
   takes the JIT path (which compiles the unaligned variant);
-* the device: the current CUDA device must be the one the kernel was loaded on, else the JIT path;
+* the device: the current CUDA device must be the one the kernel was loaded on, else the JIT path
+  (checked per call where the process sees more than one device);
 * the stream: read per call (torch's current stream), so launches follow streams and CUDA-graph
   capture like the JIT path's;
 * launch hooks (profilers): the direct path is armed only when Triton has none installed, and a
@@ -57,6 +58,7 @@ ARM_DEVICES = ("cuda",)
 _empty_like = torch.empty_like  # the check's outputs (module-level, for the CPU tests' stand-in launcher)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # device index -> current stream handle
 _current_device = getattr(torch._C, "_cuda_getDevice", None)  # () -> current device index
+_device_count = torch.cuda.device_count  # one device: the current device is always the kernel's
 
 
 def _capturing() -> bool:
@@ -196,7 +198,14 @@ class DirectLaunch:
         e_calls, l_calls = getattr(enter, "calls", None), getattr(leave, "calls", None)
 
         others = tuple(i - 1 for i in self.checked[1:])  # user tensors in ``rest`` checked per call
-        if n_call == 2 and not others:  # (input, output): the common case, without a loop
+        if n_call == 2 and not others and _device_count() == 1:  # (input, output) on the only device
+            def direct(x, out):
+                p = x.data_ptr()
+                if (p & 15 or e_calls or l_calls
+                        or holder.launch_enter_hook is not enter or holder.launch_exit_hook is not leave):
+                    return jit(x, out)
+                run(g0, g1, g2, stream_of(index), *head, p, out.data_ptr(), *tail)
+        elif n_call == 2 and not others:  # (input, output): the common case, without a loop
             def direct(x, out):
                 p = x.data_ptr()
                 if (p & 15 or current_device() != index or e_calls or l_calls

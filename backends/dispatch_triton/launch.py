@@ -271,6 +271,9 @@ class Launcher:
     no view) and is not checked (the dispatcher calls it only with tensors of the spec it was
     built for). ``out_shape`` (default ``(M,)`` for logsumexp, ``(M, N)`` otherwise) is the shape
     the output is allocated in, contiguous: any shape of M (logsumexp) or M * N elements.
+    ``like_input=True`` allocates it as ``torch.empty_like(x)`` instead (one argument to parse
+    rather than a shape, a dtype and a device): for calls whose input is contiguous, in the
+    output's shape and dtype, which the caller guarantees.
     ``mask`` (softmax/log_softmax), as :func:`_check` leaves it, is bound for every launch.
 
     Each kernel launch goes through a :class:`~dispatch_triton.direct.DirectLaunch` (``direct``
@@ -281,7 +284,7 @@ class Launcher:
 
     def __init__(self, op: str, M: int, N: int, in_dtype: torch.dtype, out_dtype: torch.dtype | None,
                  row_stride: int, device: torch.device | str, config: dict, *, mask: torch.Tensor | None = None,
-                 out_shape: tuple[int, ...] | None = None):
+                 out_shape: tuple[int, ...] | None = None, like_input: bool = False):
         _check_op(op)
         out_dtype = _check_dtypes(in_dtype, out_dtype)
         anchor = torch.empty(0, device=device)  # the device with its index; fixes the stand-ins' device
@@ -294,6 +297,7 @@ class Launcher:
         self.in_dtype, self.out_dtype, self.out_shape, self.config = in_dtype, out_dtype, out_shape, dict(config)
         self.empty = M == 0 or N == 0
         self.direct: tuple[DirectLaunch, ...] = ()
+        self._single = False  # whether a launch is exactly ``self.direct[0].launch(x, out)``
         self._stand_ins: tuple = ()  # tensors like a launch's, for compile()
         if self.empty:
             self.grid = (0,)
@@ -303,13 +307,25 @@ class Launcher:
         else:
             self.grid, launch = self._build(mask, anchor)
         self.launch = launch
-        empty = torch.empty
+        empty, empty_like = torch.empty, torch.empty_like
         size = out_shape or ((),)  # empty(*size): sizes as varargs parse faster than one tuple
+        single = self.direct[0] if len(self.direct) == 1 and self._single else None
 
-        def run(x: torch.Tensor) -> torch.Tensor:
-            out = empty(*size, dtype=out_dtype, device=device)
-            launch(x, out)
-            return out
+        if like_input and single is not None:  # the common call: one frame, one allocation call
+            def run(x: torch.Tensor) -> torch.Tensor:
+                out = empty_like(x)
+                single.launch(x, out)
+                return out
+        elif like_input:
+            def run(x: torch.Tensor) -> torch.Tensor:
+                out = empty_like(x)
+                launch(x, out)
+                return out
+        else:
+            def run(x: torch.Tensor) -> torch.Tensor:
+                out = empty(*size, dtype=out_dtype, device=device)
+                launch(x, out)
+                return out
 
         run.launcher = self
         self.run = run
@@ -385,7 +401,7 @@ class Launcher:
             def launch(x, out):
                 k0.launch(x, out)
 
-            self.direct = (k0,)
+            self.direct, self._single = (k0,), True
         return grid, launch
 
 
