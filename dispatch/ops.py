@@ -6,7 +6,6 @@ from the declaration by :mod:`dispatch._opfunc`, like every op a plugin declares
 
 from __future__ import annotations
 
-import functools
 import operator
 
 import torch
@@ -79,11 +78,18 @@ def _parse_logsumexp(input: torch.Tensor, dim, keepdim: bool = False) -> dict:
 # -- references, outputs, backward ------------------------------------------------------------------
 
 def _row_reference(fn, spec: CallSpec):
-    # functools.partial: called from C, no Python frame on the hot path
+    # a closure passing positional arguments: torch parses keywords more slowly than a Python
+    # frame costs (functools.partial(fn, dim=dim) measured 0.13 us a call more on a CPU)
     dim = spec.dims[0] if spec.dims else 0
     if spec.out_dtype == spec.dtype:
-        return functools.partial(fn, dim=dim)
-    return functools.partial(fn, dim=dim, dtype=spec.out_dtype)
+        return lambda x: fn(x, dim)
+    out_dtype = spec.out_dtype
+    return lambda x: fn(x, dim, out_dtype)
+
+
+def _logsumexp_reference(spec: CallSpec):
+    lse, dims, keepdim = torch.logsumexp, spec.dims or (0,), spec.keepdim
+    return lambda x: lse(x, dims, keepdim)
 
 
 def _same_shape(spec: CallSpec):
@@ -169,7 +175,7 @@ LOG_SOFTMAX = OpDecl(
     doc="``torch.log_softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOGSUMEXP = OpDecl(
     name="logsumexp", parse=_parse_logsumexp, tensors=_ROWS, out=True,
-    reference=lambda spec: functools.partial(torch.logsumexp, dim=spec.dims or (0,), keepdim=spec.keepdim),
+    reference=_logsumexp_reference,
     output=_reduced_shape, backward=_logsumexp_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes,
     sample=_row_sample,
     doc="``torch.logsumexp(input, dim, keepdim)``, served by the best backend for the call.")
