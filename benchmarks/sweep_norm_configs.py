@@ -189,10 +189,10 @@ def shapes(args) -> list[tuple[int, int]]:
 def plan(args, device) -> list[tuple[str, str, int, int, dict]]:
     """Every (op, dtype, M, N, config) of the run, in a fixed order."""
     jobs = []
-    for op in args.ops.split(","):
+    for m, n in shapes(args):  # shape by shape (the 64M case last): a run cut short keeps whole shapes
         for dt in args.dtypes.split(","):
             dtype = getattr(torch, dt)
-            for m, n in shapes(args):
+            for op in args.ops.split(","):
                 configs = grid(m, n, dtype, device, args.quick)
                 if args.device == "cpu":  # the default and one persistent or prefetching config
                     configs = [configs[0]] + [c for c in configs[1:] if c["PERSIST"] or c.get("PREFETCH")][:1]
@@ -302,10 +302,14 @@ def _torch(op, x, w, b):
     return F.rms_norm(x, (n,), w, 1e-5) if op == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
 
 
-def run(args, device, settings, copy_gbs, jobs, failures, rows, save) -> None:
+def run(args, device, settings, copy_gbs, jobs, failures, rows, save, start: float) -> None:
     t0 = time.perf_counter()
     cases = list(dict.fromkeys(j[:4] for j in jobs))
     for ci, (op, dt, m, n) in enumerate(cases):
+        if args.time_limit and time.perf_counter() - start > args.time_limit:
+            print(f"time limit ({args.time_limit} s) reached: {len(cases) - ci} case(s) not timed: "
+                  f"{cases[ci:]}", flush=True)
+            break
         dtype = getattr(torch, dt)
         esz = torch.empty((), dtype=dtype).element_size()
         nbytes = 2 * m * n * esz + (1 if op == "rms_norm" else 2) * n * esz
@@ -459,6 +463,9 @@ def main() -> int:
                         help="repetitions of the second timing, after a read-only L2 flush (0: none)")
     parser.add_argument("--jobs", type=int, default=None, help="compile processes (default 8 on a GPU)")
     parser.add_argument("--out", default="benchmarks/results/norm_configs")
+    parser.add_argument("--time-limit", type=float, default=270,
+                        help="seconds from the start after which no further case is begun (0: none); what "
+                             "was measured is written")
     parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -499,7 +506,7 @@ def main() -> int:
         (out / "norm_configs.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         write_markdown(out / "norm_configs.md", meta, rows)
 
-    run(args, device, settings, copy_gbs, jobs, failures, rows, save)
+    run(args, device, settings, copy_gbs, jobs, failures, rows, save, t0)
     save()
     print(f"[{time.perf_counter() - t0:6.1f} s] wrote {out}/norm_configs.json, .md", flush=True)
     return 0
