@@ -290,10 +290,10 @@ def clean_us(fn, device, warmup: int, rep: int) -> float | None:
 
 
 def _inputs(op, m, n, dtype, device):
-    g = torch.Generator(device="cpu").manual_seed(m * 131 + n)
-    x = torch.randn((m, n), generator=g).to(dtype).to(device)
-    w = (torch.randn(n, generator=g) * 0.5 + 1).to(dtype).to(device)
-    b = (torch.randn(n, generator=g) * 0.5).to(dtype).to(device) if op == "layer_norm" else None
+    g = torch.Generator(device=device).manual_seed(m * 131 + n)  # made on the device: 64M elements in no time
+    x = torch.randn((m, n), generator=g, device=device).to(dtype)
+    w = (torch.randn(n, generator=g, device=device) * 0.5 + 1).to(dtype)
+    b = (torch.randn(n, generator=g, device=device) * 0.5).to(dtype) if op == "layer_norm" else None
     return x, w, b
 
 
