@@ -4,6 +4,17 @@ torch.compile, in GB/s and % of the device-to-device copy bandwidth measured in 
 Bytes counted (what an ideal kernel moves):
   forward   read x (M*N) and weight/bias (N each), write y (M*N)
   backward  read x and dy (M*N each) and weight (N), write dx (M*N) and dweight/dbias (N each)
+Two ceilings, both timed like the kernels (``dispatch.backend.measure``: CUDA events, L2 flushed
+before each repetition, the back-to-back rate as a floor):
+
+  pct_copy       % of the copy bandwidth of a large buffer (``dispatch.ab.measure_copy_bandwidth``,
+                 ``dst.copy_(src)`` of 512 MiB on a GPU): the device's streaming rate, which a case
+                 moving tens of MB cannot fully reach (launch, ramp-up and tail, the write-back of
+                 the flush's dirty L2 lines are a larger share of a short kernel).
+  pct_copy_same  % of the rate of ``y.copy_(x)`` moving the case's own byte count (forward: an
+                 M x N tensor of the case's dtype; backward: 1-D, half the case's bytes, in that
+                 dtype), timed the same way: the fair ceiling of a kernel of that size.
+
 The backward is timed alone (``torch.autograd.grad`` on a graph built once, kept with retain_graph).
 Shapes: for each N in 1024..262144, M = elements // N (M*N = --elements, 16M by default), plus the
 decode shapes M = 1..32 at N = 4096 (and 8192). Each forced backend tunes first (autotune on),
@@ -126,6 +137,15 @@ def warm_in_parallel(args) -> None:
         p.wait()
 
 
+def same_size_copy(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, settings) -> tuple[float, int]:
+    """``(microseconds, bytes moved)`` of ``y.copy_(x)`` of a tensor of ``shape`` and ``dtype``, timed
+    as the kernels are (the ceiling of a kernel moving that many bytes)."""
+    x = torch.randn(shape, device=device).to(dtype)
+    y = torch.empty_like(x)
+    t = measure(lambda: y.copy_(x), device, settings)
+    return t.median_us, 2 * x.numel() * x.element_size()
+
+
 def time_forward(run, args, kwargs, device, settings):
     with torch.no_grad():
         y = run(*args, **kwargs)
@@ -148,6 +168,7 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
     backends = [b for b in args.backends.split(",") if b and b in dispatch.backends()]
     done = {(r["op"], r["dtype"], r["M"], r["N"]) for r in rows}
     eager: dict = {}
+    same_copy: dict = {}  # (shape, dtype) -> (us, GB/s) of the same-size copy, or None
     for op in args.ops.split(","):
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
@@ -161,6 +182,17 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
                     if direction == "backward" and args.forward_only:
                         continue
                     nbytes = (fwd_bytes if direction == "forward" else bwd_bytes)(op, m, n, esz, not args.no_affine)
+                    copy_shape = (m, n) if direction == "forward" else (max(1, nbytes // (2 * esz)),)
+                    key = (copy_shape, dtype_name)
+                    if key not in same_copy:
+                        try:
+                            c_us, c_bytes = same_size_copy(copy_shape, dtype, device, settings)
+                            same_copy[key] = (c_us, c_bytes / (c_us * 1e-6) / 1e9)
+                        except Exception as exc:  # noqa: BLE001 - the column stays empty
+                            print(f"same-size copy {copy_shape} {dtype_name}: {type(exc).__name__}: {exc}"[:200],
+                                  file=sys.stderr)
+                            same_copy[key] = None
+                    same = same_copy[key]
                     for name, run in _runners(op, backends, not args.no_compile, args.auto).items():
                         row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "direction": direction,
                                "impl": name, "bytes": nbytes}
@@ -173,6 +205,9 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
                             row.update(us=t.median_us, spread_us=t.spread_us,
                                        gbps=nbytes / (t.median_us * 1e-6) / 1e9)
                             row["pct_copy"] = 100 * row["gbps"] / copy_gbs
+                            if same is not None:
+                                row.update(copy_same_us=same[0], copy_same_gbps=same[1],
+                                           pct_copy_same=100 * row["gbps"] / same[1])
                             if name == "torch eager":
                                 eager[direction] = t.median_us
                             elif direction in eager:
@@ -180,7 +215,9 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
                         except Exception as exc:  # a refusal or a failure is a row too, with its reason
                             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                         rows.append(row)
-                        shown = (f"{row['us']:9.1f} us {row['gbps']:7.0f} GB/s {row['pct_copy']:5.1f}%"
+                        shown = (f"{row['us']:9.1f} us {row['gbps']:7.0f} GB/s {row['pct_copy']:5.1f}% of copy"
+                                 + (f" {row['pct_copy_same']:5.1f}% of same-size copy ({row['copy_same_us']:.1f} us)"
+                                    if "pct_copy_same" in row else "")
                                  + (f"  x{row['vs_eager']:.2f} vs eager" if "vs_eager" in row else "")
                                  if "us" in row else row["error"][:90])
                         print(f"{op:10} {dtype_name:8} {m:>7}x{n:<7} {direction:8} {name:20} {shown}", flush=True)
@@ -191,7 +228,8 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
 def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     lines = [f"# rms_norm / layer_norm sweep on {meta['device']}", "",
-             f"copy bandwidth {meta['copy_gbs']:.0f} GB/s; GB/s (% of copy); command: `{meta['command']}`", "",
+             f"copy bandwidth {meta['copy_gbs']:.0f} GB/s (a large buffer); cells: GB/s (% of that copy / % of a "
+             f"copy of the case's own bytes, timed the same way); command: `{meta['command']}`", "",
              "Bytes: forward reads x (+ weight/bias) and writes y; backward reads x, dy (+ weight) and writes dx "
              "(+ dweight/dbias).", ""]
     lines.append("| op | dtype | dir | M x N | " + " | ".join(impls) + " |")
@@ -206,7 +244,8 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
                 cells.append("")
             elif "gbps" in r:
                 bad = "" if r.get("check", "ok") == "ok" else " WRONG"
-                cells.append(f"{r['gbps']:.0f} ({r['pct_copy']:.0f}%){bad}")
+                same = f" / {r['pct_copy_same']:.0f}%" if "pct_copy_same" in r else ""
+                cells.append(f"{r['gbps']:.0f} ({r['pct_copy']:.0f}%{same}){bad}")
             else:
                 cells.append("refused" if "Refused" in r["error"] else "error")
         lines.append(f"| {op} | {dt} | {d[:3]} | {m}x{n} | " + " | ".join(cells) + " |")

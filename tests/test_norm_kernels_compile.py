@@ -29,7 +29,12 @@ _TRITON = textwrap.dedent("""
             [True, False], [True, False], [(True, 0, 0), (True, 0, 1), (False, 0, 0), (False, 1, 0), (False, 2, 0)]):
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine, PHASE=phase, ONE_PASS=onep,
                                    BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1,
-                                   PERSIST=persist))
+                                   PERSIST=persist, PREFETCH=0, HINTS=0))
+    for rms, (onep, phase, persist) in itertools.product(  # the PREFETCH and HINTS options
+            [True, False], [(True, 0, 0), (True, 0, 1), (False, 0, 0), (False, 1, 0), (False, 2, 0)]):
+        build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=phase, ONE_PASS=onep,
+                                   BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1,
+                                   PERSIST=persist, PREFETCH=int(not onep), HINTS=1))
     bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr")} | {"p_ptr": "*fp32", "ws_ptr": "*fp32"}
     for rms, affine in itertools.product([True, False], [True, False]):
         flags = dict(IS_RMS=rms, HAS_WEIGHT=affine)

@@ -172,6 +172,39 @@ def test_forced_rows_in_registers_paths(op, dtype, config):
     torch.testing.assert_close(y.double(), ref, **TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("affine", [(False, False), (True, False), (True, True)], ids=["plain", "w", "wb"])
+@pytest.mark.parametrize("config", [dict(BLOCK_N=16, SPLIT=1, PREFETCH=1), dict(BLOCK_N=16, SPLIT=1, HINTS=1),
+                                    dict(BLOCK_N=16, SPLIT=4, PREFETCH=1, HINTS=1),
+                                    dict(BLOCK_N=32, SPLIT=2, PREFETCH=1),
+                                    dict(BLOCK_N=128, SPLIT=1, ROWS=2, PERSIST=1, HINTS=1),
+                                    dict(BLOCK_N=128, SPLIT=1, HINTS=1, PREFETCH=1)],
+                         ids=["chunked-prefetch", "chunked-hints", "split4-both", "split2-prefetch",
+                              "persist-hints", "rows-both"])
+def test_prefetch_and_hints_options(op, dtype, affine, config):
+    # N = 101: odd, a ragged last chunk (16: 7 chunks, 32: 4), segments of unequal length; M = 5
+    m, n = 5, 101
+    weight, bias = affine
+    bias = bias and op == "layer_norm"
+    x = _t((m, n), dtype, 6, 2.0, 5.0)
+    w = _t((n,), dtype, 1) if weight else None
+    b = _t((n,), dtype, 2) if bias else None
+    cfg = dict(dict(ROWS=1, num_warps=1, num_stages=1), **config)
+    launcher = N.NormLauncher(op, m, n, dtype, n, DEV, cfg, 1e-5, weight, bias, (m, n))
+    y = launcher.run(x, w, b)
+    wd = None if w is None else w.double()
+    ref = (F.rms_norm(x.double(), (n,), wd, 1e-5) if op == "rms_norm"
+           else F.layer_norm(x.double(), (n,), wd, None if b is None else b.double(), 1e-5))
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+def test_option_values_are_checked():
+    with pytest.raises(ValueError, match="PREFETCH"):
+        N.NormLauncher("rms_norm", 2, 16, F32, 16, DEV, dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1, PREFETCH=2),
+                       1e-5, False, False, (2, 16))
+
+
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 def test_rows_of_one_element(op):
     x = _t((6, 1), F32, 3, 1.0, 3.0)  # away from 0: rms_norm's eps=None is the fp64 one in the fp64 reference

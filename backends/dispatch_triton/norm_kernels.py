@@ -17,6 +17,13 @@ arithmetic is in fp32; results are rounded once to the output's dtype.
   workspace, phase 2 combines a row's partials (in a fixed order) and writes its segment; phase 2
   walks the programs and chunks in the mirror order of phase 1, so its first reads hit L2.
 
+Two options, off by default (config keys of the same names; benchmarks/sweep_norm_configs.py
+compares them): ``PREFETCH`` (chunked and split paths: the next chunk's load is issued before the
+current chunk is reduced or written, two chunks in flight per program instead of one, as the
+persistent one-pass grid does with tiles) and ``HINTS`` (L2 eviction hints: ``y`` stored
+evict_first; on the chunked and split paths the first read of ``x`` evict_last, so that the second
+read finds it in L2 rather than in HBM).
+
 Statistics of a chunked row are shifted sums: ``d = x - x[0]``, ``sum d`` and ``sum d^2`` (so
 layer_norm's variance does not cancel catastrophically for rows far from zero); rms_norm needs
 only ``sum x^2``.
@@ -74,15 +81,46 @@ def _affine(xhat, w_ptr, b_ptr, cols, cmask, HAS_WEIGHT: tl.constexpr, HAS_BIAS:
 
 
 @triton.jit
-def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr):
-    # (sum d, sum d^2) over chunks [lo, hi) of a row, d = x - shift (x itself for rms_norm)
+def _ld(ptrs, mask, EV: tl.constexpr):
+    # a masked load (0 where masked off) with L2 eviction hint EV: 0 none, 1 evict_first, 2 evict_last
+    if EV == 1:
+        v = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    elif EV == 2:
+        v = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_last")
+    else:
+        v = tl.load(ptrs, mask=mask, other=0.0)
+    return v
+
+
+@triton.jit
+def _st(ptrs, v, mask, EV: tl.constexpr):
+    # a masked store with L2 eviction hint EV: 0 none, 1 evict_first (the output is not read again)
+    if EV == 1:
+        tl.store(ptrs, v, mask=mask, eviction_policy="evict_first")
+    else:
+        tl.store(ptrs, v, mask=mask)
+
+
+@triton.jit
+def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
+                PREFETCH: tl.constexpr = 0, EV: tl.constexpr = 0):
+    # (sum d, sum d^2) over chunks [lo, hi) of a row, d = x - shift (x itself for rms_norm);
+    # PREFETCH: the next chunk's load is issued before the current one is summed
     cols0 = tl.arange(0, BLOCK_N)
     s1 = tl.zeros([BLOCK_N], tl.float32)
     s2 = tl.zeros([BLOCK_N], tl.float32)
+    if PREFETCH:
+        ncols = lo * BLOCK_N + cols0
+        x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
     for c in range(lo, hi):
         cols = c * BLOCK_N + cols0
         cmask = cols < N
-        x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
+        if PREFETCH:
+            x = x_next.to(tl.float32)
+            ncols = cols + BLOCK_N
+            x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
+        else:
+            x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
         if IS_RMS:
             s2 += x * x  # sum x unused: not kept
         else:
@@ -123,7 +161,7 @@ def _tile_ptrs(base, t, ROWS: tl.constexpr, cols, cmask, M, stride):
 
 @triton.jit
 def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
-              HAS_BIAS: tl.constexpr):
+              HAS_BIAS: tl.constexpr, EV_OUT: tl.constexpr = 0):
     # a tile of whole rows (fp32, zeros where masked off) normalized and stored
     if IS_RMS:
         xc = x
@@ -135,7 +173,7 @@ def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl
         y = y * w.to(tl.float32)[None, :]
     if HAS_BIAS:
         y = y + b.to(tl.float32)[None, :]
-    tl.store(yptrs, _to_out(y, yptrs.dtype.element_ty), mask=mask)
+    _st(yptrs, _to_out(y, yptrs.dtype.element_ty), mask, EV_OUT)
 
 
 @triton.jit(do_not_specialize=["M", "N_BUCKET", "eps"])  # M: row counts never recompile
@@ -145,10 +183,11 @@ def _norm_fwd(
     N_BUCKET,  # noqa: ARG001 - the autotune key only (bucketed row length)
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
     ONE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr,
-    PERSIST: tl.constexpr,
+    PERSIST: tl.constexpr, PREFETCH: tl.constexpr = 0, HINTS: tl.constexpr = 0,
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
+    # HINTS (0 or 1): y stored evict_first (_st's 1); long rows: x's first read evict_last (_ld's 2)
     if ONE_PASS:
         cols = tl.arange(0, BLOCK_N)
         cmask = cols < N
@@ -168,12 +207,12 @@ def _norm_fwd(
                 nptrs, nmask = _tile_ptrs(x_ptr, t + G, ROWS, cols, cmask, M, stride_xm)
                 x_next = tl.load(nptrs, mask=nmask, other=0.0, eviction_policy="evict_first")
                 yptrs, mask = _tile_ptrs(y_ptr, t, ROWS, cols, cmask, M, stride_ym)
-                _rows_out(x.to(tl.float32), mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS)
+                _rows_out(x.to(tl.float32), mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS)
         else:
             ptrs, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
             x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             yptrs, mask = _tile_ptrs(y_ptr, pid, ROWS, cols, cmask, M, stride_ym)
-            _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS)
+            _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS)
     else:
         row = tl.program_id(0)
         seg = tl.program_id(1)
@@ -189,13 +228,13 @@ def _norm_fwd(
         hi = tl.minimum(lo + per, nchunks)
         shift = _row_shift(x_ptr, xoff, IS_RMS)
         if PHASE == 1:
-            s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N)
+            s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N, PREFETCH, HINTS * 2)
             base = (tl.cast(row, tl.int64) * SPLIT + seg) * 2
             tl.store(ws_ptr + base, s1)
             tl.store(ws_ptr + base + 1, s2)
         else:
             if PHASE == 0:
-                s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, 0, nchunks, IS_RMS, BLOCK_N)
+                s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, 0, nchunks, IS_RMS, BLOCK_N, PREFETCH, HINTS * 2)
             else:
                 j = tl.arange(0, SPLIT)
                 base = tl.cast(row, tl.int64) * SPLIT * 2
@@ -206,13 +245,21 @@ def _norm_fwd(
                 lo = 0
                 hi = nchunks
             cols0 = tl.arange(0, BLOCK_N)
+            if PREFETCH:
+                ncols = (hi - 1) * BLOCK_N + cols0
+                x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols >= lo * BLOCK_N), 1)
             for i in range(0, hi - lo):
                 c = hi - 1 - i  # newest chunks first: the likeliest L2 (or L1) hits
                 cols = c * BLOCK_N + cols0
                 cmask = cols < N
-                x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                if PREFETCH:  # the next (older) chunk's load in flight while this one is written
+                    x = x_next.to(tl.float32)
+                    ncols = cols - BLOCK_N
+                    x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols >= lo * BLOCK_N), 1)
+                else:
+                    x = _ld(x_ptr + xoff + cols, cmask, 1).to(tl.float32)
                 y = _affine((x - mean) * rstd, w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
-                tl.store(y_ptr + yoff + cols, _to_out(y, OUT_TY), mask=cmask)
+                _st(y_ptr + yoff + cols, _to_out(y, OUT_TY), cmask, HINTS)
 
 
 @triton.jit

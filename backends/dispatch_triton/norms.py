@@ -5,7 +5,9 @@ A config is a dict: ``BLOCK_N`` (a power of two), ``ROWS`` (rows per tile, one-p
 ``SPLIT`` (programs per row, chunked only; a power of two), ``PERSIST`` (one-pass only: 0 for a
 program per tile, k for a persistent grid of k programs per multiprocessor that load the next tile
 while working on the current one), ``num_warps``, ``num_stages``. It is one-pass when ``BLOCK_N``
-covers the bucketed row length.
+covers the bucketed row length. Two optional keys, 0 (absent) in every default and tune-space
+config: ``PREFETCH`` (chunked/split paths: the next chunk's load in flight while the current one is
+reduced or written) and ``HINTS`` (L2 eviction hints; see :mod:`dispatch_triton.norm_kernels`).
 
 Forward, by the row length's bucket (the default of each; the tune space holds a handful more):
 
@@ -142,6 +144,9 @@ def _check_config(config: dict, n: int) -> None:
             raise ValueError(f"config {name} must be a power of two (got {v}) in {config}")
     if rows > 1 and bn < n:
         raise ValueError(f"config ROWS={rows} packs whole rows: BLOCK_N={bn} must be >= N={n}")
+    for name in ("PREFETCH", "HINTS"):
+        if int(config.get(name, 0)) not in (0, 1):
+            raise ValueError(f"config {name} must be 0 or 1 (got {config[name]})")
     if int(config.get("PERSIST", 0)) < 0:
         raise ValueError(f"config PERSIST must be >= 0 (got {config['PERSIST']})")
 
@@ -188,7 +193,8 @@ class NormLauncher:
         ph = placeholder(anchor, dtype)
         ph32 = placeholder(anchor, torch.float32)
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
-                    BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]))
+                    BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
+                    PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)))
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
         if device.type == "cuda" and int(config.get("PERSIST", 0)) and one_pass(config, n):

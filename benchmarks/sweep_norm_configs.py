@@ -1,0 +1,516 @@
+"""The Triton rms_norm / layer_norm forward under a grid of launch configurations, on one GPU: which
+configuration of each shape comes closest to the copy bandwidth.
+
+For rms_norm (with weight) and layer_norm (with weight and bias), bf16 and fp32, and the shapes
+M x N with M*N = 16M (N = 1024, 2048, 4096, 8192, 16384, 65536, 262144) plus 16384 x 4096
+(M*N = 64M), every configuration that ``dispatch_triton.norms.NormLauncher`` accepts from a grid
+(see :func:`grid`) is built, checked against torch and timed, next to torch eager and to a
+same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_triton/norms.py``):
+
+* rows held in registers (N <= 16384): tile shape ``ROWS`` x ``BLOCK_N`` (``BLOCK_N`` = N's power
+  of two) and ``num_warps`` (4..64 elements a thread); ``PERSIST`` (0: a program per tile; p: a
+  persistent grid of p programs per multiprocessor, each with the next tile's load in flight,
+  compiled with ``maxnreg`` = 65536 / (p * 32 * num_warps) so all are resident); ``HINTS``
+  (y stored evict_first) on a few;
+* long rows: the chunked path (a program per row, two passes over it) with ``BLOCK_N`` chunks of
+  4096..16384, ``num_warps``, ``num_stages`` 1 or 3, ``PREFETCH`` (two chunks in flight) and
+  ``HINTS`` (the first read evict_last, so that the second finds x in L2); the split path
+  (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the default's.
+
+Every shape's default configuration (what a call gets with tuning off) is in its grid, marked.
+
+Timing: ``dispatch.backend.measure`` with CUDA events around each launch, the median of ``--rep``
+repetitions after ``--warmup``; the L2 is flushed (a 256 MB write) before every repetition unless
+``--no-flush``; the host's back-to-back rate is not counted (GPU time only). The same-size copy is
+``y.copy_(x)`` of the case's M x N tensor, timed the same way; the large copy is
+``dispatch.ab.measure_copy_bandwidth`` (512 MB). Bytes of a case: x read, y written, weight/bias
+read once. A second timing (``--clean-rep`` repetitions, the "clean L2" columns) flushes the L2 by
+*reading* 256 MB instead: ``measure``'s flush writes, and the dirty lines it leaves in L2 (~50 MB on
+an H200) are written back while the timed kernel runs, a cost charged to a kernel that moves 64 MB;
+its % is of the same-size copy timed that way too.
+
+Compiles: ``--jobs K`` processes (default min(12, CPUs) on a GPU) first compile shares of the grid into
+Triton's on-disk cache; the main process then builds every kernel on a thread pool
+(``dispatch.backend.compile_all``, mostly cache hits) before timing anything.
+
+    python3 benchmarks/sweep_norm_configs.py --out DIR            # the full grid, ~2 minutes on an H200
+    python3 benchmarks/sweep_norm_configs.py --quick --out DIR    # a smaller grid
+    python3 benchmarks/sweep_norm_configs.py --device cpu --out DIR   # smoke run: interpreter, tiny shapes
+
+Writes <out>/norm_configs.json and norm_configs.md (a summary, then a table per shape).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == ["cpu"]:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+import torch
+import torch.nn.functional as F
+
+from dispatch.ab import measure_copy_bandwidth
+from dispatch.backend import Config, TuneSettings, compile_all, measure, mismatch
+
+from dispatch_triton import norms as NT
+from dispatch_triton.norm_kernels import _norm_fwd
+
+OPS = ("rms_norm", "layer_norm")
+ELEMENTS = 16 * 1024 * 1024
+N_LIST = (1024, 2048, 4096, 8192, 16384, 65536, 262144)
+EXTRA = ((64 * 1024 * 1024 // 4096, 4096),)  # M*N = 64M at N = 4096
+CPU_SHAPES = ((6, 100), (2, 20000))  # rows in registers (N odd: masked), chunked rows
+
+# rows in registers: (ROWS, num_warps) tile shapes tried per bucket of N, a rough order of promise
+TILES = {
+    1024: [(2, 4), (4, 8), (2, 8), (4, 4), (8, 16), (1, 4), (8, 8), (4, 16)],
+    2048: [(1, 4), (1, 8), (2, 8), (2, 4), (4, 16), (4, 8), (2, 16)],
+    4096: [(1, 8), (1, 4), (1, 16), (2, 16), (2, 8), (4, 32), (1, 32)],
+    8192: [(1, 8), (1, 16), (1, 32), (2, 32), (1, 4), (2, 16)],
+    16384: [(1, 16), (1, 32), (1, 8), (2, 32)],
+}
+
+
+def _np2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def _cfg(bn, rows=1, warps=4, persist=0, split=1, stages=1, prefetch=0, hints=0) -> dict:
+    c = {"BLOCK_N": int(bn), "ROWS": int(rows), "SPLIT": int(split), "PERSIST": int(persist),
+         "num_warps": int(warps), "num_stages": int(stages)}
+    if prefetch:
+        c["PREFETCH"] = 1
+    if hints:
+        c["HINTS"] = 1
+    return c
+
+
+def label(c: dict) -> str:
+    bits = [f"bn{c['BLOCK_N']}", f"w{c['num_warps']}"]
+    if c["ROWS"] > 1:
+        bits.insert(1, f"r{c['ROWS']}")
+    if c["PERSIST"]:
+        bits.append(f"persist{c['PERSIST']}(maxnreg {NT._persist_regs(c)})")
+    if c["SPLIT"] > 1:
+        bits.insert(0, f"split{c['SPLIT']}")
+    if c["num_stages"] != 1:
+        bits.append(f"st{c['num_stages']}")
+    if c.get("PREFETCH"):
+        bits.append("prefetch")
+    if c.get("HINTS"):
+        bits.append("hints")
+    return " ".join(bits)
+
+
+def _key(c: dict) -> tuple:
+    return tuple(sorted((k, int(v)) for k, v in c.items() if not (k in ("PREFETCH", "HINTS") and not v)))
+
+
+def _persist_levels(bn: int, rows: int, warps: int, esz: int, quick: bool) -> list[int]:
+    """Persistent programs per multiprocessor worth trying for a tile: the most that are resident
+    (64 warps a multiprocessor, registers enough for the tile and the next one's load), and half that."""
+    ept = bn * rows // (32 * warps)
+    need = 24 + ept * (2 if esz == 2 else 3)  # x (fp32), the next tile (input dtype), w/b, temporaries
+    levels = [p for p in (1, 2, 4, 8) if p * warps <= 64 and 65536 // (p * warps * 32) >= min(need, 255)]
+    if not levels:
+        return []
+    top = max(levels)
+    return [top] if quick or top == 1 else [top, top // 2]
+
+
+def grid(m: int, n: int, dtype: torch.dtype, device: torch.device, quick: bool) -> list[dict]:
+    """The configs of one shape, the default first (deduplicated)."""
+    default = NT.default_config(m, n, dtype, device)
+    esz = torch.empty((), dtype=dtype).element_size()
+    out = [default] + [dict(c) for c in NT.config_space(m, n, dtype, device)]
+    bn = max(_np2(n), 16)
+    if bn <= 16384:
+        tiles = TILES.get(bn, [(max(1, 2048 // bn), 4)])
+        tiles = tiles[:4] if quick else tiles
+        for rows, warps in tiles:
+            ept = bn * rows // (32 * warps)
+            if not 4 <= ept <= (64 if esz == 2 else 32):
+                continue
+            out.append(_cfg(bn, rows, warps))
+            for p in _persist_levels(bn, rows, warps, esz, quick):
+                out.append(_cfg(bn, rows, warps, persist=p))
+        # cache hints on the default and on the first persistent config
+        first_persist = next((c for c in out if c["PERSIST"]), None)
+        for c in (default, first_persist):
+            if c is not None:
+                out.append(dict(c, HINTS=1))
+    else:
+        chunked = [(4096, 8), (8192, 16), (16384, 16)] if not quick else [(4096, 8), (8192, 16)]
+        if not quick:
+            chunked.append((8192, 8))
+        for cbn, warps in chunked:
+            out.append(_cfg(cbn, 1, warps))
+            out.append(_cfg(cbn, 1, warps, prefetch=1))
+            out.append(_cfg(cbn, 1, warps, prefetch=1, hints=1))
+            if not quick:
+                out.append(_cfg(cbn, 1, warps, hints=1))
+        out.append(_cfg(4096, 1, 8, stages=3))
+        out.append(_cfg(4096, 1, 8, stages=3, prefetch=1))
+        nchunks = -(-n // 4096)
+        base = NT._split_for(m, nchunks, device)
+        if m <= NT._MAX_GRID_ROWS:
+            for s in sorted({base // 2, base, base * 2, base * 4} if not quick else {base, base * 2}):
+                if 2 <= s <= min(64, nchunks):
+                    out.append(_cfg(4096, 1, 8, split=s))
+                    out.append(_cfg(4096, 1, 8, split=s, prefetch=1, hints=1))
+                    if not quick:
+                        out.append(_cfg(4096, 1, 8, split=s, hints=1))
+                        if 2 * s <= min(64, nchunks // 2):
+                            out.append(_cfg(8192, 1, 16, split=s, prefetch=1, hints=1))
+    seen, kept = set(), []
+    for c in out:
+        k = _key(c)
+        if k not in seen:
+            seen.add(k)
+            kept.append(c)
+    return kept
+
+
+def shapes(args) -> list[tuple[int, int]]:
+    if args.device == "cpu":
+        return list(CPU_SHAPES)
+    ns = [int(v) for v in args.ns.split(",")] if args.ns else N_LIST
+    return [(args.elements // n, n) for n in ns] + ([] if args.ns else list(EXTRA))
+
+
+def plan(args, device) -> list[tuple[str, str, int, int, dict]]:
+    """Every (op, dtype, M, N, config) of the run, in a fixed order."""
+    jobs = []
+    for m, n in shapes(args):  # shape by shape (the 64M case last): a run cut short keeps whole shapes
+        for dt in args.dtypes.split(","):
+            dtype = getattr(torch, dt)
+            for op in args.ops.split(","):
+                configs = grid(m, n, dtype, device, args.quick)
+                if args.device == "cpu":  # the default and one persistent or prefetching config
+                    configs = [configs[0]] + [c for c in configs[1:] if c["PERSIST"] or c.get("PREFETCH")][:1]
+                jobs += [(op, dt, m, n, c) for c in configs]
+    return jobs
+
+
+def launcher(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, config: dict):
+    return NT.NormLauncher(op, m, n, dtype, n, device, config, 1e-5, True, op == "layer_norm", (m, n))
+
+
+def compile_job(job, device) -> None:
+    """Compile (and load) a job's kernels with small stand-in tensors: what its first call would build."""
+    op, dt, m, n, config = job
+    dtype = getattr(torch, dt)
+    stand = torch.empty(64, dtype=dtype, device=device)
+    ws = torch.empty(64, dtype=torch.float32, device=device)
+    for k in launcher(op, m, n, dtype, device, config).direct:
+        k.compile(stand, stand, stand, stand, ws)
+
+
+def compile_shard(args, device) -> int:
+    k, of = (int(v) for v in args.shard.split("/"))
+    jobs = plan(args, device)[k::of]
+    failed = 0
+    for job in jobs:
+        try:
+            compile_job(job, device)
+        except Exception as exc:  # noqa: BLE001 - the timed run reports it
+            failed += 1
+            print(f"compile {job[:4]} {label(job[4])}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+    print(f"compile shard {k}/{of}: {len(jobs) - failed}/{len(jobs)} built", flush=True)
+    return 0
+
+
+def compile_everything(args, device, jobs) -> dict:
+    """Compile every job: first in ``--jobs`` processes into Triton's disk cache, then here on a thread
+    pool. Returns the reasons of the jobs that failed, by index."""
+    t0 = time.perf_counter()
+    if device.type != "cuda":
+        return {}  # the interpreter compiles nothing
+    if args.jobs > 0:
+        base = [a for a in sys.argv[1:]]
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *base, "--compile-only",
+                                   "--shard", f"{i}/{args.jobs}"]) for i in range(args.jobs)]
+        for p in procs:
+            p.wait()
+        print(f"[{time.perf_counter() - t0:6.1f} s] {args.jobs} compile processes done", flush=True)
+    done = [0]
+
+    def progress(config, why):
+        done[0] += 1
+        if done[0] % 50 == 0 or done[0] == len(jobs):
+            print(f"[{time.perf_counter() - t0:6.1f} s] built {done[0]}/{len(jobs)}", flush=True)
+
+    with torch.cuda.device(device):  # the JIT's per-device cache made here, not raced for by the pool
+        caches = getattr(_norm_fwd, "device_caches", None)
+        if caches is not None:
+            caches[torch.cuda.current_device()]
+
+    def one(c) -> None:
+        with torch.cuda.device(device):
+            compile_job(jobs[c["i"]], device)
+
+    report = compile_all([Config.of(i=i) for i in range(len(jobs))], one, progress=progress)
+    return {f.config["i"]: f.reason for f in report.failures}
+
+
+_READ_FLUSH: dict = {}
+
+
+def clean_us(fn, device, warmup: int, rep: int) -> float | None:
+    """GPU time of ``fn`` (median of ``rep``, CUDA events) after an L2 flush that leaves no dirty line:
+    a 256 MB buffer *read* (a reduction) before each repetition. ``measure``'s flush writes 256 MB,
+    and the last ~50 MB of it are still dirty in L2 when the timed kernel starts, so the kernel's own
+    traffic evicts them: their write-back (up to ~50 MB to HBM) is charged to it, a large share of a
+    kernel moving 64 MB. None on the CPU."""
+    if device.type != "cuda":
+        return None
+    buf = _READ_FLUSH.get(device)
+    if buf is None:
+        buf = _READ_FLUSH[device] = torch.ones(256 * 1024 * 1024 // 8, dtype=torch.int64, device=device)
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    for a, b in zip(starts, ends):
+        buf.sum()
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) * 1e3 for a, b in zip(starts, ends))
+    return times[len(times) // 2]
+
+
+def _inputs(op, m, n, dtype, device):
+    g = torch.Generator(device=device).manual_seed(m * 131 + n)  # made on the device: 64M elements in no time
+    x = torch.randn((m, n), generator=g, device=device).to(dtype)
+    w = (torch.randn(n, generator=g, device=device) * 0.5 + 1).to(dtype)
+    b = (torch.randn(n, generator=g, device=device) * 0.5).to(dtype) if op == "layer_norm" else None
+    return x, w, b
+
+
+def _torch(op, x, w, b):
+    n = x.shape[-1]
+    return F.rms_norm(x, (n,), w, 1e-5) if op == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
+
+
+def run(args, device, settings, copy_gbs, jobs, failures, rows, save, start: float) -> None:
+    t0 = time.perf_counter()
+    cases = list(dict.fromkeys(j[:4] for j in jobs))
+    for ci, (op, dt, m, n) in enumerate(cases):
+        if args.time_limit and time.perf_counter() - start > args.time_limit:
+            print(f"time limit ({args.time_limit} s) reached: {len(cases) - ci} case(s) not timed: "
+                  f"{cases[ci:]}", flush=True)
+            break
+        dtype = getattr(torch, dt)
+        esz = torch.empty((), dtype=dtype).element_size()
+        nbytes = 2 * m * n * esz + (1 if op == "rms_norm" else 2) * n * esz
+        x, w, b = _inputs(op, m, n, dtype, device)
+        ref = _torch(op, x.float(), w.float(), None if b is None else b.float()).to(dtype)
+        y = torch.empty_like(x)
+        copy_t = measure(lambda: y.copy_(x), device, settings)
+        same_gbps = 2 * m * n * esz / (copy_t.median_us * 1e-6) / 1e9
+        copy_clean = clean_us(lambda: y.copy_(x), device, args.warmup, args.clean_rep) if args.clean_rep else None
+        base = {"op": op, "dtype": dt, "M": m, "N": n, "bytes": nbytes}
+
+        def record(impl, t, config=None, default=False, check="ok", error=None, fn=None):
+            row = dict(base, impl=impl, default=default, config=config)
+            if error is not None:
+                row["error"] = error
+            else:
+                gbps = nbytes / (t.median_us * 1e-6) / 1e9
+                row.update(us=t.median_us, spread_us=t.spread_us, gbps=gbps, pct_copy_same=100 * gbps / same_gbps,
+                           pct_copy=100 * gbps / copy_gbs, check=check)
+                clean = clean_us(fn, device, args.warmup, args.clean_rep) if fn is not None and args.clean_rep else None
+                if clean is not None:
+                    row["us_clean"] = clean
+                    if copy_clean:
+                        # against the same-size copy timed the same way (its bytes: 2*M*N*esz)
+                        row["pct_copy_same_clean"] = 100 * (nbytes / clean) / (2 * m * n * esz / copy_clean)
+            rows.append(row)
+            return row
+
+        copy_row = record("same-size copy", copy_t, fn=lambda: y.copy_(x))
+        copy_row["bytes"] = 2 * m * n * esz
+        copy_row.update(gbps=same_gbps, pct_copy_same=100.0, pct_copy=100 * same_gbps / copy_gbs)
+        if copy_clean:
+            copy_row["pct_copy_same_clean"] = 100.0
+        record("torch eager", measure(lambda: _torch(op, x, w, b), device, settings), fn=lambda: _torch(op, x, w, b))
+        mine = [(i, j[4]) for i, j in enumerate(jobs) if j[:4] == (op, dt, m, n)]
+        for k, (i, config) in enumerate(mine):
+            name = label(config)
+            if i in failures:
+                record(name, None, config, k == 0, error=failures[i])
+                continue
+            try:
+                launch = launcher(op, m, n, dtype, device, config).run
+                out = launch(x, w, b)
+                why = mismatch(out, ref, (2e-2, 2e-2) if esz == 2 else (1e-4, 1e-4))
+                record(name, measure(lambda: launch(x, w, b), device, settings), config, k == 0,
+                       check=why or "ok", fn=lambda: launch(x, w, b))
+            except Exception as exc:  # noqa: BLE001 - a row with its reason
+                record(name, None, config, k == 0, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        mine_rows = [r for r in rows if (r["op"], r["dtype"], r["M"], r["N"]) == (op, dt, m, n) and r["config"]]
+        timed = [r for r in mine_rows if "us" in r and r["check"] == "ok"]
+        best = min(timed, key=lambda r: r["us"]) if timed else None
+        dflt = next((r for r in mine_rows if r["default"] and "us" in r), None)
+        print(f"[{time.perf_counter() - t0:6.1f} s] {ci + 1}/{len(cases)} {op} {dt} {m}x{n}: copy "
+              f"{copy_t.median_us:.1f} us ({100 * same_gbps / copy_gbs:.0f}% of large copy); default "
+              + (f"{dflt['us']:.1f} us {dflt['pct_copy_same']:.0f}%" if dflt else "-") + "; best "
+              + (f"{best['impl']} {best['us']:.1f} us {best['pct_copy_same']:.0f}% of same-size copy "
+                 f"({best['pct_copy']:.0f}% of large)" if best else "-"), flush=True)
+        print_case(rows, (op, dt, m, n))
+        save()
+        del x, w, b, y, ref
+
+
+def _case_rows(rows, case):
+    return [r for r in rows if (r["op"], r["dtype"], r["M"], r["N"]) == case]
+
+
+def case_table(rows, case) -> list[str]:
+    """Markdown rows of one case: copy, eager, then the configs fastest first."""
+    mine = _case_rows(rows, case)
+    fixed = [r for r in mine if not r["config"]]
+    configs = sorted([r for r in mine if r["config"]], key=lambda r: r.get("us", float("inf")))
+    out = ["| config | us | GB/s | % same-size copy | % large copy | us, clean L2 | % same-size copy, clean L2 "
+           "| check |", "|---|---|---|---|---|---|---|---|"]
+    for r in fixed + configs:
+        name = r["impl"] + (" **(default)**" if r.get("default") else "")
+        if "us" in r:
+            clean = f"{r['us_clean']:.1f}" if "us_clean" in r else "-"
+            pclean = f"{r['pct_copy_same_clean']:.1f}" if "pct_copy_same_clean" in r else "-"
+            out.append(f"| {name} | {r['us']:.1f} | {r['gbps']:.0f} | {r['pct_copy_same']:.1f} | {r['pct_copy']:.1f} "
+                       f"| {clean} | {pclean} | {r.get('check', 'ok')[:60]} |")
+        else:
+            out.append(f"| {name} | - | - | - | - | - | - | {r['error'][:80]} |")
+    return out
+
+
+def print_case(rows, case) -> None:
+    mine = _case_rows(rows, case)
+    fixed = [r for r in mine if not r["config"]]
+    configs = sorted([r for r in mine if r["config"]], key=lambda r: r.get("us", float("inf")))
+    for r in fixed + configs:
+        mark = "*" if r.get("default") else " "
+        if "us" in r:
+            bad = "" if r.get("check", "ok") == "ok" else "  WRONG"
+            clean = (f"  clean L2 {r['us_clean']:7.1f} us {r['pct_copy_same_clean']:5.1f}% same"
+                     if "pct_copy_same_clean" in r else "")
+            print(f"   {mark} {r['impl']:58} {r['us']:8.1f} us {r['pct_copy_same']:5.1f}% same {r['pct_copy']:5.1f}% "
+                  f"large{clean}{bad}")
+        else:
+            print(f"   {mark} {r['impl']:58} {r['error'][:90]}")
+
+
+def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
+    lines = [f"# Triton norm forward configs on {meta['device']}", "",
+             f"Large-buffer copy {meta['copy_gbs']:.0f} GB/s. Timing: {meta['timing']}. "
+             f"Command: `{meta['command']}`", "",
+             "% same-size copy: of `y.copy_(x)` of the case's M x N tensor, timed the same way; % large copy: of "
+             "the 512 MB copy. Bytes: x read, y written, weight (and bias) read once. Clean L2: timed again after "
+             "an L2 flush that reads 256 MB (no dirty lines left to write back during the kernel), % of the "
+             "same-size copy timed that way.", "",
+             "## Summary", "",
+             "| op | dtype | M x N | copy us (% large) | torch eager | default | best | best config |",
+             "|---|---|---|---|---|---|---|---|"]
+    cases = list(dict.fromkeys((r["op"], r["dtype"], r["M"], r["N"]) for r in rows))
+
+    def cell(r):
+        if not r or "us" not in r:
+            return "-"
+        clean = f"; clean L2 {r['pct_copy_same_clean']:.0f}%" if "pct_copy_same_clean" in r else ""
+        return f"{r['us']:.1f} us ({r['pct_copy_same']:.0f}% / {r['pct_copy']:.0f}%{clean})"
+
+    for case in cases:
+        mine = _case_rows(rows, case)
+        copy = next((r for r in mine if r["impl"] == "same-size copy"), None)
+        eager = next((r for r in mine if r["impl"] == "torch eager"), None)
+        dflt = next((r for r in mine if r.get("default")), None)
+        ok = [r for r in mine if r["config"] and "us" in r and r["check"] == "ok"]
+        best = min(ok, key=lambda r: r["us"]) if ok else None
+        copy_cell = f"{copy['us']:.1f} ({copy['pct_copy']:.0f}%)" if copy and "us" in copy else "-"
+        lines.append(f"| {case[0]} | {case[1]} | {case[2]}x{case[3]} | {copy_cell} | {cell(eager)} | {cell(dflt)} "
+                     f"| {cell(best)} | {best['impl'] if best else '-'} |")
+    lines += ["", "Cells: us (% of same-size copy / % of large copy; % of same-size copy with a clean L2). "
+              "Best: the fastest config whose output matched torch's.", ""]
+    for case in cases:
+        lines += [f"## {case[0]} {case[1]} {case[2]}x{case[3]}", ""] + case_table(rows, case) + [""]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--elements", type=int, default=ELEMENTS, help="M*N of the shapes (16M)")
+    parser.add_argument("--ns", default=None, help="row lengths, comma-separated (default: the list above, "
+                                                   "plus 16384x4096)")
+    parser.add_argument("--quick", action="store_true", help="a smaller grid per shape")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--rep", type=int, default=100)
+    parser.add_argument("--no-flush", action="store_true", help="no L2 flush between repetitions")
+    parser.add_argument("--clean-rep", type=int, default=30,
+                        help="repetitions of the second timing, after a read-only L2 flush (0: none)")
+    parser.add_argument("--jobs", type=int, default=None, help="compile processes (default 8 on a GPU)")
+    parser.add_argument("--out", default="benchmarks/results/norm_configs")
+    parser.add_argument("--time-limit", type=float, default=270,
+                        help="seconds from the start after which no further case is begun (0: none); what "
+                             "was measured is written")
+    parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
+        return 2
+    if args.jobs is None:
+        args.jobs = min(12, os.cpu_count() or 1) if device.type == "cuda" else 0
+    if args.compile_only:
+        return compile_shard(args, device)
+    if device.type == "cpu":
+        args.warmup, args.rep = min(args.warmup, 1), min(args.rep, 3)
+    settings = TuneSettings(warmup=args.warmup, rep=args.rep, flush_l2=not args.no_flush, host_bound=False,
+                            early_stop=0.0)
+    t0 = time.perf_counter()
+    jobs = plan(args, device)
+    ncases = len(dict.fromkeys(j[:4] for j in jobs))
+    print(f"{len(jobs)} configs over {ncases} cases; compiling", flush=True)
+    failures = compile_everything(args, device, jobs)
+    print(f"[{time.perf_counter() - t0:6.1f} s] compiled ({len(failures)} failed); timing", flush=True)
+    copy_gbs = measure_copy_bandwidth(device, settings).gbps
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    if device.type == "cuda":
+        timing = (f"CUDA events, median of {args.rep} after {args.warmup} warm-up, "
+                  + ("no L2 flush" if args.no_flush else "L2 flushed before each repetition") + ", GPU time only")
+    else:
+        timing = f"wall time under the Triton interpreter, median of {args.rep} (a smoke run: not a measurement)"
+    print(f"device {name}; large-buffer copy {copy_gbs:.0f} GB/s; {timing}", flush=True)
+    meta = {"device": name, "copy_gbs": copy_gbs, "timing": timing, "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "python": platform.python_version(),
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+
+    def save() -> None:
+        (out / "norm_configs.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        write_markdown(out / "norm_configs.md", meta, rows)
+
+    run(args, device, settings, copy_gbs, jobs, failures, rows, save, t0)
+    save()
+    print(f"[{time.perf_counter() - t0:6.1f} s] wrote {out}/norm_configs.json, .md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
