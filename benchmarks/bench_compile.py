@@ -296,6 +296,8 @@ def main() -> int:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device here; --device cpu runs the smoke check")
+    if not dispatch.backends():
+        parser.error("dispatch has no backend loaded (is the package installed, with its entry points?)")
     os.makedirs(args.out, exist_ok=True)
     try:
         import triton
