@@ -172,3 +172,68 @@ def test_the_custom_op_called_outside_a_graph_runs_like_eager_and_defers_to_mode
     (op(xg, args) * torch.arange(8.0)).sum().backward()
     (torch.softmax(xr, -1) * torch.arange(8.0)).sum().backward()
     torch.testing.assert_close(xg.grad, xr.grad)
+
+
+def test_inductor_passes_views_in_and_writes_the_epilogue_into_the_ops_output():
+    """What Inductor generates around the custom op: the op takes the graph input (a transposed view
+    of it here) as it is, with no copy, clone or contiguous call, and the pointwise op after it works
+    in place on the op's output, so the compiled graph allocates nothing of its own."""
+    from torch._inductor.utils import run_and_get_code
+
+    compiled = torch.compile(lambda t: dispatch.softmax(t.t(), -1) * 2, fullgraph=True)
+    x = torch.randn(48, 32)
+    with torch._inductor.config.patch(fx_graph_cache=False):  # this code, not a cached one
+        out, (code, *_) = run_and_get_code(compiled, x)
+    torch.testing.assert_close(out, torch.softmax(x.t(), -1) * 2)
+    call = code[code.index("def call("):]
+    call = call[:call.index("return (")]
+    assert call.count("torch.ops.dispatch.softmax.default(reinterpret_tensor(arg0_1,") == 1, call
+    for extra in ("empty_strided", "clone", "copy", "contiguous", "as_strided"):
+        assert extra not in call, (extra, call)
+
+
+LAYOUTS = {
+    "contiguous": lambda: torch.randn(6, 40),
+    "transposed": lambda: torch.randn(40, 6).t(),
+    "rows strided": lambda: torch.randn(12, 40)[::2],
+    "column slice": lambda: torch.randn(6, 64)[:, :40],
+    "every other column": lambda: torch.randn(6, 80)[:, ::2],
+}
+OP_CALLS = {
+    "softmax": (lambda x: (x,), {"dim": -1, "dtype": None}),
+    "softmax dim 0": (lambda x: (x,), {"dim": 0, "dtype": None}),
+    "log_softmax": (lambda x: (x,), {"dim": -1, "dtype": torch.float32}),
+    "logsumexp": (lambda x: (x,), {"dim": [-1], "keepdim": True}),
+    "rms_norm": (lambda x: (x, torch.randn(40, dtype=x.dtype)), {"normalized_shape": [40], "eps": None}),
+    "layer_norm": (lambda x: (x, torch.randn(40, dtype=x.dtype), torch.randn(40, dtype=x.dtype)),
+                   {"normalized_shape": [40], "eps": 1e-5}),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_fake_output_has_the_shape_strides_and_dtype_of_the_real_one(layout):
+    """Inductor lays out the graph from the fake implementation and asserts the real output's size
+    and strides: a disagreement would fail compiled calls, or cost copies. Checked for every backend
+    that serves the call here, float32 and bfloat16."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from dispatch._compile import encode
+
+    backends = [None] + [n for n, i in dispatch.backends().items() if i.available]
+    checked = 0
+    for call, (tensors_of, values) in OP_CALLS.items():
+        op = getattr(torch.ops.dispatch, call.split()[0]).default
+        for dtype in (torch.float32, torch.bfloat16):
+            tensors = tensors_of(LAYOUTS[layout]().to(dtype))
+            for backend in backends:
+                args = encode({**values, "backend": backend})
+                try:
+                    real = op(*tensors, args)
+                except dispatch.BackendRefusedError:
+                    continue
+                with FakeTensorMode() as mode:
+                    fake = op(*(mode.from_tensor(t) for t in tensors), args)
+                assert (fake.shape, fake.stride(), fake.dtype) == (real.shape, real.stride(), real.dtype), \
+                    (call, dtype, backend)
+                checked += 1
+    assert checked >= 2 * len(OP_CALLS)
