@@ -181,6 +181,9 @@ VARIANT_CONFIGS = [
     ("even_acc_2d", dict(EVEN=1, ACC_2D=1)),
     ("stages_2", dict(num_stages=2)),
     ("stages_4_acc_2d", dict(num_stages=4, ACC_2D=1)),
+    ("prefetch", dict(PREFETCH=1)),
+    ("prefetch_even", dict(PREFETCH=1, EVEN=1)),
+    ("prefetch_even_acc_2d", dict(PREFETCH=1, EVEN=1, ACC_2D=1)),
     ("one_pass", dict(ONE_PASS=1)),
     ("one_pass_even", dict(ONE_PASS=1, EVEN=1)),
 ]
@@ -268,7 +271,7 @@ def test_variant_space_candidates_are_valid_and_correct():
     p = S.plan("logsumexp", x.shape, x.stride(), (0,))
     space = S.variant_space(p, tile_max=2048, stages=(2,), warps=(4,))
     assert len({tuple(sorted(c.items())) for c in space}) == len(space)
-    for key in ("ACC_2D", "EVEN", "ONE_PASS", "num_stages"):
+    for key in ("ACC_2D", "EVEN", "ONE_PASS", "PREFETCH", "num_stages"):
         assert any(key in c for c in space), key
     assert S.default_config(p) not in space  # beyond the tuned space
     want = torch.logsumexp(x, 0)

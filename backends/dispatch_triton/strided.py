@@ -23,7 +23,7 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
 # :mod:`~dispatch_triton.strided_jit`. Not in the tuned space yet: benchmarks/sweep_strided_configs.py
 # compares them on a GPU first.
-VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D")
+VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH")
 _MAX_SPLIT_R = 64  # programs sharing one column block's R (the width of the partials merge)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
 
@@ -162,7 +162,7 @@ def validate(config: dict) -> tuple[int, int, int, int]:
         raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R} (got {split})")
     if "num_stages" in config and not 1 <= int(config["num_stages"]) <= 8:
         raise ValueError(f"'num_stages' must be 1 to 8 (got {config['num_stages']})")
-    for flag in ("EVEN", "ONE_PASS", "ACC_2D"):
+    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH"):
         if int(config.get(flag, 0)) not in (0, 1):
             raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
     if int(config.get("ONE_PASS", 0)) and split != 1:
@@ -173,9 +173,9 @@ def validate(config: dict) -> tuple[int, int, int, int]:
 def variant_space(p: StridedPlan, device: torch.device | None = None, *, tile_max: int = 16384,
                   stages=(2, 3, 4), warps=(4, 8, 16)) -> list[dict]:
     """Candidates beyond :func:`config_space`, for sweeps on a GPU: tiles up to ``tile_max``
-    elements (16-row chunks at least, 16 elements per thread at most), each with ``num_stages``
-    of ``stages`` and R shared by :func:`split_for`; each of those with ``EVEN`` where the chunks
-    are all full, and with ``ACC_2D``; and ``ONE_PASS`` tiles holding all of R (the column block
+    elements (16-row chunks at least, 4 to 16 elements per thread), each with ``num_stages``
+    of ``stages`` and R shared by :func:`split_for`; each of those with ``ACC_2D``, ``PREFETCH``,
+    both or neither, and each again with ``EVEN`` where the chunks are all full; and ``ONE_PASS`` tiles holding all of R (the column block
     as wide as ``tile_max`` allows, 16 at least), for R up to ``tile_max // 16``."""
     top = max(16, min(256, _np2(p.inner)))
     out = []
@@ -193,11 +193,13 @@ def variant_space(p: StridedPlan, device: torch.device | None = None, *, tile_ma
                 even = p.R % br == 0 and p.inner % bi == 0
                 for st in stages:
                     base = dict(_cfg(bi, br, w, split), num_stages=st)
-                    out.append(base)
-                    out.append(dict(base, ACC_2D=1))
-                    if even:
-                        out.append(dict(base, EVEN=1))
-                        out.append(dict(base, EVEN=1, ACC_2D=1))
+                    for acc, pre in ((0, 0), (1, 0), (0, 1), (1, 1)):
+                        flags = dict(ACC_2D=1) if acc else {}
+                        if pre:
+                            flags["PREFETCH"] = 1
+                        out.append(dict(base, **flags))
+                        if even:
+                            out.append(dict(base, EVEN=1, **flags))
     r2 = _np2(p.R)
     if p.R >= 1 and r2 * 16 <= tile_max:
         bi = 16
@@ -223,6 +225,7 @@ class StridedLauncher:
         _check_op(op)
         bi, br, w, split = validate(config)
         one_pass, acc_2d = bool(int(config.get("ONE_PASS", 0))), bool(int(config.get("ACC_2D", 0)))
+        prefetch = bool(int(config.get("PREFETCH", 0)))
         if one_pass and br < p.R:
             raise ValueError(f"'ONE_PASS' needs 'BLOCK_R' >= R (got BLOCK_R {br}, R {p.R})")
         # no masks where every chunk of R (and of a split's rows: a multiple of BLOCK_R) is full
@@ -256,7 +259,8 @@ class StridedLauncher:
             size = out_shape or ((),)
             if n_splits == 1:
                 k = DirectLaunch(_strided_kernel, self.grid, 2,
-                                 dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d),
+                                 dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
+                                      PREFETCH=prefetch),
                                  options, enabled=direct)
                 self.direct = (k,)
 
@@ -267,10 +271,12 @@ class StridedLauncher:
             else:
                 split_args = dict(common, rows_per_split=rows_per_split, n_splits=n_splits)
                 self.grid = (p.outer * n_ib, n_splits)
-                k1 = DirectLaunch(_strided_partials, self.grid, 2, dict(split_args, EVEN=even, ACC_2D=acc_2d),
-                                  options, enabled=direct)
+                k1 = DirectLaunch(_strided_partials, self.grid, 2,
+                                  dict(split_args, EVEN=even, ACC_2D=acc_2d, PREFETCH=prefetch), options,
+                                  enabled=direct)
                 k2 = DirectLaunch(_strided_finish, (p.outer * n_ib, 1 if op == "logsumexp" else n_splits), 3,
-                                  dict(split_args, **out_strides, BLOCK_S=_np2(n_splits), EVEN=even), options,
+                                  dict(split_args, **out_strides, BLOCK_S=_np2(n_splits), EVEN=even,
+                                                   PREFETCH=prefetch), options,
                                   enabled=direct)
                 self.direct = (k1, k2)
                 ws_numel = 2 * p.outer * n_splits * p.inner

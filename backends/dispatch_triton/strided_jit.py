@@ -19,6 +19,10 @@ Variants, chosen by constexprs (the launcher's config; all off by default):
   element and no reduction across threads inside the loop; the rows of the tile are merged once
   after it (the default reduces each chunk over its rows: three reductions, each through shared
   memory and a barrier, per chunk).
+* ``PREFETCH``: both passes load chunk ``k + 1`` before working on chunk ``k`` (a register double
+  buffer: twice the bytes in flight per program; Triton's ``num_stages`` does not pipeline these
+  loads, which feed no ``dot``). With ``EVEN`` the load after the last chunk re-reads the last
+  one (in bounds, unmasked) rather than being masked.
 
 Special values follow torch: a column of only -inf gives -inf (logsumexp) or NaN (softmax,
 log_softmax: 0/0); a NaN anywhere in a column gives NaN; +inf gives +inf for logsumexp and
@@ -49,18 +53,64 @@ def _store(ptrs, y, mask, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _chunk(x_base, sxr, r0, rr, stop, cmask, other, EVEN: tl.constexpr):
+    """Rows ``r0 + rr`` (those below ``stop``) of the program's columns, in fp32."""
+    r = r0 + rr
+    mask = (r < stop)[:, None] & cmask[None, :]
+    return _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, other, EVEN)
+
+
+@triton.jit
+def _next_start(r0, stop, BLOCK_R: tl.constexpr, EVEN: tl.constexpr):
+    """Where the chunk after the one at ``r0`` starts: past ``stop`` it is masked out, or with
+    ``EVEN`` (no masks) the last chunk again."""
+    if EVEN:
+        nxt = tl.minimum(r0 + BLOCK_R, stop - BLOCK_R)
+    else:
+        nxt = r0 + BLOCK_R
+    return nxt
+
+
+@triton.jit
+def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, OP: tl.constexpr,
+                BLOCK_R: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr):
+    """softmax (``OP`` 0) or log_softmax (1) of rows ``[start, stop)`` from the columns' stats."""
+    rr = tl.arange(0, BLOCK_R)
+    if PREFETCH:
+        v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN)
+    for r0 in range(start, stop, BLOCK_R):
+        if PREFETCH:
+            v = v_next
+            v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN)
+        else:
+            v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN)
+        r = r0 + rr
+        mask = (r < stop)[:, None] & cmask[None, :]
+        if OP == 0:
+            y = tl.exp(v - safe[None, :]) * inv[None, :]
+        else:
+            y = (v - safe[None, :]) - log_s[None, :]
+        _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
+
+
+@triton.jit
 def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
-                  EVEN: tl.constexpr, ACC_2D: tl.constexpr):
+                  EVEN: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr):
     """(max, sum of exp(x - max), NaN seen) per column over rows ``[start, stop)``, in fp32."""
     rr = tl.arange(0, BLOCK_R)
+    if PREFETCH:
+        v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN)
     if ACC_2D:
         # per element of the tile: running max (NaN once a NaN was seen) and sum at that max
         m2 = tl.full([BLOCK_R, BLOCK_I], float("-inf"), tl.float32)
         s2 = tl.zeros([BLOCK_R, BLOCK_I], tl.float32)
         for r0 in range(start, stop, BLOCK_R):
-            r = r0 + rr
-            mask = (r < stop)[:, None] & cmask[None, :]
-            v = _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, float("-inf"), EVEN)
+            if PREFETCH:
+                v = v_next
+                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask,
+                                float("-inf"), EVEN)
+            else:
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN)
             lo = tl.minimum(m2, v)
             e = tl.exp(lo - tl.maximum(m2, v))  # one of exp(v - m), exp(m - v) is 1: the other only
             e = tl.where(lo == float("-inf"), 0.0, e)
@@ -76,9 +126,12 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
         s = tl.zeros([BLOCK_I], tl.float32)
         nan = tl.zeros([BLOCK_I], tl.int32)
         for r0 in range(start, stop, BLOCK_R):
-            r = r0 + rr
-            mask = (r < stop)[:, None] & cmask[None, :]
-            v = _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, float("-inf"), EVEN)
+            if PREFETCH:
+                v = v_next
+                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask,
+                                float("-inf"), EVEN)
+            else:
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN)
             nan = tl.maximum(nan, tl.max((v != v).to(tl.int32), 0))
             new_m = tl.maximum(m, tl.max(v, 0))
             safe = tl.where(new_m == float("-inf"), 0.0, new_m)
@@ -100,7 +153,7 @@ def _lse_store(ptrs, m, s, nan, cmask, EVEN: tl.constexpr):
 @triton.jit
 def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor, soi,
                     OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
-                    EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr):
+                    EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr):
     pid = tl.program_id(0)
     o = (pid // n_iblocks).to(tl.int64)
     cols = (pid % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -125,31 +178,23 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
                 y = (v - safe[None, :]) - tl.log(s)[None, :]
             _store(o_base + rr.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
     else:
-        m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D)
+        m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH)
         safe = tl.where(m == float("-inf"), 0.0, m)
         if OP == 2:  # logsumexp: one value per column
             _lse_store(out_ptr + o * soo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
         else:
             if ACC_2D:
                 s = tl.where((nan > 0) | (m == float("inf")), float("nan"), s)  # as the chunked merge gives
-            inv = 1.0 / s
-            log_s = tl.log(s)  # log_softmax = (x - max) - log(sum): exact difference first, as torch
-            for r0 in range(0, R, BLOCK_R):
-                r = r0 + rr
-                mask = (r < R)[:, None] & cmask[None, :]
-                v = _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, 0.0, EVEN)
-                if OP == 0:
-                    y = tl.exp(v - safe[None, :]) * inv[None, :]
-                else:
-                    y = (v - safe[None, :]) - log_s[None, :]
-                _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
+            # log_softmax = (x - max) - log(sum): exact difference first, as torch
+            _write_pass(x_base, o_base, sxr, sor, 0, R, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN, PREFETCH)
 
 
 # -- R split over several programs: partial (max, sum) per chunk of R, then a merge that writes ------
 
 @triton.jit
 def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
-                      BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, EVEN: tl.constexpr, ACC_2D: tl.constexpr):
+                      BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, EVEN: tl.constexpr, ACC_2D: tl.constexpr,
+                      PREFETCH: tl.constexpr):
     """Program (column block, split): the (max, sum of exp) of its chunk of R, for its columns, into
     ``ws`` as ``[2, outer, n_splits, INNER]`` fp32 (a column holding NaN stores NaN as its max)."""
     pid = tl.program_id(0)
@@ -160,7 +205,7 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_spli
     x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
     start = sp * rows_per_split
     stop = tl.minimum(start + rows_per_split, R)
-    m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D)
+    m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH)
     m = tl.where(nan > 0, float("nan"), m)
     slot = (o * n_splits + sp) * INNER + cols
     plane = tl.num_programs(0) // n_iblocks * n_splits * INNER
@@ -171,7 +216,7 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_spli
 @triton.jit
 def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
                     soo, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
-                    BLOCK_S: tl.constexpr, EVEN: tl.constexpr):
+                    BLOCK_S: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr):
     """Program (column block, split): merge the partials of its columns, then write its chunk of R
     (softmax, log_softmax) or, with one split, the columns' logsumexp."""
     pid = tl.program_id(0)
@@ -196,17 +241,8 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split,
     else:
         x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
         o_base = out_ptr + o * soo + cols.to(tl.int64)[None, :] * soi
-        rr = tl.arange(0, BLOCK_R)
-        inv = 1.0 / s
-        log_s = tl.log(s)  # log_softmax = (x - max) - log(sum): exact difference first, as torch
         start = sp * rows_per_split
         stop = tl.minimum(start + rows_per_split, R)
-        for r0 in range(start, stop, BLOCK_R):
-            r = r0 + rr
-            mask = (r < stop)[:, None] & cmask[None, :]
-            v = _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, 0.0, EVEN)
-            if OP == 0:
-                y = tl.exp(v - safe[None, :]) * inv[None, :]
-            else:
-                y = (v - safe[None, :]) - log_s[None, :]
-            _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
+        # log_softmax = (x - max) - log(sum): exact difference first, as torch
+        _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
+                    PREFETCH)
