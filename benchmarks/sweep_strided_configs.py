@@ -5,7 +5,7 @@ view, a tall dim 0) and op, :class:`dispatch_triton.strided.StridedLauncher` is 
 of configs: the tuned space (:func:`~dispatch_triton.strided.config_space`), the default config
 (marked ``*``), the default with each kernel variant (``EVEN``, ``PREFETCH``, ``ACC_2D``,
 ``num_stages``), larger tiles (up to 16K elements, 4-16 warps) with the variants, R shared by
-twice as many programs, and ``ONE_PASS`` tiles holding all of R where R is short enough. Beside
+2-16 times as many programs as the default's (each with a shorter slab of R to read twice), and ``ONE_PASS`` tiles holding all of R where R is short enough. Beside
 them: torch eager, ``torch.compile`` (``--compile``) and the copy of the same number of elements
 (``y.copy_(x)``, contiguous).
 
@@ -66,6 +66,10 @@ SMOKE_CASES = {
 FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS")
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def label(cfg: dict) -> str:
     s = f"I{cfg['BLOCK_I']} R{cfg['BLOCK_R']} w{cfg['num_warps']} s{cfg.get('SPLIT_R', 1)}"
     if "num_stages" in cfg:
@@ -80,7 +84,7 @@ def _key(cfg: dict) -> tuple:
 def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict]:
     """The configs swept for plan ``p``, the most telling first (compiles follow this order, so a
     time budget cuts the tail): the default, the default with each variant, larger tiles with the
-    variants, ``ONE_PASS`` tiles, R shared by twice the programs, then the tuned space."""
+    variants, ``ONE_PASS`` tiles, R shared by 2-16 times the programs, then the tuned space."""
     default = S.default_config(p, device)
     out: dict[tuple, dict] = {}
 
@@ -113,8 +117,10 @@ def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict
                 split = S.split_for(p, bi, br, device)
                 for extra in best_guess:
                     add(dict(S._cfg(bi, br, w, split), **extra))
-                if tile == 4096 and split * 2 <= 64 and p.R // (split * 2) >= 2 * br:  # twice the programs
-                    doubled.append(dict(S._cfg(bi, br, w, split * 2), EVEN=1, PREFETCH=1))
+                if tile == 4096:  # more programs, each with a shorter slab of R (a smaller L2 working set)
+                    for k in ((2, 8) if quick else (2, 4, 8, 16)):
+                        if split * k <= 64 and p.R // (split * k) >= 2 * br:
+                            doubled.append(dict(S._cfg(bi, br, w, split * k), EVEN=1, PREFETCH=1))
     # all of R in one tile: at most 16K elements, 16 to 64 per thread
     r2 = S._np2(p.R)
     for bi in (4, 8, 16, 32, 64):
@@ -125,6 +131,15 @@ def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict
                 add(dict(S._cfg(bi, r2, w), ONE_PASS=1, EVEN=1))
     for cfg in doubled:
         add(cfg)
+    # R much longer than the columns (65536x128): more programs than split_for's 64 splits give,
+    # the finish merging SPLIT_R x BLOCK_I partials (4K at most)
+    for bi in (16, 32, 64):
+        if bi > top:
+            continue
+        for split in (128, 256):
+            br = 64 if bi <= 32 else 32
+            if split * bi <= 4096 and p.R // split >= 2 * br and p.outer * _cdiv(p.inner, bi) * 64 < 8 * 132:
+                add(dict(S._cfg(bi, br, 8, split), EVEN=1, PREFETCH=1))
     for cfg in S.config_space(p, device):  # the tuned space (quick: its larger tiles at 4 warps)
         if not quick or (cfg["BLOCK_I"] * cfg["BLOCK_R"] >= 2048 and cfg["num_warps"] == 4):
             add(cfg)

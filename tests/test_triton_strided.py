@@ -168,7 +168,7 @@ def test_a_bad_config_is_an_error_naming_it():
     p = S.plan("softmax", (8, 8), (8, 1), (0,))
     with pytest.raises(ValueError, match="'BLOCK_R' must be a power of two \\(got 12\\)"):
         S.StridedLauncher("softmax", p, torch.float32, (8, 8), DEV, S._cfg(16, 12, 2))
-    with pytest.raises(ValueError, match="'SPLIT_R' must be 1 to 64 \\(got 0\\)"):
+    with pytest.raises(ValueError, match="'SPLIT_R' must be 1 to 256 \\(got 0\\)"):
         S.StridedLauncher("softmax", p, torch.float32, (8, 8), DEV, S._cfg(16, 8, 2, 0))
 
 
@@ -240,6 +240,20 @@ def test_each_variant_on_special_columns(op, vname, extra, split):
     x = x.to(DEV)
     got, want = _run(op, x, 0, _variant(extra, 40, split))
     torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("extra", [{}, dict(EVEN=1, PREFETCH=1)], ids=["masked", "even_prefetch"])
+def test_r_split_over_more_programs_than_the_default_space_gives(extra):
+    x = torch.randn(1024, 16)  # 128 splits of 8 rows: a merge of 128 partials per column
+    x[:700, 3] = -INF
+    x[900, 5] = NAN
+    x = x.to(DEV)
+    cfg = dict(S._cfg(16, 8, 2, 128), **extra)
+    p = S.plan("softmax", x.shape, x.stride(), (0,))
+    assert S.StridedLauncher("softmax", p, x.dtype, x.shape, DEV, cfg).grid == (1, 128)
+    for op in OPS:
+        got, want = _run(op, x, 0, cfg)
+        torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
 
 
 def test_even_engages_only_where_every_chunk_is_full():

@@ -24,7 +24,8 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # :mod:`~dispatch_triton.strided_jit`. Not in the tuned space yet: benchmarks/sweep_strided_configs.py
 # compares them on a GPU first.
 VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH")
-_MAX_SPLIT_R = 64  # programs sharing one column block's R (the width of the partials merge)
+_MAX_SPLIT_R = 64  # programs sharing one column block's R that split_for picks (the width of the partials merge)
+_MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
 
 
@@ -158,8 +159,8 @@ def validate(config: dict) -> tuple[int, int, int, int]:
     for name, v in (("BLOCK_I", bi), ("BLOCK_R", br), ("num_warps", w)):
         if v < 1 or v & (v - 1):
             raise ValueError(f"'{name}' must be a power of two (got {v})")
-    if not 1 <= split <= _MAX_SPLIT_R:
-        raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R} (got {split})")
+    if not 1 <= split <= _MAX_SPLIT_R_CONFIG:
+        raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R_CONFIG} (got {split})")
     if "num_stages" in config and not 1 <= int(config["num_stages"]) <= 8:
         raise ValueError(f"'num_stages' must be 1 to 8 (got {config['num_stages']})")
     for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH"):
