@@ -184,16 +184,19 @@ VARIANT_CONFIGS = [
     ("prefetch", dict(PREFETCH=1)),
     ("prefetch_even", dict(PREFETCH=1, EVEN=1)),
     ("prefetch_even_acc_2d", dict(PREFETCH=1, EVEN=1, ACC_2D=1)),
+    ("tma", dict(TMA=1, num_stages=2)),
+    ("tma_even", dict(TMA=1, EVEN=1)),
     ("one_pass", dict(ONE_PASS=1)),
     ("one_pass_even", dict(ONE_PASS=1, EVEN=1)),
 ]
-# (name, base shape, view, dim): R a multiple of 8 and inner of 16 (EVEN engages) but the last
+# (name, base shape, view, dim): R a multiple of 8 and inner of 16 (EVEN engages) but the last;
+# strides of 16 bytes (TMA's alignment)
 VARIANT_LAYOUTS = [
     ("dim0_2d", (32, 48), lambda t: t, 0),
     ("dim1_4d", (2, 16, 4, 4), lambda t: t, 1),
     ("transposed", (48, 32), lambda t: t.t(), -1),
     ("sliced_rows_dim0", (40, 64), lambda t: t[:, :32], 0),
-    ("uneven_dim0", (19, 33), lambda t: t, 0),
+    ("uneven_dim0", (19, 40), lambda t: t, 0),
 ]
 
 
@@ -266,6 +269,18 @@ def test_even_engages_only_where_every_chunk_is_full():
     assert flags((36, 48), dict(S._cfg(16, 8, 2), EVEN=1)) == [False]  # R % BLOCK_R
     assert flags((32, 40), dict(S._cfg(16, 8, 2), EVEN=1)) == [False]  # INNER % BLOCK_I
     assert flags((32, 48), S._cfg(16, 8, 2)) == [False]  # off unless asked for
+
+
+def test_tma_refuses_what_its_descriptor_cannot_read():
+    x = torch.randn(19, 33).to(DEV)  # rows of 33 floats: 132 bytes, not a multiple of 16
+    p = S.plan("softmax", x.shape, x.stride(), (0,))
+    launcher = S.StridedLauncher("softmax", p, x.dtype, x.shape, DEV, dict(S._cfg(16, 8, 2), TMA=1))
+    with pytest.raises(ValueError, match="'TMA' needs a 16-byte aligned input"):
+        launcher.run(x)
+    y = torch.randn(8, 32).to(DEV).t()  # dim 0 of a transposed view: the inner dim is not unit-stride
+    q = S.plan("softmax", y.shape, y.stride(), (0,))
+    with pytest.raises(ValueError, match="'TMA' reads \\(R, inner\\) tiles"):
+        S.StridedLauncher("softmax", q, y.dtype, y.shape, DEV, dict(S._cfg(16, 8, 2), TMA=1))
 
 
 def test_bad_variant_configs_are_errors_naming_them():

@@ -23,7 +23,7 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
 # :mod:`~dispatch_triton.strided_jit`. Not in the tuned space yet: benchmarks/sweep_strided_configs.py
 # compares them on a GPU first.
-VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH")
+VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA")
 _MAX_SPLIT_R = 64  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
@@ -163,7 +163,7 @@ def validate(config: dict) -> tuple[int, int, int, int]:
         raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R_CONFIG} (got {split})")
     if "num_stages" in config and not 1 <= int(config["num_stages"]) <= 8:
         raise ValueError(f"'num_stages' must be 1 to 8 (got {config['num_stages']})")
-    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH"):
+    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA"):
         if int(config.get(flag, 0)) not in (0, 1):
             raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
     if int(config.get("ONE_PASS", 0)) and split != 1:
@@ -215,6 +215,17 @@ def variant_space(p: StridedPlan, device: torch.device | None = None, *, tile_ma
     return out
 
 
+def _tma_allocator() -> None:
+    """Device-side tensor descriptors (``TMA``) need scratch memory: from torch's allocator."""
+    import triton
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+
+    if hasattr(triton, "set_allocator"):
+        triton.set_allocator(alloc)
+
+
 class StridedLauncher:
     """``run(x)``: ``op`` of an ``x`` laid out as ``p`` says, into a new contiguous ``out_shape`` tensor.
 
@@ -227,6 +238,14 @@ class StridedLauncher:
         bi, br, w, split = validate(config)
         one_pass, acc_2d = bool(int(config.get("ONE_PASS", 0))), bool(int(config.get("ACC_2D", 0)))
         prefetch = bool(int(config.get("PREFETCH", 0)))
+        tma = bool(int(config.get("TMA", 0)))
+        stages = int(config.get("num_stages", 3))  # of the TMA loop (tl.range), and the launch option
+        if tma and (one_pass or p.x_strides[2] != 1 or bi > 256 or br > 256):
+            raise ValueError("'TMA' reads (R, inner) tiles of at most 256 x 256 from an input whose inner dim is "
+                             f"unit-stride, without ONE_PASS (got inner stride {p.x_strides[2]}, BLOCK_I {bi}, "
+                             f"BLOCK_R {br}, ONE_PASS {int(one_pass)})")
+        if tma:
+            _tma_allocator()
         if one_pass and br < p.R:
             raise ValueError(f"'ONE_PASS' needs 'BLOCK_R' >= R (got BLOCK_R {br}, R {p.R})")
         # no masks where every chunk of R (and of a split's rows: a multiple of BLOCK_R) is full
@@ -261,7 +280,7 @@ class StridedLauncher:
             if n_splits == 1:
                 k = DirectLaunch(_strided_kernel, self.grid, 2,
                                  dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
-                                      PREFETCH=prefetch),
+                                      PREFETCH=prefetch, TMA=tma, STAGES=stages),
                                  options, enabled=direct)
                 self.direct = (k,)
 
@@ -273,11 +292,12 @@ class StridedLauncher:
                 split_args = dict(common, rows_per_split=rows_per_split, n_splits=n_splits)
                 self.grid = (p.outer * n_ib, n_splits)
                 k1 = DirectLaunch(_strided_partials, self.grid, 2,
-                                  dict(split_args, EVEN=even, ACC_2D=acc_2d, PREFETCH=prefetch), options,
+                                  dict(split_args, EVEN=even, ACC_2D=acc_2d, PREFETCH=prefetch, TMA=tma, STAGES=stages),
+                                  options,
                                   enabled=direct)
                 k2 = DirectLaunch(_strided_finish, (p.outer * n_ib, 1 if op == "logsumexp" else n_splits), 3,
                                   dict(split_args, **out_strides, BLOCK_S=_np2(n_splits), EVEN=even,
-                                                   PREFETCH=prefetch), options,
+                                                   PREFETCH=prefetch, TMA=tma, STAGES=stages), options,
                                   enabled=direct)
                 self.direct = (k1, k2)
                 ws_numel = 2 * p.outer * n_splits * p.inner
@@ -293,6 +313,17 @@ class StridedLauncher:
 
                 self._ws_numel = ws_numel
         self._out = (tuple(out_shape), out_dtype)
+
+        if tma and self.direct:
+            inner_run, (sxo, sxr, _) = run, p.x_strides
+
+            def run(x):
+                esz = x.element_size()
+                if x.data_ptr() % 16 or (sxr * esz) % 16 or (p.outer > 1 and (sxo * esz) % 16) or (bi * esz) % 16:
+                    raise ValueError("'TMA' needs a 16-byte aligned input, R and outer strides and column block "
+                                     f"(got address {x.data_ptr()}, strides {p.x_strides}, BLOCK_I {bi}, "
+                                     f"{esz}-byte elements)")
+                return inner_run(x)
 
         run.launcher = self
         self.run = run

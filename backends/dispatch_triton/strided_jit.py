@@ -23,6 +23,10 @@ Variants, chosen by constexprs (the launcher's config; all off by default):
   buffer: twice the bytes in flight per program; Triton's ``num_stages`` does not pipeline these
   loads, which feed no ``dot``). With ``EVEN`` the load after the last chunk re-reads the last
   one (in bounds, unmasked) rather than being masked.
+* ``TMA`` (inner dim unit-stride, 16-byte aligned strides; the launcher checks): both passes read
+  through a tensor descriptor over ``(R, INNER)`` (Hopper's TMA, zero-filled out of bounds) in a
+  ``tl.range`` of ``STAGES`` stages, which Triton does pipeline (shared-memory buffers, several
+  chunks in flight); ``ACC_2D`` and ``PREFETCH`` do not apply to it.
 
 Special values follow torch: a column of only -inf gives -inf (logsumexp) or NaN (softmax,
 log_softmax: 0/0); a NaN anywhere in a column gives NaN; +inf gives +inf for logsumexp and
@@ -53,6 +57,17 @@ def _store(ptrs, y, mask, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _descriptor(base, R, INNER, sxr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, TMA: tl.constexpr):
+    """A tensor descriptor over the ``(R, INNER)`` slab at ``base`` (inner unit-stride) with
+    ``TMA``; else ``base`` itself (unused)."""
+    if TMA:
+        d = tl.make_tensor_descriptor(base, shape=[R, INNER], strides=[sxr, 1], block_shape=[BLOCK_R, BLOCK_I])
+    else:
+        d = base
+    return d
+
+
+@triton.jit
 def _chunk(x_base, sxr, r0, rr, stop, cmask, other, EVEN: tl.constexpr):
     """Rows ``r0 + rr`` (those below ``stop``) of the program's columns, in fp32."""
     r = r0 + rr
@@ -73,34 +88,60 @@ def _next_start(r0, stop, BLOCK_R: tl.constexpr, EVEN: tl.constexpr):
 
 @triton.jit
 def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, OP: tl.constexpr,
-                BLOCK_R: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr):
+                BLOCK_R: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr,
+                desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr):
     """softmax (``OP`` 0) or log_softmax (1) of rows ``[start, stop)`` from the columns' stats."""
     rr = tl.arange(0, BLOCK_R)
-    if PREFETCH:
-        v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN)
-    for r0 in range(start, stop, BLOCK_R):
+    if TMA:
+        for r0 in tl.range(start, stop, BLOCK_R, num_stages=STAGES):
+            v = desc.load([r0, c0]).to(tl.float32)
+            r = r0 + rr
+            mask = (r < stop)[:, None] & cmask[None, :]
+            if OP == 0:
+                y = tl.exp(v - safe[None, :]) * inv[None, :]
+            else:
+                y = (v - safe[None, :]) - log_s[None, :]
+            _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
+    else:
         if PREFETCH:
-            v = v_next
-            v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN)
-        else:
-            v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN)
-        r = r0 + rr
-        mask = (r < stop)[:, None] & cmask[None, :]
-        if OP == 0:
-            y = tl.exp(v - safe[None, :]) * inv[None, :]
-        else:
-            y = (v - safe[None, :]) - log_s[None, :]
-        _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
+            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN)
+        for r0 in range(start, stop, BLOCK_R):
+            if PREFETCH:
+                v = v_next
+                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN)
+            else:
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN)
+            r = r0 + rr
+            mask = (r < stop)[:, None] & cmask[None, :]
+            if OP == 0:
+                y = tl.exp(v - safe[None, :]) * inv[None, :]
+            else:
+                y = (v - safe[None, :]) - log_s[None, :]
+            _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
 
 
 @triton.jit
 def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
-                  EVEN: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr):
+                  EVEN: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
+                  desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr):
     """(max, sum of exp(x - max), NaN seen) per column over rows ``[start, stop)``, in fp32."""
     rr = tl.arange(0, BLOCK_R)
-    if PREFETCH:
+    if PREFETCH and not TMA:
         v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN)
-    if ACC_2D:
+    if TMA:
+        m = tl.full([BLOCK_I], float("-inf"), tl.float32)
+        s = tl.zeros([BLOCK_I], tl.float32)
+        nan = tl.zeros([BLOCK_I], tl.int32)
+        for r0 in tl.range(start, stop, BLOCK_R, num_stages=STAGES):
+            v = desc.load([r0, c0]).to(tl.float32)
+            if not EVEN:  # out of bounds reads as 0, and rows past a split's stop are the next split's
+                v = tl.where(((r0 + rr) < stop)[:, None] & cmask[None, :], v, float("-inf"))
+            nan = tl.maximum(nan, tl.max((v != v).to(tl.int32), 0))
+            new_m = tl.maximum(m, tl.max(v, 0))
+            safe = tl.where(new_m == float("-inf"), 0.0, new_m)
+            s = s * tl.exp(m - safe) + tl.sum(tl.exp(v - safe[None, :]), 0)
+            m = new_m
+    elif ACC_2D:
         # per element of the tile: running max (NaN once a NaN was seen) and sum at that max
         m2 = tl.full([BLOCK_R, BLOCK_I], float("-inf"), tl.float32)
         s2 = tl.zeros([BLOCK_R, BLOCK_I], tl.float32)
@@ -153,10 +194,13 @@ def _lse_store(ptrs, m, s, nan, cmask, EVEN: tl.constexpr):
 @triton.jit
 def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor, soi,
                     OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
-                    EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr):
+                    EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
+                    TMA: tl.constexpr, STAGES: tl.constexpr):
     pid = tl.program_id(0)
     o = (pid // n_iblocks).to(tl.int64)
-    cols = (pid % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
+    c0 = (pid % n_iblocks) * BLOCK_I
+    cols = c0 + tl.arange(0, BLOCK_I)
+    desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
     cmask = cols < INNER
     x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
     o_base = out_ptr + o * soo + cols.to(tl.int64)[None, :] * soi
@@ -178,7 +222,8 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
                 y = (v - safe[None, :]) - tl.log(s)[None, :]
             _store(o_base + rr.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
     else:
-        m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH)
+        m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0, TMA,
+                                  STAGES)
         safe = tl.where(m == float("-inf"), 0.0, m)
         if OP == 2:  # logsumexp: one value per column
             _lse_store(out_ptr + o * soo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
@@ -186,7 +231,8 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
             if ACC_2D:
                 s = tl.where((nan > 0) | (m == float("inf")), float("nan"), s)  # as the chunked merge gives
             # log_softmax = (x - max) - log(sum): exact difference first, as torch
-            _write_pass(x_base, o_base, sxr, sor, 0, R, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN, PREFETCH)
+            _write_pass(x_base, o_base, sxr, sor, 0, R, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN, PREFETCH,
+                        desc, c0, TMA, STAGES)
 
 
 # -- R split over several programs: partial (max, sum) per chunk of R, then a merge that writes ------
@@ -194,18 +240,21 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
 @triton.jit
 def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
                       BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, EVEN: tl.constexpr, ACC_2D: tl.constexpr,
-                      PREFETCH: tl.constexpr):
+                      PREFETCH: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr):
     """Program (column block, split): the (max, sum of exp) of its chunk of R, for its columns, into
     ``ws`` as ``[2, outer, n_splits, INNER]`` fp32 (a column holding NaN stores NaN as its max)."""
     pid = tl.program_id(0)
     sp = tl.program_id(1)
     o = (pid // n_iblocks).to(tl.int64)
-    cols = (pid % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
+    c0 = (pid % n_iblocks) * BLOCK_I
+    cols = c0 + tl.arange(0, BLOCK_I)
+    desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
     cmask = cols < INNER
     x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
     start = sp * rows_per_split
     stop = tl.minimum(start + rows_per_split, R)
-    m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH)
+    m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0,
+                              TMA, STAGES)
     m = tl.where(nan > 0, float("nan"), m)
     slot = (o * n_splits + sp) * INNER + cols
     plane = tl.num_programs(0) // n_iblocks * n_splits * INNER
@@ -216,13 +265,15 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_spli
 @triton.jit
 def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
                     soo, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
-                    BLOCK_S: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr):
+                    BLOCK_S: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
+                    STAGES: tl.constexpr):
     """Program (column block, split): merge the partials of its columns, then write its chunk of R
     (softmax, log_softmax) or, with one split, the columns' logsumexp."""
     pid = tl.program_id(0)
     sp = tl.program_id(1)
     o = (pid // n_iblocks).to(tl.int64)
-    cols = (pid % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
+    c0 = (pid % n_iblocks) * BLOCK_I
+    cols = c0 + tl.arange(0, BLOCK_I)
     cmask = cols < INNER
     splits = tl.arange(0, BLOCK_S)
     pmask = (splits < n_splits)[:, None] & cmask[None, :]
@@ -244,5 +295,6 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split,
         start = sp * rows_per_split
         stop = tl.minimum(start + rows_per_split, R)
         # log_softmax = (x - max) - log(sum): exact difference first, as torch
+        desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
         _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
-                    PREFETCH)
+                    PREFETCH, desc, c0, TMA, STAGES)
