@@ -4,7 +4,7 @@ For each case (bench_layouts.py's: dim 0 of a 2-D tensor, dim 1 of (B, C, H, W),
 view, a tall dim 0) and op, :class:`dispatch_triton.strided.StridedLauncher` is run under a grid
 of configs: the tuned space (:func:`~dispatch_triton.strided.config_space`), the default config
 (marked ``*``), the default with each kernel variant (``EVEN``, ``PREFETCH``, ``ACC_2D``,
-``num_stages``), larger tiles (up to 16K elements, 4-16 warps) with the variants, R shared by
+``num_stages``, ``TMA`` with 2-4 stages), larger tiles (up to 16K elements, 4-16 warps) with the variants, R shared by
 2-16 times as many programs as the default's (each with a shorter slab of R to read twice), and ``ONE_PASS`` tiles holding all of R where R is short enough. Beside
 them: torch eager, ``torch.compile`` (``--compile``) and the copy of the same number of elements
 (``y.copy_(x)``, contiguous).
@@ -21,7 +21,9 @@ thread pool (``StridedLauncher.compile``). Writes ``sweep.json`` and ``sweep.md`
     python3 benchmarks/sweep_strided_configs.py --out DIR [--quick] [--cases a,b] [--ops softmax,logsumexp]
         [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu]
 
-``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two configs per case.
+``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two or three configs per
+case. On one H200, ``--quick`` (about 40 configs per case and op, 600 kernels) takes 1.5-3.5 minutes,
+most of it compiling; without it (about 250 per case and op) far longer: narrow ``--cases``/``--ops``.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ SMOKE_CASES = {
     "transposed_4096x4096": ((48, 64), lambda t: t.t(), -1),
     "dim0_65536x128": ((256, 16), lambda t: t, 0),
 }
-FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS")
+FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "TMA")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -96,8 +98,32 @@ def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict
                  dict(EVEN=1, PREFETCH=1, ACC_2D=1), dict(num_stages=4)]
     if not quick:
         flag_sets += [dict(num_stages=1), dict(num_stages=2)]
+    tma_ok = p.x_strides[2] == 1 and p.inner > 1
+    if tma_ok:
+        flag_sets += [dict(TMA=1, EVEN=1), dict(TMA=1, EVEN=1, num_stages=4)]
     for extra in flag_sets:  # the default with each variant
         add(dict(default, **extra))
+    top = max(16, min(256, S._np2(p.inner)))
+    if tma_ok:  # TMA: pipelined loads, tiles of 8-16 KB in bf16, 3-4 stages; R split as usual and 4x
+        for bi in ((64, 128) if quick else (32, 64, 128, 256)):
+            if bi > top:
+                continue
+            for tile in ((4096, 8192) if quick else (2048, 4096, 8192)):
+                br = tile // bi
+                if not 8 <= br <= 256:
+                    continue
+                split = S.split_for(p, bi, br, device)
+                for st in ((3, 4) if quick else (2, 3, 4)):
+                    for w in ((8,) if quick else (4, 8)):
+                        add(dict(S._cfg(bi, br, w, split), TMA=1, EVEN=1, num_stages=st))
+                if split * 4 <= 64 and p.R // (split * 4) >= 2 * br:
+                    add(dict(S._cfg(bi, br, 8, split * 4), TMA=1, EVEN=1, num_stages=4))
+        for bi in (32, 64, 128):  # R much longer than the columns: splits past split_for's 64
+            br = 4096 // bi
+            for split in (128, 256):
+                if (bi <= top and split * bi <= 8192 and p.R // split >= 2 * br
+                        and p.outer * _cdiv(p.inner, bi) * 64 < 8 * 132):
+                    add(dict(S._cfg(bi, br, 8, split), TMA=1, EVEN=1, num_stages=4))
     top = max(16, min(256, S._np2(p.inner)))
     tiles = (2048, 4096, 8192) if quick else (2048, 4096, 8192, 16384)
     widths = (16, 64, 128) if quick else (16, 32, 64, 128, 256)
@@ -116,6 +142,8 @@ def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict
             for w in sorted(warp_opts):
                 split = S.split_for(p, bi, br, device)
                 for extra in best_guess:
+                    if quick and extra.get("ACC_2D") and tile != 4096:
+                        continue
                     add(dict(S._cfg(bi, br, w, split), **extra))
                 if tile == 4096:  # more programs, each with a shorter slab of R (a smaller L2 working set)
                     for k in ((2, 8) if quick else (2, 4, 8, 16)):
@@ -148,7 +176,10 @@ def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict
 
 def smoke_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     default = S.default_config(p, device)
-    return [default, dict(default, EVEN=1, PREFETCH=1, ACC_2D=1)]
+    out = [default, dict(default, EVEN=1, PREFETCH=1, ACC_2D=1)]
+    if p.x_strides[2] == 1 and p.inner > 1:
+        out.append(dict(default, TMA=1, EVEN=1, num_stages=2))
+    return out
 
 
 def _nbytes(x: torch.Tensor, out_numel: int) -> int:
@@ -161,10 +192,10 @@ def main(argv=None) -> None:
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--ops", default="softmax,logsumexp", help="of softmax, log_softmax, logsumexp")
     parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32")
-    parser.add_argument("--quick", action="store_true", help="a smaller grid (about 35 configs per case and op)")
+    parser.add_argument("--quick", action="store_true", help="a smaller grid (about 40 configs per case and op)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
-                        help="cpu: a smoke test under the Triton interpreter (tiny shapes, two configs)")
+                        help="cpu: a smoke test under the Triton interpreter (tiny shapes, two or three configs)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--rep", type=int, default=40)
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="compile threads")
