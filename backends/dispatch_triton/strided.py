@@ -216,8 +216,17 @@ def variant_space(p: StridedPlan, device: torch.device | None = None, *, tile_ma
 
 
 def _tma_allocator() -> None:
-    """Device-side tensor descriptors (``TMA``) need scratch memory: from torch's allocator."""
+    """Device-side tensor descriptors (``TMA``) need scratch memory: from torch's allocator, unless
+    an allocator is set already."""
     import triton
+
+    try:
+        from triton.runtime import _allocation
+
+        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+            return
+    except (ImportError, AttributeError):
+        pass
 
     def alloc(size: int, alignment: int, stream):
         return torch.empty(size, dtype=torch.int8, device="cuda")
