@@ -126,8 +126,9 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
                   desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr):
     """(max, sum of exp(x - max), NaN seen) per column over rows ``[start, stop)``, in fp32."""
     rr = tl.arange(0, BLOCK_R)
-    if PREFETCH and not TMA:
-        v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN)
+    if not TMA:
+        if PREFETCH:
+            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN)
     if TMA:
         m = tl.full([BLOCK_I], float("-inf"), tl.float32)
         s = tl.zeros([BLOCK_I], tl.float32)
