@@ -256,7 +256,9 @@ def main(argv=None) -> None:
     for i, (lid, fut) in enumerate(futures, 1):
         left = compile_budget - (time.time() - t0)
         try:
-            fut.result(timeout=max(left, 0.01))
+            if left <= 0 and not fut.done():
+                raise FutureTimeout
+            fut.result(timeout=max(left, 0.001))
         except FutureTimeout:
             errors[lid] = "not compiled: --budget-s reached"
             continue
