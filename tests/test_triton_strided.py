@@ -168,5 +168,146 @@ def test_a_bad_config_is_an_error_naming_it():
     p = S.plan("softmax", (8, 8), (8, 1), (0,))
     with pytest.raises(ValueError, match="'BLOCK_R' must be a power of two \\(got 12\\)"):
         S.StridedLauncher("softmax", p, torch.float32, (8, 8), DEV, S._cfg(16, 12, 2))
-    with pytest.raises(ValueError, match="'SPLIT_R' must be 1 to 64 \\(got 0\\)"):
+    with pytest.raises(ValueError, match="'SPLIT_R' must be 1 to 256 \\(got 0\\)"):
         S.StridedLauncher("softmax", p, torch.float32, (8, 8), DEV, S._cfg(16, 8, 2, 0))
+
+
+# -- kernel variants (dispatch_triton.strided.VARIANTS): each against torch -------------------------
+
+# (name, config over the base config, the base config's BLOCK_R: None for all of R in one tile)
+VARIANT_CONFIGS = [
+    ("acc_2d", dict(ACC_2D=1)),
+    ("even", dict(EVEN=1)),
+    ("even_acc_2d", dict(EVEN=1, ACC_2D=1)),
+    ("stages_2", dict(num_stages=2)),
+    ("stages_4_acc_2d", dict(num_stages=4, ACC_2D=1)),
+    ("prefetch", dict(PREFETCH=1)),
+    ("prefetch_even", dict(PREFETCH=1, EVEN=1)),
+    ("prefetch_even_acc_2d", dict(PREFETCH=1, EVEN=1, ACC_2D=1)),
+    ("tma", dict(TMA=1, num_stages=2)),
+    ("tma_even", dict(TMA=1, EVEN=1)),
+    ("one_pass", dict(ONE_PASS=1)),
+    ("one_pass_even", dict(ONE_PASS=1, EVEN=1)),
+]
+# (name, base shape, view, dim): R a multiple of 8 and inner of 16 (EVEN engages) but the last;
+# strides of 16 bytes (TMA's alignment)
+VARIANT_LAYOUTS = [
+    ("dim0_2d", (32, 48), lambda t: t, 0),
+    ("dim1_4d", (2, 16, 4, 4), lambda t: t, 1),
+    ("transposed", (48, 32), lambda t: t.t(), -1),
+    ("sliced_rows_dim0", (40, 64), lambda t: t[:, :32], 0),
+    ("uneven_dim0", (19, 40), lambda t: t, 0),
+]
+
+
+def _variant(extra: dict, R: int, split: int = 1) -> dict:
+    if extra.get("ONE_PASS"):
+        return dict(S._cfg(16, S._np2(R), 2), **extra)
+    return dict(S._cfg(16, 8, 2, split), **extra)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name,shape,view,dim", VARIANT_LAYOUTS, ids=[c[0] for c in VARIANT_LAYOUTS])
+@pytest.mark.parametrize("vname,extra", VARIANT_CONFIGS, ids=[c[0] for c in VARIANT_CONFIGS])
+def test_each_variant_matches_torch_on_each_layout(vname, extra, name, shape, view, dim, dtype):
+    g = torch.Generator().manual_seed(1)
+    x = view(torch.randn(*shape, generator=g).to(DEV, dtype))
+    d = dim % x.dim()
+    splits = (1,) if extra.get("ONE_PASS") else (1, 2)
+    for op in OPS:
+        for split in splits:
+            got, want = _run(op, x, d, _variant(extra, x.shape[d], split))
+            assert got.shape == want.shape and got.dtype == want.dtype
+            torch.testing.assert_close(got.float(), want.float(), **_tol(dtype), msg=lambda m: f"{op} {split}: {m}")
+
+
+@pytest.mark.parametrize("split", [1, 3], ids=["one_program", "r_split_over_3"])
+@pytest.mark.parametrize("vname,extra", VARIANT_CONFIGS, ids=[c[0] for c in VARIANT_CONFIGS])
+@pytest.mark.parametrize("op", OPS)
+def test_each_variant_on_special_columns(op, vname, extra, split):
+    # R = 40 in chunks of 8 (EVEN engages: 16 columns): -inf runs of 20 and 39 rows, all -inf,
+    # NaN and +inf late, NaN next to +inf, a column offset by -1000, a column of +inf twice
+    if split > 1 and extra.get("ONE_PASS"):
+        pytest.skip("ONE_PASS reads R in one program")
+    x = torch.randn(40, 16)
+    x[:20, 0] = -INF
+    x[:39, 1] = -INF
+    x[:, 2] = -INF
+    x[33, 3] = NAN
+    x[35, 4] = INF
+    x[:, 5] -= 1000.0
+    x[3, 6], x[30, 6] = INF, NAN
+    x[2, 7], x[37, 7] = INF, INF
+    x[39, 8] = -INF
+    x[0, 9] = NAN
+    x = x.to(DEV)
+    got, want = _run(op, x, 0, _variant(extra, 40, split))
+    torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("extra", [{}, dict(EVEN=1, PREFETCH=1)], ids=["masked", "even_prefetch"])
+def test_r_split_over_more_programs_than_the_default_space_gives(extra):
+    x = torch.randn(1024, 16)  # 128 splits of 8 rows: a merge of 128 partials per column
+    x[:700, 3] = -INF
+    x[900, 5] = NAN
+    x = x.to(DEV)
+    cfg = dict(S._cfg(16, 8, 2, 128), **extra)
+    p = S.plan("softmax", x.shape, x.stride(), (0,))
+    assert S.StridedLauncher("softmax", p, x.dtype, x.shape, DEV, cfg).grid == (1, 128)
+    for op in OPS:
+        got, want = _run(op, x, 0, cfg)
+        torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+def test_even_engages_only_where_every_chunk_is_full():
+    def flags(shape, cfg):
+        p = S.plan("softmax", shape, (shape[1], 1), (0,))
+        return [k.tail["EVEN"] for k in S.StridedLauncher("softmax", p, torch.float32, shape, DEV, cfg).direct]
+
+    assert flags((32, 48), dict(S._cfg(16, 8, 2), EVEN=1)) == [True]
+    assert flags((32, 48), dict(S._cfg(16, 8, 2, 2), EVEN=1)) == [True, True]
+    assert flags((36, 48), dict(S._cfg(16, 8, 2), EVEN=1)) == [False]  # R % BLOCK_R
+    assert flags((32, 40), dict(S._cfg(16, 8, 2), EVEN=1)) == [False]  # INNER % BLOCK_I
+    assert flags((32, 48), S._cfg(16, 8, 2)) == [False]  # off unless asked for
+
+
+def test_tma_refuses_what_its_descriptor_cannot_read():
+    x = torch.randn(19, 33).to(DEV)  # rows of 33 floats: 132 bytes, not a multiple of 16
+    p = S.plan("softmax", x.shape, x.stride(), (0,))
+    launcher = S.StridedLauncher("softmax", p, x.dtype, x.shape, DEV, dict(S._cfg(16, 8, 2), TMA=1))
+    with pytest.raises(ValueError, match="'TMA' needs a 16-byte aligned input"):
+        launcher.run(x)
+    y = torch.randn(8, 32).to(DEV).t()  # dim 0 of a transposed view: the inner dim is not unit-stride
+    q = S.plan("softmax", y.shape, y.stride(), (0,))
+    with pytest.raises(ValueError, match="'TMA' reads \\(R, inner\\) tiles"):
+        S.StridedLauncher("softmax", q, y.dtype, y.shape, DEV, dict(S._cfg(16, 8, 2), TMA=1))
+
+
+def test_bad_variant_configs_are_errors_naming_them():
+    p = S.plan("softmax", (32, 8), (8, 1), (0,))
+    with pytest.raises(ValueError, match="'ONE_PASS' needs 'BLOCK_R' >= R \\(got BLOCK_R 16, R 32\\)"):
+        S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 16, 2), ONE_PASS=1))
+    with pytest.raises(ValueError, match="'SPLIT_R' must be 1"):
+        S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 32, 2, 2), ONE_PASS=1))
+    with pytest.raises(ValueError, match="'ACC_2D' must be 0 or 1 \\(got 2\\)"):
+        S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 8, 2), ACC_2D=2))
+    with pytest.raises(ValueError, match="'num_stages' must be 1 to 8 \\(got 0\\)"):
+        S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 8, 2), num_stages=0))
+
+
+def test_variant_space_candidates_are_valid_and_correct():
+    x = torch.randn(64, 32).to(DEV)
+    p = S.plan("logsumexp", x.shape, x.stride(), (0,))
+    space = S.variant_space(p, tile_max=2048, stages=(2,), warps=(4,))
+    assert len({tuple(sorted(c.items())) for c in space}) == len(space)
+    for key in ("ACC_2D", "EVEN", "ONE_PASS", "PREFETCH", "num_stages"):
+        assert any(key in c for c in space), key
+    assert S.default_config(p) not in space  # beyond the tuned space
+    want = torch.logsumexp(x, 0)
+    for cfg in space:
+        got = S.StridedLauncher("logsumexp", p, x.dtype, want.shape, x.device, cfg).run(x)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=lambda m, c=cfg: f"{c}: {m}")
+    big = S.StridedPlan(1, 4096, 4096, (0, 4096, 1), (0, 4096, 1))
+    for cfg in S.variant_space(big):
+        S.validate(cfg)
+        assert cfg["BLOCK_I"] * cfg["BLOCK_R"] <= 16384

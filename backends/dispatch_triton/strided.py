@@ -20,7 +20,12 @@ from .strided_jit import _strided_finish, _strided_kernel, _strided_partials
 
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
 TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
-_MAX_SPLIT_R = 64  # programs sharing one column block's R (the width of the partials merge)
+# Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
+# :mod:`~dispatch_triton.strided_jit`. Not in the tuned space yet: benchmarks/sweep_strided_configs.py
+# compares them on a GPU first.
+VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA")
+_MAX_SPLIT_R = 64  # programs sharing one column block's R that split_for picks (the width of the partials merge)
+_MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
 
 
@@ -144,7 +149,8 @@ def default_config(p: StridedPlan, device: torch.device | None = None) -> dict:
 
 
 def validate(config: dict) -> tuple[int, int, int, int]:
-    """``(BLOCK_I, BLOCK_R, num_warps, SPLIT_R)`` of ``config``, checked (``SPLIT_R`` defaults to 1)."""
+    """``(BLOCK_I, BLOCK_R, num_warps, SPLIT_R)`` of ``config``, checked (``SPLIT_R`` defaults to 1),
+    and its :data:`VARIANTS` checked (``num_stages`` 1 to 8, the flags 0 or 1)."""
     try:
         bi, br, w = (int(config[k]) for k in ("BLOCK_I", "BLOCK_R", "num_warps"))
     except KeyError as exc:
@@ -153,9 +159,80 @@ def validate(config: dict) -> tuple[int, int, int, int]:
     for name, v in (("BLOCK_I", bi), ("BLOCK_R", br), ("num_warps", w)):
         if v < 1 or v & (v - 1):
             raise ValueError(f"'{name}' must be a power of two (got {v})")
-    if not 1 <= split <= _MAX_SPLIT_R:
-        raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R} (got {split})")
+    if not 1 <= split <= _MAX_SPLIT_R_CONFIG:
+        raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R_CONFIG} (got {split})")
+    if "num_stages" in config and not 1 <= int(config["num_stages"]) <= 8:
+        raise ValueError(f"'num_stages' must be 1 to 8 (got {config['num_stages']})")
+    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA"):
+        if int(config.get(flag, 0)) not in (0, 1):
+            raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
+    if int(config.get("ONE_PASS", 0)) and split != 1:
+        raise ValueError(f"'ONE_PASS' reads all of R in one program: 'SPLIT_R' must be 1 (got {split})")
     return bi, br, w, split
+
+
+def variant_space(p: StridedPlan, device: torch.device | None = None, *, tile_max: int = 16384,
+                  stages=(2, 3, 4), warps=(4, 8, 16)) -> list[dict]:
+    """Candidates beyond :func:`config_space`, for sweeps on a GPU: tiles up to ``tile_max``
+    elements (16-row chunks at least, 4 to 16 elements per thread), each with ``num_stages``
+    of ``stages`` and R shared by :func:`split_for`; each of those with ``ACC_2D``, ``PREFETCH``,
+    both or neither, and each again with ``EVEN`` where the chunks are all full; and ``ONE_PASS`` tiles holding all of R (the column block
+    as wide as ``tile_max`` allows, 16 at least), for R up to ``tile_max // 16``."""
+    top = max(16, min(256, _np2(p.inner)))
+    out = []
+    for bi in (16, 32, 64, 128, 256):
+        if bi > top:
+            continue
+        for br in (16, 32, 64, 128, 256):
+            tile = bi * br
+            if not 1024 <= tile <= tile_max:
+                continue
+            for w in warps:
+                if tile < 32 * w * 4 or tile > 32 * w * 16:
+                    continue
+                split = split_for(p, bi, br, device)
+                even = p.R % br == 0 and p.inner % bi == 0
+                for st in stages:
+                    base = dict(_cfg(bi, br, w, split), num_stages=st)
+                    for acc, pre in ((0, 0), (1, 0), (0, 1), (1, 1)):
+                        flags = dict(ACC_2D=1) if acc else {}
+                        if pre:
+                            flags["PREFETCH"] = 1
+                        out.append(dict(base, **flags))
+                        if even:
+                            out.append(dict(base, EVEN=1, **flags))
+    r2 = _np2(p.R)
+    if p.R >= 1 and r2 * 16 <= tile_max:
+        bi = 16
+        while bi * 2 * r2 <= tile_max and bi * 2 <= top and p.outer * _cdiv(p.inner, bi * 2) >= _device_sms(device):
+            bi *= 2
+        for w in warps:
+            if r2 * bi <= 32 * w * 64:
+                base = dict(_cfg(bi, r2, w), ONE_PASS=1)
+                out.append(base)
+                if p.R == r2 and p.inner % bi == 0:
+                    out.append(dict(base, EVEN=1))
+    return out
+
+
+def _tma_allocator() -> None:
+    """Device-side tensor descriptors (``TMA``) need scratch memory: from torch's allocator, unless
+    an allocator is set already."""
+    import triton
+
+    try:
+        from triton.runtime import _allocation
+
+        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+            return
+    except (ImportError, AttributeError):
+        pass
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+
+    if hasattr(triton, "set_allocator"):
+        triton.set_allocator(alloc)
 
 
 class StridedLauncher:
@@ -168,6 +245,20 @@ class StridedLauncher:
     def __init__(self, op: str, p: StridedPlan, out_dtype: torch.dtype, out_shape, device, config: dict):
         _check_op(op)
         bi, br, w, split = validate(config)
+        one_pass, acc_2d = bool(int(config.get("ONE_PASS", 0))), bool(int(config.get("ACC_2D", 0)))
+        prefetch = bool(int(config.get("PREFETCH", 0)))
+        tma = bool(int(config.get("TMA", 0)))
+        stages = int(config.get("num_stages", 3))  # of the TMA loop (tl.range), and the launch option
+        if tma and (one_pass or p.x_strides[2] != 1 or bi > 256 or br > 256):
+            raise ValueError("'TMA' reads (R, inner) tiles of at most 256 x 256 from an input whose inner dim is "
+                             f"unit-stride, without ONE_PASS (got inner stride {p.x_strides[2]}, BLOCK_I {bi}, "
+                             f"BLOCK_R {br}, ONE_PASS {int(one_pass)})")
+        if tma:
+            _tma_allocator()
+        if one_pass and br < p.R:
+            raise ValueError(f"'ONE_PASS' needs 'BLOCK_R' >= R (got BLOCK_R {br}, R {p.R})")
+        # no masks where every chunk of R (and of a split's rows: a multiple of BLOCK_R) is full
+        even = bool(int(config.get("EVEN", 0))) and p.R % br == 0 and p.inner % bi == 0
         device = torch.empty(0, device=device).device
         self.op, self.plan, self.config, self.device = op, p, dict(config), device
         out_shape = tuple(int(d) for d in out_shape)
@@ -192,9 +283,14 @@ class StridedLauncher:
             common = dict(R=p.R, INNER=p.inner, n_iblocks=n_ib, sxo=xs[0], sxr=xs[1], sxi=xs[2], BLOCK_R=br, BLOCK_I=bi)
             out_strides = dict(soo=os_[0], sor=os_[1], soi=os_[2], OP=_OP_CODE[op])
             options, direct = dict(num_warps=w), not _interpreting()
+            if "num_stages" in config:
+                options["num_stages"] = int(config["num_stages"])
             size = out_shape or ((),)
             if n_splits == 1:
-                k = DirectLaunch(_strided_kernel, self.grid, 2, dict(common, **out_strides), options, enabled=direct)
+                k = DirectLaunch(_strided_kernel, self.grid, 2,
+                                 dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
+                                      PREFETCH=prefetch, TMA=tma, STAGES=stages),
+                                 options, enabled=direct)
                 self.direct = (k,)
 
                 def run(x):
@@ -204,9 +300,14 @@ class StridedLauncher:
             else:
                 split_args = dict(common, rows_per_split=rows_per_split, n_splits=n_splits)
                 self.grid = (p.outer * n_ib, n_splits)
-                k1 = DirectLaunch(_strided_partials, self.grid, 2, split_args, options, enabled=direct)
+                k1 = DirectLaunch(_strided_partials, self.grid, 2,
+                                  dict(split_args, EVEN=even, ACC_2D=acc_2d, PREFETCH=prefetch, TMA=tma, STAGES=stages),
+                                  options,
+                                  enabled=direct)
                 k2 = DirectLaunch(_strided_finish, (p.outer * n_ib, 1 if op == "logsumexp" else n_splits), 3,
-                                  dict(split_args, **out_strides, BLOCK_S=_np2(n_splits)), options, enabled=direct)
+                                  dict(split_args, **out_strides, BLOCK_S=_np2(n_splits), EVEN=even,
+                                                   PREFETCH=prefetch, TMA=tma, STAGES=stages), options,
+                                  enabled=direct)
                 self.direct = (k1, k2)
                 ws_numel = 2 * p.outer * n_splits * p.inner
 
@@ -219,5 +320,34 @@ class StridedLauncher:
                     k2.launch(x, out, ws)
                     return out
 
+                self._ws_numel = ws_numel
+        self._out = (tuple(out_shape), out_dtype)
+
+        if tma and self.direct:
+            inner_run, (sxo, sxr, _) = run, p.x_strides
+
+            def run(x):
+                esz = x.element_size()
+                if x.data_ptr() % 16 or (sxr * esz) % 16 or (p.outer > 1 and (sxo * esz) % 16) or (bi * esz) % 16:
+                    raise ValueError("'TMA' needs a 16-byte aligned input, R and outer strides and column block "
+                                     f"(got address {x.data_ptr()}, strides {p.x_strides}, BLOCK_I {bi}, "
+                                     f"{esz}-byte elements)")
+                return inner_run(x)
+
         run.launcher = self
         self.run = run
+
+    def compile(self, x: torch.Tensor) -> None:
+        """Compile (and load) the kernels that ``run(x)`` launches, without launching them: safe
+        from another thread, so that several launchers can be built at once (nothing under the
+        Triton interpreter, which compiles nothing)."""
+        if _interpreting() or not self.direct:
+            return
+        shape, dtype = self._out
+        out = torch.empty(shape or (), dtype=dtype, device=self.device)
+        if len(self.direct) == 1:
+            self.direct[0].compile(x, out)
+        else:
+            ws = torch.empty(self._ws_numel, dtype=torch.float32, device=self.device)
+            self.direct[0].compile(x, ws)
+            self.direct[1].compile(x, out, ws)

@@ -9,6 +9,25 @@ per column after the first pass. When the column blocks are too few to fill the 
 shared by several programs: ``_strided_partials`` writes each chunk's (max, sum) to a workspace,
 and ``_strided_finish`` merges a column's partials and writes its chunk (or the logsumexp).
 
+Variants, chosen by constexprs (the launcher's config; all off by default):
+
+* ``EVEN``: every chunk is full (``R % BLOCK_R == 0`` and ``INNER % BLOCK_I == 0``, checked by the
+  launcher): loads and stores carry no mask.
+* ``ONE_PASS`` (``BLOCK_R >= R``, one program per column block): the column is read once into
+  registers and written from them (no second read of ``x``).
+* ``ACC_2D``: the first pass keeps a running (max, sum) per element of the tile, one exp per
+  element and no reduction across threads inside the loop; the rows of the tile are merged once
+  after it (the default reduces each chunk over its rows: three reductions, each through shared
+  memory and a barrier, per chunk).
+* ``PREFETCH``: both passes load chunk ``k + 1`` before working on chunk ``k`` (a register double
+  buffer: twice the bytes in flight per program; Triton's ``num_stages`` does not pipeline these
+  loads, which feed no ``dot``). With ``EVEN`` the load after the last chunk re-reads the last
+  one (in bounds, unmasked) rather than being masked.
+* ``TMA`` (inner dim unit-stride, 16-byte aligned strides; the launcher checks): both passes read
+  through a tensor descriptor over ``(R, INNER)`` (Hopper's TMA, zero-filled out of bounds) in a
+  ``tl.range`` of ``STAGES`` stages, which Triton does pipeline (shared-memory buffers, several
+  chunks in flight); ``ACC_2D`` and ``PREFETCH`` do not apply to it.
+
 Special values follow torch: a column of only -inf gives -inf (logsumexp) or NaN (softmax,
 log_softmax: 0/0); a NaN anywhere in a column gives NaN; +inf gives +inf for logsumexp and
 NaN for softmax/log_softmax (inf - inf), as torch's kernels do.
@@ -21,93 +40,241 @@ import triton.language as tl
 
 
 @triton.jit
-def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor, soi,
-                    OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
-    pid = tl.program_id(0)
-    o = (pid // n_iblocks).to(tl.int64)
-    cols = (pid % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
-    cmask = cols < INNER
-    x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
-    o_base = out_ptr + o * soo + cols.to(tl.int64)[None, :] * soi
-    rr = tl.arange(0, BLOCK_R)
-    m = tl.full([BLOCK_I], float("-inf"), tl.float32)
-    s = tl.zeros([BLOCK_I], tl.float32)
-    nan = tl.zeros([BLOCK_I], tl.int32)
-    for r0 in range(0, R, BLOCK_R):
-        r = r0 + rr
-        mask = (r < R)[:, None] & cmask[None, :]
-        v = tl.load(x_base + r.to(tl.int64)[:, None] * sxr, mask=mask, other=float("-inf")).to(tl.float32)
-        nan = tl.maximum(nan, tl.max((v != v).to(tl.int32), 0))
-        new_m = tl.maximum(m, tl.max(v, 0))
-        safe = tl.where(new_m == float("-inf"), 0.0, new_m)
-        s = s * tl.exp(m - safe) + tl.sum(tl.exp(v - safe[None, :]), 0)
-        m = new_m
-    safe = tl.where(m == float("-inf"), 0.0, m)
-    if OP == 2:  # logsumexp: one value per column
-        res = safe + tl.log(s)
-        res = tl.where(m == float("-inf"), float("-inf"), res)
-        res = tl.where(m == float("inf"), float("inf"), res)
-        res = tl.where(nan > 0, float("nan"), res)
-        tl.store(out_ptr + o * soo + cols.to(tl.int64) * soi, res.to(out_ptr.dtype.element_ty), mask=cmask)
+def _load(ptrs, mask, other, EVEN: tl.constexpr):
+    if EVEN:
+        v = tl.load(ptrs)
     else:
-        inv = 1.0 / s
-        log_s = tl.log(s)  # log_softmax = (x - max) - log(sum): exact difference first, as torch
-        for r0 in range(0, R, BLOCK_R):
+        v = tl.load(ptrs, mask=mask, other=other)
+    return v.to(tl.float32)
+
+
+@triton.jit
+def _store(ptrs, y, mask, EVEN: tl.constexpr):
+    if EVEN:
+        tl.store(ptrs, y)
+    else:
+        tl.store(ptrs, y, mask=mask)
+
+
+@triton.jit
+def _descriptor(base, R, INNER, sxr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, TMA: tl.constexpr):
+    """A tensor descriptor over the ``(R, INNER)`` slab at ``base`` (inner unit-stride) with
+    ``TMA``; else ``base`` itself (unused)."""
+    if TMA:
+        d = tl.make_tensor_descriptor(base, shape=[R, INNER], strides=[sxr, 1], block_shape=[BLOCK_R, BLOCK_I])
+    else:
+        d = base
+    return d
+
+
+@triton.jit
+def _chunk(x_base, sxr, r0, rr, stop, cmask, other, EVEN: tl.constexpr):
+    """Rows ``r0 + rr`` (those below ``stop``) of the program's columns, in fp32."""
+    r = r0 + rr
+    mask = (r < stop)[:, None] & cmask[None, :]
+    return _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, other, EVEN)
+
+
+@triton.jit
+def _next_start(r0, stop, BLOCK_R: tl.constexpr, EVEN: tl.constexpr):
+    """Where the chunk after the one at ``r0`` starts: past ``stop`` it is masked out, or with
+    ``EVEN`` (no masks) the last chunk again."""
+    if EVEN:
+        nxt = tl.minimum(r0 + BLOCK_R, stop - BLOCK_R)
+    else:
+        nxt = r0 + BLOCK_R
+    return nxt
+
+
+@triton.jit
+def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, OP: tl.constexpr,
+                BLOCK_R: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr,
+                desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr):
+    """softmax (``OP`` 0) or log_softmax (1) of rows ``[start, stop)`` from the columns' stats."""
+    rr = tl.arange(0, BLOCK_R)
+    if TMA:
+        for r0 in tl.range(start, stop, BLOCK_R, num_stages=STAGES):
+            v = desc.load([r0, c0]).to(tl.float32)
             r = r0 + rr
-            mask = (r < R)[:, None] & cmask[None, :]
-            v = tl.load(x_base + r.to(tl.int64)[:, None] * sxr, mask=mask, other=0.0).to(tl.float32)
+            mask = (r < stop)[:, None] & cmask[None, :]
             if OP == 0:
                 y = tl.exp(v - safe[None, :]) * inv[None, :]
             else:
                 y = (v - safe[None, :]) - log_s[None, :]
-            tl.store(o_base + r.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask=mask)
+            _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
+    else:
+        if PREFETCH:
+            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN)
+        for r0 in range(start, stop, BLOCK_R):
+            if PREFETCH:
+                v = v_next
+                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN)
+            else:
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN)
+            r = r0 + rr
+            mask = (r < stop)[:, None] & cmask[None, :]
+            if OP == 0:
+                y = tl.exp(v - safe[None, :]) * inv[None, :]
+            else:
+                y = (v - safe[None, :]) - log_s[None, :]
+            _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
+
+
+@triton.jit
+def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
+                  EVEN: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
+                  desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr):
+    """(max, sum of exp(x - max), NaN seen) per column over rows ``[start, stop)``, in fp32."""
+    rr = tl.arange(0, BLOCK_R)
+    if not TMA:
+        if PREFETCH:
+            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN)
+    if TMA:
+        m = tl.full([BLOCK_I], float("-inf"), tl.float32)
+        s = tl.zeros([BLOCK_I], tl.float32)
+        nan = tl.zeros([BLOCK_I], tl.int32)
+        for r0 in tl.range(start, stop, BLOCK_R, num_stages=STAGES):
+            v = desc.load([r0, c0]).to(tl.float32)
+            if not EVEN:  # out of bounds reads as 0, and rows past a split's stop are the next split's
+                v = tl.where(((r0 + rr) < stop)[:, None] & cmask[None, :], v, float("-inf"))
+            nan = tl.maximum(nan, tl.max((v != v).to(tl.int32), 0))
+            new_m = tl.maximum(m, tl.max(v, 0))
+            safe = tl.where(new_m == float("-inf"), 0.0, new_m)
+            s = s * tl.exp(m - safe) + tl.sum(tl.exp(v - safe[None, :]), 0)
+            m = new_m
+    elif ACC_2D:
+        # per element of the tile: running max (NaN once a NaN was seen) and sum at that max
+        m2 = tl.full([BLOCK_R, BLOCK_I], float("-inf"), tl.float32)
+        s2 = tl.zeros([BLOCK_R, BLOCK_I], tl.float32)
+        for r0 in range(start, stop, BLOCK_R):
+            if PREFETCH:
+                v = v_next
+                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask,
+                                float("-inf"), EVEN)
+            else:
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN)
+            lo = tl.minimum(m2, v)
+            e = tl.exp(lo - tl.maximum(m2, v))  # one of exp(v - m), exp(m - v) is 1: the other only
+            e = tl.where(lo == float("-inf"), 0.0, e)
+            s2 = tl.where(v > m2, s2 * e + 1.0, s2 + e)
+            m2 = tl.maximum(m2, v, propagate_nan=tl.PropagateNan.ALL)
+        nan = tl.max((m2 != m2).to(tl.int32), 0)
+        m2 = tl.where(m2 != m2, float("-inf"), m2)
+        m = tl.max(m2, 0)
+        safe = tl.where(m == float("-inf"), 0.0, m)
+        s = tl.sum(tl.where(s2 == 0.0, 0.0, s2 * tl.exp(m2 - safe[None, :])), 0)
+    else:
+        m = tl.full([BLOCK_I], float("-inf"), tl.float32)
+        s = tl.zeros([BLOCK_I], tl.float32)
+        nan = tl.zeros([BLOCK_I], tl.int32)
+        for r0 in range(start, stop, BLOCK_R):
+            if PREFETCH:
+                v = v_next
+                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask,
+                                float("-inf"), EVEN)
+            else:
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN)
+            nan = tl.maximum(nan, tl.max((v != v).to(tl.int32), 0))
+            new_m = tl.maximum(m, tl.max(v, 0))
+            safe = tl.where(new_m == float("-inf"), 0.0, new_m)
+            s = s * tl.exp(m - safe) + tl.sum(tl.exp(v - safe[None, :]), 0)
+            m = new_m
+    return m, s, nan
+
+
+@triton.jit
+def _lse_store(ptrs, m, s, nan, cmask, EVEN: tl.constexpr):
+    safe = tl.where(m == float("-inf"), 0.0, m)
+    res = safe + tl.log(s)
+    res = tl.where(m == float("-inf"), float("-inf"), res)
+    res = tl.where(m == float("inf"), float("inf"), res)
+    res = tl.where(nan > 0, float("nan"), res)
+    _store(ptrs, res.to(ptrs.dtype.element_ty), cmask, EVEN)
+
+
+@triton.jit
+def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor, soi,
+                    OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
+                    EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
+                    TMA: tl.constexpr, STAGES: tl.constexpr):
+    pid = tl.program_id(0)
+    o = (pid // n_iblocks).to(tl.int64)
+    c0 = (pid % n_iblocks) * BLOCK_I
+    cols = c0 + tl.arange(0, BLOCK_I)
+    desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
+    cmask = cols < INNER
+    x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
+    o_base = out_ptr + o * soo + cols.to(tl.int64)[None, :] * soi
+    rr = tl.arange(0, BLOCK_R)
+    if ONE_PASS:  # the whole of R in one tile: read once, written from registers
+        mask = (rr < R)[:, None] & cmask[None, :]
+        v = _load(x_base + rr.to(tl.int64)[:, None] * sxr, mask, float("-inf"), EVEN)
+        m = tl.max(v, 0)
+        safe = tl.where(m == float("-inf"), 0.0, m)
+        e = tl.exp(v - safe[None, :])
+        s = tl.sum(e, 0)
+        if OP == 2:
+            nan = tl.max((v != v).to(tl.int32), 0)
+            _lse_store(out_ptr + o * soo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
+        else:
+            if OP == 0:
+                y = e * (1.0 / s)[None, :]
+            else:
+                y = (v - safe[None, :]) - tl.log(s)[None, :]
+            _store(o_base + rr.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
+    else:
+        m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0, TMA,
+                                  STAGES)
+        safe = tl.where(m == float("-inf"), 0.0, m)
+        if OP == 2:  # logsumexp: one value per column
+            _lse_store(out_ptr + o * soo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
+        else:
+            if ACC_2D:
+                s = tl.where((nan > 0) | (m == float("inf")), float("nan"), s)  # as the chunked merge gives
+            # log_softmax = (x - max) - log(sum): exact difference first, as torch
+            _write_pass(x_base, o_base, sxr, sor, 0, R, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN, PREFETCH,
+                        desc, c0, TMA, STAGES)
 
 
 # -- R split over several programs: partial (max, sum) per chunk of R, then a merge that writes ------
 
 @triton.jit
 def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
-                      BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
+                      BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, EVEN: tl.constexpr, ACC_2D: tl.constexpr,
+                      PREFETCH: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr):
     """Program (column block, split): the (max, sum of exp) of its chunk of R, for its columns, into
     ``ws`` as ``[2, outer, n_splits, INNER]`` fp32 (a column holding NaN stores NaN as its max)."""
     pid = tl.program_id(0)
     sp = tl.program_id(1)
     o = (pid // n_iblocks).to(tl.int64)
-    cols = (pid % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
+    c0 = (pid % n_iblocks) * BLOCK_I
+    cols = c0 + tl.arange(0, BLOCK_I)
+    desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
     cmask = cols < INNER
     x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
-    rr = tl.arange(0, BLOCK_R)
-    m = tl.full([BLOCK_I], float("-inf"), tl.float32)
-    s = tl.zeros([BLOCK_I], tl.float32)
-    nan = tl.zeros([BLOCK_I], tl.int32)
     start = sp * rows_per_split
     stop = tl.minimum(start + rows_per_split, R)
-    for r0 in range(start, stop, BLOCK_R):
-        r = r0 + rr
-        mask = (r < stop)[:, None] & cmask[None, :]
-        v = tl.load(x_base + r.to(tl.int64)[:, None] * sxr, mask=mask, other=float("-inf")).to(tl.float32)
-        nan = tl.maximum(nan, tl.max((v != v).to(tl.int32), 0))
-        new_m = tl.maximum(m, tl.max(v, 0))
-        safe = tl.where(new_m == float("-inf"), 0.0, new_m)
-        s = s * tl.exp(m - safe) + tl.sum(tl.exp(v - safe[None, :]), 0)
-        m = new_m
+    m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0,
+                              TMA, STAGES)
     m = tl.where(nan > 0, float("nan"), m)
     slot = (o * n_splits + sp) * INNER + cols
     plane = tl.num_programs(0) // n_iblocks * n_splits * INNER
-    tl.store(ws_ptr + slot, m, mask=cmask)
-    tl.store(ws_ptr + plane + slot, s, mask=cmask)
+    _store(ws_ptr + slot, m, cmask, EVEN)
+    _store(ws_ptr + plane + slot, s, cmask, EVEN)
 
 
 @triton.jit
 def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
                     soo, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
-                    BLOCK_S: tl.constexpr):
+                    BLOCK_S: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
+                    STAGES: tl.constexpr):
     """Program (column block, split): merge the partials of its columns, then write its chunk of R
     (softmax, log_softmax) or, with one split, the columns' logsumexp."""
     pid = tl.program_id(0)
     sp = tl.program_id(1)
     o = (pid // n_iblocks).to(tl.int64)
-    cols = (pid % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
+    c0 = (pid % n_iblocks) * BLOCK_I
+    cols = c0 + tl.arange(0, BLOCK_I)
     cmask = cols < INNER
     splits = tl.arange(0, BLOCK_S)
     pmask = (splits < n_splits)[:, None] & cmask[None, :]
@@ -122,25 +289,13 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split,
     s = tl.sum(s_p * tl.exp(m_p - safe[None, :]), 0)
     s = tl.where(nan > 0, float("nan"), s)
     if OP == 2:
-        res = safe + tl.log(s)
-        res = tl.where(m == float("-inf"), float("-inf"), res)
-        res = tl.where(m == float("inf"), float("inf"), res)
-        res = tl.where(nan > 0, float("nan"), res)
-        tl.store(out_ptr + o * soo + cols.to(tl.int64) * soi, res.to(out_ptr.dtype.element_ty), mask=cmask)
+        _lse_store(out_ptr + o * soo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
     else:
         x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
         o_base = out_ptr + o * soo + cols.to(tl.int64)[None, :] * soi
-        rr = tl.arange(0, BLOCK_R)
-        inv = 1.0 / s
-        log_s = tl.log(s)  # log_softmax = (x - max) - log(sum): exact difference first, as torch
         start = sp * rows_per_split
         stop = tl.minimum(start + rows_per_split, R)
-        for r0 in range(start, stop, BLOCK_R):
-            r = r0 + rr
-            mask = (r < stop)[:, None] & cmask[None, :]
-            v = tl.load(x_base + r.to(tl.int64)[:, None] * sxr, mask=mask, other=0.0).to(tl.float32)
-            if OP == 0:
-                y = tl.exp(v - safe[None, :]) * inv[None, :]
-            else:
-                y = (v - safe[None, :]) - log_s[None, :]
-            tl.store(o_base + r.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask=mask)
+        # log_softmax = (x - max) - log(sum): exact difference first, as torch
+        desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
+        _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
+                    PREFETCH, desc, c0, TMA, STAGES)
