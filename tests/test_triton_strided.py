@@ -164,6 +164,24 @@ def test_config_space_default_and_every_candidate_is_correct():
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=lambda m, c=cfg: f"{c}: {m}")
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("case", ["short R, wide inner", "transposed", "long R"])
+def test_the_default_of_each_layout_family_matches_torch(op, case):
+    # the three kinds of default: all of a short R in one tile when column blocks are plenty
+    # (4224 columns: 264 blocks of 16, two per SM of a 132-SM device), all of R in one tile when
+    # the output runs along R, else tiles over R with a running max and sum per element
+    x = {"short R, wide inner": lambda: torch.randn(6, 4224),
+         "transposed": lambda: torch.randn(40, 24).t(),
+         "long R": lambda: torch.randn(300, 40)}[case]().to(DEV)
+    dim = 1 if case == "transposed" else 0
+    x[1:4, :3] = -INF  # a run of -inf inside some columns
+    fn = getattr(torch, op)
+    want = fn(x, dim) if op != "logsumexp" else fn(x, (dim,))
+    got = getattr(dispatch, op)(x, dim, backend="triton")
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert got.stride() == want.stride()
+
+
 def test_a_bad_config_is_an_error_naming_it():
     p = S.plan("softmax", (8, 8), (8, 1), (0,))
     with pytest.raises(ValueError, match="'BLOCK_R' must be a power of two \\(got 12\\)"):

@@ -119,11 +119,13 @@ def split_for(p: StridedPlan, block_i: int, block_r: int, device: torch.device |
 
 
 def config_space(p: StridedPlan, device: torch.device | None = None) -> list[dict]:
-    """Candidates: column blocks of 16-256 (no wider than the inner dim's next power of two, but at
-    least 16), chunks of R of 8-64 rows, tiles of 512-4096 elements, 4 or 8 warps (about 20
-    configs); each with R shared by :func:`split_for` programs."""
+    """Candidates, the default (:func:`default_config`) first: column blocks of 16-256 (no wider
+    than the inner dim's next power of two, but at least 16), chunks of R of 8-64 rows, tiles of
+    512-4096 elements, 4 or 8 warps, each with R shared by :func:`split_for` programs, plain and
+    with a running max and sum per tile element and the next chunk's load in flight (``ACC_2D``,
+    ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``) where R is short."""
+    out = [default_config(p, device)]
     top = max(16, min(256, _np2(p.inner)))
-    out = []
     for bi in (16, 32, 64, 128, 256):
         if bi > top:
             continue
@@ -131,21 +133,49 @@ def config_space(p: StridedPlan, device: torch.device | None = None) -> list[dic
             if not 512 <= bi * br <= _TILE_MAX or (br == 64 and bi > 16):
                 continue
             for w in (4, 8):
-                out.append(_cfg(bi, br, w, split_for(p, bi, br, device)))
-    return out
+                plain = _cfg(bi, br, w, split_for(p, bi, br, device))
+                out += [plain, dict(plain, ACC_2D=1, PREFETCH=1, EVEN=1)]
+    r2 = _np2(p.R)
+    for bi in (4, 8, 16, 32):
+        if r2 * bi <= _ONE_PASS_TILE and bi <= max(4, _np2(p.inner)):
+            out.append(dict(_cfg(bi, r2, 8), ONE_PASS=1, EVEN=1))
+    seen, unique = set(), []
+    for c in out:
+        k = tuple(sorted(c.items()))
+        if k not in seen:
+            seen.add(k)
+            unique.append(c)
+    return unique
+
+
+_ONE_PASS_TILE = 16384  # elements of a tile holding all of R (64 a thread at 8 warps)
 
 
 def default_config(p: StridedPlan, device: torch.device | None = None) -> dict:
-    """The widest column block that still gives two programs per SM (16 at least), a chunk of R
-    making a tile of 1024-2048 elements, 4 warps; R shared as :func:`split_for` says."""
-    space = config_space(p, device)
-    want_programs = 2 * _device_sms(device)
-    bi = max(16, min(256, _np2(p.inner)))
-    while bi > 16 and p.outer * _cdiv(p.inner, bi) < want_programs:
-        bi //= 2
-    br = max(8, min(64 if bi == 16 else 32, 2048 // bi))
-    want = _cfg(bi, br, 4, split_for(p, bi, br, device))
-    return dict(want) if want in space else dict(space[0])
+    """The pick with tuning off, from an H200 sweep of the variants
+    (``benchmarks/sweep_strided_configs.py``, bf16 softmax and logsumexp over dim 0 of 4096 x 4096
+    and of 65536 x 128, dim 1 of 32 x 1024 x 64 x 64 and a transposed 4096 x 4096, where these
+    picks ran 1.7-9.9x faster than the plain tiles picked before):
+
+    * R of 1024 or less, with column blocks of 16 for two programs per SM: all of R in one tile
+      (``ONE_PASS``, read once), 16 columns or as many more as a 16K-element tile holds, 8 warps;
+    * an output whose R dim is unit-stride (softmax of a transposed view) and R of 4096 or less:
+      ``ONE_PASS`` tiles of 4 columns or more (its stores run along R);
+    * otherwise 16 columns by 64 rows, 4 warps, R shared by :func:`split_for` programs, a running
+      max and sum per tile element and the next chunk's load in flight (``ACC_2D``, ``PREFETCH``).
+
+    ``EVEN`` (no masks) is set throughout; it takes effect only where every chunk is full."""
+    sms = _device_sms(device)
+    r2, i2 = _np2(p.R), _np2(p.inner)
+    if r2 * 16 <= _ONE_PASS_TILE and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
+        bi = 16
+        while (bi * 2 * r2 <= _ONE_PASS_TILE and bi * 2 <= i2
+               and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms):
+            bi *= 2
+        return dict(_cfg(bi, r2, 8 if bi * r2 >= 8192 else 4), ONE_PASS=1, EVEN=1)
+    if p.R > 1 and p.out_strides[1] == 1 and r2 * 4 <= _ONE_PASS_TILE:
+        return dict(_cfg(_ONE_PASS_TILE // r2 if r2 >= 512 else 16, r2, 8), ONE_PASS=1, EVEN=1)
+    return dict(_cfg(16, 64, 4, split_for(p, 16, 64, device)), ACC_2D=1, PREFETCH=1, EVEN=1)
 
 
 def validate(config: dict) -> tuple[int, int, int, int]:
