@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from attrs import frozen
 
+from dispatch.backend import contiguous_strides
+
 from .configs import _cdiv, _check_op, _device_sms, _np2
 from .direct import DirectLaunch
 from .jit import _interpreting
@@ -47,14 +49,6 @@ def _prod(sizes) -> int:
     return n
 
 
-def _contiguous_strides(shape) -> list[int]:
-    strides, acc = [0] * len(shape), 1
-    for i in range(len(shape) - 1, -1, -1):
-        strides[i] = acc
-        acc *= max(int(shape[i]), 1)
-    return strides
-
-
 def _collapse(dims, shape, strides_a, strides_b) -> list[tuple[int, int, int]]:
     """``dims`` (outermost first) merged where both stride sets allow: ``[(size, stride_a, stride_b)]``."""
     groups: list[list[int]] = []
@@ -81,11 +75,11 @@ def plan(op: str, shape, stride, dims) -> StridedPlan | str:
         return StridedPlan(_prod(kept), _prod(shape[d] for d in dims), 1, (0, 0, 0), (0, 0, 0))
     if op == "logsumexp":
         out_full = tuple(1 if i in dims else s for i, s in enumerate(shape))
-        out_stride = _contiguous_strides(out_full)
+        out_stride = list(contiguous_strides(out_full))
         for d in dims:
             out_stride[d] = 0
     else:
-        out_stride = _contiguous_strides(shape)
+        out_stride = list(contiguous_strides(shape))
     reduced = _collapse([d for d in dims if shape[d] != 1], shape, stride, out_stride)
     if len(reduced) > 1:
         return (f"the reduced dims {list(dims)} (sizes {[shape[d] for d in dims]}, strides "
