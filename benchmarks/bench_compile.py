@@ -64,8 +64,8 @@ import types
 import torch
 
 import dispatch
+from graph_timing import GRAPH_CALLS, graph_replay_us  # benchmarks/, beside this script
 
-GRAPH_CALLS = 20
 BURST_SECONDS = 0.02  # a burst's length aimed at (fewer calls per burst at large shapes), calls in [20, 200]
 
 
@@ -164,28 +164,7 @@ def wall_us_interleaved(fns: dict, device: torch.device, rounds: int, errors: di
 
 def graph_us(fn, repeats: int = 15) -> float:
     """Device time per call of ``fn`` captured ``GRAPH_CALLS`` times in one CUDA graph, replayed."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the default stream, as torch's docs ask
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(GRAPH_CALLS):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(repeats):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / GRAPH_CALLS)
-    del graph
-    return statistics.median(samples)
+    return graph_replay_us(fn, repeats)[0]
 
 
 def close(out: torch.Tensor, expected: torch.Tensor) -> bool:

@@ -30,8 +30,8 @@ import time
 import torch
 
 import dispatch
+from graph_timing import GRAPH_CALLS, graph_replay_us  # benchmarks/, beside this script
 
-GRAPH_CALLS = 20
 
 
 def wall_us_interleaved(fns: dict, calls: int = 200, rounds: int = 15) -> dict:
@@ -59,28 +59,8 @@ def wall_us_interleaved(fns: dict, calls: int = 200, rounds: int = 15) -> dict:
 
 def graph_us(fn, reference: torch.Tensor, repeats: int = 15) -> tuple[float, float, bool]:
     """(median, spread, correct): device time per call of ``fn`` replayed in a CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the default stream, as torch's docs ask
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = [fn() for _ in range(GRAPH_CALLS)]
-    graph.replay()
-    torch.cuda.synchronize()
-    correct = all(torch.allclose(o.float(), reference, atol=2e-2, rtol=2e-2) for o in outs)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(repeats):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / GRAPH_CALLS)
-    samples.sort()
-    return statistics.median(samples), samples[-2] - samples[1], correct
+    median, spread, outs = graph_replay_us(fn, repeats)
+    return median, spread, all(torch.allclose(o.float(), reference, atol=2e-2, rtol=2e-2) for o in outs)
 
 
 def contenders(op: str, compile_too: bool) -> dict:

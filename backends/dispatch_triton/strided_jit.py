@@ -87,6 +87,17 @@ def _next_start(r0, stop, BLOCK_R: tl.constexpr, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _write_chunk(o_base, sor, v, r, stop, cmask, safe, inv, log_s, OP: tl.constexpr, EVEN: tl.constexpr):
+    """Store softmax (``OP`` 0) or log_softmax (1) of the chunk ``v`` at rows ``r`` from the columns' stats."""
+    mask = (r < stop)[:, None] & cmask[None, :]
+    if OP == 0:
+        y = tl.exp(v - safe[None, :]) * inv[None, :]
+    else:
+        y = (v - safe[None, :]) - log_s[None, :]
+    _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
+
+
+@triton.jit
 def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, OP: tl.constexpr,
                 BLOCK_R: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr,
                 desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr):
@@ -95,13 +106,7 @@ def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, 
     if TMA:
         for r0 in tl.range(start, stop, BLOCK_R, num_stages=STAGES):
             v = desc.load([r0, c0]).to(tl.float32)
-            r = r0 + rr
-            mask = (r < stop)[:, None] & cmask[None, :]
-            if OP == 0:
-                y = tl.exp(v - safe[None, :]) * inv[None, :]
-            else:
-                y = (v - safe[None, :]) - log_s[None, :]
-            _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
+            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN)
     else:
         if PREFETCH:
             v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN)
@@ -111,13 +116,7 @@ def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, 
                 v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN)
             else:
                 v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN)
-            r = r0 + rr
-            mask = (r < stop)[:, None] & cmask[None, :]
-            if OP == 0:
-                y = tl.exp(v - safe[None, :]) * inv[None, :]
-            else:
-                y = (v - safe[None, :]) - log_s[None, :]
-            _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
+            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN)
 
 
 @triton.jit
