@@ -190,7 +190,7 @@ class Dispatcher:
         if len(tensors_spec) == 1 and not complex_:
             def guarded(x: torch.Tensor) -> torch.Tensor:
                 if x.is_neg():
-                    x = x.resolve_neg()  # a new tensor: the user's view is untouched
+                    x = _opdecl.with_strides(x, x.stride())  # a new tensor: the user's view is untouched
                 try:
                     return kernel(x)
                 except KeyboardInterrupt:
@@ -287,8 +287,10 @@ def _tracing() -> bool:
 
 
 def _resolved(tensors: tuple) -> tuple:
-    """The tensors with their negation and conjugation bits applied (new tensors; the user's are untouched)."""
-    return tuple(None if t is None else t.resolve_neg().resolve_conj() for t in tensors)
+    """The tensors with their negation and conjugation bits applied: new tensors laid out with the
+    same strides (the kernel was built for the call's strides: a view with gaps between its rows
+    must not reach it as a dense copy); the user's are untouched."""
+    return tuple(None if t is None else _opdecl.with_strides(t, t.stride()) for t in tensors)
 
 
 def _has_reference(registry) -> bool:

@@ -149,8 +149,13 @@ def test_a_kernel_or_backward_that_exits_cannot_end_the_process():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the Triton interpreter runs on CPU-only machines")
-def test_a_negated_view_gets_the_right_sign_on_every_call_of_a_raw_memory_kernel():
-    y = torch.randn(4, 64)
+@pytest.mark.parametrize("layout", ["dense", "rows sliced from wider ones", "transposed"])
+def test_a_negated_view_gets_the_right_sign_on_every_call_of_a_raw_memory_kernel(layout):
+    wide = torch.randn(64, 96)
+    y = {"dense": wide[:4, :64], "rows sliced from wider ones": wide[:4, :64],
+         "transposed": wide[:64, :4].t()}[layout]
+    if layout == "dense":
+        y = y.contiguous()
     x = torch._neg_view(y)  # what z.conj().imag gives: a view whose values are read negated
     assert x.is_neg()
     for _ in range(3):  # the first call of a key is checked on a copy; the later ones are not
