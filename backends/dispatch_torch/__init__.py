@@ -16,7 +16,7 @@ NAME = "torch"
 def dispatch_backend_info() -> BackendInfo:
     return BackendInfo(name=NAME, version=torch.__version__, ops=(),  # the reference serves every declared op
                        priority={"cpu": 100, "cuda": 0}, versions={"torch": torch.__version__},
-                       # H200: 12.3-13.0 us a dispatched call back to back at decode shapes; 2500 GB/s
+                       # H200: 11.3-13.1 us a dispatched call back to back at decode shapes; 2500 GB/s
                        # is its best bandwidth (an upper bound, so a GPU kernel wins only when clearly
                        # ahead) (benchmarks/results/current/launch/launch.md, the softmax sweep).
                        # torch.logsumexp runs several kernels: 83-93 us a call at decode shapes,

@@ -50,13 +50,14 @@ def dispatch_backend_info() -> BackendInfo:
     return BackendInfo(
         name=NAME, version=dispatch.__version__, ops=OPS,
         priority={"cuda": 30, "cpu": -10},  # on the CPU it is an interpreter: correct, not fast
-        # H200, direct launch: 14-15 us a dispatched call back to back at decode shapes (torch.softmax
-        # 10-11 us in the same run), ~3700 GB/s on bandwidth rows
+        # H200, direct launch: 13.1-13.4 us a dispatched call back to back at decode shapes where
+        # dispatch[torch] takes 12.1-13.1 (split rows: 17.2-17.6), ~3700 GB/s on bandwidth rows
         # (benchmarks/results/current/launch/launch.md, the softmax sweep)
-        # rms_norm/layer_norm forward: 22-26 us at 16M elements bf16 (64-73% of copy, 1.2-2x torch's
-        # speed, 3-13x on long rows); their backward is slower than torch's up to N = 16384, so calls
-        # autograd records are left to torch (benchmarks/results/current/norms/)
-        costs={"cuda": (15.0, 3700.0), "cuda:rms_norm": (13.0, 2900.0), "cuda:layer_norm": (13.0, 2800.0),
+        # rms_norm/layer_norm forward: 21-25 us at 16M elements bf16 (88-98% of a same-size copy,
+        # 1.2-2x torch's speed, 4-14x on long rows); their backward is slower than torch's at
+        # N = 1024 and than torch.compile's on long rows, so calls autograd records are left to
+        # torch (benchmarks/results/current/norms/)
+        costs={"cuda": (13.5, 3700.0), "cuda:rms_norm": (13.0, 2900.0), "cuda:layer_norm": (13.0, 2800.0),
                "cuda:rms_norm:grad": (30.0, 1800.0), "cuda:layer_norm:grad": (30.0, 1800.0)},
         versions={"triton": triton_version or "none", "kernels": source_hash(*_KERNEL_MODULES),
                   "interpreter": "1" if _interpreting() else "0"},
