@@ -20,6 +20,8 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from dispatch.backend import unique_configs
+
 from . import cuda_kernels
 from .availability import _check_op, _check_target, dtype_name
 
@@ -47,16 +49,6 @@ ALIASES: dict[str, str] = {}
 
 def _pow2_ceil(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
-
-
-def _dedupe(configs: list[dict]) -> list[dict]:
-    seen, out = set(), []
-    for cfg in configs:
-        key = tuple(sorted(cfg.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(cfg)
-    return out
 
 
 def _row_cap(n_rows: int) -> int:
@@ -140,7 +132,7 @@ def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str) -> list[dic
         configs += _cuda_row_configs(n_rows, n_cols, dtype)
     if n_cols >= 8192:
         configs += _cuda_split_configs(n_cols, dtype)
-    return _dedupe(configs)
+    return unique_configs(configs)
 
 
 def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:
@@ -188,7 +180,7 @@ def cpu_config_space(op: str, n_rows: int, n_cols: int, dtype: str) -> list[dict
             for block_m in (1, 4):
                 if block_m <= _row_cap(n_rows):
                     out.append({"block_m": block_m, "tile_n": tile_n})
-    return _dedupe(out)
+    return unique_configs(out)
 
 
 def cpu_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:

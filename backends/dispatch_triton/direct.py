@@ -58,7 +58,7 @@ ARM_DEVICES = ("cuda",)
 _empty_like = torch.empty_like  # the check's outputs (module-level, for the CPU tests' stand-in launcher)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # device index -> current stream handle
 _current_device = getattr(torch._C, "_cuda_getDevice", None)  # () -> current device index
-_device_count = torch.cuda.device_count  # one device: the current device is always the kernel's
+_device_count = torch.cuda.device_count
 
 
 def _capturing() -> bool:
@@ -198,17 +198,11 @@ class DirectLaunch:
         e_calls, l_calls = getattr(enter, "calls", None), getattr(leave, "calls", None)
 
         others = tuple(i - 1 for i in self.checked[1:])  # user tensors in ``rest`` checked per call
-        if n_call == 2 and not others and _device_count() == 1:  # (input, output) on the only device
+        several = _device_count() != 1  # with one device, the current one is always the kernel's
+        if n_call == 2 and not others:  # (input, output): the common case, without a loop
             def direct(x, out):
                 p = x.data_ptr()
-                if (p & 15 or e_calls or l_calls
-                        or holder.launch_enter_hook is not enter or holder.launch_exit_hook is not leave):
-                    return jit(x, out)
-                run(g0, g1, g2, stream_of(index), *head, p, out.data_ptr(), *tail)
-        elif n_call == 2 and not others:  # (input, output): the common case, without a loop
-            def direct(x, out):
-                p = x.data_ptr()
-                if (p & 15 or current_device() != index or e_calls or l_calls
+                if (p & 15 or (several and current_device() != index) or e_calls or l_calls
                         or holder.launch_enter_hook is not enter or holder.launch_exit_hook is not leave):
                     return jit(x, out)
                 run(g0, g1, g2, stream_of(index), *head, p, out.data_ptr(), *tail)
@@ -219,7 +213,7 @@ class DirectLaunch:
                 bits = p
                 for i in others:
                     bits |= ptrs[i]
-                if (bits & 15 or current_device() != index or e_calls or l_calls
+                if (bits & 15 or (several and current_device() != index) or e_calls or l_calls
                         or holder.launch_enter_hook is not enter or holder.launch_exit_hook is not leave):
                     return jit(x, *rest)
                 run(g0, g1, g2, stream_of(index), *head, p, *ptrs, *tail)

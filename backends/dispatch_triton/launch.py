@@ -297,19 +297,17 @@ class Launcher:
         self.in_dtype, self.out_dtype, self.out_shape, self.config = in_dtype, out_dtype, out_shape, dict(config)
         self.empty = M == 0 or N == 0
         self.direct: tuple[DirectLaunch, ...] = ()
-        self._single = False  # whether a launch is exactly ``self.direct[0].launch(x, out)``
         self._stand_ins: tuple = ()  # tensors like a launch's, for compile()
         if self.empty:
-            self.grid = (0,)
+            self.grid, single = (0,), None
 
             def launch(x, out):
                 _empty_result(op, M, N, out)
         else:
-            self.grid, launch = self._build(mask, anchor)
+            self.grid, launch, single = self._build(mask, anchor)
         self.launch = launch
         empty, empty_like = torch.empty, torch.empty_like
         size = out_shape or ((),)  # empty(*size): sizes as varargs parse faster than one tuple
-        single = self.direct[0] if len(self.direct) == 1 and self._single else None
 
         if like_input and single is not None:  # the common call: one frame, one allocation call
             def run(x: torch.Tensor) -> torch.Tensor:
@@ -401,8 +399,9 @@ class Launcher:
             def launch(x, out):
                 k0.launch(x, out)
 
-            self.direct, self._single = (k0,), True
-        return grid, launch
+            self.direct = (k0,)
+            return grid, launch, k0  # a launch is exactly k0.launch(x, out)
+        return grid, launch, None
 
 
 def _numel(shape) -> int:

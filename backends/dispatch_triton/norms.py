@@ -47,7 +47,7 @@ import threading
 import torch
 import triton
 
-from dispatch.backend import placeholder
+from dispatch.backend import placeholder, unique_configs
 
 from . import _interpreting
 from .direct import DirectLaunch
@@ -401,12 +401,8 @@ def config_from_triton(cfg: triton.Config) -> dict:
 
 
 def _universe() -> list[dict]:
-    seen: dict[tuple, dict] = {}
-    for k in range(0, 21):
-        for c in config_space(1 << 20, 1 << k, torch.float32):
-            if c["SPLIT"] == 1:
-                seen.setdefault(tuple(sorted(c.items())), c)
-    return list(seen.values())
+    return unique_configs(c for k in range(0, 21) for c in config_space(1 << 20, 1 << k, torch.float32)
+                          if c["SPLIT"] == 1)
 
 
 def autotuned(do_bench=None):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from attrs import frozen
 
-from dispatch.backend import contiguous_strides
+from dispatch.backend import contiguous_strides, unique_configs
 
 from .configs import _cdiv, _check_op, _device_sms, _np2
 from .direct import DirectLaunch
@@ -133,13 +133,7 @@ def config_space(p: StridedPlan, device: torch.device | None = None) -> list[dic
     for bi in (4, 8, 16, 32):
         if r2 * bi <= _ONE_PASS_TILE and bi <= max(4, _np2(p.inner)):
             out.append(dict(_cfg(bi, r2, 8), ONE_PASS=1, EVEN=1))
-    seen, unique = set(), []
-    for c in out:
-        k = tuple(sorted(c.items()))
-        if k not in seen:
-            seen.add(k)
-            unique.append(c)
-    return unique
+    return unique_configs(out)
 
 
 _ONE_PASS_TILE = 16384  # elements of a tile holding all of R (64 a thread at 8 warps)

@@ -120,6 +120,16 @@ def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, 
 
 
 @triton.jit
+def _online_update(m, s, nan, v):
+    """The columns' running (max, sum of exp at that max, NaN seen) after the chunk ``v``."""
+    nan = tl.maximum(nan, tl.max((v != v).to(tl.int32), 0))
+    new_m = tl.maximum(m, tl.max(v, 0))
+    safe = tl.where(new_m == float("-inf"), 0.0, new_m)
+    s = s * tl.exp(m - safe) + tl.sum(tl.exp(v - safe[None, :]), 0)
+    return new_m, s, nan
+
+
+@triton.jit
 def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                   EVEN: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
                   desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr):
@@ -128,19 +138,15 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
     if not TMA:
         if PREFETCH:
             v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN)
+    m = tl.full([BLOCK_I], float("-inf"), tl.float32)  # the TMA and plain loops' running stats
+    s = tl.zeros([BLOCK_I], tl.float32)
+    nan = tl.zeros([BLOCK_I], tl.int32)
     if TMA:
-        m = tl.full([BLOCK_I], float("-inf"), tl.float32)
-        s = tl.zeros([BLOCK_I], tl.float32)
-        nan = tl.zeros([BLOCK_I], tl.int32)
         for r0 in tl.range(start, stop, BLOCK_R, num_stages=STAGES):
             v = desc.load([r0, c0]).to(tl.float32)
             if not EVEN:  # out of bounds reads as 0, and rows past a split's stop are the next split's
                 v = tl.where(((r0 + rr) < stop)[:, None] & cmask[None, :], v, float("-inf"))
-            nan = tl.maximum(nan, tl.max((v != v).to(tl.int32), 0))
-            new_m = tl.maximum(m, tl.max(v, 0))
-            safe = tl.where(new_m == float("-inf"), 0.0, new_m)
-            s = s * tl.exp(m - safe) + tl.sum(tl.exp(v - safe[None, :]), 0)
-            m = new_m
+            m, s, nan = _online_update(m, s, nan, v)
     elif ACC_2D:
         # per element of the tile: running max (NaN once a NaN was seen) and sum at that max
         m2 = tl.full([BLOCK_R, BLOCK_I], float("-inf"), tl.float32)
@@ -163,9 +169,6 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
         safe = tl.where(m == float("-inf"), 0.0, m)
         s = tl.sum(tl.where(s2 == 0.0, 0.0, s2 * tl.exp(m2 - safe[None, :])), 0)
     else:
-        m = tl.full([BLOCK_I], float("-inf"), tl.float32)
-        s = tl.zeros([BLOCK_I], tl.float32)
-        nan = tl.zeros([BLOCK_I], tl.int32)
         for r0 in range(start, stop, BLOCK_R):
             if PREFETCH:
                 v = v_next
@@ -173,11 +176,7 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
                                 float("-inf"), EVEN)
             else:
                 v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN)
-            nan = tl.maximum(nan, tl.max((v != v).to(tl.int32), 0))
-            new_m = tl.maximum(m, tl.max(v, 0))
-            safe = tl.where(new_m == float("-inf"), 0.0, new_m)
-            s = s * tl.exp(m - safe) + tl.sum(tl.exp(v - safe[None, :]), 0)
-            m = new_m
+            m, s, nan = _online_update(m, s, nan, v)
     return m, s, nan
 
 

@@ -61,6 +61,15 @@ def _mapping(value: Mapping) -> Mapping[str, str]:
     return MappingProxyType(dict(value))
 
 
+def unique_configs(configs) -> list[dict]:
+    """``configs`` (dicts) without repeats, in their first order (a config space built from
+    overlapping rules lists some candidates twice)."""
+    seen: dict[tuple, dict] = {}
+    for cfg in configs:
+        seen.setdefault(tuple(sorted(cfg.items())), cfg)
+    return list(seen.values())
+
+
 @frozen
 class TuneSpace:
     """What a backend kernel declares to be tuned.
