@@ -21,8 +21,8 @@ from ._settings import Scope, Settings
 from ._spec import CallSpec, Verdict
 from ._tuner import Tuner
 from .autotune.cache import DecisionCache, decision_trusted
-from .autotune.space import EMPTY, Config, Timing, TuneResult, TuneSettings
-from .autotune.sweep import pick_winner
+from .autotune.space import EMPTY, Config, Timing, TuneResult
+from .autotune.sweep import pick_backend, race_verdict
 from .autotune.tables import ShippedTables, shipped_tables
 from .errors import BackendRefusedError, NoBackendError, TuneError, UnknownBackendError
 
@@ -261,10 +261,11 @@ class Selector(Tuner):
             raise TuneError(f"no backend could be tuned for {spec.describe()}: "
                             + "; ".join(f"{n}: {w}" for n, w in notes.items()))
         timings = [Timing(Config.of(name=name), r.latency_us, r.spread_us) for name, r in results.items()]
-        best = pick_winner(timings, TuneSettings().tie_tolerance)
+        reference = next((b.name for b in servers if b.info.reference), None)
+        best = pick_backend(timings, reference)
         winner = best.config["name"]
         result = results[winner]
-        reason = (f"fastest when raced: {winner} {result.latency_us:.2f} us"
+        reason = (f"{race_verdict(timings, best, reference)}: {winner} {result.latency_us:.2f} us"
                   + "".join(f", {n} {r.latency_us:.2f} us" for n, r in results.items() if n != winner))
         if rerace:
             reason += " (raced again: the cached race's winner was within its own timing noise)"

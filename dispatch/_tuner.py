@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 
 import attrs
+import torch
 
+from . import _opdecl
 from ._keys import tune_key
 from ._opdecl import with_strides
 from ._plugins import Backend, Registry
@@ -32,6 +35,25 @@ from .reference import check_output, example_inputs, expected_output, input_safe
 
 _log = logging.getLogger("dispatch.tune")
 _ASK = object()  # tune(): compile the candidates ahead unless the caller already did
+WARM_FRACTION = 0.25  # calls moving less than this share of the device's L2 are timed without a flush
+
+
+def flushes_l2(spec: CallSpec) -> bool:
+    """Whether a tune of ``spec`` flushes the L2 before each timed call.
+
+    A call that moves less than a quarter of the L2 finds its input there in a model (the kernel
+    before it has just written it), so it is timed that way: a flush would charge a kernel that
+    runs from L2 in practice for a read from memory, and favour whichever kernel waits on the
+    host. Larger calls are timed from a flushed L2 (their input cannot all stay there)."""
+    if spec.device.type != "cuda":
+        return True
+    index = spec.device.index if spec.device.index is not None else torch.cuda.current_device()
+    return _opdecl.get(spec.op).bytes_moved(spec) >= WARM_FRACTION * _l2_bytes(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _l2_bytes(index: int) -> int:
+    return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0))
 
 
 class Tuner:
@@ -149,14 +171,16 @@ class Tuner:
              compiled: CompileReport | None | object = _ASK) -> TuneResult:
         """Tune ``backend`` for ``spec`` (native tuner if it has one, else our sweep) and cache it;
         ``fresh`` measures again even when a tune result is cached. By default a call is charged at
-        least its back-to-back rate unless the ``timing`` setting is ``"device"``.
+        least its back-to-back rate unless the ``timing`` setting is ``"device"``, and the L2 is
+        flushed before each timed call only where the call moves a quarter of it or more
+        (:func:`flushes_l2`).
 
         The candidates are compiled first, all at once (the backend's ``dispatch_precompile``;
         ``compiled`` is that step's report when the caller already ran it), then timed one by
         one; a candidate that failed to compile is left out, with its reason in the result's
         failures. The result says how long each step took (``compile_s``, ``timing_s``)."""
         if settings is None:
-            settings = TuneSettings(host_bound=self.settings.timing == "wall")
+            settings = TuneSettings(host_bound=self.settings.timing == "wall", flush_l2=flushes_l2(spec))
         key = tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions), self.settings.timing)
         cached = None if fresh else self._cached_tune(key)
         if cached is not None:

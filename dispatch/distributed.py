@@ -45,8 +45,8 @@ from ._plugins import Backend
 from ._select import Candidate, Decision, Selector
 from ._settings import Scope, Settings, current_scope
 from ._spec import CallSpec
-from .autotune.space import EMPTY, Config, Timing, TuneSettings
-from .autotune.sweep import pick_winner
+from .autotune.space import EMPTY, Config, Timing
+from .autotune.sweep import pick_backend
 
 __all__ = ["AgreementWarning", "Group", "current_group"]
 
@@ -295,7 +295,8 @@ class _Agreement:
             return {"kind": "static", "backend": common[0], "config": self._config_from_lowest(posted, common[0]),
                     "why": f"no backend could be tuned on every rank ({failed}); first in the static order"}
         timings = [Timing(Config.of(name=n), v) for n, v in slowest.items()]
-        winner = pick_winner(timings, TuneSettings().tie_tolerance).config["name"]
+        reference = next((b.name for b in self.servers if b.info.reference), None)
+        winner = pick_backend(timings, reference).config["name"]
         lowest = min(latencies)
         spread = ", ".join(f"{n} {v:.2f} us" for n, v in slowest.items())
         config = latencies[lowest][winner]["config"]

@@ -73,6 +73,22 @@ def test_tie_within_noise_resolves_to_the_static_order():
     assert pick_winner(timings, 0.0).config["name"] == "b"
 
 
+@pytest.mark.parametrize("kernel_us, winner", [(9.5, "torch"), (9.1, "torch"), (8.9, "kernel"), (5.0, "kernel"),
+                                               (11.0, "torch")])
+def test_a_backend_must_beat_the_reference_by_the_margin_to_win_a_race(kernel_us, winner):
+    # 10 us for the reference: a kernel 5% or 9% faster is within the noise of wall times from one
+    # machine start to the next, so the reference serves; 11% or more faster, the kernel wins
+    from dispatch.autotune import Config, Timing, TuneSettings, pick_backend
+
+    assert TuneSettings().reference_margin == 0.10
+    timings = [Timing(Config.of(name="kernel"), kernel_us), Timing(Config.of(name="torch"), 10.0)]
+    assert pick_backend(timings, "torch").config["name"] == winner
+    # without a reference among them, the fastest wins as before
+    assert pick_backend(timings, None).config["name"] == ("kernel" if kernel_us < 10.0 else "torch")
+    assert pick_backend(timings, "torch", TuneSettings(reference_margin=0.0)).config["name"] == \
+        ("kernel" if kernel_us < 10.0 * 0.98 else "torch")
+
+
 @pytest.mark.parametrize("fault", ["raise", "nan", "wrong"])
 def test_a_faulty_backend_is_quarantined_for_the_key_and_the_call_is_still_correct(fault):
     bad = chunked_backend.make("bad", fault=fault, priority=200)
@@ -243,3 +259,23 @@ def test_a_nan_mismatch_says_which_side_has_the_nan():
     assert "the reference has NaN at 1 position where the result has none" in why
     only_ours = mismatch(torch.tensor([float("nan"), 1.0]), torch.tensor([0.5, 1.0]))
     assert only_ours.startswith("the result has NaN at 1 position where the reference has none")
+
+
+def test_a_tune_flushes_the_l2_only_for_calls_that_move_a_quarter_of_it_or_more(monkeypatch):
+    # a decode-sized call finds its input in L2 in a model, a bandwidth-sized one cannot
+    import attrs
+
+    from dispatch import _tuner
+
+    monkeypatch.setattr(_tuner, "_l2_bytes", lambda index: 40 << 20)  # a 40 MB L2
+
+    def spec_of(shape):
+        spec = dispatch.explain("softmax", torch.empty(shape, device="meta")).decision.spec
+        first = attrs.evolve(spec.tensors[0], device=torch.device("cuda", 0))
+        return attrs.evolve(spec, tensors=(first, *spec.tensors[1:]))
+
+    assert not _tuner.flushes_l2(spec_of((32, 4096)))   # 1 MB read and written
+    assert not _tuner.flushes_l2(spec_of((1024, 1024)))  # 8 MB: a fifth of the L2
+    assert _tuner.flushes_l2(spec_of((4096, 4096)))      # 128 MB
+    cpu = dispatch.explain("softmax", torch.empty(32, 4096)).decision.spec
+    assert _tuner.flushes_l2(cpu)  # nothing is flushed on the CPU anyway; the flag stays as it was

@@ -162,6 +162,10 @@ class TuneSettings:
     warmup: int = field(default=25, validator=ge(1))
     rep: int = field(default=50, validator=ge(1))
     tie_tolerance: float = field(default=0.02, validator=ge(0.0))
+    # A race between backends: one other than the reference wins only if it beats the reference
+    # by more than this (relative). Wall times of launch-bound calls move by 10-20% from one
+    # machine start to the next, so a smaller lead is not a lead a user can count on.
+    reference_margin: float = field(default=0.10, validator=ge(0.0))
     flush_l2: bool = True
     host_bound: bool = True  # CUDA: a call costs at least its back-to-back rate (host launch path included)
     # Early stop: a sweep stops timing a candidate whose median after its first ``probe_rep``
