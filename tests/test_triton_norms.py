@@ -147,10 +147,11 @@ def test_backward_bf16_and_absent_parameters(op, affine, split):
     (dict(ROWS=1), None), (dict(num_warps=2, G=3), None), (dict(EVICT=False, maxnreg=None, num_stages=2), None),
     (dict(BLOCK_N=32, num_warps=2, GR=3), (2, 64)),
 ], ids=["rows1", "warps2-g3", "no-evict", "split-bn32-gr3"])
-def test_backward_plan_overrides(op, plan, split):
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_backward_plan_overrides(op, plan, split, dtype):
     # 9 rows of 100: ROWS=1 (the default packs 16 rows of 128 a tile), more tiles than programs
-    _backward_vs_torch(op, 9, 100, F32, split, plan=plan)
-    built = N.backward_plan(9, 100, F32, torch.device("cpu"), split, plan)
+    _backward_vs_torch(op, 9, 100, dtype, split, shift=0.5, tol=1e-4 if dtype == F32 else 3e-2, plan=plan)
+    built = N.backward_plan(9, 100, dtype, torch.device("cpu"), split, plan)
     assert all(built[k] == v for k, v in plan.items())
 
 
