@@ -34,7 +34,8 @@ graph of ``F.rms_norm``/``F.layer_norm`` built once (``retain_graph``).
 Check: each variant's first call's dx, dweight (and dbias) against ``torch.autograd.grad`` of the
 fp32 op on the same inputs, each scaled by the reference's largest magnitude, within the dtype's
 tolerance (``dispatch.backend.tolerance``); a variant that fails (or fails to build) is listed
-with its reason and not timed.
+with its reason and not timed. Each variant's row also gives the registers a thread of its
+kernel(s) and the registers spilled, as the compiled kernels report them.
 
 Compiles: ``--jobs K`` processes (default min(12, CPUs) on a GPU) first run shares of the variants
 once (one case's inputs at a time), which leaves their kernels in Triton's on-disk cache; the
@@ -67,6 +68,7 @@ import torch.nn.functional as F  # noqa: E402
 from dispatch.ab import measure_copy_bandwidth  # noqa: E402
 from dispatch.backend import TuneSettings, measure, mismatch, tolerance  # noqa: E402
 from dispatch_triton import norms as NT  # noqa: E402
+from dispatch_triton.norm_kernels import _norm_bwd, _norm_bwd_split, _norm_bwd_sums  # noqa: E402
 from sweep_norm_configs import clean_us  # noqa: E402  benchmarks/, beside this script
 
 OPS = ("rms_norm", "layer_norm")
@@ -197,6 +199,28 @@ def backward_call(op: str, m: int, n: int, dtype: torch.dtype, split, overrides:
     return lambda: backward(*args)
 
 
+def _loaded() -> dict:
+    """id -> (kernel name, compiled kernel) of every backward kernel the JIT holds (none under the interpreter)."""
+    found = {}
+    for fn in (_norm_bwd, _norm_bwd_sums, _norm_bwd_split):
+        for entry in getattr(fn, "device_caches", {}).values():
+            for compiled in entry[0].values():
+                found[id(compiled)] = (fn.__name__, compiled)
+    return found
+
+
+def _registers(before: dict) -> str | None:
+    """Registers a thread (and spilled ones) of the kernels loaded since ``before`` (:func:`_loaded`):
+    "64", "64 (12 spilled)"; the two kernels of long rows named ("sums 40, split 64")."""
+    new = [(name, getattr(c, "n_regs", None), getattr(c, "n_spills", None))
+           for key, (name, c) in _loaded().items() if key not in before]
+    parts = []
+    for name, regs, spills in new:
+        what = f"{regs}" + (f" ({spills} spilled)" if spills else "")
+        parts.append(f"{name.removeprefix('_norm_bwd_')} {what}" if len(new) > 1 else what)
+    return ", ".join(parts) or None
+
+
 def eager_call(op: str, inp: dict):
     """torch eager's backward through a graph built once."""
     leaves = [t.detach().requires_grad_() for t in _leaves(inp)]
@@ -290,16 +314,20 @@ def run(args, device, settings, copy_gbs, jobs, rows, save, start: float) -> Non
 
         record("same-size copy", None, t=copy_t, clean=copy_clean)
         record("torch eager", eager_call(op, inp))
+        registers: dict = {}  # the plan less its programs (what a kernel is compiled for) -> registers
         for over in [j[5] for j in jobs if j[:5] == (op, dt, m, n, split)]:
             resolved = NT.backward_plan(m, n, dtype, device, split, over)
             name, dflt = label(resolved), not over
-            call = None
+            kernel_key = _resolved_key({k: v for k, v in resolved.items() if k not in ("G", "GR")})
+            call, before = None, _loaded()
             try:
                 call = backward_call(op, m, n, dtype, split, over, inp)
                 why = grad_check(call(), ref, dtype)
             except Exception as exc:  # noqa: BLE001 - a row with its reason
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            record(name, call, resolved, over, dflt, error=f"failed: {why}" if why else None)
+            registers.setdefault(kernel_key, _registers(before))
+            row = record(name, call, resolved, over, dflt, error=f"failed: {why}" if why else None)
+            row["registers"] = registers[kernel_key]
         print_case(rows, (op, dt, m, n), f"[{time.perf_counter() - start:6.1f} s] {ci + 1}/{len(cases)}")
         save()
         del inp, ref, src, dst
@@ -340,6 +368,7 @@ def print_case(rows, case, head: str) -> None:
         mark = "*" if r["default"] else " "
         if "us" in r:
             clean = f"  clean L2 {r['us_clean']:7.1f} us" if "us_clean" in r else ""
+            clean += f"  regs {r['registers']}" if r.get("registers") else ""
             print(f"   {mark} {r['impl']:36} {r['us']:8.1f} us {r['gbps']:6.0f} GB/s {r['pct_copy_same']:5.1f}% same "
                   f"{r['pct_copy']:5.1f}% large{clean}")
         else:
@@ -377,8 +406,8 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
               "Best: the fastest plan whose gradients matched torch's.", ""]
     for case in cases:
         lines += [f"## {case[0]} {case[1]} {case[2]}x{case[3]}", "",
-                  "| plan | overrides | us | GB/s | % same | % large | us, clean L2 | % same, clean L2 |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| plan | overrides | us | GB/s | % same | % large | us, clean L2 | % same, clean L2 | registers |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in _sorted(rows, case):
             name = r["impl"] + (" **(default)**" if r["default"] else "")
             over = json.dumps(r["overrides"]) if r["overrides"] else ""
@@ -386,9 +415,9 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
                 clean = f"{r['us_clean']:.1f}" if "us_clean" in r else "-"
                 pclean = f"{r['pct_copy_same_clean']:.1f}" if "pct_copy_same_clean" in r else "-"
                 lines.append(f"| {name} | {over} | {r['us']:.1f} | {r['gbps']:.0f} | {r['pct_copy_same']:.1f} "
-                             f"| {r['pct_copy']:.1f} | {clean} | {pclean} |")
+                             f"| {r['pct_copy']:.1f} | {clean} | {pclean} | {r.get('registers') or '-'} |")
             else:
-                lines.append(f"| {name} | {over} | {r['error'][:120]} | | | | | |")
+                lines.append(f"| {name} | {over} | {r['error'][:120]} | | | | | | {r.get('registers') or '-'} |")
         lines.append("")
     path.write_text("\n".join(lines) + "\n")
 
