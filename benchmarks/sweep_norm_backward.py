@@ -41,8 +41,8 @@ Compiles: ``--jobs K`` processes (default min(12, CPUs) on a GPU) first run shar
 once (one case's inputs at a time), which leaves their kernels in Triton's on-disk cache; the
 timing process then finds them there.
 
-    python3 benchmarks/sweep_norm_backward.py --quick --out DIR    # ~3 minutes on an H200
-    python3 benchmarks/sweep_norm_backward.py --out DIR            # every shape and a larger grid
+    python3 benchmarks/sweep_norm_backward.py --quick --out DIR    # ~340 plans, ~260 kernels: ~3 minutes on an H200
+    python3 benchmarks/sweep_norm_backward.py --out DIR            # every shape, ~980 plans (raise --time-limit)
     python3 benchmarks/sweep_norm_backward.py --device cpu --out DIR   # smoke run: interpreter, tiny shapes
 
 Writes <out>/norm_backward.json and norm_backward.md (a summary, then a table per case).
