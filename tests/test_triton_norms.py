@@ -4,7 +4,8 @@ Small shapes: every path of the forward (rows in registers, several rows per til
 programs walking several tiles, chunked, split over programs) and of the backward (rows in
 registers, several per tile; long rows over row groups and chunks), with and without
 weight/bias, multi-dim normalized_shape, strided rows, N = 1, bf16 and fp32; the refusals;
-deterministic dweight; and the autotuner's cache shared by calls with and without weight/bias.
+deterministic dweight; the backward plan's overrides; and the autotuner's cache shared by calls
+with and without weight/bias.
 """
 
 from __future__ import annotations
@@ -94,12 +95,12 @@ def test_long_rows_chunked(op, dtype):
     _check_fwd_bwd(op, _args(op, x, (17000,), True, op == "layer_norm"), dtype)
 
 
-def _backward_vs_torch(op, m, n, dtype, split, affine=(True, True), shift=2.0, tol=1e-4):
+def _backward_vs_torch(op, m, n, dtype, split, affine=(True, True), shift=2.0, tol=1e-4, plan=None):
     x = _t((m, n), dtype, 11, 1.0, shift)
     w = _t((n,), dtype, 1, 0.5, 1.0) if affine[0] else None
     b = _t((n,), dtype, 2) if affine[1] and op == "layer_norm" else None
     dy = _t((m, n), dtype, 12)
-    backward = N.make_backward(op, m, n, dtype, n, 1e-5, w is not None, b is not None, split=split)
+    backward = N.make_backward(op, m, n, dtype, n, 1e-5, w is not None, b is not None, split=split, plan=plan)
     got = backward(dy, x, w, b, None) if op == "layer_norm" else backward(dy, x, w, None)
     leaves = [None if t is None else t.double().requires_grad_() for t in (x, w, b)]
     ref = (F.rms_norm(leaves[0], (n,), leaves[1], 1e-5) if op == "rms_norm"
@@ -139,6 +140,29 @@ def test_backward_rows_in_registers(op, m, n):
 @pytest.mark.parametrize("split", [None, (2, 64)], ids=["rows", "split"])
 def test_backward_bf16_and_absent_parameters(op, affine, split):
     _backward_vs_torch(op, 6, 200, BF16, split, affine, shift=0.5, tol=3e-2)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("plan,split", [
+    (dict(ROWS=1), None), (dict(num_warps=2, G=3), None), (dict(EVICT=False, maxnreg=None, num_stages=2), None),
+    (dict(BLOCK_N=32, num_warps=2, GR=3), (2, 64)),
+], ids=["rows1", "warps2-g3", "no-evict", "split-bn32-gr3"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_backward_plan_overrides(op, plan, split, dtype):
+    # 9 rows of 100: ROWS=1 (the default packs 16 rows of 128 a tile), more tiles than programs
+    _backward_vs_torch(op, 9, 100, dtype, split, shift=0.5, tol=1e-4 if dtype == F32 else 3e-2, plan=plan)
+    built = N.backward_plan(9, 100, dtype, torch.device("cpu"), split, plan)
+    assert all(built[k] == v for k, v in plan.items())
+
+
+@pytest.mark.parametrize("plan,split,match", [
+    (dict(ROWS=1, WARPS=4), None, "WARPS=4"), (dict(GR=2), None, "GR=2"), (dict(ROWS=3), None, "ROWS=3"),
+    (dict(EVICT=1), None, "EVICT=1"), (dict(num_warps=0), None, "num_warps=0"), (dict(ROWS=2), (2, 64), "ROWS=2"),
+    (dict(BLOCK_N=48), (2, 64), "BLOCK_N=48"),
+])
+def test_backward_plan_override_refused(plan, split, match):
+    with pytest.raises(ValueError, match=match):
+        N.make_backward("rms_norm", 9, 100, F32, 100, 1e-5, True, False, split=split, plan=plan)
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])

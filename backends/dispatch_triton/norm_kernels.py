@@ -289,9 +289,10 @@ def _norm_bwd(
     x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr = True,
 ):
-    # rows held in registers; dweight partials at p_ptr[pid, :], dbias partials p_off_b further on
+    # rows held in registers; dweight partials at p_ptr[pid, :], dbias partials p_off_b further on;
+    # EVICT: x and dy loaded evict_first (read once)
     DX_TY = dx_ptr.dtype.element_ty
     pid = tl.program_id(0)
     G = tl.num_programs(0)
@@ -305,8 +306,8 @@ def _norm_bwd(
     for t in range(pid, tl.cdiv(M, ROWS), G):
         xp, mask = _tile_ptrs(x_ptr, t, ROWS, cols, cmask, M, stride_xm)
         dyp, mask = _tile_ptrs(dy_ptr, t, ROWS, cols, cmask, M, stride_dym)
-        x = tl.load(xp, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        dy = tl.load(dyp, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        x = _ld(xp, mask, 1 if EVICT else 0).to(tl.float32)
+        dy = _ld(dyp, mask, 1 if EVICT else 0).to(tl.float32)
         dxp, mask = _tile_ptrs(dx_ptr, t, ROWS, cols, cmask, M, stride_dxm)
         dx, xhat = _rows_bwd(x, dy, w, mask, N, eps, IS_RMS, HAS_WEIGHT)
         tl.store(dxp, _to_out(dx, DX_TY), mask=mask)

@@ -34,7 +34,9 @@ registers): x and dy read once, dx written once, the statistics recomputed in re
 dweight/dbias partials accumulated in registers (one row of partials per program). Longer rows
 in two launches over (row groups, 4096-element chunks): the per-row sums, then dx and the
 partials, re-reading x and dy newest first (L2). The partials are reduced over the programs by one
-more launch, in a fixed order (deterministic).
+more launch, in a fixed order (deterministic). ``make_backward(..., plan=)`` overrides entries of
+the plan (tile, warps, programs, registers, eviction hints); ``benchmarks/sweep_norm_backward.py``
+times such variants on a GPU.
 
 Every launch goes through a :class:`~dispatch_triton.direct.DirectLaunch`: after the first call
 the compiled kernel's launcher is called with its arguments prepacked.
@@ -263,32 +265,79 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
     return t.contiguous(), n
 
 
-def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
-                  split: tuple[int, int] | None = None) -> dict:
-    """How the backward of ``m`` rows of ``n`` runs: ``kind`` "rows" (rows in registers: ``BLOCK_N``,
-    ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``) or "split" (long
-    rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``).
+_PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT"),
+              "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages")}
 
-    ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows)."""
+
+def _check_overrides(overrides: dict, kind: str) -> None:
+    """Raise ValueError for a key that a ``kind`` plan does not have or a value it cannot take."""
+    for key, value in overrides.items():
+        if key not in _PLAN_KEYS[kind]:
+            raise ValueError(f"backward plan override {key}={value!r}: not a key of a {kind!r} plan "
+                             f"(those are {', '.join(_PLAN_KEYS[kind])})")
+        if key == "EVICT":
+            ok = isinstance(value, bool)
+        else:
+            ok = (value is None and key == "maxnreg") or (isinstance(value, int) and not isinstance(value, bool)
+                                                          and value > 0)
+        if not ok:
+            wanted = {"EVICT": "a bool", "maxnreg": "a positive int or None"}.get(key, "a positive int")
+            raise ValueError(f"backward plan override {key}={value!r}: {wanted} is wanted")
+
+
+def _resident_per_sm(warps: int, maxnreg: int | None) -> int:
+    """Programs of ``warps`` warps resident on a multiprocessor at ``maxnreg`` registers a thread
+    (65536 registers, 64 warps; no ``maxnreg``: counted as 64)."""
+    budget = min(64, 65536 // (32 * maxnreg)) if maxnreg else 32
+    return max(1, budget // warps)
+
+
+def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
+                  split: tuple[int, int] | None = None, overrides: dict | None = None) -> dict:
+    """How the backward of ``m`` rows of ``n`` runs: ``kind`` "rows" (rows in registers: ``BLOCK_N``,
+    ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``, ``EVICT``: x and dy loaded
+    evict_first) or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``); both
+    with the launch options ``maxnreg`` (None: none) and ``num_stages``.
+
+    ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows).
+    ``overrides``: entries that replace the computed ones (a "rows" plan: ``ROWS``, ``num_warps``,
+    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``; a "split" plan: ``BLOCK_N``, ``num_warps``,
+    ``GR``, ``maxnreg``, ``num_stages``); ``G``/``GR`` not given are recomputed from the
+    overridden warps and registers (the programs resident at once). A key the plan's kind does
+    not have, or a value it cannot take, raises ValueError."""
     cuda = device.type == "cuda"
     sms = _sms(device)
     bn = max(_np2(max(n, 1)), 16)
+    over = dict(overrides or {})
+    stages = over.get("num_stages", 1)
+    maxnreg = over.get("maxnreg", 64)
     if split is None and bn <= _MAX_ONE_PASS_BWD:
         # 8 elements a thread, tiles of at least 2048 elements (several short rows), and as many
         # programs as are resident at 64 registers a thread (``maxnreg``): 32 warps a multiprocessor
-        rows = max(1, 2048 // bn)
-        warps = min(32, bn * rows // 256)
+        _check_overrides(over, "rows")
+        rows = over.get("ROWS", max(1, 2048 // bn))
+        if rows * bn & (rows * bn - 1):
+            raise ValueError(f"backward plan override ROWS={rows}: ROWS * BLOCK_N = {rows} * {bn} is not a power "
+                             "of two")
+        warps = over.get("num_warps", min(32, bn * rows // 256))
         tiles = _cdiv(m, rows)
-        g = min(tiles, (32 // warps) * sms if cuda else 4)
-        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=64)
+        g = over.get("G", min(tiles, _resident_per_sm(warps, maxnreg) * sms if cuda else 4))
+        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=maxnreg,
+                    num_stages=stages, EVICT=over.get("EVICT", True))
     # long rows: (row groups) x (chunks) programs, 8 elements a thread, one wave of resident
     # programs (each walks its group's rows: the dweight/dbias partials are a row per group)
+    _check_overrides(over, "split")
     groups, block = split if split is not None else (0, _CHUNK)
+    block = over.get("BLOCK_N", block)
+    if block & (block - 1):
+        raise ValueError(f"backward plan override BLOCK_N={block}: not a power of two")
     chunks = _cdiv(n, block)
-    warps = max(1, min(32, block // 256))
+    warps = over.get("num_warps", max(1, min(32, block // 256)))
+    groups = over.get("GR", groups)
     if groups <= 0:
-        groups = _cdiv(max(1, 32 // warps) * sms, chunks) if cuda else 2
-    return dict(kind="split", BLOCK_N=block, GR=max(1, min(groups, m)), S=chunks, num_warps=warps, maxnreg=64)
+        groups = _cdiv(_resident_per_sm(warps, maxnreg) * sms, chunks) if cuda else 2
+    return dict(kind="split", BLOCK_N=block, GR=max(1, min(groups, m)), S=chunks, num_warps=warps, maxnreg=maxnreg,
+                num_stages=stages)
 
 
 def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
@@ -299,29 +348,33 @@ def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
 
 def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, eps: float,
                   has_weight: bool, has_bias: bool, weight_grad: bool = True, bias_grad: bool = True,
-                  split: tuple[int, int] | None = None):
+                  split: tuple[int, int] | None = None, plan: dict | None = None):
     """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` for one call shape.
 
     ``weight_grad``/``bias_grad`` False: that gradient is not wanted (a frozen parameter) and is None.
-    ``split``: ``(row groups, chunk length)`` forces the long-row path (see :func:`backward_plan`)."""
+    ``split``: ``(row groups, chunk length)`` forces the long-row path; ``plan``: entries that
+    override the computed plan's, checked here (see :func:`backward_plan`)."""
     is_rms = op == "rms_norm"
+    overrides = dict(plan) if plan else None
+    if overrides:
+        backward_plan(m, n, dtype, torch.device("cpu"), split, overrides)  # a bad override raises now
     plans: dict = {}
     lock = threading.Lock()
 
     def build(device, dy_stride: int, has_w: bool, want_dw: bool, want_db: bool, wdtype):
-        plan = backward_plan(m, n, dtype, device, split)
+        plan = backward_plan(m, n, dtype, device, split, overrides)
         enabled = not _interpreting()
         k = int(want_dw) + int(want_db)
         flags = dict(IS_RMS=is_rms, HAS_WEIGHT=has_w)
-        options = dict(num_warps=plan["num_warps"], num_stages=1)
-        if plan.get("maxnreg") and device.type == "cuda":
+        options = dict(num_warps=plan["num_warps"], num_stages=plan["num_stages"])
+        if plan["maxnreg"] and device.type == "cuda":
             options["maxnreg"] = plan["maxnreg"]  # keeps every persistent program resident
         if plan["kind"] == "rows":
             g = plan["G"]
             main = DirectLaunch(_norm_bwd, (g,), 5, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
                                                          stride_dxm=n, p_off_b=g * n if want_dw else 0, eps=float(eps),
                                                          WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=plan["BLOCK_N"],
-                                                         ROWS=plan["ROWS"], **flags),
+                                                         ROWS=plan["ROWS"], EVICT=plan["EVICT"], **flags),
                                 options, enabled=enabled, checked=(0, 2, 3))
             stages = (main,)
         else:

@@ -1,0 +1,486 @@
+"""The Triton rms_norm / layer_norm backward under a grid of launch plans, timed on one GPU.
+
+Which plan of each shape comes closest to the copy bandwidth, and how far the default is from it.
+
+For rms_norm (with weight) and layer_norm (with weight and bias), bf16 and fp32, and the shapes
+16384x1024, 8192x2048, 4096x4096, 1024x16384, 256x65536 and 64x262144 (``--quick``: 16384x1024,
+4096x4096, 256x65536), the backward of ``dispatch_triton.norms.make_backward`` is built once per
+plan variant (``make_backward(..., plan=overrides)``, see ``backward_plan``), its gradients
+checked against torch's and the backward call alone timed, next to torch eager's backward and to
+a copy of the same byte count. Variants (the default plan first, marked; duplicates of an
+already listed plan dropped):
+
+* rows held in registers (N <= 8192): tile shapes ``ROWS`` x ``num_warps`` (``ROWS`` 1-8 with
+  ``ROWS * BLOCK_N`` <= 16384, 2-32 warps, 4-32 elements a thread; ``--quick``: 8-16), each with
+  ``maxnreg`` None / 64 / 128 (those that fit a multiprocessor), the loads of x and dy without the
+  evict_first hint (``EVICT`` False) and twice the persistent programs (``G``); the default plan
+  with the same four changes. ``G`` not given is the programs resident at once (see
+  ``backward_plan``), so a variant with more registers a thread also has fewer programs;
+* long rows (two launches over row groups and chunks): ``BLOCK_N`` 2048 / 4096 / 8192 x
+  ``num_warps`` 4 / 8 / 16 (4-32 elements a thread), each with the row groups ``GR`` it computes,
+  half and twice that.
+
+Timing: ``dispatch.backend.measure`` with CUDA events around each backward call (dx, dweight and
+dbias: the main launch(es) and the partials' reduction), the median of ``--rep`` repetitions after
+``--warmup``, the L2 flushed (a 256 MB write) before every repetition; the host's back-to-back
+rate is not counted (GPU time only). A second timing (``--clean-rep`` repetitions, "clean L2")
+flushes by reading 256 MB instead (no dirty lines left for the timed kernel to write back; see
+``sweep_norm_configs.clean_us``). Bytes of a case: x and dy read, dx written (M*N each), weight
+read and dweight (and dbias) written (N each), in the case's dtype. "% same-size copy": of a copy
+moving that many bytes (``dst.copy_(src)`` of half as many), timed the same way; "% large copy":
+of ``dispatch.ab.measure_copy_bandwidth`` (512 MB). torch eager: ``torch.autograd.grad`` through a
+graph of ``F.rms_norm``/``F.layer_norm`` built once (``retain_graph``).
+
+Check: each variant's first call's dx, dweight (and dbias) against ``torch.autograd.grad`` of the
+fp32 op on the same inputs, each scaled by the reference's largest magnitude, within the dtype's
+tolerance (``dispatch.backend.tolerance``); a variant that fails (or fails to build) is listed
+with its reason and not timed. Each variant's row also gives the registers a thread of its
+kernel(s) and the registers spilled, as the compiled kernels report them.
+
+Compiles: ``--jobs K`` processes (default min(12, CPUs) on a GPU) first run shares of the variants
+once (one case's inputs at a time), which leaves their kernels in Triton's on-disk cache; the
+timing process then finds them there.
+
+    python3 benchmarks/sweep_norm_backward.py --quick --out DIR    # ~340 plans, ~260 kernels: ~3 minutes on an H200
+    python3 benchmarks/sweep_norm_backward.py --out DIR            # every shape, ~980 plans (raise --time-limit)
+    python3 benchmarks/sweep_norm_backward.py --device cpu --out DIR   # smoke run: interpreter, tiny shapes
+
+Writes <out>/norm_backward.json and norm_backward.md (a summary, then a table per case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == ["cpu"]:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from dispatch.ab import measure_copy_bandwidth  # noqa: E402
+from dispatch.backend import TuneSettings, measure, mismatch, tolerance  # noqa: E402
+from dispatch_triton import norms as NT  # noqa: E402
+from dispatch_triton.norm_kernels import _norm_bwd, _norm_bwd_split, _norm_bwd_sums  # noqa: E402
+from sweep_norm_configs import clean_us  # noqa: E402  benchmarks/, beside this script
+
+OPS = ("rms_norm", "layer_norm")
+EPS = 1e-5
+SHAPES = ((16384, 1024), (8192, 2048), (4096, 4096), (1024, 16384), (256, 65536), (64, 262144))
+QUICK_SHAPES = ((16384, 1024), (4096, 4096), (256, 65536))
+# smoke run: rows in registers, and long rows forced on short ones (2 row groups, 64-element chunks)
+CPU_SHAPES = ((8, 64, None), (4, 300, (2, 64)))
+CPU_VARIANTS = {"rows": [dict(ROWS=1, num_warps=2), dict(EVICT=False, maxnreg=None)],
+                "split": [dict(BLOCK_N=128, num_warps=2), dict(GR=1)]}
+
+
+def _ept(elements: int, warps: int) -> int:
+    return elements // (32 * warps)
+
+
+def _fits(warps: int, maxnreg: int | None) -> bool:
+    """Whether a program of ``warps`` warps at ``maxnreg`` registers a thread fits a multiprocessor."""
+    return maxnreg is None or warps * 32 * maxnreg <= 65536
+
+
+def _rows_variants(plan_of, base: dict, quick: bool) -> list[dict]:
+    bn = base["BLOCK_N"]
+    lo, hi = (8, 16) if quick else (4, 32)
+    out = [dict(maxnreg=r) for r in (None, 128) if _fits(base["num_warps"], r)]
+    out += [dict(EVICT=False), dict(G=2 * base["G"])]
+    for rows in (1, 2, 4, 8):
+        for warps in (2, 4, 8, 16, 32):
+            if rows * bn > 16384 or not lo <= _ept(rows * bn, warps) <= hi:
+                continue
+            tile = dict(ROWS=rows, num_warps=warps)
+            out += [dict(tile, maxnreg=r) for r in (None, 64, 128) if _fits(warps, r)]
+            out += [dict(tile, EVICT=False), dict(tile, G=2 * plan_of(tile)["G"])]
+    return out
+
+
+def _split_variants(plan_of) -> list[dict]:
+    out = []
+    for bn in (2048, 4096, 8192):
+        for warps in (4, 8, 16):
+            if not 4 <= _ept(bn, warps) <= 32:
+                continue
+            chunk = dict(BLOCK_N=bn, num_warps=warps)
+            gr = plan_of(chunk)["GR"]
+            out += [chunk] + [dict(chunk, GR=g) for g in (gr // 2, 2 * gr) if g >= 1]
+    return out
+
+
+def _resolved_key(plan: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in plan.items()))
+
+
+def variants(m: int, n: int, dtype: torch.dtype, device: torch.device, split, quick: bool) -> list[dict]:
+    """The plan overrides of one case, ``{}`` (the default plan) first; each resolves to a different plan."""
+    def plan_of(over):
+        return NT.backward_plan(m, n, dtype, device, split, over)
+
+    base = plan_of(None)
+    if device.type == "cpu":
+        cands = CPU_VARIANTS[base["kind"]]
+    elif base["kind"] == "rows":
+        cands = _rows_variants(plan_of, base, quick)
+    else:
+        cands = _split_variants(plan_of)
+    seen, kept = {_resolved_key(base)}, [{}]
+    for over in cands:
+        key = _resolved_key(plan_of(over))
+        if key not in seen:
+            seen.add(key)
+            kept.append(over)
+    return kept
+
+
+def label(plan: dict) -> str:
+    """A resolved plan in a few words."""
+    if plan["kind"] == "rows":
+        bits = [f"r{plan['ROWS']}", f"w{plan['num_warps']}", f"G{plan['G']}"]
+    else:
+        bits = [f"bn{plan['BLOCK_N']}", f"w{plan['num_warps']}", f"GR{plan['GR']}", f"S{plan['S']}"]
+    bits.append(f"reg{plan['maxnreg']}" if plan["maxnreg"] else "reg-")
+    if not plan.get("EVICT", True):
+        bits.append("no-evict")
+    if plan["num_stages"] != 1:
+        bits.append(f"st{plan['num_stages']}")
+    return " ".join(bits)
+
+
+def shapes(args) -> list[tuple[int, int, tuple | None]]:
+    if args.device == "cpu":
+        return list(CPU_SHAPES)
+    return [(m, n, None) for m, n in (QUICK_SHAPES if args.quick else SHAPES)]
+
+
+def plan(args, device) -> list[tuple]:
+    """Every (op, dtype, M, N, split, overrides) of the run, case by case (a run cut short keeps whole cases)."""
+    jobs = []
+    for m, n, split in shapes(args):
+        for dt in args.dtypes.split(","):
+            for op in args.ops.split(","):
+                jobs += [(op, dt, m, n, split, over)
+                         for over in variants(m, n, getattr(torch, dt), device, split, args.quick)]
+    return jobs
+
+
+def _inputs(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device) -> dict:
+    """x, dy, weight, bias (layer_norm) and the forward's output y, made on the device."""
+    g = torch.Generator(device=device).manual_seed(m * 131 + n)
+    x = torch.randn((m, n), generator=g, device=device).to(dtype)
+    dy = torch.randn((m, n), generator=g, device=device).to(dtype)
+    w = (torch.randn(n, generator=g, device=device) * 0.5 + 1).to(dtype)
+    b = (torch.randn(n, generator=g, device=device) * 0.5).to(dtype) if op == "layer_norm" else None
+    return dict(x=x, dy=dy, w=w, b=b, y=_forward(op, x, w, b).detach())
+
+
+def _forward(op, x, w, b):
+    n = x.shape[-1]
+    return F.rms_norm(x, (n,), w, EPS) if op == "rms_norm" else F.layer_norm(x, (n,), w, b, EPS)
+
+
+def _leaves(inp: dict) -> list[torch.Tensor]:
+    return [inp[k] for k in ("x", "w", "b") if inp[k] is not None]
+
+
+def backward_call(op: str, m: int, n: int, dtype: torch.dtype, split, overrides: dict, inp: dict):
+    """``call() -> (dx, dweight[, dbias])``: the Triton backward built with ``overrides`` on ``inp``."""
+    backward = NT.make_backward(op, m, n, dtype, n, EPS, True, op == "layer_norm", split=split, plan=overrides)
+    args = (inp["dy"], inp["x"], inp["w"]) + ((inp["b"],) if op == "layer_norm" else ()) + (inp["y"],)
+    return lambda: backward(*args)
+
+
+def _loaded() -> dict:
+    """id -> (kernel name, compiled kernel) of every backward kernel the JIT holds (none under the interpreter)."""
+    found = {}
+    for fn in (_norm_bwd, _norm_bwd_sums, _norm_bwd_split):
+        for entry in getattr(fn, "device_caches", {}).values():
+            for compiled in entry[0].values():
+                found[id(compiled)] = (fn.__name__, compiled)
+    return found
+
+
+def _registers(before: dict) -> str | None:
+    """Registers a thread (and spilled ones) of the kernels loaded since ``before`` (:func:`_loaded`):
+    "64", "64 (12 spilled)"; the two kernels of long rows named ("sums 40, split 64")."""
+    new = [(name, getattr(c, "n_regs", None), getattr(c, "n_spills", None))
+           for key, (name, c) in _loaded().items() if key not in before]
+    parts = []
+    for name, regs, spills in new:
+        what = f"{regs}" + (f" ({spills} spilled)" if spills else "")
+        parts.append(f"{name.removeprefix('_norm_bwd_')} {what}" if len(new) > 1 else what)
+    return ", ".join(parts) or None
+
+
+def eager_call(op: str, inp: dict):
+    """torch eager's backward through a graph built once."""
+    leaves = [t.detach().requires_grad_() for t in _leaves(inp)]
+    out = _forward(op, leaves[0], leaves[1], leaves[2] if len(leaves) > 2 else None)
+    dy = inp["dy"]
+    return lambda: torch.autograd.grad(out, leaves, dy, retain_graph=True)
+
+
+def reference(op: str, inp: dict) -> tuple[torch.Tensor, ...]:
+    """The gradients of the fp32 op on the same inputs."""
+    return tuple(g.detach() for g in eager_call(op, {k: None if v is None else v.float() for k, v in inp.items()})())
+
+
+def grad_check(got, ref, dtype: torch.dtype) -> str | None:
+    """Why the gradients ``got`` are not ``ref`` (each scaled by the reference's largest magnitude)
+    within ``dtype``'s tolerance; None if they are."""
+    for name, a, e in zip(("dx", "dweight", "dbias"), got, ref):
+        scale = float(e.abs().max().clamp_min(1))
+        why = mismatch(a.double() / scale, e.double() / scale, tolerance(dtype))
+        if why is not None:
+            return f"{name}: {why}"
+    return None
+
+
+def compile_shard(args, device) -> int:
+    """Run this shard's variants once (one case's inputs at a time): their kernels land in Triton's disk cache."""
+    k, of = (int(v) for v in args.shard.split("/"))
+    jobs = plan(args, device)[k::of]
+    failed, case, inp = 0, None, None
+    for op, dt, m, n, split, over in jobs:
+        if (op, dt, m, n) != case:
+            case, inp = (op, dt, m, n), None  # the previous case's tensors freed first
+            inp = _inputs(op, m, n, getattr(torch, dt), device)
+        try:
+            backward_call(op, m, n, getattr(torch, dt), split, over, inp)()
+            torch.cuda.synchronize(device)
+        except Exception as exc:  # noqa: BLE001 - the timed run reports it
+            failed += 1
+            print(f"compile {case} {over}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+    print(f"compile shard {k}/{of}: {len(jobs) - failed}/{len(jobs)} built", flush=True)
+    return 0
+
+
+def compile_everything(args, device) -> None:
+    if device.type != "cuda" or args.jobs <= 0:
+        return  # the interpreter compiles nothing; else the timing process compiles as it goes
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--compile-only",
+                               "--shard", f"{i}/{args.jobs}"]) for i in range(args.jobs)]
+    for p in procs:
+        p.wait()
+    print(f"[{time.perf_counter() - t0:6.1f} s] {args.jobs} compile processes done", flush=True)
+
+
+def run(args, device, settings, copy_gbs, jobs, rows, save, start: float) -> None:
+    cases = list(dict.fromkeys(j[:5] for j in jobs))
+    for ci, (op, dt, m, n, split) in enumerate(cases):
+        if args.time_limit and time.perf_counter() - start > args.time_limit:
+            print(f"time limit ({args.time_limit} s) reached: {len(cases) - ci} case(s) not timed: "
+                  f"{[c[:4] for c in cases[ci:]]}", flush=True)
+            break
+        dtype = getattr(torch, dt)
+        esz = torch.empty((), dtype=dtype).element_size()
+        nbytes = (3 * m * n + (2 if op == "rms_norm" else 3) * n) * esz
+        inp = _inputs(op, m, n, dtype, device)
+        ref = reference(op, inp)
+        src = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        copy_t = measure(lambda: dst.copy_(src), device, settings)
+        same_gbps = nbytes / (copy_t.median_us * 1e-6) / 1e9
+        copy_clean = clean_us(lambda: dst.copy_(src), device, args.warmup, args.clean_rep) if args.clean_rep else None
+        base = {"op": op, "dtype": dt, "M": m, "N": n, "bytes": nbytes}
+
+        def record(impl, fn, plan=None, overrides=None, default=False, error=None, t=None, clean=None):
+            row = dict(base, impl=impl, default=default, plan=plan, overrides=overrides)
+            if error is None:
+                t = t or measure(fn, device, settings)
+                gbps = nbytes / (t.median_us * 1e-6) / 1e9
+                row.update(us=t.median_us, spread_us=t.spread_us, gbps=gbps, pct_copy_same=100 * gbps / same_gbps,
+                           pct_copy=100 * gbps / copy_gbs)
+                if clean is None and args.clean_rep:
+                    clean = clean_us(fn, device, args.warmup, args.clean_rep)
+                if clean is not None:
+                    row["us_clean"] = clean
+                    if copy_clean:
+                        row["pct_copy_same_clean"] = 100 * copy_clean / clean
+            else:
+                row["error"] = error
+            rows.append(row)
+            return row
+
+        record("same-size copy", None, t=copy_t, clean=copy_clean)
+        record("torch eager", eager_call(op, inp))
+        registers: dict = {}  # the plan less its programs (what a kernel is compiled for) -> registers
+        for over in [j[5] for j in jobs if j[:5] == (op, dt, m, n, split)]:
+            resolved = NT.backward_plan(m, n, dtype, device, split, over)
+            name, dflt = label(resolved), not over
+            kernel_key = _resolved_key({k: v for k, v in resolved.items() if k not in ("G", "GR")})
+            call, before = None, _loaded()
+            try:
+                call = backward_call(op, m, n, dtype, split, over, inp)
+                why = grad_check(call(), ref, dtype)
+            except Exception as exc:  # noqa: BLE001 - a row with its reason
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            registers.setdefault(kernel_key, _registers(before))
+            row = record(name, call, resolved, over, dflt, error=f"failed: {why}" if why else None)
+            row["registers"] = registers[kernel_key]
+        print_case(rows, (op, dt, m, n), f"[{time.perf_counter() - start:6.1f} s] {ci + 1}/{len(cases)}")
+        save()
+        del inp, ref, src, dst
+
+
+def _case_rows(rows, case):
+    return [r for r in rows if (r["op"], r["dtype"], r["M"], r["N"]) == case]
+
+
+def _sorted(rows, case) -> list[dict]:
+    """A case's rows: the copy and eager, then the variants fastest first (failed ones last)."""
+    mine = _case_rows(rows, case)
+    return ([r for r in mine if not r["plan"]]
+            + sorted([r for r in mine if r["plan"]], key=lambda r: r.get("us", float("inf"))))
+
+
+def _summary(rows, case) -> tuple[dict | None, dict | None, dict | None, dict | None]:
+    """(copy, torch eager, default plan, fastest plan that passed) of a case."""
+    mine = _case_rows(rows, case)
+    ok = [r for r in mine if r["plan"] and "us" in r]
+    return (next((r for r in mine if r["impl"] == "same-size copy"), None),
+            next((r for r in mine if r["impl"] == "torch eager"), None),
+            next((r for r in mine if r["default"]), None),
+            min(ok, key=lambda r: r["us"]) if ok else None)
+
+
+def print_case(rows, case, head: str) -> None:
+    copy, eager, dflt, best = _summary(rows, case)
+
+    def brief(r):
+        return f"{r['us']:.1f} us {r['pct_copy_same']:.0f}%" if r and "us" in r else "-"
+
+    print(f"{head} {case[0]} {case[1]} {case[2]}x{case[3]}: copy {copy['us']:.1f} us "
+          f"({copy['pct_copy']:.0f}% of large); eager {brief(eager)}; default {brief(dflt)}; best "
+          + (f"{best['impl']} {brief(best)} of same-size copy ({best['pct_copy']:.0f}% of large)" if best else "-"),
+          flush=True)
+    for r in _sorted(rows, case):
+        mark = "*" if r["default"] else " "
+        if "us" in r:
+            clean = f"  clean L2 {r['us_clean']:7.1f} us" if "us_clean" in r else ""
+            clean += f"  regs {r['registers']}" if r.get("registers") else ""
+            print(f"   {mark} {r['impl']:36} {r['us']:8.1f} us {r['gbps']:6.0f} GB/s {r['pct_copy_same']:5.1f}% same "
+                  f"{r['pct_copy']:5.1f}% large{clean}")
+        else:
+            print(f"   {mark} {r['impl']:36} {r['error'][:100]}")
+
+
+def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
+    lines = [f"# Triton norm backward plans on {meta['device']}", "",
+             f"Command: `{meta['command']}`", "",
+             f"Large-buffer copy {meta['copy_gbs']:.0f} GB/s. Timing: {meta['timing']}. Bytes: x and dy read, dx "
+             "written, weight read, dweight (and dbias) written. % same: of a copy moving the same bytes, timed the "
+             "same way; % large: of the 512 MB copy. Clean L2: timed again after an L2 flush that reads 256 MB, % "
+             "of the same-size copy timed that way. Plans: r ROWS, w num_warps, G persistent programs (GR row "
+             "groups, S chunks of bn for long rows), reg maxnreg (-: none), no-evict: x and dy loaded without "
+             "evict_first.", "",
+             "## Summary", "",
+             "| op | dtype | M x N | copy us (% large) | torch eager | default | default plan | best | best plan "
+             "| best vs default |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    cases = list(dict.fromkeys((r["op"], r["dtype"], r["M"], r["N"]) for r in rows))
+
+    def cell(r):
+        if not r or "us" not in r:
+            return "-"
+        clean = f"; clean L2 {r['pct_copy_same_clean']:.0f}%" if "pct_copy_same_clean" in r else ""
+        return f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s ({r['pct_copy_same']:.0f}% / {r['pct_copy']:.0f}%{clean})"
+
+    for case in cases:
+        copy, eager, dflt, best = _summary(rows, case)
+        gain = f"{dflt['us'] / best['us']:.2f}x" if dflt and best and "us" in dflt else "-"
+        lines.append(f"| {case[0]} | {case[1]} | {case[2]}x{case[3]} | {copy['us']:.1f} ({copy['pct_copy']:.0f}%) "
+                     f"| {cell(eager)} | {cell(dflt)} | {dflt['impl'] if dflt else '-'} | {cell(best)} "
+                     f"| {best['impl'] if best else '-'} | {gain} |")
+    lines += ["", "Cells: us, GB/s (% of same-size copy / % of large copy; % of same-size copy with a clean L2). "
+              "Best: the fastest plan whose gradients matched torch's.", ""]
+    for case in cases:
+        lines += [f"## {case[0]} {case[1]} {case[2]}x{case[3]}", "",
+                  "| plan | overrides | us | GB/s | % same | % large | us, clean L2 | % same, clean L2 | registers |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in _sorted(rows, case):
+            name = r["impl"] + (" **(default)**" if r["default"] else "")
+            over = json.dumps(r["overrides"]) if r["overrides"] else ""
+            if "us" in r:
+                clean = f"{r['us_clean']:.1f}" if "us_clean" in r else "-"
+                pclean = f"{r['pct_copy_same_clean']:.1f}" if "pct_copy_same_clean" in r else "-"
+                lines.append(f"| {name} | {over} | {r['us']:.1f} | {r['gbps']:.0f} | {r['pct_copy_same']:.1f} "
+                             f"| {r['pct_copy']:.1f} | {clean} | {pclean} | {r.get('registers') or '-'} |")
+            else:
+                lines.append(f"| {name} | {over} | {r['error'][:120]} | | | | | | {r.get('registers') or '-'} |")
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--quick", action="store_true", help="three shapes and a smaller grid per shape")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--rep", type=int, default=100)
+    parser.add_argument("--no-flush", action="store_true", help="no L2 flush between repetitions")
+    parser.add_argument("--clean-rep", type=int, default=30,
+                        help="repetitions of the second timing, after a read-only L2 flush (0: none)")
+    parser.add_argument("--jobs", type=int, default=None, help="compile processes (default min(12, CPUs) on a GPU)")
+    parser.add_argument("--out", default="benchmarks/results/norm_backward")
+    parser.add_argument("--time-limit", type=float, default=270,
+                        help="seconds from the start after which no further case is begun (0: none); what "
+                             "was measured is written")
+    parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
+        return 2
+    if args.jobs is None:
+        args.jobs = min(12, os.cpu_count() or 1) if device.type == "cuda" else 0
+    if args.compile_only:
+        return compile_shard(args, device)
+    if device.type == "cpu":
+        args.warmup, args.rep, args.clean_rep = min(args.warmup, 1), min(args.rep, 3), 0
+    settings = TuneSettings(warmup=args.warmup, rep=args.rep, flush_l2=not args.no_flush, host_bound=False,
+                            early_stop=0.0)
+    t0 = time.perf_counter()
+    jobs = plan(args, device)
+    print(f"{len(jobs)} plans over {len(dict.fromkeys(j[:4] for j in jobs))} cases; compiling", flush=True)
+    compile_everything(args, device)
+    copy_gbs = measure_copy_bandwidth(device, settings).gbps
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    if device.type == "cuda":
+        timing = (f"CUDA events, median of {args.rep} after {args.warmup} warm-up, "
+                  + ("no L2 flush" if args.no_flush else "L2 flushed before each repetition") + ", GPU time only")
+    else:
+        timing = f"wall time under the Triton interpreter, median of {args.rep} (a smoke run: not a measurement)"
+    print(f"device {name}; large-buffer copy {copy_gbs:.0f} GB/s; {timing}", flush=True)
+    meta = {"device": name, "copy_gbs": copy_gbs, "timing": timing, "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "python": platform.python_version(),
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+
+    def save() -> None:
+        (out / "norm_backward.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        write_markdown(out / "norm_backward.md", meta, rows)
+
+    run(args, device, settings, copy_gbs, jobs, rows, save, t0)
+    save()
+    print(f"[{time.perf_counter() - t0:6.1f} s] wrote {out}/norm_backward.json, .md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
