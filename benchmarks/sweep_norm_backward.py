@@ -13,8 +13,8 @@ already listed plan dropped):
 * rows held in registers (N <= 8192): tile shapes ``ROWS`` x ``num_warps`` (``ROWS`` 1-8 with
   ``ROWS * BLOCK_N`` <= 16384, 2-32 warps, 4-32 elements a thread; ``--quick``: 8-16), each with
   ``maxnreg`` None / 64 / 128 (those that fit a multiprocessor), the loads of x and dy without the
-  evict_first hint (``EVICT`` False) and twice the persistent programs (``G``); the default plan
-  with the same four changes. ``G`` not given is the programs resident at once (see
+  evict_first hint (``EVICT`` False), twice the persistent programs (``G``), and with the next
+  tile loaded ahead (``PREFETCH``, ``maxnreg`` 64 / 128); the default plan with the same changes. ``G`` not given is the programs resident at once (see
   ``backward_plan``), so a variant with more registers a thread also has fewer programs;
 * long rows (two launches over row groups and chunks): ``BLOCK_N`` 2048 / 4096 / 8192 x
   ``num_warps`` 4 / 8 / 16 (4-32 elements a thread), each with the row groups ``GR`` it computes,
@@ -77,7 +77,7 @@ SHAPES = ((16384, 1024), (8192, 2048), (4096, 4096), (1024, 16384), (256, 65536)
 QUICK_SHAPES = ((16384, 1024), (4096, 4096), (256, 65536))
 # smoke run: rows in registers, and long rows forced on short ones (2 row groups, 64-element chunks)
 CPU_SHAPES = ((8, 64, None), (4, 300, (2, 64)))
-CPU_VARIANTS = {"rows": [dict(ROWS=1, num_warps=2), dict(EVICT=False, maxnreg=None)],
+CPU_VARIANTS = {"rows": [dict(ROWS=1, num_warps=2), dict(EVICT=False, maxnreg=None), dict(PREFETCH=True)],
                 "split": [dict(BLOCK_N=128, num_warps=2), dict(GR=1)]}
 
 
@@ -94,13 +94,14 @@ def _rows_variants(plan_of, base: dict, quick: bool) -> list[dict]:
     bn = base["BLOCK_N"]
     lo, hi = (8, 16) if quick else (4, 32)
     out = [dict(maxnreg=r) for r in (None, 128) if _fits(base["num_warps"], r)]
-    out += [dict(EVICT=False), dict(G=2 * base["G"])]
+    out += [dict(EVICT=False), dict(G=2 * base["G"]), dict(PREFETCH=True)]
     for rows in (1, 2, 4, 8):
         for warps in (2, 4, 8, 16, 32):
             if rows * bn > 16384 or not lo <= _ept(rows * bn, warps) <= hi:
                 continue
             tile = dict(ROWS=rows, num_warps=warps)
             out += [dict(tile, maxnreg=r) for r in (None, 64, 128) if _fits(warps, r)]
+            out += [dict(tile, PREFETCH=True, maxnreg=r) for r in (64, 128) if _fits(warps, r)]
             out += [dict(tile, EVICT=False), dict(tile, G=2 * plan_of(tile)["G"])]
     return out
 
@@ -151,6 +152,8 @@ def label(plan: dict) -> str:
     bits.append(f"reg{plan['maxnreg']}" if plan["maxnreg"] else "reg-")
     if not plan.get("EVICT", True):
         bits.append("no-evict")
+    if plan.get("PREFETCH"):
+        bits.append("prefetch")
     if plan["num_stages"] != 1:
         bits.append(f"st{plan['num_stages']}")
     return " ".join(bits)

@@ -38,9 +38,9 @@ _TRITON = textwrap.dedent("""
     bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr")} | {"p_ptr": "*fp32", "ws_ptr": "*fp32"}
     for rms, affine in itertools.product([True, False], [True, False]):
         flags = dict(IS_RMS=rms, HAS_WEIGHT=affine)
-        for evict in (True, False):
+        for evict, prefetch in ((True, False), (False, False), (True, True)):
             build(_norm_bwd, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=1024, ROWS=2,
-                                       EVICT=evict))
+                                       EVICT=evict, PREFETCH=prefetch))
         build(_norm_bwd_sums, bwd, dict(flags, BLOCK_N=2048, CHUNKS_P2=8))
         build(_norm_bwd_split, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=2048,
                                          CHUNKS_P2=8))

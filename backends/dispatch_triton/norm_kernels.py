@@ -289,10 +289,11 @@ def _norm_bwd(
     x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr = True,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr = True, PREFETCH: tl.constexpr = False,
 ):
     # rows held in registers; dweight partials at p_ptr[pid, :], dbias partials p_off_b further on;
-    # EVICT: x and dy loaded evict_first (read once)
+    # EVICT: x and dy loaded evict_first (read once); PREFETCH: the program's next tile is loaded
+    # before the current one is worked on (two tiles in flight)
     DX_TY = dx_ptr.dtype.element_ty
     pid = tl.program_id(0)
     G = tl.num_programs(0)
@@ -303,11 +304,24 @@ def _norm_bwd(
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
     acc_w = tl.zeros([BLOCK_N], tl.float32)
     acc_b = tl.zeros([BLOCK_N], tl.float32)
+    if PREFETCH:  # a tile past the last one loads nothing (its rows are masked off)
+        xp, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
+        dyp, mask = _tile_ptrs(dy_ptr, pid, ROWS, cols, cmask, M, stride_dym)
+        x_next = _ld(xp, mask, 1 if EVICT else 0)
+        dy_next = _ld(dyp, mask, 1 if EVICT else 0)
     for t in range(pid, tl.cdiv(M, ROWS), G):
-        xp, mask = _tile_ptrs(x_ptr, t, ROWS, cols, cmask, M, stride_xm)
-        dyp, mask = _tile_ptrs(dy_ptr, t, ROWS, cols, cmask, M, stride_dym)
-        x = _ld(xp, mask, 1 if EVICT else 0).to(tl.float32)
-        dy = _ld(dyp, mask, 1 if EVICT else 0).to(tl.float32)
+        if PREFETCH:
+            x = x_next.to(tl.float32)
+            dy = dy_next.to(tl.float32)
+            xp, mask = _tile_ptrs(x_ptr, t + G, ROWS, cols, cmask, M, stride_xm)
+            dyp, mask = _tile_ptrs(dy_ptr, t + G, ROWS, cols, cmask, M, stride_dym)
+            x_next = _ld(xp, mask, 1 if EVICT else 0)
+            dy_next = _ld(dyp, mask, 1 if EVICT else 0)
+        else:
+            xp, mask = _tile_ptrs(x_ptr, t, ROWS, cols, cmask, M, stride_xm)
+            dyp, mask = _tile_ptrs(dy_ptr, t, ROWS, cols, cmask, M, stride_dym)
+            x = _ld(xp, mask, 1 if EVICT else 0).to(tl.float32)
+            dy = _ld(dyp, mask, 1 if EVICT else 0).to(tl.float32)
         dxp, mask = _tile_ptrs(dx_ptr, t, ROWS, cols, cmask, M, stride_dxm)
         dx, xhat = _rows_bwd(x, dy, w, mask, N, eps, IS_RMS, HAS_WEIGHT)
         tl.store(dxp, _to_out(dx, DX_TY), mask=mask)

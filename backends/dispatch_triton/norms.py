@@ -265,7 +265,7 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
     return t.contiguous(), n
 
 
-_PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT"),
+_PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH"),
               "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages")}
 
 
@@ -275,13 +275,13 @@ def _check_overrides(overrides: dict, kind: str) -> None:
         if key not in _PLAN_KEYS[kind]:
             raise ValueError(f"backward plan override {key}={value!r}: not a key of a {kind!r} plan "
                              f"(those are {', '.join(_PLAN_KEYS[kind])})")
-        if key == "EVICT":
+        if key in ("EVICT", "PREFETCH"):
             ok = isinstance(value, bool)
         else:
             ok = (value is None and key == "maxnreg") or (isinstance(value, int) and not isinstance(value, bool)
                                                           and value > 0)
         if not ok:
-            wanted = {"EVICT": "a bool", "maxnreg": "a positive int or None"}.get(key, "a positive int")
+            wanted = {"EVICT": "a bool", "PREFETCH": "a bool", "maxnreg": "a positive int or None"}.get(key, "a positive int")
             raise ValueError(f"backward plan override {key}={value!r}: {wanted} is wanted")
 
 
@@ -296,12 +296,12 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
                   split: tuple[int, int] | None = None, overrides: dict | None = None) -> dict:
     """How the backward of ``m`` rows of ``n`` runs: ``kind`` "rows" (rows in registers: ``BLOCK_N``,
     ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``, ``EVICT``: x and dy loaded
-    evict_first) or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``); both
+    evict_first, ``PREFETCH``: a program's next tile loaded before it works on the current one) or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``); both
     with the launch options ``maxnreg`` (None: none) and ``num_stages``.
 
     ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows).
     ``overrides``: entries that replace the computed ones (a "rows" plan: ``ROWS``, ``num_warps``,
-    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``; a "split" plan: ``BLOCK_N``, ``num_warps``,
+    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``; a "split" plan: ``BLOCK_N``, ``num_warps``,
     ``GR``, ``maxnreg``, ``num_stages``); ``G``/``GR`` not given are recomputed from the
     overridden warps and registers (the programs resident at once). A key the plan's kind does
     not have, or a value it cannot take, raises ValueError."""
@@ -323,7 +323,7 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         tiles = _cdiv(m, rows)
         g = over.get("G", min(tiles, _resident_per_sm(warps, maxnreg) * sms if cuda else 4))
         return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=maxnreg,
-                    num_stages=stages, EVICT=over.get("EVICT", True))
+                    num_stages=stages, EVICT=over.get("EVICT", True), PREFETCH=over.get("PREFETCH", False))
     # long rows: (row groups) x (chunks) programs, 8 elements a thread, one wave of resident
     # programs (each walks its group's rows: the dweight/dbias partials are a row per group)
     _check_overrides(over, "split")
@@ -374,7 +374,8 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             main = DirectLaunch(_norm_bwd, (g,), 5, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
                                                          stride_dxm=n, p_off_b=g * n if want_dw else 0, eps=float(eps),
                                                          WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=plan["BLOCK_N"],
-                                                         ROWS=plan["ROWS"], EVICT=plan["EVICT"], **flags),
+                                                         ROWS=plan["ROWS"], EVICT=plan["EVICT"], PREFETCH=plan["PREFETCH"],
+                                                         **flags),
                                 options, enabled=enabled, checked=(0, 2, 3))
             stages = (main,)
         else:
