@@ -29,11 +29,13 @@ A persistent grid is never larger than what is resident at once: its programs ar
 ``maxnreg`` so that they fit (a program waiting for a slot would wait for another to finish).
 
 Backward (:func:`backward_plan`): rows of up to 8192 elements held in registers by a persistent
-grid (8 elements a thread, tiles of at least 2048 elements, 32 warps a multiprocessor at 64
-registers): x and dy read once, dx written once, the statistics recomputed in registers, and the
-dweight/dbias partials accumulated in registers (one row of partials per program). Longer rows
-in two launches over (row groups, 4096-element chunks): the per-row sums, then dx and the
-partials, re-reading x and dy newest first (L2). The partials are reduced over the programs by one
+grid (16 elements a thread, 8 for fp32 rows shorter than 4096; tiles of at least 4 KB; 16 warps
+a multiprocessor at 128 registers; each program loads its next tile before it works on the
+current one): x and dy read once, dx written once, the statistics recomputed in registers, and
+the dweight/dbias partials accumulated in registers (one row of partials per program). Longer
+rows in two launches over (row groups, 2048-element chunks, two waves of programs): the per-row
+sums, then dx and the partials, re-reading x and dy newest first (L2). On an H200 this plan took
+the bf16 backward of 16384 x 1024 from 104-188 us to 38-39 us (``benchmarks/sweep_norm_backward.py``). The partials are reduced over the programs by one
 more launch, in a fixed order (deterministic). ``make_backward(..., plan=)`` overrides entries of
 the plan (tile, warps, programs, registers, eviction hints); ``benchmarks/sweep_norm_backward.py``
 times such variants on a GPU.
@@ -62,6 +64,7 @@ _MAX_ONE_PASS = 16384  # longest row held in registers (forward)
 _MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
 _MAX_GRID_ROWS = 65535  # the split path's rows
 _CHUNK = 4096  # the chunk of long rows
+_BWD_CHUNK = 2048  # the chunk of long rows in the backward
 _SPLIT_PER_SM = 6  # programs per multiprocessor the forward's split aims at
 
 
@@ -308,26 +311,30 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     cuda = device.type == "cuda"
     sms = _sms(device)
     bn = max(_np2(max(n, 1)), 16)
+    esz = torch.empty((), dtype=dtype).element_size()
     over = dict(overrides or {})
     stages = over.get("num_stages", 1)
-    maxnreg = over.get("maxnreg", 64)
     if split is None and bn <= _MAX_ONE_PASS_BWD:
-        # 8 elements a thread, tiles of at least 2048 elements (several short rows), and as many
-        # programs as are resident at 64 registers a thread (``maxnreg``): 32 warps a multiprocessor
+        # tiles of at least 4 KB (several short rows), 16 elements a thread (8 for fp32 rows
+        # shorter than 4096), the next tile loaded ahead, and as many programs as are resident at
+        # 128 registers a thread (``maxnreg``) (the H200 backward sweep's best at N = 1024 and 4096)
         _check_overrides(over, "rows")
-        rows = over.get("ROWS", max(1, 2048 // bn))
+        maxnreg = over.get("maxnreg", 128)
+        rows = over.get("ROWS", max(1, 4096 // (bn * esz)))
         if rows * bn & (rows * bn - 1):
             raise ValueError(f"backward plan override ROWS={rows}: ROWS * BLOCK_N = {rows} * {bn} is not a power "
                              "of two")
-        warps = over.get("num_warps", min(32, bn * rows // 256))
+        per_thread = 16 if esz <= 2 or bn >= 4096 else 8
+        warps = over.get("num_warps", max(1, min(32, bn * rows // (32 * per_thread))))
         tiles = _cdiv(m, rows)
         g = over.get("G", min(tiles, _resident_per_sm(warps, maxnreg) * sms if cuda else 4))
         return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=maxnreg,
-                    num_stages=stages, EVICT=over.get("EVICT", True), PREFETCH=over.get("PREFETCH", False))
-    # long rows: (row groups) x (chunks) programs, 8 elements a thread, one wave of resident
+                    num_stages=stages, EVICT=over.get("EVICT", True), PREFETCH=over.get("PREFETCH", True))
+    # long rows: (row groups) x (chunks) programs, 8 elements a thread, two waves of resident
     # programs (each walks its group's rows: the dweight/dbias partials are a row per group)
     _check_overrides(over, "split")
-    groups, block = split if split is not None else (0, _CHUNK)
+    maxnreg = over.get("maxnreg", 64)
+    groups, block = split if split is not None else (0, _BWD_CHUNK)
     block = over.get("BLOCK_N", block)
     if block & (block - 1):
         raise ValueError(f"backward plan override BLOCK_N={block}: not a power of two")
@@ -335,7 +342,7 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     warps = over.get("num_warps", max(1, min(32, block // 256)))
     groups = over.get("GR", groups)
     if groups <= 0:
-        groups = _cdiv(_resident_per_sm(warps, maxnreg) * sms, chunks) if cuda else 2
+        groups = 2 * _cdiv(_resident_per_sm(warps, maxnreg) * sms, chunks) if cuda else 2
     return dict(kind="split", BLOCK_N=block, GR=max(1, min(groups, m)), S=chunks, num_warps=warps, maxnreg=maxnreg,
                 num_stages=stages)
 
