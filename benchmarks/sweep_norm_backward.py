@@ -18,7 +18,8 @@ already listed plan dropped):
   ``backward_plan``), so a variant with more registers a thread also has fewer programs;
 * long rows (two launches over row groups and chunks): ``BLOCK_N`` 2048 / 4096 / 8192 x
   ``num_warps`` 4 / 8 / 16 (4-32 elements a thread), each with the row groups ``GR`` it computes,
-  half and twice that.
+  half and twice that, and with the L2 hints (``HINTS``: the first launch's loads evict_last, the
+  second's evict_first), the next row loaded ahead (``PREFETCH``), and both.
 
 Timing: ``dispatch.backend.measure`` with CUDA events around each backward call (dx, dweight and
 dbias: the main launch(es) and the partials' reduction), the median of ``--rep`` repetitions after
@@ -78,7 +79,7 @@ QUICK_SHAPES = ((16384, 1024), (4096, 4096), (256, 65536))
 # smoke run: rows in registers, and long rows forced on short ones (2 row groups, 64-element chunks)
 CPU_SHAPES = ((8, 64, None), (4, 300, (2, 64)))
 CPU_VARIANTS = {"rows": [dict(ROWS=1, num_warps=2), dict(EVICT=False, maxnreg=None), dict(PREFETCH=True)],
-                "split": [dict(BLOCK_N=128, num_warps=2), dict(GR=1)]}
+                "split": [dict(BLOCK_N=128, num_warps=2), dict(GR=1), dict(HINTS=True, PREFETCH=True)]}
 
 
 def _ept(elements: int, warps: int) -> int:
@@ -115,6 +116,7 @@ def _split_variants(plan_of) -> list[dict]:
             chunk = dict(BLOCK_N=bn, num_warps=warps)
             gr = plan_of(chunk)["GR"]
             out += [chunk] + [dict(chunk, GR=g) for g in (gr // 2, 2 * gr) if g >= 1]
+            out += [dict(chunk, HINTS=True), dict(chunk, PREFETCH=True), dict(chunk, HINTS=True, PREFETCH=True)]
     return out
 
 
@@ -154,6 +156,8 @@ def label(plan: dict) -> str:
         bits.append("no-evict")
     if plan.get("PREFETCH"):
         bits.append("prefetch")
+    if plan.get("HINTS"):
+        bits.append("hints")
     if plan["num_stages"] != 1:
         bits.append(f"st{plan['num_stages']}")
     return " ".join(bits)

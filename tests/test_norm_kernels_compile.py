@@ -41,9 +41,10 @@ _TRITON = textwrap.dedent("""
         for evict, prefetch in ((True, False), (False, False), (True, True)):
             build(_norm_bwd, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=1024, ROWS=2,
                                        EVICT=evict, PREFETCH=prefetch))
-        build(_norm_bwd_sums, bwd, dict(flags, BLOCK_N=2048, CHUNKS_P2=8))
-        build(_norm_bwd_split, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=2048,
-                                         CHUNKS_P2=8))
+        for hints, prefetch in ((False, False), (True, True)):
+            build(_norm_bwd_sums, bwd, dict(flags, BLOCK_N=2048, CHUNKS_P2=8, EV=2 if hints else 0, PREFETCH=prefetch))
+            build(_norm_bwd_split, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=2048,
+                                             CHUNKS_P2=8, EV=1 if hints else 0, PREFETCH=prefetch))
     build(_column_sum, {"p_ptr": "*fp32", "out0_ptr": "*bf16", "out1_ptr": "*bf16"}, dict(BLOCK_G=128, BLOCK_N=32))
     print("compiled")
 """)

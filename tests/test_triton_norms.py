@@ -146,8 +146,10 @@ def test_backward_bf16_and_absent_parameters(op, affine, split):
 @pytest.mark.parametrize("plan,split", [
     (dict(ROWS=1), None), (dict(num_warps=2, G=3), None), (dict(EVICT=False, maxnreg=None, num_stages=2), None),
     (dict(PREFETCH=True, G=3), None), (dict(PREFETCH=True, ROWS=1), None),
-    (dict(BLOCK_N=32, num_warps=2, GR=3), (2, 64)),
-], ids=["rows1", "warps2-g3", "no-evict", "prefetch-g3", "prefetch-rows1", "split-bn32-gr3"])
+    (dict(BLOCK_N=32, num_warps=2, GR=3), (2, 64)), (dict(BLOCK_N=32, GR=2, HINTS=True, PREFETCH=True), (2, 64)),
+    (dict(BLOCK_N=64, GR=4, PREFETCH=True), (2, 64)),
+], ids=["rows1", "warps2-g3", "no-evict", "prefetch-g3", "prefetch-rows1", "split-bn32-gr3", "split-hints-prefetch",
+        "split-prefetch-gr4"])
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_backward_plan_overrides(op, plan, split, dtype):
     # 9 rows of 100: ROWS=1 (the default packs 16 rows of 128 a tile), more tiles than programs

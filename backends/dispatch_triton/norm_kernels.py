@@ -361,12 +361,16 @@ def _split_bwd(
     x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    PHASE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr,
+    PHASE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, EV: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     # The backward of long rows, over a grid (row groups GR, chunks): program (rg, c) takes chunk c
     # of rows rg, rg + GR, ... The fp32 workspace holds 4 sums per row and chunk (PHASE 1):
     # sum d, sum d^2, sum g * d, sum g, with d = x - x[row, 0] (x itself for rms_norm), g = dy * w.
     # PHASE 2 writes dx and the group's dweight/dbias partials of the chunk (p_ptr[rg, chunk]).
+    # EV: the loads' L2 eviction hint (see _ld; the host's HINTS: phase 1 evict_last, so that
+    # phase 2 finds x and dy in L2, and phase 2 evict_first); PREFETCH: the program's next row is
+    # loaded before it works on the current one.
     DX_TY = dx_ptr.dtype.element_ty
     rg = tl.program_id(0)
     c = tl.program_id(1)
@@ -384,6 +388,15 @@ def _split_bwd(
     j = tl.arange(0, CHUNKS_P2)
     jmask = j < S
     count = tl.cdiv(M - rg, GR)
+    if PREFETCH:  # the first row's chunk (a count of 0 loads nothing)
+        if PHASE == 2:
+            row0 = rg + (count - 1) * GR
+        else:
+            row0 = rg
+        r0 = tl.cast(tl.maximum(row0, 0), tl.int64)
+        nmask = cols < tl.where(count > 0, N, 0)
+        x_next = _ld(x_ptr + r0 * stride_xm + cols, nmask, EV)
+        dy_next = _ld(dy_ptr + r0 * stride_dym + cols, nmask, EV)
     for i in range(0, count):
         if PHASE == 2:
             row = rg + (count - 1 - i) * GR
@@ -391,8 +404,20 @@ def _split_bwd(
             row = rg + i * GR
         r64 = tl.cast(row, tl.int64)
         xoff = r64 * stride_xm
-        x = tl.load(x_ptr + xoff + cols, mask=cmask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + r64 * stride_dym + cols, mask=cmask, other=0.0).to(tl.float32)
+        if PREFETCH:
+            x = x_next.to(tl.float32)
+            dy = dy_next.to(tl.float32)
+            if PHASE == 2:
+                nrow = row - GR
+            else:
+                nrow = row + GR
+            n64 = tl.cast(tl.maximum(nrow, 0), tl.int64)
+            nmask = cols < tl.where(i + 1 < count, N, 0)
+            x_next = _ld(x_ptr + n64 * stride_xm + cols, nmask, EV)
+            dy_next = _ld(dy_ptr + n64 * stride_dym + cols, nmask, EV)
+        else:
+            x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
+            dy = _ld(dy_ptr + r64 * stride_dym + cols, cmask, EV).to(tl.float32)
         shift = _row_shift(x_ptr, xoff, IS_RMS)
         if HAS_WEIGHT:
             g = dy * w
@@ -441,10 +466,11 @@ def _norm_bwd_sums(
     x_ptr, ws_ptr, dy_ptr, w_ptr,
     M, N, stride_xm, stride_dym, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr,
+    EV: tl.constexpr = 0, PREFETCH: tl.constexpr = False,
 ):
     # phase 1 of the long-row backward: the four sums of each row and chunk into ws
     _split_bwd(x_ptr, x_ptr, dy_ptr, w_ptr, ws_ptr, ws_ptr, M, N, stride_xm, stride_dym, 0, 0, eps,
-               IS_RMS, HAS_WEIGHT, False, False, 1, BLOCK_N, CHUNKS_P2)
+               IS_RMS, HAS_WEIGHT, False, False, 1, BLOCK_N, CHUNKS_P2, EV, PREFETCH)
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
@@ -452,8 +478,8 @@ def _norm_bwd_split(
     x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, EV: tl.constexpr = 0, PREFETCH: tl.constexpr = False,
 ):
     # phase 2 of the long-row backward: dx and the dweight/dbias partials
     _split_bwd(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
-               IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, 2, BLOCK_N, CHUNKS_P2)
+               IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, 2, BLOCK_N, CHUNKS_P2, EV, PREFETCH)

@@ -269,7 +269,7 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
 
 
 _PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH"),
-              "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages")}
+              "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH")}
 
 
 def _check_overrides(overrides: dict, kind: str) -> None:
@@ -278,13 +278,13 @@ def _check_overrides(overrides: dict, kind: str) -> None:
         if key not in _PLAN_KEYS[kind]:
             raise ValueError(f"backward plan override {key}={value!r}: not a key of a {kind!r} plan "
                              f"(those are {', '.join(_PLAN_KEYS[kind])})")
-        if key in ("EVICT", "PREFETCH"):
+        if key in ("EVICT", "PREFETCH", "HINTS"):
             ok = isinstance(value, bool)
         else:
             ok = (value is None and key == "maxnreg") or (isinstance(value, int) and not isinstance(value, bool)
                                                           and value > 0)
         if not ok:
-            wanted = {"EVICT": "a bool", "PREFETCH": "a bool", "maxnreg": "a positive int or None"}.get(key, "a positive int")
+            wanted = {"EVICT": "a bool", "PREFETCH": "a bool", "HINTS": "a bool", "maxnreg": "a positive int or None"}.get(key, "a positive int")
             raise ValueError(f"backward plan override {key}={value!r}: {wanted} is wanted")
 
 
@@ -316,8 +316,9 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     stages = over.get("num_stages", 1)
     if split is None and bn <= _MAX_ONE_PASS_BWD:
         # tiles of at least 4 KB (several short rows), 16 elements a thread (8 for fp32 rows
-        # shorter than 4096), the next tile loaded ahead, and as many programs as are resident at
-        # 128 registers a thread (``maxnreg``) (the H200 backward sweep's best at N = 1024 and 4096)
+        # shorter than 4096), the next tile loaded ahead (evict_first for 2-byte dtypes only: fp32
+        # ran 1-6% faster without), and as many programs as are resident at 128 registers a
+        # thread (``maxnreg``) (the H200 backward sweep's best at N = 1024..4096)
         _check_overrides(over, "rows")
         maxnreg = over.get("maxnreg", 128)
         rows = over.get("ROWS", max(1, 4096 // (bn * esz)))
@@ -329,7 +330,7 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         tiles = _cdiv(m, rows)
         g = over.get("G", min(tiles, _resident_per_sm(warps, maxnreg) * sms if cuda else 4))
         return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=maxnreg,
-                    num_stages=stages, EVICT=over.get("EVICT", True), PREFETCH=over.get("PREFETCH", True))
+                    num_stages=stages, EVICT=over.get("EVICT", esz <= 2), PREFETCH=over.get("PREFETCH", True))
     # long rows: (row groups) x (chunks) programs, 8 elements a thread, two waves of resident
     # programs (each walks its group's rows: the dweight/dbias partials are a row per group)
     _check_overrides(over, "split")
@@ -344,7 +345,7 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     if groups <= 0:
         groups = 2 * _cdiv(_resident_per_sm(warps, maxnreg) * sms, chunks) if cuda else 2
     return dict(kind="split", BLOCK_N=block, GR=max(1, min(groups, m)), S=chunks, num_warps=warps, maxnreg=maxnreg,
-                num_stages=stages)
+                num_stages=stages, HINTS=over.get("HINTS", False), PREFETCH=over.get("PREFETCH", False))
 
 
 def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
@@ -387,14 +388,18 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             stages = (main,)
         else:
             g, s, bn = plan["GR"], plan["S"], plan["BLOCK_N"]
+            # HINTS: the sums' loads evict_last (2), so that the second launch finds x and dy in
+            # L2, whose loads are then evict_first (1)
+            hints, prefetch = plan["HINTS"], plan["PREFETCH"]
             sums = DirectLaunch(_norm_bwd_sums, (g, s), 4, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
                                                                  eps=float(eps), BLOCK_N=bn, CHUNKS_P2=_np2(s),
-                                                                 **flags),
+                                                                 EV=2 if hints else 0, PREFETCH=prefetch, **flags),
                                 options, enabled=enabled, checked=(0, 2, 3))
             dx = DirectLaunch(_norm_bwd_split, (g, s), 6, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
                                                                 stride_dxm=n, p_off_b=g * n if want_dw else 0,
                                                                 eps=float(eps), WANT_DW=want_dw, WANT_DB=want_db,
-                                                                BLOCK_N=bn, CHUNKS_P2=_np2(s), **flags),
+                                                                BLOCK_N=bn, CHUNKS_P2=_np2(s), EV=1 if hints else 0,
+                                                                PREFETCH=prefetch, **flags),
                               options, enabled=enabled, checked=(0, 2, 3))
             stages = (sums, dx)
         reduce = None
