@@ -37,8 +37,9 @@ _SEQUENCES = frozenset((list, tuple))
 
 
 def freeze(value: Any) -> tuple:
-    """A hashable, type-tagged stand-in for a list or tuple attribute (``[0, 1]`` -> ``(list, ((int, 0), (int, 1)))``)."""
-    return value.__class__, tuple((e.__class__, e) for e in value)
+    """A hashable, type-tagged stand-in for a list or tuple attribute (``[0, 1]`` -> ``(list, (0, 1), (int, int))``:
+    the elements' types apart, so that it takes no Python loop)."""
+    return value.__class__, tuple(value), tuple(map(type, value))
 
 
 def key_expression(decl: OpDecl, inline: bool = False) -> str:
@@ -71,8 +72,8 @@ def key_expression(decl: OpDecl, inline: bool = False) -> str:
             grads.append(f"{n}.requires_grad")
     if len(grads) == 1:
         parts.append(f"{grads[0]} and _grad_enabled()")
-    else:
-        parts.append(f"_grad_enabled() and ({', '.join(grads)},)")
+    else:  # False unless autograd records the call (the common inference call reads no more)
+        parts.append(f"({' or '.join(grads)}) and _grad_enabled() and ({', '.join(grads)},)")
     parts.append("backend, _current_scope()")
     return ", ".join(parts)
 
