@@ -19,7 +19,8 @@ already listed plan dropped):
 * long rows (two launches over row groups and chunks): ``BLOCK_N`` 2048 / 4096 / 8192 x
   ``num_warps`` 4 / 8 / 16 (4-32 elements a thread), each with the row groups ``GR`` it computes,
   half and twice that, and with the L2 hints (``HINTS``: the first launch's loads evict_last, the
-  second's evict_first), the next row loaded ahead (``PREFETCH``), and both.
+  second's evict_first), the next row loaded ahead (``PREFETCH``), and both; and in one launch whose
+  programs exchange their sums (``COOP``), with the row groups that fit and half of them.
 
 Timing: ``dispatch.backend.measure`` with CUDA events around each backward call (dx, dweight and
 dbias: the main launch(es) and the partials' reduction), the median of ``--rep`` repetitions after
@@ -117,6 +118,7 @@ def _split_variants(plan_of) -> list[dict]:
             gr = plan_of(chunk)["GR"]
             out += [chunk] + [dict(chunk, GR=g) for g in (gr // 2, 2 * gr) if g >= 1]
             out += [dict(chunk, HINTS=True), dict(chunk, PREFETCH=True), dict(chunk, HINTS=True, PREFETCH=True)]
+            out += [dict(chunk, COOP=True), dict(chunk, COOP=True, GR=max(1, plan_of(chunk)["GR"] // 2))]
     return out
 
 
@@ -156,8 +158,10 @@ def label(plan: dict) -> str:
         bits.append("no-evict")
     if plan.get("PREFETCH"):
         bits.append("prefetch")
-    if plan.get("HINTS"):
+    if plan.get("HINTS") and not plan.get("COOP"):
         bits.append("hints")
+    if plan.get("COOP"):
+        bits.append("coop")
     if plan["num_stages"] != 1:
         bits.append(f"st{plan['num_stages']}")
     return " ".join(bits)
@@ -166,6 +170,8 @@ def label(plan: dict) -> str:
 def shapes(args) -> list[tuple[int, int, tuple | None]]:
     if args.device == "cpu":
         return list(CPU_SHAPES)
+    if args.shapes:
+        return [(int(m), int(n), None) for m, n in (v.split("x") for v in args.shapes.split(","))]
     return [(m, n, None) for m, n in (QUICK_SHAPES if args.quick else SHAPES)]
 
 
@@ -433,6 +439,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--shapes", default="", help="MxN,... in place of the default shapes (e.g. 256x65536)")
     parser.add_argument("--quick", action="store_true", help="three shapes and a smaller grid per shape")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--warmup", type=int, default=10)

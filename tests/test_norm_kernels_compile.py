@@ -16,7 +16,8 @@ _TRITON = textwrap.dedent("""
     import itertools, triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from dispatch_triton.norm_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_bwd_sums, _norm_fwd
+    from dispatch_triton.norm_kernels import (_column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split, _norm_bwd_sums,
+                                              _norm_fwd)
 
     def build(fn, ptrs, consts, warps=4):
         sig = {a: "constexpr" if a in consts else ptrs.get(a, "fp32" if a == "eps" else "i32")
@@ -45,6 +46,9 @@ _TRITON = textwrap.dedent("""
             build(_norm_bwd_sums, bwd, dict(flags, BLOCK_N=2048, CHUNKS_P2=8, EV=2 if hints else 0, PREFETCH=prefetch))
             build(_norm_bwd_split, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=2048,
                                              CHUNKS_P2=8, EV=1 if hints else 0, PREFETCH=prefetch))
+        # the one-launch exchange of long rows (it runs only on a GPU: here it must at least build)
+        build(_norm_bwd_coop, bwd | {"slot_ptr": "*i64"}, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms,
+                                                             BLOCK_N=2048, CHUNKS_P2=32, SLOT_OFF=64), warps=8)
     build(_column_sum, {"p_ptr": "*fp32", "out0_ptr": "*bf16", "out1_ptr": "*bf16"}, dict(BLOCK_G=128, BLOCK_N=32))
     print("compiled")
 """)

@@ -158,6 +158,14 @@ def test_backward_plan_overrides(op, plan, split, dtype):
     assert all(built[k] == v for k, v in plan.items())
 
 
+def test_the_one_launch_exchange_is_left_to_a_gpu():
+    # the interpreter runs programs one after another, where a group's sums could never meet: a
+    # COOP plan resolves to the two-launch path there, and its gradients are still right
+    plan = N.backward_plan(4, 64 * 1024, F32, torch.device("cpu"), None, dict(COOP=True))
+    assert plan["kind"] == "split" and plan["COOP"] is False
+    _backward_vs_torch("layer_norm", 3, 300, F32, (2, 64), shift=0.5, tol=1e-4, plan=dict(COOP=True))
+
+
 @pytest.mark.parametrize("plan,split,match", [
     (dict(ROWS=1, WARPS=4), None, "WARPS=4"), (dict(GR=2), None, "GR=2"), (dict(ROWS=3), None, "ROWS=3"),
     (dict(EVICT=1), None, "EVICT=1"), (dict(num_warps=0), None, "num_warps=0"), (dict(ROWS=2), (2, 64), "ROWS=2"),

@@ -483,3 +483,126 @@ def _norm_bwd_split(
     # phase 2 of the long-row backward: dx and the dweight/dbias partials
     _split_bwd(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
                IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, 2, BLOCK_N, CHUNKS_P2, EV, PREFETCH)
+
+
+@triton.jit
+def _publish4(slot_ptr, idx, a, b, c, d, tag):
+    # four fp32 partials as self-validating 64-bit words (tag << 32 | fp32 bits): no fence, no counter
+    hi = tag << 32
+    tl.atomic_xchg(slot_ptr + idx, hi | a.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+    tl.atomic_xchg(slot_ptr + idx + 1, hi | b.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+    tl.atomic_xchg(slot_ptr + idx + 2, hi | c.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+    tl.atomic_xchg(slot_ptr + idx + 3, hi | d.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+
+
+@triton.jit
+def _word_value(v, jm):
+    return tl.where(jm, (v & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
+
+
+@triton.jit
+def _gather4(slot_ptr, base, S, tag, CHUNKS_P2: tl.constexpr):
+    # wait until the S chunks of a row have published their four sums with this launch's tag;
+    # then their totals, summed in chunk order (the same order on every program: same result)
+    j = tl.arange(0, CHUNKS_P2)
+    jm = j < S
+    p = slot_ptr + base + j * 4
+    v0 = tl.load(p, mask=jm, other=0, volatile=True)
+    v1 = tl.load(p + 1, mask=jm, other=0, volatile=True)
+    v2 = tl.load(p + 2, mask=jm, other=0, volatile=True)
+    v3 = tl.load(p + 3, mask=jm, other=0, volatile=True)
+    bad = tl.sum((jm & (((v0 >> 32) != tag) | ((v1 >> 32) != tag) | ((v2 >> 32) != tag)
+                        | ((v3 >> 32) != tag))).to(tl.int32), 0)
+    while bad > 0:
+        v0 = tl.load(p, mask=jm, other=0, volatile=True)
+        v1 = tl.load(p + 1, mask=jm, other=0, volatile=True)
+        v2 = tl.load(p + 2, mask=jm, other=0, volatile=True)
+        v3 = tl.load(p + 3, mask=jm, other=0, volatile=True)
+        bad = tl.sum((jm & (((v0 >> 32) != tag) | ((v1 >> 32) != tag) | ((v2 >> 32) != tag)
+                            | ((v3 >> 32) != tag))).to(tl.int32), 0)
+    return (tl.sum(_word_value(v0, jm), 0), tl.sum(_word_value(v1, jm), 0), tl.sum(_word_value(v2, jm), 0),
+            tl.sum(_word_value(v3, jm), 0))
+
+
+@triton.jit(do_not_specialize=["M", "eps"])
+def _norm_bwd_coop(
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr,
+):
+    # The backward of long rows in one launch: persistent programs in groups of S = cdiv(N,
+    # BLOCK_N), each holding one chunk of a row (x and dy) in registers; it publishes the chunk's
+    # four sums (as _split_bwd's phase 1), waits for the other chunks of the row (_gather4), and
+    # writes its chunk of dx from registers: x and dy are read once. The next row's chunk is in
+    # flight while the sums meet. A program's group comes from a ticket taken in dispatch order,
+    # and the tag of its words from the launch's epoch (see dispatch_triton.jit's split path):
+    # only the group holding the highest ticket may wait on programs not yet resident, and the
+    # host sizes the grid so that every program is resident. dweight/dbias as _norm_bwd: a row of
+    # partials per group (p_ptr[group, :]), reduced by _column_sum. GPU only: the interpreter runs
+    # programs one after another, where the sums could never meet (the two-launch path serves it).
+    DX_TY = dx_ptr.dtype.element_ty
+    nprog = tl.num_programs(0)
+    S = tl.cdiv(N, BLOCK_N)
+    n_groups = nprog // S
+    word = tl.atomic_add(slot_ptr, 1, sem="relaxed")
+    tid = (word & 0xFFFFFFFF).to(tl.int32)
+    if tid == nprog - 1:  # the last ticket resets the count and moves the epoch on for the next launch
+        tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem="relaxed")
+    tag = ((word >> 32) % 0x7FFFFFFF) + 1
+    grp = tid // S
+    c = tid % S
+    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    acc_w = tl.zeros([BLOCK_N], tl.float32)
+    acc_b = tl.zeros([BLOCK_N], tl.float32)
+    r0 = tl.cast(grp, tl.int64)
+    lim = tl.where(grp < M, N, 0)
+    x_next = tl.load(x_ptr + r0 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+    dy_next = tl.load(dy_ptr + r0 * stride_dym + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+    for row in range(grp, M, n_groups):
+        r64 = tl.cast(row, tl.int64)
+        xoff = r64 * stride_xm
+        x = x_next.to(tl.float32)
+        dy = dy_next.to(tl.float32)
+        shift = _row_shift(x_ptr, xoff, IS_RMS)
+        if HAS_WEIGHT:
+            g = dy * w
+        else:
+            g = dy
+        if IS_RMS:
+            d = x
+        else:
+            d = tl.where(cmask, x - shift, 0.0)
+        base = SLOT_OFF + r64 * S * 4
+        _publish4(slot_ptr, base + c * 4, tl.sum(d, 0), tl.sum(d * d, 0), tl.sum(g * d, 0), tl.sum(g, 0), tag)
+        # the next row's chunk goes out now, to land while this row's sums meet
+        n64 = tl.cast(row + n_groups, tl.int64)
+        lim = tl.where(row + n_groups < M, N, 0)
+        x_next = tl.load(x_ptr + n64 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+        dy_next = tl.load(dy_ptr + n64 * stride_dym + cols, mask=cols < lim, other=0.0,
+                          eviction_policy="evict_first")
+        s1, s2, sgd, sg = _gather4(slot_ptr, base, S, tag, CHUNKS_P2)
+        mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
+        if IS_RMS:
+            c1 = rstd * sgd / N
+        else:
+            c1 = rstd * (sgd - (s1 / N) * sg) / N
+        xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+        if IS_RMS:
+            dx = rstd * (g - xhat * c1)
+        else:
+            dx = rstd * (g - sg / N - xhat * c1)
+        tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
+        if WANT_DW:
+            acc_w += dy * xhat
+        if WANT_DB:
+            acc_b += dy
+    if grp < n_groups:
+        poff = tl.cast(grp, tl.int64) * N
+        if WANT_DW:
+            tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
+        if WANT_DB:
+            tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)

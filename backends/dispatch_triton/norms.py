@@ -32,14 +32,16 @@ Backward (:func:`backward_plan`): rows of up to 8192 elements held in registers 
 grid (16 elements a thread, 8 for fp32 rows shorter than 4096; tiles of at least 4 KB; 16 warps
 a multiprocessor at 128 registers; each program loads its next tile before it works on the
 current one): x and dy read once, dx written once, the statistics recomputed in registers, and
-the dweight/dbias partials accumulated in registers (one row of partials per program). Longer
-rows in two launches over (row groups, 2048-element chunks, two waves of programs): the per-row
-sums, then dx and the partials, re-reading x and dy newest first (L2; for 2-byte dtypes the first
-launch's loads are marked evict_last and each program loads its next row ahead). On an H200 this plan took
-the bf16 backward of 16384 x 1024 from 104-188 us to 38-39 us (``benchmarks/sweep_norm_backward.py``). The partials are reduced over the programs by one
-more launch, in a fixed order (deterministic). ``make_backward(..., plan=)`` overrides entries of
-the plan (tile, warps, programs, registers, eviction hints); ``benchmarks/sweep_norm_backward.py``
-times such variants on a GPU.
+the dweight/dbias partials accumulated in registers (one row of partials per program). On an
+H200 this plan took the bf16 backward of 16384 x 1024 from 104-188 us to 37-39 us. Longer rows
+in two launches over (row groups, 2048-element chunks, two waves of programs): the per-row
+sums, then dx and the partials, re-reading x and dy newest first (L2; for 2-byte dtypes the
+first launch's loads are marked evict_last and each program loads its next row ahead), or, with
+the ``COOP`` plan option, in one launch whose programs exchange their sums and read x and dy
+once. The partials are reduced over the programs by one more launch, in a fixed order
+(deterministic). ``make_backward(..., plan=)`` overrides entries of the plan (tile, warps,
+programs, registers, eviction hints, prefetch, the one-launch exchange);
+``benchmarks/sweep_norm_backward.py`` times such variants on a GPU.
 
 Every launch goes through a :class:`~dispatch_triton.direct.DirectLaunch`: after the first call
 the compiled kernel's launcher is called with its arguments prepacked.
@@ -56,7 +58,8 @@ from dispatch.backend import placeholder, unique_configs
 
 from . import _interpreting
 from .direct import DirectLaunch
-from .norm_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_bwd_sums, _norm_fwd
+from .launch import _SLOT_OFF, _split_slots
+from .norm_kernels import _column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split, _norm_bwd_sums, _norm_fwd
 
 NORM_OPS = ("rms_norm", "layer_norm")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -270,7 +273,10 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
 
 
 _PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH"),
-              "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH")}
+              "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH", "COOP")}
+
+
+_FLAGS = ("EVICT", "PREFETCH", "HINTS", "COOP")  # the plan's bool entries
 
 
 def _check_overrides(overrides: dict, kind: str) -> None:
@@ -279,13 +285,15 @@ def _check_overrides(overrides: dict, kind: str) -> None:
         if key not in _PLAN_KEYS[kind]:
             raise ValueError(f"backward plan override {key}={value!r}: not a key of a {kind!r} plan "
                              f"(those are {', '.join(_PLAN_KEYS[kind])})")
-        if key in ("EVICT", "PREFETCH", "HINTS"):
+        if key in _FLAGS:
             ok = isinstance(value, bool)
         else:
             ok = (value is None and key == "maxnreg") or (isinstance(value, int) and not isinstance(value, bool)
                                                           and value > 0)
         if not ok:
-            wanted = {"EVICT": "a bool", "PREFETCH": "a bool", "HINTS": "a bool", "maxnreg": "a positive int or None"}.get(key, "a positive int")
+            wanted = "a positive int or None" if key == "maxnreg" else "a positive int"
+            if key in _FLAGS:
+                wanted = "a bool"
             raise ValueError(f"backward plan override {key}={value!r}: {wanted} is wanted")
 
 
@@ -300,13 +308,17 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
                   split: tuple[int, int] | None = None, overrides: dict | None = None) -> dict:
     """How the backward of ``m`` rows of ``n`` runs: ``kind`` "rows" (rows in registers: ``BLOCK_N``,
     ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``, ``EVICT``: x and dy loaded
-    evict_first, ``PREFETCH``: a program's next tile loaded before it works on the current one) or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``); both
-    with the launch options ``maxnreg`` (None: none) and ``num_stages``.
+    evict_first, ``PREFETCH``: a program's next tile loaded before it works on the current one)
+    or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``; ``HINTS``: L2
+    hints, ``PREFETCH``: the next row loaded ahead, ``COOP``: one launch whose groups exchange
+    their sums, on a GPU where a group of ``S`` programs fits at once); both with the launch
+    options ``maxnreg`` (None: none) and ``num_stages``.
 
     ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows).
     ``overrides``: entries that replace the computed ones (a "rows" plan: ``ROWS``, ``num_warps``,
-    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``; a "split" plan: ``BLOCK_N``, ``num_warps``,
-    ``GR``, ``maxnreg``, ``num_stages``); ``G``/``GR`` not given are recomputed from the
+    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``; a "split" plan: ``BLOCK_N``,
+    ``num_warps``, ``GR``, ``maxnreg``, ``num_stages``, ``HINTS``, ``PREFETCH``, ``COOP``);
+    ``G``/``GR`` not given are recomputed from the
     overridden warps and registers (the programs resident at once). A key the plan's kind does
     not have, or a value it cannot take, raises ValueError."""
     cuda = device.type == "cuda"
@@ -344,11 +356,18 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         raise ValueError(f"backward plan override BLOCK_N={block}: not a power of two")
     chunks = _cdiv(n, block)
     warps = over.get("num_warps", max(1, min(32, block // 256)))
+    resident = _resident_per_sm(warps, maxnreg) * sms
+    # COOP: one launch whose groups of programs exchange their sums (GPU only; every program
+    # resident at once, so a group of the row's chunks must fit)
+    coop = over.get("COOP", False) and cuda and not _interpreting() and split is None and resident >= chunks
     groups = over.get("GR", groups)
-    if groups <= 0:
-        groups = 2 * _cdiv(_resident_per_sm(warps, maxnreg) * sms, chunks) if cuda else 2
+    if coop:
+        groups = min(groups if groups > 0 else m, resident // chunks)
+    elif groups <= 0:
+        groups = 2 * _cdiv(resident, chunks) if cuda else 2
     return dict(kind="split", BLOCK_N=block, GR=max(1, min(groups, m)), S=chunks, num_warps=warps, maxnreg=maxnreg,
-                num_stages=stages, HINTS=over.get("HINTS", esz <= 2), PREFETCH=over.get("PREFETCH", esz <= 2))
+                num_stages=stages, HINTS=over.get("HINTS", esz <= 2), PREFETCH=over.get("PREFETCH", esz <= 2),
+                COOP=coop)
 
 
 def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
@@ -385,8 +404,8 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             main = DirectLaunch(_norm_bwd, (g,), 5, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
                                                          stride_dxm=n, p_off_b=g * n if want_dw else 0, eps=float(eps),
                                                          WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=plan["BLOCK_N"],
-                                                         ROWS=plan["ROWS"], EVICT=plan["EVICT"], PREFETCH=plan["PREFETCH"],
-                                                         **flags),
+                                                         ROWS=plan["ROWS"], EVICT=plan["EVICT"],
+                                                         PREFETCH=plan["PREFETCH"], **flags),
                                 options, enabled=enabled, checked=(0, 2, 3))
             stages = (main,)
         else:
@@ -394,17 +413,27 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             # HINTS: the sums' loads evict_last (2), so that the second launch finds x and dy in
             # L2, whose loads are then evict_first (1)
             hints, prefetch = plan["HINTS"], plan["PREFETCH"]
-            sums = DirectLaunch(_norm_bwd_sums, (g, s), 4, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
-                                                                 eps=float(eps), BLOCK_N=bn, CHUNKS_P2=_np2(s),
-                                                                 EV=2 if hints else 0, PREFETCH=prefetch, **flags),
-                                options, enabled=enabled, checked=(0, 2, 3))
-            dx = DirectLaunch(_norm_bwd_split, (g, s), 6, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
-                                                                stride_dxm=n, p_off_b=g * n if want_dw else 0,
-                                                                eps=float(eps), WANT_DW=want_dw, WANT_DB=want_db,
-                                                                BLOCK_N=bn, CHUNKS_P2=_np2(s), EV=1 if hints else 0,
-                                                                PREFETCH=prefetch, **flags),
-                              options, enabled=enabled, checked=(0, 2, 3))
-            stages = (sums, dx)
+            if plan["COOP"]:
+                coop = DirectLaunch(_norm_bwd_coop, (g * s,), 6, dict(M=m, N=n, stride_xm=row_stride,
+                                                                     stride_dym=dy_stride, stride_dxm=n,
+                                                                     p_off_b=g * n if want_dw else 0, eps=float(eps),
+                                                                     WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=bn,
+                                                                     CHUNKS_P2=_np2(s), SLOT_OFF=_SLOT_OFF, **flags),
+                                    options, enabled=enabled, checked=(0, 2, 3))
+                stages = (coop,)
+            else:
+                sums = DirectLaunch(_norm_bwd_sums, (g, s), 4,
+                                    dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride, eps=float(eps),
+                                         BLOCK_N=bn, CHUNKS_P2=_np2(s), EV=2 if hints else 0, PREFETCH=prefetch,
+                                         **flags),
+                                    options, enabled=enabled, checked=(0, 2, 3))
+                dx = DirectLaunch(_norm_bwd_split, (g, s), 6, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
+                                                                    stride_dxm=n, p_off_b=g * n if want_dw else 0,
+                                                                    eps=float(eps), WANT_DW=want_dw, WANT_DB=want_db,
+                                                                    BLOCK_N=bn, CHUNKS_P2=_np2(s), EV=1 if hints else 0,
+                                                                    PREFETCH=prefetch, **flags),
+                                  options, enabled=enabled, checked=(0, 2, 3))
+                stages = (sums, dx)
         reduce = None
         if k:  # columns of 32 fp32 (a 128-byte line a row), up to 128 partial rows a step
             rbn = min(32, max(16, _np2(n)))
@@ -438,6 +467,8 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
         w_arg = weight if weight is not None else ph
         if plan["kind"] == "rows":
             stages[0].launch(x, dx, dy, w_arg, partials)
+        elif plan["COOP"]:  # four tagged words per row and chunk in the stream's slot buffer
+            stages[0].launch(x, dx, dy, w_arg, partials, _split_slots(device, 2 * m * plan["S"]))
         else:
             ws = torch.empty(ws_size, dtype=torch.float32, device=device)
             stages[0].launch(x, ws, dy, w_arg)
