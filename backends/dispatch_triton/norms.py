@@ -359,7 +359,7 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     resident = _resident_per_sm(warps, maxnreg) * sms
     # COOP: one launch whose groups of programs exchange their sums (GPU only; every program
     # resident at once, so a group of the row's chunks must fit)
-    coop = over.get("COOP", False) and cuda and not _interpreting() and split is None and resident >= chunks
+    coop = over.get("COOP", False) and cuda and not _interpreting() and resident >= chunks
     groups = over.get("GR", groups)
     if coop:
         groups = min(groups if groups > 0 else m, resident // chunks)
