@@ -38,7 +38,9 @@ in two launches over (row groups, 2048-element chunks, two waves of programs): t
 sums, then dx and the partials, re-reading x and dy newest first (L2; for 2-byte dtypes the
 first launch's loads are marked evict_last and each program loads its next row ahead), or, with
 the ``COOP`` plan option, in one launch whose programs exchange their sums and read x and dy
-once. The partials are reduced over the programs by one more launch, in a fixed order
+once (off by default: on an H200 it ran 1.3-2.9x slower than the two launches at N >= 65536, a
+round trip of the sums per row and program outweighing the second read; only fp32 at N = 16384
+ran faster, by 0-11%). The partials are reduced over the programs by one more launch, in a fixed order
 (deterministic). ``make_backward(..., plan=)`` overrides entries of the plan (tile, warps,
 programs, registers, eviction hints, prefetch, the one-launch exchange);
 ``benchmarks/sweep_norm_backward.py`` times such variants on a GPU.
