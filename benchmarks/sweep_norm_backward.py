@@ -27,7 +27,7 @@ dbias: the main launch(es) and the partials' reduction), the median of ``--rep``
 ``--warmup``, the L2 flushed (a 256 MB write) before every repetition; the host's back-to-back
 rate is not counted (GPU time only). A second timing (``--clean-rep`` repetitions, "clean L2")
 flushes by reading 256 MB instead (no dirty lines left for the timed kernel to write back; see
-``sweep_norm_configs.clean_us``). Bytes of a case: x and dy read, dx written (M*N each), weight
+``sweep_harness.clean_us``). Bytes of a case: x and dy read, dx written (M*N each), weight
 read and dweight (and dbias) written (N each), in the case's dtype. "% same-size copy": of a copy
 moving that many bytes (``dst.copy_(src)`` of half as many), timed the same way; "% large copy":
 of ``dispatch.ab.measure_copy_bandwidth`` (512 MB). torch eager: ``torch.autograd.grad`` through a
@@ -55,8 +55,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -67,11 +65,11 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from dispatch.ab import measure_copy_bandwidth  # noqa: E402
-from dispatch.backend import TuneSettings, measure, mismatch, tolerance  # noqa: E402
+from dispatch.backend import measure, mismatch, tolerance  # noqa: E402
 from dispatch_triton import norms as NT  # noqa: E402
 from dispatch_triton.norm_kernels import _norm_bwd, _norm_bwd_split, _norm_bwd_sums  # noqa: E402
-from sweep_norm_configs import clean_us  # noqa: E402  benchmarks/, beside this script
+from sweep_harness import (add_arguments, clean_us, device_of, header, saver, settings_of,  # noqa: E402
+                           spawn_compilers)
 
 OPS = ("rms_norm", "layer_norm")
 EPS = 1e-5
@@ -277,17 +275,6 @@ def compile_shard(args, device) -> int:
     return 0
 
 
-def compile_everything(args, device) -> None:
-    if device.type != "cuda" or args.jobs <= 0:
-        return  # the interpreter compiles nothing; else the timing process compiles as it goes
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--compile-only",
-                               "--shard", f"{i}/{args.jobs}"]) for i in range(args.jobs)]
-    for p in procs:
-        p.wait()
-    print(f"[{time.perf_counter() - t0:6.1f} s] {args.jobs} compile processes done", flush=True)
-
-
 def run(args, device, settings, copy_gbs, jobs, rows, save, start: float) -> None:
     cases = list(dict.fromkeys(j[:5] for j in jobs))
     for ci, (op, dt, m, n, split) in enumerate(cases):
@@ -441,58 +428,25 @@ def main() -> int:
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--shapes", default="", help="MxN,... in place of the default shapes (e.g. 256x65536)")
     parser.add_argument("--quick", action="store_true", help="three shapes and a smaller grid per shape")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--rep", type=int, default=100)
-    parser.add_argument("--no-flush", action="store_true", help="no L2 flush between repetitions")
-    parser.add_argument("--clean-rep", type=int, default=30,
-                        help="repetitions of the second timing, after a read-only L2 flush (0: none)")
-    parser.add_argument("--jobs", type=int, default=None, help="compile processes (default min(12, CPUs) on a GPU)")
-    parser.add_argument("--out", default="benchmarks/results/norm_backward")
-    parser.add_argument("--time-limit", type=float, default=270,
-                        help="seconds from the start after which no further case is begun (0: none); what "
-                             "was measured is written")
-    parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
+    add_arguments(parser, "benchmarks/results/norm_backward")
     args = parser.parse_args()
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
+    device = device_of(args)
+    if device is None:
         return 2
-    if args.jobs is None:
-        args.jobs = min(12, os.cpu_count() or 1) if device.type == "cuda" else 0
     if args.compile_only:
         return compile_shard(args, device)
-    if device.type == "cpu":
-        args.warmup, args.rep, args.clean_rep = min(args.warmup, 1), min(args.rep, 3), 0
-    settings = TuneSettings(warmup=args.warmup, rep=args.rep, flush_l2=not args.no_flush, host_bound=False,
-                            early_stop=0.0)
+    settings = settings_of(args)
     t0 = time.perf_counter()
     jobs = plan(args, device)
     print(f"{len(jobs)} plans over {len(dict.fromkeys(j[:4] for j in jobs))} cases; compiling", flush=True)
-    compile_everything(args, device)
-    copy_gbs = measure_copy_bandwidth(device, settings).gbps
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
-    if device.type == "cuda":
-        timing = (f"CUDA events, median of {args.rep} after {args.warmup} warm-up, "
-                  + ("no L2 flush" if args.no_flush else "L2 flushed before each repetition") + ", GPU time only")
-    else:
-        timing = f"wall time under the Triton interpreter, median of {args.rep} (a smoke run: not a measurement)"
-    print(f"device {name}; large-buffer copy {copy_gbs:.0f} GB/s; {timing}", flush=True)
-    meta = {"device": name, "copy_gbs": copy_gbs, "timing": timing, "torch": torch.__version__,
-            "triton": __import__("triton").__version__, "python": platform.python_version(),
-            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if device.type == "cuda" and args.jobs > 0:  # the interpreter compiles nothing
+        spawn_compilers(args, __file__)
+    meta = header(args, device, settings)
     rows: list[dict] = []
-
-    def save() -> None:
-        (out / "norm_backward.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-        write_markdown(out / "norm_backward.md", meta, rows)
-
-    run(args, device, settings, copy_gbs, jobs, rows, save, t0)
+    save = saver(args.out, "norm_backward", meta, rows, write_markdown)
+    run(args, device, settings, meta["copy_gbs"], jobs, rows, save, t0)
     save()
-    print(f"[{time.perf_counter() - t0:6.1f} s] wrote {out}/norm_backward.json, .md", flush=True)
+    print(f"[{time.perf_counter() - t0:6.1f} s] wrote {args.out}/norm_backward.json, .md", flush=True)
     return 0
 
 

@@ -43,10 +43,7 @@ Writes <out>/norm_configs.json and norm_configs.md (a summary, then a table per 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,11 +54,11 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 import torch
 import torch.nn.functional as F
 
-from dispatch.ab import measure_copy_bandwidth
-from dispatch.backend import Config, TuneSettings, compile_all, measure, mismatch
+from dispatch.backend import Config, compile_all, measure, mismatch
 
 from dispatch_triton import norms as NT
 from dispatch_triton.norm_kernels import _norm_fwd
+from sweep_harness import add_arguments, clean_us, device_of, header, saver, settings_of, spawn_compilers
 
 OPS = ("rms_norm", "layer_norm")
 ELEMENTS = 16 * 1024 * 1024
@@ -235,12 +232,7 @@ def compile_everything(args, device, jobs) -> dict:
     if device.type != "cuda":
         return {}  # the interpreter compiles nothing
     if args.jobs > 0:
-        base = [a for a in sys.argv[1:]]
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *base, "--compile-only",
-                                   "--shard", f"{i}/{args.jobs}"]) for i in range(args.jobs)]
-        for p in procs:
-            p.wait()
-        print(f"[{time.perf_counter() - t0:6.1f} s] {args.jobs} compile processes done", flush=True)
+        spawn_compilers(args, __file__)
     done = [0]
 
     def progress(config, why):
@@ -259,34 +251,6 @@ def compile_everything(args, device, jobs) -> dict:
 
     report = compile_all([Config.of(i=i) for i in range(len(jobs))], one, progress=progress)
     return {f.config["i"]: f.reason for f in report.failures}
-
-
-_READ_FLUSH: dict = {}
-
-
-def clean_us(fn, device, warmup: int, rep: int) -> float | None:
-    """GPU time of ``fn`` (median of ``rep``, CUDA events) after an L2 flush that leaves no dirty line:
-    a 256 MB buffer *read* (a reduction) before each repetition. ``measure``'s flush writes 256 MB,
-    and the last ~50 MB of it are still dirty in L2 when the timed kernel starts, so the kernel's own
-    traffic evicts them: their write-back (up to ~50 MB to HBM) is charged to it, a large share of a
-    kernel moving 64 MB. None on the CPU."""
-    if device.type != "cuda":
-        return None
-    buf = _READ_FLUSH.get(device)
-    if buf is None:
-        buf = _READ_FLUSH[device] = torch.ones(256 * 1024 * 1024 // 8, dtype=torch.int64, device=device)
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    for a, b in zip(starts, ends):
-        buf.sum()
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    times = sorted(a.elapsed_time(b) * 1e3 for a, b in zip(starts, ends))
-    return times[len(times) // 2]
 
 
 def _inputs(op, m, n, dtype, device):
@@ -455,60 +419,26 @@ def main() -> int:
     parser.add_argument("--ns", default=None, help="row lengths, comma-separated (default: the list above, "
                                                    "plus 16384x4096)")
     parser.add_argument("--quick", action="store_true", help="a smaller grid per shape")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--rep", type=int, default=100)
-    parser.add_argument("--no-flush", action="store_true", help="no L2 flush between repetitions")
-    parser.add_argument("--clean-rep", type=int, default=30,
-                        help="repetitions of the second timing, after a read-only L2 flush (0: none)")
-    parser.add_argument("--jobs", type=int, default=None, help="compile processes (default 8 on a GPU)")
-    parser.add_argument("--out", default="benchmarks/results/norm_configs")
-    parser.add_argument("--time-limit", type=float, default=270,
-                        help="seconds from the start after which no further case is begun (0: none); what "
-                             "was measured is written")
-    parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
+    add_arguments(parser, "benchmarks/results/norm_configs")
     args = parser.parse_args()
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
+    device = device_of(args)
+    if device is None:
         return 2
-    if args.jobs is None:
-        args.jobs = min(12, os.cpu_count() or 1) if device.type == "cuda" else 0
     if args.compile_only:
         return compile_shard(args, device)
-    if device.type == "cpu":
-        args.warmup, args.rep = min(args.warmup, 1), min(args.rep, 3)
-    settings = TuneSettings(warmup=args.warmup, rep=args.rep, flush_l2=not args.no_flush, host_bound=False,
-                            early_stop=0.0)
+    settings = settings_of(args)
     t0 = time.perf_counter()
     jobs = plan(args, device)
     ncases = len(dict.fromkeys(j[:4] for j in jobs))
     print(f"{len(jobs)} configs over {ncases} cases; compiling", flush=True)
     failures = compile_everything(args, device, jobs)
     print(f"[{time.perf_counter() - t0:6.1f} s] compiled ({len(failures)} failed); timing", flush=True)
-    copy_gbs = measure_copy_bandwidth(device, settings).gbps
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
-    if device.type == "cuda":
-        timing = (f"CUDA events, median of {args.rep} after {args.warmup} warm-up, "
-                  + ("no L2 flush" if args.no_flush else "L2 flushed before each repetition") + ", GPU time only")
-    else:
-        timing = f"wall time under the Triton interpreter, median of {args.rep} (a smoke run: not a measurement)"
-    print(f"device {name}; large-buffer copy {copy_gbs:.0f} GB/s; {timing}", flush=True)
-    meta = {"device": name, "copy_gbs": copy_gbs, "timing": timing, "torch": torch.__version__,
-            "triton": __import__("triton").__version__, "python": platform.python_version(),
-            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    meta = header(args, device, settings)
     rows: list[dict] = []
-
-    def save() -> None:
-        (out / "norm_configs.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-        write_markdown(out / "norm_configs.md", meta, rows)
-
-    run(args, device, settings, copy_gbs, jobs, failures, rows, save, t0)
+    save = saver(args.out, "norm_configs", meta, rows, write_markdown)
+    run(args, device, settings, meta["copy_gbs"], jobs, failures, rows, save, t0)
     save()
-    print(f"[{time.perf_counter() - t0:6.1f} s] wrote {out}/norm_configs.json, .md", flush=True)
+    print(f"[{time.perf_counter() - t0:6.1f} s] wrote {args.out}/norm_configs.json, .md", flush=True)
     return 0
 
 

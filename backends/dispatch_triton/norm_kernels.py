@@ -357,6 +357,35 @@ def _column_sum(p_ptr, out0_ptr, out1_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N:
 
 
 @triton.jit
+def _chunk_start(w_ptr, c, N, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr):
+    # chunk c of a long row: its columns and mask, its weight (fp32; 1 without one) and two zeroed
+    # accumulators (dweight, dbias)
+    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    else:
+        w = tl.full([BLOCK_N], 1.0, tl.float32)
+    return cols, cmask, w, tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.float32)
+
+
+@triton.jit
+def _chunk_dx(x, g, cmask, s1, s2, sgd, sg, shift, N, eps, IS_RMS: tl.constexpr):
+    # (dx, xhat) of a chunk from the row's four sums (sum d, sum d^2, sum g * d, sum g)
+    mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
+    if IS_RMS:
+        c1 = rstd * sgd / N  # sum g * xhat / N, xhat = x * rstd
+    else:
+        c1 = rstd * (sgd - (s1 / N) * sg) / N  # xhat = (d - sum d / N) * rstd
+    xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+    if IS_RMS:
+        dx = rstd * (g - xhat * c1)
+    else:
+        dx = rstd * (g - sg / N - xhat * c1)
+    return dx, xhat
+
+
+@triton.jit
 def _split_bwd(
     x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
@@ -379,12 +408,7 @@ def _split_bwd(
     if PHASE == 2:  # the mirror of phase 1: what it read last (still in L2) is read first
         rg = GR - 1 - rg
         c = S - 1 - c
-    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-    cmask = cols < N
-    if HAS_WEIGHT:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    acc_w = tl.zeros([BLOCK_N], tl.float32)
-    acc_b = tl.zeros([BLOCK_N], tl.float32)
+    cols, cmask, w, acc_w, acc_b = _chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
     j = tl.arange(0, CHUNKS_P2)
     jmask = j < S
     count = tl.cdiv(M - rg, GR)
@@ -438,16 +462,7 @@ def _split_bwd(
             s2 = tl.sum(tl.load(wbase + j * 4 + 1, mask=jmask, other=0.0), 0)
             sgd = tl.sum(tl.load(wbase + j * 4 + 2, mask=jmask, other=0.0), 0)
             sg = tl.sum(tl.load(wbase + j * 4 + 3, mask=jmask, other=0.0), 0)
-            mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
-            if IS_RMS:
-                c1 = rstd * sgd / N  # sum g * xhat / N, xhat = x * rstd
-            else:
-                c1 = rstd * (sgd - (s1 / N) * sg) / N  # xhat = (d - sum d / N) * rstd
-            xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
-            if IS_RMS:
-                dx = rstd * (g - xhat * c1)
-            else:
-                dx = rstd * (g - sg / N - xhat * c1)
+            dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, shift, N, eps, IS_RMS)
             tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask)
             if WANT_DW:
                 acc_w += dy * xhat
@@ -507,12 +522,11 @@ def _gather4(slot_ptr, base, S, tag, CHUNKS_P2: tl.constexpr):
     j = tl.arange(0, CHUNKS_P2)
     jm = j < S
     p = slot_ptr + base + j * 4
-    v0 = tl.load(p, mask=jm, other=0, volatile=True)
-    v1 = tl.load(p + 1, mask=jm, other=0, volatile=True)
-    v2 = tl.load(p + 2, mask=jm, other=0, volatile=True)
-    v3 = tl.load(p + 3, mask=jm, other=0, volatile=True)
-    bad = tl.sum((jm & (((v0 >> 32) != tag) | ((v1 >> 32) != tag) | ((v2 >> 32) != tag)
-                        | ((v3 >> 32) != tag))).to(tl.int32), 0)
+    v0 = tl.zeros([CHUNKS_P2], tl.int64)
+    v1 = v0
+    v2 = v0
+    v3 = v0
+    bad = tl.sum(jm.to(tl.int32), 0)  # every chunk outstanding until read
     while bad > 0:
         v0 = tl.load(p, mask=jm, other=0, volatile=True)
         v1 = tl.load(p + 1, mask=jm, other=0, volatile=True)
@@ -552,12 +566,7 @@ def _norm_bwd_coop(
     tag = ((word >> 32) % 0x7FFFFFFF) + 1
     grp = tid // S
     c = tid % S
-    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-    cmask = cols < N
-    if HAS_WEIGHT:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    acc_w = tl.zeros([BLOCK_N], tl.float32)
-    acc_b = tl.zeros([BLOCK_N], tl.float32)
+    cols, cmask, w, acc_w, acc_b = _chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
     r0 = tl.cast(grp, tl.int64)
     lim = tl.where(grp < M, N, 0)
     x_next = tl.load(x_ptr + r0 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
@@ -585,16 +594,7 @@ def _norm_bwd_coop(
         dy_next = tl.load(dy_ptr + n64 * stride_dym + cols, mask=cols < lim, other=0.0,
                           eviction_policy="evict_first")
         s1, s2, sgd, sg = _gather4(slot_ptr, base, S, tag, CHUNKS_P2)
-        mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
-        if IS_RMS:
-            c1 = rstd * sgd / N
-        else:
-            c1 = rstd * (sgd - (s1 / N) * sg) / N
-        xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
-        if IS_RMS:
-            dx = rstd * (g - xhat * c1)
-        else:
-            dx = rstd * (g - sg / N - xhat * c1)
+        dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, shift, N, eps, IS_RMS)
         tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
         if WANT_DW:
             acc_w += dy * xhat

@@ -1,0 +1,124 @@
+"""What the kernel config sweeps share (``sweep_norm_configs.py``, ``sweep_norm_backward.py``): their
+timing options, the compile processes that fill Triton's disk cache before anything is timed, the
+run's header (device, copy bandwidth, how it was timed), the results files, and a second timing
+after an L2 flush that leaves no dirty line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from dispatch.ab import measure_copy_bandwidth
+from dispatch.backend import TuneSettings
+
+
+def add_arguments(parser: argparse.ArgumentParser, out: str) -> None:
+    """The options every sweep takes (``out``: the default results folder)."""
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--rep", type=int, default=100)
+    parser.add_argument("--no-flush", action="store_true", help="no L2 flush between repetitions")
+    parser.add_argument("--clean-rep", type=int, default=30,
+                        help="repetitions of the second timing, after a read-only L2 flush (0: none)")
+    parser.add_argument("--jobs", type=int, default=None, help="compile processes (default min(12, CPUs) on a GPU)")
+    parser.add_argument("--out", default=out)
+    parser.add_argument("--time-limit", type=float, default=270,
+                        help="seconds from the start after which no further case is begun (0: none); what "
+                             "was measured is written")
+    parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
+
+
+def device_of(args) -> torch.device | None:
+    """The sweep's device, with ``args.jobs`` settled (and a CPU smoke run's repetitions cut down);
+    None, with a message, where a GPU is asked for and there is none."""
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("needs a CUDA device (or --device cpu for a smoke run)", file=sys.stderr)
+        return None
+    if args.jobs is None:
+        args.jobs = min(12, os.cpu_count() or 1) if device.type == "cuda" else 0
+    if device.type == "cpu":
+        args.warmup, args.rep, args.clean_rep = min(args.warmup, 1), min(args.rep, 3), 0
+    return device
+
+
+def settings_of(args) -> TuneSettings:
+    """How each config is timed: GPU time only, the L2 flushed before each repetition unless ``--no-flush``."""
+    return TuneSettings(warmup=args.warmup, rep=args.rep, flush_l2=not args.no_flush, host_bound=False,
+                        early_stop=0.0)
+
+
+def spawn_compilers(args, script: str) -> None:
+    """Run ``script`` again in ``--jobs`` processes, each compiling its shard (``--compile-only``) into
+    Triton's disk cache, and wait for them."""
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(script), *sys.argv[1:], "--compile-only",
+                               "--shard", f"{i}/{args.jobs}"]) for i in range(args.jobs)]
+    for p in procs:
+        p.wait()
+    print(f"[{time.perf_counter() - t0:6.1f} s] {args.jobs} compile processes done", flush=True)
+
+
+def header(args, device: torch.device, settings: TuneSettings) -> dict:
+    """The run's meta (device, the large-buffer copy bandwidth as ``copy_gbs``, how it was timed,
+    versions, the command), printed in one line."""
+    copy_gbs = measure_copy_bandwidth(device, settings).gbps
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    if device.type == "cuda":
+        timing = (f"CUDA events, median of {args.rep} after {args.warmup} warm-up, "
+                  + ("no L2 flush" if args.no_flush else "L2 flushed before each repetition") + ", GPU time only")
+    else:
+        timing = f"wall time under the Triton interpreter, median of {args.rep} (a smoke run: not a measurement)"
+    print(f"device {name}; large-buffer copy {copy_gbs:.0f} GB/s; {timing}", flush=True)
+    return {"device": name, "copy_gbs": copy_gbs, "timing": timing, "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "python": platform.python_version(),
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
+
+
+def saver(out: str, stem: str, meta: dict, rows: list, write_markdown):
+    """``save()``: ``<out>/<stem>.json`` (meta and rows) and ``<stem>.md`` (``write_markdown(path, meta,
+    rows)``), written again at each call, so that a run cut short keeps what it measured."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        (folder / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        write_markdown(folder / f"{stem}.md", meta, rows)
+    return save
+
+
+_READ_FLUSH: dict = {}
+
+
+def clean_us(fn, device, warmup: int, rep: int) -> float | None:
+    """GPU time of ``fn`` (median of ``rep``, CUDA events) after an L2 flush that leaves no dirty line:
+    a 256 MB buffer *read* (a reduction) before each repetition. ``measure``'s flush writes 256 MB,
+    and the last ~50 MB of it are still dirty in L2 when the timed kernel starts, so the kernel's own
+    traffic evicts them: their write-back (up to ~50 MB to HBM) is charged to it, a large share of a
+    kernel moving 64 MB. None on the CPU."""
+    if device.type != "cuda":
+        return None
+    buf = _READ_FLUSH.get(device)
+    if buf is None:
+        buf = _READ_FLUSH[device] = torch.ones(256 * 1024 * 1024 // 8, dtype=torch.int64, device=device)
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    for a, b in zip(starts, ends):
+        buf.sum()
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    times = sorted(a.elapsed_time(b) * 1e3 for a, b in zip(starts, ends))
+    return times[len(times) // 2]
