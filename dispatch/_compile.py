@@ -8,7 +8,10 @@ small stand-in that calls that custom op instead of the op function. At run time
 calls the op function itself, so a compiled graph dispatches exactly as eager does: same decision
 per key, same cache, same explain, the settings and ``use()`` scope in force when it runs. Its
 fake (meta) implementation runs the op's reference on fake tensors (shapes, dtypes and strides as
-torch's, symbolic sizes included); its backward is the op's reference backward.
+torch's, symbolic sizes included). Its backward is a second custom op,
+``dispatch::name_backward(grad, output, *tensors, args, needs) -> Tensor[]``, which runs the
+backward an eager call gets (the chosen backend's own backward kernel, else the op's reference
+backward), so a compiled training step keeps dispatch's backward kernels too.
 
 What a compiled graph pays per call on top of the eager call is one trip through torch's
 dispatcher into one Python kernel: the op's own autograd kernel (made once per op, from its
@@ -30,6 +33,7 @@ import sys
 import threading
 from typing import Any
 
+import attrs
 import torch
 
 from . import _opdecl
@@ -217,17 +221,13 @@ def register(decl: _opdecl.OpDecl) -> None:
             return output
 
         def backward(ctx, grad):
-            from ._autograd import reference_backward
-
             saved = iter(ctx.saved_tensors[:-1])
             tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
-            current = _opdecl.get(name)
-            values, _backend = _values(current, tensors, ctx.args)
-            spec = current.spec(values, grad_enabled=False)
-            grads = reference_backward(spec)(grad, *tensors, ctx.saved_tensors[-1])
-            grads = (grads,) if isinstance(grads, torch.Tensor) or grads is None else tuple(grads)
-            return (None, *grads, *(None,) * (len(tensors) - len(grads)), None)
+            needs = [bool(n) and t is not None for n, t in zip(ctx.needs_input_grad[1:], tensors)]
+            found = iter(backward_op(grad, ctx.saved_tensors[-1], *tensors, ctx.args, needs))
+            return (None, *(next(found) if n else None for n in needs), None)
 
+        backward_op = _backward_op(decl, lib)
         function = type(f"DispatchBackward_{name}", (torch.autograd.Function,),
                         {"forward": staticmethod(forward), "backward": staticmethod(backward)})
         impl, autograd = _kernels(decl, op, function)
@@ -236,6 +236,45 @@ def register(decl: _opdecl.OpDecl) -> None:
         torch.library.register_fake(f"{_NAMESPACE}::{name}", fake, lib=lib)
         substitute_in_graph(DISPATCHER.function(name).function, skip_signature_check=True)(_stand_in(decl, op))
         _registered[name] = op
+
+
+def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
+    """``dispatch::<op>_backward(grad, output, *tensors, args, needs) -> Tensor[]``: the gradients of
+    the tensors that ``needs`` marks, by the backward an eager call of the op gets (the chosen
+    backend's own kernel, else the op's reference backward; :meth:`Dispatcher.backward_kernel`),
+    one opaque node in a compiled graph's backward. The gradients are contiguous (the fake's
+    layout)."""
+    from ._dispatcher import DISPATCHER
+
+    name = decl.name
+    tensors = ", ".join(f"Tensor{'?' if t.optional else ''} {t.name}" for t in decl.tensors)
+    lib.define(f"{name}_backward(Tensor grad, Tensor output, {tensors}, str args, bool[] needs) -> Tensor[]",
+               tags=(torch.Tag.pt2_compliant_tag,))
+
+    def impl(grad, output, *rest):
+        *tensors, args, needs = rest
+        current = _opdecl.get(name)
+        values, backend = _values(current, tuple(tensors), args)
+        spec = current.spec(values, grad_enabled=False)
+        spec = attrs.evolve(spec, tensors=[attrs.evolve(t, requires_grad=bool(n) and t.present)
+                                           for t, n in zip(spec.tensors, needs)])
+        grads = DISPATCHER.backward_kernel(spec, backend)(grad, *tensors, output)
+        grads = (grads,) if isinstance(grads, torch.Tensor) or grads is None else tuple(grads)
+        wanted = [g for g, n in zip(grads, needs) if n]
+        if any(g is None for g in wanted):
+            raise RuntimeError(f"the backward of dispatch.{name} gave no gradient for a tensor that needs one")
+        inputs = (grad, output, *tensors)
+        # a fresh contiguous tensor each: the layout the fake promises, and never an alias of an input
+        return [g.clone(memory_format=torch.contiguous_format) if any(g is t for t in inputs) else g.contiguous()
+                for g in wanted]
+
+    def fake(grad, output, *rest):
+        *tensors, _args, needs = rest
+        return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t, n in zip(tensors, needs) if n]
+
+    lib.impl(f"{name}_backward", impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{_NAMESPACE}::{name}_backward", fake, lib=lib)
+    return getattr(getattr(torch.ops, _NAMESPACE), f"{name}_backward").default
 
 
 def _stand_in(decl: _opdecl.OpDecl, op) -> Any:

@@ -18,7 +18,7 @@ import attrs
 import torch
 
 from . import _opdecl, _plugins, _settings
-from ._autograd import differentiable
+from ._autograd import differentiable, reference_backward
 from ._keys import spec_key
 from ._opfunc import OpFunction
 from ._select import Decision, Selector
@@ -39,6 +39,7 @@ class Dispatcher:
         self._locks_lock = threading.Lock()
         self._quarantine: dict[tuple, dict[str, str]] = {}
         self._validated: set[tuple] = set()
+        self._backwards: dict[tuple, Callable] = {}  # (spec, forced backend, scope) -> backward kernel
 
     def clear(self) -> None:
         """Forget every resolved call (settings or backends changed); quarantines are kept."""
@@ -47,6 +48,7 @@ class Dispatcher:
         for table in self.decisions.values():
             table.clear()
         self._validated.clear()
+        self._backwards.clear()
 
     def reset(self) -> None:
         """Forget resolved calls and quarantines."""
@@ -164,6 +166,23 @@ class Dispatcher:
     def decide(self, spec: CallSpec, forced: str | None) -> Decision:
         qkey = _bucket_key(spec)
         return self.selector().select(spec, forced, _settings.current_scope(), self._quarantine.get(qkey))
+
+    def backward_kernel(self, spec: CallSpec, forced: str | None) -> Callable:
+        """The backward a call of ``spec`` gets, as its eager call gets it: the chosen backend's own
+        backward kernel, or the op's reference backward (what a compiled graph's backward node
+        runs). ``spec``'s tensors say which gradients are wanted; made once per spec, backend
+        forced and ``use()`` scope."""
+        key = (spec, forced, _settings.current_scope())
+        fn = self._backwards.get(key)
+        if fn is None:
+            backend = _plugins.registry().backends[self.decide(spec, forced).backend]
+            fn = None if backend.info.reference else backend.backward(spec.op, spec)
+            if fn is None:
+                fn = reference_backward(spec)
+            if len(self._backwards) >= MAX_KEYS_PER_OP:
+                self._backwards.clear()
+            self._backwards[key] = fn
+        return fn
 
     def _build(self, decision: Decision, key) -> Callable[..., torch.Tensor]:
         backend = _plugins.registry().backends[decision.backend]

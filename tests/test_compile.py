@@ -237,3 +237,64 @@ def test_the_fake_output_has_the_shape_strides_and_dtype_of_the_real_one(layout)
                     (call, dtype, backend)
                 checked += 1
     assert checked >= 2 * len(OP_CALLS)
+
+
+def test_a_compiled_backward_runs_the_backward_the_eager_call_gets():
+    # a backend with its own backward kernel: a compiled training step's backward node runs it, as
+    # the eager call's autograd does, and only for the gradients that are wanted
+    from dispatch.backend import CallSpec
+
+    plugin, seen = chunked_backend.make("chunked", priority=200), []
+
+    def dispatch_backward(op: str, spec: CallSpec):
+        wanted = [t.name for t in spec.tensors if t.requires_grad]
+
+        def backward(grad, x, y):
+            seen.append((op, wanted))
+            return y * (grad - (grad * y).sum(-1, keepdim=True))  # softmax's gradient
+        return backward if op == "softmax" else None
+
+    plugin.dispatch_backward = dispatch.hookimpl(specname="dispatch_backward")(dispatch_backward)
+    dispatch.register(plugin)
+    dispatch.configure(allow=["torch", "chunked"])
+    f = torch.compile(lambda t: (dispatch.softmax(t, -1, backend="chunked") * 3).sum(), fullgraph=True,
+                      backend="aot_eager")
+    x = torch.randn(6, 10, requires_grad=True)
+    f(x).backward()
+    assert seen == [("softmax", ["input"])]
+    xr = x.detach().clone().requires_grad_(True)
+    (torch.softmax(xr, -1) * 3).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    seen.clear()
+    x.grad = None
+    (dispatch.softmax(x, -1, backend="chunked") * 3).sum().backward()  # eager: the same backward
+    assert seen == [("softmax", ["input"])]
+    torch.testing.assert_close(x.grad, xr.grad)
+
+
+def test_a_compiled_training_step_keeps_the_triton_norm_backward():
+    # forced to Triton (its interpreter on the CPU): the compiled backward runs Triton's own norm
+    # backward kernel, weight gradient included, and matches torch's
+    pytest.importorskip("triton")
+    from dispatch_triton import norms as triton_norms
+
+    built = []
+    make = triton_norms.make_backward
+
+    def counting(*args, **kwargs):
+        built.append(args[0])
+        return make(*args, **kwargs)
+
+    triton_norms.make_backward = counting
+    try:
+        f = torch.compile(lambda t, w: dispatch.rms_norm(t, (32,), w, backend="triton").square().sum(),
+                          fullgraph=True, backend="aot_eager")
+        x, w = torch.randn(5, 32, requires_grad=True), torch.randn(32, requires_grad=True)
+        f(x, w).backward()
+    finally:
+        triton_norms.make_backward = make
+    assert built == ["rms_norm"]
+    xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    torch.nn.functional.rms_norm(xr, (32,), wr).square().sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(w.grad, wr.grad, rtol=1e-4, atol=1e-4)
