@@ -243,3 +243,19 @@ def test_an_unreadable_tables_dir_is_one_warning_and_no_shipped_decision(monkeyp
     monkeypatch.setattr(Path, "glob", glob)
     with pytest.warns(CacheWarning, match="cannot list it"):
         assert "static order" in decision().reason
+
+
+def test_of_two_tables_holding_one_key_the_first_by_name_serves_it(table):
+    # a second sweep of the same device in its own file (nvidia-h200-decode.json beside
+    # nvidia-h200.json): where both hold a key, the file first in name order serves it
+    file, _plugin = table
+    data = json.loads(file.read_text())
+    other = json.loads(file.read_text())
+    for entry in other["entries"]:
+        entry["value"] = dict(entry["value"], backend="torch", config={})
+    first = file.with_name("cpu-a-first.json")  # "cpu-a-first" < "cpu-table"
+    first.write_text(json.dumps(other))
+    assert decision().backend == "torch"
+    assert f"shipped decision ({first.name}" in str(dispatch.explain("softmax", torch.randn(*SHAPE), dim=-1))
+    first.unlink()
+    assert decision().backend == "chunked" and data["entries"]
