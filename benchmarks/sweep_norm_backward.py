@@ -4,7 +4,7 @@ Which plan of each shape comes closest to the copy bandwidth, and how far the de
 
 For rms_norm (with weight) and layer_norm (with weight and bias), bf16 and fp32, and the shapes
 16384x1024, 8192x2048, 4096x4096, 1024x16384, 256x65536 and 64x262144 (``--quick``: 16384x1024,
-4096x4096, 256x65536), the backward of ``dispatch_triton.norms.make_backward`` is built once per
+4096x4096, 256x65536), the backward of ``dispatch_triton.norm_backward.make_backward`` is built once per
 plan variant (``make_backward(..., plan=overrides)``, see ``backward_plan``), its gradients
 checked against torch's and the backward call alone timed, next to torch eager's backward and to
 a copy of the same byte count. Variants (the default plan first, marked; duplicates of an
@@ -66,8 +66,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from dispatch.backend import measure, mismatch, tolerance  # noqa: E402
-from dispatch_triton import norms as NT  # noqa: E402
-from dispatch_triton.norm_kernels import _norm_bwd, _norm_bwd_split, _norm_bwd_sums  # noqa: E402
+from dispatch_triton import norm_backward as NB  # noqa: E402
+from dispatch_triton.norm_backward_kernels import (_norm_bwd, _norm_bwd_coop, _norm_bwd_split,  # noqa: E402
+                                                   _norm_bwd_sums)
 from sweep_harness import (add_arguments, clean_us, device_of, header, saver, settings_of,  # noqa: E402
                            spawn_compilers)
 
@@ -127,7 +128,7 @@ def _resolved_key(plan: dict) -> tuple:
 def variants(m: int, n: int, dtype: torch.dtype, device: torch.device, split, quick: bool) -> list[dict]:
     """The plan overrides of one case, ``{}`` (the default plan) first; each resolves to a different plan."""
     def plan_of(over):
-        return NT.backward_plan(m, n, dtype, device, split, over)
+        return NB.backward_plan(m, n, dtype, device, split, over)
 
     base = plan_of(None)
     if device.type == "cpu":
@@ -205,7 +206,7 @@ def _leaves(inp: dict) -> list[torch.Tensor]:
 
 def backward_call(op: str, m: int, n: int, dtype: torch.dtype, split, overrides: dict, inp: dict):
     """``call() -> (dx, dweight[, dbias])``: the Triton backward built with ``overrides`` on ``inp``."""
-    backward = NT.make_backward(op, m, n, dtype, n, EPS, True, op == "layer_norm", split=split, plan=overrides)
+    backward = NB.make_backward(op, m, n, dtype, n, EPS, True, op == "layer_norm", split=split, plan=overrides)
     args = (inp["dy"], inp["x"], inp["w"]) + ((inp["b"],) if op == "layer_norm" else ()) + (inp["y"],)
     return lambda: backward(*args)
 
@@ -213,7 +214,7 @@ def backward_call(op: str, m: int, n: int, dtype: torch.dtype, split, overrides:
 def _loaded() -> dict:
     """id -> (kernel name, compiled kernel) of every backward kernel the JIT holds (none under the interpreter)."""
     found = {}
-    for fn in (_norm_bwd, _norm_bwd_sums, _norm_bwd_split):
+    for fn in (_norm_bwd, _norm_bwd_sums, _norm_bwd_split, _norm_bwd_coop):
         for entry in getattr(fn, "device_caches", {}).values():
             for compiled in entry[0].values():
                 found[id(compiled)] = (fn.__name__, compiled)
@@ -316,7 +317,7 @@ def run(args, device, settings, copy_gbs, jobs, rows, save, start: float) -> Non
         record("torch eager", eager_call(op, inp))
         registers: dict = {}  # the plan less its programs (what a kernel is compiled for) -> registers
         for over in [j[5] for j in jobs if j[:5] == (op, dt, m, n, split)]:
-            resolved = NT.backward_plan(m, n, dtype, device, split, over)
+            resolved = NB.backward_plan(m, n, dtype, device, split, over)
             name, dflt = label(resolved), not over
             kernel_key = _resolved_key({k: v for k, v in resolved.items() if k not in ("G", "GR")})
             call, before = None, _loaded()

@@ -276,7 +276,7 @@ def test_a_compiled_training_step_keeps_the_triton_norm_backward():
     # forced to Triton (its interpreter on the CPU): the compiled backward runs Triton's own norm
     # backward kernel, weight gradient included, and matches torch's
     pytest.importorskip("triton")
-    from dispatch_triton import norms as triton_norms
+    from dispatch_triton import norm_backward as triton_norms
 
     built = []
     make = triton_norms.make_backward

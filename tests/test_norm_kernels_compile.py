@@ -16,8 +16,9 @@ _TRITON = textwrap.dedent("""
     import itertools, triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from dispatch_triton.norm_kernels import (_column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split, _norm_bwd_sums,
-                                              _norm_fwd)
+    from dispatch_triton.norm_backward_kernels import (_column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split,
+                                                       _norm_bwd_sums)
+    from dispatch_triton.norm_kernels import _norm_fwd
 
     def build(fn, ptrs, consts, warps=4):
         sig = {a: "constexpr" if a in consts else ptrs.get(a, "fp32" if a == "eps" else "i32")

@@ -25,6 +25,7 @@ import dispatch  # noqa: E402
 from dispatch.backend import spec_of  # noqa: E402
 
 try:
+    from dispatch_triton import norm_backward as NB  # noqa: E402
     from dispatch_triton import norms as N  # noqa: E402
 except ImportError:  # pragma: no cover - backends/ not installed
     pytest.skip("dispatch_triton is not importable", allow_module_level=True)
@@ -100,7 +101,7 @@ def _backward_vs_torch(op, m, n, dtype, split, affine=(True, True), shift=2.0, t
     w = _t((n,), dtype, 1, 0.5, 1.0) if affine[0] else None
     b = _t((n,), dtype, 2) if affine[1] and op == "layer_norm" else None
     dy = _t((m, n), dtype, 12)
-    backward = N.make_backward(op, m, n, dtype, n, 1e-5, w is not None, b is not None, split=split, plan=plan)
+    backward = NB.make_backward(op, m, n, dtype, n, 1e-5, w is not None, b is not None, split=split, plan=plan)
     got = backward(dy, x, w, b, None) if op == "layer_norm" else backward(dy, x, w, None)
     leaves = [None if t is None else t.double().requires_grad_() for t in (x, w, b)]
     ref = (F.rms_norm(leaves[0], (n,), leaves[1], 1e-5) if op == "rms_norm"
@@ -122,15 +123,15 @@ def test_long_row_backward_paths(op, split):
     # 9000 > the rows held in registers: (row groups, chunks of columns) in two launches,
     # a ragged last chunk; 3 groups of 5 rows: groups of unequal row counts
     _backward_vs_torch(op, 5, 9000, F32, split)
-    assert N.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # long rows: cut in chunks
-    assert N.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # rows in registers
+    assert NB.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # long rows: cut in chunks
+    assert NB.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # rows in registers
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("m,n", [(7, 1), (9, 24), (5, 100), (11, 1000)])
 def test_backward_rows_in_registers(op, m, n):
     # several rows per tile (short rows), a row per tile, N = 1; more tiles than programs
-    plan = N.backward_plan(m, n, F32, torch.device("cpu"))
+    plan = NB.backward_plan(m, n, F32, torch.device("cpu"))
     assert plan["kind"] == "rows" and plan["G"] <= 4
     _backward_vs_torch(op, m, n, F32, None)
 
@@ -154,7 +155,7 @@ def test_backward_bf16_and_absent_parameters(op, affine, split):
 def test_backward_plan_overrides(op, plan, split, dtype):
     # 9 rows of 100: ROWS=1 (the default packs 16 rows of 128 a tile), more tiles than programs
     _backward_vs_torch(op, 9, 100, dtype, split, shift=0.5, tol=1e-4 if dtype == F32 else 3e-2, plan=plan)
-    built = N.backward_plan(9, 100, dtype, torch.device("cpu"), split, plan)
+    built = NB.backward_plan(9, 100, dtype, torch.device("cpu"), split, plan)
     assert all(built[k] == v for k, v in plan.items())
 
 
@@ -164,7 +165,7 @@ def test_the_one_launch_exchange_runs_on_a_gpu_only(op, dtype):
     # on a GPU, the long-row backward in one launch whose programs exchange their sums (5 chunks a
     # row, 7 rows over 2 groups); the interpreter runs programs one after another, where a group's
     # sums could never meet: there a COOP plan resolves to the two-launch path
-    plan = N.backward_plan(7, 300, dtype, DEV, (2, 64), dict(COOP=True))
+    plan = NB.backward_plan(7, 300, dtype, DEV, (2, 64), dict(COOP=True))
     assert plan["kind"] == "split" and plan["COOP"] is (DEV.type == "cuda")
     _backward_vs_torch(op, 7, 300, dtype, (2, 64), shift=0.5, tol=1e-4 if dtype == F32 else 3e-2, plan=dict(COOP=True))
     if DEV.type == "cuda":  # again: the next launch's words carry a new tag, the old ones never count
@@ -179,7 +180,7 @@ def test_the_one_launch_exchange_runs_on_a_gpu_only(op, dtype):
 ])
 def test_backward_plan_override_refused(plan, split, match):
     with pytest.raises(ValueError, match=match):
-        N.make_backward("rms_norm", 9, 100, F32, 100, 1e-5, True, False, split=split, plan=plan)
+        NB.make_backward("rms_norm", 9, 100, F32, 100, 1e-5, True, False, split=split, plan=plan)
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])

@@ -1,0 +1,266 @@
+"""The rms_norm and layer_norm backward on Triton, host side: the launch plan of a call shape and the
+backward it makes (kernels in :mod:`dispatch_triton.norm_backward_kernels`).
+
+Backward (:func:`backward_plan`): rows of up to 8192 elements held in registers by a persistent
+grid (16 elements a thread, 8 for fp32 rows shorter than 4096; tiles of at least 4 KB; 16 warps
+a multiprocessor at 128 registers; each program loads its next tile before it works on the
+current one): x and dy read once, dx written once, the statistics recomputed in registers, and
+the dweight/dbias partials accumulated in registers (one row of partials per program). On an
+H200 this plan took the bf16 backward of 16384 x 1024 from 104-188 us to 37-39 us. Longer rows
+in two launches over (row groups, 2048-element chunks, two waves of programs): the per-row
+sums, then dx and the partials, re-reading x and dy newest first (L2; for 2-byte dtypes the
+first launch's loads are marked evict_last and each program loads its next row ahead), or, with
+the ``COOP`` plan option, in one launch whose programs exchange their sums and read x and dy
+once (off by default: on an H200 it ran 1.3-2.9x slower than the two launches at N >= 65536, a
+round trip of the sums per row and program outweighing the second read; only fp32 at N = 16384
+ran faster, by 0-11%). The partials are reduced over the programs by one more launch, in a fixed order
+(deterministic). ``make_backward(..., plan=)`` overrides entries of the plan (tile, warps,
+programs, registers, eviction hints, prefetch, the one-launch exchange);
+``benchmarks/sweep_norm_backward.py`` times such variants on a GPU.
+
+Every launch goes through a :class:`~dispatch_triton.direct.DirectLaunch`: after the first call
+the compiled kernel's launcher is called with its arguments prepacked.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from dispatch.backend import placeholder
+
+from . import _interpreting
+from .direct import DirectLaunch
+from .launch import _SLOT_OFF, _split_slots
+from .norm_backward_kernels import _column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split, _norm_bwd_sums
+from .norms import _cdiv, _np2, _sms
+
+_MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
+_BWD_CHUNK = 2048  # the chunk of long rows in the backward
+
+
+def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
+    """``t`` and its row stride, if its elements are m rows of n dense elements; else a dense copy."""
+    if t.numel() == m * n:
+        if t.is_contiguous():
+            return t, n
+        if t.dim() >= 1:
+            try:
+                v = t.view(m, n)
+            except RuntimeError:
+                v = None
+            if v is not None and (v.stride(1) == 1 or n <= 1):
+                return v, v.stride(0)
+    return t.contiguous(), n
+
+
+_PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH"),
+              "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH", "COOP")}
+
+
+_FLAGS = ("EVICT", "PREFETCH", "HINTS", "COOP")  # the plan's bool entries
+
+
+def _check_overrides(overrides: dict, kind: str) -> None:
+    """Raise ValueError for a key that a ``kind`` plan does not have or a value it cannot take."""
+    for key, value in overrides.items():
+        if key not in _PLAN_KEYS[kind]:
+            raise ValueError(f"backward plan override {key}={value!r}: not a key of a {kind!r} plan "
+                             f"(those are {', '.join(_PLAN_KEYS[kind])})")
+        if key in _FLAGS:
+            ok = isinstance(value, bool)
+        else:
+            ok = (value is None and key == "maxnreg") or (isinstance(value, int) and not isinstance(value, bool)
+                                                          and value > 0)
+        if not ok:
+            wanted = "a positive int or None" if key == "maxnreg" else "a positive int"
+            if key in _FLAGS:
+                wanted = "a bool"
+            raise ValueError(f"backward plan override {key}={value!r}: {wanted} is wanted")
+
+
+def _resident_per_sm(warps: int, maxnreg: int | None) -> int:
+    """Programs of ``warps`` warps resident on a multiprocessor at ``maxnreg`` registers a thread
+    (65536 registers, 64 warps; no ``maxnreg``: counted as 64)."""
+    budget = min(64, 65536 // (32 * maxnreg)) if maxnreg else 32
+    return max(1, budget // warps)
+
+
+def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
+                  split: tuple[int, int] | None = None, overrides: dict | None = None) -> dict:
+    """How the backward of ``m`` rows of ``n`` runs: ``kind`` "rows" (rows in registers: ``BLOCK_N``,
+    ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``, ``EVICT``: x and dy loaded
+    evict_first, ``PREFETCH``: a program's next tile loaded before it works on the current one)
+    or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``; ``HINTS``: L2
+    hints, ``PREFETCH``: the next row loaded ahead, ``COOP``: one launch whose groups exchange
+    their sums, on a GPU where a group of ``S`` programs fits at once); both with the launch
+    options ``maxnreg`` (None: none) and ``num_stages``.
+
+    ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows).
+    ``overrides``: entries that replace the computed ones (a "rows" plan: ``ROWS``, ``num_warps``,
+    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``; a "split" plan: ``BLOCK_N``,
+    ``num_warps``, ``GR``, ``maxnreg``, ``num_stages``, ``HINTS``, ``PREFETCH``, ``COOP``);
+    ``G``/``GR`` not given are recomputed from the
+    overridden warps and registers (the programs resident at once). A key the plan's kind does
+    not have, or a value it cannot take, raises ValueError."""
+    cuda = device.type == "cuda"
+    sms = _sms(device)
+    bn = max(_np2(max(n, 1)), 16)
+    esz = torch.empty((), dtype=dtype).element_size()
+    over = dict(overrides or {})
+    stages = over.get("num_stages", 1)
+    if split is None and bn <= _MAX_ONE_PASS_BWD:
+        # tiles of at least 4 KB (several short rows), 16 elements a thread (8 for fp32 rows
+        # shorter than 4096), the next tile loaded ahead (evict_first for 2-byte dtypes only: fp32
+        # ran 1-6% faster without), and as many programs as are resident at 128 registers a
+        # thread (``maxnreg``) (the H200 backward sweep's best at N = 1024..4096)
+        _check_overrides(over, "rows")
+        maxnreg = over.get("maxnreg", 128)
+        rows = over.get("ROWS", max(1, 4096 // (bn * esz)))
+        if rows * bn & (rows * bn - 1):
+            raise ValueError(f"backward plan override ROWS={rows}: ROWS * BLOCK_N = {rows} * {bn} is not a power "
+                             "of two")
+        per_thread = 16 if esz <= 2 or bn >= 4096 else 8
+        warps = over.get("num_warps", max(1, min(32, bn * rows // (32 * per_thread))))
+        tiles = _cdiv(m, rows)
+        g = over.get("G", min(tiles, _resident_per_sm(warps, maxnreg) * sms if cuda else 4))
+        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=maxnreg,
+                    num_stages=stages, EVICT=over.get("EVICT", esz <= 2), PREFETCH=over.get("PREFETCH", True))
+    # long rows: (row groups) x (chunks) programs, 8 elements a thread, two waves of resident
+    # programs (each walks its group's rows: the dweight/dbias partials are a row per group);
+    # 2-byte dtypes with the L2 hints and the next row loaded ahead (7-15% faster on the H200 at
+    # N = 16384..262144; fp32 ran as fast or faster without)
+    _check_overrides(over, "split")
+    maxnreg = over.get("maxnreg", 64)
+    groups, block = split if split is not None else (0, _BWD_CHUNK)
+    block = over.get("BLOCK_N", block)
+    if block & (block - 1):
+        raise ValueError(f"backward plan override BLOCK_N={block}: not a power of two")
+    chunks = _cdiv(n, block)
+    warps = over.get("num_warps", max(1, min(32, block // 256)))
+    resident = _resident_per_sm(warps, maxnreg) * sms
+    # COOP: one launch whose groups of programs exchange their sums (GPU only; every program
+    # resident at once, so a group of the row's chunks must fit)
+    coop = over.get("COOP", False) and cuda and not _interpreting() and resident >= chunks
+    groups = over.get("GR", groups)
+    if coop:
+        groups = min(groups if groups > 0 else m, resident // chunks)
+    elif groups <= 0:
+        groups = 2 * _cdiv(resident, chunks) if cuda else 2
+    return dict(kind="split", BLOCK_N=block, GR=max(1, min(groups, m)), S=chunks, num_warps=warps, maxnreg=maxnreg,
+                num_stages=stages, HINTS=over.get("HINTS", esz <= 2), PREFETCH=over.get("PREFETCH", esz <= 2),
+                COOP=coop)
+
+
+def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
+    """``(row groups, chunks per row)`` of the long-row backward, or ``(0, 0)`` for rows held in registers."""
+    plan = backward_plan(m, n, torch.float32, device)
+    return (plan["GR"], plan["S"]) if plan["kind"] == "split" else (0, 0)
+
+
+def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, eps: float,
+                  has_weight: bool, has_bias: bool, weight_grad: bool = True, bias_grad: bool = True,
+                  split: tuple[int, int] | None = None, plan: dict | None = None):
+    """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` for one call shape.
+
+    ``weight_grad``/``bias_grad`` False: that gradient is not wanted (a frozen parameter) and is None.
+    ``split``: ``(row groups, chunk length)`` forces the long-row path; ``plan``: entries that
+    override the computed plan's, checked here (see :func:`backward_plan`)."""
+    is_rms = op == "rms_norm"
+    overrides = dict(plan) if plan else None
+    if overrides:
+        backward_plan(m, n, dtype, torch.device("cpu"), split, overrides)  # a bad override raises now
+    plans: dict = {}
+    lock = threading.Lock()
+
+    def build(device, dy_stride: int, has_w: bool, want_dw: bool, want_db: bool, wdtype):
+        plan = backward_plan(m, n, dtype, device, split, overrides)
+        enabled = not _interpreting()
+        k = int(want_dw) + int(want_db)
+        flags = dict(IS_RMS=is_rms, HAS_WEIGHT=has_w)
+        options = dict(num_warps=plan["num_warps"], num_stages=plan["num_stages"])
+        if plan["maxnreg"] and device.type == "cuda":
+            options["maxnreg"] = plan["maxnreg"]  # keeps every persistent program resident
+        if plan["kind"] == "rows":
+            g = plan["G"]
+            main = DirectLaunch(_norm_bwd, (g,), 5, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
+                                                         stride_dxm=n, p_off_b=g * n if want_dw else 0, eps=float(eps),
+                                                         WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=plan["BLOCK_N"],
+                                                         ROWS=plan["ROWS"], EVICT=plan["EVICT"],
+                                                         PREFETCH=plan["PREFETCH"], **flags),
+                                options, enabled=enabled, checked=(0, 2, 3))
+            stages = (main,)
+        else:
+            g, s, bn = plan["GR"], plan["S"], plan["BLOCK_N"]
+            # HINTS: the sums' loads evict_last (2), so that the second launch finds x and dy in
+            # L2, whose loads are then evict_first (1)
+            hints, prefetch = plan["HINTS"], plan["PREFETCH"]
+            if plan["COOP"]:
+                coop = DirectLaunch(_norm_bwd_coop, (g * s,), 6, dict(M=m, N=n, stride_xm=row_stride,
+                                                                     stride_dym=dy_stride, stride_dxm=n,
+                                                                     p_off_b=g * n if want_dw else 0, eps=float(eps),
+                                                                     WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=bn,
+                                                                     CHUNKS_P2=_np2(s), SLOT_OFF=_SLOT_OFF, **flags),
+                                    options, enabled=enabled, checked=(0, 2, 3))
+                stages = (coop,)
+            else:
+                sums = DirectLaunch(_norm_bwd_sums, (g, s), 4,
+                                    dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride, eps=float(eps),
+                                         BLOCK_N=bn, CHUNKS_P2=_np2(s), EV=2 if hints else 0, PREFETCH=prefetch,
+                                         **flags),
+                                    options, enabled=enabled, checked=(0, 2, 3))
+                dx = DirectLaunch(_norm_bwd_split, (g, s), 6, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
+                                                                    stride_dxm=n, p_off_b=g * n if want_dw else 0,
+                                                                    eps=float(eps), WANT_DW=want_dw, WANT_DB=want_db,
+                                                                    BLOCK_N=bn, CHUNKS_P2=_np2(s), EV=1 if hints else 0,
+                                                                    PREFETCH=prefetch, **flags),
+                                  options, enabled=enabled, checked=(0, 2, 3))
+                stages = (sums, dx)
+        reduce = None
+        if k:  # columns of 32 fp32 (a 128-byte line a row), up to 128 partial rows a step
+            rbn = min(32, max(16, _np2(n)))
+            reduce = DirectLaunch(_column_sum, (_cdiv(n, rbn), k), 3,
+                                  dict(G=g, N=n, BLOCK_G=min(128, _np2(g)), BLOCK_N=rbn),
+                                  dict(num_warps=4, num_stages=1), enabled=enabled)
+        ws_size = m * plan.get("S", 0) * 4
+        anchor = torch.empty(0, device=device)
+        return plan, g, k, stages, reduce, ws_size, placeholder(anchor, torch.float32), placeholder(anchor, dtype)
+
+    def backward(grad, x, weight, *rest):
+        bias = rest[0] if len(rest) == 2 else None
+        want_dw = has_weight and weight_grad and weight is not None
+        want_db = has_bias and bias_grad and bias is not None
+        device = x.device
+        dx = torch.empty(x.shape, dtype=dtype, device=device)
+        if m == 0 or n == 0:
+            dw = torch.zeros_like(weight) if want_dw else None
+            db = torch.zeros_like(bias) if want_db else None
+            return (dx, dw, db) if not is_rms else (dx, dw)
+        dy, dy_stride = _dense_rows(grad, m, n)
+        key = (device, dy_stride, weight is not None, want_dw, want_db)
+        built = plans.get(key)
+        if built is None:
+            with lock:
+                built = plans.get(key)
+                if built is None:
+                    built = plans[key] = build(device, dy_stride, weight is not None, want_dw, want_db, dtype)
+        plan, g, k, stages, reduce, ws_size, ph32, ph = built
+        partials = torch.empty(k * g * n, dtype=torch.float32, device=device) if k else ph32
+        w_arg = weight if weight is not None else ph
+        if plan["kind"] == "rows":
+            stages[0].launch(x, dx, dy, w_arg, partials)
+        elif plan["COOP"]:  # four tagged words per row and chunk in the stream's slot buffer
+            stages[0].launch(x, dx, dy, w_arg, partials, _split_slots(device, 2 * m * plan["S"]))
+        else:
+            ws = torch.empty(ws_size, dtype=torch.float32, device=device)
+            stages[0].launch(x, ws, dy, w_arg)
+            stages[1].launch(x, dx, dy, w_arg, partials, ws)
+        dw = torch.empty(weight.shape, dtype=weight.dtype, device=device) if want_dw else None
+        db = torch.empty(bias.shape, dtype=bias.dtype, device=device) if want_db else None
+        if k:
+            outs = [t for t in (dw, db) if t is not None]
+            reduce.launch(partials, outs[0], outs[-1])
+        return (dx, dw) if is_rms else (dx, dw, db)
+
+    return backward

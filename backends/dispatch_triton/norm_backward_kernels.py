@@ -1,0 +1,375 @@
+"""The Triton JIT kernels of the rms_norm and layer_norm backward (host side in
+:mod:`dispatch_triton.norm_backward`).
+
+``_norm_bwd`` (backward of rows held in registers): a persistent grid of G programs (as many as
+are resident at once), each over tiles ``pid, pid + G, ...`` of ``ROWS`` rows; ``w`` is loaded
+once per program. Per row it recomputes the statistics from the ``x`` in registers (no extra
+read) and writes ``dx``; it accumulates its rows' ``dy * xhat`` (dweight) and ``dy`` (dbias) in
+fp32 registers and writes them once, into its row of an fp32 partials buffer ``[G, N]`` (dbias's
+``p_off_b`` further on), which ``_column_sum`` then reduces over G in a fixed order:
+deterministic, run to run.
+
+``_norm_bwd_sums`` then ``_norm_bwd_split`` (backward of long rows): two launches over a grid
+(row groups, chunks of ``BLOCK_N`` columns). Phase 1: per row and chunk, four sums (``sum d``, ``sum d^2``,
+``sum g * d``, ``sum g``, with ``g = dy * w``) into a workspace. Phase 2 (programs, rows and
+chunks in the mirror order, so its first reads hit L2): per row, the chunks' sums combined into
+the statistics and the two projections ``dx`` needs, ``dx`` written, and the chunk's dweight and
+dbias accumulated over the group's rows in registers, written once per program.
+
+The one-launch variant of long rows, ``_norm_bwd_coop`` (GPU only), exchanges the four sums of a
+row's chunks through epoch-tagged words in the stream's slot buffer, as the softmax split path
+does (see :mod:`dispatch_triton.jit`).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .norm_kernels import _ld, _row_shift, _stats, _tile_ptrs, _to_out
+
+
+@triton.jit
+def _rows_bwd(x, dy, w, mask, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+    # a tile of whole rows (fp32, zeros where masked off): (dx, xhat), the statistics recomputed
+    if IS_RMS:
+        xc = x
+    else:
+        xc = tl.where(mask, x - (tl.sum(x, 1) / N)[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+    xhat = xc * rstd[:, None]
+    if HAS_WEIGHT:
+        g = dy * w.to(tl.float32)[None, :]
+    else:
+        g = dy
+    c1 = tl.sum(g * xhat, 1) / N
+    if IS_RMS:
+        dx = rstd[:, None] * (g - xhat * c1[:, None])
+    else:
+        c2 = tl.sum(g, 1) / N
+        dx = rstd[:, None] * (g - c2[:, None] - xhat * c1[:, None])
+    return dx, xhat
+
+
+@triton.jit(do_not_specialize=["M", "eps"])
+def _norm_bwd(
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr = True, PREFETCH: tl.constexpr = False,
+):
+    # rows held in registers; dweight partials at p_ptr[pid, :], dbias partials p_off_b further on;
+    # EVICT: x and dy loaded evict_first (read once); PREFETCH: the program's next tile is loaded
+    # before the current one is worked on (two tiles in flight)
+    DX_TY = dx_ptr.dtype.element_ty
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    w = 0.0
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
+    acc_w = tl.zeros([BLOCK_N], tl.float32)
+    acc_b = tl.zeros([BLOCK_N], tl.float32)
+    if PREFETCH:  # a tile past the last one loads nothing (its rows are masked off)
+        xp, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
+        dyp, mask = _tile_ptrs(dy_ptr, pid, ROWS, cols, cmask, M, stride_dym)
+        x_next = _ld(xp, mask, 1 if EVICT else 0)
+        dy_next = _ld(dyp, mask, 1 if EVICT else 0)
+    for t in range(pid, tl.cdiv(M, ROWS), G):
+        if PREFETCH:
+            x = x_next.to(tl.float32)
+            dy = dy_next.to(tl.float32)
+            xp, mask = _tile_ptrs(x_ptr, t + G, ROWS, cols, cmask, M, stride_xm)
+            dyp, mask = _tile_ptrs(dy_ptr, t + G, ROWS, cols, cmask, M, stride_dym)
+            x_next = _ld(xp, mask, 1 if EVICT else 0)
+            dy_next = _ld(dyp, mask, 1 if EVICT else 0)
+        else:
+            xp, mask = _tile_ptrs(x_ptr, t, ROWS, cols, cmask, M, stride_xm)
+            dyp, mask = _tile_ptrs(dy_ptr, t, ROWS, cols, cmask, M, stride_dym)
+            x = _ld(xp, mask, 1 if EVICT else 0).to(tl.float32)
+            dy = _ld(dyp, mask, 1 if EVICT else 0).to(tl.float32)
+        dxp, mask = _tile_ptrs(dx_ptr, t, ROWS, cols, cmask, M, stride_dxm)
+        dx, xhat = _rows_bwd(x, dy, w, mask, N, eps, IS_RMS, HAS_WEIGHT)
+        tl.store(dxp, _to_out(dx, DX_TY), mask=mask)
+        if WANT_DW:
+            acc_w += tl.sum(dy * xhat, 0)
+        if WANT_DB:
+            acc_b += tl.sum(dy, 0)
+    poff = tl.cast(pid, tl.int64) * N
+    if WANT_DW:
+        tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
+    if WANT_DB:
+        tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
+
+
+@triton.jit
+def _column_sum(p_ptr, out0_ptr, out1_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr):
+    # out_k[n] = sum over g of p[k, g, n], in a fixed order (the second stage of dweight/dbias):
+    # k = program_id(1), 0 or 1 (the wanted ones of dweight and dbias, in that order)
+    k = tl.program_id(1)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    base = p_ptr + tl.cast(k, tl.int64) * G * N
+    acc = tl.zeros([BLOCK_G, BLOCK_N], tl.float32)
+    for g0 in range(0, G, BLOCK_G):
+        g = g0 + tl.arange(0, BLOCK_G)
+        acc += tl.load(base + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & cmask[None, :],
+                       other=0.0)
+    total = tl.sum(acc, 0)
+    if k == 0:
+        tl.store(out0_ptr + cols, _to_out(total, out0_ptr.dtype.element_ty), mask=cmask)
+    else:
+        tl.store(out1_ptr + cols, _to_out(total, out1_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _chunk_start(w_ptr, c, N, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr):
+    # chunk c of a long row: its columns and mask, its weight (fp32; 1 without one) and two zeroed
+    # accumulators (dweight, dbias)
+    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    else:
+        w = tl.full([BLOCK_N], 1.0, tl.float32)
+    return cols, cmask, w, tl.zeros([BLOCK_N], tl.float32), tl.zeros([BLOCK_N], tl.float32)
+
+
+@triton.jit
+def _chunk_dx(x, g, cmask, s1, s2, sgd, sg, shift, N, eps, IS_RMS: tl.constexpr):
+    # (dx, xhat) of a chunk from the row's four sums (sum d, sum d^2, sum g * d, sum g)
+    mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
+    if IS_RMS:
+        c1 = rstd * sgd / N  # sum g * xhat / N, xhat = x * rstd
+    else:
+        c1 = rstd * (sgd - (s1 / N) * sg) / N  # xhat = (d - sum d / N) * rstd
+    xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+    if IS_RMS:
+        dx = rstd * (g - xhat * c1)
+    else:
+        dx = rstd * (g - sg / N - xhat * c1)
+    return dx, xhat
+
+
+@triton.jit
+def _split_bwd(
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    PHASE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, EV: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    # The backward of long rows, over a grid (row groups GR, chunks): program (rg, c) takes chunk c
+    # of rows rg, rg + GR, ... The fp32 workspace holds 4 sums per row and chunk (PHASE 1):
+    # sum d, sum d^2, sum g * d, sum g, with d = x - x[row, 0] (x itself for rms_norm), g = dy * w.
+    # PHASE 2 writes dx and the group's dweight/dbias partials of the chunk (p_ptr[rg, chunk]).
+    # EV: the loads' L2 eviction hint (see _ld; the host's HINTS: phase 1 evict_last, so that
+    # phase 2 finds x and dy in L2, and phase 2 evict_first); PREFETCH: the program's next row is
+    # loaded before it works on the current one.
+    DX_TY = dx_ptr.dtype.element_ty
+    rg = tl.program_id(0)
+    c = tl.program_id(1)
+    GR = tl.num_programs(0)
+    S = tl.num_programs(1)
+    if PHASE == 2:  # the mirror of phase 1: what it read last (still in L2) is read first
+        rg = GR - 1 - rg
+        c = S - 1 - c
+    cols, cmask, w, acc_w, acc_b = _chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
+    j = tl.arange(0, CHUNKS_P2)
+    jmask = j < S
+    count = tl.cdiv(M - rg, GR)
+    if PREFETCH:  # the first row's chunk (a count of 0 loads nothing)
+        if PHASE == 2:
+            row0 = rg + (count - 1) * GR
+        else:
+            row0 = rg
+        r0 = tl.cast(tl.maximum(row0, 0), tl.int64)
+        nmask = cols < tl.where(count > 0, N, 0)
+        x_next = _ld(x_ptr + r0 * stride_xm + cols, nmask, EV)
+        dy_next = _ld(dy_ptr + r0 * stride_dym + cols, nmask, EV)
+    for i in range(0, count):
+        if PHASE == 2:
+            row = rg + (count - 1 - i) * GR
+        else:
+            row = rg + i * GR
+        r64 = tl.cast(row, tl.int64)
+        xoff = r64 * stride_xm
+        if PREFETCH:
+            x = x_next.to(tl.float32)
+            dy = dy_next.to(tl.float32)
+            if PHASE == 2:
+                nrow = row - GR
+            else:
+                nrow = row + GR
+            n64 = tl.cast(tl.maximum(nrow, 0), tl.int64)
+            nmask = cols < tl.where(i + 1 < count, N, 0)
+            x_next = _ld(x_ptr + n64 * stride_xm + cols, nmask, EV)
+            dy_next = _ld(dy_ptr + n64 * stride_dym + cols, nmask, EV)
+        else:
+            x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
+            dy = _ld(dy_ptr + r64 * stride_dym + cols, cmask, EV).to(tl.float32)
+        shift = _row_shift(x_ptr, xoff, IS_RMS)
+        if HAS_WEIGHT:
+            g = dy * w
+        else:
+            g = dy
+        wbase = ws_ptr + r64 * S * 4
+        if PHASE == 1:
+            if IS_RMS:
+                d = x
+            else:
+                d = tl.where(cmask, x - shift, 0.0)
+            tl.store(wbase + c * 4, tl.sum(d, 0))
+            tl.store(wbase + c * 4 + 1, tl.sum(d * d, 0))
+            tl.store(wbase + c * 4 + 2, tl.sum(g * d, 0))
+            tl.store(wbase + c * 4 + 3, tl.sum(g, 0))
+        else:
+            s1 = tl.sum(tl.load(wbase + j * 4, mask=jmask, other=0.0), 0)
+            s2 = tl.sum(tl.load(wbase + j * 4 + 1, mask=jmask, other=0.0), 0)
+            sgd = tl.sum(tl.load(wbase + j * 4 + 2, mask=jmask, other=0.0), 0)
+            sg = tl.sum(tl.load(wbase + j * 4 + 3, mask=jmask, other=0.0), 0)
+            dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, shift, N, eps, IS_RMS)
+            tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask)
+            if WANT_DW:
+                acc_w += dy * xhat
+            if WANT_DB:
+                acc_b += dy
+    if PHASE == 2:
+        poff = tl.cast(rg, tl.int64) * N
+        if WANT_DW:
+            tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
+        if WANT_DB:
+            tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
+
+
+@triton.jit(do_not_specialize=["M", "eps"])
+def _norm_bwd_sums(
+    x_ptr, ws_ptr, dy_ptr, w_ptr,
+    M, N, stride_xm, stride_dym, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr,
+    EV: tl.constexpr = 0, PREFETCH: tl.constexpr = False,
+):
+    # phase 1 of the long-row backward: the four sums of each row and chunk into ws
+    _split_bwd(x_ptr, x_ptr, dy_ptr, w_ptr, ws_ptr, ws_ptr, M, N, stride_xm, stride_dym, 0, 0, eps,
+               IS_RMS, HAS_WEIGHT, False, False, 1, BLOCK_N, CHUNKS_P2, EV, PREFETCH)
+
+
+@triton.jit(do_not_specialize=["M", "eps"])
+def _norm_bwd_split(
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, EV: tl.constexpr = 0, PREFETCH: tl.constexpr = False,
+):
+    # phase 2 of the long-row backward: dx and the dweight/dbias partials
+    _split_bwd(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+               IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, 2, BLOCK_N, CHUNKS_P2, EV, PREFETCH)
+
+
+@triton.jit
+def _publish4(slot_ptr, idx, a, b, c, d, tag):
+    # four fp32 partials as self-validating 64-bit words (tag << 32 | fp32 bits): no fence, no counter
+    hi = tag << 32
+    tl.atomic_xchg(slot_ptr + idx, hi | a.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+    tl.atomic_xchg(slot_ptr + idx + 1, hi | b.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+    tl.atomic_xchg(slot_ptr + idx + 2, hi | c.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+    tl.atomic_xchg(slot_ptr + idx + 3, hi | d.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+
+
+@triton.jit
+def _word_value(v, jm):
+    return tl.where(jm, (v & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
+
+
+@triton.jit
+def _gather4(slot_ptr, base, S, tag, CHUNKS_P2: tl.constexpr):
+    # wait until the S chunks of a row have published their four sums with this launch's tag;
+    # then their totals, summed in chunk order (the same order on every program: same result)
+    j = tl.arange(0, CHUNKS_P2)
+    jm = j < S
+    p = slot_ptr + base + j * 4
+    v0 = tl.zeros([CHUNKS_P2], tl.int64)
+    v1 = v0
+    v2 = v0
+    v3 = v0
+    bad = tl.sum(jm.to(tl.int32), 0)  # every chunk outstanding until read
+    while bad > 0:
+        v0 = tl.load(p, mask=jm, other=0, volatile=True)
+        v1 = tl.load(p + 1, mask=jm, other=0, volatile=True)
+        v2 = tl.load(p + 2, mask=jm, other=0, volatile=True)
+        v3 = tl.load(p + 3, mask=jm, other=0, volatile=True)
+        bad = tl.sum((jm & (((v0 >> 32) != tag) | ((v1 >> 32) != tag) | ((v2 >> 32) != tag)
+                            | ((v3 >> 32) != tag))).to(tl.int32), 0)
+    return (tl.sum(_word_value(v0, jm), 0), tl.sum(_word_value(v1, jm), 0), tl.sum(_word_value(v2, jm), 0),
+            tl.sum(_word_value(v3, jm), 0))
+
+
+@triton.jit(do_not_specialize=["M", "eps"])
+def _norm_bwd_coop(
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr,
+):
+    # The backward of long rows in one launch: persistent programs in groups of S = cdiv(N,
+    # BLOCK_N), each holding one chunk of a row (x and dy) in registers; it publishes the chunk's
+    # four sums (as _split_bwd's phase 1), waits for the other chunks of the row (_gather4), and
+    # writes its chunk of dx from registers: x and dy are read once. The next row's chunk is in
+    # flight while the sums meet. A program's group comes from a ticket taken in dispatch order,
+    # and the tag of its words from the launch's epoch (see dispatch_triton.jit's split path):
+    # only the group holding the highest ticket may wait on programs not yet resident, and the
+    # host sizes the grid so that every program is resident. dweight/dbias as _norm_bwd: a row of
+    # partials per group (p_ptr[group, :]), reduced by _column_sum. GPU only: the interpreter runs
+    # programs one after another, where the sums could never meet (the two-launch path serves it).
+    DX_TY = dx_ptr.dtype.element_ty
+    nprog = tl.num_programs(0)
+    S = tl.cdiv(N, BLOCK_N)
+    n_groups = nprog // S
+    word = tl.atomic_add(slot_ptr, 1, sem="relaxed")
+    tid = (word & 0xFFFFFFFF).to(tl.int32)
+    if tid == nprog - 1:  # the last ticket resets the count and moves the epoch on for the next launch
+        tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem="relaxed")
+    tag = ((word >> 32) % 0x7FFFFFFF) + 1
+    grp = tid // S
+    c = tid % S
+    cols, cmask, w, acc_w, acc_b = _chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
+    r0 = tl.cast(grp, tl.int64)
+    lim = tl.where(grp < M, N, 0)
+    x_next = tl.load(x_ptr + r0 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+    dy_next = tl.load(dy_ptr + r0 * stride_dym + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+    for row in range(grp, M, n_groups):
+        r64 = tl.cast(row, tl.int64)
+        xoff = r64 * stride_xm
+        x = x_next.to(tl.float32)
+        dy = dy_next.to(tl.float32)
+        shift = _row_shift(x_ptr, xoff, IS_RMS)
+        if HAS_WEIGHT:
+            g = dy * w
+        else:
+            g = dy
+        if IS_RMS:
+            d = x
+        else:
+            d = tl.where(cmask, x - shift, 0.0)
+        base = SLOT_OFF + r64 * S * 4
+        _publish4(slot_ptr, base + c * 4, tl.sum(d, 0), tl.sum(d * d, 0), tl.sum(g * d, 0), tl.sum(g, 0), tag)
+        # the next row's chunk goes out now, to land while this row's sums meet
+        n64 = tl.cast(row + n_groups, tl.int64)
+        lim = tl.where(row + n_groups < M, N, 0)
+        x_next = tl.load(x_ptr + n64 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+        dy_next = tl.load(dy_ptr + n64 * stride_dym + cols, mask=cols < lim, other=0.0,
+                          eviction_policy="evict_first")
+        s1, s2, sgd, sg = _gather4(slot_ptr, base, S, tag, CHUNKS_P2)
+        dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, shift, N, eps, IS_RMS)
+        tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
+        if WANT_DW:
+            acc_w += dy * xhat
+        if WANT_DB:
+            acc_b += dy
+    if grp < n_groups:
+        poff = tl.cast(grp, tl.int64) * N
+        if WANT_DW:
+            tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
+        if WANT_DB:
+            tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
