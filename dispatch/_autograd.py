@@ -59,12 +59,17 @@ class _BackendFunction(torch.autograd.Function):
         return (None, None, *grads)
 
 
-def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable | None,
-                   spec: CallSpec) -> Callable[..., torch.Tensor]:
-    """Wrap ``kernel`` so autograd flows through it, with ``backward`` or the op's reference backward."""
-    grad_fn = backward if backward is not None else reference_backward(spec)
+def backward_for(backend, spec: CallSpec) -> Callable[..., object]:
+    """The backward a call of ``spec`` gets on ``backend``: the backend's own backward kernel, else
+    the op's reference backward (a reference backend's kernels are torch's: the reference's)."""
+    own = None if backend.info.reference else backend.backward(spec.op, spec)
+    return own if own is not None else reference_backward(spec)
+
+
+def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable[..., object]) -> Callable[..., torch.Tensor]:
+    """Wrap ``kernel`` so autograd flows through it, with ``backward`` (see :func:`backward_for`)."""
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
-        return _BackendFunction.apply(kernel, grad_fn, *tensors)
+        return _BackendFunction.apply(kernel, backward, *tensors)
 
     return run

@@ -18,7 +18,7 @@ import attrs
 import torch
 
 from . import _opdecl, _plugins, _settings
-from ._autograd import differentiable, reference_backward
+from ._autograd import backward_for, differentiable
 from ._keys import spec_key
 from ._opfunc import OpFunction
 from ._select import Decision, Selector
@@ -117,7 +117,7 @@ class Dispatcher:
         backend = _plugins.registry().backends[decision.backend]
         kernel = backend.kernel(spec.op, spec, decision.config)
         if spec.requires_grad and not backend.info.reference:
-            kernel = differentiable(kernel, backend.backward(spec.op, spec), spec)
+            kernel = differentiable(kernel, backward_for(backend, spec))
         if key is not None:
             self.decisions.setdefault(spec.op, {})[key] = decision
         return kernel(*tensors)
@@ -175,10 +175,7 @@ class Dispatcher:
         key = (spec, forced, _settings.current_scope())
         fn = self._backwards.get(key)
         if fn is None:
-            backend = _plugins.registry().backends[self.decide(spec, forced).backend]
-            fn = None if backend.info.reference else backend.backward(spec.op, spec)
-            if fn is None:
-                fn = reference_backward(spec)
+            fn = backward_for(_plugins.registry().backends[self.decide(spec, forced).backend], spec)
             if len(self._backwards) >= MAX_KEYS_PER_OP:
                 self._backwards.clear()
             self._backwards[key] = fn
@@ -191,7 +188,7 @@ class Dispatcher:
         if backend.info.reference:
             return kernel  # torch's own ops: autograd and errors are torch's
         if spec.requires_grad:
-            kernel = differentiable(kernel, backend.backward(spec.op, spec), spec)
+            kernel = differentiable(kernel, backward_for(backend, spec))
         return self._guarded(kernel, decision, key)
 
     def _guarded(self, kernel, decision: Decision, key):

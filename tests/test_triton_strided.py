@@ -80,18 +80,24 @@ def _run(op, x, dim, config):
     return S.StridedLauncher(op, p, x.dtype, want.shape, x.device, config).run(x), want
 
 
-@pytest.mark.parametrize("split", [1, 3], ids=["one_program", "r_split_over_3"])
-@pytest.mark.parametrize("op", OPS)
-def test_special_columns_over_several_chunks_of_r(op, split):
-    # R = 40 in chunks of 8: -inf runs of 20 and 39 rows, an all -inf column, NaN and +inf late
-    x = torch.randn(40, 6)
+def _special_columns(cols: int) -> torch.Tensor:
+    """40 rows (R) of ``cols`` columns: -inf runs of 20 and 39 rows, an all -inf column, NaN and +inf
+    late, a column offset by -1000 (columns 0-5); the others random."""
+    x = torch.randn(40, cols)
     x[:20, 0] = -INF
     x[:39, 1] = -INF
     x[:, 2] = -INF
     x[33, 3] = NAN
     x[35, 4] = INF
     x[:, 5] -= 1000.0
-    x = x.to(DEV)
+    return x
+
+
+@pytest.mark.parametrize("split", [1, 3], ids=["one_program", "r_split_over_3"])
+@pytest.mark.parametrize("op", OPS)
+def test_special_columns_over_several_chunks_of_r(op, split):
+    # R = 40 in chunks of 8: -inf runs of 20 and 39 rows, an all -inf column, NaN and +inf late
+    x = _special_columns(6).to(DEV)
     got, want = _run(op, x, 0, S._cfg(16, 8, 2, split))
     torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
 
@@ -247,13 +253,7 @@ def test_each_variant_on_special_columns(op, vname, extra, split):
     # NaN and +inf late, NaN next to +inf, a column offset by -1000, a column of +inf twice
     if split > 1 and extra.get("ONE_PASS"):
         pytest.skip("ONE_PASS reads R in one program")
-    x = torch.randn(40, 16)
-    x[:20, 0] = -INF
-    x[:39, 1] = -INF
-    x[:, 2] = -INF
-    x[33, 3] = NAN
-    x[35, 4] = INF
-    x[:, 5] -= 1000.0
+    x = _special_columns(16)
     x[3, 6], x[30, 6] = INF, NAN
     x[2, 7], x[37, 7] = INF, INF
     x[39, 8] = -INF
