@@ -19,7 +19,7 @@ reported and the row kept out of the ranking. All candidates' kernels are compil
 thread pool (``StridedLauncher.compile``). Writes ``sweep.json`` and ``sweep.md`` under ``--out``::
 
     python3 benchmarks/sweep_strided_configs.py --out DIR [--quick] [--cases a,b] [--ops softmax,logsumexp]
-        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu]
+        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu] [--grid split]
 
 ``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two or three configs per
 case. On one H200, ``--quick`` (about 40 configs per case and op, 600 kernels) takes 1.5-3.5 minutes,
@@ -174,6 +174,39 @@ def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict
     return list(out.values())
 
 
+def split_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
+    """``ACC_2D`` + ``PREFETCH`` tiles of 4-32 elements a thread with R shared by enough programs to
+    fill the device several times over (4 to 32 programs per SM): the default, then these (``--grid
+    split``). The default grid holds few of them: :func:`~dispatch_triton.strided.split_for` aims
+    at 4 programs per SM, which leaves an SM with a few warps, each with one or two loads in flight."""
+    sms = _device_sms(device)
+    out: dict[tuple, dict] = {}
+    default = S.default_config(p, device)
+    out[_key(default)] = default
+    top = max(16, S._np2(p.inner))
+    for bi, br in ((16, 64), (32, 64), (64, 32), (64, 64), (128, 16), (128, 32), (256, 8), (256, 16),
+                   (512, 4), (512, 8), (1024, 4)):
+        if bi > top:
+            continue
+        for w in (4, 8):
+            per_thread = bi * br // (32 * w)
+            if not 4 <= per_thread <= 32:
+                continue
+            blocks = p.outer * _cdiv(p.inner, bi)
+            for per_sm in (4, 8, 16, 32):
+                split = 1
+                most = min(256, 8192 // bi)  # the finish merges a [SPLIT_R, BLOCK_I] tile of partials
+                while split * 2 * blocks <= per_sm * sms and split * 2 <= most and p.R // (split * 2) >= 2 * br:
+                    split *= 2
+                cfg = dict(S._cfg(bi, br, w, split), ACC_2D=1, PREFETCH=1, EVEN=1)
+                out.setdefault(_key(cfg), cfg)
+    return list(out.values())
+
+
+def _device_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
 def smoke_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     default = S.default_config(p, device)
     out = [default, dict(default, EVEN=1, PREFETCH=1, ACC_2D=1)]
@@ -193,6 +226,9 @@ def main(argv=None) -> None:
     parser.add_argument("--ops", default="softmax,logsumexp", help="of softmax, log_softmax, logsumexp")
     parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (about 40 configs per case and op)")
+    parser.add_argument("--grid", default="variants", choices=("variants", "split"),
+                        help="variants: the kernel variants and tile sizes (default); split: ACC_2D tiles with R "
+                             "shared by 4-32 programs per SM")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a smoke test under the Triton interpreter (tiny shapes, two or three configs)")
@@ -235,7 +271,12 @@ def main(argv=None) -> None:
                     print(f"{name} {op}: no strided plan ({p})")
                     continue
                 want = getattr(torch, op)(x, d)
-                cfgs = smoke_candidates(p, device) if smoke else candidates(p, device, args.quick)
+                if smoke:
+                    cfgs = smoke_candidates(p, device)
+                elif args.grid == "split":
+                    cfgs = split_candidates(p, device)
+                else:
+                    cfgs = candidates(p, device, args.quick)
                 built = []
                 for cfg in cfgs:
                     try:

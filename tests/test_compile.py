@@ -273,9 +273,10 @@ def test_a_compiled_backward_runs_the_backward_the_eager_call_gets():
 
 
 def test_a_compiled_training_step_keeps_the_triton_norm_backward():
-    # forced to Triton (its interpreter on the CPU): the compiled backward runs Triton's own norm
-    # backward kernel, weight gradient included, and matches torch's
+    # forced to Triton (on the GPU, or its interpreter on the CPU): the compiled backward runs
+    # Triton's own norm backward kernel, weight gradient included, and matches torch's
     pytest.importorskip("triton")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
     from dispatch_triton import norm_backward as triton_norms
 
     built = []
@@ -289,7 +290,8 @@ def test_a_compiled_training_step_keeps_the_triton_norm_backward():
     try:
         f = torch.compile(lambda t, w: dispatch.rms_norm(t, (32,), w, backend="triton").square().sum(),
                           fullgraph=True, backend="aot_eager")
-        x, w = torch.randn(5, 32, requires_grad=True), torch.randn(32, requires_grad=True)
+        x = torch.randn(5, 32, device=dev, requires_grad=True)
+        w = torch.randn(32, device=dev, requires_grad=True)
         f(x, w).backward()
     finally:
         triton_norms.make_backward = make

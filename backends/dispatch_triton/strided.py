@@ -26,7 +26,7 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # :mod:`~dispatch_triton.strided_jit`. Not in the tuned space yet: benchmarks/sweep_strided_configs.py
 # compares them on a GPU first.
 VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA")
-_MAX_SPLIT_R = 64  # programs sharing one column block's R that split_for picks (the width of the partials merge)
+_MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
 
@@ -102,12 +102,13 @@ def _cfg(block_i: int, block_r: int, warps: int, split_r: int = 1) -> dict:
 
 def split_for(p: StridedPlan, block_i: int, block_r: int, device: torch.device | None = None) -> int:
     """Programs to share R so that the launch has about four programs per SM (a power of two, at
-    most 64, each with four chunks of R at least); 1 when the column blocks fill the device."""
+    most 128 and at most ``8192 // block_i``, the partials a finish program merges; each with four
+    chunks of R at least); 1 when the column blocks fill the device."""
     programs = max(1, p.outer * _cdiv(p.inner, block_i))
     want = _cdiv(4 * _device_sms(device), programs)
-    most = max(1, p.R // (4 * block_r))
+    most = min(max(1, p.R // (4 * block_r)), _MAX_SPLIT_R, max(1, 8192 // block_i))
     split = 1
-    while split * 2 <= min(want, most, _MAX_SPLIT_R):
+    while split * 2 <= min(want, most):
         split *= 2
     return split
 
@@ -124,7 +125,7 @@ def config_space(p: StridedPlan, device: torch.device | None = None) -> list[dic
         if bi > top:
             continue
         for br in (8, 16, 32, 64):
-            if not 512 <= bi * br <= _TILE_MAX or (br == 64 and bi > 16):
+            if not 512 <= bi * br <= _TILE_MAX:
                 continue
             for w in (4, 8):
                 plain = _cfg(bi, br, w, split_for(p, bi, br, device))
@@ -140,30 +141,34 @@ _ONE_PASS_TILE = 16384  # elements of a tile holding all of R (64 a thread at 8 
 
 
 def default_config(p: StridedPlan, device: torch.device | None = None) -> dict:
-    """The pick with tuning off, from an H200 sweep of the variants
-    (``benchmarks/sweep_strided_configs.py``, bf16 softmax and logsumexp over dim 0 of 4096 x 4096
-    and of 65536 x 128, dim 1 of 32 x 1024 x 64 x 64 and a transposed 4096 x 4096, where these
-    picks ran 1.7-9.9x faster than the plain tiles picked before):
+    """The pick with tuning off, from H200 sweeps (``benchmarks/sweep_strided_configs.py``; bf16
+    softmax and logsumexp over dim 0 of 4096 x 4096 and of 65536 x 128, dim 1 of 32 x 1024 x 64 x 64
+    and a transposed 4096 x 4096):
 
-    * R of 1024 or less, with column blocks of 16 for two programs per SM: all of R in one tile
-      (``ONE_PASS``, read once), 16 columns or as many more as a 16K-element tile holds, 8 warps;
-    * an output whose R dim is unit-stride (softmax of a transposed view) and R of 4096 or less:
-      ``ONE_PASS`` tiles of 4 columns or more (its stores run along R);
-    * otherwise 16 columns by 64 rows, 4 warps, R shared by :func:`split_for` programs, a running
-      max and sum per tile element and the next chunk's load in flight (``ACC_2D``, ``PREFETCH``).
+    * softmax and log_softmax with R of 1024 or less (logsumexp: 64 or less) and column blocks of
+      16 for two programs per SM: all of R in one tile (``ONE_PASS``, read once), 16 columns or as many more as a
+      16K-element tile holds, 8 warps;
+    * otherwise 64 columns (fewer where the inner dim is narrower, 16 at least) by 64 rows at 4
+      warps, 32 elements a thread: a running max and sum per tile element (``ACC_2D``), the next
+      chunk's load in flight (``PREFETCH``), R shared by :func:`split_for` programs. Against the
+      16-column tiles picked before, this ran dim 0 of 4096 x 4096 in 41 us instead of 61
+      (softmax) and 25.5 instead of 36 (logsumexp), 65536 x 128 in 28 instead of 34, the
+      transposed view's softmax in 42 instead of 47 (all of R in one tile, picked before for an
+      output that runs along R), and logsumexp over dim 1 of 32 x 1024 x 64 x 64 in 109 instead
+      of 177 (``ONE_PASS``: logsumexp writes nothing along R, so reading once gains nothing there).
 
     ``EVEN`` (no masks) is set throughout; it takes effect only where every chunk is full."""
     sms = _device_sms(device)
     r2, i2 = _np2(p.R), _np2(p.inner)
-    if r2 * 16 <= _ONE_PASS_TILE and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
+    writes_r = p.out_strides[1] != 0  # softmax, log_softmax (logsumexp's output has no R dim)
+    if (writes_r or r2 <= 64) and r2 * 16 <= _ONE_PASS_TILE and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
         bi = 16
         while (bi * 2 * r2 <= _ONE_PASS_TILE and bi * 2 <= i2
                and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms):
             bi *= 2
         return dict(_cfg(bi, r2, 8 if bi * r2 >= 8192 else 4), ONE_PASS=1, EVEN=1)
-    if p.R > 1 and p.out_strides[1] == 1 and r2 * 4 <= _ONE_PASS_TILE:
-        return dict(_cfg(_ONE_PASS_TILE // r2 if r2 >= 512 else 16, r2, 8), ONE_PASS=1, EVEN=1)
-    return dict(_cfg(16, 64, 4, split_for(p, 16, 64, device)), ACC_2D=1, PREFETCH=1, EVEN=1)
+    bi = max(16, min(64, i2))
+    return dict(_cfg(bi, 64, 4, split_for(p, bi, 64, device)), ACC_2D=1, PREFETCH=1, EVEN=1)
 
 
 def validate(config: dict) -> tuple[int, int, int, int]:
