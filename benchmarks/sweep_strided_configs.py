@@ -175,25 +175,24 @@ def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict
 
 
 def split_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
-    """``ACC_2D`` + ``PREFETCH`` tiles of 4-32 elements a thread with R shared by enough programs to
-    fill the device several times over (4 to 32 programs per SM): the default, then these (``--grid
-    split``). The default grid holds few of them: :func:`~dispatch_triton.strided.split_for` aims
-    at 4 programs per SM, which leaves an SM with a few warps, each with one or two loads in flight."""
+    """``ACC_2D`` + ``PREFETCH`` tiles of 16-64 elements a thread with R shared by enough programs to
+    fill the device (2 to 8 programs per SM): the default, then these (``--grid split``). More
+    elements a thread put more loads in flight per thread; the variants grid holds few such tiles."""
     sms = _device_sms(device)
     out: dict[tuple, dict] = {}
     default = S.default_config(p, device)
     out[_key(default)] = default
     top = max(16, S._np2(p.inner))
-    for bi, br in ((16, 64), (32, 64), (64, 32), (64, 64), (128, 16), (128, 32), (256, 8), (256, 16),
-                   (512, 4), (512, 8), (1024, 4)):
+    for bi, br in ((16, 64), (16, 256), (32, 64), (32, 128), (64, 32), (64, 64), (64, 128), (128, 16),
+                   (128, 32), (128, 64), (256, 8), (256, 16), (512, 8)):
         if bi > top:
             continue
-        for w in (4, 8):
+        for w in (2, 4, 8):
             per_thread = bi * br // (32 * w)
-            if not 4 <= per_thread <= 32:
+            if not 16 <= per_thread <= 64:
                 continue
             blocks = p.outer * _cdiv(p.inner, bi)
-            for per_sm in (4, 8, 16, 32):
+            for per_sm in (2, 4, 8):
                 split = 1
                 most = min(256, 8192 // bi)  # the finish merges a [SPLIT_R, BLOCK_I] tile of partials
                 while split * 2 * blocks <= per_sm * sms and split * 2 <= most and p.R // (split * 2) >= 2 * br:
@@ -228,7 +227,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="a smaller grid (about 40 configs per case and op)")
     parser.add_argument("--grid", default="variants", choices=("variants", "split"),
                         help="variants: the kernel variants and tile sizes (default); split: ACC_2D tiles with R "
-                             "shared by 4-32 programs per SM")
+                             "shared by 2-8 programs per SM")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a smoke test under the Triton interpreter (tiny shapes, two or three configs)")
