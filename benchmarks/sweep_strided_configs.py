@@ -47,7 +47,9 @@ from dispatch_triton import strided as S  # noqa: E402
 
 try:  # the same cases as bench_layouts.py
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_layouts import CASES as _LAYOUT_CASES
+    from bench_layouts import CASES as _LAYOUTS
+
+    _LAYOUT_CASES = {name: (c.shape, c.view, c.dim) for name, c in _LAYOUTS.items()}
 except Exception:  # noqa: BLE001 - run from elsewhere: the same definitions
     _LAYOUT_CASES = {}
 
