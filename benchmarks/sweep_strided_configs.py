@@ -19,7 +19,7 @@ reported and the row kept out of the ranking. All candidates' kernels are compil
 thread pool (``StridedLauncher.compile``). Writes ``sweep.json`` and ``sweep.md`` under ``--out``::
 
     python3 benchmarks/sweep_strided_configs.py --out DIR [--quick] [--cases a,b] [--ops softmax,logsumexp]
-        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu] [--grid split]
+        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu] [--grid split|flags]
 
 ``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two or three configs per
 case. On one H200, ``--quick`` (about 40 configs per case and op, 600 kernels) takes 1.5-3.5 minutes,
@@ -67,7 +67,7 @@ SMOKE_CASES = {
     "transposed_4096x4096": ((48, 64), lambda t: t.t(), -1),
     "dim0_65536x128": ((256, 16), lambda t: t, 0),
 }
-FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "TMA")
+FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "TMA", "FAST_EXP", "REVERSE")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -204,6 +204,16 @@ def split_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     return list(out.values())
 
 
+def flag_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
+    """The default config alone and with ``FAST_EXP``, ``REVERSE`` (where R is split) and both
+    (``--grid flags``)."""
+    default = S.default_config(p, device)
+    out = [default, dict(default, FAST_EXP=1)]
+    if default.get("SPLIT_R", 1) > 1:
+        out += [dict(default, REVERSE=1), dict(default, FAST_EXP=1, REVERSE=1)]
+    return out
+
+
 def _device_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
@@ -227,9 +237,9 @@ def main(argv=None) -> None:
     parser.add_argument("--ops", default="softmax,logsumexp", help="of softmax, log_softmax, logsumexp")
     parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (about 40 configs per case and op)")
-    parser.add_argument("--grid", default="variants", choices=("variants", "split"),
+    parser.add_argument("--grid", default="variants", choices=("variants", "split", "flags"),
                         help="variants: the kernel variants and tile sizes (default); split: ACC_2D tiles with R "
-                             "shared by 2-8 programs per SM")
+                             "shared by 2-8 programs per SM; flags: the default with FAST_EXP and REVERSE")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a smoke test under the Triton interpreter (tiny shapes, two or three configs)")
@@ -276,6 +286,8 @@ def main(argv=None) -> None:
                     cfgs = smoke_candidates(p, device)
                 elif args.grid == "split":
                     cfgs = split_candidates(p, device)
+                elif args.grid == "flags":
+                    cfgs = flag_candidates(p, device)
                 else:
                     cfgs = candidates(p, device, args.quick)
                 built = []

@@ -1,5 +1,5 @@
 """The strided-reduction kernels build for a real GPU target even where there is none: every variant
-(plain, EVEN, ONE_PASS, ACC_2D, PREFETCH, TMA) of the three kernels compiles for sm_90 (the
+(plain, EVEN, ONE_PASS, ACC_2D, PREFETCH, TMA, FAST_EXP, REVERSE) of the three kernels compiles for sm_90 (the
 interpreter accepts programs the compiler rejects). Runs in a subprocess without TRITON_INTERPRET."""
 
 from __future__ import annotations
@@ -23,17 +23,19 @@ _CODE = textwrap.dedent("""
                        options={"num_warps": warps})
 
     io = {"x_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32"}
-    flags = [dict(EVEN=0, ACC_2D=0, PREFETCH=0, TMA=0), dict(EVEN=1, ACC_2D=1, PREFETCH=1, TMA=0),
-             dict(EVEN=0, ACC_2D=1, PREFETCH=0, TMA=0), dict(EVEN=1, ACC_2D=0, PREFETCH=0, TMA=1)]
+    flags = [dict(EVEN=0, ACC_2D=0, PREFETCH=0, TMA=0, FAST_EXP=0), dict(EVEN=1, ACC_2D=1, PREFETCH=1, TMA=0, FAST_EXP=0),
+             dict(EVEN=0, ACC_2D=1, PREFETCH=0, TMA=0, FAST_EXP=1), dict(EVEN=1, ACC_2D=0, PREFETCH=0, TMA=1, FAST_EXP=0),
+             dict(EVEN=1, ACC_2D=1, PREFETCH=1, TMA=0, FAST_EXP=1)]
     for op, f in itertools.product((0, 1, 2), flags):
         build(_strided_kernel, io, dict(OP=op, BLOCK_R=64, BLOCK_I=16, ONE_PASS=0, STAGES=3, **f))
-        build(_strided_finish, io, dict(OP=op, BLOCK_R=64, BLOCK_I=16, BLOCK_S=8, STAGES=3,
-                                        **{k: v for k, v in f.items() if k != "ACC_2D"}))
+        for reverse in (0, 1):
+            build(_strided_finish, io, dict(OP=op, BLOCK_R=64, BLOCK_I=16, BLOCK_S=8, STAGES=3, REVERSE=reverse,
+                                            **{k: v for k, v in f.items() if k != "ACC_2D"}))
     for f in flags:
         build(_strided_partials, io, dict(BLOCK_R=64, BLOCK_I=16, STAGES=3, **f))
     for op in (0, 1, 2):  # all of R in one tile
         build(_strided_kernel, io, dict(OP=op, BLOCK_R=1024, BLOCK_I=16, ONE_PASS=1, EVEN=1, ACC_2D=0, PREFETCH=0,
-                                        TMA=0, STAGES=1), warps=8)
+                                        TMA=0, STAGES=1, FAST_EXP=1), warps=8)
     print("compiled")
 """)
 

@@ -212,7 +212,17 @@ VARIANT_CONFIGS = [
     ("tma_even", dict(TMA=1, EVEN=1)),
     ("one_pass", dict(ONE_PASS=1)),
     ("one_pass_even", dict(ONE_PASS=1, EVEN=1)),
+    ("reverse", dict(REVERSE=1)),
+    ("even_acc_2d_reverse", dict(EVEN=1, ACC_2D=1, PREFETCH=1, REVERSE=1)),
+    ("fast_exp", dict(FAST_EXP=1)),  # inline PTX: on a GPU only
+    ("fast_exp_even_acc_2d", dict(FAST_EXP=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
+    ("fast_exp_one_pass", dict(FAST_EXP=1, ONE_PASS=1)),
 ]
+
+
+def _runs_here(extra: dict) -> None:
+    if extra.get("FAST_EXP") and DEV != "cuda":
+        pytest.skip("FAST_EXP is inline PTX: a GPU only")
 # (name, base shape, view, dim): R a multiple of 8 and inner of 16 (EVEN engages) but the last;
 # strides of 16 bytes (TMA's alignment)
 VARIANT_LAYOUTS = [
@@ -234,6 +244,7 @@ def _variant(extra: dict, R: int, split: int = 1) -> dict:
 @pytest.mark.parametrize("name,shape,view,dim", VARIANT_LAYOUTS, ids=[c[0] for c in VARIANT_LAYOUTS])
 @pytest.mark.parametrize("vname,extra", VARIANT_CONFIGS, ids=[c[0] for c in VARIANT_CONFIGS])
 def test_each_variant_matches_torch_on_each_layout(vname, extra, name, shape, view, dim, dtype):
+    _runs_here(extra)
     g = torch.Generator().manual_seed(1)
     x = view(torch.randn(*shape, generator=g).to(DEV, dtype))
     d = dim % x.dim()
@@ -253,6 +264,7 @@ def test_each_variant_on_special_columns(op, vname, extra, split):
     # NaN and +inf late, NaN next to +inf, a column offset by -1000, a column of +inf twice
     if split > 1 and extra.get("ONE_PASS"):
         pytest.skip("ONE_PASS reads R in one program")
+    _runs_here(extra)
     x = _special_columns(16)
     x[3, 6], x[30, 6] = INF, NAN
     x[2, 7], x[37, 7] = INF, INF
@@ -287,6 +299,14 @@ def test_even_engages_only_where_every_chunk_is_full():
     assert flags((36, 48), dict(S._cfg(16, 8, 2), EVEN=1)) == [False]  # R % BLOCK_R
     assert flags((32, 40), dict(S._cfg(16, 8, 2), EVEN=1)) == [False]  # INNER % BLOCK_I
     assert flags((32, 48), S._cfg(16, 8, 2)) == [False]  # off unless asked for
+
+
+def test_fast_exp_is_refused_by_name_under_the_interpreter():
+    if DEV == "cuda":
+        pytest.skip("the interpreter's refusal: on a GPU FAST_EXP runs")
+    p = S.plan("softmax", (32, 16), (16, 1), (0,))
+    with pytest.raises(ValueError, match="'FAST_EXP' is inline PTX"):
+        S.StridedLauncher("softmax", p, torch.float32, (32, 16), DEV, dict(S._cfg(16, 8, 2), FAST_EXP=1))
 
 
 def test_tma_refuses_what_its_descriptor_cannot_read():

@@ -25,7 +25,7 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
 # :mod:`~dispatch_triton.strided_jit`. Not in the tuned space yet: benchmarks/sweep_strided_configs.py
 # compares them on a GPU first.
-VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA")
+VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE")
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
@@ -186,7 +186,7 @@ def validate(config: dict) -> tuple[int, int, int, int]:
         raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R_CONFIG} (got {split})")
     if "num_stages" in config and not 1 <= int(config["num_stages"]) <= 8:
         raise ValueError(f"'num_stages' must be 1 to 8 (got {config['num_stages']})")
-    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA"):
+    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE"):
         if int(config.get(flag, 0)) not in (0, 1):
             raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
     if int(config.get("ONE_PASS", 0)) and split != 1:
@@ -271,6 +271,10 @@ class StridedLauncher:
         one_pass, acc_2d = bool(int(config.get("ONE_PASS", 0))), bool(int(config.get("ACC_2D", 0)))
         prefetch = bool(int(config.get("PREFETCH", 0)))
         tma = bool(int(config.get("TMA", 0)))
+        fast_exp, reverse = bool(int(config.get("FAST_EXP", 0))), bool(int(config.get("REVERSE", 0)))
+        if fast_exp and _interpreting():
+            raise ValueError("'FAST_EXP' is inline PTX, which the Triton interpreter does not run: leave it out "
+                             "on the CPU")
         stages = int(config.get("num_stages", 3))  # of the TMA loop (tl.range), and the launch option
         if tma and (one_pass or p.x_strides[2] != 1 or bi > 256 or br > 256):
             raise ValueError("'TMA' reads (R, inner) tiles of at most 256 x 256 from an input whose inner dim is "
@@ -312,7 +316,7 @@ class StridedLauncher:
             if n_splits == 1:
                 k = DirectLaunch(_strided_kernel, self.grid, 2,
                                  dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
-                                      PREFETCH=prefetch, TMA=tma, STAGES=stages),
+                                      PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp),
                                  options, enabled=direct)
                 self.direct = (k,)
 
@@ -324,12 +328,14 @@ class StridedLauncher:
                 split_args = dict(common, rows_per_split=rows_per_split, n_splits=n_splits)
                 self.grid = (p.outer * n_ib, n_splits)
                 k1 = DirectLaunch(_strided_partials, self.grid, 2,
-                                  dict(split_args, EVEN=even, ACC_2D=acc_2d, PREFETCH=prefetch, TMA=tma, STAGES=stages),
+                                  dict(split_args, EVEN=even, ACC_2D=acc_2d, PREFETCH=prefetch, TMA=tma, STAGES=stages,
+                                       FAST_EXP=fast_exp),
                                   options,
                                   enabled=direct)
                 k2 = DirectLaunch(_strided_finish, (p.outer * n_ib, 1 if op == "logsumexp" else n_splits), 3,
                                   dict(split_args, **out_strides, BLOCK_S=_np2(n_splits), EVEN=even,
-                                                   PREFETCH=prefetch, TMA=tma, STAGES=stages), options,
+                                       PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp,
+                                       REVERSE=reverse), options,
                                   enabled=direct)
                 self.direct = (k1, k2)
                 ws_numel = 2 * p.outer * n_splits * p.inner

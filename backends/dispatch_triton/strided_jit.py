@@ -27,6 +27,9 @@ Variants, chosen by constexprs (the launcher's config; all off by default):
   through a tensor descriptor over ``(R, INNER)`` (Hopper's TMA, zero-filled out of bounds) in a
   ``tl.range`` of ``STAGES`` stages, which Triton does pipeline (shared-memory buffers, several
   chunks in flight); ``ACC_2D`` and ``PREFETCH`` do not apply to it.
+* ``FAST_EXP`` (a GPU only: inline PTX): every exp of a tile element is one ``ex2.approx.ftz`` (a
+  result below 2**-126 is 0), without ``tl.exp``'s scaling of inputs whose result is subnormal.
+* ``REVERSE`` (split R only): the finish takes its programs in the reverse of the partials' order.
 
 Special values follow torch: a column of only -inf gives -inf (logsumexp) or NaN (softmax,
 log_softmax: 0/0); a NaN anywhere in a column gives NaN; +inf gives +inf for logsumexp and
@@ -54,6 +57,18 @@ def _store(ptrs, y, mask, EVEN: tl.constexpr):
         tl.store(ptrs, y)
     else:
         tl.store(ptrs, y, mask=mask)
+
+
+@triton.jit
+def _exp(x, FAST_EXP: tl.constexpr):
+    """``exp(x)`` in fp32; with ``FAST_EXP`` one ``ex2.approx.ftz`` of ``x * log2(e)`` (results below
+    2**-126 flushed to 0), where ``tl.exp`` also scales inputs whose result would be subnormal."""
+    if FAST_EXP:
+        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * 1.4426950408889634],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        y = tl.exp(x)
+    return y
 
 
 @triton.jit
@@ -87,11 +102,12 @@ def _next_start(r0, stop, BLOCK_R: tl.constexpr, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _write_chunk(o_base, sor, v, r, stop, cmask, safe, inv, log_s, OP: tl.constexpr, EVEN: tl.constexpr):
+def _write_chunk(o_base, sor, v, r, stop, cmask, safe, inv, log_s, OP: tl.constexpr, EVEN: tl.constexpr,
+                 FAST_EXP: tl.constexpr):
     """Store softmax (``OP`` 0) or log_softmax (1) of the chunk ``v`` at rows ``r`` from the columns' stats."""
     mask = (r < stop)[:, None] & cmask[None, :]
     if OP == 0:
-        y = tl.exp(v - safe[None, :]) * inv[None, :]
+        y = _exp(v - safe[None, :], FAST_EXP) * inv[None, :]
     else:
         y = (v - safe[None, :]) - log_s[None, :]
     _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
@@ -100,13 +116,13 @@ def _write_chunk(o_base, sor, v, r, stop, cmask, safe, inv, log_s, OP: tl.conste
 @triton.jit
 def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, OP: tl.constexpr,
                 BLOCK_R: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr,
-                desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr):
+                desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
     """softmax (``OP`` 0) or log_softmax (1) of rows ``[start, stop)`` from the columns' stats."""
     rr = tl.arange(0, BLOCK_R)
     if TMA:
         for r0 in tl.range(start, stop, BLOCK_R, num_stages=STAGES):
             v = desc.load([r0, c0]).to(tl.float32)
-            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN)
+            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP)
     else:
         if PREFETCH:
             v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN)
@@ -116,7 +132,7 @@ def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, 
                 v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN)
             else:
                 v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN)
-            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN)
+            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP)
 
 
 @triton.jit
@@ -132,7 +148,7 @@ def _online_update(m, s, nan, v):
 @triton.jit
 def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                   EVEN: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
-                  desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr):
+                  desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
     """(max, sum of exp(x - max), NaN seen) per column over rows ``[start, stop)``, in fp32."""
     rr = tl.arange(0, BLOCK_R)
     if not TMA:
@@ -159,7 +175,7 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
             else:
                 v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN)
             lo = tl.minimum(m2, v)
-            e = tl.exp(lo - tl.maximum(m2, v))  # one of exp(v - m), exp(m - v) is 1: the other only
+            e = _exp(lo - tl.maximum(m2, v), FAST_EXP)  # one of exp(v - m), exp(m - v) is 1: the other only
             e = tl.where(lo == float("-inf"), 0.0, e)
             s2 = tl.where(v > m2, s2 * e + 1.0, s2 + e)
             m2 = tl.maximum(m2, v, propagate_nan=tl.PropagateNan.ALL)
@@ -194,7 +210,7 @@ def _lse_store(ptrs, m, s, nan, cmask, EVEN: tl.constexpr):
 def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor, soi,
                     OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
-                    TMA: tl.constexpr, STAGES: tl.constexpr):
+                    TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
     pid = tl.program_id(0)
     o = (pid // n_iblocks).to(tl.int64)
     c0 = (pid % n_iblocks) * BLOCK_I
@@ -209,7 +225,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
         v = _load(x_base + rr.to(tl.int64)[:, None] * sxr, mask, float("-inf"), EVEN)
         m = tl.max(v, 0)
         safe = tl.where(m == float("-inf"), 0.0, m)
-        e = tl.exp(v - safe[None, :])
+        e = _exp(v - safe[None, :], FAST_EXP)
         s = tl.sum(e, 0)
         if OP == 2:
             nan = tl.max((v != v).to(tl.int32), 0)
@@ -222,7 +238,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
             _store(o_base + rr.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
     else:
         m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0, TMA,
-                                  STAGES)
+                                  STAGES, FAST_EXP)
         safe = tl.where(m == float("-inf"), 0.0, m)
         if OP == 2:  # logsumexp: one value per column
             _lse_store(out_ptr + o * soo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
@@ -231,7 +247,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
                 s = tl.where((nan > 0) | (m == float("inf")), float("nan"), s)  # as the chunked merge gives
             # log_softmax = (x - max) - log(sum): exact difference first, as torch
             _write_pass(x_base, o_base, sxr, sor, 0, R, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN, PREFETCH,
-                        desc, c0, TMA, STAGES)
+                        desc, c0, TMA, STAGES, FAST_EXP)
 
 
 # -- R split over several programs: partial (max, sum) per chunk of R, then a merge that writes ------
@@ -239,7 +255,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
 @triton.jit
 def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
                       BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, EVEN: tl.constexpr, ACC_2D: tl.constexpr,
-                      PREFETCH: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr):
+                      PREFETCH: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
     """Program (column block, split): the (max, sum of exp) of its chunk of R, for its columns, into
     ``ws`` as ``[2, outer, n_splits, INNER]`` fp32 (a column holding NaN stores NaN as its max)."""
     pid = tl.program_id(0)
@@ -253,7 +269,7 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_spli
     start = sp * rows_per_split
     stop = tl.minimum(start + rows_per_split, R)
     m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0,
-                              TMA, STAGES)
+                              TMA, STAGES, FAST_EXP)
     m = tl.where(nan > 0, float("nan"), m)
     slot = (o * n_splits + sp) * INNER + cols
     plane = tl.num_programs(0) // n_iblocks * n_splits * INNER
@@ -265,11 +281,17 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_spli
 def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
                     soo, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     BLOCK_S: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
-                    STAGES: tl.constexpr):
+                    STAGES: tl.constexpr, FAST_EXP: tl.constexpr, REVERSE: tl.constexpr):
     """Program (column block, split): merge the partials of its columns, then write its chunk of R
-    (softmax, log_softmax) or, with one split, the columns' logsumexp."""
-    pid = tl.program_id(0)
-    sp = tl.program_id(1)
+    (softmax, log_softmax) or, with one split, the columns' logsumexp. With ``REVERSE`` the
+    programs take their (column block, split) in the reverse of the launch order: the first to run
+    read the slabs that the partials' last programs read, the likeliest still in L2."""
+    if REVERSE:
+        pid = tl.num_programs(0) - 1 - tl.program_id(0)
+        sp = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        pid = tl.program_id(0)
+        sp = tl.program_id(1)
     o = (pid // n_iblocks).to(tl.int64)
     c0 = (pid % n_iblocks) * BLOCK_I
     cols = c0 + tl.arange(0, BLOCK_I)
@@ -296,4 +318,4 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split,
         # log_softmax = (x - max) - log(sum): exact difference first, as torch
         desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
         _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
-                    PREFETCH, desc, c0, TMA, STAGES)
+                    PREFETCH, desc, c0, TMA, STAGES, FAST_EXP)
