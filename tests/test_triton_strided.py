@@ -140,9 +140,53 @@ def test_refuses_layouts_that_do_not_collapse_with_a_reason():
     x = torch.randn(4, 3, 10, 6, device=DEV)[:, :, ::2, :]  # kept dims 0, 2, 3: three strides that don't merge
     with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to \\(outer, inner\\)"):
         dispatch.softmax(x, 1, backend="triton")
-    y = torch.randn(4, 7, 5, device=DEV)[:, :3, :]  # reduced dims 0 and 1 at strides 35 and 5: no single dim
-    with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to one dim"):
-        dispatch.logsumexp(y, (0, 1), backend="triton")
+    # reduced dims 0, 2 and 4 at strides 900, 30 and 1, kept dims 1 and 3 at 120 and 6: no dim or
+    # group of dims reads in place, in one step or in several
+    y = torch.randn(4, 3, 10, 6, 5, device=DEV)[:, ::2, :, ::2, :]
+    with pytest.raises(dispatch.BackendRefusedError, match="no group of them can be reduced first without a copy"):
+        dispatch.logsumexp(y, (0, 2, 4), backend="triton")
+
+
+# (base shape, view of it, dims): logsumexp over reduced dims that don't collapse to one dim
+STEP_CASES = [
+    ("dims_0_2_of_3d", (6, 5, 7), lambda t: t, (0, 2)),
+    ("dims_0_2_of_4d", (4, 3, 5, 6), lambda t: t, (0, 2)),
+    ("dims_1_3_of_4d", (4, 3, 5, 6), lambda t: t, (1, 3)),
+    ("dims_0_1_3_of_4d", (3, 4, 5, 6), lambda t: t, (0, 1, 3)),
+    ("dims_0_2_4_of_5d", (2, 3, 4, 5, 6), lambda t: t, (0, 2, 4)),
+    ("dims_0_2_of_permuted", (6, 5, 7), lambda t: t.permute(2, 0, 1), (0, 2)),
+    ("dims_0_1_of_sliced", (4, 7, 5), lambda t: t[:, :3, :], (0, 1)),  # strides 35 and 5
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name,shape,view,dims", STEP_CASES, ids=[c[0] for c in STEP_CASES])
+def test_logsumexp_over_dims_that_do_not_collapse_runs_in_steps(name, shape, view, dims, dtype):
+    from dispatch_triton.strided_steps import StepPlan, step_plan
+
+    x = view(torch.randn(*shape).to(DEV, dtype))
+    before = x.clone()
+    sp = step_plan(x.shape, x.stride(), dims)
+    assert isinstance(sp, StepPlan) and len(sp.steps) >= 2
+    assert sp.steps[0].stride == tuple(x.stride())  # the first step reads the input itself
+    assert "strided kernel in" in str(dispatch.explain("logsumexp", x, dims))  # the verdict says so
+    for keepdim in (False, True):
+        got = dispatch.logsumexp(x, dims, keepdim=keepdim, backend="triton")
+        want = torch.logsumexp(x, dims, keepdim=keepdim)
+        assert (got.shape, got.dtype, got.stride()) == (want.shape, want.dtype, want.stride())
+        torch.testing.assert_close(got.float(), want.float(), **_tol(dtype))
+    assert torch.equal(x, before)
+
+
+def test_logsumexp_in_steps_carries_special_values_through():
+    x = torch.randn(6, 5, 7)
+    x[:, 0, :] = -INF  # a whole output element of -inf
+    x[2, 1, 3] = NAN
+    x[4, 2, 6] = INF
+    x[:5, 3, :] = -INF  # -inf but one row
+    x = x.to(DEV)
+    got = dispatch.logsumexp(x, (0, 2), backend="triton")
+    torch.testing.assert_close(got, torch.logsumexp(x, (0, 2)), equal_nan=True, atol=1e-5, rtol=1e-5)
 
 
 def test_strided_rows_of_the_last_dim_take_the_row_kernel():

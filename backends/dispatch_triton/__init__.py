@@ -28,7 +28,8 @@ SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _KERNEL_MODULES = ("dispatch_triton.jit", "dispatch_triton.configs", "dispatch_triton.launch",
                    "dispatch_triton.autotune", "dispatch_triton.norms", "dispatch_triton.norm_kernels",
                    "dispatch_triton.norm_backward", "dispatch_triton.norm_backward_kernels",
-                   "dispatch_triton.strided", "dispatch_triton.strided_jit")
+                   "dispatch_triton.strided", "dispatch_triton.strided_jit",
+                   "dispatch_triton.strided_steps")
 
 
 def _interpreting() -> bool:
@@ -102,17 +103,28 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
 
 
 def _strided_plan(op: str, spec: CallSpec):
-    """The (outer, R, inner) plan of a call that is not a reduction over the last unit-stride dim,
-    or the reason there is none (:mod:`dispatch_triton.strided`)."""
+    """The (outer, R, inner) plan of a call that is not a reduction over the last unit-stride dim
+    (:mod:`dispatch_triton.strided`), for logsumexp over dims that don't collapse the plan of its
+    steps (:mod:`dispatch_triton.strided_steps`), or the reason there is none."""
     from .strided import plan
 
-    return plan(op, spec.shape, spec.stride, spec.dims)
+    p = plan(op, spec.shape, spec.stride, spec.dims)
+    if isinstance(p, str) and op == "logsumexp" and len(spec.dims) > 1:
+        from .strided_steps import step_plan
+
+        return step_plan(spec.shape, spec.stride, spec.dims)
+    return p
 
 
 def _strided_verdict(op: str, spec: CallSpec) -> Verdict:
     p = _strided_plan(op, spec)
     if isinstance(p, str):
         return Verdict.no(f"dims {list(spec.dims)} of shape {list(spec.shape)}, strides {list(spec.stride)}: {p}")
+    from .strided_steps import StepPlan
+
+    if isinstance(p, StepPlan):
+        return Verdict.yes(f"serves this call (strided kernel in {len(p.steps)} steps, each over reduced dims "
+                           "that collapse; the first reads the input in place)")
     return Verdict.yes("serves this call (strided kernel: reduced dim read in place)")
 
 
@@ -132,9 +144,12 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
     if not spec.last_dim_contiguous:
         from . import strided
 
+        from .strided_steps import StepPlan
+
         p = _strided_plan(op, spec)
-        default = strided.default_config(p, spec.device)
-        return TuneSpace(configs=strided.config_space(p), default=default, tunables=strided.TUNABLES)
+        first = p.first if isinstance(p, StepPlan) else p  # in steps: the first step's config is tuned
+        default = strided.default_config(first, spec.device)
+        return TuneSpace(configs=strided.config_space(first), default=default, tunables=strided.TUNABLES)
     m, n = _rows(spec)
     default = default_config(op, m, n, spec.dtype)
     configs, pruned = prune(op, m, n, spec.dtype, config_space(op, m, n, spec.dtype), default)
@@ -161,7 +176,12 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     if not spec.last_dim_contiguous:
         from . import strided
 
+        from .strided_steps import StepLauncher, StepPlan
+
         p = _strided_plan(op, spec)
+        if isinstance(p, StepPlan):
+            cfg = dict(config.as_dict()) if config else strided.default_config(p.first, spec.device)
+            return StepLauncher(p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
         cfg = dict(config.as_dict()) if config else strided.default_config(p, spec.device)
         return strided.StridedLauncher(op, p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
     m, n = _rows(spec)
