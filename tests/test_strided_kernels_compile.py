@@ -23,9 +23,8 @@ _CODE = textwrap.dedent("""
                        options={"num_warps": warps})
 
     io = {"x_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32"}
-    flags = [dict(EVEN=0, ACC_2D=0, PREFETCH=0, TMA=0, FAST_EXP=0), dict(EVEN=1, ACC_2D=1, PREFETCH=1, TMA=0, FAST_EXP=0),
-             dict(EVEN=0, ACC_2D=1, PREFETCH=0, TMA=0, FAST_EXP=1), dict(EVEN=1, ACC_2D=0, PREFETCH=0, TMA=1, FAST_EXP=0),
-             dict(EVEN=1, ACC_2D=1, PREFETCH=1, TMA=0, FAST_EXP=1)]
+    flags = [dict(EVEN=e, ACC_2D=a, PREFETCH=p, TMA=t, FAST_EXP=f)
+             for e, a, p, t, f in ((0, 0, 0, 0, 0), (1, 1, 1, 0, 0), (0, 1, 0, 0, 1), (1, 0, 0, 1, 0), (1, 1, 1, 0, 1))]
     for op, f in itertools.product((0, 1, 2), flags):
         build(_strided_kernel, io, dict(OP=op, BLOCK_R=64, BLOCK_I=16, ONE_PASS=0, STAGES=3, **f))
         for reverse in (0, 1):

@@ -23,8 +23,8 @@ from .strided_jit import _strided_finish, _strided_kernel, _strided_partials
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
 TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
-# :mod:`~dispatch_triton.strided_jit`. Not in the tuned space yet: benchmarks/sweep_strided_configs.py
-# compares them on a GPU first.
+# :mod:`~dispatch_triton.strided_jit`. The tuned space holds EVEN, ONE_PASS, ACC_2D, PREFETCH and (on
+# a GPU) FAST_EXP; benchmarks/sweep_strided_configs.py compares all of them on a GPU.
 VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE")
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
@@ -118,7 +118,8 @@ def config_space(p: StridedPlan, device: torch.device | None = None) -> list[dic
     than the inner dim's next power of two, but at least 16), chunks of R of 8-64 rows, tiles of
     512-4096 elements, 4 or 8 warps, each with R shared by :func:`split_for` programs, plain and
     with a running max and sum per tile element and the next chunk's load in flight (``ACC_2D``,
-    ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``) where R is short."""
+    ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``) where R is short; on a GPU
+    each with ``FAST_EXP``."""
     out = [default_config(p, device)]
     top = max(16, min(256, _np2(p.inner)))
     for bi in (16, 32, 64, 128, 256):
@@ -134,6 +135,8 @@ def config_space(p: StridedPlan, device: torch.device | None = None) -> list[dic
     for bi in (4, 8, 16, 32):
         if r2 * bi <= _ONE_PASS_TILE and bi <= max(4, _np2(p.inner)):
             out.append(dict(_cfg(bi, r2, 8), ONE_PASS=1, EVEN=1))
+    if not _interpreting():  # as the default: every candidate with FAST_EXP on a GPU
+        out = [dict(c, FAST_EXP=1) for c in out]
     return unique_configs(out)
 
 
@@ -146,8 +149,8 @@ def default_config(p: StridedPlan, device: torch.device | None = None) -> dict:
     and a transposed 4096 x 4096):
 
     * softmax and log_softmax with R of 1024 or less (logsumexp: 64 or less) and column blocks of
-      16 for two programs per SM: all of R in one tile (``ONE_PASS``, read once), 16 columns or as many more as a
-      16K-element tile holds, 8 warps;
+      16 for two programs per SM: all of R in one tile (``ONE_PASS``, read once), 16 columns or as
+      many more as a 16K-element tile holds, 8 warps;
     * otherwise 64 columns (fewer where the inner dim is narrower, 16 at least) by 64 rows at 4
       warps, 32 elements a thread: a running max and sum per tile element (``ACC_2D``), the next
       chunk's load in flight (``PREFETCH``), R shared by :func:`split_for` programs. Against the
