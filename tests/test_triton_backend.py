@@ -41,9 +41,9 @@ def test_refuses_what_it_does_not_serve_with_reasons():
     x64 = torch.randn(4, 8, dtype=torch.float64)
     with pytest.raises(dispatch.BackendRefusedError, match="float64 not served"):
         dispatch.softmax(x64, backend="triton")
-    x = torch.randn(4, 3, 10, 6)[:, :, ::2, :]  # the dims kept don't merge into (outer, inner)
+    x = torch.randn(6, 6, 5, 6, 8)[::2, ::3, :, ::2, ::2]  # the dims kept don't merge into three groups
     with pytest.raises(dispatch.BackendRefusedError, match="don't collapse"):
-        dispatch.softmax(x, 1, backend="triton")
+        dispatch.softmax(x, 2, backend="triton")
 
 
 def test_dispatch_sweep_tunes_it_on_the_cpu_and_caches_the_winner():

@@ -137,14 +137,14 @@ def test_logsumexp_over_dims_that_collapse_and_keepdim():
 
 
 def test_refuses_layouts_that_do_not_collapse_with_a_reason():
-    x = torch.randn(4, 3, 10, 6, device=DEV)[:, :, ::2, :]  # kept dims 0, 2, 3: three strides that don't merge
-    with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to \\(outer, inner\\)"):
-        dispatch.softmax(x, 1, backend="triton")
-    # reduced dims 0, 2 and 4 at strides 900, 30 and 1, kept dims 1 and 3 at 120 and 6: no dim or
-    # group of dims reads in place, in one step or in several
-    y = torch.randn(4, 3, 10, 6, 5, device=DEV)[:, ::2, :, ::2, :]
+    x = torch.randn(6, 6, 5, 6, 8, device=DEV)[::2, ::3, :, ::2, ::2]  # kept dims 0, 1, 3, 4: four groups
+    with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to three groups"):
+        dispatch.softmax(x, 2, backend="triton")
+    # reduced dims 0 and 3; reducing either first leaves four groups of kept dims (1, 2, 4 and 5 at
+    # strides 1152, 96, 8 and 1): no step reads in place
+    y = torch.randn(6, 4, 6, 4, 6, 4, device=DEV)[:, ::2, :, ::2, ::2, :]
     with pytest.raises(dispatch.BackendRefusedError, match="no group of them can be reduced first without a copy"):
-        dispatch.logsumexp(y, (0, 2, 4), backend="triton")
+        dispatch.logsumexp(y, (0, 3), backend="triton")
 
 
 # (base shape, view of it, dims): logsumexp over reduced dims that don't collapse to one dim
@@ -157,6 +157,29 @@ STEP_CASES = [
     ("dims_0_2_of_permuted", (6, 5, 7), lambda t: t.permute(2, 0, 1), (0, 2)),
     ("dims_0_1_of_sliced", (4, 7, 5), lambda t: t[:, :3, :], (0, 1)),  # strides 35 and 5
 ]
+
+
+# (base shape, view of it, dim): kept dims that collapse to three groups, not two
+TWO_OUTER_CASES = [
+    ("dim1_of_sliced_4d", (4, 3, 10, 6), lambda t: t[:, :, ::2, :], 1),
+    ("dim2_of_sliced_4d", (6, 6, 10, 6), lambda t: t[::2, ::2, :, :], 2),
+    ("dim1_of_permuted_4d", (5, 4, 3, 8), lambda t: t.permute(2, 0, 3, 1), 1),  # the output's groups differ
+    ("dim2_of_twice_sliced_5d", (3, 4, 5, 6, 7), lambda t: t[:, ::2, :, ::2, :], 2),
+]
+
+
+@pytest.mark.parametrize("split", [1, 2], ids=["one_program", "r_split_over_2"])
+@pytest.mark.parametrize("name,shape,view,dim", TWO_OUTER_CASES, ids=[c[0] for c in TWO_OUTER_CASES])
+def test_kept_dims_in_three_groups_read_in_place(name, shape, view, dim, split):
+    x = view(torch.randn(*shape, device=DEV))
+    before = x.clone()
+    p = S.plan("softmax", x.shape, x.stride(), (dim,))
+    assert isinstance(p, S.StridedPlan) and p.outer1 > 0  # two outer groups
+    for op in OPS:
+        got, want = _run(op, x, dim, S._cfg(16, 2, 2, split))
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(getattr(dispatch, op)(x, dim, backend="triton"), want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(x, before)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -1,9 +1,9 @@
 """Reductions over a dim that is not unit-stride: the (outer, R, inner) plan, its configs and its launcher.
 
 A call is served without copying its input when its reduced dims collapse to one dim of length
-``R`` and its other dims to at most two, ``outer`` and ``inner`` (the one of smaller stride),
-both in the input and in the output; :func:`plan` says whether they do (with the reason when
-not). The output is laid out as torch's: contiguous, of the op's output shape (softmax and
+``R`` and its other dims to at most three groups: ``inner`` (the one of smallest stride) and one
+or two outer ones (``outer`` counts their slices), both in the input and in the output;
+:func:`plan` says whether they do (with the reason when not). The output is laid out as torch's: contiguous, of the op's output shape (softmax and
 log_softmax: the input's shape; logsumexp: the reduced shape). :class:`StridedLauncher` runs
 :func:`~dispatch_triton.strided_jit._strided_kernel` on it.
 """
@@ -33,13 +33,19 @@ _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
 
 @frozen
 class StridedPlan:
-    """The ``(outer, R, inner)`` view of one call: sizes, input strides and output strides."""
+    """The ``(outer, R, inner)`` view of one call: sizes, input strides and output strides.
+
+    Where the kept dims collapse to three groups rather than two, ``outer`` counts the slices of
+    the outer two: ``outer1`` of them at the ``outer`` strides, those ``outer // outer1`` times at
+    the ``strides2`` (input, output); ``outer1`` 0 when there is one outer group."""
 
     outer: int
     R: int
     inner: int
     x_strides: tuple[int, int, int]  # (outer, R, inner)
     out_strides: tuple[int, int, int]
+    outer1: int = 0
+    strides2: tuple[int, int] = (0, 0)
 
 
 def _prod(sizes) -> int:
@@ -88,12 +94,14 @@ def plan(op: str, shape, stride, dims) -> StridedPlan | str:
     others = sorted((d for d in range(len(shape)) if d not in dims and shape[d] != 1),
                     key=lambda d: (-stride[d], d))
     kept = _collapse(others, shape, stride, out_stride)
-    if len(kept) > 2:
+    if len(kept) > 3:
         return (f"the dims kept (sizes {[shape[d] for d in others]}, strides {[stride[d] for d in others]}) "
-                "don't collapse to (outer, inner) without a copy")
-    kept = [(1, 0, 0)] * (2 - len(kept)) + kept
-    (outer, sxo, soo), (inner, sxi, soi) = kept
-    return StridedPlan(outer, R, inner, (sxo, sxr, sxi), (soo, sor, soi))
+                "don't collapse to three groups (outer2, outer, inner) without a copy")
+    kept = [(1, 0, 0)] * (3 - len(kept)) + kept
+    (outer2, sxo2, soo2), (outer, sxo, soo), (inner, sxi, soi) = kept
+    if outer2 == 1:
+        return StridedPlan(outer, R, inner, (sxo, sxr, sxi), (soo, sor, soi))
+    return StridedPlan(outer2 * outer, R, inner, (sxo, sxr, sxi), (soo, sor, soi), outer, (sxo2, soo2))
 
 
 def _cfg(block_i: int, block_r: int, warps: int, split_r: int = 1) -> dict:
@@ -314,8 +322,9 @@ class StridedLauncher:
             rows_per_split = _cdiv(_cdiv(p.R, split), br) * br
             n_splits = _cdiv(p.R, rows_per_split)
             xs, os_ = p.x_strides, p.out_strides
-            common = dict(R=p.R, INNER=p.inner, n_iblocks=n_ib, sxo=xs[0], sxr=xs[1], sxi=xs[2], BLOCK_R=br, BLOCK_I=bi)
-            out_strides = dict(soo=os_[0], sor=os_[1], soi=os_[2], OP=_OP_CODE[op])
+            common = dict(R=p.R, INNER=p.inner, n_iblocks=n_ib, outer1=p.outer1 or p.outer, sxo2=p.strides2[0],
+                          sxo=xs[0], sxr=xs[1], sxi=xs[2], BLOCK_R=br, BLOCK_I=bi)
+            out_strides = dict(soo2=p.strides2[1], soo=os_[0], sor=os_[1], soi=os_[2], OP=_OP_CODE[op])
             options, direct = dict(num_warps=w), not _interpreting()
             if "num_stages" in config:
                 options["num_stages"] = int(config["num_stages"])
@@ -364,7 +373,8 @@ class StridedLauncher:
 
             def run(x):
                 esz = x.element_size()
-                if x.data_ptr() % 16 or (sxr * esz) % 16 or (p.outer > 1 and (sxo * esz) % 16) or (bi * esz) % 16:
+                if (x.data_ptr() % 16 or (sxr * esz) % 16 or (p.outer > 1 and (sxo * esz) % 16)
+                        or (p.strides2[0] * esz) % 16 or (bi * esz) % 16):
                     raise ValueError("'TMA' needs a 16-byte aligned input, R and outer strides and column block "
                                      f"(got address {x.data_ptr()}, strides {p.x_strides}, BLOCK_I {bi}, "
                                      f"{esz}-byte elements)")

@@ -1,7 +1,8 @@
 """The Triton JIT kernels for softmax, log_softmax and logsumexp over a dim that is not unit-stride.
 
 The input is seen as ``(outer, R, inner)`` through its strides (``R`` the reduced length); each
-program owns one ``outer`` index and ``BLOCK_I`` consecutive ``inner`` columns, so a tile
+program owns one ``outer`` index (the slice ``o2 * sxo2 + o1 * sxo``: the kept dims outside the
+inner one collapse to one or two groups) and ``BLOCK_I`` consecutive ``inner`` columns, so a tile
 ``[BLOCK_R, BLOCK_I]`` is read along the inner dim (coalesced when its stride is 1). It walks
 ``R`` in chunks of ``BLOCK_R`` twice: first for the per-column (max, sum of exp) with an online
 rescale, in fp32, then (softmax, log_softmax) to write the output; logsumexp writes one value
@@ -207,18 +208,21 @@ def _lse_store(ptrs, m, s, nan, cmask, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor, soi,
+def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr, sxi, soo2, soo, sor, soi,
                     OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
                     TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
     pid = tl.program_id(0)
     o = (pid // n_iblocks).to(tl.int64)
+    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
+    xo = o2 * sxo2 + o1 * sxo
+    oo = o2 * soo2 + o1 * soo
     c0 = (pid % n_iblocks) * BLOCK_I
     cols = c0 + tl.arange(0, BLOCK_I)
-    desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
+    desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
     cmask = cols < INNER
-    x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
-    o_base = out_ptr + o * soo + cols.to(tl.int64)[None, :] * soi
+    x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
+    o_base = out_ptr + oo + cols.to(tl.int64)[None, :] * soi
     rr = tl.arange(0, BLOCK_R)
     if ONE_PASS:  # the whole of R in one tile: read once, written from registers
         mask = (rr < R)[:, None] & cmask[None, :]
@@ -229,7 +233,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
         s = tl.sum(e, 0)
         if OP == 2:
             nan = tl.max((v != v).to(tl.int32), 0)
-            _lse_store(out_ptr + o * soo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
+            _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
         else:
             if OP == 0:
                 y = e * (1.0 / s)[None, :]
@@ -241,7 +245,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
                                   STAGES, FAST_EXP)
         safe = tl.where(m == float("-inf"), 0.0, m)
         if OP == 2:  # logsumexp: one value per column
-            _lse_store(out_ptr + o * soo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
+            _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
         else:
             if ACC_2D:
                 s = tl.where((nan > 0) | (m == float("inf")), float("nan"), s)  # as the chunked merge gives
@@ -253,7 +257,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, sxo, sxr, sxi, soo, sor
 # -- R split over several programs: partial (max, sum) per chunk of R, then a merge that writes ------
 
 @triton.jit
-def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
+def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per_split, n_splits, sxo, sxr, sxi,
                       BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, EVEN: tl.constexpr, ACC_2D: tl.constexpr,
                       PREFETCH: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
     """Program (column block, split): the (max, sum of exp) of its chunk of R, for its columns, into
@@ -261,11 +265,13 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_spli
     pid = tl.program_id(0)
     sp = tl.program_id(1)
     o = (pid // n_iblocks).to(tl.int64)
+    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
+    xo = o2 * sxo2 + o1 * sxo
     c0 = (pid % n_iblocks) * BLOCK_I
     cols = c0 + tl.arange(0, BLOCK_I)
-    desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
+    desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
     cmask = cols < INNER
-    x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
+    x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
     start = sp * rows_per_split
     stop = tl.minimum(start + rows_per_split, R)
     m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0,
@@ -278,8 +284,8 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_spli
 
 
 @triton.jit
-def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split, n_splits, sxo, sxr, sxi,
-                    soo, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
+def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per_split, n_splits, sxo, sxr,
+                    sxi, soo2, soo, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     BLOCK_S: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
                     STAGES: tl.constexpr, FAST_EXP: tl.constexpr, REVERSE: tl.constexpr):
     """Program (column block, split): merge the partials of its columns, then write its chunk of R
@@ -293,6 +299,9 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split,
         pid = tl.program_id(0)
         sp = tl.program_id(1)
     o = (pid // n_iblocks).to(tl.int64)
+    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
+    xo = o2 * sxo2 + o1 * sxo
+    oo = o2 * soo2 + o1 * soo
     c0 = (pid % n_iblocks) * BLOCK_I
     cols = c0 + tl.arange(0, BLOCK_I)
     cmask = cols < INNER
@@ -309,13 +318,13 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, rows_per_split,
     s = tl.sum(s_p * tl.exp(m_p - safe[None, :]), 0)
     s = tl.where(nan > 0, float("nan"), s)
     if OP == 2:
-        _lse_store(out_ptr + o * soo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
+        _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
     else:
-        x_base = x_ptr + o * sxo + cols.to(tl.int64)[None, :] * sxi
-        o_base = out_ptr + o * soo + cols.to(tl.int64)[None, :] * soi
+        x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
+        o_base = out_ptr + oo + cols.to(tl.int64)[None, :] * soi
         start = sp * rows_per_split
         stop = tl.minimum(start + rows_per_split, R)
         # log_softmax = (x - max) - log(sum): exact difference first, as torch
-        desc = _descriptor(x_ptr + o * sxo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
+        desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
         _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
                     PREFETCH, desc, c0, TMA, STAGES, FAST_EXP)
