@@ -84,6 +84,22 @@ def header(args, device: torch.device, settings: TuneSettings) -> dict:
             "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "settings": vars(args)}
 
 
+def case_rows(rows: list[dict], case: tuple) -> list[dict]:
+    """The rows of one ``(op, dtype, M, N)`` case."""
+    return [r for r in rows if (r["op"], r["dtype"], r["M"], r["N"]) == case]
+
+
+def summary(rows: list[dict], case: tuple, candidate: str) -> tuple[dict | None, ...]:
+    """``(same-size copy, torch eager, default, fastest)`` rows of a case: the fastest of the rows
+    whose ``candidate`` field is set (a plan, a config) that were timed and passed their check."""
+    mine = case_rows(rows, case)
+    ok = [r for r in mine if r[candidate] and "us" in r and r.get("check", "ok") == "ok"]
+    return (next((r for r in mine if r["impl"] == "same-size copy"), None),
+            next((r for r in mine if r["impl"] == "torch eager"), None),
+            next((r for r in mine if r.get("default")), None),
+            min(ok, key=lambda r: r["us"]) if ok else None)
+
+
 def saver(out: str, stem: str, meta: dict, rows: list, write_markdown):
     """``save()``: ``<out>/<stem>.json`` (meta and rows) and ``<stem>.md`` (``write_markdown(path, meta,
     rows)``), written again at each call, so that a run cut short keeps what it measured."""

@@ -69,8 +69,8 @@ from dispatch.backend import measure, mismatch, tolerance  # noqa: E402
 from dispatch_triton import norm_backward as NB  # noqa: E402
 from dispatch_triton.norm_backward_kernels import (_norm_bwd, _norm_bwd_coop, _norm_bwd_split,  # noqa: E402
                                                    _norm_bwd_sums)
-from sweep_harness import (add_arguments, clean_us, device_of, header, saver, settings_of,  # noqa: E402
-                           spawn_compilers)
+from sweep_harness import (add_arguments, case_rows, clean_us, device_of, header, saver, settings_of,  # noqa: E402
+                           spawn_compilers, summary)
 
 OPS = ("rms_norm", "layer_norm")
 EPS = 1e-5
@@ -334,29 +334,15 @@ def run(args, device, settings, copy_gbs, jobs, rows, save, start: float) -> Non
         del inp, ref, src, dst
 
 
-def _case_rows(rows, case):
-    return [r for r in rows if (r["op"], r["dtype"], r["M"], r["N"]) == case]
-
-
 def _sorted(rows, case) -> list[dict]:
     """A case's rows: the copy and eager, then the variants fastest first (failed ones last)."""
-    mine = _case_rows(rows, case)
+    mine = case_rows(rows, case)
     return ([r for r in mine if not r["plan"]]
             + sorted([r for r in mine if r["plan"]], key=lambda r: r.get("us", float("inf"))))
 
 
-def _summary(rows, case) -> tuple[dict | None, dict | None, dict | None, dict | None]:
-    """(copy, torch eager, default plan, fastest plan that passed) of a case."""
-    mine = _case_rows(rows, case)
-    ok = [r for r in mine if r["plan"] and "us" in r]
-    return (next((r for r in mine if r["impl"] == "same-size copy"), None),
-            next((r for r in mine if r["impl"] == "torch eager"), None),
-            next((r for r in mine if r["default"]), None),
-            min(ok, key=lambda r: r["us"]) if ok else None)
-
-
 def print_case(rows, case, head: str) -> None:
-    copy, eager, dflt, best = _summary(rows, case)
+    copy, eager, dflt, best = summary(rows, case, "plan")
 
     def brief(r):
         return f"{r['us']:.1f} us {r['pct_copy_same']:.0f}%" if r and "us" in r else "-"
@@ -398,7 +384,7 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
         return f"{r['us']:.1f} us, {r['gbps']:.0f} GB/s ({r['pct_copy_same']:.0f}% / {r['pct_copy']:.0f}%{clean})"
 
     for case in cases:
-        copy, eager, dflt, best = _summary(rows, case)
+        copy, eager, dflt, best = summary(rows, case, "plan")
         gain = f"{dflt['us'] / best['us']:.2f}x" if dflt and best and "us" in dflt else "-"
         lines.append(f"| {case[0]} | {case[1]} | {case[2]}x{case[3]} | {copy['us']:.1f} ({copy['pct_copy']:.0f}%) "
                      f"| {cell(eager)} | {cell(dflt)} | {dflt['impl'] if dflt else '-'} | {cell(best)} "

@@ -58,7 +58,8 @@ from dispatch.backend import Config, compile_all, measure, mismatch
 
 from dispatch_triton import norms as NT
 from dispatch_triton.norm_kernels import _norm_fwd
-from sweep_harness import add_arguments, clean_us, device_of, header, saver, settings_of, spawn_compilers
+from sweep_harness import (add_arguments, case_rows, clean_us, device_of, header, saver, settings_of,
+                           spawn_compilers, summary)
 
 OPS = ("rms_norm", "layer_norm")
 ELEMENTS = 16 * 1024 * 1024
@@ -336,13 +337,9 @@ def run(args, device, settings, copy_gbs, jobs, failures, rows, save, start: flo
         del x, w, b, y, ref
 
 
-def _case_rows(rows, case):
-    return [r for r in rows if (r["op"], r["dtype"], r["M"], r["N"]) == case]
-
-
 def case_table(rows, case) -> list[str]:
     """Markdown rows of one case: copy, eager, then the configs fastest first."""
-    mine = _case_rows(rows, case)
+    mine = case_rows(rows, case)
     fixed = [r for r in mine if not r["config"]]
     configs = sorted([r for r in mine if r["config"]], key=lambda r: r.get("us", float("inf")))
     out = ["| config | us | GB/s | % same-size copy | % large copy | us, clean L2 | % same-size copy, clean L2 "
@@ -360,7 +357,7 @@ def case_table(rows, case) -> list[str]:
 
 
 def print_case(rows, case) -> None:
-    mine = _case_rows(rows, case)
+    mine = case_rows(rows, case)
     fixed = [r for r in mine if not r["config"]]
     configs = sorted([r for r in mine if r["config"]], key=lambda r: r.get("us", float("inf")))
     for r in fixed + configs:
@@ -395,12 +392,7 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
         return f"{r['us']:.1f} us ({r['pct_copy_same']:.0f}% / {r['pct_copy']:.0f}%{clean})"
 
     for case in cases:
-        mine = _case_rows(rows, case)
-        copy = next((r for r in mine if r["impl"] == "same-size copy"), None)
-        eager = next((r for r in mine if r["impl"] == "torch eager"), None)
-        dflt = next((r for r in mine if r.get("default")), None)
-        ok = [r for r in mine if r["config"] and "us" in r and r["check"] == "ok"]
-        best = min(ok, key=lambda r: r["us"]) if ok else None
+        copy, eager, dflt, best = summary(rows, case, "config")
         copy_cell = f"{copy['us']:.1f} ({copy['pct_copy']:.0f}%)" if copy and "us" in copy else "-"
         lines.append(f"| {case[0]} | {case[1]} | {case[2]}x{case[3]} | {copy_cell} | {cell(eager)} | {cell(dflt)} "
                      f"| {cell(best)} | {best['impl'] if best else '-'} |")

@@ -180,7 +180,7 @@ def split_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     """``ACC_2D`` + ``PREFETCH`` tiles of 16-64 elements a thread with R shared by enough programs to
     fill the device (2 to 8 programs per SM): the default, then these (``--grid split``). More
     elements a thread put more loads in flight per thread; the variants grid holds few such tiles."""
-    sms = _device_sms(device)
+    sms = S._device_sms(device)
     out: dict[tuple, dict] = {}
     default = S.default_config(p, device)
     out[_key(default)] = default
@@ -212,10 +212,6 @@ def flag_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     if default.get("SPLIT_R", 1) > 1:
         out += [dict(default, REVERSE=1), dict(default, FAST_EXP=1, REVERSE=1)]
     return out
-
-
-def _device_sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
 def smoke_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
