@@ -73,6 +73,9 @@ def sweep_configs(op: str, n: int, dtype: torch.dtype) -> list[dict]:
                 w = bn // (32 * per)
                 if 2 <= C._cdiv(n, bn) <= min(C.MAX_SPLIT, 132) and 1 <= w <= 32:
                     out.append(C._cfg("split_pipe", bn, 1, 1, w))
+    if C._np2(n) >= 32768 and DEV == "cuda":
+        # every streamed or split config of a long row again with one ex2.approx per exp
+        out += [dict(c, FAST_EXP=1) for c in out if c["path"] != "onepass" and "FAST_EXP" not in c]
     seen, uniq = set(), []
     for c in out:
         k = C._cfg_key(c)
@@ -108,7 +111,8 @@ def _warm(task):
                 m, n, n, n if op != "logsumexp" else 1, 0, C._np2(n))
         k = J._softmax_kernel.warmup(*args, grid=(1,), OP=C._OP_CODE[op], HAS_MASK=False, PHASE=0, PATH=code,
                                      BLOCK_N=c["BLOCK_N"], ROWS=c["ROWS"], SPLIT=c["SPLIT"], NW=c["num_warps"],
-                                     NS=c["num_stages"], num_warps=c["num_warps"], num_stages=c["num_stages"])
+                                     NS=c["num_stages"], FAST_EXP=c.get("FAST_EXP", 0), num_warps=c["num_warps"],
+                                     num_stages=c["num_stages"])
         k._init_handles()
         return (C._cfg_key(c), dname, n, op, int(k.n_regs), int(k.n_spills), int(k.metadata.shared), ns, None)
     except Exception as e:  # noqa: BLE001
@@ -413,7 +417,8 @@ def stage_final(outdir: str, nosplit: bool = False):
         json.dump(rows, f, indent=1)
 
     def desc(c):
-        return f"{c['path']} BN={c['BLOCK_N']} R={c['ROWS']} S={c['SPLIT']} w={c['num_warps']}"
+        return (f"{c['path']} BN={c['BLOCK_N']} R={c['ROWS']} S={c['SPLIT']} w={c['num_warps']}"
+                + (" fast-exp" if c.get("FAST_EXP") else ""))
 
     lines = ["| op | dtype | M x N | best config | GB/s | % of copy | via run() | default GB/s | torch GB/s |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -451,7 +456,7 @@ def summarize(outdir: str):
         for r in ok[:6] + [r for r in firsts.values() if r not in ok[:6]]:
             c = r["cfg"]
             lines.append(f"   {r['gbs']:7.0f}  {c['path']:12s} BN={c['BLOCK_N']:6d} R={c['ROWS']:3d} S={c['SPLIT']:3d} "
-                         f"w={c['num_warps']:2d} st={c['num_stages']}")
+                         f"w={c['num_warps']:2d} st={c['num_stages']}" + (" fast-exp" if c.get("FAST_EXP") else ""))
         lines.append(f"   ({len(ok)} ok, {len(bad)} bad{': ' + str(bad[0]) if bad else ''})")
     text = "\n".join(lines)
     with open(os.path.join(outdir, "sweep_summary.txt"), "w") as f:

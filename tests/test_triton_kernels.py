@@ -49,6 +49,12 @@ ONLINE_CFG = C._cfg("online", 512, 1, 1, 4, 2)  # any N: 512-wide blocks, stream
 SPLIT_CFG = C._cfg("split", 512, 1, 1, 4)  # a row over cdiv(N, 512) programs, chunks in registers
 SPLIT_ONLINE_CFG = C._cfg("split_online", 256, 1, 3, 2, 2)  # a row over 3 programs, each streaming
 LONG_CFGS = [ONLINE_CFG, SPLIT_CFG, SPLIT_ONLINE_CFG]
+# on a GPU, each path again with one ex2.approx per exp (inline PTX: the interpreter refuses it)
+FAST_CFGS = [] if DEV == "cpu" else [dict(c, FAST_EXP=1) for c in [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS]
+
+
+def cfg_id(c):
+    return c["path"] + ("-fast-exp" if c.get("FAST_EXP") else "")
 
 
 def tol(dtype):
@@ -95,10 +101,10 @@ def test_short_rows_every_dtype_and_cast(op, dtype, out_dtypes):
 
 
 @pytest.mark.parametrize("op", C.OPS)
-@pytest.mark.parametrize("config", [ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
+@pytest.mark.parametrize("config", [ONEPASS_CFG] + LONG_CFGS + FAST_CFGS[1:], ids=cfg_id)
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_paths(op, config, dtype):
-    n = 1000 if config is ONEPASS_CFG else 3000  # 3000 = 5 full blocks of 512 and a ragged one
+    n = 1000 if config["path"] == "onepass" else 3000  # 3000 = 5 full blocks of 512 and a ragged one
     x = randn(5, n, dtype, seed=1)  # 5 rows over 2 persistent groups: uneven row loops
     check(op, x, dtype, config)
     if dtype == BF16:
@@ -159,9 +165,9 @@ def special_rows(n):
 
 
 @pytest.mark.parametrize("op", C.OPS)
-@pytest.mark.parametrize("config", [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
+@pytest.mark.parametrize("config", [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS + FAST_CFGS, ids=cfg_id)
 def test_inf_and_nan_rows_match_torch(op, config):
-    n = 64 if config is ROWS_CFG else (1000 if config is ONEPASS_CFG else 1100)
+    n = 64 if config["path"] == "rows" else (1000 if config["path"] == "onepass" else 1100)
     x = special_rows(n).to(DEV)
     check(op, x, F32, config)
     check(op, x.to(BF16), BF16, config)
@@ -176,10 +182,10 @@ def test_input_cast_happens_first_like_torch():
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-@pytest.mark.parametrize("config", [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS, ids=lambda c: c["path"])
+@pytest.mark.parametrize("config", [ROWS_CFG, ONEPASS_CFG] + LONG_CFGS + FAST_CFGS, ids=cfg_id)
 @pytest.mark.parametrize("mask_dtype", [torch.bool, torch.int8])
 def test_masked(op, config, mask_dtype):
-    n = 48 if config is ROWS_CFG else (1000 if config is ONEPASS_CFG else 1300)
+    n = 48 if config["path"] == "rows" else (1000 if config["path"] == "onepass" else 1300)
     x = randn(5, n, BF16, seed=4)
     g = torch.Generator().manual_seed(5)
     keep = torch.rand(5, n, generator=g) > 0.4
@@ -263,7 +269,8 @@ def test_config_space_and_default(op, dtype):
         keys = [C._cfg_key(c) for c in space]
         assert len(set(keys)) == len(keys)
         for c in space:
-            assert set(c) == {"path", "BLOCK_N", "ROWS", "SPLIT", "num_warps", "num_stages"}
+            assert set(c) - {"FAST_EXP"} == {"path", "BLOCK_N", "ROWS", "SPLIT", "num_warps", "num_stages"}
+            assert c.get("FAST_EXP", 1) == 1 and not (DEV == "cpu" and "FAST_EXP" in c)  # PTX: a GPU only
             assert all(type(v) in (int, str) for v in c.values())
             code, ns = L._validate(c, n, torch.device("cpu"), op)
             if code == 0:
@@ -280,7 +287,30 @@ def test_config_space_prunes_by_shape():
     assert "split" not in paths(4096) and "online" not in paths(4096)
     assert "split" in paths(262144) and not paths(262144) & {"rows", "onepass"}
     assert "split_online" in paths(1 << 26)  # beyond what split can hold: no hard cap on N
-    assert "split" not in {c["path"] for c in C.config_space("logsumexp", 64, 262144, BF16)}
+    # logsumexp's long rows: chunks held in registers, one per program, at most MAX_SPLIT a row
+    lse_split = [c for c in C.config_space("logsumexp", 64, 262144, BF16) if c["path"] == "split"]
+    assert lse_split and all(262144 // c["BLOCK_N"] <= C.MAX_SPLIT for c in lse_split)
+    assert "split" not in {c["path"] for c in C.config_space("logsumexp", 64, 16384, BF16)}
+
+
+def test_logsumexp_chunks_take_one_program_each():
+    # nothing in logsumexp's split path waits, so it needs no persistent programs: one per chunk,
+    # every row (the grid covers 7 rows of 6 chunks; a persistent grid would hold 2 groups here)
+    x = randn(7, 3000, F32, seed=13)
+    launcher = L.Launcher("logsumexp", 7, 3000, F32, None, x.stride(0), x.device, SPLIT_CFG)
+    assert launcher.grid == (7 * 6,)
+    torch.testing.assert_close(launcher.run(x).cpu(), reference("logsumexp", x, F32), atol=2e-5, rtol=1e-5)
+    if DEV == "cpu":  # softmax's chunks wait for their row's others: persistent groups (one in the interpreter)
+        assert L.Launcher("softmax", 7, 3000, F32, None, x.stride(0), x.device, SPLIT_CFG).grid[0] < 7 * 6
+
+
+@pytest.mark.skipif(DEV != "cpu", reason="the interpreter's refusal")
+def test_fast_exp_is_refused_by_name_under_the_interpreter():
+    x = randn(2, 3000, F32)
+    with pytest.raises(ValueError, match="FAST_EXP.*interpreter"):
+        L.run("logsumexp", x, F32, dict(SPLIT_CFG, FAST_EXP=1))
+    with pytest.raises(ValueError, match="FAST_EXP.*0 or 1"):
+        L.run("logsumexp", x, F32, dict(SPLIT_CFG, FAST_EXP=2))
 
 
 # ---------------------------------------------------------------------------------------------

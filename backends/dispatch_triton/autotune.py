@@ -18,7 +18,8 @@ _AUTOTUNED_LOCK = threading.Lock()
 
 def _to_triton(c: dict) -> triton.Config:
     return triton.Config({"PATH": _PATH_CODE[c["path"]], "BLOCK_N": c["BLOCK_N"], "ROWS": c["ROWS"],
-                          "SPLIT": c["SPLIT"], "NW": c["num_warps"], "NS": c["num_stages"]},
+                          "SPLIT": c["SPLIT"], "NW": c["num_warps"], "NS": c["num_stages"],
+                          "FAST_EXP": int(c.get("FAST_EXP", 0))},
                          num_warps=c["num_warps"], num_stages=c["num_stages"])
 
 
@@ -32,7 +33,7 @@ def config_from_triton(cfg: triton.Config) -> dict:
         path = "split_online" if kw["SPLIT"] > 1 else "online"
     else:
         path = "split" if code == 2 else "split_pipe"
-    return _cfg(path, kw["BLOCK_N"], kw["ROWS"], kw["SPLIT"], cfg.num_warps, cfg.num_stages)
+    return _cfg(path, kw["BLOCK_N"], kw["ROWS"], kw["SPLIT"], cfg.num_warps, cfg.num_stages, kw.get("FAST_EXP", 0))
 
 
 def _max_split_of(op: str, N: int, dtype: torch.dtype) -> int:

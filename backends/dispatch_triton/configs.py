@@ -13,12 +13,16 @@ import torch
 
 from dispatch.backend import rows_bucket
 
+from . import _interpreting
+
 # op and path names, and the codes of the kernel's OP / PATH constexprs
 OPS = ("softmax", "log_softmax", "logsumexp")
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
 _PATH_CODE = {"rows": 0, "onepass": 0, "online": 1, "split_online": 1, "split": 2, "split_pipe": 3}
 
 MAX_SPLIT = 128  # programs per row in the split paths (width of the partials gather)
+# logsumexp's chunks (BLOCK_N, num_warps): 32 elements a thread, and 64 at 8192
+LSE_CHUNKS = ((2048, 2), (4096, 4), (8192, 8), (8192, 4), (16384, 16))
 
 
 def _check_op(op: str) -> None:
@@ -48,9 +52,12 @@ def _device_sms(device: torch.device | None = None) -> int:
     return 132
 
 
-def _cfg(path, block_n, rows=1, split=1, warps=4, stages=1) -> dict:
-    return {"path": path, "BLOCK_N": int(block_n), "ROWS": int(rows), "SPLIT": int(split),
-            "num_warps": int(warps), "num_stages": int(stages)}
+def _cfg(path, block_n, rows=1, split=1, warps=4, stages=1, fast_exp=0) -> dict:
+    c = {"path": path, "BLOCK_N": int(block_n), "ROWS": int(rows), "SPLIT": int(split),
+         "num_warps": int(warps), "num_stages": int(stages)}
+    if fast_exp:  # absent means 0, so configs stored before the flag existed keep their meaning
+        c["FAST_EXP"] = 1
+    return c
 
 
 def _warps_for(tile: int, per_thread: int) -> int | None:
@@ -112,6 +119,13 @@ def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
             for bn, w, sp in ((4096, 8, 4), (2048, 4, 16), (2048, 4, 32)):
                 if sp <= cap:
                     out.append(_cfg("split_online", bn, 1, sp, w, 2))
+        if np2 >= 32768:
+            # a row cut into chunks held in registers, one chunk per program: read once, nothing
+            # waits (the last chunk of a row to arrive combines); one ex2.approx per element on a GPU
+            fast = 0 if _interpreting() else 1
+            for bn, w in LSE_CHUNKS:
+                if 2 <= np2 // bn <= cap:
+                    out.append(_cfg("split", bn, 1, 1, w, 1, fast))
     return out
 
 
@@ -209,5 +223,5 @@ def _universe(op: str) -> list[dict]:
 
 
 def _cfg_key(c: dict) -> tuple:
-    return (c["path"], c["BLOCK_N"], c["ROWS"], c["SPLIT"], c["num_warps"], c["num_stages"])
+    return (c["path"], c["BLOCK_N"], c["ROWS"], c["SPLIT"], c["num_warps"], c["num_stages"], int(c.get("FAST_EXP", 0)))
 

@@ -100,6 +100,19 @@ def _finish_load(x, keep, HAS_MASK: tl.constexpr, OUT_TY: tl.constexpr):
 
 
 @triton.jit
+def _exp(x, FAST_EXP: tl.constexpr):
+    """``exp(x)`` in fp32; with ``FAST_EXP`` one ``ex2.approx.ftz`` of ``x * log2(e)`` (results below
+    2**-126 flushed to 0), where ``tl.exp`` also scales inputs whose result would be subnormal.
+    Inline PTX: a GPU only (the launchers refuse it under the interpreter)."""
+    if FAST_EXP:
+        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * 1.4426950408889634],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        y = tl.exp(x)
+    return y
+
+
+@triton.jit
 def _eff(m):
     # torch.logsumexp's shift: the max, or 0 where the max is infinite
     return tl.where(tl.abs(m) == float("inf"), 0.0, m)
@@ -154,7 +167,7 @@ def _gather(slot_ptr, base, n_split, tag):
 
 @triton.jit
 def _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK: tl.constexpr, OUT_TY: tl.constexpr,
-               BLOCK_N: tl.constexpr):
+               BLOCK_N: tl.constexpr, FAST_EXP: tl.constexpr):
     # one pass over blocks [lo, hi) of a row, the next block always in flight: per-lane running
     # (max, sum) with ONE exp per element
     cols0 = tl.arange(0, BLOCK_N)
@@ -168,7 +181,7 @@ def _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK: tl.constexpr, O
         xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, nb * BLOCK_N + cols0, tl.where(nb < hi, N, 0), HAS_MASK,
                            "evict_last")
         d = x - m_v
-        e = tl.exp(-tl.abs(d))
+        e = _exp(-tl.abs(d), FAST_EXP)
         up = d > 0.0
         s_new = tl.where(up, s_v * e + 1.0, s_v + e)
         s_v = tl.where(x == float("-inf"), s_v, s_new)
@@ -198,7 +211,8 @@ def _chunk_load(x_ptr, mask_ptr, row, stride_xm, stride_mm, cols, M, N, HAS_MASK
 
 @triton.jit
 def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, stride_mm, grp, c, n_groups,
-                n_split, tag, cols, OP: tl.constexpr, HAS_MASK: tl.constexpr, PHASE: tl.constexpr, OUT_TY):
+                n_split, tag, cols, OP: tl.constexpr, HAS_MASK: tl.constexpr, PHASE: tl.constexpr, OUT_TY,
+                FAST_EXP: tl.constexpr):
     # PATH 3: the split path, pipelined one row ahead and lean on registers. Per iteration a
     # program publishes the partial of its NEXT row before it waits for THIS row's partials (so
     # the wait is normally over before it starts), prefetches the row after next, and rebuilds
@@ -209,7 +223,7 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
         if grp < M:
             x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
             m_c = tl.max(x, 0)
-            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * n_split * 2 + c * 2, m_c, tl.sum(tl.exp(x - _eff(m_c)), 0), tag)
+            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * n_split * 2 + c * 2, m_c, tl.sum(_exp(x - _eff(m_c), FAST_EXP), 0), tag)
     xr_n, kr_n = _chunk_load(x_ptr, mask_ptr, grp + n_groups, stride_xm, stride_mm, cols, M, N, HAS_MASK)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
@@ -218,7 +232,7 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
                 xn = _finish_load(xr_n, kr_n, HAS_MASK, OUT_TY)
                 m_n = tl.max(xn, 0)
                 _publish(slot_ptr, 64 + tl.cast(nrow, tl.int64) * n_split * 2 + c * 2, m_n,
-                         tl.sum(tl.exp(xn - _eff(m_n)), 0), tag)
+                         tl.sum(_exp(xn - _eff(m_n), FAST_EXP), 0), tag)
         xr_nn, kr_nn = _chunk_load(x_ptr, mask_ptr, nrow + n_groups, stride_xm, stride_mm, cols, M, N, HAS_MASK)
         if PHASE != 1:
             row64 = tl.cast(row, tl.int64)
@@ -226,7 +240,7 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
             scale = _finish_scale(big_m, s, OP)
             x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
             if OP == 0:
-                y = tl.exp(x - big_e) * scale  # scale is NaN where the row's max is not finite
+                y = _exp(x - big_e, FAST_EXP) * scale  # scale is NaN where the row's max is not finite
             else:
                 y = (x - big_m) - scale
             tl.store(out_ptr + row64 * stride_om + cols, _cvt(y, OUT_TY), mask=cols < N, eviction_policy="evict_first")
@@ -242,6 +256,7 @@ def _softmax_kernel(
     OP: tl.constexpr, HAS_MASK: tl.constexpr, PHASE: tl.constexpr,
     PATH: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr,
     NW: tl.constexpr, NS: tl.constexpr,  # noqa: ARG001 - mirrors of num_warps/num_stages for the grid
+    FAST_EXP: tl.constexpr = 0,
 ):
     OUT_TY = out_ptr.dtype.element_ty
     pid = tl.program_id(0)
@@ -261,7 +276,7 @@ def _softmax_kernel(
             x = tl.where(keep != 0, x, float("-inf"))
         m = tl.max(x, 1)
         m_e = _eff(m)
-        e = tl.exp(x - m_e[:, None])
+        e = _exp(x - m_e[:, None], FAST_EXP)
         s = tl.sum(e, 1)
         if OP == 2:
             tl.store(out_ptr + rows, _cvt(tl.log(s) + m_e, OUT_TY), mask=rmask)
@@ -304,7 +319,7 @@ def _softmax_kernel(
         cols = c * BLOCK_N + tl.arange(0, BLOCK_N)  # PATH 2/3: this program's chunk
         if PATH == 3:
             _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, stride_mm, grp, c, n_groups,
-                        n_split, tag, cols, OP, HAS_MASK, PHASE, OUT_TY)
+                        n_split, tag, cols, OP, HAS_MASK, PHASE, OUT_TY, FAST_EXP)
         else:
             if PATH == 2:
                 # the first row's chunk; each iteration then prefetches the next row's
@@ -321,11 +336,11 @@ def _softmax_kernel(
                     x = _finish_load(x_nxt, k_nxt, HAS_MASK, OUT_TY)
                     m_c = tl.max(x, 0)
                     mc_e = _eff(m_c)
-                    e = tl.exp(x - mc_e)
+                    e = _exp(x - mc_e, FAST_EXP)
                     s_c = tl.sum(e, 0)
                 else:
                     if PHASE != 2:
-                        m_c, s_c = _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK, OUT_TY, BLOCK_N)
+                        m_c, s_c = _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK, OUT_TY, BLOCK_N, FAST_EXP)
                     else:
                         m_c = tl.full([], float("-inf"), tl.float32)
                         s_c = tl.full([], 0.0, tl.float32)
@@ -380,7 +395,7 @@ def _softmax_kernel(
                             xn, kn = _load_raw(x_ptr, mask_ptr, xoff, moff, pb * BLOCK_N + cols0,
                                                tl.where(b - 1 >= lo, N, 0), HAS_MASK, "evict_first")
                             if OP == 0:
-                                y = tl.exp(xb - big_m) * scale
+                                y = _exp(xb - big_m, FAST_EXP) * scale
                             else:
                                 y = (xb - big_m) - scale
                             bc = b * BLOCK_N + cols0

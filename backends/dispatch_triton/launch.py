@@ -151,13 +151,14 @@ def _capacity(device: torch.device, args: tuple, meta: dict) -> int:
         return 2  # interpreter: two groups, so the persistent row loop is exercised
     x, out = args[0], args[1]
     key = (device, x.dtype, out.dtype, meta["OP"], meta["HAS_MASK"], path_code, block_n, meta["ROWS"],
-           meta["SPLIT"], warps, meta["NS"], tuple(int(a) % 16 == 0 for a in args[6:11]))
+           meta["SPLIT"], warps, meta["NS"], meta.get("FAST_EXP", 0), tuple(int(a) % 16 == 0 for a in args[6:11]))
     occ = _OCC.get(key)
     if occ is None:
         try:
             k = _softmax_kernel.warmup(*args, grid=(1,), OP=meta["OP"], HAS_MASK=meta["HAS_MASK"], PHASE=0,
                                        PATH=path_code, BLOCK_N=block_n, ROWS=meta["ROWS"], SPLIT=meta["SPLIT"],
-                                       NW=warps, NS=meta["NS"], num_warps=warps, num_stages=meta["NS"])
+                                       NW=warps, NS=meta["NS"], FAST_EXP=meta.get("FAST_EXP", 0), num_warps=warps,
+                                       num_stages=meta["NS"])
             occ = _occupancy_of(k, warps)
         except Exception:  # pragma: no cover - fall back to a register estimate
             occ = _estimate_occupancy(path_code, block_n, warps, x.element_size())
@@ -170,6 +171,10 @@ def _grid_size(device, M, N, args, meta) -> int:
     if path_code == 0:
         return _cdiv(M, meta["ROWS"])
     ns = _n_split(path_code, N, meta["BLOCK_N"], meta["SPLIT"])
+    if path_code == 2 and meta["OP"] == _OP_CODE["logsumexp"]:
+        # one chunk per program: nothing waits, so no program need stay resident for a row's
+        # others; a program that loops would pay a round trip (its row's counter) per chunk
+        return M * ns
     cap = _capacity(device, args, meta)
     groups = max(1, min(M, max(1, cap // ns), _GMAX))
     return groups * ns
@@ -233,6 +238,11 @@ def _validate(config: dict, N: int, device: torch.device, op: str | None = None)
     code = _PATH_CODE.get(config.get("path"))
     if code is None:
         raise ValueError(f"unknown path {config.get('path')!r}; expected one of {sorted(_PATH_CODE)}")
+    if int(config.get("FAST_EXP", 0)) not in (0, 1):
+        raise ValueError(f"'FAST_EXP' must be 0 or 1 (got {config['FAST_EXP']})")
+    if int(config.get("FAST_EXP", 0)) and _interpreting():
+        raise ValueError("'FAST_EXP' is inline PTX, which the Triton interpreter does not run: leave it out "
+                         "on the CPU")
     if code == 3 and op == "logsumexp":
         raise ValueError("path 'split_pipe' writes whole rows (softmax, log_softmax); for logsumexp use "
                          "'split', 'split_online' or 'online'")
@@ -347,7 +357,7 @@ class Launcher:
         ws, sync, slots = placeholder(anchor, torch.float32), _sync_buffer(device, 0), placeholder(anchor, torch.int64)
         ints = (M, N, self.row_stride, N if op != "logsumexp" else 1, mask_arg.stride(0) if has_mask else 0, _np2(N))
         meta = dict(OP=_OP_CODE[op], HAS_MASK=has_mask, PATH=code, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps,
-                    NS=stages)
+                    NS=stages, FAST_EXP=int(config.get("FAST_EXP", 0)))
         # the grid is sized from the kernel compiled for these arguments' dtypes: stand-ins for x and out
         occ_args = (placeholder(anchor, self.in_dtype), placeholder(anchor, self.out_dtype), mask_arg, ws, sync, slots,
                     *ints)

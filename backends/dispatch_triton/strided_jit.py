@@ -42,6 +42,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .jit import _exp
+
 
 @triton.jit
 def _load(ptrs, mask, other, EVEN: tl.constexpr):
@@ -58,18 +60,6 @@ def _store(ptrs, y, mask, EVEN: tl.constexpr):
         tl.store(ptrs, y)
     else:
         tl.store(ptrs, y, mask=mask)
-
-
-@triton.jit
-def _exp(x, FAST_EXP: tl.constexpr):
-    """``exp(x)`` in fp32; with ``FAST_EXP`` one ``ex2.approx.ftz`` of ``x * log2(e)`` (results below
-    2**-126 flushed to 0), where ``tl.exp`` also scales inputs whose result would be subnormal."""
-    if FAST_EXP:
-        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * 1.4426950408889634],
-                                      dtype=tl.float32, is_pure=True, pack=1)
-    else:
-        y = tl.exp(x)
-    return y
 
 
 @triton.jit
