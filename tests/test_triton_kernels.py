@@ -295,7 +295,7 @@ def test_config_space_prunes_by_shape():
 
 def test_logsumexp_chunks_take_one_program_each():
     # nothing in logsumexp's split path waits, so it needs no persistent programs: one per chunk,
-    # every row (the grid covers 7 rows of 6 chunks; a persistent grid would hold 2 groups here)
+    # chunk of every row: 7 rows of 6 chunks, 42 programs
     x = randn(7, 3000, F32, seed=13)
     launcher = L.Launcher("logsumexp", 7, 3000, F32, None, x.stride(0), x.device, SPLIT_CFG)
     assert launcher.grid == (7 * 6,)
