@@ -376,7 +376,7 @@ def _sweep_best(outdir: str, k: int = 3) -> dict:
 
 
 def stage_final(outdir: str, nosplit: bool = False):
-    """Every op at every shape: the default config and the sweep's top 3, re-measured."""
+    """Every op at every shape: the default config, its FAST_EXP twin and the sweep's top 3, re-measured."""
     rows = []
     cp = {d: copy_gbs(DT[d]) for d in ("bf16", "fp32")}
     top = _sweep_best(outdir)
@@ -390,7 +390,10 @@ def stage_final(outdir: str, nosplit: bool = False):
                 if nosplit and d["path"] in ("split", "split_online") and op != "logsumexp":
                     d = next(c for c in C.config_space(op, m, n, dtype) if c["path"] == "online")
                 proxy = "logsumexp" if op == "logsumexp" else "softmax"
-                cands = [d] + [c for c in top.get((proxy, dname, n), []) if C._cfg_key(c) != C._cfg_key(d)]
+                # the default, its twin with FAST_EXP toggled (on a GPU), and the sweep's best 3
+                twin = {k: v for k, v in d.items() if k != "FAST_EXP"} if d.get("FAST_EXP") else dict(d, FAST_EXP=1)
+                cands = [d] + ([twin] if DEV == "cuda" else [])
+                cands += [c for c in top.get((proxy, dname, n), []) if C._cfg_key(c) not in map(C._cfg_key, cands)]
                 res = []
                 for c in cands:
                     y, launch = L.prepare(op, x, dtype, c)
@@ -420,13 +423,14 @@ def stage_final(outdir: str, nosplit: bool = False):
         return (f"{c['path']} BN={c['BLOCK_N']} R={c['ROWS']} S={c['SPLIT']} w={c['num_warps']}"
                 + (" fast-exp" if c.get("FAST_EXP") else ""))
 
-    lines = ["| op | dtype | M x N | best config | GB/s | % of copy | via run() | default GB/s | torch GB/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | dtype | M x N | best config | GB/s | % of copy | via run() | default GB/s | its FAST_EXP twin "
+             "| torch GB/s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        b = r["best"]
+        b, twin = r["best"], (r["all"][1] if DEV == "cuda" and len(r["all"]) > 1 else None)
+        twin_cell = "" if twin is None else f"{twin['gbs']:.0f} ({'on' if twin['cfg'].get('FAST_EXP') else 'off'})"
         lines.append(f"| {r['op']} | {r['dtype']} | {r['M']}x{r['N']} | {desc(b['cfg'])} | {b['gbs']:.0f} | "
                      f"{100 * b['gbs'] / r['copy_gbs']:.0f}% | {r['run_gbs']:.0f} | {r['default']['gbs']:.0f} | "
-                     f"{r['torch_gbs']:.0f} |" + (" WRONG" if b["err"] else ""))
+                     f"{twin_cell} | {r['torch_gbs']:.0f} |" + (" WRONG" if b["err"] else ""))
     lines.append(f"\ncopy GB/s: bf16 {cp['bf16']:.0f}, fp32 {cp['fp32']:.0f}")
     text = "\n".join(lines)
     with open(os.path.join(outdir, "final.md"), "w") as f:

@@ -293,6 +293,18 @@ def test_config_space_prunes_by_shape():
     assert "split" not in {c["path"] for c in C.config_space("logsumexp", 64, 16384, BF16)}
 
 
+def test_logsumexp_long_rows_default_to_chunks_small_enough_to_fill_the_device():
+    sms = C._device_sms()
+    many = C.default_config("logsumexp", 1024, 65536, BF16)
+    assert many["path"] == "split" and many["BLOCK_N"] == 8192
+    few = C.default_config("logsumexp", 1, 262144, BF16)  # 2048-element chunks: 128 programs
+    assert few["path"] == "split" and few["BLOCK_N"] == 2048 and 262144 // 2048 <= C.MAX_SPLIT
+    for m, n in ((1, 40000), (8, 128256), (2 * sms, 32768)):
+        c = C.default_config("logsumexp", m, n, F32)
+        assert c["path"] == "split" and c["BLOCK_N"] // c["num_warps"] == 2048  # 64 elements a thread
+        assert m * C._cdiv(n, c["BLOCK_N"]) >= 2 * sms or c["BLOCK_N"] == 2048
+
+
 def test_logsumexp_chunks_take_one_program_each():
     # nothing in logsumexp's split path waits, so it needs no persistent programs: one per chunk,
     # chunk of every row: 7 rows of 6 chunks, 42 programs
