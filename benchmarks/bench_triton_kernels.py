@@ -61,6 +61,7 @@ def sweep_configs(op: str, n: int, dtype: torch.dtype) -> list[dict]:
         for bn, w in ((2048, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)):
             if 2 <= C._cdiv(n, bn) <= min(C.MAX_SPLIT, 132):
                 out.append(C._cfg("split", bn, 1, 1, w))
+                out.append(C._cfg("chunks", bn, 1, 1, w))
         if dtype.itemsize == 2 and C._np2(n) == 65536:
             out.append(C._cfg("onepass", 65536, 1, 1, 32))
     if op == "logsumexp" and dtype.itemsize == 2 and C._np2(n) >= 16384:

@@ -1,5 +1,5 @@
 """The row kernel builds for a real GPU target even where there is none: every path of
-``_softmax_kernel`` (rows, online, split, split_pipe) for each op it serves, with and without
+``_softmax_kernel`` (rows, online, split, split_pipe, chunks) for each op it serves, with and without
 ``FAST_EXP``, compiles for sm_90 (the interpreter accepts programs the compiler rejects, and it
 cannot run the inline PTX of ``FAST_EXP`` at all). Runs in a subprocess without TRITON_INTERPRET."""
 
@@ -22,11 +22,11 @@ _CODE = textwrap.dedent("""
             "slot_ptr": "*i64"}
     # (PATH, BLOCK_N, ROWS, SPLIT, warps, ops)
     paths = ((0, 1024, 1, 1, 4, (0, 1, 2)), (1, 1024, 1, 4, 4, (0, 1, 2)), (2, 4096, 1, 1, 4, (0, 1, 2)),
-             (3, 4096, 1, 1, 4, (0, 1)))
+             (3, 4096, 1, 1, 4, (0, 1)), (4, 8192, 1, 1, 4, (2,)))
     for path, bn, rows, split, warps, ops in paths:
         for op in ops:
-            for fast in (0, 1):
-                consts = dict(OP=op, HAS_MASK=False, PHASE=0, PATH=path, BLOCK_N=bn, ROWS=rows, SPLIT=split,
+            for fast, phase in ((0, 0), (1, 0)) + (((1, 2),) if path == 4 else ()):
+                consts = dict(OP=op, HAS_MASK=False, PHASE=phase, PATH=path, BLOCK_N=bn, ROWS=rows, SPLIT=split,
                               NW=warps, NS=1, FAST_EXP=fast)
                 sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
                 triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),

@@ -305,6 +305,29 @@ def test_logsumexp_long_rows_default_to_chunks_small_enough_to_fill_the_device()
         assert m * C._cdiv(n, c["BLOCK_N"]) >= 2 * sms or c["BLOCK_N"] == 2048
 
 
+CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all chunks, then a merge
+
+
+@pytest.mark.parametrize("config", [CHUNKS_CFG] + ([] if DEV == "cpu" else [dict(CHUNKS_CFG, FAST_EXP=1)]),
+                         ids=cfg_id)
+def test_logsumexp_chunks_path(config):
+    for dtype in (F32, BF16):
+        x = randn(5, 3000, dtype, seed=1)  # 6 chunks a row, 30 over 2 programs (interpreter): uneven turns
+        check("logsumexp", x, dtype, config)
+        check("logsumexp", x, F32, config)
+    check("logsumexp", special_rows(1100).to(DEV), F32, config)  # -inf, +inf, NaN, in different chunks
+    check("logsumexp", special_rows(1100).to(DEV).to(BF16), BF16, config)
+    wide = randn(4, 1337, BF16, seed=3)
+    check("logsumexp", wide[:, 5:1205], F32, config)  # strided rows, read in place
+    out, launch = L.prepare("logsumexp", wide[:, :1200], F32, config)
+    for _ in range(2):  # relaunched in place, the workspace reused
+        out.fill_(NAN)
+        launch()
+        torch.testing.assert_close(out.cpu(), reference("logsumexp", wide[:, :1200], F32), atol=2e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="'chunks' writes one value per row"):
+        L.run("softmax", randn(2, 3000, F32), F32, config)
+
+
 def test_logsumexp_chunks_take_one_program_each():
     # nothing in logsumexp's split path waits, so it needs no persistent programs: one per chunk,
     # chunk of every row: 7 rows of 6 chunks, 42 programs

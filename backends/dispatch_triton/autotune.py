@@ -32,7 +32,7 @@ def config_from_triton(cfg: triton.Config) -> dict:
     elif code == 1:
         path = "split_online" if kw["SPLIT"] > 1 else "online"
     else:
-        path = "split" if code == 2 else "split_pipe"
+        path = {2: "split", 3: "split_pipe", 4: "chunks"}[code]
     return _cfg(path, kw["BLOCK_N"], kw["ROWS"], kw["SPLIT"], cfg.num_warps, cfg.num_stages, kw.get("FAST_EXP", 0))
 
 
@@ -63,7 +63,9 @@ def autotuned(op: str, do_bench=None):
                 def prune(configs, named_args, **kwargs):
                     x = named_args["x_ptr"]
                     n = int(named_args["N"])
-                    allowed = [_cfg_key(c) for c in config_space(op, int(named_args["M"]), n, x.dtype)]
+                    # 'chunks' takes two launches, which a triton.autotune launch cannot make
+                    allowed = [_cfg_key(c) for c in config_space(op, int(named_args["M"]), n, x.dtype)
+                               if c["path"] != "chunks"]
                     if _interpreting() and op != "logsumexp":
                         # the interpreter runs programs one by one: split partials could never meet
                         allowed = [k for k in allowed

@@ -1,6 +1,6 @@
 """Config spaces and the default pick of the Triton kernels, and the config-dict helpers.
 
-A config is a plain dict: ``path`` (rows, onepass, online, split_online, split, split_pipe), ``BLOCK_N``,
+A config is a plain dict: ``path`` (rows, onepass, online, split_online, split, split_pipe, chunks), ``BLOCK_N``,
 ``ROWS``, ``SPLIT``, ``num_warps``, ``num_stages``, and on a GPU ``FAST_EXP`` (1: one ``ex2.approx``
 per exp; absent means 0). :func:`config_space` lists the candidates of a shape,
 :func:`default_config` picks one without measuring.
@@ -19,7 +19,7 @@ from . import _interpreting
 # op and path names, and the codes of the kernel's OP / PATH constexprs
 OPS = ("softmax", "log_softmax", "logsumexp")
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
-_PATH_CODE = {"rows": 0, "onepass": 0, "online": 1, "split_online": 1, "split": 2, "split_pipe": 3}
+_PATH_CODE = {"rows": 0, "onepass": 0, "online": 1, "split_online": 1, "split": 2, "split_pipe": 3, "chunks": 4}
 
 MAX_SPLIT = 128  # programs per row in the split paths (width of the partials gather)
 # logsumexp's chunks (BLOCK_N, num_warps), 64 elements a thread: in the H200 sweep they beat 32 a thread
@@ -123,9 +123,10 @@ def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
         if np2 >= 32768:
             # a row cut into chunks held in registers, one chunk per program: read once, nothing
             # waits (the last chunk of a row to arrive combines)
-            for bn, w in LSE_CHUNKS:
-                if 2 <= np2 // bn <= cap:
-                    out.append(_cfg("split", bn, 1, 1, w))
+            for path in ("split", "chunks"):
+                for bn, w in LSE_CHUNKS:
+                    if 2 <= np2 // bn <= cap:
+                        out.append(_cfg(path, bn, 1, 1, w))
     if not _interpreting():
         # one ex2.approx per exp: 4-10% faster on bf16 rows of 32K-256K (softmax, log_softmax,
         # logsumexp), even on fp32 (benchmarks/results/current/rows_kernels/); inline PTX, a GPU only

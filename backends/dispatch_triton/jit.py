@@ -22,6 +22,11 @@ so that one Triton autotuner can choose among all of them:
     are held raw (input dtype) and the output is recomputed from them, which leaves registers
     for a second chunk in flight.
 
+``chunks`` (PATH 4, logsumexp only)
+    Two launches: persistent programs walk all chunks of all rows, each chunk held in registers
+    while the next one loads, and write per-chunk (max, sum) partials; then one program per row
+    merges its partials. Nothing waits, and the row is read once.
+
 Exchange: a partial is published as two 64-bit words ``(tag << 32 | fp32 bits)`` with relaxed
 atomic exchanges and read back with volatile loads until every word of the row carries the
 launch's tag: no fence, no counter, one L2 round trip when the others are on time. The tag is
@@ -248,6 +253,43 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
         xr_n, kr_n = xr_nn, kr_nn
 
 
+@triton.jit
+def _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE: tl.constexpr, BLOCK_N: tl.constexpr, OUT_TY,
+                FAST_EXP: tl.constexpr):
+    # PATH 4, logsumexp only, two launches. PHASE 0: persistent programs take the M * n_split
+    # chunks of the rows in turn (program p: chunks p, p + P, ...), each chunk held in registers
+    # while the next is already loading, and write its (max, sum) to the workspace: no program
+    # ever waits on another. PHASE 2: one program per row merges its partials and writes.
+    n_split = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    if PHASE == 2:
+        if pid < M:
+            big_m, big_e, s = _combine(ws_ptr, pid.to(tl.int64) * n_split, n_split)
+            tl.store(out_ptr + pid, _cvt(tl.log(s) + big_e, OUT_TY))
+    else:
+        nprog = tl.num_programs(0)
+        total = M * n_split
+        offs = tl.arange(0, BLOCK_N)
+        t64 = pid.to(tl.int64)
+        row = t64 // n_split
+        cols = (t64 % n_split) * BLOCK_N + offs
+        xr = tl.load(x_ptr + row * stride_xm + cols, mask=cols < tl.where(t64 < total, N, 0), other=float("-inf"),
+                     eviction_policy="evict_first")
+        for t in range(pid, total, nprog):
+            t64 = tl.cast(t, tl.int64)
+            tn = t64 + nprog
+            rn = tn // n_split
+            cn = (tn % n_split) * BLOCK_N + offs
+            xr_n = tl.load(x_ptr + rn * stride_xm + cn, mask=cn < tl.where(tn < total, N, 0), other=float("-inf"),
+                           eviction_policy="evict_first")
+            x = _cvt(xr, OUT_TY).to(tl.float32)
+            m_c = tl.max(x, 0)
+            s_c = tl.sum(_exp(x - _eff(m_c), FAST_EXP), 0)
+            tl.store(ws_ptr + t64 * 2, m_c)
+            tl.store(ws_ptr + t64 * 2 + 1, s_c)
+            xr = xr_n
+
+
 @triton.jit(do_not_specialize=["N_BUCKET"])
 def _softmax_kernel(
     x_ptr, out_ptr, mask_ptr, ws_ptr, sync_ptr, slot_ptr,
@@ -260,7 +302,9 @@ def _softmax_kernel(
 ):
     OUT_TY = out_ptr.dtype.element_ty
     pid = tl.program_id(0)
-    if PATH == 0:
+    if PATH == 4:
+        _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE, BLOCK_N, OUT_TY, FAST_EXP)
+    elif PATH == 0:
         # ---- whole rows in registers, ROWS rows per program -----------------------------------
         rows = pid * ROWS + tl.arange(0, ROWS)
         cols = tl.arange(0, BLOCK_N)

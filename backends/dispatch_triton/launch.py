@@ -171,6 +171,8 @@ def _grid_size(device, M, N, args, meta) -> int:
     if path_code == 0:
         return _cdiv(M, meta["ROWS"])
     ns = _n_split(path_code, N, meta["BLOCK_N"], meta["SPLIT"])
+    if path_code == 4:  # logsumexp's chunks: persistent programs over all M * ns chunks
+        return max(1, min(M * ns, _capacity(device, args, meta)))
     if path_code == 2 and meta["OP"] == _OP_CODE["logsumexp"]:
         # one chunk per program: nothing waits, so no program need stay resident for a row's
         # others; a program that loops would pay a round trip (its row's counter) per chunk
@@ -243,6 +245,8 @@ def _validate(config: dict, N: int, device: torch.device, op: str | None = None)
     if int(config.get("FAST_EXP", 0)) and _interpreting():
         raise ValueError("'FAST_EXP' is inline PTX, which the Triton interpreter does not run: leave it out "
                          "on the CPU")
+    if code == 4 and op != "logsumexp":
+        raise ValueError(f"path 'chunks' writes one value per row (logsumexp), not {op}")
     if code == 3 and op == "logsumexp":
         raise ValueError("path 'split_pipe' writes whole rows (softmax, log_softmax); for logsumexp use "
                          "'split', 'split_online' or 'online'")
@@ -366,13 +370,31 @@ class Launcher:
         int_names = ("M", "N", "stride_xm", "stride_om", "stride_mm", "N_BUCKET")
         options = dict(num_warps=warps, num_stages=stages)
 
-        def launcher(phase: int, fixed: tuple = ()) -> DirectLaunch:
-            """The kernel on ``grid`` for ``phase``: its JIT path, then its direct launch once armed
-            (``fixed``: the trailing pointer arguments that are the same for every launch)."""
+        def launcher(phase: int, fixed: tuple = (), on=grid, writes: int = 1) -> DirectLaunch:
+            """The kernel on ``on`` (default: ``grid``) for ``phase``: its JIT path, then its direct
+            launch once armed (``fixed``: the trailing pointer arguments that are the same for every
+            launch; ``writes``: the argument the launch writes, compared when arming)."""
             tail = dict(zip(int_names, ints), **meta, PHASE=phase)
-            return DirectLaunch(_softmax_kernel, grid, 6, tail, options, enabled=not _interpreting(), fixed=fixed)
+            return DirectLaunch(_softmax_kernel, on, 6, tail, options, enabled=not _interpreting(), fixed=fixed,
+                                out=writes)
 
-        if op != "logsumexp" and ns > 1:
+        if code == 4:  # logsumexp's chunks: the partials, then one program per row merges them
+            k1, k2, partials, cuda = launcher(0, writes=3), launcher(2, on=(M,)), M * ns, device.type == "cuda"
+            views: dict = {}  # per stream: exactly this launch's partials of the stream's workspace
+
+            def launch(x, out):
+                if cuda and _capturing():
+                    ws_s = torch.empty(2 * partials, dtype=torch.float32, device=device)
+                else:
+                    key = _stream_key(device)
+                    ws_s = views.get(key)
+                    if ws_s is None:
+                        ws_s = views[key] = _per_stream(_WS, key, 2 * partials, torch.float32, device)[:2 * partials]
+                k1.launch(x, out, mask_arg, ws_s, sync, slots)
+                k2.launch(x, out, mask_arg, ws_s, sync, slots)
+
+            self.direct = (k1, k2)
+        elif op != "logsumexp" and ns > 1:
             need = M * ns  # the partials of every row, each program publishing one per row
             if _interpreting():
                 # the interpreter runs programs one by one: partials could never meet in one launch
