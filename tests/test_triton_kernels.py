@@ -295,14 +295,16 @@ def test_config_space_prunes_by_shape():
 
 def test_logsumexp_long_rows_default_to_chunks_small_enough_to_fill_the_device():
     sms = C._device_sms()
-    many = C.default_config("logsumexp", 1024, 65536, BF16)
-    assert many["path"] == "split" and many["BLOCK_N"] == 8192
-    few = C.default_config("logsumexp", 1, 262144, BF16)  # 2048-element chunks: 128 programs
-    assert few["path"] == "split" and few["BLOCK_N"] == 2048 and 262144 // 2048 <= C.MAX_SPLIT
+    assert C.default_config("logsumexp", 1024, 65536, F32)["BLOCK_N"] == 8192
+    many = C.default_config("logsumexp", 1024, 65536, BF16)  # 2-byte rows: persistent programs over chunks
+    assert many["path"] == "chunks" and many["BLOCK_N"] == 4096
+    few = C.default_config("logsumexp", 1, 262144, BF16)  # 2048-element chunks: 128 of them
+    assert few["path"] == "chunks" and few["BLOCK_N"] == 2048 and 262144 // 2048 <= C.MAX_SPLIT
     for m, n in ((1, 40000), (8, 128256), (2 * sms, 32768)):
-        c = C.default_config("logsumexp", m, n, F32)
-        assert c["path"] == "split" and c["BLOCK_N"] // c["num_warps"] == 2048  # 64 elements a thread
-        assert m * C._cdiv(n, c["BLOCK_N"]) >= 2 * sms or c["BLOCK_N"] == 2048
+        for dtype, path in ((F32, "split"), (BF16, "chunks")):
+            c = C.default_config("logsumexp", m, n, dtype)
+            assert c["path"] == path and c["BLOCK_N"] // c["num_warps"] == 2048  # 64 elements a thread
+            assert m * C._cdiv(n, c["BLOCK_N"]) >= 2 * sms or c["BLOCK_N"] == 2048
 
 
 CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all chunks, then a merge

@@ -155,7 +155,8 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
     thread; rows that fit in registers one per program at 16 (2-byte) or 8-32 (fp32) per
     thread; longer rows split over programs in 4096-element chunks (pipelined). logsumexp (read-only, it
     wants more in flight per thread): 32 per thread on short rows; rows longer than 16K cut into
-    chunks of 64 per thread, one program each (benchmarks/results/current/rows_kernels/).
+    chunks of 64 per thread, through the chunks path for 2-byte rows and one program a chunk for
+    fp32 (benchmarks/results/current/rows_kernels/).
     """
     space = config_space(op, n_rows, n_cols, dtype)
     np2 = _np2(max(int(n_cols), 1))
@@ -174,10 +175,12 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
         else:
             want = _cfg("onepass", np2, 1, 1, max(1, min(16, np2 // 256)))
     elif lse:
-        # a row in chunks of 64 elements a thread, one program each: the largest chunk that still
-        # gives every SM two programs
-        bn = next((b for b in (8192, 4096) if int(n_rows) * _cdiv(int(n_cols), b) >= 2 * sms), 2048)
-        want = _with_fast_exp(_cfg("split", bn, 1, 1, bn // 2048))
+        # a row in chunks of 64 elements a thread: the largest chunk (up to 8192 for fp32, 4096 for
+        # 2-byte rows) that still gives every SM two; fp32 one program a chunk, 2-byte rows
+        # persistent programs whose next chunk loads while they reduce one
+        sizes = (8192, 4096) if esz == 4 else (4096,)
+        bn = next((b for b in sizes if int(n_rows) * _cdiv(int(n_cols), b) >= 2 * sms), 2048)
+        want = _with_fast_exp(_cfg("split" if esz == 4 else "chunks", bn, 1, 1, bn // 2048))
         if want not in space:  # rows too long for chunks: streamed, cut over programs when rows are few
             want = _cfg("split_online", 2048, 1, 32, 4, 2) if n_rows < 4 * sms else _cfg("online", 4096, 1, 1, 8, 2)
     else:

@@ -228,7 +228,8 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
         if grp < M:
             x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
             m_c = tl.max(x, 0)
-            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * n_split * 2 + c * 2, m_c, tl.sum(_exp(x - _eff(m_c), FAST_EXP), 0), tag)
+            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * n_split * 2 + c * 2, m_c,
+                     tl.sum(_exp(x - _eff(m_c), FAST_EXP), 0), tag)
     xr_n, kr_n = _chunk_load(x_ptr, mask_ptr, grp + n_groups, stride_xm, stride_mm, cols, M, N, HAS_MASK)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
@@ -384,7 +385,8 @@ def _softmax_kernel(
                     s_c = tl.sum(e, 0)
                 else:
                     if PHASE != 2:
-                        m_c, s_c = _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK, OUT_TY, BLOCK_N, FAST_EXP)
+                        m_c, s_c = _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK, OUT_TY, BLOCK_N,
+                                              FAST_EXP)
                     else:
                         m_c = tl.full([], float("-inf"), tl.float32)
                         s_c = tl.full([], 0.0, tl.float32)
