@@ -41,7 +41,8 @@ taken belongs to a program that is running or done, so only the group holding th
 ticket can wait on programs not yet resident, and it gets them as soon as any other program
 exits, provided the device can hold ``n_split`` programs at once; ``n_split`` is capped by the
 SM count (one program per SM always fits). logsumexp needs no waiting: the last segment of a row
-to arrive (an acq_rel counter that it resets) merges and writes. The Triton interpreter runs
+to arrive (an acq_rel counter that it resets) merges and writes, so its ``split`` path takes one
+program per chunk rather than persistent groups. The Triton interpreter runs
 programs one after another, so there partials could never meet in one launch: the split paths
 then run as two launches (``PHASE`` 1 publishes, ``PHASE`` 2 merges and writes), the same code
 minus the wait.
