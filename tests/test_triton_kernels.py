@@ -287,9 +287,11 @@ def test_config_space_prunes_by_shape():
     assert "split" not in paths(4096) and "online" not in paths(4096)
     assert "split" in paths(262144) and not paths(262144) & {"rows", "onepass"}
     assert "split_online" in paths(1 << 26)  # beyond what split can hold: no hard cap on N
-    # logsumexp's long rows: chunks held in registers, one per program, at most MAX_SPLIT a row
-    lse_split = [c for c in C.config_space("logsumexp", 64, 262144, BF16) if c["path"] == "split"]
-    assert lse_split and all(262144 // c["BLOCK_N"] <= C.MAX_SPLIT for c in lse_split)
+    # logsumexp's long rows: chunks held in registers (split: one program each; chunks: persistent
+    # programs), at most MAX_SPLIT a row
+    lse_split = [c for c in C.config_space("logsumexp", 64, 262144, BF16) if c["path"] in ("split", "chunks")]
+    assert {c["path"] for c in lse_split} == {"split", "chunks"}
+    assert all(262144 // c["BLOCK_N"] <= C.MAX_SPLIT for c in lse_split)
     assert "split" not in {c["path"] for c in C.config_space("logsumexp", 64, 16384, BF16)}
 
 
@@ -331,8 +333,8 @@ def test_logsumexp_chunks_path(config):
 
 
 def test_logsumexp_chunks_take_one_program_each():
-    # nothing in logsumexp's split path waits, so it needs no persistent programs: one per chunk,
-    # chunk of every row: 7 rows of 6 chunks, 42 programs
+    # nothing in logsumexp's split path waits, so it takes one program per chunk of every row
+    # (7 rows of 6 chunks: 42 programs) rather than persistent groups
     x = randn(7, 3000, F32, seed=13)
     launcher = L.Launcher("logsumexp", 7, 3000, F32, None, x.stride(0), x.device, SPLIT_CFG)
     assert launcher.grid == (7 * 6,)
