@@ -186,7 +186,9 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
         if want not in space:  # rows too long for chunks: streamed, cut over programs when rows are few
             want = _cfg("split_online", 2048, 1, 32, 4, 2) if n_rows < 4 * sms else _cfg("online", 4096, 1, 1, 8, 2)
     else:
-        want = _cfg("split_pipe", 4096, 1, 1, 4)
+        # 2-byte rows of 16K-32K: the plain split path, 4-8% ahead of the pipelined one there on
+        # the H200 (benchmarks/results/current/rows_kernels/); pipelined beyond
+        want = _cfg("split" if np2 == 32768 and esz == 2 else "split_pipe", 4096, 1, 1, 4)
         if _with_fast_exp(want) not in space:
             want = next((c for c in space if c["path"] == "split_pipe"), want)
         if _with_fast_exp(want) not in space:
