@@ -105,6 +105,18 @@ def _finish_load(x, keep, HAS_MASK: tl.constexpr, OUT_TY: tl.constexpr):
     return x
 
 
+def fast_exp_of(config: dict) -> int:
+    """A launch config's ``FAST_EXP`` (0 or 1; absent is 0), refused by name under the interpreter,
+    which cannot run the inline PTX of :func:`_exp`."""
+    flag = int(config.get("FAST_EXP", 0))
+    if flag not in (0, 1):
+        raise ValueError(f"'FAST_EXP' must be 0 or 1 (got {config['FAST_EXP']})")
+    if flag and _interpreting():
+        raise ValueError("'FAST_EXP' is inline PTX, which the Triton interpreter does not run: leave it out "
+                         "on the CPU")
+    return flag
+
+
 @triton.jit
 def _exp(x, FAST_EXP: tl.constexpr):
     """``exp(x)`` in fp32; with ``FAST_EXP`` one ``ex2.approx.ftz`` of ``x * log2(e)`` (results below

@@ -12,7 +12,7 @@ from dispatch.backend import placeholder  # cache-key-stable stand-ins for absen
 
 from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
 from .direct import DirectLaunch
-from .jit import _ROW_OFF, _interpreting, _softmax_kernel
+from .jit import _ROW_OFF, _interpreting, _softmax_kernel, fast_exp_of
 
 
 _IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -240,11 +240,7 @@ def _validate(config: dict, N: int, device: torch.device, op: str | None = None)
     code = _PATH_CODE.get(config.get("path"))
     if code is None:
         raise ValueError(f"unknown path {config.get('path')!r}; expected one of {sorted(_PATH_CODE)}")
-    if int(config.get("FAST_EXP", 0)) not in (0, 1):
-        raise ValueError(f"'FAST_EXP' must be 0 or 1 (got {config['FAST_EXP']})")
-    if int(config.get("FAST_EXP", 0)) and _interpreting():
-        raise ValueError("'FAST_EXP' is inline PTX, which the Triton interpreter does not run: leave it out "
-                         "on the CPU")
+    fast_exp_of(config)
     if code == 4 and op != "logsumexp":
         raise ValueError(f"path 'chunks' writes one value per row (logsumexp), not {op}")
     if code == 3 and op == "logsumexp":
@@ -361,7 +357,7 @@ class Launcher:
         ws, sync, slots = placeholder(anchor, torch.float32), _sync_buffer(device, 0), placeholder(anchor, torch.int64)
         ints = (M, N, self.row_stride, N if op != "logsumexp" else 1, mask_arg.stride(0) if has_mask else 0, _np2(N))
         meta = dict(OP=_OP_CODE[op], HAS_MASK=has_mask, PATH=code, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps,
-                    NS=stages, FAST_EXP=int(config.get("FAST_EXP", 0)))
+                    NS=stages, FAST_EXP=fast_exp_of(config))
         # the grid is sized from the kernel compiled for these arguments' dtypes: stand-ins for x and out
         occ_args = (placeholder(anchor, self.in_dtype), placeholder(anchor, self.out_dtype), mask_arg, ws, sync, slots,
                     *ints)

@@ -17,7 +17,7 @@ from dispatch.backend import contiguous_strides, unique_configs
 
 from .configs import _cdiv, _check_op, _device_sms, _np2
 from .direct import DirectLaunch
-from .jit import _interpreting
+from .jit import _interpreting, fast_exp_of
 from .strided_jit import _strided_finish, _strided_kernel, _strided_partials
 
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
@@ -286,10 +286,7 @@ class StridedLauncher:
         one_pass, acc_2d = bool(int(config.get("ONE_PASS", 0))), bool(int(config.get("ACC_2D", 0)))
         prefetch = bool(int(config.get("PREFETCH", 0)))
         tma = bool(int(config.get("TMA", 0)))
-        fast_exp, reverse = bool(int(config.get("FAST_EXP", 0))), bool(int(config.get("REVERSE", 0)))
-        if fast_exp and _interpreting():
-            raise ValueError("'FAST_EXP' is inline PTX, which the Triton interpreter does not run: leave it out "
-                             "on the CPU")
+        fast_exp, reverse = bool(fast_exp_of(config)), bool(int(config.get("REVERSE", 0)))
         stages = int(config.get("num_stages", 3))  # of the TMA loop (tl.range), and the launch option
         if tma and (one_pass or p.x_strides[2] != 1 or bi > 256 or br > 256):
             raise ValueError("'TMA' reads (R, inner) tiles of at most 256 x 256 from an input whose inner dim is "
