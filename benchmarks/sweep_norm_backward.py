@@ -20,7 +20,8 @@ already listed plan dropped):
   ``num_warps`` 4 / 8 / 16 (4-32 elements a thread), each with the row groups ``GR`` it computes,
   half and twice that, and with the L2 hints (``HINTS``: the first launch's loads evict_last, the
   second's evict_first), the next row loaded ahead (``PREFETCH``), and both; and in one launch whose
-  programs exchange their sums (``COOP``), with the row groups that fit and half of them.
+  programs exchange their sums (``COOP``), with the row groups that fit and half of them, and at
+  128 registers a thread.
 
 Timing: ``dispatch.backend.measure`` with CUDA events around each backward call (dx, dweight and
 dbias: the main launch(es) and the partials' reduction), the median of ``--rep`` repetitions after
@@ -117,7 +118,8 @@ def _split_variants(plan_of) -> list[dict]:
             gr = plan_of(chunk)["GR"]
             out += [chunk] + [dict(chunk, GR=g) for g in (gr // 2, 2 * gr) if g >= 1]
             out += [dict(chunk, HINTS=True), dict(chunk, PREFETCH=True), dict(chunk, HINTS=True, PREFETCH=True)]
-            out += [dict(chunk, COOP=True), dict(chunk, COOP=True, GR=max(1, plan_of(chunk)["GR"] // 2))]
+            out += [dict(chunk, COOP=True), dict(chunk, COOP=True, GR=max(1, plan_of(chunk)["GR"] // 2)),
+                    dict(chunk, COOP=True, maxnreg=128)]
     return out
 
 

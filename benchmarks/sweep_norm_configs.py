@@ -15,7 +15,9 @@ same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_tr
 * long rows: the chunked path (a program per row, two passes over it) with ``BLOCK_N`` chunks of
   4096..16384, ``num_warps``, ``num_stages`` 1 or 3, ``PREFETCH`` (two chunks in flight) and
   ``HINTS`` (the first read evict_last, so that the second finds x in L2); the split path
-  (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the default's.
+  (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the default's; the cooperative
+  path (``COOP``: a group of programs holds a row's chunks and exchanges partials, one launch)
+  with chunks of 2048..16384 and ``HINTS`` (y stored evict_first) on or off.
 
 Every shape's default configuration (what a call gets with tuning off) is in its grid, marked.
 
@@ -81,9 +83,11 @@ def _np2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
-def _cfg(bn, rows=1, warps=4, persist=0, split=1, stages=1, prefetch=0, hints=0) -> dict:
+def _cfg(bn, rows=1, warps=4, persist=0, split=1, stages=1, prefetch=0, hints=0, coop=0) -> dict:
     c = {"BLOCK_N": int(bn), "ROWS": int(rows), "SPLIT": int(split), "PERSIST": int(persist),
          "num_warps": int(warps), "num_stages": int(stages)}
+    if coop:
+        c["COOP"] = 1
     if prefetch:
         c["PREFETCH"] = 1
     if hints:
@@ -99,6 +103,8 @@ def label(c: dict) -> str:
         bits.append(f"persist{c['PERSIST']}(maxnreg {NT._persist_regs(c)})")
     if c["SPLIT"] > 1:
         bits.insert(0, f"split{c['SPLIT']}")
+    if c.get("COOP"):
+        bits.insert(0, "coop")
     if c["num_stages"] != 1:
         bits.append(f"st{c['num_stages']}")
     if c.get("PREFETCH"):
@@ -109,7 +115,7 @@ def label(c: dict) -> str:
 
 
 def _key(c: dict) -> tuple:
-    return tuple(sorted((k, int(v)) for k, v in c.items() if not (k in ("PREFETCH", "HINTS") and not v)))
+    return tuple(sorted((k, int(v)) for k, v in c.items() if not (k in ("PREFETCH", "HINTS", "COOP") and not v)))
 
 
 def _persist_levels(bn: int, rows: int, warps: int, esz: int, quick: bool) -> list[int]:
@@ -157,6 +163,12 @@ def grid(m: int, n: int, dtype: torch.dtype, device: torch.device, quick: bool) 
                 out.append(_cfg(cbn, 1, warps, hints=1))
         out.append(_cfg(4096, 1, 8, stages=3))
         out.append(_cfg(4096, 1, 8, stages=3, prefetch=1))
+        # the cooperative path: a row's chunks over a group of programs (8 to 32 elements a thread)
+        coop = [(2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)]
+        for cbn, warps in coop[:4] if quick else coop:
+            if -(-n // cbn) <= NT._MAX_COOP_CHUNKS:
+                out.append(_cfg(cbn, 1, warps, coop=1))
+                out.append(_cfg(cbn, 1, warps, coop=1, hints=1))
         nchunks = -(-n // 4096)
         base = NT._split_for(m, nchunks, device)
         if m <= NT._MAX_GRID_ROWS:
@@ -205,11 +217,7 @@ def launcher(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, 
 def compile_job(job, device) -> None:
     """Compile (and load) a job's kernels with small stand-in tensors: what its first call would build."""
     op, dt, m, n, config = job
-    dtype = getattr(torch, dt)
-    stand = torch.empty(64, dtype=dtype, device=device)
-    ws = torch.empty(64, dtype=torch.float32, device=device)
-    for k in launcher(op, m, n, dtype, device, config).direct:
-        k.compile(stand, stand, stand, stand, ws)
+    launcher(op, m, n, getattr(torch, dt), device, config).compile()
 
 
 def compile_shard(args, device) -> int:

@@ -31,12 +31,21 @@ _TRITON = textwrap.dedent("""
             [True, False], [True, False], [(True, 0, 0), (True, 0, 1), (False, 0, 0), (False, 1, 0), (False, 2, 0)]):
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine, PHASE=phase, ONE_PASS=onep,
                                    BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1,
-                                   PERSIST=persist, PREFETCH=0, HINTS=0))
+                                   PERSIST=persist, PREFETCH=0, HINTS=0, COOP=0))
     for rms, (onep, phase, persist) in itertools.product(  # the PREFETCH and HINTS options
             [True, False], [(True, 0, 0), (True, 0, 1), (False, 0, 0), (False, 1, 0), (False, 2, 0)]):
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=phase, ONE_PASS=onep,
                                    BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1,
-                                   PERSIST=persist, PREFETCH=int(not onep), HINTS=1))
+                                   PERSIST=persist, PREFETCH=int(not onep), HINTS=1, COOP=0))
+    # the cooperative forward (its ws_ptr is the int64 slot buffer): the one launch of a GPU, and
+    # the interpreter's two halves; bf16 and fp32 rows
+    for dt in ("bf16", "fp32"):
+        io = {p: "*" + dt for p in ("x_ptr", "w_ptr", "b_ptr", "y_ptr")} | {"ws_ptr": "*i64"}
+        for rms, affine, phase, hints in ((True, True, 0, 1), (False, True, 0, 1), (False, False, 0, 0),
+                                          (True, False, 1, 0), (False, True, 2, 1)):
+            build(_norm_fwd, io, dict(IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine and not rms, PHASE=phase,
+                                      ONE_PASS=False, BLOCK_N=4096, ROWS=1, SPLIT=1, PERSIST=0, PREFETCH=0,
+                                      HINTS=hints, COOP=1))
     bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr")} | {"p_ptr": "*fp32", "ws_ptr": "*fp32"}
     for rms, affine in itertools.product([True, False], [True, False]):
         flags = dict(IS_RMS=rms, HAS_WEIGHT=affine)

@@ -173,6 +173,15 @@ def test_the_one_launch_exchange_runs_on_a_gpu_only(op, dtype):
                            plan=dict(COOP=True))
 
 
+def test_long_row_backward_default_exchanges_on_a_gpu_only():
+    # a GPU's default for long rows is the one-launch exchange (16 elements a thread, 128
+    # registers); the interpreter's is the two launches
+    for m, n in ((64, 262144), (1024, 16384)):
+        plan = NB.backward_plan(m, n, BF16, DEV)
+        assert plan["kind"] == "split" and plan["COOP"] is (DEV.type == "cuda")
+        assert (plan["maxnreg"], plan["BLOCK_N"] // plan["num_warps"]) == ((128, 512) if plan["COOP"] else (64, 256))
+
+
 @pytest.mark.parametrize("plan,split,match", [
     (dict(ROWS=1, WARPS=4), None, "WARPS=4"), (dict(GR=2), None, "GR=2"), (dict(ROWS=3), None, "ROWS=3"),
     (dict(EVICT=1), None, "EVICT=1"), (dict(num_warps=0), None, "num_warps=0"), (dict(ROWS=2), (2, 64), "ROWS=2"),
@@ -239,6 +248,63 @@ def test_prefetch_and_hints_options(op, dtype, affine, config):
     ref = (F.rms_norm(x.double(), (n,), wd, 1e-5) if op == "rms_norm"
            else F.layer_norm(x.double(), (n,), wd, None if b is None else b.double(), 1e-5))
     torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("affine", [(False, False), (True, False), (True, True)], ids=["plain", "w", "wb"])
+@pytest.mark.parametrize("m,n,bn", [(5, 101, 16), (5, 101, 32), (1, 64, 16), (4, 8, 16)],
+                         ids=["ragged7", "ragged4", "one-row", "one-chunk"])
+def test_cooperative_path(op, dtype, affine, m, n, bn):
+    # COOP: a row's chunks held by a group of programs that exchange their partials; odd N gives a
+    # ragged last chunk (its mean over fewer elements), M = 5 over two groups walks rows 0, 2, 4 /
+    # 1, 3 (the partial of a program's next row published before this row's are awaited)
+    weight, bias = affine
+    bias = bias and op == "layer_norm"
+    x = _t((m, n), dtype, 6, 2.0, 5.0)
+    w = _t((n,), dtype, 1) if weight else None
+    b = _t((n,), dtype, 2) if bias else None
+    cfg = dict(BLOCK_N=bn, ROWS=1, SPLIT=1, num_warps=1, num_stages=1, COOP=1)
+    launcher = N.NormLauncher(op, m, n, dtype, n, DEV, cfg, 1e-5, weight, bias, (m, n))
+    for _ in range(2):  # a second launch finds the slot buffer the first one left
+        y = launcher.run(x, w, b)
+        wd = None if w is None else w.double()
+        ref = (F.rms_norm(x.double(), (n,), wd, 1e-5) if op == "rms_norm"
+               else F.layer_norm(x.double(), (n,), wd, None if b is None else b.double(), 1e-5))
+        torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_cooperative_path_strided_rows_far_from_zero(op):
+    # rows that are slices of a wider tensor, values 1000 + O(0.01): a variance from the chunks'
+    # sums of squares would cancel; the chunks' (mean, M2) pairs must not
+    m, n, bn = 3, 100, 16
+    base = _t((m, 2 * n), F32, 9, 0.01, 1000.0)
+    x = base[:, 10:10 + n]
+    w = _t((n,), F32, 1)
+    before = base.clone()
+    cfg = dict(BLOCK_N=bn, ROWS=1, SPLIT=1, num_warps=1, num_stages=1, COOP=1)
+    launcher = N.NormLauncher(op, m, n, F32, 2 * n, DEV, cfg, 1e-6, True, False, (m, n))
+    y = launcher.run(x, w, None)
+    ref = F.rms_norm(x.double(), (n,), w.double(), 1e-6) if op == "rms_norm" else \
+        F.layer_norm(x.double(), (n,), w.double(), None, 1e-6)
+    torch.testing.assert_close(y.double(), ref, rtol=1e-4, atol=1e-4)
+    assert torch.equal(base, before)  # the input is only read
+
+
+def test_cooperative_path_refuses_rows_of_too_many_chunks():
+    with pytest.raises(ValueError, match=r"COOP.*at most 128 chunks.*BLOCK_N >= 32"):
+        N.NormLauncher("rms_norm", 2, 16 * 129, F32, 16 * 129, DEV,
+                       dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1, COOP=1), 1e-5, False, False, (2, 16 * 129))
+    with pytest.raises(ValueError, match="COOP"):
+        N.NormLauncher("rms_norm", 2, 64, F32, 64, DEV, dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1, COOP=2),
+                       1e-5, False, False, (2, 64))
+
+
+def test_native_autotuner_never_sees_cooperative_configs():
+    # one autotuned launch cannot hand the exchange its slot buffer: COOP stays out of its configs
+    assert any(N.coop(c) for c in N.config_space(64, 65536, BF16))
+    assert not any(N.coop(c) for c in N._universe())
 
 
 def test_option_values_are_checked():
@@ -395,7 +461,11 @@ def test_config_space_and_default():
         for dtype in (BF16, F32):
             space = N.config_space(64, n, dtype)
             assert space and N.default_config(64, n, dtype) == space[0]  # the default wins ties
-            assert 2 <= len(space) <= 6 and len({tuple(sorted(c.items())) for c in space}) == len(space)
+            assert 2 <= len(space) <= 10 and len({tuple(sorted(c.items())) for c in space}) == len(space)
             assert all(N.one_pass(c, n) == (c["BLOCK_N"] >= N._np2(n)) for c in space)
     assert any(c["SPLIT"] > 1 for c in N.config_space(4, 262144, BF16))  # few long rows: cut over programs
-    assert N.default_config(4, 262144, BF16)["SPLIT"] > 1
+    for m, n in ((4, 262144), (256, 65536), (512, 20000)):  # rows too long for registers: the exchange
+        cfg = N.default_config(m, n, BF16)
+        assert N.coop(cfg) and -(-n // cfg["BLOCK_N"]) <= 128
+    cfg = N.default_config(2, 1 << 20, F32)  # 128 chunks at most: larger ones for the longest rows
+    assert N.coop(cfg) and cfg["BLOCK_N"] == 8192

@@ -164,23 +164,44 @@ def _publish(slot_ptr, idx, m_c, s_c, tag):
 
 
 @triton.jit
-def _gather(slot_ptr, base, n_split, tag):
-    # wait until the n_split partials of a row carry this launch's tag, then merge them
+def _await_pairs(slot_ptr, base, n_split, tag):
+    # wait until the n_split pairs of words at base (partials of a row) carry this launch's tag:
+    # their fp32 values (a, b) and the mask of the live lanes (a and b are 0 past n_split)
     j = tl.arange(0, _MAXS)
     jm = j < n_split
     p = slot_ptr + base + j * 2
-    vm = tl.load(p, mask=jm, other=0, volatile=True)
-    vs = tl.load(p + 1, mask=jm, other=0, volatile=True)
-    bad = tl.sum((jm & (((vm >> 32) != tag) | ((vs >> 32) != tag))).to(tl.int32), 0)
+    va = tl.load(p, mask=jm, other=0, volatile=True)
+    vb = tl.load(p + 1, mask=jm, other=0, volatile=True)
+    bad = tl.sum((jm & (((va >> 32) != tag) | ((vb >> 32) != tag))).to(tl.int32), 0)
     while bad > 0:
-        vm = tl.load(p, mask=jm, other=0, volatile=True)
-        vs = tl.load(p + 1, mask=jm, other=0, volatile=True)
-        bad = tl.sum((jm & (((vm >> 32) != tag) | ((vs >> 32) != tag))).to(tl.int32), 0)
-    pm = (vm & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
-    ps = (vs & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+        va = tl.load(p, mask=jm, other=0, volatile=True)
+        vb = tl.load(p + 1, mask=jm, other=0, volatile=True)
+        bad = tl.sum((jm & (((va >> 32) != tag) | ((vb >> 32) != tag))).to(tl.int32), 0)
+    a = (va & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+    b = (vb & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+    return a, b, jm
+
+
+@triton.jit
+def _gather(slot_ptr, base, n_split, tag):
+    # wait for the n_split (max, sum) partials of a row, then merge them
+    pm, ps, jm = _await_pairs(slot_ptr, base, n_split, tag)
     pm = tl.where(jm, pm, float("-inf"))
     ps = tl.where(jm, ps, 0.0)
     return _merge(pm, ps)
+
+
+@triton.jit
+def _ticket(slot_ptr, nprog):
+    # (ticket, tag) of this program in a launch of exchanging groups. One 64-bit word holds
+    # (epoch << 32 | ticket); tickets come in dispatch order and decide the group (see the module
+    # docstring); the last one resets the ticket and moves the epoch on, atomically, for the
+    # next launch. The tag (31 bits, never 0) marks this launch's partials.
+    word = tl.atomic_add(slot_ptr, 1, sem="relaxed")
+    tid = (word & 0xFFFFFFFF).to(tl.int32)
+    if tid == nprog - 1:
+        tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem="relaxed")
+    return tid, ((word >> 32) % 0x7FFFFFFF) + 1
 
 
 @triton.jit
@@ -362,14 +383,7 @@ def _softmax_kernel(
         tag = pid.to(tl.int64) * 0 + 1  # the two-launch (interpreter) split uses tag 1
         if EXCHANGE and PHASE == 0:
             if n_split > 1:
-                # one 64-bit word = (epoch << 32 | ticket). Tickets come in dispatch order and
-                # decide the group (see the module docstring); the last one resets the ticket
-                # and moves the epoch on, atomically, for the next launch
-                word = tl.atomic_add(slot_ptr, 1, sem="relaxed")
-                tid = (word & 0xFFFFFFFF).to(tl.int32)
-                if tid == nprog - 1:
-                    tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem="relaxed")
-                tag = ((word >> 32) % 0x7FFFFFFF) + 1
+                tid, tag = _ticket(slot_ptr, nprog)
         grp = tid // n_split
         c = tid % n_split
         lo = c * bps

@@ -10,11 +10,13 @@ H200 this plan took the bf16 backward of 16384 x 1024 from 104-188 us to 37-39 u
 in two launches over (row groups, 2048-element chunks, two waves of programs): the per-row
 sums, then dx and the partials, re-reading x and dy newest first (L2; for 2-byte dtypes the
 first launch's loads are marked evict_last and each program loads its next row ahead), or, with
-the ``COOP`` plan option, in one launch whose programs exchange their sums and read x and dy
-once (off by default: on an H200 it ran 1.3-2.9x slower than the two launches at N >= 65536, a
-round trip of the sums per row and program outweighing the second read; only fp32 at N = 16384
-ran faster, by 0-11%). The partials are reduced over the programs by one more launch, in a fixed order
-(deterministic). ``make_backward(..., plan=)`` overrides entries of the plan (tile, warps,
+on a GPU by default (``COOP``), in one launch whose groups of programs each hold a row's chunks,
+exchange their four sums and read x and dy once, pipelined one row ahead (a program publishes
+its next row's sums before it awaits this row's); 2048-element chunks, 4 warps, 128 registers a
+thread. On an H200 that ran 1.08-1.30x faster than the two launches at N = 16384..262144
+(bf16 and fp32). The two launches remain for the interpreter and for rows whose chunks do not
+all fit on the device at once. The partials are reduced over the programs by one more launch,
+in a fixed order (deterministic). ``make_backward(..., plan=)`` overrides entries of the plan (tile, warps,
 programs, registers, eviction hints, prefetch, the one-launch exchange);
 ``benchmarks/sweep_norm_backward.py`` times such variants on a GPU.
 
@@ -132,17 +134,23 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     # 2-byte dtypes with the L2 hints and the next row loaded ahead (7-15% faster on the H200 at
     # N = 16384..262144; fp32 ran as fast or faster without)
     _check_overrides(over, "split")
-    maxnreg = over.get("maxnreg", 64)
     groups, block = split if split is not None else (0, _BWD_CHUNK)
     block = over.get("BLOCK_N", block)
     if block & (block - 1):
         raise ValueError(f"backward plan override BLOCK_N={block}: not a power of two")
     chunks = _cdiv(n, block)
-    warps = over.get("num_warps", max(1, min(32, block // 256)))
+    # COOP (the default on a GPU): one launch whose groups of programs exchange their sums, 16
+    # elements a thread at 128 registers (every program resident at once, so a group of the row's
+    # chunks must fit); else two launches, 8 elements a thread at 64 registers
+    can_coop = cuda and not _interpreting()
+    want = over.get("COOP", can_coop and split is None)
+    maxnreg = over.get("maxnreg", 128 if want else 64)
+    warps = over.get("num_warps", max(1, min(32, block // (512 if want else 256))))
     resident = _resident_per_sm(warps, maxnreg) * sms
-    # COOP: one launch whose groups of programs exchange their sums (GPU only; every program
-    # resident at once, so a group of the row's chunks must fit)
-    coop = over.get("COOP", False) and cuda and not _interpreting() and resident >= chunks
+    coop = want and can_coop and resident >= chunks
+    if want and not coop and "maxnreg" not in over and "num_warps" not in over:  # the two launches' own
+        maxnreg, warps = 64, max(1, min(32, block // 256))
+        resident = _resident_per_sm(warps, maxnreg) * sms
     groups = over.get("GR", groups)
     if coop:
         groups = min(groups if groups > 0 else m, resident // chunks)

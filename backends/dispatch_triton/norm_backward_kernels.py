@@ -26,6 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .jit import _ticket
 from .norm_kernels import _ld, _row_shift, _stats, _tile_ptrs, _to_out
 
 
@@ -305,6 +306,41 @@ def _gather4(slot_ptr, base, S, tag, CHUNKS_P2: tl.constexpr):
             tl.sum(_word_value(v3, jm), 0))
 
 
+@triton.jit
+def _coop_chunk(x_ptr, dy_ptr, row, stride_xm, stride_dym, cols, M, N, IS_RMS: tl.constexpr):
+    # one program's raw chunks of x and dy of ``row`` (zeros past the row's end and past the last
+    # row) and the row's shift (its first element for layer_norm, 0 for rms_norm)
+    r64 = tl.cast(row, tl.int64)
+    lim = tl.where(row < M, N, 0)
+    x = tl.load(x_ptr + r64 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+    dy = tl.load(dy_ptr + r64 * stride_dym + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+    if IS_RMS:
+        shift = tl.full([], 0.0, tl.float32)
+    else:
+        shift = tl.load(x_ptr + r64 * stride_xm, mask=row < M, other=0.0).to(tl.float32)
+    return x, dy, shift
+
+
+@triton.jit
+def _add4(a0, b0, c0, d0, a1, b1, c1, d1):
+    return a0 + a1, b0 + b1, c0 + c1, d0 + d1
+
+
+@triton.jit
+def _coop_publish(slot_ptr, idx, xr, dyr, shift, w, cmask, tag, HAS_WEIGHT: tl.constexpr, IS_RMS: tl.constexpr):
+    # a chunk's four sums (sum d, sum d^2, sum g * d, sum g; d = x - shift, g = dy * w), published
+    x = xr.to(tl.float32)
+    g = dyr.to(tl.float32)
+    if HAS_WEIGHT:
+        g = g * w
+    if IS_RMS:
+        d = x
+    else:
+        d = tl.where(cmask, x - shift, 0.0)
+    s1, s2, sgd, sg = tl.reduce((d, d * d, g * d, g), 0, _add4)  # one exchange between the warps, not four
+    _publish4(slot_ptr, idx, s1, s2, sgd, sg, tag)
+
+
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd_coop(
     x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr,
@@ -315,58 +351,54 @@ def _norm_bwd_coop(
     # The backward of long rows in one launch: persistent programs in groups of S = cdiv(N,
     # BLOCK_N), each holding one chunk of a row (x and dy) in registers; it publishes the chunk's
     # four sums (as _split_bwd's phase 1), waits for the other chunks of the row (_gather4), and
-    # writes its chunk of dx from registers: x and dy are read once. The next row's chunk is in
-    # flight while the sums meet. A program's group comes from a ticket taken in dispatch order,
-    # and the tag of its words from the launch's epoch (see dispatch_triton.jit's split path):
-    # only the group holding the highest ticket may wait on programs not yet resident, and the
-    # host sizes the grid so that every program is resident. dweight/dbias as _norm_bwd: a row of
-    # partials per group (p_ptr[group, :]), reduced by _column_sum. GPU only: the interpreter runs
-    # programs one after another, where the sums could never meet (the two-launch path serves it).
+    # writes its chunk of dx from registers: x and dy are read once. Pipelined one row ahead (as
+    # the softmax split_pipe path): a program publishes the sums of its NEXT row before it awaits
+    # this row's, so they have had a whole iteration to arrive, while the row after next loads.
+    # A program's group comes from a ticket taken in dispatch order, and the tag of its words
+    # from the launch's epoch (see dispatch_triton.jit's split path): only the group holding the
+    # highest ticket may wait on programs not yet resident, and the host sizes the grid so that
+    # every program is resident. dweight/dbias as _norm_bwd: a row of partials per group
+    # (p_ptr[group, :]), reduced by _column_sum. GPU only: the interpreter runs programs one after
+    # another, where the sums could never meet (the two-launch path serves it).
     DX_TY = dx_ptr.dtype.element_ty
     nprog = tl.num_programs(0)
     S = tl.cdiv(N, BLOCK_N)
     n_groups = nprog // S
-    word = tl.atomic_add(slot_ptr, 1, sem="relaxed")
-    tid = (word & 0xFFFFFFFF).to(tl.int32)
-    if tid == nprog - 1:  # the last ticket resets the count and moves the epoch on for the next launch
-        tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem="relaxed")
-    tag = ((word >> 32) % 0x7FFFFFFF) + 1
+    tid, tag = _ticket(slot_ptr, nprog)
     grp = tid // S
     c = tid % S
     cols, cmask, w, acc_w, acc_b = _chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
-    r0 = tl.cast(grp, tl.int64)
-    lim = tl.where(grp < M, N, 0)
-    x_next = tl.load(x_ptr + r0 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
-    dy_next = tl.load(dy_ptr + r0 * stride_dym + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+    xr, dyr, sh = _coop_chunk(x_ptr, dy_ptr, grp, stride_xm, stride_dym, cols, M, N, IS_RMS)
+    if grp < M:
+        _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * 4 + c * 4, xr, dyr, sh, w, cmask, tag,
+                      HAS_WEIGHT, IS_RMS)
+    xr_n, dyr_n, sh_n = _coop_chunk(x_ptr, dy_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N, IS_RMS)
     for row in range(grp, M, n_groups):
+        nrow = row + n_groups
+        if nrow < M:
+            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * 4 + c * 4, xr_n, dyr_n, sh_n, w, cmask,
+                          tag, HAS_WEIGHT, IS_RMS)
+        xr_nn, dyr_nn, sh_nn = _coop_chunk(x_ptr, dy_ptr, nrow + n_groups, stride_xm, stride_dym, cols, M, N, IS_RMS)
         r64 = tl.cast(row, tl.int64)
-        xoff = r64 * stride_xm
-        x = x_next.to(tl.float32)
-        dy = dy_next.to(tl.float32)
-        shift = _row_shift(x_ptr, xoff, IS_RMS)
+        s1, s2, sgd, sg = _gather4(slot_ptr, SLOT_OFF + r64 * S * 4, S, tag, CHUNKS_P2)
+        x = xr.to(tl.float32)
+        dy = dyr.to(tl.float32)
         if HAS_WEIGHT:
             g = dy * w
         else:
             g = dy
-        if IS_RMS:
-            d = x
-        else:
-            d = tl.where(cmask, x - shift, 0.0)
-        base = SLOT_OFF + r64 * S * 4
-        _publish4(slot_ptr, base + c * 4, tl.sum(d, 0), tl.sum(d * d, 0), tl.sum(g * d, 0), tl.sum(g, 0), tag)
-        # the next row's chunk goes out now, to land while this row's sums meet
-        n64 = tl.cast(row + n_groups, tl.int64)
-        lim = tl.where(row + n_groups < M, N, 0)
-        x_next = tl.load(x_ptr + n64 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
-        dy_next = tl.load(dy_ptr + n64 * stride_dym + cols, mask=cols < lim, other=0.0,
-                          eviction_policy="evict_first")
-        s1, s2, sgd, sg = _gather4(slot_ptr, base, S, tag, CHUNKS_P2)
-        dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, shift, N, eps, IS_RMS)
+        dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, sh, N, eps, IS_RMS)
         tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
         if WANT_DW:
             acc_w += dy * xhat
         if WANT_DB:
             acc_b += dy
+        xr = xr_n
+        dyr = dyr_n
+        sh = sh_n
+        xr_n = xr_nn
+        dyr_n = dyr_nn
+        sh_n = sh_nn
     if grp < n_groups:
         poff = tl.cast(grp, tl.int64) * N
         if WANT_DW:

@@ -40,6 +40,7 @@ import triton
 import triton.language as tl
 
 from . import _interpreting
+from .jit import _await_pairs, _publish, _ticket
 
 # The interpreter truncates fp32 -> bf16 where the GPU rounds to nearest even: emulate the GPU
 _EMU_RNE = tl.constexpr(_interpreting())
@@ -162,6 +163,105 @@ def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl
     _st(yptrs, _to_out(y, yptrs.dtype.element_ty), mask, EV_OUT)
 
 
+@triton.jit
+def _row_chunk(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
+    # one program's raw chunk of ``row`` (zeros past the row's end and past the last row) and the
+    # row's shift (its first element for layer_norm, 0 for rms_norm)
+    off = tl.cast(row, tl.int64) * stride
+    xr = tl.load(x_ptr + off + cols, mask=cols < tl.where(row < M, N, 0), other=0.0, eviction_policy="evict_first")
+    if IS_RMS:
+        shift = tl.full([], 0.0, tl.float32)
+    else:
+        shift = tl.load(x_ptr + off, mask=row < M, other=0.0).to(tl.float32)
+    return xr, shift
+
+
+@triton.jit
+def _add2(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+
+
+@triton.jit
+def _chunk_partial(xr, shift, cmask, IS_RMS: tl.constexpr):
+    # a chunk's partial sums (sum d, sum d^2), d = x - shift (the row's first element, so that
+    # rows far from zero give small numbers; x itself for rms_norm, whose sum d is not used), in
+    # one reduction: one exchange between the warps, not two in a row
+    x = xr.to(tl.float32)
+    if IS_RMS:
+        return tl.full([], 0.0, tl.float32), tl.sum(x * x, 0)
+    else:
+        d = tl.where(cmask, x - shift, 0.0)
+        return tl.reduce((d, d * d), 0, _add2)
+
+
+@triton.jit
+def _coop_stats(slot_ptr, base, S, tag, N, eps, IS_RMS: tl.constexpr):
+    # (mean of d = x - shift, rstd) of a row once its S chunks' partial sums carry this launch's
+    # tag, summed in chunk order on every program of the row (so all of them get the same numbers)
+    a, b, jm = _await_pairs(slot_ptr, base, S, tag)
+    s1, s2 = tl.reduce((tl.where(jm, a, 0.0), tl.where(jm, b, 0.0)), 0, _add2)
+    mean, rstd = _stats(s1, s2, 0.0, N, eps, IS_RMS)  # shift 0: the mean of d
+    return mean, rstd
+
+
+@triton.jit
+def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS: tl.constexpr,
+              HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr, BLOCK_N: tl.constexpr,
+              HINTS: tl.constexpr):
+    # COOP: persistent programs in groups of S = cdiv(N, BLOCK_N), each holding one chunk of a row
+    # (and its weight/bias) in registers; a group walks rows grp, grp + G, ... Per row a program
+    # publishes its chunk's partial, the group's programs wait for the row's S partials, and each
+    # writes its chunk from registers: x read once, y written once, whatever N. Pipelined one row
+    # ahead (as the softmax split_pipe path): the partial of the NEXT row goes out before this
+    # row's are awaited, so they have had a whole iteration to arrive, and the row after next is
+    # loading meanwhile. Tickets, tags and co-residency as in dispatch_triton.jit's split path;
+    # under the interpreter two launches: PHASE 1 publishes, PHASE 2 awaits (tag 1).
+    OUT_TY = y_ptr.dtype.element_ty
+    nprog = tl.num_programs(0)
+    S = tl.cdiv(N, BLOCK_N)
+    n_groups = nprog // S
+    tid = tl.program_id(0)
+    tag = tid.to(tl.int64) * 0 + 1
+    if PHASE == 0:
+        tid, tag = _ticket(slot_ptr, nprog)
+    grp = tid // S
+    c = tid % S
+    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    w = 0.0
+    b = 0.0
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
+    if HAS_BIAS:
+        b = tl.load(b_ptr + cols, mask=cmask, other=0.0)
+    xr, sh = _row_chunk(x_ptr, grp, stride_xm, cols, M, N, IS_RMS)
+    if PHASE != 2:
+        if grp < M:
+            p1, p2 = _chunk_partial(xr, sh, cmask, IS_RMS)
+            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * S * 2 + c * 2, p1, p2, tag)
+    xr_n, sh_n = _row_chunk(x_ptr, grp + n_groups, stride_xm, cols, M, N, IS_RMS)
+    for row in range(grp, M, n_groups):
+        nrow = row + n_groups
+        if PHASE != 2:
+            if nrow < M:
+                p1, p2 = _chunk_partial(xr_n, sh_n, cmask, IS_RMS)
+                _publish(slot_ptr, 64 + tl.cast(nrow, tl.int64) * S * 2 + c * 2, p1, p2, tag)
+        xr_nn, sh_nn = _row_chunk(x_ptr, nrow + n_groups, stride_xm, cols, M, N, IS_RMS)
+        if PHASE != 1:
+            row64 = tl.cast(row, tl.int64)
+            mean_d, rstd = _coop_stats(slot_ptr, 64 + row64 * S * 2, S, tag, N, eps, IS_RMS)
+            y = ((xr.to(tl.float32) - sh) - mean_d) * rstd
+            if HAS_WEIGHT:
+                y = y * w.to(tl.float32)
+            if HAS_BIAS:
+                y = y + b.to(tl.float32)
+            _st(y_ptr + row64 * stride_ym + cols, _to_out(y, OUT_TY), cmask, HINTS)
+        xr = xr_n
+        xr_n = xr_nn
+        sh = sh_n
+        sh_n = sh_nn
+
+
 @triton.jit(do_not_specialize=["M", "N_BUCKET", "eps"])  # M: row counts never recompile
 def _norm_fwd(
     x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr,
@@ -169,12 +269,15 @@ def _norm_fwd(
     N_BUCKET,  # noqa: ARG001 - the autotune key only (bucketed row length)
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
     ONE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr,
-    PERSIST: tl.constexpr, PREFETCH: tl.constexpr = 0, HINTS: tl.constexpr = 0,
+    PERSIST: tl.constexpr, PREFETCH: tl.constexpr = 0, HINTS: tl.constexpr = 0, COOP: tl.constexpr = 0,
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
     # HINTS (0 or 1): y stored evict_first (_st's 1); long rows: x's first read evict_last (_ld's 2)
-    if ONE_PASS:
+    if COOP:  # ws_ptr is the int64 slot buffer of the exchange
+        _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS,
+                  PHASE, BLOCK_N, HINTS)
+    elif ONE_PASS:
         cols = tl.arange(0, BLOCK_N)
         cmask = cols < N
         w = 0.0

@@ -44,6 +44,7 @@ from dispatch.backend import placeholder, unique_configs
 
 from . import _interpreting
 from .direct import DirectLaunch
+from .launch import _GMAX, _occupancy_of, _split_slots
 from .norm_kernels import _norm_fwd
 
 NORM_OPS = ("rms_norm", "layer_norm")
@@ -53,6 +54,7 @@ _MAX_ONE_PASS = 16384  # longest row held in registers (forward)
 _MAX_GRID_ROWS = 65535  # the split path's rows
 _CHUNK = 4096  # the chunk of long rows
 _SPLIT_PER_SM = 6  # programs per multiprocessor the forward's split aims at
+_MAX_COOP_CHUNKS = 128  # chunks of a row on the COOP path (the width of its partials' gather)
 
 
 def _np2(n: int) -> int:
@@ -122,11 +124,19 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     chunked = [_cfg(wide, 1, 1, 16, PREFETCH=1, HINTS=1), _cfg(_CHUNK, 1, 1, 8), _cfg(2 * _CHUNK, 1, 1, 16)]
     splits = [_cfg(_CHUNK, 1, s, 8, PREFETCH=1, HINTS=1) for s in (split, split * 2, split // 2)
               if 2 <= s <= min(64, nchunks) and m <= _MAX_GRID_ROWS]
+    # COOP: a row's chunks held by a group of programs (one launch, x read once); chunks of 8 to
+    # 32 elements a thread (three chunks live: two in flight), 2048-element chunks first
+    shapes = ((2048, 4), (1024, 4), (4096, 4), (4096, 8)) if dtype == torch.float32 else \
+        ((2048, 4), (4096, 8), (4096, 4), (8192, 8))
+    coops = [_cfg(bn, 1, 1, w, COOP=1) for bn, w in shapes if _cdiv(n, bn) <= _MAX_COOP_CHUNKS]
+    if not coops:  # rows longer than 128 chunks of these: chunks of a 128th of the row
+        bn = _np2(_cdiv(n, _MAX_COOP_CHUNKS))
+        coops = [_cfg(bn, 1, 1, min(32, max(4, bn // (256 if dtype == torch.float32 else 512))), COOP=1)]
     # rows enough for 1.5 programs a multiprocessor or more: one launch, a program per row (its
     # second pass mostly from L2); fewer: rows cut over programs (two launches)
     if 2 * m >= 3 * _sms(device) or not splits:
-        return chunked + splits
-    return splits + chunked
+        return coops + chunked + splits
+    return coops + splits + chunked
 
 
 def default_config(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None) -> dict:
@@ -141,11 +151,42 @@ def _check_config(config: dict, n: int) -> None:
             raise ValueError(f"config {name} must be a power of two (got {v}) in {config}")
     if rows > 1 and bn < n:
         raise ValueError(f"config ROWS={rows} packs whole rows: BLOCK_N={bn} must be >= N={n}")
-    for name in ("PREFETCH", "HINTS"):
+    for name in ("PREFETCH", "HINTS", "COOP"):
         if int(config.get(name, 0)) not in (0, 1):
             raise ValueError(f"config {name} must be 0 or 1 (got {config[name]})")
+    if coop(config) and _cdiv(n, bn) > _MAX_COOP_CHUNKS:
+        raise ValueError(f"config COOP holds a row in at most {_MAX_COOP_CHUNKS} chunks: BLOCK_N={bn} cuts N={n} "
+                         f"into {_cdiv(n, bn)}; use BLOCK_N >= {_np2(_cdiv(n, _MAX_COOP_CHUNKS))}")
     if int(config.get("PERSIST", 0)) < 0:
         raise ValueError(f"config PERSIST must be >= 0 (got {config['PERSIST']})")
+
+
+def coop(config: dict) -> bool:
+    """Whether ``config`` takes the cooperative path (``COOP``: a row's chunks in the registers of a
+    group of programs that exchange their partials; one launch, x read once)."""
+    return bool(int(config.get("COOP", 0)))
+
+
+_COOP_OCC: dict = {}  # programs per multiprocessor of a compiled COOP kernel
+
+
+def _coop_grid(m: int, n: int, config: dict, device: torch.device, compile_fn) -> int:
+    """Programs of a COOP launch: groups of ``S = cdiv(n, BLOCK_N)`` (one per chunk of a row), as many
+    groups as the device holds at once (every program of a group must be resident: they wait for
+    each other), at most one per row. ``compile_fn()`` compiles the kernel (its registers decide how
+    many programs a multiprocessor holds). Under the interpreter: two groups, so the row loop runs."""
+    s = _cdiv(n, int(config["BLOCK_N"]))
+    if device.type != "cuda":
+        return min(m, 2) * s
+    key = (device, compile_fn.key)
+    occ = _COOP_OCC.get(key)
+    if occ is None:
+        occ = _COOP_OCC[key] = _occupancy_of(compile_fn(), int(config["num_warps"]))
+    cap = _sms(device) * occ
+    if s > cap:
+        raise ValueError(f"config {config} needs {s} programs of a row resident at once; this device holds {cap}: "
+                         "use a larger BLOCK_N or fewer warps")
+    return min(m, cap // s, _GMAX) * s
 
 
 def _persist_regs(config: dict) -> int:
@@ -195,6 +236,8 @@ class NormLauncher:
             return
         ph = placeholder(anchor, dtype)
         ph32 = placeholder(anchor, torch.float32)
+        # what compile() builds with: tensors like a call's (the COOP path's workspace is its slot buffer)
+        self._stand_ins = (ph,) * 4 + (placeholder(anchor, torch.int64) if coop(config) else ph32,)
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
                     PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)))
@@ -209,7 +252,22 @@ class NormLauncher:
             return DirectLaunch(_norm_fwd, grid, 5, dict(ints, **meta, **kw), options, enabled=enabled,
                                 checked=(0, 2, 3), out=out)
 
-        if one_pass(config, n):
+        if coop(config):
+            self.direct = self._coop(m, n, config, device, launcher, dtype, anchor, ints, meta, options)
+            k1 = self.direct[0]
+            k2 = self.direct[-1]
+            need = m * _cdiv(n, int(config["BLOCK_N"]))  # the partials of every row and chunk
+
+            def run(x, weight=None, bias=None):
+                y = new_y(x)
+                slots = _split_slots(device, need)  # the stream's, or one private to a captured launch
+                w = ph if weight is None else weight
+                b = ph if bias is None else bias
+                k1.launch(x, y, w, b, slots)
+                if k2 is not k1:  # the interpreter: the awaiting half in a second launch
+                    k2.launch(x, y, w, b, slots)
+                return y
+        elif one_pass(config, n):
             k0 = launcher((_fwd_grid(m, config, device),), PHASE=0, ONE_PASS=True, SPLIT=1,
                           PERSIST=int(config.get("PERSIST", 0)))
             self.direct = (k0,)
@@ -243,6 +301,30 @@ class NormLauncher:
                 return y
         self.run = run
 
+    def compile(self) -> None:
+        """Compile (and load) every kernel a call runs, without launching: the JIT's warm-up path, so
+        the first call finds them in its cache. Nothing to do under the interpreter or for empty shapes."""
+        if _interpreting():
+            return
+        for direct in self.direct:
+            direct.compile(*self._stand_ins)
+
+    @staticmethod
+    def _coop(m, n, config, device, launcher, dtype, anchor, ints, meta, options):
+        """The COOP path's launches: one on the GPU; under the interpreter, which runs programs one
+        after another (partials could never meet in one launch), PHASE 1 (publish) then PHASE 2."""
+        common = dict(ONE_PASS=False, SPLIT=1, PERSIST=0, COOP=1)
+        stand_ins = (placeholder(anchor, dtype),) * 4 + (placeholder(anchor, torch.int64),)
+
+        def compile_fn():
+            return _norm_fwd.warmup(*stand_ins, grid=(1,), **ints, **meta, **common, PHASE=0, **options)
+
+        compile_fn.key = (dtype, tuple(sorted(meta.items())), tuple(sorted(options.items())), tuple(ints.items()))
+        grid = (_coop_grid(m, n, config, device, compile_fn),)
+        if _interpreting():
+            return (launcher(grid, PHASE=1, **common), launcher(grid, PHASE=2, **common))
+        return (launcher(grid, PHASE=0, **common),)
+
 
 # -- Triton's native autotuner over the forward ---------------------------------------------------
 
@@ -263,7 +345,7 @@ def config_from_triton(cfg: triton.Config) -> dict:
 
 def _universe() -> list[dict]:
     return unique_configs(c for k in range(0, 21) for c in config_space(1 << 20, 1 << k, torch.float32)
-                          if c["SPLIT"] == 1)
+                          if c["SPLIT"] == 1 and not coop(c))
 
 
 def autotuned(do_bench=None):
@@ -284,7 +366,7 @@ def autotuned(do_bench=None):
                     onep = _np2(n) <= _MAX_ONE_PASS  # what run_autotuned passes as ONE_PASS
                     allowed = {(c["BLOCK_N"], c["ROWS"], c["PERSIST"], c["num_warps"])
                                for c in config_space(int(named_args["M"]), n, named_args["x_ptr"].dtype)
-                               if c["SPLIT"] == 1 and one_pass(c, n) == onep}
+                               if c["SPLIT"] == 1 and not coop(c) and one_pass(c, n) == onep}
                     kept = [c for c in configs
                             if (c.kwargs["BLOCK_N"], c.kwargs["ROWS"], c.kwargs["PERSIST"], c.num_warps) in allowed]
                     if not kept:
