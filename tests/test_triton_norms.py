@@ -469,3 +469,8 @@ def test_config_space_and_default():
         assert N.coop(cfg) and -(-n // cfg["BLOCK_N"]) <= 128
     cfg = N.default_config(2, 1 << 20, F32)  # 128 chunks at most: larger ones for the longest rows
     assert N.coop(cfg) and cfg["BLOCK_N"] == 8192
+    # 2-byte layer_norm rows of up to 64K, rows enough to fill the device: a program per row
+    cfg = N.default_config(256, 65536, BF16, op="layer_norm")
+    assert not N.coop(cfg) and cfg["SPLIT"] == 1 and cfg["PREFETCH"] == 1
+    assert N.coop(N.default_config(256, 65536, BF16, op="rms_norm"))
+    assert N.coop(N.default_config(64, 262144, BF16, op="layer_norm"))

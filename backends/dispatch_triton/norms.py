@@ -111,10 +111,11 @@ def _split_for(m: int, nchunks: int, device) -> int:
     return max(1, min(want, 1 << (max(nchunks, 1).bit_length() - 1), 64))
 
 
-def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None) -> list[dict]:
+def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None,
+                 op: str | None = None) -> list[dict]:
     """Candidate forward configs for ``m`` rows of ``n``, deterministic, by the bucket of ``n``
-    (and, for long rows, how many programs per row ``m`` rows need to fill the device); the
-    default (:func:`default_config`) first, so that it wins ties."""
+    (and, for long rows, how many programs per row ``m`` rows need to fill the device, and the
+    ``op``); the default (:func:`default_config`) first, so that it wins ties."""
     np2 = _np2(max(int(n), 1))
     if np2 <= _MAX_ONE_PASS:
         return _one_pass_space(max(np2, 16), dtype)
@@ -125,23 +126,27 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     splits = [_cfg(_CHUNK, 1, s, 8, PREFETCH=1, HINTS=1) for s in (split, split * 2, split // 2)
               if 2 <= s <= min(64, nchunks) and m <= _MAX_GRID_ROWS]
     # COOP: a row's chunks held by a group of programs (one launch, x read once); chunks of 8 to
-    # 32 elements a thread (three chunks live: two in flight), 2048-element chunks first
-    shapes = ((2048, 4), (1024, 4), (4096, 4), (4096, 8)) if dtype == torch.float32 else \
+    # 32 elements a thread (three chunks live: two in flight); fp32 rows in 1024-element chunks
+    # where 128 of them hold the row, else 2048 (16 a thread), 2-byte rows in 2048-element chunks
+    shapes = ((1024, 4), (2048, 4), (4096, 4), (4096, 8)) if dtype == torch.float32 else \
         ((2048, 4), (4096, 8), (4096, 4), (8192, 8))
     coops = [_cfg(bn, 1, 1, w, COOP=1) for bn, w in shapes if _cdiv(n, bn) <= _MAX_COOP_CHUNKS]
     if not coops:  # rows longer than 128 chunks of these: chunks of a 128th of the row
         bn = _np2(_cdiv(n, _MAX_COOP_CHUNKS))
         coops = [_cfg(bn, 1, 1, min(32, max(4, bn // (256 if dtype == torch.float32 else 512))), COOP=1)]
-    # rows enough for 1.5 programs a multiprocessor or more: one launch, a program per row (its
-    # second pass mostly from L2); fewer: rows cut over programs (two launches)
-    if 2 * m >= 3 * _sms(device) or not splits:
-        return coops + chunked + splits
-    return coops + splits + chunked
+    many = 2 * m >= 3 * _sms(device)  # rows for 1.5 programs a multiprocessor or more
+    # the exchange first, but for 2-byte layer_norm rows of up to 64K with rows enough: a program
+    # per row walking it twice (the second pass mostly from L2) ran 1.2-1.3x faster there on the
+    # H200 (benchmarks/results/current/norms/)
+    if op == "layer_norm" and dtype != torch.float32 and np2 <= 65536 and many:
+        return chunked + coops + splits
+    return coops + (chunked + splits if many or not splits else splits + chunked)
 
 
-def default_config(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None) -> dict:
+def default_config(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None,
+                   op: str | None = None) -> dict:
     """The heuristic pick (what runs with tuning off): see the module's docstring."""
-    return dict(config_space(m, n, dtype, device)[0])
+    return dict(config_space(m, n, dtype, device, op)[0])
 
 
 def _check_config(config: dict, n: int) -> None:
@@ -442,8 +447,8 @@ def tune_space(spec):
     from dispatch.backend import TuneSpace
 
     m, n = _shape(spec)
-    configs = config_space(m, n, spec.dtype, spec.device)
-    default = default_config(m, n, spec.dtype, spec.device)
+    configs = config_space(m, n, spec.dtype, spec.device, spec.op)
+    default = default_config(m, n, spec.dtype, spec.device, spec.op)
     return TuneSpace(configs=configs, default=default, tunables=tuple(default))
 
 
@@ -451,7 +456,7 @@ def kernel(spec, config):
     from dispatch.backend import norm_eps, norm_row_stride
 
     m, n = _shape(spec)
-    cfg = dict(config.as_dict()) if config else default_config(m, n, spec.dtype, spec.device)
+    cfg = dict(config.as_dict()) if config else default_config(m, n, spec.dtype, spec.device, spec.op)
     present = [t.present for t in spec.tensors[1:]] + [False]
     return NormLauncher(spec.op, m, n, spec.dtype, norm_row_stride(spec), spec.device, cfg, norm_eps(spec),
                         present[0], present[1], spec.out_shape, like_input=spec.input.dense).run
