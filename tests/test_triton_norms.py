@@ -301,6 +301,19 @@ def test_cooperative_path_refuses_rows_of_too_many_chunks():
                        1e-5, False, False, (2, 64))
 
 
+@pytest.mark.parametrize("config", [dict(BLOCK_N=64, ROWS=1), dict(BLOCK_N=64, ROWS=1, PERSIST=1),
+                                    dict(BLOCK_N=16), dict(BLOCK_N=16, SPLIT=2), dict(BLOCK_N=16, COOP=1)],
+                         ids=["rows", "persist", "chunked", "split", "coop"])
+def test_every_launch_has_a_value_for_every_kernel_parameter(config):
+    # a kernel parameter left to its default cannot be prepacked: the direct launch would never
+    # arm and every call would pay the JIT's binding (what a new constexpr with a default causes)
+    cfg = dict(dict(ROWS=1, SPLIT=1, num_warps=1, num_stages=1), **config)
+    launcher = N.NormLauncher("layer_norm", 5, 40, F32, 40, DEV, cfg, 1e-5, True, True, (5, 40))
+    assert launcher.direct
+    for d in launcher.direct:
+        assert [a for a in d.jit_fn.arg_names[d.n_tensors:] if a not in d.tail] == []
+
+
 def test_native_autotuner_never_sees_cooperative_configs():
     # one autotuned launch cannot hand the exchange its slot buffer: COOP stays out of its configs
     assert any(N.coop(c) for c in N.config_space(64, 65536, BF16))

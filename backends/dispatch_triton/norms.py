@@ -245,7 +245,7 @@ class NormLauncher:
         self._stand_ins = (ph,) * 4 + (placeholder(anchor, torch.int64) if coop(config) else ph32,)
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
-                    PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)))
+                    PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(coop(config)))
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
         if device.type == "cuda" and int(config.get("PERSIST", 0)) and one_pass(config, n):
@@ -318,7 +318,7 @@ class NormLauncher:
     def _coop(m, n, config, device, launcher, dtype, anchor, ints, meta, options):
         """The COOP path's launches: one on the GPU; under the interpreter, which runs programs one
         after another (partials could never meet in one launch), PHASE 1 (publish) then PHASE 2."""
-        common = dict(ONE_PASS=False, SPLIT=1, PERSIST=0, COOP=1)
+        common = dict(ONE_PASS=False, SPLIT=1, PERSIST=0)
         stand_ins = (placeholder(anchor, dtype),) * 4 + (placeholder(anchor, torch.int64),)
 
         def compile_fn():
