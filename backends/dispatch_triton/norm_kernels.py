@@ -13,6 +13,11 @@ arithmetic is in fp32; results are rounded once to the output's dtype.
   centred values in registers.
 * chunked, ``PHASE`` 0: one program per row walks it in ``BLOCK_N`` chunks twice (statistics, then
   the output, newest chunks first, so the second read mostly hits L2).
+* ``COOP`` (one launch; see ``_coop_fwd``): persistent programs in groups of ``cdiv(N, BLOCK_N)``,
+  each holding one chunk of a row in registers; they exchange partial sums through epoch-tagged
+  words in a slot buffer (``ws_ptr``), as the softmax split path does (``dispatch_triton.jit``),
+  so a row is read once and written once whatever its length. Under the interpreter, ``PHASE`` 1
+  then 2 split it into two launches (publish, then await and write).
 * split, ``PHASE`` 1 then 2 (two launches): a row is cut into ``SPLIT`` segments, one program each,
   so that a few long rows still fill the device. Phase 1 writes each segment's partial sums to a
   workspace, phase 2 combines a row's partials (in a fixed order) and writes its segment; phase 2

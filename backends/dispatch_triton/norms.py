@@ -5,7 +5,8 @@ the backward in :mod:`dispatch_triton.norm_backward`).
 A config is a dict: ``BLOCK_N`` (a power of two), ``ROWS`` (rows per tile, one-pass only),
 ``SPLIT`` (programs per row, chunked only; a power of two), ``PERSIST`` (one-pass only: 0 for a
 program per tile, k for a persistent grid of k programs per multiprocessor that load the next tile
-while working on the current one), ``num_warps``, ``num_stages``. It is one-pass when ``BLOCK_N``
+while working on the current one), ``COOP`` (1: the cooperative path; ``BLOCK_N`` is then a
+program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It is one-pass when ``BLOCK_N``
 covers the bucketed row length. Two optional keys of the chunked/split paths (0 when absent):
 ``PREFETCH`` (the next chunk's load in flight while the current one is reduced or written) and
 ``HINTS`` (L2 eviction hints; see :mod:`dispatch_triton.norm_kernels`).
@@ -18,13 +19,15 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
 * 16384: bf16/fp16 rows in a persistent grid of one 32-warp program per multiprocessor, the next
   row's load in flight while one is reduced and written; fp32 rows (twice the bytes in flight per
   register) a program per row of 16 warps;
-* longer: with rows for 1.5 programs a multiprocessor or more, a program per row (one launch)
-  walks it twice (the second pass newest chunks first, mostly from L2) in chunks of 8192 elements
-  (16384 for fp32), 16 warps, the next chunk's load in flight and L2 hints (PREFETCH, HINTS); with
-  fewer rows, rows are cut into ``SPLIT`` segments (two launches) of 4096-element chunks, 8 warps,
-  PREFETCH and HINTS, so that there are about 6 programs per multiprocessor. On an H200 (bf16 and
-  fp32, 256 x 65536 and 64 x 262144) these defaults ran 1.0-1.46x faster than the same paths
-  without PREFETCH/HINTS and with 4096-element chunks (``benchmarks/sweep_norm_configs.py``).
+* longer: a row's chunks held in registers by a group of programs that exchange partial sums
+  (``COOP``: one launch, x read once, pipelined one row ahead; 2048-element chunks of 4 warps,
+  1024 for fp32 rows of up to 128K), except for 2-byte layer_norm rows of up to 64K with rows for
+  1.5 programs a multiprocessor or more, where a program per row walks it twice (the second pass
+  newest chunks first, mostly from L2) in chunks of 8192 elements, 16 warps, PREFETCH and HINTS.
+  On an H200, ``COOP`` took the forward of 64 x 262144 from 61-63% to 75-85% of a same-size copy
+  (rms_norm bf16/fp32, layer_norm fp32); for 2-byte rows of 32K-64K the program per row ran 2-4%
+  faster for rms_norm (left to the tuner) and 23-25% for layer_norm (``benchmarks/sweep_norm_configs.py``). The tune space also holds the split
+  path (rows cut into ``SPLIT`` segments, two launches).
 
 A persistent grid is never larger than what is resident at once: its programs are compiled with
 ``maxnreg`` so that they fit (a program waiting for a slot would wait for another to finish).
