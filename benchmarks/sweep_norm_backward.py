@@ -16,7 +16,8 @@ already listed plan dropped):
   evict_first hint (``EVICT`` False), twice the persistent programs (``G``), and with the next
   tile loaded ahead (``PREFETCH``, ``maxnreg`` 64 / 128); the default plan with the same changes. ``G`` not given is the programs resident at once (see
   ``backward_plan``), so a variant with more registers a thread also has fewer programs;
-* long rows (two launches over row groups and chunks): ``BLOCK_N`` 2048 / 4096 / 8192 x
+* long rows (the default plan: one launch whose programs exchange their sums; then two launches
+  over row groups and chunks): ``BLOCK_N`` 2048 / 4096 / 8192 x
   ``num_warps`` 4 / 8 / 16 (4-32 elements a thread), each with the row groups ``GR`` it computes,
   half and twice that, and with the L2 hints (``HINTS``: the first launch's loads evict_last, the
   second's evict_first), the next row loaded ahead (``PREFETCH``), and both; and in one launch whose
@@ -114,7 +115,7 @@ def _split_variants(plan_of) -> list[dict]:
         for warps in (4, 8, 16):
             if not 4 <= _ept(bn, warps) <= 32:
                 continue
-            chunk = dict(BLOCK_N=bn, num_warps=warps)
+            chunk = dict(BLOCK_N=bn, num_warps=warps, COOP=False)  # the two launches (a GPU's default is COOP)
             gr = plan_of(chunk)["GR"]
             out += [chunk] + [dict(chunk, GR=g) for g in (gr // 2, 2 * gr) if g >= 1]
             out += [dict(chunk, HINTS=True), dict(chunk, PREFETCH=True), dict(chunk, HINTS=True, PREFETCH=True)]

@@ -6,8 +6,8 @@ A config is a dict: ``BLOCK_N`` (a power of two), ``ROWS`` (rows per tile, one-p
 ``SPLIT`` (programs per row, chunked only; a power of two), ``PERSIST`` (one-pass only: 0 for a
 program per tile, k for a persistent grid of k programs per multiprocessor that load the next tile
 while working on the current one), ``COOP`` (1: the cooperative path; ``BLOCK_N`` is then a
-program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It is one-pass when ``BLOCK_N``
-covers the bucketed row length. Two optional keys of the chunked/split paths (0 when absent):
+program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It is one-pass when
+``BLOCK_N`` covers the bucketed row length. Two optional keys of the chunked/split paths (0 when absent):
 ``PREFETCH`` (the next chunk's load in flight while the current one is reduced or written) and
 ``HINTS`` (L2 eviction hints; see :mod:`dispatch_triton.norm_kernels`).
 
@@ -26,8 +26,9 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
   newest chunks first, mostly from L2) in chunks of 8192 elements, 16 warps, PREFETCH and HINTS.
   On an H200, ``COOP`` took the forward of 64 x 262144 from 61-63% to 75-85% of a same-size copy
   (rms_norm bf16/fp32, layer_norm fp32); for 2-byte rows of 32K-64K the program per row ran 2-4%
-  faster for rms_norm (left to the tuner) and 23-25% for layer_norm (``benchmarks/sweep_norm_configs.py``). The tune space also holds the split
-  path (rows cut into ``SPLIT`` segments, two launches).
+  faster for rms_norm (left to the tuner) and 23-25% for layer_norm
+  (``benchmarks/sweep_norm_configs.py``). The tune space also holds the split path (rows cut
+  into ``SPLIT`` segments, two launches).
 
 A persistent grid is never larger than what is resident at once: its programs are compiled with
 ``maxnreg`` so that they fit (a program waiting for a slot would wait for another to finish).
