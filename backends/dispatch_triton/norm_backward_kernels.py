@@ -309,7 +309,8 @@ def _gather4(slot_ptr, base, S, tag, CHUNKS_P2: tl.constexpr):
 @triton.jit
 def _coop_chunk(x_ptr, dy_ptr, row, stride_xm, stride_dym, cols, M, N, IS_RMS: tl.constexpr):
     # one program's raw chunks of x and dy of ``row`` (zeros past the row's end and past the last
-    # row) and the row's shift (its first element for layer_norm, 0 for rms_norm)
+    # row) and the row's shift (its first element for layer_norm, 0 for rms_norm), all in the
+    # input's dtype
     r64 = tl.cast(row, tl.int64)
     lim = tl.where(row < M, N, 0)
     x = tl.load(x_ptr + r64 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
@@ -317,7 +318,7 @@ def _coop_chunk(x_ptr, dy_ptr, row, stride_xm, stride_dym, cols, M, N, IS_RMS: t
     if IS_RMS:
         shift = tl.full([], 0.0, tl.float32)
     else:
-        shift = tl.load(x_ptr + r64 * stride_xm, mask=row < M, other=0.0).to(tl.float32)
+        shift = tl.load(x_ptr + r64 * stride_xm, mask=row < M, other=0.0)
     return x, dy, shift
 
 
@@ -336,7 +337,7 @@ def _coop_publish(slot_ptr, idx, xr, dyr, shift, w, cmask, tag, HAS_WEIGHT: tl.c
     if IS_RMS:
         d = x
     else:
-        d = tl.where(cmask, x - shift, 0.0)
+        d = tl.where(cmask, x - shift.to(tl.float32), 0.0)
     s1, s2, sgd, sg = tl.reduce((d, d * d, g * d, g), 0, _add4)  # one exchange between the warps, not four
     _publish4(slot_ptr, idx, s1, s2, sgd, sg, tag)
 
@@ -387,7 +388,7 @@ def _norm_bwd_coop(
             g = dy * w
         else:
             g = dy
-        dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, sh, N, eps, IS_RMS)
+        dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, sh.to(tl.float32), N, eps, IS_RMS)
         tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
         if WANT_DW:
             acc_w += dy * xhat

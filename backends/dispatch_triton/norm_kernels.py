@@ -171,13 +171,13 @@ def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl
 @triton.jit
 def _row_chunk(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
     # one program's raw chunk of ``row`` (zeros past the row's end and past the last row) and the
-    # row's shift (its first element for layer_norm, 0 for rms_norm)
+    # row's shift (its first element for layer_norm, 0 for rms_norm), both in the input's dtype
     off = tl.cast(row, tl.int64) * stride
     xr = tl.load(x_ptr + off + cols, mask=cols < tl.where(row < M, N, 0), other=0.0, eviction_policy="evict_first")
     if IS_RMS:
         shift = tl.full([], 0.0, tl.float32)
     else:
-        shift = tl.load(x_ptr + off, mask=row < M, other=0.0).to(tl.float32)
+        shift = tl.load(x_ptr + off, mask=row < M, other=0.0)
     return xr, shift
 
 
@@ -195,7 +195,7 @@ def _chunk_partial(xr, shift, cmask, IS_RMS: tl.constexpr):
     if IS_RMS:
         return tl.full([], 0.0, tl.float32), tl.sum(x * x, 0)
     else:
-        d = tl.where(cmask, x - shift, 0.0)
+        d = tl.where(cmask, x - shift.to(tl.float32), 0.0)
         return tl.reduce((d, d * d), 0, _add2)
 
 
@@ -255,7 +255,7 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, 
         if PHASE != 1:
             row64 = tl.cast(row, tl.int64)
             mean_d, rstd = _coop_stats(slot_ptr, 64 + row64 * S * 2, S, tag, N, eps, IS_RMS)
-            y = ((xr.to(tl.float32) - sh) - mean_d) * rstd
+            y = ((xr.to(tl.float32) - sh.to(tl.float32)) - mean_d) * rstd
             if HAS_WEIGHT:
                 y = y * w.to(tl.float32)
             if HAS_BIAS:

@@ -21,12 +21,12 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
   register) a program per row of 16 warps;
 * longer: a row's chunks held in registers by a group of programs that exchange partial sums
   (``COOP``: one launch, x read once, pipelined one row ahead; 2048-element chunks of 4 warps,
-  1024 for fp32 rows of up to 128K), except for 2-byte layer_norm rows of up to 64K with rows for
-  1.5 programs a multiprocessor or more, where a program per row walks it twice (the second pass
+  1024 for fp32 rows of up to 128K), except for 2-byte rows of up to 64K with rows for 1.5
+  programs a multiprocessor or more, where a program per row walks it twice (the second pass
   newest chunks first, mostly from L2) in chunks of 8192 elements, 16 warps, PREFETCH and HINTS.
   On an H200, ``COOP`` took the forward of 64 x 262144 from 61-63% to 75-85% of a same-size copy
   (rms_norm bf16/fp32, layer_norm fp32); for 2-byte rows of 32K-64K the program per row ran 2-4%
-  faster for rms_norm (left to the tuner) and 23-25% for layer_norm
+  faster for rms_norm and 23-25% for layer_norm
   (``benchmarks/sweep_norm_configs.py``). The tune space also holds the split path (rows cut
   into ``SPLIT`` segments, two launches).
 
@@ -115,11 +115,10 @@ def _split_for(m: int, nchunks: int, device) -> int:
     return max(1, min(want, 1 << (max(nchunks, 1).bit_length() - 1), 64))
 
 
-def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None,
-                 op: str | None = None) -> list[dict]:
+def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None) -> list[dict]:
     """Candidate forward configs for ``m`` rows of ``n``, deterministic, by the bucket of ``n``
-    (and, for long rows, how many programs per row ``m`` rows need to fill the device, and the
-    ``op``); the default (:func:`default_config`) first, so that it wins ties."""
+    (and, for long rows, how many programs per row ``m`` rows need to fill the device); the
+    default (:func:`default_config`) first, so that it wins ties."""
     np2 = _np2(max(int(n), 1))
     if np2 <= _MAX_ONE_PASS:
         return _one_pass_space(max(np2, 16), dtype)
@@ -139,18 +138,17 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
         bn = _np2(_cdiv(n, _MAX_COOP_CHUNKS))
         coops = [_cfg(bn, 1, 1, min(32, max(4, bn // (256 if dtype == torch.float32 else 512))), COOP=1)]
     many = 2 * m >= 3 * _sms(device)  # rows for 1.5 programs a multiprocessor or more
-    # the exchange first, but for 2-byte layer_norm rows of up to 64K with rows enough: a program
-    # per row walking it twice (the second pass mostly from L2) ran 1.2-1.3x faster there on the
-    # H200 (benchmarks/results/current/norms/)
-    if op == "layer_norm" and dtype != torch.float32 and np2 <= 65536 and many:
+    # the exchange first, but for 2-byte rows of up to 64K with rows enough: a program per row
+    # walking it twice (the second pass mostly from L2) ran 2-4% faster there on the H200 for
+    # rms_norm, 1.2-1.3x for layer_norm (benchmarks/results/current/norms/)
+    if dtype != torch.float32 and np2 <= 65536 and many:
         return chunked + coops + splits
     return coops + (chunked + splits if many or not splits else splits + chunked)
 
 
-def default_config(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None,
-                   op: str | None = None) -> dict:
+def default_config(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None) -> dict:
     """The heuristic pick (what runs with tuning off): see the module's docstring."""
-    return dict(config_space(m, n, dtype, device, op)[0])
+    return dict(config_space(m, n, dtype, device)[0])
 
 
 def _check_config(config: dict, n: int) -> None:
@@ -451,8 +449,8 @@ def tune_space(spec):
     from dispatch.backend import TuneSpace
 
     m, n = _shape(spec)
-    configs = config_space(m, n, spec.dtype, spec.device, spec.op)
-    default = default_config(m, n, spec.dtype, spec.device, spec.op)
+    configs = config_space(m, n, spec.dtype, spec.device)
+    default = default_config(m, n, spec.dtype, spec.device)
     return TuneSpace(configs=configs, default=default, tunables=tuple(default))
 
 
@@ -460,7 +458,7 @@ def kernel(spec, config):
     from dispatch.backend import norm_eps, norm_row_stride
 
     m, n = _shape(spec)
-    cfg = dict(config.as_dict()) if config else default_config(m, n, spec.dtype, spec.device, spec.op)
+    cfg = dict(config.as_dict()) if config else default_config(m, n, spec.dtype, spec.device)
     present = [t.present for t in spec.tensors[1:]] + [False]
     return NormLauncher(spec.op, m, n, spec.dtype, norm_row_stride(spec), spec.device, cfg, norm_eps(spec),
                         present[0], present[1], spec.out_shape, like_input=spec.input.dense).run
