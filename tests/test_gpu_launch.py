@@ -98,15 +98,14 @@ def test_captured_norms_and_non_last_dims_replay_with_correct_results(backend, o
         assert mismatch(out, ref()) is None, seed
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_concurrent_replays_and_eager_calls_do_not_corrupt_each_other(backend, op):
-    """Two graphs of the split path replayed at once on two streams while eager calls of the same
-    spec run on a third: each result matches its own input."""
-    shape = (4, 262144)
+def _replays_beside_eager_calls(ours, theirs, shape):
+    """Two graphs of ``ours`` (on inputs of seeds 1 and 2) replayed at once on two streams while
+    eager calls of ``ours`` (seed 3) run on a third, five rounds: each result matches ``theirs``
+    of its own input."""
     xs = [_x(shape, seed=s) for s in (1, 2)]
-    fns = [lambda x=x: getattr(dispatch, op)(x, -1, backend=backend) for x in xs]
     graphs = []
-    for fn in fns:
+    for x in xs:
+        fn = lambda x=x: ours(x)  # noqa: E731
         _warm(fn)
         graphs.append(_capture(fn))
     eager_x = _x(shape, seed=3)
@@ -118,54 +117,40 @@ def test_concurrent_replays_and_eager_calls_do_not_corrupt_each_other(backend, o
             with torch.cuda.stream(stream):
                 graph.replay()
         with torch.cuda.stream(streams[2]):
-            eager_outs.append(getattr(dispatch, op)(eager_x, -1, backend=backend))
+            eager_outs.append(ours(eager_x))
     torch.cuda.synchronize()
     for x, (_, out) in zip(xs, graphs):
-        assert mismatch(out, getattr(torch, op)(x, -1)) is None
-    want = getattr(torch, op)(eager_x, -1)
+        assert mismatch(out, theirs(x)) is None
+    want = theirs(eager_x)
     for got in eager_outs:
         assert mismatch(got, want) is None
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_concurrent_replays_and_eager_calls_do_not_corrupt_each_other(backend, op):
+    """The split path (rows over several programs): two graphs and eager calls of one spec at once."""
+    _replays_beside_eager_calls(lambda x: getattr(dispatch, op)(x, -1, backend=backend),
+                                lambda x: getattr(torch, op)(x, -1), (4, 262144))
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 def test_concurrent_replays_of_long_row_norms_do_not_corrupt_each_other(backend, op):
     """Rows too long for one program (Triton: groups of programs exchange partial sums): two graphs
-    replayed at once on two streams while eager calls run on a third; each result matches its own
-    input."""
+    and eager calls of one spec at once."""
     import torch.nn.functional as F
 
     shape, n = (3, 262144), 262144
     w, b = _x((n,), seed=5), _x((n,), seed=6)
 
-    def call(x, fn):
+    def call(fn, x):
         return fn(x, (n,), w) if op == "rms_norm" else fn(x, (n,), w, b)
 
-    xs = [_x(shape, seed=s) for s in (1, 2)]
-    fns = [lambda x=x: call(x, lambda *a: getattr(dispatch, op)(*a, backend=backend)) for x in xs]
+    ours = lambda x: call(lambda *a: getattr(dispatch, op)(*a, backend=backend), x)  # noqa: E731
     try:
-        fns[0]()
+        ours(_x(shape))
     except dispatch.BackendRefusedError as exc:
         pytest.skip(f"{backend} does not serve it: {exc}")
-    graphs = []
-    for fn in fns:
-        _warm(fn)
-        graphs.append(_capture(fn))
-    eager_x = _x(shape, seed=3)
-    streams = [torch.cuda.Stream() for _ in range(3)]
-    eager_outs = []
-    for _ in range(5):
-        for stream, (graph, _) in zip(streams, graphs):
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                graph.replay()
-        with torch.cuda.stream(streams[2]):
-            eager_outs.append(call(eager_x, lambda *a: getattr(dispatch, op)(*a, backend=backend)))
-    torch.cuda.synchronize()
-    for x, (_, out) in zip(xs, graphs):
-        assert mismatch(out, call(x, getattr(F, op))) is None
-    want = call(eager_x, getattr(F, op))
-    for got in eager_outs:
-        assert mismatch(got, want) is None
+    _replays_beside_eager_calls(ours, lambda x: call(getattr(F, op), x), shape)
 
 
 def _kernel(backend_module, op, x):

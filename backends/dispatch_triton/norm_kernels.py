@@ -73,6 +73,19 @@ def _affine(xhat, w_ptr, b_ptr, cols, cmask, HAS_WEIGHT: tl.constexpr, HAS_BIAS:
 
 
 @triton.jit
+def _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    # the weight and bias at ``cols``, raw (0.0 for an absent one), for a program that holds them
+    # across its rows
+    w = 0.0
+    b = 0.0
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
+    if HAS_BIAS:
+        b = tl.load(b_ptr + cols, mask=cmask, other=0.0)
+    return w, b
+
+
+@triton.jit
 def _ld(ptrs, mask, EV: tl.constexpr):
     # a masked load (0 where masked off) with L2 eviction hint EV: 0 none, 1 evict_first, 2 evict_last
     if EV == 1:
@@ -233,12 +246,7 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, 
     c = tid % S
     cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
     cmask = cols < N
-    w = 0.0
-    b = 0.0
-    if HAS_WEIGHT:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
-    if HAS_BIAS:
-        b = tl.load(b_ptr + cols, mask=cmask, other=0.0)
+    w, b = _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
     xr, sh = _row_chunk(x_ptr, grp, stride_xm, cols, M, N, IS_RMS)
     if PHASE != 2:
         if grp < M:
@@ -285,12 +293,7 @@ def _norm_fwd(
     elif ONE_PASS:
         cols = tl.arange(0, BLOCK_N)
         cmask = cols < N
-        w = 0.0
-        b = 0.0
-        if HAS_WEIGHT:
-            w = tl.load(w_ptr + cols, mask=cmask, other=0.0)
-        if HAS_BIAS:
-            b = tl.load(b_ptr + cols, mask=cmask, other=0.0)
+        w, b = _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
         if PERSIST:
             G = tl.num_programs(0)
             ptrs, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
