@@ -218,7 +218,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 def _add_call_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("op", nargs=None if required else "?",
-                   help="a declared op: softmax, log_softmax, logsumexp, or one a plugin declares")
+                   help="a declared op: softmax, log_softmax, logsumexp, rms_norm, layer_norm, or one a plugin "
+                        "declares")
     p.add_argument("--shape", type=parse_shape, required=required, help="e.g. 8x128 (the first tensor's)")
     p.add_argument("--dtype", type=parse_dtype, default=torch.float32)
     p.add_argument("--dim", type=int, default=-1, help="for ops with a dim argument (default -1)")
