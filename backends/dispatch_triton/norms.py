@@ -326,7 +326,9 @@ class NormLauncher:
         def compile_fn():
             return _norm_fwd.warmup(*stand_ins, grid=(1,), **ints, **meta, **common, PHASE=0, **options)
 
-        compile_fn.key = (dtype, tuple(sorted(meta.items())), tuple(sorted(options.items())), tuple(ints.items()))
+        # what the compiled kernel depends on (M and eps are not specialized on: not in the key)
+        compile_fn.key = (dtype, tuple(sorted(meta.items())), tuple(sorted(options.items())),
+                          tuple((k, v) for k, v in ints.items() if k not in ("M", "eps")))
         grid = (_coop_grid(m, n, config, device, compile_fn),)
         if _interpreting():
             return (launcher(grid, PHASE=1, **common), launcher(grid, PHASE=2, **common))
