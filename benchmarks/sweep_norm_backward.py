@@ -14,8 +14,9 @@ already listed plan dropped):
   ``ROWS * BLOCK_N`` <= 16384, 2-32 warps, 4-32 elements a thread; ``--quick``: 8-16), each with
   ``maxnreg`` None / 64 / 128 (those that fit a multiprocessor), the loads of x and dy without the
   evict_first hint (``EVICT`` False), twice the persistent programs (``G``), and with the next
-  tile loaded ahead (``PREFETCH``, ``maxnreg`` 64 / 128); the default plan with the same changes. ``G`` not given is the programs resident at once (see
-  ``backward_plan``), so a variant with more registers a thread also has fewer programs;
+  tile loaded ahead (``PREFETCH``, ``maxnreg`` 64 / 128); the default plan with the same changes.
+  ``G`` not given is the programs resident at once (see ``backward_plan``), so a variant with
+  more registers a thread also has fewer programs;
 * long rows (the default plan: one launch whose programs exchange their sums; then two launches
   over row groups and chunks): ``BLOCK_N`` 2048 / 4096 / 8192 x
   ``num_warps`` 4 / 8 / 16 (4-32 elements a thread), each with the row groups ``GR`` it computes,
