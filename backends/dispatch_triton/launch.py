@@ -177,9 +177,13 @@ def _grid_size(device, M, N, args, meta) -> int:
         # one chunk per program: nothing waits, so no program need stay resident for a row's
         # others; a program that loops would pay a round trip (its row's counter) per chunk
         return M * ns
-    cap = _capacity(device, args, meta)
-    groups = max(1, min(M, max(1, cap // ns), _GMAX))
-    return groups * ns
+    return exchange_groups(M, ns, _capacity(device, args, meta)) * ns
+
+
+def exchange_groups(rows: int, per_group: int, capacity: int) -> int:
+    """Groups of ``per_group`` programs that wait for each other (a row's chunks): as many as
+    ``capacity`` programs resident at once hold, at most one per row and ``_GMAX``, at least one."""
+    return max(1, min(rows, capacity // per_group, _GMAX))
 
 
 def _check_dtypes(in_dtype: torch.dtype, out_dtype: torch.dtype | None) -> torch.dtype:

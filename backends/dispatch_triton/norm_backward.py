@@ -142,15 +142,17 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     # COOP (the default on a GPU): one launch whose groups of programs exchange their sums, 16
     # elements a thread at 128 registers (every program resident at once, so a group of the row's
     # chunks must fit); else two launches, 8 elements a thread at 64 registers
+    def launch_shape(exchange: bool) -> tuple[int, int, int]:  # (maxnreg, warps, programs resident)
+        maxnreg = over.get("maxnreg", 128 if exchange else 64)
+        warps = over.get("num_warps", max(1, min(32, block // (512 if exchange else 256))))
+        return maxnreg, warps, _resident_per_sm(warps, maxnreg) * sms
+
     can_coop = cuda and not _interpreting()
     want = over.get("COOP", can_coop and split is None)
-    maxnreg = over.get("maxnreg", 128 if want else 64)
-    warps = over.get("num_warps", max(1, min(32, block // (512 if want else 256))))
-    resident = _resident_per_sm(warps, maxnreg) * sms
+    maxnreg, warps, resident = launch_shape(want)
     coop = want and can_coop and resident >= chunks
-    if want and not coop and "maxnreg" not in over and "num_warps" not in over:  # the two launches' own
-        maxnreg, warps = 64, max(1, min(32, block // 256))
-        resident = _resident_per_sm(warps, maxnreg) * sms
+    if want and not coop:
+        maxnreg, warps, resident = launch_shape(False)
     groups = over.get("GR", groups)
     if coop:
         groups = min(groups if groups > 0 else m, resident // chunks)

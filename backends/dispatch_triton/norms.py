@@ -48,7 +48,7 @@ from dispatch.backend import placeholder, unique_configs
 
 from . import _interpreting
 from .direct import DirectLaunch
-from .launch import _GMAX, _occupancy_of, _split_slots
+from .launch import _occupancy_of, _split_slots, exchange_groups
 from .norm_kernels import _norm_fwd
 
 NORM_OPS = ("rms_norm", "layer_norm")
@@ -177,15 +177,15 @@ def coop(config: dict) -> bool:
 _COOP_OCC: dict = {}  # programs per multiprocessor of a compiled COOP kernel
 
 
-def _coop_grid(m: int, n: int, config: dict, device: torch.device, compile_fn) -> int:
+def _coop_grid(m: int, n: int, config: dict, device: torch.device, compile_fn, key: tuple) -> int:
     """Programs of a COOP launch: groups of ``S = cdiv(n, BLOCK_N)`` (one per chunk of a row), as many
     groups as the device holds at once (every program of a group must be resident: they wait for
     each other), at most one per row. ``compile_fn()`` compiles the kernel (its registers decide how
-    many programs a multiprocessor holds). Under the interpreter: two groups, so the row loop runs."""
+    many programs a multiprocessor holds), ``key`` names what it depends on. Under the interpreter: two groups, so the row loop runs."""
     s = _cdiv(n, int(config["BLOCK_N"]))
     if device.type != "cuda":
         return min(m, 2) * s
-    key = (device, compile_fn.key)
+    key = (device, key)
     occ = _COOP_OCC.get(key)
     if occ is None:
         occ = _COOP_OCC[key] = _occupancy_of(compile_fn(), int(config["num_warps"]))
@@ -193,7 +193,7 @@ def _coop_grid(m: int, n: int, config: dict, device: torch.device, compile_fn) -
     if s > cap:
         raise ValueError(f"config {config} needs {s} programs of a row resident at once; this device holds {cap}: "
                          "use a larger BLOCK_N or fewer warps")
-    return min(m, cap // s, _GMAX) * s
+    return exchange_groups(m, s, cap) * s
 
 
 def _persist_regs(config: dict) -> int:
@@ -261,8 +261,7 @@ class NormLauncher:
 
         if coop(config):
             self.direct = self._coop(m, n, config, device, launcher, dtype, anchor, ints, meta, options)
-            k1 = self.direct[0]
-            k2 = self.direct[-1]
+            stages = self.direct  # one launch; the interpreter's two: publish, then await
             need = m * _cdiv(n, int(config["BLOCK_N"]))  # the partials of every row and chunk
 
             def run(x, weight=None, bias=None):
@@ -270,9 +269,8 @@ class NormLauncher:
                 slots = _split_slots(device, need)  # the stream's, or one private to a captured launch
                 w = ph if weight is None else weight
                 b = ph if bias is None else bias
-                k1.launch(x, y, w, b, slots)
-                if k2 is not k1:  # the interpreter: the awaiting half in a second launch
-                    k2.launch(x, y, w, b, slots)
+                for k in stages:  # k.launch, not a bound copy: arming replaces it
+                    k.launch(x, y, w, b, slots)
                 return y
         elif one_pass(config, n):
             k0 = launcher((_fwd_grid(m, config, device),), PHASE=0, ONE_PASS=True, SPLIT=1,
@@ -327,9 +325,9 @@ class NormLauncher:
             return _norm_fwd.warmup(*stand_ins, grid=(1,), **ints, **meta, **common, PHASE=0, **options)
 
         # what the compiled kernel depends on (M and eps are not specialized on: not in the key)
-        compile_fn.key = (dtype, tuple(sorted(meta.items())), tuple(sorted(options.items())),
-                          tuple((k, v) for k, v in ints.items() if k not in ("M", "eps")))
-        grid = (_coop_grid(m, n, config, device, compile_fn),)
+        key = (dtype, tuple(sorted(meta.items())), tuple(sorted(options.items())),
+               tuple((k, v) for k, v in ints.items() if k not in ("M", "eps")))
+        grid = (_coop_grid(m, n, config, device, compile_fn, key),)
         if _interpreting():
             return (launcher(grid, PHASE=1, **common), launcher(grid, PHASE=2, **common))
         return (launcher(grid, PHASE=0, **common),)
