@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from . import _native
 from ._opdecl import OpDecl
 from ._out import with_out
 from ._settings import current_scope
@@ -42,8 +43,11 @@ def freeze(value: Any) -> tuple:
     return value.__class__, tuple(value), tuple(map(type, value))
 
 
-def key_expression(decl: OpDecl, inline: bool = False) -> str:
+def key_expression(decl: OpDecl, inline: bool = False, native: bool = False) -> str:
     """The Python expression of a call's key, over the op's parameter names and ``backend``.
+
+    With ``native``, each tensor's part is ``_tensor_key(t)`` (:mod:`dispatch._native`: the same
+    facts, autograd's included, read in C++); otherwise five attribute reads and ``requires_grad``.
 
     The canonical key (``inline=False``, what resolved calls are stored under) freezes list and
     tuple arguments element by element. The inline expression of the op function skips that
@@ -64,15 +68,17 @@ def key_expression(decl: OpDecl, inline: bool = False) -> str:
                 parts.append(f"{n}.__class__, {n}")
             else:
                 parts.append(f"{n}.__class__, ({n} if {n}.__class__ not in _SEQUENCES else _freeze({n}))")
+        elif native:
+            parts.append(f"(None if {n} is None else _tensor_key({n}))" if arg.optional else f"_tensor_key({n})")
         elif arg.optional:
             parts.append(f"(None if {n} is None else ({n}.__class__, {n}.dtype, {n}.device, {n}.shape, {n}.stride()))")
             grads.append(f"({n} is not None and {n}.requires_grad)")
         else:
             parts.append(f"{n}.__class__, {n}.dtype, {n}.device, {n}.shape, {n}.stride()")
             grads.append(f"{n}.requires_grad")
-    if len(grads) == 1:
+    if len(grads) == 1:  # none with the native key, which holds autograd's part
         parts.append(f"{grads[0]} and _grad_enabled()")
-    else:  # False unless autograd records the call (the common inference call reads no more)
+    elif grads:  # False unless autograd records the call (the common inference call reads no more)
         parts.append(f"({' or '.join(grads)}) and _grad_enabled() and ({', '.join(grads)},)")
     parts.append("backend, _current_scope()")
     return ", ".join(parts)
@@ -118,9 +124,11 @@ class OpFunction:
         params = decl.parameters
         signature, defaults = signature_source(decl)
         names = [p.name for p in params]
+        tensor_key = _native.tensor_key()
+        self.native = tensor_key is not None
         source = _TEMPLATE.format(
-            name=decl.name, params=", ".join(names), key=key_expression(decl),
-            inline_key=key_expression(decl, inline=True),
+            name=decl.name, params=", ".join(names), key=key_expression(decl, native=self.native),
+            inline_key=key_expression(decl, inline=True, native=self.native),
             out_check="" if not decl.out else (
                 f"\n    if out is not None:\n        return _with_out({decl.name!r}, {decl.name}, "
                 "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out, backend)"),
@@ -129,7 +137,7 @@ class OpFunction:
         namespace: dict[str, Any] = {
             "_table": table, "_miss": lambda key, backend, values: miss(decl, key, backend, values),
             "_SEQUENCES": _SEQUENCES, "_freeze": freeze, "_grad_enabled": torch.is_grad_enabled,
-            "_current_scope": current_scope, "_with_out": with_out, **defaults}
+            "_current_scope": current_scope, "_with_out": with_out, "_tensor_key": tensor_key, **defaults}
         exec(compile(source, f"<dispatch op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
         self.function: Callable[..., torch.Tensor] = namespace[decl.name]
         self.key: Callable[..., tuple] = namespace["key"]

@@ -69,6 +69,9 @@ def cmd_backends(args: argparse.Namespace) -> int:
     faults = _plugins.faults()
     for f in faults:
         console.print(escape(f"  fault: {f.backend}.{f.hook}: {f.error}"))
+    from . import _native
+
+    console.print(escape(f"call key: {_native.status()}"))
     return 0
 
 

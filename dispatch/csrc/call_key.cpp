@@ -1,0 +1,84 @@
+// The part of a dispatch call's key that comes from one tensor argument, read from torch's
+// TensorImpl: what the Python key reads through five attribute lookups (class, dtype, device,
+// shape, strides, and whether autograd records the call), as one bytes object, in ~60 ns.
+//
+// Layout (int64 words): class address, scalar type, device (type << 16 | index), autograd bit,
+// rank, sizes, strides. Every class met is held in a set for the life of the process, so no two
+// classes ever share an address in a key.
+//
+// A tensor without strides (sparse, nested) raises RuntimeError and one with symbolic sizes
+// raises TypeError, as the Python key does: the op function then resolves the call each time.
+#include <Python.h>
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstdint>
+#include <exception>
+
+namespace {
+
+constexpr int64_t kMaxRank = 64;
+PyObject* seen_classes = nullptr;
+PyTypeObject* last_class = nullptr;
+
+PyObject* tensor_key(PyObject*, PyObject* obj) {
+  if (!THPVariable_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "expected a tensor, got %.200s", Py_TYPE(obj)->tp_name);
+    return nullptr;
+  }
+  PyTypeObject* cls = Py_TYPE(obj);
+  if (cls != last_class) {
+    if (PySet_Add(seen_classes, reinterpret_cast<PyObject*>(cls)) < 0) return nullptr;
+    last_class = cls;
+  }
+  try {
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    if (impl->layout() != c10::kStrided) {
+      PyErr_SetString(PyExc_RuntimeError, "a tensor of this layout has no strides");
+      return nullptr;
+    }
+    if (impl->has_symbolic_sizes_strides()) {
+      PyErr_SetString(PyExc_TypeError, "a tensor with symbolic sizes has no hashable key");
+      return nullptr;
+    }
+    const int64_t rank = impl->dim();
+    if (rank > kMaxRank) {
+      PyErr_SetString(PyExc_TypeError, "a tensor of rank over 64 is not keyed");
+      return nullptr;
+    }
+    int64_t words[5 + 2 * kMaxRank];
+    const c10::Device device = impl->device();
+    words[0] = static_cast<int64_t>(reinterpret_cast<intptr_t>(cls));
+    words[1] = static_cast<int64_t>(impl->dtype().toScalarType());
+    words[2] = (static_cast<int64_t>(device.type()) << 16) | static_cast<uint16_t>(device.index());
+    words[3] = (impl->requires_grad() && c10::GradMode::is_enabled()) ? 1 : 0;
+    words[4] = rank;
+    const auto sizes = impl->sizes();
+    const auto strides = impl->strides();
+    for (int64_t i = 0; i < rank; ++i) {
+      words[5 + i] = sizes[i];
+      words[5 + rank + i] = strides[i];
+    }
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(words),
+                                     static_cast<Py_ssize_t>((5 + 2 * rank) * sizeof(int64_t)));
+  } catch (const std::exception& e) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+PyMethodDef methods[] = {
+    {"tensor_key", tensor_key, METH_O, "The key of one tensor argument (bytes)."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_dispatch_call_key", "dispatch's call key, native", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__dispatch_call_key(void) {
+  seen_classes = PySet_New(nullptr);
+  if (seen_classes == nullptr) return nullptr;
+  return PyModule_Create(&module);
+}

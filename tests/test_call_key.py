@@ -1,0 +1,179 @@
+"""The call key: the native one (C++, built against this torch) and the Python one tell calls apart
+alike, and op functions behave the same on either."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dispatch
+from dispatch import _native
+from dispatch._dispatcher import DISPATCHER
+
+
+class Marked(torch.Tensor):
+    """A tensor subclass (keys must keep its calls apart from plain tensors')."""
+
+
+def python_tensor_key(t: torch.Tensor) -> tuple:
+    """What the Python key reads of one tensor."""
+    return t.__class__, t.dtype, t.device, t.shape, t.stride(), t.requires_grad and torch.is_grad_enabled()
+
+
+def corpus() -> list[torch.Tensor]:
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    tensors = [base, base.clone(), base.t(), base[:, :3], base[:2], base.reshape(6, 4), base.reshape(24),
+               base.to(torch.bfloat16), base.to(torch.int64), base.to("meta"), torch.empty(0, 6),
+               torch.tensor(3.0), base.as_subclass(Marked), torch.nn.Parameter(base.clone()),
+               base.clone().requires_grad_(), base.unsqueeze(0), base[None, :, None],
+               torch.empty_strided((4, 6), (1, 4)), torch.empty_strided((4, 6), (6, 1), dtype=torch.float64)]
+    return tensors
+
+
+native = pytest.mark.skipif(_native.tensor_key() is None, reason=f"no native call key: {_native.status()}")
+
+
+@native
+@pytest.mark.parametrize("grad", [True, False])
+def test_the_native_key_tells_tensors_apart_exactly_as_the_python_key_does(grad):
+    key = _native.tensor_key()
+    with torch.set_grad_enabled(grad):
+        tensors = corpus()
+        for a, b in itertools.combinations_with_replacement(tensors, 2):
+            same_python = python_tensor_key(a) == python_tensor_key(b)
+            assert (key(a) == key(b)) == same_python, (a.shape, a.stride(), b.shape, b.stride())
+            if same_python:
+                assert hash(key(a)) == hash(key(b))
+
+
+@native
+def test_the_native_key_refuses_what_it_cannot_key_and_the_call_gets_torchs_own_error():
+    key = _native.tensor_key()
+    with pytest.raises(TypeError, match="expected a tensor"):
+        key([1.0, 2.0])
+    sparse = torch.eye(3).to_sparse()
+    with pytest.raises(RuntimeError, match="no strides"):
+        key(sparse)
+    with pytest.raises(NotImplementedError) as theirs:
+        torch.softmax(sparse, -1)
+    with pytest.raises(NotImplementedError) as ours:
+        dispatch.softmax(sparse, -1)
+    assert str(ours.value).splitlines()[0] == str(theirs.value).splitlines()[0]
+
+
+@pytest.fixture(params=["native", "python"])
+def call_key(request, monkeypatch):
+    """Op functions made afresh with one key or the other."""
+    if request.param == "native" and _native.tensor_key() is None:
+        pytest.skip(f"no native call key: {_native.status()}")
+    if request.param == "python":
+        monkeypatch.setattr(_native, "tensor_key", lambda: None)
+    saved = dict(DISPATCHER.functions)
+    DISPATCHER.functions.clear()
+    yield request.param
+    DISPATCHER.functions.clear()
+    DISPATCHER.functions.update(saved)
+
+
+def test_op_functions_use_the_key_they_were_made_with(call_key):
+    assert dispatch._dispatcher.DISPATCHER.function("softmax").native is (call_key == "native")
+
+
+def test_calls_that_differ_in_any_keyed_fact_resolve_apart_and_are_right(call_key):
+    table = DISPATCHER.tables.setdefault("softmax", {})
+    x = torch.randn(4, 6)
+    calls = [x, x.clone(), x.t(), x[:, :3], x.to(torch.float64), x.as_subclass(Marked)]
+    for t in calls:
+        torch.testing.assert_close(dispatch.softmax(t, -1), torch.softmax(t, -1))
+    assert len(table) == 5  # x and its clone share a key
+    before = len(table)
+    torch.testing.assert_close(dispatch.softmax(x, 1), torch.softmax(x, 1))  # dim 1 is not dim -1
+    assert len(table) == before + 1
+
+
+def test_a_call_autograd_records_is_keyed_apart_and_gets_a_gradient(call_key):
+    table = DISPATCHER.tables.setdefault("softmax", {})
+    x = torch.randn(3, 5)
+    w = x.clone().requires_grad_()
+    dispatch.softmax(x, -1)
+    with torch.no_grad():
+        assert dispatch.softmax(w, -1).grad_fn is None
+    assert len(table) == 1  # under no_grad, w's call is x's
+    y = dispatch.softmax(w, -1)
+    assert y.grad_fn is not None and len(table) == 2
+    g, v = torch.randn(3, 5), x.clone().requires_grad_()
+    (y * g).sum().backward()
+    (torch.softmax(v, -1) * g).sum().backward()
+    torch.testing.assert_close(w.grad, v.grad)
+
+
+def test_a_norm_with_an_absent_optional_weight_is_keyed_apart_from_one_with_it(call_key):
+    table = DISPATCHER.tables.setdefault("rms_norm", {})
+    x, w = torch.randn(4, 8), torch.rand(8)
+    torch.testing.assert_close(dispatch.rms_norm(x, [8]), torch.nn.functional.rms_norm(x, [8]))
+    torch.testing.assert_close(dispatch.rms_norm(x, [8], w), torch.nn.functional.rms_norm(x, [8], w))
+    assert len(table) == 2
+
+
+def test_a_float_dim_after_a_resolved_int_dim_raises_torchs_error(call_key):
+    x = torch.randn(2, 3)
+    dispatch.softmax(x, 1)
+    with pytest.raises(TypeError):
+        dispatch.softmax(x, 1.0)
+
+
+def test_a_build_that_fails_is_reported_once_recorded_and_not_tried_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISPATCH_NATIVE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")  # a compiler that always fails
+    monkeypatch.delenv("DISPATCH_NATIVE", raising=False)
+    with pytest.warns(_native.NativeWarning, match="exited with 1"):
+        fn, why = _native._load()
+    assert fn is None and why.startswith("python (")
+    failed = list(tmp_path.glob("*/build.failed"))
+    assert len(failed) == 1 and failed[0].read_text().startswith("false ")
+    monkeypatch.setenv("CXX", "c++")
+    with pytest.warns(_native.NativeWarning, match="an earlier build failed"):
+        fn, why = _native._load()
+    assert fn is None and str(failed[0]) in why
+
+
+def test_native_off_and_load_never_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISPATCH_NATIVE_DIR", str(tmp_path))
+    monkeypatch.setenv("DISPATCH_NATIVE", "off")
+    assert _native._load() == (None, "python (DISPATCH_NATIVE=off)")
+    monkeypatch.setenv("DISPATCH_NATIVE", "load")
+    fn, why = _native._load()
+    assert fn is None and "never builds" in why
+    assert not list(tmp_path.glob("*/*.so"))
+
+
+def test_a_bad_native_setting_names_what_would_work(monkeypatch):
+    monkeypatch.setenv("DISPATCH_NATIVE", "fast")
+    with pytest.warns(_native.NativeWarning, match="expected one of auto, load, off"):
+        fn, _ = _native._load()
+    assert fn is None
+
+
+def test_a_process_with_the_native_key_off_gets_the_same_results():
+    code = ("import torch, dispatch; from dispatch import _native; x = torch.randn(3, 7); "
+            "assert torch.equal(dispatch.softmax(x, 0), torch.softmax(x, 0)); print(_native.status())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "DISPATCH_NATIVE": "off"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "python (DISPATCH_NATIVE=off)"
+
+
+def test_the_native_key_is_built_where_a_compiler_and_the_headers_exist(tmp_path):
+    try:
+        _native.compile_command(tmp_path / "probe.so")
+    except RuntimeError as exc:
+        pytest.skip(f"cannot build here: {exc}")
+    if _native.mode() == "off":
+        pytest.skip("DISPATCH_NATIVE=off")
+    assert _native.tensor_key() is not None, _native.status()
+    assert _native.status().startswith("native (")
