@@ -5,8 +5,10 @@ dispatch's own pick) is timed two ways:
 
 ``wall_us``
     A loop of back-to-back calls, synchronised once at the end, divided by the calls: what an
-    eager caller pays per call. The contenders take turns, one loop each per round, 15 rounds. At decode shapes (1x4096) the kernel runs for a few
-    microseconds, so this is the host cost of the call path whenever that exceeds the kernel.
+    eager caller pays per call. The contenders take turns, one loop each per round in a random
+    order, 61 rounds; each dispatch contender's time over torch's is also given paired by round.
+    At decode shapes (1x4096) the kernel runs for a few microseconds, so this is the host cost of
+    the call path whenever that exceeds the kernel.
 ``graph_us``
     The same call captured ``GRAPH_CALLS`` times in one CUDA graph, replayed and timed with CUDA
     events, divided by the calls: the device time per call when the host is out of the way
@@ -16,7 +18,7 @@ dispatch's own pick) is timed two ways:
 Medians over repeats. Writes ``launch.json`` and ``launch.md`` under ``--out``::
 
     python3 benchmarks/bench_launch.py --out DIR [--shapes 1x4096,32x4096,8x32000,16384x4096]
-        [--dtype bfloat16] [--ops softmax] [--no-compile] [--no-graph]
+        [--dtype bfloat16] [--ops softmax] [--no-compile] [--no-graph] [--rounds 61] [--python-key]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import time
 
@@ -34,17 +37,21 @@ from graph_timing import GRAPH_CALLS, graph_replay_us  # benchmarks/, beside thi
 
 
 
-def wall_us_interleaved(fns: dict, calls: int = 200, rounds: int = 15) -> dict:
-    """``{name: (median, spread)}``: wall time per call of ``calls`` back-to-back calls of each of
-    ``fns``, in us, the contenders taking turns round by round (so a host that slows down or speeds
-    up mid-run weighs on every contender alike)."""
+def wall_us_interleaved(fns: dict, calls: int = 200, rounds: int = 61) -> tuple[dict, dict]:
+    """``({name: (median, spread)}, {name: [samples]})``: wall time per call of ``calls``
+    back-to-back calls of each of ``fns``, in us, round by round, each round in a new random order
+    (so a host that slows down or speeds up mid-run, or a contender's place in the round, weighs on
+    every contender alike); the samples in round order, for paired comparisons."""
     for fn in fns.values():
         for _ in range(30):
             fn()
     torch.cuda.synchronize()
     samples: dict = {name: [] for name in fns}
+    order, shuffle = list(fns), random.Random(0).shuffle
     for _ in range(rounds):
-        for name, fn in fns.items():
+        shuffle(order)
+        for name in order:
+            fn = fns[name]
             start = time.perf_counter()
             for _ in range(calls):
                 fn()
@@ -52,9 +59,16 @@ def wall_us_interleaved(fns: dict, calls: int = 200, rounds: int = 15) -> dict:
             samples[name].append((time.perf_counter() - start) / calls * 1e6)
     out = {}
     for name, ss in samples.items():
-        ss.sort()
-        out[name] = (statistics.median(ss), ss[-2] - ss[1])
-    return out
+        ranked = sorted(ss)
+        out[name] = (statistics.median(ranked), ranked[-2] - ranked[1])
+    return out, samples
+
+
+def paired_pct(samples: dict, base: str) -> dict:
+    """``{name: %}``: the median, over rounds, of each contender's time over ``base``'s in the same
+    round, minus one, in percent (round-to-round drift of the host cancels out)."""
+    return {name: 100 * statistics.median(s / b - 1 for s, b in zip(ss, samples[base]))
+            for name, ss in samples.items() if name != base}
 
 
 def warm_up_host_and_gpu(seconds: float = 3.0) -> None:
@@ -75,7 +89,7 @@ def graph_us(fn, reference: torch.Tensor, repeats: int = 15) -> tuple[float, flo
     return median, spread, all(torch.allclose(o.float(), reference, atol=2e-2, rtol=2e-2) for o in outs)
 
 
-def contenders(op: str, compile_too: bool) -> dict:
+def contenders(op: str, compile_too: bool, python_key: bool = False) -> dict:
     torch_op = getattr(torch, op)
     out = {f"torch.{op}": lambda x: torch_op(x, -1)}
     if compile_too:
@@ -86,7 +100,25 @@ def contenders(op: str, compile_too: bool) -> dict:
         if info.available:
             out[f"dispatch[{name}]"] = lambda x, name=name: dispatch_op(x, -1, backend=name)
     out["dispatch (pick)"] = lambda x: dispatch_op(x, -1)
+    if python_key:
+        python_op = python_key_function(op)
+        out["dispatch (pick, Python key)"] = lambda x: python_op(x, -1)
     return out
+
+
+def python_key_function(op: str):
+    """``dispatch.<op>`` made with the call key computed in Python (what a process gets where the
+    native key can't be built), sharing the process's resolved calls: the two keys side by side."""
+    from dispatch import _native, _opdecl
+    from dispatch._dispatcher import DISPATCHER
+    from dispatch._opfunc import OpFunction
+
+    saved = _native.tensor_key
+    _native.tensor_key = lambda: None
+    try:
+        return OpFunction(_opdecl.get(op), DISPATCHER.tables.setdefault(op, {}), DISPATCHER.miss).function
+    finally:
+        _native.tensor_key = saved
 
 
 def markdown(rows: list[dict]) -> str:
@@ -98,14 +130,17 @@ def markdown(rows: list[dict]) -> str:
         for n in names:
             w, g = r["wall_us"].get(n), r["graph_us"].get(n)
             ok = r["graph_ok"].get(n, True)
+            pct = r.get("vs_torch_pct", {}).get(n)
+            paired = "" if pct is None else f" ({pct:+.0f}%)"
             if w is None:
                 cells.append("-")
             elif g is None:
-                cells.append(f"{w:.1f}" + (" / capture failed" if n in r["errors"] else ""))
+                cells.append(f"{w:.1f}{paired}" + (" / capture failed" if n in r["errors"] else ""))
             else:
-                cells.append(f"{w:.1f} / {g:.1f}" + ("" if ok else " WRONG"))
+                cells.append(f"{w:.1f}{paired} / {g:.1f}" + ("" if ok else " WRONG"))
         lines.append(f"| {r['op']} | {r['shape'][0]}x{r['shape'][1]} | {r['dtype']} | " + " | ".join(cells) + " |")
-    return ("Per call, us: wall time of back-to-back eager calls / device time under CUDA-graph replay "
+    return ("Per call, us: wall time of back-to-back eager calls (in brackets: the median over rounds of "
+            "its time over torch's in the same round) / device time under CUDA-graph replay "
             f"({GRAPH_CALLS} calls per graph); medians.\n\n" + "\n".join(lines) + "\n")
 
 
@@ -117,12 +152,15 @@ def main() -> int:
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     ap.add_argument("--no-graph", action="store_true", help="eager wall time only (no CUDA-graph capture)")
     ap.add_argument("--out", default="", help="folder for launch.json and launch.md")
+    ap.add_argument("--rounds", type=int, default=61, help="rounds of back-to-back calls per contender")
+    ap.add_argument("--python-key", action="store_true",
+                    help="also time dispatch's pick with the call key computed in Python")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
     warm_up_host_and_gpu()
     rows = []
     for op in a.ops.split(","):
-        fns = contenders(op, not a.no_compile)
+        fns = contenders(op, not a.no_compile, a.python_key)
         for shape in a.shapes.split(","):
             m, n = (int(v) for v in shape.split("x"))
             x = torch.randn(m, n, device="cuda").to(dtype)
@@ -138,8 +176,11 @@ def main() -> int:
                     running[name] = lambda fn=fn: fn(x)
                 except Exception as exc:  # noqa: BLE001 - a contender that fails is reported, not fatal
                     row["errors"][name] = f"eager: {type(exc).__name__}: {exc}"
-            for name, (median, spread) in wall_us_interleaved(running).items():
+            walls, samples = wall_us_interleaved(running, rounds=a.rounds)
+            for name, (median, spread) in walls.items():
                 row["wall_us"][name], row["wall_spread_us"][name] = median, spread
+            if f"torch.{op}" in samples:
+                row["vs_torch_pct"] = paired_pct(samples, f"torch.{op}")
             for name, fn in fns.items():
                 if a.no_graph or name not in running:
                     continue
@@ -151,7 +192,8 @@ def main() -> int:
             row["pick"] = dispatch.explain(op, x, -1).decision.backend
             rows.append(row)
             print(f"{op} {m}x{n} {a.dtype}: " + "  ".join(
-                f"{k} {v:.1f}/{row['graph_us'].get(k, float('nan')):.1f}" for k, v in row["wall_us"].items())
+                f"{k} {v:.1f}" + (f" ({row['vs_torch_pct'][k]:+.0f}%)" if k in row.get("vs_torch_pct", {}) else "")
+                + f"/{row['graph_us'].get(k, float('nan')):.1f}" for k, v in row["wall_us"].items())
                 + f"  (pick {row['pick']}) {row['errors'] or ''}", flush=True)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
