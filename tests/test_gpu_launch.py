@@ -225,3 +225,14 @@ def test_a_key_met_first_during_capture_is_neither_tuned_nor_checked_and_explain
     eager = dispatch.softmax(x, -1)  # resolved and checked now, eagerly
     assert mismatch(eager, torch.softmax(x, -1)) is None
     assert "met first during CUDA-graph capture" not in dispatch.explain("softmax", x, -1).decision.reason
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_under_torch_compile_reduce_overhead_replays_give_correct_results_on_new_inputs(backend, op):
+    torch._dynamo.reset()
+    dispatch_op = getattr(dispatch, op)
+    compiled = torch.compile(lambda x: dispatch_op(x, -1, backend=backend) * 2, mode="reduce-overhead",
+                             fullgraph=True, dynamic=False)
+    for seed in range(4):  # the first calls record, the later ones replay the CUDA graph
+        x = _x((32, 4096), seed=seed)
+        assert mismatch(compiled(x).clone(), getattr(torch, op)(x, -1) * 2) is None, seed
