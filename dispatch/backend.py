@@ -17,7 +17,7 @@ from ._plugins import Backend, Fault, loaded_backends
 from ._sources import dist_version, source_hash
 from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict, contiguous_strides, dtype_name, is_dense
 from .autotune.compiling import PARSE_LOCK, CompileReport, compile_all, default_workers, serial_parsing
-from .autotune.placeholders import placeholder
+from .autotune.placeholders import lasting_zeros, placeholder
 from .autotune.seeding import seed_kwargs, split_build_keys, strip_build_keys, to_config_keys
 from .autotune.space import EMPTY, Config, Failure, Timing, TuneResult, TuneSettings, TuneSpace, unique_configs
 from .autotune.sweep import pick_winner, sweep
@@ -36,7 +36,7 @@ __all__ = [
     "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
     "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult", "TuneSettings",
     "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",
-    "hookimpl", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
+    "hookimpl", "lasting_zeros", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance", "unique_configs",
     "norm_dims_contiguous", "norm_eps", "norm_row_stride", "norm_rows", "norm_size",
 ]

@@ -8,7 +8,7 @@ import threading
 
 import torch
 
-from dispatch.backend import placeholder  # cache-key-stable stand-ins for absent optional tensors
+from dispatch.backend import lasting_zeros, placeholder  # stand-ins for absent optional tensors; kept buffers
 
 from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
 from .direct import DirectLaunch
@@ -43,8 +43,7 @@ def _per_stream(table: dict, key, need: int, dtype: torch.dtype, device: torch.d
         with _SYNC_LOCK:
             buf = table.get(key)
             if buf is None or buf.numel() < need:
-                buf = torch.zeros(max(need, 2 * (buf.numel() if buf is not None else 0), 1 << 12),
-                                  dtype=dtype, device=device)
+                buf = lasting_zeros(max(need, 2 * (buf.numel() if buf is not None else 0), 1 << 12), dtype, device)
                 table[key] = buf
     return buf
 
@@ -109,7 +108,7 @@ def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
         entry = _SLOTS.get(key)
         if entry is None or entry[0].numel() < need:
             old = entry[0].numel() if entry is not None else 0
-            entry = [torch.zeros(max(need, 2 * old, 1 << 12), dtype=torch.int64, device=device), 0]
+            entry = [lasting_zeros(max(need, 2 * old, 1 << 12), torch.int64, device), 0]
             _SLOTS[key] = entry
         entry[1] += 1
         if entry[1] >= _EPOCH_RESET:
