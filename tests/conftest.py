@@ -10,7 +10,10 @@ import pytest
 import torch
 
 import dispatch
+from dispatch import _native
 from dispatch._dispatcher import DISPATCHER
+
+_native.tensor_key()  # built (once per torch) before any test times a call or starts a subprocess
 
 torch.set_num_threads(1)
 if not torch.cuda.is_available():
