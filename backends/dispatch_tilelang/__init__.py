@@ -53,9 +53,9 @@ def dispatch_backend_info() -> BackendInfo:
     return BackendInfo(
         name=NAME, version=dispatch.__version__, ops=OPS,
         priority={"cuda": 20, "cpu": -5},  # on the CPU: single-threaded C, for testing
-        # H200, tvm-ffi call: 12.9-13.6 us a dispatched call back to back at decode shapes (where
-        # dispatch[torch] takes 11.3-13.1), ~3800 GB/s on bandwidth rows
-        # (benchmarks/results/current/launch/launch.md)
+        # H200, tvm-ffi call: 1.1-1.8 us a dispatched call more than dispatch[torch] back to back at
+        # decode shapes (benchmarks/results/current/launch/launch_decode.md; the figure below was
+        # measured on a slower host start, 13.5 against torch's 12.5), ~3800 GB/s on bandwidth rows
         # rms_norm/layer_norm: tuned on the device at three shapes only (layer_norm 1.1-1.7x torch's
         # speed, rms_norm 0.7-1.6x; benchmarks/results/current/norms/), so never the estimated-cost
         # choice: a huge launch figure

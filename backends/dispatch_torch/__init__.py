@@ -16,9 +16,10 @@ NAME = "torch"
 def dispatch_backend_info() -> BackendInfo:
     return BackendInfo(name=NAME, version=torch.__version__, ops=(),  # the reference serves every declared op
                        priority={"cpu": 100, "cuda": 0}, versions={"torch": torch.__version__},
-                       # H200: 11.3-13.1 us a dispatched call back to back at decode shapes; 2500 GB/s
-                       # is its best bandwidth (an upper bound, so a GPU kernel wins only when clearly
-                       # ahead) (benchmarks/results/current/launch/launch.md, the softmax sweep).
+                       # H200: 7.1-11.0 us a dispatched call back to back at decode shapes
+                       # (benchmarks/results/current/launch/launch_decode.md; 12.5 below was measured
+                       # on a slower host start, as the other backends' figures); 2500 GB/s is its best
+                       # bandwidth (an upper bound, so a GPU kernel wins only when clearly ahead).
                        # torch.logsumexp runs several kernels: 83-93 us a call at decode shapes,
                        # 380-550 GB/s at bandwidth shapes (the softmax sweep's logsumexp rows)
                        costs={"cuda": (12.5, 2500.0), "cuda:logsumexp": (80.0, 550.0)},

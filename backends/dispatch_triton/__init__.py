@@ -52,9 +52,9 @@ def dispatch_backend_info() -> BackendInfo:
     return BackendInfo(
         name=NAME, version=dispatch.__version__, ops=OPS,
         priority={"cuda": 30, "cpu": -10},  # on the CPU it is an interpreter: correct, not fast
-        # H200, direct launch: 13.1-13.4 us a dispatched call back to back at decode shapes where
-        # dispatch[torch] takes 12.1-13.1 (split rows: 17.2-17.6), ~3700 GB/s on bandwidth rows
-        # (benchmarks/results/current/launch/launch.md, the softmax sweep)
+        # H200, direct launch: 0.3-1.0 us a dispatched call more than dispatch[torch] back to back at
+        # decode shapes, split rows 2-6 us more (benchmarks/results/current/launch/launch_decode.md;
+        # the figure below was measured on a slower host start), ~3700 GB/s on bandwidth rows
         # rms_norm/layer_norm forward: 21-25 us at 16M elements bf16 (88-98% of a same-size copy,
         # 1.2-2x torch's speed, 4-14x on long rows); their backward is slower than torch's at
         # N = 1024 and than torch.compile's on long rows, so calls autograd records are left to
