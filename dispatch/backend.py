@@ -27,6 +27,7 @@ from .errors import (BackendFaultError, BackendRefusedError, DispatchError, Faul
 from .hookspec import hookimpl
 from .norms import norm_dims_contiguous, norm_eps, norm_row_stride, norm_rows, norm_size
 from .reference import example_inputs, expected_output, input_safety, reference_kernel
+from .strided import StridedPlan, strided_plan
 from .tolerance import max_errors, mismatch, tolerance
 
 __all__ = [
@@ -38,5 +39,5 @@ __all__ = [
     "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",
     "hookimpl", "lasting_zeros", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance", "unique_configs",
-    "norm_dims_contiguous", "norm_eps", "norm_row_stride", "norm_rows", "norm_size",
+    "norm_dims_contiguous", "norm_eps", "norm_row_stride", "norm_rows", "norm_size", "StridedPlan", "strided_plan",
 ]

@@ -1,0 +1,89 @@
+"""Reductions over a dim that is not unit-stride: the ``(outer, R, inner)`` view of a call.
+
+A call can be served without copying its input when its reduced dims collapse to one dim of
+length ``R`` and its other dims to at most three groups: ``inner`` (the one of smallest stride)
+and one or two outer ones (``outer`` counts their slices), both in the input and in the output.
+:func:`strided_plan` says whether they do, with the reason when not. Kernels of any backend index
+the input at ``o * x_strides[0] + r * x_strides[1] + i * x_strides[2]`` and the output likewise.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from ._spec import contiguous_strides
+
+
+@frozen
+class StridedPlan:
+    """The ``(outer, R, inner)`` view of one call: sizes, input strides and output strides.
+
+    Where the kept dims collapse to three groups rather than two, ``outer`` counts the slices of
+    the outer two: ``outer1`` of them at the ``outer`` strides, those ``outer // outer1`` times at
+    the ``strides2`` (input, output); ``outer1`` 0 when there is one outer group."""
+
+    outer: int
+    R: int
+    inner: int
+    x_strides: tuple[int, int, int]  # (outer, R, inner)
+    out_strides: tuple[int, int, int]
+    outer1: int = 0
+    strides2: tuple[int, int] = (0, 0)
+
+
+def _prod(sizes) -> int:
+    n = 1
+    for s in sizes:
+        n *= int(s)
+    return n
+
+
+def _collapse(dims, shape, strides_a, strides_b) -> list[tuple[int, int, int]]:
+    """``dims`` (outermost first) merged where both stride sets allow: ``[(size, stride_a, stride_b)]``."""
+    groups: list[list[int]] = []
+    for d in dims:
+        size, sa, sb = int(shape[d]), int(strides_a[d]), int(strides_b[d])
+        if groups and groups[-1][1] == sa * size and groups[-1][2] == sb * size:
+            g = groups[-1]
+            g[0], g[1], g[2] = g[0] * size, sa, sb
+        else:
+            groups.append([size, sa, sb])
+    return [tuple(g) for g in groups]
+
+
+def strided_plan(shape, stride, dims, reduced_output: bool, one_dim: bool = False) -> StridedPlan | str:
+    """The plan of a reduction over ``dims`` of an input of ``shape``/``stride``, or why there is none.
+
+    ``reduced_output``: the output has the reduced shape (logsumexp), else the input's (softmax);
+    ``one_dim``: the op reduces exactly one dim. The output is contiguous, in torch's layout."""
+    shape, stride, dims = tuple(shape), tuple(stride), tuple(sorted(set(dims)))
+    if not shape:
+        return "0-d input: nothing to reduce over"
+    if one_dim and len(dims) != 1:
+        return f"reduces one dim (got dims {list(dims)})"
+    if 0 in shape:  # nothing to read: only the sizes matter
+        kept = [s for i, s in enumerate(shape) if i not in dims]
+        return StridedPlan(_prod(kept), _prod(shape[d] for d in dims), 1, (0, 0, 0), (0, 0, 0))
+    if reduced_output:
+        out_full = tuple(1 if i in dims else s for i, s in enumerate(shape))
+        out_stride = list(contiguous_strides(out_full))
+        for d in dims:
+            out_stride[d] = 0
+    else:
+        out_stride = list(contiguous_strides(shape))
+    reduced = _collapse([d for d in dims if shape[d] != 1], shape, stride, out_stride)
+    if len(reduced) > 1:
+        return (f"the reduced dims {list(dims)} (sizes {[shape[d] for d in dims]}, strides "
+                f"{[stride[d] for d in dims]}) don't collapse to one dim without a copy")
+    R, sxr, sor = reduced[0] if reduced else (1, 0, 0)
+    others = sorted((d for d in range(len(shape)) if d not in dims and shape[d] != 1),
+                    key=lambda d: (-stride[d], d))
+    kept = _collapse(others, shape, stride, out_stride)
+    if len(kept) > 3:
+        return (f"the dims kept (sizes {[shape[d] for d in others]}, strides {[stride[d] for d in others]}) "
+                "don't collapse to three groups (outer2, outer, inner) without a copy")
+    kept = [(1, 0, 0)] * (3 - len(kept)) + kept
+    (outer2, sxo2, soo2), (outer, sxo, soo), (inner, sxi, soi) = kept
+    if outer2 == 1:
+        return StridedPlan(outer, R, inner, (sxo, sxr, sxi), (soo, sor, soi))
+    return StridedPlan(outer2 * outer, R, inner, (sxo, sxr, sxi), (soo, sor, soi), outer, (sxo2, soo2))
