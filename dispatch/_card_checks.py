@@ -43,8 +43,8 @@ def string_mapping(_instance: Any, attribute: Any, value: Any) -> None:
 
 
 def costs(_instance: Any, attribute: Any, value: Any) -> None:
-    """``{device type, "device type:op" or "device type:op:grad" (str): (launch us, GB/s)}``, finite,
-    us >= 0, GB/s > 0."""
+    """``{device type, "device type:op", "device type:op:grad", "device type:strided" or
+    "device type:op:strided" (str): (launch us, GB/s)}``, finite, us >= 0, GB/s > 0."""
     import math
 
     def ok(v: Any) -> bool:

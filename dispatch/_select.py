@@ -82,8 +82,9 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
     if len(servers) < 2:
         return list(servers), {}
     nbytes = _opdecl.get(spec.op).bytes_moved(spec)
+    strided = not (spec.last_dim_contiguous and spec.input.dense)
     estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes, launch=timing == "wall", op=spec.op,
-                                            grad=spec.requires_grad)
+                                            grad=spec.requires_grad, strided=strided)
                  for b in servers}
     if any(e is None for e in estimates.values()):
         return list(servers), {}

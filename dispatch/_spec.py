@@ -237,17 +237,19 @@ class BackendInfo:
             raise ValueError(f"'name' must be an identifier like 'triton' (got {value!r})")
 
     def estimate_us(self, device_type: str, nbytes: int, launch: bool = True, op: str | None = None,
-                    grad: bool = False) -> float | None:
+                    grad: bool = False, strided: bool = False) -> float | None:
         """What a call moving ``nbytes`` costs on ``device_type`` by the card's ``costs`` (launch us,
         when ``launch``, + bytes / GB/s), or None when the card gives no figures for that device type.
         A ``"<device type>:<op>"`` entry (``"cuda:rms_norm"``) overrides the device type's for that op,
         and for a call autograd records (``grad``), a ``"<device type>:<op>:grad"`` entry overrides
-        both: a backend whose forward is fast but whose backward is not says so there."""
-        cost = None
-        if op is not None:
-            cost = self.costs.get(f"{device_type}:{op}:grad") if grad else None
-            cost = cost if cost is not None else self.costs.get(f"{device_type}:{op}")
-        cost = cost if cost is not None else self.costs.get(device_type)
+        both: a backend whose forward is fast but whose backward is not says so there. For a call
+        that does not reduce the last dim of a contiguous input (``strided``), a
+        ``"<device type>:<op>:strided"`` or ``"<device type>:strided"`` entry comes first."""
+        keys = [f"{device_type}:{op}:grad"] if grad and op is not None else []
+        if strided:
+            keys += ([f"{device_type}:{op}:strided"] if op is not None else []) + [f"{device_type}:strided"]
+        keys += ([f"{device_type}:{op}"] if op is not None else []) + [device_type]
+        cost = next((self.costs[k] for k in keys if k in self.costs), None)
         if cost is None:
             return None
         launch_us, gbps = cost

@@ -1,4 +1,4 @@
-"""On a CUDA device: the Triton backend over dims that are not unit-stride and over strided rows, at size."""
+"""On a CUDA device: the Triton and TileLang backends over dims that are not unit-stride and over strided rows, at size."""
 
 from __future__ import annotations
 
@@ -32,14 +32,22 @@ def triton_on_cuda():
         pytest.skip(f"triton backend unavailable: {info.available.reason if info else 'not loaded'}")
 
 
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name,shape,view,dim", LAYOUTS, ids=[c[0] for c in LAYOUTS])
-def test_layout_at_size_matches_torch_without_touching_the_input(name, shape, view, dim, dtype, op):
+def test_layout_at_size_matches_torch_without_touching_the_input(name, shape, view, dim, dtype, op, backend):
+    info = dispatch.backends().get(backend)
+    if info is None or not info.available:
+        pytest.skip(f"{backend} backend unavailable")
     g = torch.Generator(device="cuda").manual_seed(0)
     x = view((torch.randn(shape, device="cuda", generator=g) * 4).to(dtype))
     before = x.clone()
-    got = getattr(dispatch, op)(x, dim, backend="triton")
+    try:
+        got = getattr(dispatch, op)(x, dim, backend=backend)
+    except dispatch.BackendRefusedError as exc:
+        assert backend == "tilelang", exc  # Triton serves every layout here
+        pytest.skip(f"tilelang refuses it: {exc}")
     want = getattr(torch, op)(x.double(), dim).to(dtype)
     assert got.stride() == getattr(torch, op)(x, dim).stride()
     why = mismatch(got, want)
@@ -58,13 +66,14 @@ def test_logsumexp_over_dims_that_do_not_collapse_at_size(dtype):
     assert torch.equal(x, before)
 
 
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
-def test_inf_runs_longer_than_any_chunk_at_size(op):
+def test_inf_runs_longer_than_any_chunk_at_size(op, backend):
     x = torch.randn(3000, 512, device="cuda")
     x[:2500, :100] = float("-inf")  # runs longer than any BLOCK_R of the space
     x[:, 100:110] = float("-inf")
     x[2999, 200] = float("nan")
     x[1234, 300] = float("inf")
-    got = getattr(dispatch, op)(x, 0, backend="triton")
+    got = getattr(dispatch, op)(x, 0, backend=backend)
     why = mismatch(got, getattr(torch, op)(x, 0))
     assert why is None, why

@@ -1,4 +1,4 @@
-"""The TileLang backend: the softmax family (last dim) and rms_norm/layer_norm, as TileLang programs.
+"""The TileLang backend: the softmax family (any dim, read in place) and rms_norm/layer_norm, as TileLang programs.
 
 CUDA kernels (``tilelang.language``) on NVIDIA GPUs, C kernels (TileLang's CPU dialect, target
 "c") on the CPU. On the GPU the candidates are compiled at once on a thread pool
@@ -31,7 +31,8 @@ MAX_CUDA_CANDIDATES = 2
 
 _KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
                    "dispatch_tilelang.configs", "dispatch_tilelang._numerics", "dispatch_tilelang.norms",
-                   "dispatch_tilelang.norm_kernels", "dispatch_tilelang.norm_backward")
+                   "dispatch_tilelang.norm_kernels", "dispatch_tilelang.norm_backward",
+                   "dispatch_tilelang.strided", "dispatch_tilelang.strided_kernels")
 
 
 def _quiet_compiler_logs() -> None:
@@ -59,7 +60,10 @@ def dispatch_backend_info() -> BackendInfo:
         # rms_norm/layer_norm: tuned on the device at three shapes only (layer_norm 1.1-1.7x torch's
         # speed, rms_norm 0.7-1.6x; benchmarks/results/current/norms/), so never the estimated-cost
         # choice: a huge launch figure
-        costs={"cuda": (13.5, 3800.0), "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0)},
+        # over a dim that is not unit-stride (a column per thread): behind Triton's strided kernels
+        # until measured (the figure a guess, below what the row kernels reach)
+        costs={"cuda": (13.5, 3800.0), "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
+               **{f"cuda:{op}:strided": (13.5, 1000.0) for op in ("softmax", "log_softmax", "logsumexp")}},
         versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
         description="TileLang programs: row-block, tiled and cluster-split softmax family",
         available=available)
@@ -87,12 +91,18 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     if spec.out_dtype.itemsize < spec.dtype.itemsize:
         return Verdict.no(f"dtype= narrows {spec.dtype} to {spec.out_dtype}: torch rounds the input first; "
                           "these kernels read it at full precision, so only widening casts are served")
-    if spec.ndim == 0 or not spec.last_dim_contiguous:
-        return Verdict.no(f"reduces the last, unit-stride dim only (got dims {list(spec.dims)} of shape "
-                          f"{list(spec.shape)}, strides {list(spec.stride)})")
-    if not spec.input.dense:
-        return Verdict.no(f"needs a contiguous input (got strides {list(spec.stride)})")
+    if spec.ndim == 0:
+        return Verdict.no("a 0-d input has no dim to reduce")
+    if not _rows(spec):
+        from . import strided
+
+        return strided.check(spec, target)
     return Verdict.yes()
+
+
+def _rows(spec: CallSpec) -> bool:
+    """The call reduces the last dim of a contiguous input: the row kernels'; else the strided ones'."""
+    return spec.last_dim_contiguous and spec.input.dense
 
 
 def _space(op: str, spec: CallSpec) -> tuple[list[dict], dict]:
@@ -118,6 +128,11 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
         m, n = norm_rows(spec), norm_size(spec)
         return TuneSpace(configs=norms.config_space(m, n, target), default=norms.default_config(m, n, target),
                          tunables=norms.TUNABLES[target], build_keys=norms.BUILD_KEYS[target])
+    if not _rows(spec):
+        from . import strided
+
+        return TuneSpace(configs=strided.config_space(spec, target), default=strided.default_config(spec, target),
+                         tunables=strided.TUNABLES[target], build_keys=strided.BUILD_KEYS[target])
     configs, default = _space(op, spec)
     return TuneSpace(configs=configs, default=default, tunables=TUNABLES[target], aliases=ALIASES,
                      build_keys=BUILD_KEYS[target])
@@ -131,6 +146,10 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
         from . import norms
 
         return norms.kernel(spec, config, _target(spec))
+    if not _rows(spec):
+        from . import strided
+
+        return strided.kernel(spec, config, _target(spec))
     from .build import build
     from .direct import call_path
 
@@ -154,7 +173,7 @@ def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None
     that fails to compile is reported and left out. Elsewhere, and when TileLang's own autotuner
     tunes (it compiles on its own pool): None."""
     target = _target(spec)
-    if target != "cuda" or op in NORM_OPS or NATIVE_AUTOTUNE:
+    if target != "cuda" or op in NORM_OPS or NATIVE_AUTOTUNE or not _rows(spec):
         return None
     from .build import build_all
 
@@ -170,7 +189,7 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     timer. Otherwise None: dispatch's sweep times what :func:`dispatch_precompile` compiled. The
     norms keep their own native tune on CUDA."""
     target = _target(spec)
-    if target != "cuda" or (op not in NORM_OPS and not NATIVE_AUTOTUNE):
+    if target != "cuda" or (op not in NORM_OPS and (not NATIVE_AUTOTUNE or not _rows(spec))):
         return None
     if op in NORM_OPS:
         from . import norms

@@ -1,0 +1,120 @@
+"""The TileLang backend's calls over a dim that is not unit-stride: which it serves, their configs, their kernel.
+
+A call is served when its plan (:func:`dispatch.backend.strided_plan`) exists: the input is read
+in place, through a flat view of its span, by the column kernels of :mod:`.strided_kernels`.
+On CUDA the reduced dim must not be the unit-stride one (rows with gaps between them, a slice
+``x[:, :n]``, would put a whole row on each thread, every load of a warp in another row); the C
+target serves those too.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from dispatch.backend import Verdict, strided_plan
+
+from .availability import dtype_name
+
+TUNABLES = {"cuda": ("threads",), "c": ("block_i",)}
+BUILD_KEYS = {"cuda": ("block_r",), "c": ("block_r",)}
+
+
+def _np2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def plan_of(spec):
+    return strided_plan(spec.shape, spec.stride, spec.dims, reduced_output=spec.op == "logsumexp",
+                        one_dim=spec.op != "logsumexp")
+
+
+def check(spec, target: str) -> Verdict:
+    from .strided_kernels import MAX_SPAN, input_span, plan_key
+
+    p = plan_of(spec)
+    if isinstance(p, str):
+        return Verdict.no(p)
+    if target == "cuda" and p.R > 1 and p.x_strides[1] == 1:
+        return Verdict.no("the reduced dim is unit-stride but the rows are not contiguous (a slice of a wider "
+                          "tensor, a transposed view): a thread per row would read a whole row alone, and the "
+                          "row kernels need a contiguous input")
+    if input_span(plan_key(p)) > MAX_SPAN or p.outer * p.inner * p.R > MAX_SPAN:
+        return Verdict.no("input or output spans 2**31 elements or more (32-bit offsets)")
+    return Verdict.yes("read in place, a column of the (outer, R, inner) view per thread")
+
+
+def config_space(spec, target: str) -> list[dict]:
+    p = plan_of(spec)
+    from .strided_kernels import BLOCK_RS, THREADS
+
+    r = max(1, p.R)
+    rs = [b for b in BLOCK_RS if b <= _np2(r)] or [BLOCK_RS[0]]
+    if target == "cuda":
+        return [{"block_r": b, "threads": t} for t in THREADS for b in reversed(rs)]
+    return [{"block_r": b, "block_i": 8} for b in reversed(rs)]
+
+
+def default_config(spec, target: str) -> dict:
+    """16 values of R a thread at a time (all of R when it fits), 128 threads: more programs for a
+    small ``inner``."""
+    space = config_space(spec, target)
+    for cfg in space:
+        if cfg["block_r"] <= 16:
+            return dict(cfg)
+    return dict(space[-1])
+
+
+_BUILT: dict[tuple, object] = {}
+_LOCK = threading.Lock()
+
+
+def build(op: str, key: tuple, in_dtype: str, out_dtype: str, target: str, config: dict):
+    """The compiled kernel of one layout and config (cached in-process; TileLang caches on disk)."""
+    import os
+
+    from dispatch.backend import PARSE_LOCK
+
+    from .strided_kernels import program
+
+    cache_key = (op, key, in_dtype, out_dtype, target, tuple(sorted(config.items())))
+    kernel = _BUILT.get(cache_key)
+    if kernel is None:
+        with _LOCK:
+            kernel = _BUILT.get(cache_key)
+            if kernel is None:
+                arch = os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None if target == "cuda" else None
+                jit = {k: int(v) for k, v in config.items() if k in TUNABLES[target]}
+                with PARSE_LOCK:  # TileLang parses kernel sources with ast (see build._TRACE_LOCK)
+                    made = program(op, key, in_dtype, out_dtype, target, int(config["block_r"]), arch)
+                kernel = _BUILT[cache_key] = made(**jit)
+    return kernel
+
+
+def kernel(spec, config, target: str):
+    """``run(x)`` for every ``x`` of exactly ``spec``: its flat view to the kernel, the output in torch's layout."""
+    from .strided_kernels import input_span, plan_key
+
+    p = plan_of(spec)
+    cfg = dict(config.as_dict()) if config else default_config(spec, target)
+    out_shape, out_dtype = tuple(spec.out_shape), spec.out_dtype
+    if p.outer * p.inner == 0 or p.R == 0:  # nothing to read: torch's answers, no launch
+        fill = float("-inf") if spec.op == "logsumexp" else None
+
+        def run_empty(x):
+            out = torch.empty(out_shape, dtype=out_dtype, device=x.device)
+            return out.fill_(fill) if fill is not None and out.numel() else out
+        return run_empty
+    key = plan_key(p)
+    compiled = build(spec.op, key, dtype_name(spec.dtype), dtype_name(out_dtype), target, cfg)
+    flat = (input_span(key),)
+    bits_in = target == "c" and spec.dtype == torch.bfloat16
+    bits_out = target == "c" and out_dtype == torch.bfloat16
+
+    def run(x):
+        view = x.as_strided(flat, (1,))
+        y = compiled(view.view(torch.int16) if bits_in else view)
+        return (y.view(torch.bfloat16) if bits_out else y).view(out_shape)
+
+    return run

@@ -1,0 +1,98 @@
+"""The TileLang backend over a dim that is not unit-stride (dispatch_tilelang.strided), on its C target.
+
+Each layout read in place against torch, in torch's output layout, the input untouched; special
+values over several chunks of R; empty inputs; what it refuses, with the reason; and the card
+entry that keeps the static order from preferring these kernels on CUDA without a measurement.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dispatch
+from dispatch.backend import spec_of
+
+pytest.importorskip("tilelang")
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.fixture(autouse=True)
+def tilelang_backend():
+    info = dispatch.backends().get("tilelang")
+    if info is None or not info.available:
+        pytest.skip(f"tilelang backend unavailable: {info.available.reason if info else 'not loaded'}")
+
+
+# (name, base shape, view of the base, dim, op, dtype): one of each layout, the ops taking turns
+LAYOUTS = [
+    ("dim0_2d", (19, 33), lambda t: t, 0, "softmax", torch.float32),
+    ("dim1_4d", (2, 6, 3, 5), lambda t: t, 1, "log_softmax", torch.float32),
+    ("transposed_last", (6, 40), lambda t: t.t(), -1, "logsumexp", torch.float32),
+    ("slice_dim0", (9, 20), lambda t: t[:, :7], 0, "softmax", torch.bfloat16),
+    ("permuted", (4, 5, 6), lambda t: t.permute(2, 0, 1), 1, "logsumexp", torch.bfloat16),
+    ("rows_sliced", (7, 30), lambda t: t[:, :11], -1, "log_softmax", torch.float32),
+    ("expanded_dim0", (1, 9), lambda t: t.expand(6, 9), 0, "log_softmax", torch.bfloat16),
+    ("three_groups", (3, 4, 5, 6), lambda t: t.permute(0, 2, 1, 3), 2, "softmax", torch.float32),
+]
+
+
+def _tol(dtype):
+    return dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,shape,view,dim,op,dtype", LAYOUTS, ids=[c[0] for c in LAYOUTS])
+def test_each_layout_matches_torch_in_place_and_in_torchs_layout(name, shape, view, dim, op, dtype):
+    x = view((torch.randn(shape) * 3).to(dtype))
+    before = x.clone()
+    got = getattr(dispatch, op)(x, dim, backend="tilelang")
+    want = getattr(torch, op)(x.double(), dim).to(dtype)
+    torch.testing.assert_close(got, want, **_tol(dtype))
+    assert got.stride() == getattr(torch, op)(x, dim).stride()
+    assert torch.equal(x, before)
+    assert "column of the (outer, R, inner) view" in str(dispatch.explain(op, x, dim, backend="tilelang"))
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+def test_special_values_over_several_chunks_of_r(op):
+    x = torch.randn(40, 6)  # R = 40: three chunks of 16
+    x[:35, 0] = -INF  # a run of -inf longer than two chunks, then finite values
+    x[:, 1] = -INF  # only -inf
+    x[20, 2] = NAN
+    x[7, 3] = INF
+    x[39, 4] = -INF
+    got = getattr(dispatch, op)(x, 0, backend="tilelang")
+    torch.testing.assert_close(got, getattr(torch, op)(x, 0), equal_nan=True)
+
+
+@pytest.mark.parametrize("op,shape", [("softmax", (0, 5)), ("logsumexp", (0, 5)), ("logsumexp", (5, 0))])
+def test_empty_inputs_over_dim0_get_torchs_answer_without_a_launch(op, shape):
+    x, dim = torch.randn(shape), 0
+    got = getattr(dispatch, op)(x, dim, backend="tilelang")
+    want = getattr(torch, op)(x, dim)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want)
+
+
+def test_refuses_dims_that_do_not_collapse_and_says_why():
+    x = torch.randn(4, 5, 6).permute(2, 0, 1)
+    with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to one dim"):
+        dispatch.logsumexp(x, (0, 2), backend="tilelang")
+
+
+def test_on_cuda_a_unit_stride_reduced_dim_of_a_non_contiguous_input_is_refused_with_the_reason():
+    from dispatch_tilelang import strided
+
+    sliced = torch.empty(8, 64)[:, :48]
+    verdict = strided.check(spec_of("softmax", sliced, -1), "cuda")
+    assert not verdict.ok and "a thread per row would read a whole row alone" in verdict.reason
+    assert strided.check(spec_of("softmax", sliced, -1), "c").ok  # the C target serves it
+    assert strided.check(spec_of("softmax", torch.empty(64, 8), 0), "cuda").ok
+
+
+def test_the_card_ranks_strided_calls_by_their_own_figures_on_cuda():
+    info = dispatch.backends()["tilelang"]
+    dim0 = info.estimate_us("cuda", 1 << 26, op="softmax", strided=True)
+    rows = info.estimate_us("cuda", 1 << 26, op="softmax")
+    assert dim0 > rows  # the column kernels are not credited with the row kernels' bandwidth
