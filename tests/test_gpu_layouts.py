@@ -1,4 +1,4 @@
-"""On a CUDA device: the Triton and TileLang backends over dims that are not unit-stride and over strided rows, at size."""
+"""On a CUDA device: the Triton and TileLang backends over dims that are not unit-stride and strided rows, at size."""
 
 from __future__ import annotations
 
