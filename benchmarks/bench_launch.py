@@ -101,24 +101,11 @@ def contenders(op: str, compile_too: bool, python_key: bool = False) -> dict:
             out[f"dispatch[{name}]"] = lambda x, name=name: dispatch_op(x, -1, backend=name)
     out["dispatch (pick)"] = lambda x: dispatch_op(x, -1)
     if python_key:
-        python_op = python_key_function(op)
+        from dispatch.backend import python_key_op
+
+        python_op = python_key_op(op)
         out["dispatch (pick, Python key)"] = lambda x: python_op(x, -1)
     return out
-
-
-def python_key_function(op: str):
-    """``dispatch.<op>`` made with the call key computed in Python (what a process gets where the
-    native key can't be built), sharing the process's resolved calls: the two keys side by side."""
-    from dispatch import _native, _opdecl
-    from dispatch._dispatcher import DISPATCHER
-    from dispatch._opfunc import OpFunction
-
-    saved = _native.tensor_key
-    _native.tensor_key = lambda: None
-    try:
-        return OpFunction(_opdecl.get(op), DISPATCHER.tables.setdefault(op, {}), DISPATCHER.miss).function
-    finally:
-        _native.tensor_key = saved
 
 
 def markdown(rows: list[dict]) -> str:

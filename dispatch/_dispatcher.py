@@ -74,6 +74,16 @@ class Dispatcher:
                     fn = self.functions[op] = OpFunction(decl, table, self.miss)
         return fn
 
+    def python_key_function(self, op: str) -> Callable[..., torch.Tensor]:
+        """``dispatch.<op>`` with its call key computed in Python even where the native key is built
+        (what a process gets where it can't be), sharing the resolved calls of the op: for timing
+        the two keys side by side."""
+        from . import _native
+
+        decl = self.function(op).decl
+        with _native.python_key():
+            return OpFunction(decl, self.tables.setdefault(op, {}), self.miss).function
+
     def _lock_for(self, key: tuple) -> threading.Lock:
         with self._locks_lock:
             lock = self._key_locks.get(key)

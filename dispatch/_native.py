@@ -16,6 +16,7 @@ removed. Which key a process uses: :func:`status`, shown by ``python -m dispatch
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -55,6 +56,22 @@ def tensor_key() -> Callable | None:
             if _loaded is None:
                 _loaded = _load()
     return _loaded[0]
+
+
+@contextlib.contextmanager
+def python_key():
+    """Op functions made inside use the Python key (for side-by-side timing; not thread-safe)."""
+    global tensor_key
+    saved = tensor_key
+    tensor_key = _none
+    try:
+        yield
+    finally:
+        tensor_key = saved
+
+
+def _none() -> None:
+    return None
 
 
 def status() -> str:

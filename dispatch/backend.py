@@ -40,4 +40,14 @@ __all__ = [
     "hookimpl", "lasting_zeros", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance", "unique_configs",
     "norm_dims_contiguous", "norm_eps", "norm_row_stride", "norm_rows", "norm_size", "StridedPlan", "strided_plan",
+    "python_key_op",
 ]
+
+
+def python_key_op(op: str):
+    """``dispatch.<op>`` with its call key computed in Python, even where the native key is built
+    (what a process gets where it can't be), sharing the op's resolved calls: for timing the two
+    keys side by side (``benchmarks/bench_launch.py --python-key``)."""
+    from ._dispatcher import DISPATCHER
+
+    return DISPATCHER.python_key_function(op)

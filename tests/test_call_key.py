@@ -177,3 +177,16 @@ def test_the_native_key_is_built_where_a_compiler_and_the_headers_exist(tmp_path
         pytest.skip("DISPATCH_NATIVE=off")
     assert _native.tensor_key() is not None, _native.status()
     assert _native.status().startswith("native (")
+
+
+@native
+def test_python_key_op_serves_the_same_calls_with_the_key_computed_in_python():
+    from dispatch.backend import python_key_op
+
+    op = python_key_op("softmax")
+    x = torch.randn(5, 9)
+    torch.testing.assert_close(op(x, -1), torch.softmax(x, -1))
+    torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))
+    keys = DISPATCHER.tables["softmax"]
+    assert sorted(type(k[0]).__name__ for k in keys) == ["_TensorMeta", "bytes"]  # one resolved call per key
+    assert DISPATCHER.function("softmax").native  # the process's own op function keeps the native key

@@ -88,11 +88,31 @@ def test_on_cuda_a_unit_stride_reduced_dim_of_a_non_contiguous_input_is_refused_
     verdict = strided.check(spec_of("softmax", sliced, -1), "cuda")
     assert not verdict.ok and "a thread per row would read a whole row alone" in verdict.reason
     assert strided.check(spec_of("softmax", sliced, -1), "c").ok  # the C target serves it
-    assert strided.check(spec_of("softmax", torch.empty(64, 8), 0), "cuda").ok
+    assert strided.check(spec_of("softmax", torch.empty(64, 16384), 0), "cuda").ok
+    few = strided.check(spec_of("softmax", torch.empty(4096, 4096), 0), "cuda")
+    assert not few.ok and "4096 columns of 4096" in few.reason and "16384 columns or more" in few.reason
 
 
-def test_the_card_ranks_strided_calls_by_their_own_figures_on_cuda():
-    info = dispatch.backends()["tilelang"]
-    dim0 = info.estimate_us("cuda", 1 << 26, op="softmax", strided=True)
-    rows = info.estimate_us("cuda", 1 << 26, op="softmax")
-    assert dim0 > rows  # the column kernels are not credited with the row kernels' bandwidth
+def test_the_cards_rank_strided_calls_by_their_own_figures_on_cuda():
+    from dispatch._select import by_estimated_cost
+
+    tilelang = dispatch.backends()["tilelang"]
+    strided = tilelang.estimate_us("cuda", 1 << 26, op="softmax", strided=True)
+    assert strided > tilelang.estimate_us("cuda", 1 << 26, op="softmax")  # not the row kernels' bandwidth
+    from dispatch import _plugins
+
+    servers = [b for b in _plugins.registry().backends.values() if b.name in ("triton", "tilelang")]
+    if len(servers) < 2:
+        pytest.skip("needs both GPU backends loaded")
+    x = torch.empty(32, 256, 64, 64, device="meta")
+    for op, first in (("softmax", "triton"), ("logsumexp", "tilelang")):  # as measured over dim 1 on an H200
+        ordered, _ = by_estimated_cost(servers, _cuda_spec(op, x, 1))
+        assert ordered[0].name == first, op
+
+
+def _cuda_spec(op, x, dim):
+    """The call spec of ``op`` over ``dim`` of ``x`` as if ``x`` were on a CUDA device."""
+    import attrs
+
+    spec = spec_of(op, x, dim)
+    return attrs.evolve(spec, tensors=[attrs.evolve(t, device=torch.device("cuda", 0)) for t in spec.tensors])

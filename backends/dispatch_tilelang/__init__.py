@@ -60,10 +60,12 @@ def dispatch_backend_info() -> BackendInfo:
         # rms_norm/layer_norm: tuned on the device at three shapes only (layer_norm 1.1-1.7x torch's
         # speed, rms_norm 0.7-1.6x; benchmarks/results/current/norms/), so never the estimated-cost
         # choice: a huge launch figure
-        # over a dim that is not unit-stride (a column per thread): behind Triton's strided kernels
-        # until measured (the figure a guess, below what the row kernels reach)
+        # over a dim that is not unit-stride (a column per thread), bf16 over dim 1 of (B, C, H, W):
+        # softmax/log_softmax 1674-1954 GB/s (Triton's 2712-3179), logsumexp 1996-2650 (Triton's
+        # 1490-2389) (benchmarks/results/current/layouts/tilelang_dim.md)
         costs={"cuda": (13.5, 3800.0), "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
-               **{f"cuda:{op}:strided": (13.5, 1000.0) for op in ("softmax", "log_softmax", "logsumexp")}},
+               "cuda:softmax:strided": (13.5, 1800.0), "cuda:log_softmax:strided": (13.5, 1800.0),
+               "cuda:logsumexp:strided": (13.5, 2300.0)},
         versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
         description="TileLang programs: row-block, tiled and cluster-split softmax family",
         available=available)

@@ -3,8 +3,9 @@
 A call is served when its plan (:func:`dispatch.backend.strided_plan`) exists: the input is read
 in place, through a flat view of its span, by the column kernels of :mod:`.strided_kernels`.
 On CUDA the reduced dim must not be the unit-stride one (rows with gaps between them, a slice
-``x[:, :n]``, would put a whole row on each thread, every load of a warp in another row); the C
-target serves those too.
+``x[:, :n]``, would put a whole row on each thread, every load of a warp in another row), and
+there must be columns enough to fill the GPU (:data:`MIN_CUDA_COLUMNS`); the C target serves
+every plan.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dispatch.backend import Verdict, strided_plan
 from .availability import dtype_name
 
 TUNABLES = {"cuda": ("threads",), "c": ("block_i",)}
+MIN_CUDA_COLUMNS = 16384  # 128 programs of 128 threads: about one per SM of an H200
 BUILD_KEYS = {"cuda": ("block_r",), "c": ("block_r",)}
 
 
@@ -40,6 +42,10 @@ def check(spec, target: str) -> Verdict:
         return Verdict.no("the reduced dim is unit-stride but the rows are not contiguous (a slice of a wider "
                           "tensor, a transposed view): a thread per row would read a whole row alone, and the "
                           "row kernels need a contiguous input")
+    if target == "cuda" and p.outer * p.inner < MIN_CUDA_COLUMNS:
+        return Verdict.no(f"{p.outer * p.inner} columns of {p.R}: a thread per column would leave most of the GPU "
+                          f"idle (these kernels take {MIN_CUDA_COLUMNS} columns or more; H200: 3-5% of copy "
+                          "bandwidth at dim 0 of 4096x4096)")
     if input_span(plan_key(p)) > MAX_SPAN or p.outer * p.inner * p.R > MAX_SPAN:
         return Verdict.no("input or output spans 2**31 elements or more (32-bit offsets)")
     return Verdict.yes("read in place, a column of the (outer, R, inner) view per thread")

@@ -59,8 +59,11 @@ def dispatch_backend_info() -> BackendInfo:
         # 1.2-2x torch's speed, 4-14x on long rows); their backward is slower than torch's at
         # N = 1024 and than torch.compile's on long rows, so calls autograd records are left to
         # torch (benchmarks/results/current/norms/)
+        # logsumexp over a dim that is not unit-stride, bf16: 1490-2389 GB/s over dim 1 of (B, C, H, W),
+        # 817-1346 over dim 0 (benchmarks/results/current/layouts/tilelang_dim.md)
         costs={"cuda": (13.5, 3700.0), "cuda:rms_norm": (13.0, 2900.0), "cuda:layer_norm": (13.0, 2800.0),
-               "cuda:rms_norm:grad": (30.0, 1800.0), "cuda:layer_norm:grad": (30.0, 1800.0)},
+               "cuda:rms_norm:grad": (30.0, 1800.0), "cuda:layer_norm:grad": (30.0, 1800.0),
+               "cuda:logsumexp:strided": (13.5, 1700.0)},
         versions={"triton": triton_version or "none", "kernels": source_hash(*_KERNEL_MODULES),
                   "interpreter": "1" if _interpreting() else "0"},
         description="Triton kernels: multi-row, one-pass and split-row/online softmax family; "
