@@ -82,7 +82,7 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
     if len(servers) < 2:
         return list(servers), {}
     nbytes = _opdecl.get(spec.op).bytes_moved(spec)
-    strided = not (spec.last_dim_contiguous and spec.input.dense)
+    strided = not (getattr(spec, "last_dim_contiguous", True) and spec.input.dense)  # only reductions have dims
     estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes, launch=timing == "wall", op=spec.op,
                                             grad=spec.requires_grad, strided=strided)
                  for b in servers}
