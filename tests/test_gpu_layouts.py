@@ -69,7 +69,7 @@ def test_logsumexp_over_dims_that_do_not_collapse_at_size(dtype):
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
 def test_inf_runs_longer_than_any_chunk_at_size(op, backend):
-    x = torch.randn(3000, 512, device="cuda")
+    x = torch.randn(3000, 512 if backend == "triton" else 16384, device="cuda")  # TileLang: columns to fill the GPU
     x[:2500, :100] = float("-inf")  # runs longer than any BLOCK_R of the space
     x[:, 100:110] = float("-inf")
     x[2999, 200] = float("nan")
