@@ -190,3 +190,20 @@ def test_python_key_op_serves_the_same_calls_with_the_key_computed_in_python():
     keys = DISPATCHER.tables["softmax"]
     assert sorted(type(k[0]).__name__ for k in keys) == ["_TensorMeta", "bytes"]  # one resolved call per key
     assert DISPATCHER.function("softmax").native  # the process's own op function keeps the native key
+
+
+def test_processes_started_together_build_the_native_key_once(tmp_path):
+    try:
+        _native.compile_command(tmp_path / "probe.so")
+    except RuntimeError as exc:
+        pytest.skip(f"cannot build here: {exc}")
+    code = ("import torch, dispatch; from dispatch import _native; x = torch.randn(3, 7); "
+            "assert torch.equal(dispatch.softmax(x, -1), torch.softmax(x, -1)); print(_native.status())")
+    env = {**os.environ, "DISPATCH_NATIVE_DIR": str(tmp_path / "native"), "DISPATCH_NATIVE": "auto"}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    assert all(out.strip().startswith("native (") for out, _ in outs), outs
+    assert sum(err.count("dispatch: building its native call key") for _, err in outs) == 1
+    assert len(list((tmp_path / "native").glob("*/*.so"))) == 1
