@@ -60,6 +60,25 @@ def _offsets(key):
     return x_at, y_at
 
 
+def _fold_chunk(T, v, st, n: int):
+    """The online max/sum recurrence over the chunk ``v[:n]`` (a ``T.macro`` of dialect ``T``): the
+    chunk's max into ``st[3]``, its sum of exp(v - safe(max)) into ``st[4]``, the running max, sum
+    and shift (``st[0..2]``) carried over. One body for the CUDA and C programs."""
+
+    @T.macro
+    def fold():
+        for r in T.unroll(n):
+            st[3] = T.max(st[3], v[r])
+        st[4] = 0.0
+        for r in T.unroll(n):
+            st[4] += T.exp(v[r] - safe_max(st[3]))
+        st[1] = rescale(st[1], st[2], safe_max(st[3])) + st[4]
+        st[0] = st[3]
+        st[2] = safe_max(st[3])
+
+    return fold
+
+
 @functools.lru_cache(maxsize=None)
 def program(op: str, key: tuple, in_dtype: str, out_dtype: str, target: str, block_r: int, arch: str | None = None):
     """The ``@tilelang.jit`` program of one layout: tunable ``threads`` (CUDA) or ``block_i`` (C)."""
@@ -96,14 +115,7 @@ def _cuda_program(op, key, in_dtype, out_dtype, BR, arch):
                         st[3] = st[0]
                         for r in T.unroll(BR):
                             v[r] = T.if_then_else(t * BR + r < R, T.cast(x[x_at(bo, t * BR + r, col)], F32), neg_inf())
-                        for r in T.unroll(BR):
-                            st[3] = T.max(st[3], v[r])
-                        st[4] = 0.0
-                        for r in T.unroll(BR):
-                            st[4] += T.exp(v[r] - safe_max(st[3]))
-                        st[1] = rescale(st[1], st[2], safe_max(st[3])) + st[4]
-                        st[0] = st[3]
-                        st[2] = safe_max(st[3])
+                        _fold_chunk(T, v, st, BR)()
                     if lse:
                         y[y_at(bo, 0, col)] = T.cast(logsumexp_value(st[0], st[1]), out_dtype)
                     else:
@@ -158,13 +170,7 @@ def _c_program(op, key, in_dtype, out_dtype, BR):
                             for r in T.serial(BR):
                                 v[r] = T.if_then_else(t * BR + r < R, _load(x[x_at(bo, t * BR + r, bi * block_i + c)],
                                                                              in_dtype), neg_inf())
-                                st[3] = T.max(st[3], v[r])
-                            st[4] = 0.0
-                            for r in T.serial(BR):
-                                st[4] += T.exp(v[r] - safe_max(st[3]))
-                            st[1] = rescale(st[1], st[2], safe_max(st[3])) + st[4]
-                            st[0] = st[3]
-                            st[2] = safe_max(st[3])
+                            _fold_chunk(T, v, st, BR)()
                         if lse:
                             y[y_at(bo, 0, bi * block_i + c)] = _store(logsumexp_value(st[0], st[1]), out_dtype)
                         else:
