@@ -87,15 +87,19 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, target: str, blo
     return _c_program(op, key, in_dtype, out_dtype, block_r)
 
 
+def _layout(op: str, key: tuple, BR: int) -> tuple:
+    """What both programs close over: sizes, offset functions, the op's kind, the flat views'
+    lengths and the chunks of R."""
+    outer, R, inner = key[:3]
+    lse = op == "logsumexp"
+    return (outer, R, inner, *_offsets(key), lse, op == "log_softmax", max(1, input_span(key)),
+            max(1, outer * inner * (1 if lse else R)), -(-R // BR))
+
+
 def _cuda_program(op, key, in_dtype, out_dtype, BR, arch):
     import tilelang.language as T
 
-    outer, R, inner = key[:3]
-    x_at, y_at = _offsets(key)
-    lse, log = op == "logsumexp", op == "log_softmax"
-    XS = max(1, input_span(key))
-    YS = max(1, outer * inner * (1 if lse else R))
-    NT = -(-R // BR)
+    outer, R, inner, x_at, y_at, lse, log, XS, YS, NT = _layout(op, key, BR)
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
 
     @tilelang.jit(target=target, out_idx=[1])
@@ -145,12 +149,7 @@ def _c_program(op, key, in_dtype, out_dtype, BR):
 
     from .cpu_kernels import _COMPILE_FLAGS, _load, _store, storage_dtype
 
-    outer, R, inner = key[:3]
-    x_at, y_at = _offsets(key)
-    lse, log = op == "logsumexp", op == "log_softmax"
-    XS = max(1, input_span(key))
-    YS = max(1, outer * inner * (1 if lse else R))
-    NT = -(-R // BR)
+    outer, R, inner, x_at, y_at, lse, log, XS, YS, NT = _layout(op, key, BR)
     x_store, y_store = storage_dtype(in_dtype), storage_dtype(out_dtype)
 
     @tilelang.jit(target="c", out_idx=[1], compile_flags=_COMPILE_FLAGS)
