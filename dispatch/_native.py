@@ -9,9 +9,11 @@ once per torch build, Python and source; a line on stderr says so) into the nati
 processes started together build it once.
 
 ``DISPATCH_NATIVE=off`` keeps the Python key; ``DISPATCH_NATIVE=load`` uses a built one but never
-builds. A build that fails (no compiler, no Python or torch headers) is reported once, with its log,
-and calls use the Python key; it is not tried again for that torch until its ``.failed`` file is
-removed. Which key a process uses: :func:`status`, shown by ``python -m dispatch backends``.
+builds. Where it can't be built, a ``NativeWarning`` says why and calls use the Python key (same
+keys, same results): a missing compiler or missing headers are looked for again by each process; a
+compile that fails (as C++17, then C++20) leaves its log in ``build.failed`` and is not tried
+again for that torch until the file is removed. Which key a process uses: :func:`status`, shown
+by ``python -m dispatch backends``.
 """
 
 from __future__ import annotations
@@ -145,7 +147,7 @@ def _import(path: Path):
     return module
 
 
-def compile_command(output: Path) -> list[str]:
+def compile_command(output: Path, std: str = "c++17") -> list[str]:
     """The compiler command that builds the module at ``output`` against this torch and Python."""
     import torch
 
@@ -160,7 +162,7 @@ def compile_command(output: Path) -> list[str]:
     if not (include / "torch" / "csrc" / "autograd" / "python_variable.h").exists():
         raise RuntimeError(f"torch's C++ headers are not installed (looked in {include})")
     lib = torch_dir / "lib"
-    command = [compiler, "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
+    command = [compiler, "-O2", "-shared", "-fPIC", f"-std={std}", "-w",
                f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
                f"-I{python_include}", f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
                str(_SOURCE), "-o", str(output), f"-L{lib}", "-lc10", "-ltorch_python", f"-Wl,-rpath,{lib}"]
@@ -180,13 +182,18 @@ def _build(directory: Path, path: Path, failed: Path) -> None:
             return
         with tempfile.TemporaryDirectory(dir=directory) as tmp:
             output = Path(tmp) / path.name
-            command = compile_command(output)  # raises, unrecorded, what a later process may not meet
+            compile_command(output)  # raises, unrecorded, what a later process may not meet
             sys.stderr.write(f"dispatch: building its native call key for torch {_torch_version()} "
                              f"(once; ~20 s) in {directory}\n")
-            start = time.perf_counter()
-            done = subprocess.run(command, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
-            if done.returncode != 0:
-                failed.write_text(" ".join(command) + "\n\n" + done.stdout + done.stderr)
+            start, log = time.perf_counter(), []
+            for std in ("c++17", "c++20"):  # torch's headers may come to need the later standard
+                command = compile_command(output, std)
+                done = subprocess.run(command, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
+                if done.returncode == 0:
+                    break
+                log.append(" ".join(command) + "\n\n" + done.stdout + done.stderr)
+            else:
+                failed.write_text("\n\n".join(log))
                 raise RuntimeError(f"the compiler exited with {done.returncode} (log: {failed})")
             os.replace(output, path)
             sys.stderr.write(f"dispatch: native call key built in {time.perf_counter() - start:.0f} s\n")

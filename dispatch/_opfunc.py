@@ -13,7 +13,7 @@ For an op declared as ``softmax(input, dim=-1, dtype=None)`` this generates::
 
 The key holds each tensor's class, dtype, device, shape and strides (None for an absent optional
 one; the class keeps tensor subclasses, and the fake tensors of tracing, off keys resolved for plain
-tensors),
+tensors; read in C++ by one call where the native key is built, :mod:`dispatch._native`),
 each attribute tagged with its type (``1``, ``1.0`` and ``True`` are equal in a dict, but torch
 accepts only the first as a dim; list and tuple attributes are frozen element by element), the
 ``backend=`` argument, the innermost ``use()`` scope and whether autograd records the call. The
