@@ -91,6 +91,7 @@ def test_on_cuda_a_unit_stride_reduced_dim_of_a_non_contiguous_input_is_refused_
     assert strided.check(spec_of("softmax", torch.empty(64, 16384), 0), "cuda").ok
     few = strided.check(spec_of("softmax", torch.empty(4096, 4096), 0), "cuda")
     assert not few.ok and "4096 columns of 4096" in few.reason and "16384 columns or more" in few.reason
+    assert strided.check(spec_of("softmax", torch.empty(0, 8), 0), "cuda").ok  # empty: torch's answer, no launch
 
 
 def test_the_cards_rank_strided_calls_by_their_own_figures_on_cuda():

@@ -19,8 +19,8 @@ from dispatch.backend import Verdict, strided_plan
 from .availability import dtype_name
 
 TUNABLES = {"cuda": ("threads",), "c": ("block_i",)}
-MIN_CUDA_COLUMNS = 16384  # 128 programs of 128 threads: about one per SM of an H200
 BUILD_KEYS = {"cuda": ("block_r",), "c": ("block_r",)}
+MIN_CUDA_COLUMNS = 16384  # 128 programs of 128 threads: about one per SM of an H200
 
 
 def _np2(n: int) -> int:
@@ -42,7 +42,7 @@ def check(spec, target: str) -> Verdict:
         return Verdict.no("the reduced dim is unit-stride but the rows are not contiguous (a slice of a wider "
                           "tensor, a transposed view): a thread per row would read a whole row alone, and the "
                           "row kernels need a contiguous input")
-    if target == "cuda" and p.outer * p.inner < MIN_CUDA_COLUMNS:
+    if target == "cuda" and 0 < p.outer * p.inner * p.R and p.outer * p.inner < MIN_CUDA_COLUMNS:  # empty: no launch
         return Verdict.no(f"{p.outer * p.inner} columns of {p.R}: a thread per column would leave most of the GPU "
                           f"idle (these kernels take {MIN_CUDA_COLUMNS} columns or more; H200: 3-5% of copy "
                           "bandwidth at dim 0 of 4096x4096)")
