@@ -3,6 +3,7 @@ alike, and op functions behave the same on either."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import subprocess
@@ -67,15 +68,14 @@ def test_the_native_key_refuses_what_it_cannot_key_and_the_call_gets_torchs_own_
 
 
 @pytest.fixture(params=["native", "python"])
-def call_key(request, monkeypatch):
+def call_key(request):
     """Op functions made afresh with one key or the other."""
     if request.param == "native" and _native.tensor_key() is None:
         pytest.skip(f"no native call key: {_native.status()}")
-    if request.param == "python":
-        monkeypatch.setattr(_native, "tensor_key", lambda: None)
     saved = dict(DISPATCHER.functions)
     DISPATCHER.functions.clear()
-    yield request.param
+    with _native.python_key() if request.param == "python" else contextlib.nullcontext():
+        yield request.param
     DISPATCHER.functions.clear()
     DISPATCHER.functions.update(saved)
 

@@ -260,7 +260,7 @@ class NormLauncher:
                                 checked=(0, 2, 3), out=out)
 
         if coop(config):
-            self.direct = self._coop(m, n, config, device, launcher, dtype, anchor, ints, meta, options)
+            self.direct = self._coop(m, n, config, device, launcher, dtype, ints, meta, options)
             stages = self.direct  # one launch; the interpreter's two: publish, then await
             need = m * _cdiv(n, int(config["BLOCK_N"]))  # the partials of every row and chunk
 
@@ -314,12 +314,11 @@ class NormLauncher:
         for direct in self.direct:
             direct.compile(*self._stand_ins)
 
-    @staticmethod
-    def _coop(m, n, config, device, launcher, dtype, anchor, ints, meta, options):
+    def _coop(self, m, n, config, device, launcher, dtype, ints, meta, options):
         """The COOP path's launches: one on the GPU; under the interpreter, which runs programs one
         after another (partials could never meet in one launch), PHASE 1 (publish) then PHASE 2."""
         common = dict(ONE_PASS=False, SPLIT=1, PERSIST=0)
-        stand_ins = (placeholder(anchor, dtype),) * 4 + (placeholder(anchor, torch.int64),)
+        stand_ins = self._stand_ins  # x, y, weight, bias and the slot buffer, as compile() builds with
 
         def compile_fn():
             return _norm_fwd.warmup(*stand_ins, grid=(1,), **ints, **meta, **common, PHASE=0, **options)
