@@ -181,7 +181,8 @@ def _coop_grid(m: int, n: int, config: dict, device: torch.device, compile_fn, k
     """Programs of a COOP launch: groups of ``S = cdiv(n, BLOCK_N)`` (one per chunk of a row), as many
     groups as the device holds at once (every program of a group must be resident: they wait for
     each other), at most one per row. ``compile_fn()`` compiles the kernel (its registers decide how
-    many programs a multiprocessor holds), ``key`` names what it depends on. Under the interpreter: two groups, so the row loop runs."""
+    many programs a multiprocessor holds), ``key`` names what it depends on. Under the interpreter:
+    two groups, so the row loop runs."""
     s = _cdiv(n, int(config["BLOCK_N"]))
     if device.type != "cuda":
         return min(m, 2) * s

@@ -1,11 +1,11 @@
 """Reductions over a dim that is not unit-stride: the (outer, R, inner) plan, its configs and its launcher.
 
-A call is served without copying its input when its reduced dims collapse to one dim of length
-``R`` and its other dims to at most three groups: ``inner`` (the one of smallest stride) and one
-or two outer ones (``outer`` counts their slices), both in the input and in the output;
-:func:`plan` says whether they do (with the reason when not). The output is laid out as torch's: contiguous, of the op's output shape (softmax and
-log_softmax: the input's shape; logsumexp: the reduced shape). :class:`StridedLauncher` runs
-:func:`~dispatch_triton.strided_jit._strided_kernel` on it.
+A call is served without copying its input when it has a plan (:func:`plan`, the framework's
+:func:`dispatch.backend.strided_plan` for one op): its reduced dims collapse to one dim of length
+``R`` and its other dims to at most three groups, ``inner`` (the one of smallest stride) and one
+or two outer ones. The output is laid out as torch's: contiguous, of the op's output shape
+(softmax and log_softmax: the input's shape; logsumexp: the reduced shape). :class:`StridedLauncher`
+runs :func:`~dispatch_triton.strided_jit._strided_kernel` on it.
 """
 
 from __future__ import annotations
