@@ -15,10 +15,15 @@ dispatch's own pick) is timed two ways:
     (the capture also checks that the contender can be captured; its output is compared with
     torch's after a replay).
 
+Ops (``--ops``): the softmax family over the last dim; rms_norm and layer_norm over the last dim
+with a weight (and a bias for layer_norm), as a model's layers call them. ``--grad`` times a
+training call instead: the op, then ``torch.autograd.grad`` of its output for every input.
+
 Medians over repeats. Writes ``launch.json`` and ``launch.md`` under ``--out``::
 
     python3 benchmarks/bench_launch.py --out DIR [--shapes 1x4096,32x4096,8x32000,16384x4096]
-        [--dtype bfloat16] [--ops softmax] [--no-compile] [--no-graph] [--rounds 61] [--python-key]
+        [--dtype bfloat16] [--ops softmax,rms_norm,layer_norm] [--no-compile] [--no-graph] [--rounds 61]
+        [--python-key] [--grad]
 """
 
 from __future__ import annotations
@@ -89,26 +94,70 @@ def graph_us(fn, reference: torch.Tensor, repeats: int = 15) -> tuple[float, flo
     return median, spread, all(torch.allclose(o.float(), reference, atol=2e-2, rtol=2e-2) for o in outs)
 
 
+NORMS = ("rms_norm", "layer_norm")
+
+
+def torch_op(op: str):
+    """torch's own function of ``op``: ``torch.<op>``, or ``torch.nn.functional.<op>`` for the norms."""
+    return getattr(torch.nn.functional if op in NORMS else torch, op)
+
+
+def op_args(op: str, x: torch.Tensor) -> tuple:
+    """The arguments after the input of a call timed for ``op``: the last dim for the softmax
+    family; for the norms, the last dim as ``normalized_shape`` and a weight (and a bias for
+    layer_norm), as a model's layers call them."""
+    if op not in NORMS:
+        return (-1,)
+    n = x.shape[-1]
+    w = torch.randn(n, device=x.device, dtype=x.dtype)
+    return ((n,), w) if op == "rms_norm" else ((n,), w, torch.randn(n, device=x.device, dtype=x.dtype))
+
+
 def contenders(op: str, compile_too: bool, python_key: bool = False) -> dict:
-    torch_op = getattr(torch, op)
-    out = {f"torch.{op}": lambda x: torch_op(x, -1)}
+    """``{name: fn(x, *args)}``: torch, torch.compile'd torch, dispatch forced to each available
+    backend, and dispatch's own pick (and, with ``python_key``, its pick with the Python call key)."""
+    tfn = torch_op(op)
+    out = {f"torch.{op}": tfn}
     if compile_too:
-        compiled = torch.compile(lambda x: torch_op(x, -1), dynamic=False)
-        out[f"torch.compile({op})"] = compiled
+        out[f"torch.compile({op})"] = torch.compile(tfn, dynamic=False)
     dispatch_op = getattr(dispatch, op)
     for name, info in dispatch.backends().items():
         if info.available:
-            out[f"dispatch[{name}]"] = lambda x, name=name: dispatch_op(x, -1, backend=name)
-    out["dispatch (pick)"] = lambda x: dispatch_op(x, -1)
+            out[f"dispatch[{name}]"] = lambda *a, name=name: dispatch_op(*a, backend=name)
+    out["dispatch (pick)"] = dispatch_op
     if python_key:
         from dispatch.backend import python_key_op
 
         python_op = python_key_op(op)
-        out["dispatch (pick, Python key)"] = lambda x: python_op(x, -1)
+        out["dispatch (pick, Python key)"] = python_op
     return out
 
 
+def training_calls(op: str, fns: dict, x: torch.Tensor, args: tuple) -> tuple[dict, torch.Tensor]:
+    """``({name: fn(x, *args)}, reference)``: each contender's call as a training step runs it, the
+    op and then ``torch.autograd.grad`` of its output (against a fixed random gradient) for the
+    input and every tensor argument; the call returns the input's gradient, and the reference is
+    that gradient computed by torch in fp32."""
+    leaves = [x] + [v for v in args if isinstance(v, torch.Tensor)]
+    for t in leaves:
+        t.requires_grad_(True)
+    f32 = [t.detach().float().requires_grad_(True) for t in leaves]
+    it = iter(f32[1:])
+    args32 = tuple(next(it) if isinstance(v, torch.Tensor) else v for v in args)
+    gy = torch.randn_like(x)
+    ref = torch.autograd.grad(torch_op(op)(f32[0], *args32), f32, gy.float())[0]
+    return {name: (lambda *a, fn=fn: torch.autograd.grad(fn(*a), leaves, gy)[0]) for name, fn in fns.items()}, ref
+
+
+def _column(name: str, op: str) -> str:
+    """A contender's column: torch's function and its compiled form under one name for every op."""
+    op = op.split(" ")[0]
+    return {f"torch.{op}": "torch", f"torch.compile({op})": "torch.compile"}.get(name, name)
+
+
 def markdown(rows: list[dict]) -> str:
+    rows = [{**r, **{k: {_column(n, r["op"]): v for n, v in r.get(k, {}).items()}
+                     for k in ("wall_us", "graph_us", "graph_ok", "vs_torch_pct", "errors")}} for r in rows]
     names = list(dict.fromkeys(k for r in rows for k in r["wall_us"]))
     head = "| op | shape | dtype | " + " | ".join(names) + " |"
     lines = [head, "|" + "---|" * (3 + len(names))]
@@ -135,15 +184,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="1x4096,32x4096,8x32000,16384x4096")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--ops", default="softmax")
+    ap.add_argument("--ops", default="softmax", help="comma-separated: softmax, log_softmax, rms_norm, layer_norm")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     ap.add_argument("--no-graph", action="store_true", help="eager wall time only (no CUDA-graph capture)")
     ap.add_argument("--out", default="", help="folder for launch.json and launch.md")
     ap.add_argument("--rounds", type=int, default=61, help="rounds of back-to-back calls per contender")
+    ap.add_argument("--grad", action="store_true",
+                    help="time a training call: the op and torch.autograd.grad of its output for every input")
     ap.add_argument("--python-key", action="store_true",
                     help="also time dispatch's pick with the call key computed in Python")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
+    # torch.compile'd functions of every op and shape share one wrapper's code object: without
+    # this, past 8 shapes dynamo stops compiling and runs torch eager under the compiled name
+    torch._dynamo.config.recompile_limit = 1024
+    torch._dynamo.config.accumulated_recompile_limit = 4096
     warm_up_host_and_gpu()
     rows = []
     for op in a.ops.split(","):
@@ -151,16 +206,21 @@ def main() -> int:
         for shape in a.shapes.split(","):
             m, n = (int(v) for v in shape.split("x"))
             x = torch.randn(m, n, device="cuda").to(dtype)
-            ref = getattr(torch, op)(x.float(), -1)
-            row = {"op": op, "shape": [m, n], "dtype": a.dtype, "wall_us": {}, "wall_spread_us": {},
+            args = op_args(op, x)
+            ref = torch_op(op)(x.float(), *(a.float() if isinstance(a, torch.Tensor) else a for a in args))
+            calls = fns
+            if a.grad:
+                calls, ref = training_calls(op, fns, x, args)
+            row = {"op": op + (" (forward + backward)" if a.grad else ""), "shape": [m, n], "dtype": a.dtype,
+                   "wall_us": {}, "wall_spread_us": {},
                    "graph_us": {}, "graph_ok": {}, "errors": {}}
             running = {}
-            for name, fn in fns.items():
+            for name, fn in calls.items():
                 try:
-                    out = fn(x)
+                    out = fn(x, *args)
                     if not torch.allclose(out.float(), ref, atol=2e-2, rtol=2e-2):
                         row["errors"][name] = "wrong eager result"
-                    running[name] = lambda fn=fn: fn(x)
+                    running[name] = lambda fn=fn: fn(x, *args)
                 except Exception as exc:  # noqa: BLE001 - a contender that fails is reported, not fatal
                     row["errors"][name] = f"eager: {type(exc).__name__}: {exc}"
             walls, samples = wall_us_interleaved(running, rounds=a.rounds)
@@ -168,15 +228,15 @@ def main() -> int:
                 row["wall_us"][name], row["wall_spread_us"][name] = median, spread
             if f"torch.{op}" in samples:
                 row["vs_torch_pct"] = paired_pct(samples, f"torch.{op}")
-            for name, fn in fns.items():
+            for name, fn in calls.items():
                 if a.no_graph or name not in running:
                     continue
                 try:
-                    g, _, ok = graph_us(lambda fn=fn: fn(x), ref)
+                    g, _, ok = graph_us(lambda fn=fn: fn(x, *args), ref)
                     row["graph_us"][name], row["graph_ok"][name] = g, ok
                 except Exception as exc:  # noqa: BLE001
                     row["errors"][name] = f"graph: {type(exc).__name__}: {str(exc)[:300]}"
-            row["pick"] = dispatch.explain(op, x, -1).decision.backend
+            row["pick"] = dispatch.explain(op, x, *args).decision.backend
             rows.append(row)
             print(f"{op} {m}x{n} {a.dtype}: " + "  ".join(
                 f"{k} {v:.1f}" + (f" ({row['vs_torch_pct'][k]:+.0f}%)" if k in row.get("vs_torch_pct", {}) else "")

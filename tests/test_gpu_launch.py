@@ -208,6 +208,15 @@ def test_launch_benchmark_runs_and_writes_its_table(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "dispatch[triton]" in (tmp_path / "launch.md").read_text() or "triton" not in dispatch.backends()
+    # the norms with their weight and bias, as training calls: every contender's input gradient
+    # matches torch's (a wrong one is marked WRONG after a graph replay, or reported as an error)
+    proc = subprocess.run([sys.executable, str(script), "--shapes", "8x512", "--ops", "rms_norm,layer_norm", "--grad",
+                           "--rounds", "3", "--no-compile", "--out", str(tmp_path / "grad")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = (tmp_path / "grad" / "launch.md").read_text()
+    assert "layer_norm (forward + backward)" in table and "WRONG" not in table, table
+    assert "wrong eager result" not in proc.stdout, proc.stdout[-2000:]
 
 
 def test_a_key_met_first_during_capture_is_neither_tuned_nor_checked_and_explain_says_so():

@@ -486,3 +486,28 @@ def test_config_space_and_default():
     cfg = N.default_config(256, 65536, BF16)
     assert not N.coop(cfg) and cfg["SPLIT"] == 1 and cfg["PREFETCH"] == 1
     assert N.coop(N.default_config(256, 65536, F32)) and N.coop(N.default_config(64, 262144, BF16))
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_cards_put_triton_first_for_inference_norms_on_cuda_and_torch_for_training(op):
+    # as measured on an H200 (benchmarks/results/current/launch/launch_norms.md): for an inference
+    # call Triton's kernel beats torch's from decode shapes (1x4096: wall and device time) to
+    # bandwidth shapes; a training call's host cost (forward and backward through a Python
+    # autograd.Function) is dearer than torch's own up to rows of 16384
+    import attrs
+
+    from dispatch import _plugins
+    from dispatch._select import by_estimated_cost
+
+    servers = [b for b in _plugins.registry().backends.values() if b.name in ("triton", "torch")]
+    cuda = torch.device("cuda", 0)
+    for m, n in ((1, 4096), (32, 4096), (1, 8192), (16384, 4096), (64, 262144)):
+        x, w = torch.empty(m, n, device="meta", dtype=torch.bfloat16), torch.empty(n, device="meta",
+                                                                                    dtype=torch.bfloat16)
+        spec = spec_of(op, x, (n,), w)
+        for grad, first in ((False, "triton"), (True, "torch")):
+            if grad and n > 16384:
+                continue  # not measured as a rule: there Triton's step ran 4x faster (the cards still say torch)
+            tensors = [attrs.evolve(t, device=cuda, requires_grad=grad and t.present) for t in spec.tensors]
+            ordered, estimates = by_estimated_cost(servers, attrs.evolve(spec, tensors=tensors))
+            assert ordered[0].name == first, (m, n, grad, estimates)

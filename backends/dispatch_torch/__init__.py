@@ -21,8 +21,12 @@ def dispatch_backend_info() -> BackendInfo:
                        # on a slower host start, as the other backends' figures); 2500 GB/s is its best
                        # bandwidth (an upper bound, so a GPU kernel wins only when clearly ahead).
                        # torch.logsumexp runs several kernels: 83-93 us a call at decode shapes,
-                       # 380-550 GB/s at bandwidth shapes (the softmax sweep's logsumexp rows)
-                       costs={"cuda": (12.5, 2500.0), "cuda:logsumexp": (80.0, 550.0)},
+                       # 380-550 GB/s at bandwidth shapes (the softmax sweep's logsumexp rows).
+                       # rms_norm / layer_norm at decode shapes (1-32 rows of 4096, 1x8192, bf16 and
+                       # fp32): a dispatched call 13-16% / 14-29% dearer than dispatch[triton]'s
+                       # (benchmarks/results/current/launch/launch_norms.md)
+                       costs={"cuda": (12.5, 2500.0), "cuda:logsumexp": (80.0, 550.0),
+                              "cuda:rms_norm": (15.0, 2500.0), "cuda:layer_norm": (16.5, 2500.0)},
                        description="torch's own ops (the reference)", reference=True)
 
 

@@ -56,9 +56,11 @@ def dispatch_backend_info() -> BackendInfo:
         # decode shapes, split rows 2-6 us more (benchmarks/results/current/launch/launch_decode.md;
         # the figure below was measured on a slower host start), ~3700 GB/s on bandwidth rows
         # rms_norm/layer_norm forward: 21-25 us at 16M elements bf16 (88-98% of a same-size copy,
-        # 1.2-2x torch's speed, 4-14x on long rows); their backward is slower than torch's at
-        # N = 1024 and than torch.compile's on long rows, so calls autograd records are left to
-        # torch (benchmarks/results/current/norms/)
+        # 1.2-2x torch's speed, 4-14x on long rows), and 3-16% less per call than torch's own at
+        # decode shapes (benchmarks/results/current/launch/launch_norms.md). A training call (forward
+        # and autograd.grad) takes less device time than torch's but, through a Python
+        # autograd.Function, 50-100 us more host time a step up to rows of 16384
+        # (launch_norms_grad.log there), so calls autograd records are left to torch
         # logsumexp over a dim that is not unit-stride, bf16: 1490-2389 GB/s over dim 1 of (B, C, H, W),
         # 817-1346 over dim 0 (benchmarks/results/current/layouts/tilelang_dim.md)
         costs={"cuda": (13.5, 3700.0), "cuda:rms_norm": (13.0, 2900.0), "cuda:layer_norm": (13.0, 2800.0),
