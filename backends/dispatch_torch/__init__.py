@@ -24,9 +24,13 @@ def dispatch_backend_info() -> BackendInfo:
                        # 380-550 GB/s at bandwidth shapes (the softmax sweep's logsumexp rows).
                        # rms_norm / layer_norm at decode shapes (1-32 rows of 4096, 1x8192, bf16 and
                        # fp32): a dispatched call 13-16% / 14-29% dearer than dispatch[triton]'s
-                       # (benchmarks/results/current/launch/launch_norms.md)
+                       # (benchmarks/results/current/launch/launch_norms.md). Their training step
+                       # (forward and autograd.grad), bf16: 120-175 us of host time a step, and
+                       # 710-900 GB/s of forward bytes in device time up to rows of 16384
+                       # (launch_norms_grad.md and launch_norms_grad_large.md there)
                        costs={"cuda": (12.5, 2500.0), "cuda:logsumexp": (80.0, 550.0),
-                              "cuda:rms_norm": (15.0, 2500.0), "cuda:layer_norm": (16.5, 2500.0)},
+                              "cuda:rms_norm": (15.0, 2500.0), "cuda:layer_norm": (16.5, 2500.0),
+                              "cuda:rms_norm:grad": (140.0, 850.0), "cuda:layer_norm:grad": (140.0, 780.0)},
                        description="torch's own ops (the reference)", reference=True)
 
 

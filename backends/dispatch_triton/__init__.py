@@ -57,14 +57,15 @@ def dispatch_backend_info() -> BackendInfo:
         # the figure below was measured on a slower host start), ~3700 GB/s on bandwidth rows
         # rms_norm/layer_norm forward: 21-25 us at 16M elements bf16 (88-98% of a same-size copy,
         # 1.2-2x torch's speed, 4-14x on long rows), and 3-16% less per call than torch's own at
-        # decode shapes (benchmarks/results/current/launch/launch_norms.md). A training call (forward
-        # and autograd.grad) takes less device time than torch's but, through a Python
-        # autograd.Function, 50-100 us more host time a step up to rows of 16384
-        # (launch_norms_grad.log there), so calls autograd records are left to torch
+        # decode shapes (benchmarks/results/current/launch/launch_norms.md). Their training step
+        # (forward and autograd.grad, bf16) takes 35-90% less device time than torch's (1400-1500 GB/s
+        # of forward bytes at rows of 4096) but, through a Python autograd.Function, about 190 us of
+        # host time: torch's step is cheaper up to ~170 MB of forward bytes, Triton's above
+        # (launch_norms_grad.md, launch_norms_grad_large.md there)
         # logsumexp over a dim that is not unit-stride, bf16: 1490-2389 GB/s over dim 1 of (B, C, H, W),
         # 817-1346 over dim 0 (benchmarks/results/current/layouts/tilelang_dim.md)
         costs={"cuda": (13.5, 3700.0), "cuda:rms_norm": (13.0, 2900.0), "cuda:layer_norm": (13.0, 2800.0),
-               "cuda:rms_norm:grad": (30.0, 1800.0), "cuda:layer_norm:grad": (30.0, 1800.0),
+               "cuda:rms_norm:grad": (220.0, 1450.0), "cuda:layer_norm:grad": (220.0, 1400.0),
                "cuda:logsumexp:strided": (13.5, 1700.0)},
         versions={"triton": triton_version or "none", "kernels": source_hash(*_KERNEL_MODULES),
                   "interpreter": "1" if _interpreting() else "0"},
