@@ -180,6 +180,38 @@ def test_triton_arms_the_direct_launch_and_a_misaligned_view_takes_the_jit_path(
     assert mismatch(run(aligned), getattr(torch, op)(aligned, -1)) is None  # and back on the direct path
 
 
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_norms_on_misaligned_views_match_torch_forward_and_backward_and_leave_them_alone(backend, op):
+    # the norm kernels load 16-byte vectors; input, weight, bias and the incoming gradient are
+    # views that start 2 bytes past an aligned address
+    import torch.nn.functional as F
+
+    if backend not in dispatch.backends() or not dispatch.backends()[backend].available:
+        pytest.skip(f"{backend} backend unavailable")
+    m, n = 8, 4096
+
+    def misaligned(numel, shape, seed):
+        view = _x(numel + 8, seed=seed)[1:1 + numel].view(shape)
+        assert view.data_ptr() % 16
+        return view
+
+    x, gy = misaligned(m * n, (m, n), 1), misaligned(m * n, (m, n), 4)
+    w, b = misaligned(n, (n,), 2), misaligned(n, (n,), 3)
+    before = [t.clone() for t in (x, w, b, gy)]
+    leaves = [t.detach().requires_grad_() for t in ((x, w) if op == "rms_norm" else (x, w, b))]
+    y = getattr(dispatch, op)(leaves[0], (n,), *leaves[1:], backend=backend)
+    grads = torch.autograd.grad(y, leaves, gy)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref = getattr(F, op)(ref_leaves[0], (n,), *ref_leaves[1:])
+    ref_grads = torch.autograd.grad(ref, ref_leaves, gy.double())
+    torch.testing.assert_close(y.double(), ref, rtol=2e-2, atol=3e-2)
+    for got, want in zip(grads, ref_grads):
+        scale = want.abs().max().clamp_min(1)
+        torch.testing.assert_close(got.double() / scale, want / scale, rtol=5e-2, atol=5e-2)
+    assert all(torch.equal(t, u) for t, u in zip((x, w, b, gy), before))
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_tilelang_arms_the_executable_call_and_copes_with_a_misaligned_view(op):
     dispatch_tilelang = pytest.importorskip("dispatch_tilelang")

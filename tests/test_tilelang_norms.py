@@ -141,3 +141,53 @@ def test_cuda_norm_programs_close_over_plain_values_only(which):
         cells = [c.cell_contents for c in (prog.func.__closure__ or ())]
         bad = [v for v in cells if not isinstance(v, (int, float, str, bool, type(None)))]
         assert not bad, f"{prog.func.__qualname__} closes over {bad}"
+
+
+def _misaligned(shape, dtype=BF16):
+    base = _t(int(torch.tensor(shape).prod()) + 8, dtype, 11)
+    view = base[1:1 + int(torch.tensor(shape).prod())].view(shape)  # 2 bytes past an aligned start
+    assert view.data_ptr() % 16
+    return view
+
+
+def test_cuda_forward_hands_its_kernel_aligned_tensors_and_leaves_the_users_alone(monkeypatch):
+    # the CUDA programs load 16-byte vectors from each tensor's start: a view that starts
+    # mid-vector must reach them as an aligned copy (handed over as is, it faults on the GPU)
+    seen = []
+
+    def fake_build(*parts):
+        def compiled(x, w, b):
+            seen.append([t.data_ptr() % 16 for t in (x, w, b)])
+            return torch.zeros_like(x)
+        return compiled
+
+    monkeypatch.setattr(N, "build", fake_build)
+    x, w, b = _misaligned((4, 64)), _misaligned((64,)), _misaligned((64,))
+    before = [t.clone() for t in (x, w, b)]
+    run = N.kernel(spec_of("layer_norm", x, (64,), w, b), None, "cuda")
+    run(x, w, b)
+    assert seen == [[0, 0, 0]]
+    assert all(torch.equal(t, u) for t, u in zip((x, w, b), before))
+
+
+def test_cuda_backward_hands_its_kernel_aligned_tensors(monkeypatch):
+    from dispatch_tilelang import norm_backward
+
+    seen = []
+
+    def fake_program(*args):
+        def factory(**config):
+            def compiled(x, w, dy, dx, pw, pb):
+                seen.append([t.data_ptr() % 16 for t in (x, w, dy, dx)])
+                pw.zero_(), pb.zero_()
+            return compiled
+        return factory
+
+    monkeypatch.setattr(norm_backward, "cuda_program", fake_program)
+    monkeypatch.setattr(norm_backward, "_BUILT", {})
+    backward = norm_backward.make_backward("rms_norm", 4, 64, BF16, True, False, 1e-6, "cuda")
+    x, w, dy = _misaligned((4, 64)), _misaligned((64,)), _misaligned((4, 64))
+    before = [t.clone() for t in (x, w, dy)]
+    backward(dy, x, w, None)
+    assert seen == [[0, 0, 0, 0]]
+    assert all(torch.equal(t, u) for t, u in zip((x, w, dy), before))

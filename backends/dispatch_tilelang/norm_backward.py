@@ -19,6 +19,7 @@ import torch
 
 from ._numerics import F32
 from .norm_kernels import _load, _store, cuda_check, storage_dtype
+from .norms import aligned
 
 C_MAX_N = 8192
 C_MAX_ELEMS = 16384  # three (block_m, N) fp32 tiles on the stack
@@ -253,6 +254,8 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, has_weight: bool,
         pb = torch.empty((p, n), dtype=torch.float32, device=device)
         w = weight.reshape(n) if weight is not None else placeholder(x, dtype, (n,))
         args = [x.reshape(m, n).contiguous(), w, grad.reshape(m, n).contiguous(), dx.view(m, n)]
+        if target == "cuda":  # 16-byte vectors from each tensor's start: a misaligned view is copied
+            args = [aligned(a) for a in args]
         if bits:
             args = [a.view(torch.int16) for a in args]
         compiled()(*args, pw, pb)

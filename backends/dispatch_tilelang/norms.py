@@ -127,8 +127,16 @@ def _parts(spec, target: str) -> tuple:
     return (spec.op, norm_size(spec), DTYPES[spec.dtype], present[0], present[1], float(norm_eps(spec)), target)
 
 
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a copy of it where its data pointer is not 16-byte aligned: the CUDA programs load
+    and store 16-byte vectors from each tensor's start (a view that starts mid-vector, e.g. rows
+    ``x[1:]`` of a flat buffer, would fault); a fresh allocation is aligned. The user's tensor is
+    never handed over misaligned nor written."""
+    return t.clone() if t.data_ptr() & 15 else t
+
+
 def kernel(spec, config, target: str):
-    """``run(x, weight, bias)`` for calls of ``spec``."""
+    """``run(x, weight, bias)`` for calls of ``spec``; on CUDA a misaligned tensor is copied first (:func:`aligned`)."""
     from dispatch.backend import norm_rows, placeholder
 
     parts = _parts(spec, target)
@@ -142,9 +150,13 @@ def kernel(spec, config, target: str):
     compiled = build(*parts, cfg)
     bits = target == "c" and dtype == torch.bfloat16
 
+    cuda = target == "cuda"
+
     def run(x, weight=None, bias=None):
         ph = placeholder(x, dtype, (n,))
         args = [x.reshape(m, n), ph if weight is None else weight.reshape(n), ph if bias is None else bias.reshape(n)]
+        if cuda:
+            args = [aligned(a) for a in args]
         if bits:
             return compiled(*(a.view(torch.int16) for a in args)).view(torch.bfloat16).view(out_shape)
         return compiled(*args).view(out_shape)
