@@ -70,6 +70,12 @@ _TILELANG = textwrap.dedent("""
             block_m=1, threads=threads)
         assert norm_backward.cuda_program(op, n, "bfloat16", affine, 1e-5, "sm_90").get_kernel_source(
             block_m=1, threads=threads)
+    # rows of a wider buffer, and rows past the registers walked in chunks (odd N, strided too)
+    assert norm_kernels.cuda_program("layer_norm", 4096, "bfloat16", True, True, 1e-5, "sm_90", 4160
+                                     ).get_kernel_source(block_m=1, threads=512)
+    for op, n, stride in (("rms_norm", 262144, 0), ("layer_norm", 50257, 0), ("layer_norm", 65536, 65600)):
+        assert norm_kernels.cuda_chunked_program(op, n, "bfloat16", True, op == "layer_norm", 1e-5, 8192, "sm_90",
+                                                 stride).get_kernel_source(block_m=1, threads=512)
     print("lowered")
 """)
 

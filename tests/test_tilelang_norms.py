@@ -55,6 +55,28 @@ def test_c_target_rows_in_chunks(op):
     _check(op, _args(op, x, (9000,), True, op == "layer_norm"), F32)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("shape,width", [((5, 24), 40), ((2, 3, 24), 40), ((4, 9000), 9011)],
+                         ids=["rows", "leading-dims", "chunked"])
+def test_c_target_reads_strided_rows_in_place(op, dtype, shape, width):
+    # rows of a wider buffer (x[..., :N]): read through their stride, not copied; y is dense
+    wide = _t((*shape[:-1], width), dtype, 8, 2.0, 3.0)
+    x = wide[..., : shape[-1]]
+    before = wide.clone()
+    spec = spec_of(op, x, (shape[-1],))
+    assert N.check(spec, "c").ok and N.row_stride(spec) == width
+    _check(op, _args(op, x, (shape[-1],), True, True), dtype)
+    assert torch.equal(wide, before)
+
+
+def test_a_single_row_with_any_leading_stride_is_served_as_dense():
+    x = _t((1, 3, 16), F32, 9)[:, 1:2]  # one row; its leading strides are 48 and 16
+    spec = spec_of("rms_norm", x, (16,))
+    assert N.row_stride(spec) == 0
+    _check("rms_norm", _args("rms_norm", x, (16,), True, False), F32)
+
+
 GTOL = {F32: dict(rtol=1e-4, atol=1e-4), BF16: dict(rtol=5e-2, atol=5e-2)}
 
 
@@ -92,8 +114,10 @@ def test_long_rows_take_the_reference_backward():
 @pytest.mark.parametrize("why,call", [
     ("float64", lambda: spec_of("rms_norm", torch.ones(2, 8, dtype=torch.float64), (8,))),
     ("input's dtype", lambda: spec_of("rms_norm", torch.ones(2, 8), (8,), torch.ones(8, dtype=BF16))),
-    ("contiguous", lambda: spec_of("layer_norm", torch.ones(6, 8)[::2], (8,))),
-], ids=["fp64", "mixed-dtype", "strided"])
+    ("must be dense", lambda: spec_of("layer_norm", torch.ones(6, 8)[:, ::2], (4,))),
+    ("don't collapse", lambda: spec_of("rms_norm", torch.ones(4, 6, 8)[::2, :3], (8,))),
+    ("1048576", lambda: spec_of("rms_norm", torch.empty(1, (1 << 20) + 1), ((1 << 20) + 1,))),
+], ids=["fp64", "mixed-dtype", "gapped-row", "rows-without-one-stride", "too-long"])
 def test_refusals_say_why(why, call):
     from dispatch_tilelang import dispatch_check
 
@@ -102,18 +126,24 @@ def test_refusals_say_why(why, call):
     assert not verdict.ok and why in verdict.reason, verdict
 
 
-def test_cuda_refuses_rows_beyond_the_registers():
-    spec = spec_of("rms_norm", torch.ones(2, 65536), (65536,))
-    verdict = N.check(spec, "cuda")
-    assert not verdict.ok and "65536" in verdict.reason
-
-
 @pytest.mark.parametrize("n", [1, 40, 1024, 4096, 16384, 32768])
 def test_cuda_config_space_fits_the_registers(n):
     space = N.config_space(64, n, "cuda")
     assert space and N.default_config(64, n, "cuda") in space
     for cfg in space:
         assert cuda_check(n, cfg["block_m"], cfg["threads"]) is None and cfg["tile_n"] == 0
+
+
+@pytest.mark.parametrize("n", [32769, 50257, 262144, 1 << 20])
+def test_cuda_rows_past_the_registers_are_walked_in_chunks_by_a_cta_each(n):
+    from dispatch_tilelang.norm_kernels import chunked_check
+
+    assert N.check(spec_of("rms_norm", torch.ones(2, n, device="meta"), (n,)), "cuda").ok
+    space = N.config_space(2, n, "cuda")
+    assert space and N.default_config(2, n, "cuda") == space[0]
+    for cfg in space:
+        assert cfg["block_m"] == 1 and cfg["tile_n"] > 0 and chunked_check(cfg["tile_n"], 1, cfg["threads"]) is None
+    assert chunked_check(8192, 2, 512) and chunked_check(8192, 1, 96) and chunked_check(1000, 1, 512)
 
 
 def test_tune_space_declares_tunables_and_build_keys():
@@ -132,8 +162,11 @@ def test_cuda_norm_programs_close_over_plain_values_only(which):
     from dispatch_tilelang import norm_backward, norm_kernels
 
     if which == "forward":
-        progs = [norm_kernels.cuda_program(op, 4096, "bfloat16", w, b, 1e-6)
-                 for op in ("rms_norm", "layer_norm") for w in (False, True) for b in (False, True)]
+        progs = [norm_kernels.cuda_program(op, 4096, "bfloat16", w, b, 1e-6, None, stride)
+                 for op in ("rms_norm", "layer_norm") for w in (False, True) for b in (False, True)
+                 for stride in (0, 4160)]
+        progs += [norm_kernels.cuda_chunked_program(op, 65536, "bfloat16", w, w, 1e-6, 8192, None, stride)
+                  for op in ("rms_norm", "layer_norm") for w in (False, True) for stride in (0, 65600)]
     else:
         progs = [norm_backward.cuda_program(op, 4096, "bfloat16", w, 1e-6)
                  for op in ("rms_norm", "layer_norm") for w in (False, True)]
@@ -191,3 +224,42 @@ def test_cuda_backward_hands_its_kernel_aligned_tensors(monkeypatch):
     backward(dy, x, w, None)
     assert seen == [[0, 0, 0, 0]]
     assert all(torch.equal(t, u) for t, u in zip((x, w, dy), before))
+
+
+# -- CUDA: the kernels on the device --------------------------------------------------------------
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("dtype,shape,width", [
+    (BF16, (4, 4096), 4096), (BF16, (3, 4000), 4160), (F32, (2, 3, 1000), 1032),  # rows in registers
+    (BF16, (3, 50257), 50257), (F32, (2, 262144), 262144), (BF16, (3, 40000), 40064),  # rows in chunks
+], ids=["dense", "strided", "leading-dims-strided", "chunked-odd", "chunked-long", "chunked-strided"])
+def test_cuda_kernels_match_torch_forward_and_backward(op, dtype, shape, width):
+    # rows far from zero (mean 3, std 2) of a buffer that may be wider than N: read in place, the
+    # buffer untouched; the backward is TileLang's where rows fit a CTA, else the reference's
+    n = shape[-1]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    wide = (torch.randn((*shape[:-1], width), device="cuda", generator=g) * 2 + 3).to(dtype)
+    x = wide[..., :n]
+    w = (torch.randn(n, device="cuda", generator=g) * 0.5 + 1).to(dtype)
+    b = (torch.randn(n, device="cuda", generator=g) * 0.5).to(dtype)
+    before = wide.clone()
+    args = (x, [n], w) if op == "rms_norm" else (x, [n], w, b)
+    assert dispatch.explain(op, *args, backend="tilelang").decision.backend == "tilelang"
+    leaves = [a.detach().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    y = getattr(dispatch, op)(*leaves, backend="tilelang")
+    ref_leaves = [a.detach().double().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    ref = getattr(F, op)(*ref_leaves)
+    assert y.dtype == dtype and y.shape == x.shape and y.is_contiguous()
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+    gy = torch.randn(x.shape, device="cuda", generator=g).to(dtype)
+    got = torch.autograd.grad(y, [t for t in leaves if isinstance(t, torch.Tensor)], gy)
+    want = torch.autograd.grad(ref, [t for t in ref_leaves if isinstance(t, torch.Tensor)], gy.double())
+    for a, e in zip(got, want):
+        scale = e.abs().max().clamp_min(1)
+        torch.testing.assert_close(a.double() / scale, e / scale, **GTOL[dtype])
+    assert torch.equal(wide, before)

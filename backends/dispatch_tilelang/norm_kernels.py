@@ -6,7 +6,7 @@ absent weight or bias is a build-time choice (the program never reads it; the ca
 cached placeholder of shape (N,)). eps is a compile-time constant.
 
 Statistics are fp32 shifted sums per row: ``d = x - shift`` (shift = the row's first element for
-layer_norm, 0 for rms_norm), ``sum d`` and ``sum d^2``; mean = shift + sum d / N, variance =
+layer_norm, the mean of its first chunk in ``cuda_chunked_program``; 0 for rms_norm), ``sum d`` and ``sum d^2``; mean = shift + sum d / N, variance =
 sum d^2 / N - (sum d / N)^2. ``y = (x - mean) * rstd [* w] [+ b]``, rounded once.
 
 * C target (``cpu_program``): tunable ``block_m`` (rows per program); build key ``tile_n``:
@@ -14,6 +14,12 @@ sum d^2 / N - (sum d / N)^2. ``y = (x - mean) * rstd [* w] [+ b]``, rounded once
   chunks twice. bf16 travels as int16 bit patterns (the C codegen has no bf16).
 * CUDA (``cuda_program``): tunables ``block_m`` and ``threads``; the whole row in registers
   (``threads // block_m`` threads per row, N up to 32 values per thread), read once, written once.
+* CUDA, longer rows (``cuda_chunked_program``): a CTA per row (``block_m`` 1, tunable ``threads``)
+  walks it in chunks of ``tile_n`` (build key) twice: the statistics, then the output, newest
+  chunks first, so that the second read mostly hits L2.
+
+``row_stride`` (every program; 0: dense rows): rows ``row_stride`` elements apart (a slice
+``x[:, :N]`` of wider rows), read in place through a strided view; y is dense.
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -42,12 +48,19 @@ def _store(f, dtype: str, target: str):
     return f32_to_bf16_bits(f) if target == "c" and dtype == "bfloat16" else T.cast(f, dtype)
 
 
+def _x_type(T, M, N, dtype: str, row_stride: int):
+    """The input's annotation: dense (M, N) rows, or rows ``row_stride`` apart."""
+    return T.StridedTensor((M, N), (row_stride, 1), dtype) if row_stride else T.Tensor((M, N), dtype)
+
+
 @functools.lru_cache(maxsize=None)
-def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int):
+def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int,
+                row_stride: int = 0):
     """The ``@tilelang.jit`` C-target program (tunable ``block_m``) of one family."""
     import tilelang.cpu.language as T
 
     N = n_cols
+    SX = row_stride
     TILE = N if tile_n <= 0 or tile_n >= N else tile_n
     NT = (N + TILE - 1) // TILE
     xs = storage_dtype(dtype, "c")
@@ -56,9 +69,10 @@ def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bo
     @tilelang.jit(target="c", out_idx=[3], compile_flags=_COMPILE_FLAGS)
     def cpu_norm(block_m):
         M = T.dynamic("m")
+        X = _x_type(T, M, N, xs, SX)
 
         @T.prim_func
-        def main(x: T.Tensor((M, N), xs), w: T.Tensor((N,), xs), b: T.Tensor((N,), xs), y: T.Tensor((M, N), xs)):
+        def main(x: X, w: T.Tensor((N,), xs), b: T.Tensor((N,), xs), y: T.Tensor((M, N), xs)):
             with T.Kernel(T.ceildiv(M, block_m)) as bx:
                 dt = T.alloc_local((block_m, TILE), F32)
                 sq = T.alloc_local((block_m, TILE), F32)
@@ -130,10 +144,11 @@ def cuda_check(n_cols: int, block_m: int, threads: int) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def cuda_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float,
-                 arch: str | None = None):
+                 arch: str | None = None, row_stride: int = 0):
     """The ``@tilelang.jit`` CUDA program (tunables ``block_m``, ``threads``): whole rows in registers."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N = n_cols
+    SX = row_stride
     rms = op == "rms_norm"
 
     @tilelang.jit(target=target, out_idx=[3])
@@ -144,10 +159,10 @@ def cuda_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: b
         tpr = threads // block_m
         TILE = -(-N // tpr) * tpr
         M = T.dynamic("m")
+        X = _x_type(T, M, N, dtype, SX)
 
         @T.prim_func
-        def main(x: T.Tensor((M, N), dtype), w: T.Tensor((N,), dtype), b: T.Tensor((N,), dtype),
-                 y: T.Tensor((M, N), dtype)):
+        def main(x: X, w: T.Tensor((N,), dtype), b: T.Tensor((N,), dtype), y: T.Tensor((M, N), dtype)):
             with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bx:
                 xf = T.alloc_fragment((block_m, TILE), F32)
                 sq = T.alloc_fragment((block_m, TILE), F32)
@@ -184,3 +199,106 @@ def cuda_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: b
         return main
 
     return cuda_norm
+
+
+def chunked_check(tile_n: int, block_m: int, threads: int) -> str | None:
+    """Why (block_m, threads) cannot walk rows in chunks of ``tile_n``, or None."""
+    if block_m != 1:
+        return f"a CTA walks one row: block_m must be 1 (got {block_m})"
+    if threads % 32 or not 32 <= threads <= 1024:
+        return f"threads must be a multiple of 32 in [32, 1024] (got {threads})"
+    if tile_n % threads or tile_n // threads > MAX_FP32_PER_THREAD:
+        return (f"a chunk of {tile_n} must be a multiple of threads ({threads}) with at most "
+                f"{MAX_FP32_PER_THREAD} values per thread")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_chunked_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float,
+                         tile_n: int, arch: str | None = None, row_stride: int = 0):
+    """The ``@tilelang.jit`` CUDA program for rows longer than a CTA's registers (tunables
+    ``block_m``, which must be 1, and ``threads``): a CTA per row, the row walked in ``tile_n`` chunks
+    twice (shifted sums, then the output, last chunk first). layer_norm's shift is the mean of the
+    row's first chunk (read once more for it)."""
+    target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
+    N = n_cols
+    SX = row_stride
+    TILE = tile_n
+    NT = (N + TILE - 1) // TILE
+    rms = op == "rms_norm"
+
+    @tilelang.jit(target=target, out_idx=[3])
+    def cuda_norm_chunked(block_m, threads):
+        reason = chunked_check(TILE, block_m, threads)
+        if reason is not None:
+            raise ValueError(reason)
+        M = T.dynamic("m")
+        X = _x_type(T, M, N, dtype, SX)
+
+        @T.prim_func
+        def main(x: X, w: T.Tensor((N,), dtype), b: T.Tensor((N,), dtype), y: T.Tensor((M, N), dtype)):
+            with T.Kernel(M, threads=threads) as bx:
+                xf = T.alloc_fragment((1, TILE), F32)
+                sq = T.alloc_fragment((1, TILE), F32)
+                p1 = T.alloc_fragment((1,), F32)
+                p2 = T.alloc_fragment((1,), F32)
+                s1 = T.alloc_fragment((1,), F32)
+                s2 = T.alloc_fragment((1,), F32)
+                shift = T.alloc_fragment((1,), F32)
+                off = T.alloc_fragment((1,), F32)
+                rstd = T.alloc_fragment((1,), F32)
+                for i in T.Parallel(1):
+                    s1[i] = 0.0
+                    s2[i] = 0.0
+                if rms:
+                    for i in T.Parallel(1):
+                        shift[i] = 0.0
+                else:  # the shift: the mean of the row's first chunk (a reduction, not a lone load of
+                    # x[row, 0]: a scalar access beside the chunk loads fails to lower at odd N)
+                    for i, j in T.Parallel(1, TILE):
+                        xf[i, j] = T.if_then_else(j < N, T.cast(x[bx, j], F32), 0.0)
+                    T.reduce_sum(xf, p1, dim=1)
+                    for i in T.Parallel(1):
+                        shift[i] = p1[i] / T.float32(min(TILE, N))
+                for t in T.serial(NT):
+                    for i, j in T.Parallel(1, TILE):
+                        xf[i, j] = T.if_then_else(t * TILE + j < N, T.cast(x[bx, t * TILE + j], F32) - shift[i], 0.0)
+                    for i, j in T.Parallel(1, TILE):
+                        sq[i, j] = xf[i, j] * xf[i, j]
+                    T.reduce_sum(xf, p1, dim=1)
+                    T.reduce_sum(sq, p2, dim=1)
+                    for i in T.Parallel(1):
+                        s1[i] += p1[i]
+                        s2[i] += p2[i]
+                if rms:
+                    for i in T.Parallel(1):
+                        off[i] = 0.0
+                        rstd[i] = T.rsqrt(s2[i] / T.float32(N) + T.float32(eps))
+                else:
+                    for i in T.Parallel(1):
+                        off[i] = s1[i] / T.float32(N)  # mean - shift
+                        rstd[i] = T.rsqrt(T.max(s2[i] / T.float32(N) - off[i] * off[i], T.float32(0))
+                                          + T.float32(eps))
+                for t in T.serial(NT):
+                    c = NT - 1 - t  # newest chunks first: the likeliest L2 hits
+                    for i, j in T.Parallel(1, TILE):
+                        if c * TILE + j < N:
+                            if has_weight and has_bias:
+                                y[bx, c * TILE + j] = T.cast(
+                                    (T.cast(x[bx, c * TILE + j], F32) - shift[i] - off[i]) * rstd[i]
+                                    * T.cast(w[c * TILE + j], F32) + T.cast(b[c * TILE + j], F32), dtype)
+                            elif has_weight:
+                                y[bx, c * TILE + j] = T.cast(
+                                    (T.cast(x[bx, c * TILE + j], F32) - shift[i] - off[i]) * rstd[i]
+                                    * T.cast(w[c * TILE + j], F32), dtype)
+                            elif has_bias:
+                                y[bx, c * TILE + j] = T.cast(
+                                    (T.cast(x[bx, c * TILE + j], F32) - shift[i] - off[i]) * rstd[i]
+                                    + T.cast(b[c * TILE + j], F32), dtype)
+                            else:
+                                y[bx, c * TILE + j] = T.cast(
+                                    (T.cast(x[bx, c * TILE + j], F32) - shift[i] - off[i]) * rstd[i], dtype)
+
+        return main
+
+    return cuda_norm_chunked

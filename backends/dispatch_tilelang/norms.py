@@ -2,7 +2,10 @@
 
 A config is a dict. C target: ``block_m`` (tunable JIT parameter) and ``tile_n`` (build key: 0 =
 whole row in one tile). CUDA: ``block_m`` and ``threads`` (tunable JIT parameters) and ``tile_n``
-(build key, always 0: whole rows in registers). Programs are in :mod:`dispatch_tilelang.norm_kernels`.
+(build key: 0 = whole rows in registers, up to 32768 elements; longer rows, up to ``MAX_N``: a CTA
+per row walking it in ``tile_n`` chunks, ``block_m`` 1). Rows may be ``row_stride`` elements apart
+(a slice of wider rows): they are read in place, through a strided view, by a kernel of that
+stride. Programs are in :mod:`dispatch_tilelang.norm_kernels`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "b
 TUNABLES = {"cuda": ("block_m", "threads"), "c": ("block_m",)}
 BUILD_KEYS = {"cuda": ("tile_n",), "c": ("tile_n",)}
 CUDA_MAX_N = 1024 * 32  # whole rows in registers: 1024 threads x 32 values
+MAX_N = 1 << 20  # longest row served (CUDA: in chunks past CUDA_MAX_N)
+CUDA_TILES = (8192, 4096)  # the chunks of rows past CUDA_MAX_N (default first)
 CPU_ONE_TILE_MAX_N = 8192
 CPU_TILE = 2048
 CPU_MAX_TILE_ELEMS = 16384  # two (block_m, tile) fp32 tiles on the stack
@@ -32,7 +37,7 @@ def _cdiv(a: int, b: int) -> int:
 
 def check(spec, target: str):
     """Can the TileLang norm kernels serve this call on ``target``? A verdict with a reason."""
-    from dispatch.backend import Verdict, dtype_name, norm_size
+    from dispatch.backend import Verdict, dtype_name, norm_dims_contiguous, norm_row_stride, norm_size
 
     if spec.dtype not in DTYPES:
         return Verdict.no(f"input dtype {dtype_name(spec.dtype)} not served; float32, float16 and bfloat16 are")
@@ -40,13 +45,25 @@ def check(spec, target: str):
         if t.present and (t.dtype != spec.dtype or not t.dense):
             return Verdict.no(f"{t.name} must be contiguous and of the input's dtype ({dtype_name(spec.dtype)}); "
                               f"got {dtype_name(t.dtype)}, strides {list(t.stride)}")
-    if not spec.input.dense:
-        return Verdict.no(f"needs a contiguous input (got strides {list(spec.stride)})")
     n = norm_size(spec)
-    if target == "cuda" and n > CUDA_MAX_N:
-        return Verdict.no(f"normalized size {n} > {CUDA_MAX_N}: rows must fit one CTA's registers "
-                          "(longer rows: the Triton backend)")
+    if n > MAX_N:
+        return Verdict.no(f"normalized size {n} > {MAX_N}, the longest row these kernels walk")
+    if not norm_dims_contiguous(spec):
+        return Verdict.no(f"the normalized dims {list(spec.normalized_shape)} must be dense (row-major, unit "
+                          f"stride last); got strides {list(spec.stride)}")
+    if norm_row_stride(spec) is None:
+        return Verdict.no(f"the leading dims (shape {list(spec.shape)}, strides {list(spec.stride)}) don't "
+                          "collapse to rows with one stride without a copy")
     return Verdict.yes()
+
+
+def row_stride(spec) -> int:
+    """The kernels' ``row_stride`` for ``spec``: 0 for dense rows (or a single row), else the
+    elements between consecutive rows."""
+    from dispatch.backend import norm_row_stride, norm_rows, norm_size
+
+    stride, n = norm_row_stride(spec), norm_size(spec)
+    return 0 if stride is None or stride == n or norm_rows(spec) <= 1 else int(stride)
 
 
 def config_space(m: int, n: int, target: str) -> list[dict]:
@@ -61,6 +78,11 @@ def config_space(m: int, n: int, target: str) -> list[dict]:
             if bm * max(width, 1) <= CPU_MAX_TILE_ELEMS and (bm == 1 or bm <= _np2(max(m, 1))):
                 out.append({"block_m": bm, "tile_n": tile})
         return out or [{"block_m": 1, "tile_n": tile}]
+    if n > CUDA_MAX_N:  # a CTA per row, walking it in chunks
+        from .norm_kernels import chunked_check
+
+        return [{"block_m": 1, "threads": threads, "tile_n": tile} for tile in CUDA_TILES
+                for threads in (512, 1024, 256) if chunked_check(tile, 1, threads) is None]
     vec_need = max(n, 1)
     for per in (8, 16, 32):
         tpr = _np2(_cdiv(vec_need, per))
@@ -77,7 +99,7 @@ def config_space(m: int, n: int, target: str) -> list[dict]:
 
 def default_config(m: int, n: int, target: str) -> dict:
     space = config_space(m, n, target)
-    if target == "cuda":
+    if target == "cuda" and n <= CUDA_MAX_N:
         for cfg in space:  # 16 values per thread, 256-512 threads: the softmax kernels' sweet spot
             if cfg["threads"] in (256, 512) and _cdiv(n, cfg["threads"] // cfg["block_m"]) <= 16:
                 return dict(cfg)
@@ -90,27 +112,31 @@ _BUILT: dict[tuple, object] = {}
 _LOCK = threading.Lock()
 
 
-def _program(op, n, dtype, has_weight, has_bias, eps, target, tile_n):
+def _program(op, n, dtype, has_weight, has_bias, eps, target, stride, tile_n):
     from . import norm_kernels
 
     if target == "c":
-        return norm_kernels.cpu_program(op, n, dtype, has_weight, has_bias, eps, tile_n)
+        return norm_kernels.cpu_program(op, n, dtype, has_weight, has_bias, eps, tile_n, stride)
     import os
 
-    return norm_kernels.cuda_program(op, n, dtype, has_weight, has_bias, eps,
-                                     os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None)
+    arch = os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None
+    if tile_n > 0:
+        return norm_kernels.cuda_chunked_program(op, n, dtype, has_weight, has_bias, eps, tile_n, arch, stride)
+    return norm_kernels.cuda_program(op, n, dtype, has_weight, has_bias, eps, arch, stride)
 
 
-def build(op: str, n: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, target: str, config: dict):
+def build(op: str, n: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, target: str, stride: int,
+          config: dict):
     """The compiled kernel of one family and config (cached in-process; TileLang caches on disk)."""
-    key = (op, n, dtype, has_weight, has_bias, eps, target, tuple(sorted(config.items())))
+    key = (op, n, dtype, has_weight, has_bias, eps, target, stride, tuple(sorted(config.items())))
     kernel = _BUILT.get(key)
     if kernel is None:
         with _LOCK:
             kernel = _BUILT.get(key)
             if kernel is None:
                 jit = {k: v for k, v in config.items() if k in TUNABLES[target]}
-                kernel = _program(op, n, dtype, has_weight, has_bias, eps, target, int(config.get("tile_n", 0)))(**jit)
+                tile = int(config.get("tile_n", 0))
+                kernel = _program(op, n, dtype, has_weight, has_bias, eps, target, stride, tile)(**jit)
                 _BUILT[key] = kernel
     return kernel
 
@@ -124,15 +150,33 @@ def _parts(spec, target: str) -> tuple:
     from dispatch.backend import norm_eps, norm_size
 
     present = [t.present for t in spec.tensors[1:]] + [False]
-    return (spec.op, norm_size(spec), DTYPES[spec.dtype], present[0], present[1], float(norm_eps(spec)), target)
+    return (spec.op, norm_size(spec), DTYPES[spec.dtype], present[0], present[1], float(norm_eps(spec)), target,
+            row_stride(spec))
 
 
 def aligned(t: torch.Tensor) -> torch.Tensor:
     """``t``, or a copy of it where its data pointer is not 16-byte aligned: the CUDA programs load
     and store 16-byte vectors from each tensor's start (a view that starts mid-vector, e.g. rows
-    ``x[1:]`` of a flat buffer, would fault); a fresh allocation is aligned. The user's tensor is
-    never handed over misaligned nor written."""
-    return t.clone() if t.data_ptr() & 15 else t
+    ``x[1:]`` of a flat buffer, would fault); a fresh allocation is aligned, and the copy keeps
+    ``t``'s strides (rows of a wider buffer stay that far apart). The user's tensor is never handed
+    over misaligned nor written."""
+    if not t.data_ptr() & 15:
+        return t
+    if t.dim() == 2 and not t.is_contiguous():  # strided rows: into rows of the same stride
+        m, n = t.shape
+        buf = torch.empty((m, t.stride(0)), dtype=t.dtype, device=t.device)[:, :n]
+        return buf.copy_(t)
+    return t.clone()
+
+
+def rows_of(x: torch.Tensor, m: int, n: int, stride: int) -> torch.Tensor:
+    """``x`` as the (m, n) view the programs take: dense rows, or rows ``stride`` apart (the
+    strides a kernel of that stride checks; a single row is given dense strides)."""
+    if stride:
+        return x.reshape(m, n)  # the leading dims collapse to one stride (the check said so): a view
+    if m <= 1:
+        return x.reshape(m, n).as_strided((m, n), (n, 1))
+    return x.reshape(m, n)
 
 
 def kernel(spec, config, target: str):
@@ -150,11 +194,12 @@ def kernel(spec, config, target: str):
     compiled = build(*parts, cfg)
     bits = target == "c" and dtype == torch.bfloat16
 
-    cuda = target == "cuda"
+    cuda, stride = target == "cuda", parts[-1]
 
     def run(x, weight=None, bias=None):
         ph = placeholder(x, dtype, (n,))
-        args = [x.reshape(m, n), ph if weight is None else weight.reshape(n), ph if bias is None else bias.reshape(n)]
+        args = [rows_of(x, m, n, stride), ph if weight is None else weight.reshape(n),
+                ph if bias is None else bias.reshape(n)]
         if cuda:
             args = [aligned(a) for a in args]
         if bits:
@@ -181,7 +226,8 @@ def native_tune(spec, space, example, settings):
     m = norm_rows(spec)
     x, weight, bias = (list(example) + [None])[:3]
     ph = torch.zeros(n, dtype=spec.dtype, device=x.device)
-    inputs = [x.reshape(m, n), ph if weight is None else weight.reshape(n), ph if bias is None else bias.reshape(n)]
+    inputs = [aligned(rows_of(x, m, n, parts[-1])), ph if weight is None else weight.reshape(n),
+              ph if bias is None else bias.reshape(n)]
     has_w, has_b = parts[3], parts[4]
 
     def ref_prog(a, w, b):
@@ -190,8 +236,9 @@ def native_tune(spec, space, example, settings):
             return F.rms_norm(a.float(), (n,), wf, eps).to(a.dtype)
         return F.layer_norm(a.float(), (n,), wf, b.float() if has_b else None, eps).to(a.dtype)
 
-    configs = [c.as_dict() for c in space.configs]
-    program = _program(*parts, 0)
+    tile = int(space.default.as_dict().get("tile_n", 0))  # one program: the default's chunk (a build key)
+    configs = [c.as_dict() for c in space.configs if int(c.as_dict().get("tile_n", 0)) == tile]
+    program = _program(*parts, tile)
     best, _, tuned = tune_native(program, configs, space.default.as_dict(), space.tunables, space.aliases,
                                  settings.warmup, settings.rep, inputs=inputs, ref_prog=ref_prog, return_kernel=True)
     adopt(parts, best, tuned)
