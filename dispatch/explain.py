@@ -15,6 +15,7 @@ class Explanation:
 
     decision: Decision
     hot: bool  # already resolved in this process (the call would be a lookup and a call)
+    backward: str | None = None  # for a call autograd records: which backward its gradients take
 
     def __str__(self) -> str:
         d = self.decision
@@ -34,6 +35,8 @@ class Explanation:
             lines.append(f"    {mark} {c.name:<12} {c.verdict.reason}{timing}{note}")
         lines.append(f"  choice: {d.backend}  config: {d.config}  ({d.config_source})")
         lines.append(f"  why: {d.reason}")
+        if self.backward is not None:
+            lines.append(f"  backward: {self.backward}")
         lines.append(f"  cached decision: {'yes' if d.cached else 'no'}    resolved in this process: "
                      f"{'yes' if self.hot else 'no'}")
         if d.agreed:
@@ -66,6 +69,25 @@ def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation
     key = fn.call_key(values, backend)
     resolved = DISPATCHER.decisions.get(op, {}).get(key) if key is not None else None
     if resolved is not None:
-        return Explanation(resolved, hot=True)
+        return Explanation(resolved, hot=True, backward=_backward(resolved))
     _plugins.registry()
-    return Explanation(DISPATCHER.decide(spec, backend), hot=False)
+    decision = DISPATCHER.decide(spec, backend)
+    return Explanation(decision, hot=False, backward=_backward(decision))
+
+
+def _backward(decision: Decision) -> str | None:
+    """Which backward a call of ``decision`` takes, said in words, when autograd records it."""
+    spec = decision.spec
+    if not spec.requires_grad:
+        return None
+    chosen = _plugins.registry().backends[decision.backend]
+    if chosen.info.reference:
+        return f"{decision.backend}'s (autograd through torch's own ops)"
+    try:
+        own = chosen.backward(spec.op, spec)
+    except Exception as exc:  # noqa: BLE001 - a faulty hook is reported here, as the call would find it
+        return f"unknown: {decision.backend}'s dispatch_backward raised {type(exc).__name__}: {exc}"
+    if own is not None:
+        return f"{decision.backend}'s own backward kernel"
+    return (f"the op's reference backward ({decision.backend} ships no backward kernel for this call; "
+            "autograd runs through torch's ops)")

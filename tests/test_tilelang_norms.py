@@ -263,3 +263,15 @@ def test_cuda_kernels_match_torch_forward_and_backward(op, dtype, shape, width):
         scale = e.abs().max().clamp_min(1)
         torch.testing.assert_close(a.double() / scale, e / scale, **GTOL[dtype])
     assert torch.equal(wide, before)
+
+
+def test_explain_says_which_backward_a_training_call_takes():
+    def line(x, n, **kw):
+        out = [s for s in str(dispatch.explain("rms_norm", x, [n], **kw)).splitlines() if "backward:" in s]
+        return out[0] if out else None
+
+    short, long = _t((2, 64), F32, 12).requires_grad_(), _t((2, 9000), F32, 13).requires_grad_()
+    assert "tilelang's own backward kernel" in line(short, 64, backend="tilelang")
+    assert "reference backward" in line(long, 9000, backend="tilelang")  # rows past the C target's backward
+    assert "torch's" in line(short, 64, backend="torch")
+    assert line(short.detach(), 64, backend="tilelang") is None  # inference: no backward to speak of
