@@ -25,7 +25,7 @@ from .autotune.timer import do_bench, measure
 from .errors import (BackendFaultError, BackendRefusedError, DispatchError, FaultWarning, NoBackendError,
                      PluginError, TuneError, UnknownBackendError)
 from .hookspec import hookimpl
-from .norms import norm_dims_contiguous, norm_eps, norm_row_stride, norm_rows, norm_size
+from .norms import norm_dims_contiguous, norm_eps, norm_layout_refusal, norm_row_stride, norm_rows, norm_size
 from .reference import example_inputs, expected_output, input_safety, reference_kernel
 from .strided import StridedPlan, strided_plan
 from .tolerance import max_errors, mismatch, tolerance
@@ -39,7 +39,8 @@ __all__ = [
     "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",
     "hookimpl", "lasting_zeros", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance", "unique_configs",
-    "norm_dims_contiguous", "norm_eps", "norm_row_stride", "norm_rows", "norm_size", "StridedPlan", "strided_plan",
+    "norm_dims_contiguous", "norm_eps", "norm_layout_refusal", "norm_row_stride", "norm_rows", "norm_size",
+    "StridedPlan", "strided_plan",
     "python_key_op",
 ]
 

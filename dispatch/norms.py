@@ -140,6 +140,18 @@ def norm_row_stride(spec: CallSpec) -> int | None:
     return dims[-1][1]
 
 
+def norm_layout_refusal(spec: CallSpec) -> str | None:
+    """Why a kernel that reads a norm call's rows in place (dense normalized dims, rows one stride
+    apart) can't serve ``spec``, or None when it can: the reason a backend's verdict gives."""
+    if not norm_dims_contiguous(spec):
+        return (f"the normalized dims {list(spec.normalized_shape)} must be dense (row-major, unit stride last); "
+                f"got strides {list(spec.stride)}")
+    if norm_row_stride(spec) is None:
+        return (f"the leading dims (shape {list(spec.shape)}, strides {list(spec.stride)}) don't collapse to rows "
+                "with one stride without a copy")
+    return None
+
+
 # -- references, outputs, buckets, bytes, samples -----------------------------------------------------
 
 def _rms_reference(spec: CallSpec):

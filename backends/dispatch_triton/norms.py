@@ -416,7 +416,7 @@ def run_autotuned(op: str, x: torch.Tensor, weight: torch.Tensor | None = None, 
 
 def check(spec) -> "Verdict":
     """Can the Triton kernels serve this norm call? (called by the backend's ``dispatch_check``)."""
-    from dispatch.backend import Verdict, dtype_name, norm_dims_contiguous, norm_row_stride, norm_size
+    from dispatch.backend import Verdict, dtype_name, norm_layout_refusal, norm_size
 
     if spec.dtype not in DTYPES:
         return Verdict.no(f"input dtype {dtype_name(spec.dtype)} not served; float32, float16 and bfloat16 are")
@@ -429,12 +429,9 @@ def check(spec) -> "Verdict":
     n = norm_size(spec)
     if n > MAX_N:
         return Verdict.no(f"normalized size {n} > {MAX_N}, the longest row these kernels hold")
-    if not norm_dims_contiguous(spec):
-        return Verdict.no(f"the normalized dims {list(spec.normalized_shape)} must be dense (row-major, unit "
-                          f"stride last); got strides {list(spec.stride)}")
-    if norm_row_stride(spec) is None:
-        return Verdict.no(f"the leading dims (shape {list(spec.shape)}, strides {list(spec.stride)}) don't "
-                          "collapse to rows with one stride without a copy")
+    refusal = norm_layout_refusal(spec)
+    if refusal is not None:
+        return Verdict.no(refusal)
     return Verdict.yes()
 
 
