@@ -275,3 +275,21 @@ def test_explain_says_which_backward_a_training_call_takes():
     assert "reference backward" in line(long, 9000, backend="tilelang")  # rows past the C target's backward
     assert "torch's" in line(short, 64, backend="torch")
     assert line(short.detach(), 64, backend="tilelang") is None  # inference: no backward to speak of
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("shape,width", [((4, 1000), 1032), ((3, 40000), 40064)], ids=["strided", "chunked-strided"])
+def test_cuda_tuning_serves_strided_and_chunked_rows(shape, width):
+    # TileLang's own autotuner (seeded, tunables out of specialization) over these families, on
+    # strided rows: a tuned config and a correct result
+    dispatch.configure(autotune=True)
+    n = shape[-1]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn((*shape[:-1], width), device="cuda", generator=g).to(BF16)[..., :n]
+    w, b = (torch.randn(n, device="cuda", generator=g).to(BF16) for _ in range(2))
+    y = dispatch.layer_norm(x, [n], w, b, backend="tilelang")
+    torch.testing.assert_close(y.double(), F.layer_norm(x.double(), [n], w.double(), b.double()), **TOL[BF16])
+    decision = dispatch.explain("layer_norm", x, [n], w, b, backend="tilelang").decision
+    assert decision.backend == "tilelang" and decision.tune is not None and decision.tune.latency_us > 0
+    assert decision.config.as_dict()["tile_n"] == (0 if n <= N.CUDA_MAX_N else N.CUDA_TILES[0])

@@ -208,7 +208,11 @@ def kernel(spec, config, target: str):
 
 def native_tune(spec, space, example, settings):
     """CUDA: TileLang's ``autotune`` over the family (tunables seeded from the default config and kept
-    out of specialization by ``tune_native``), the winner timed by the protocol."""
+    out of specialization by ``tune_native``), the winner timed by the protocol. None for strided
+    rows: TileLang's autotuner compiles its candidates with a packed ABI that refuses a strided
+    input (dispatch's sweep times those configs instead)."""
+    if row_stride(spec):
+        return None
     import torch.nn.functional as F
 
     from dispatch.autotune import Config, TuneResult, measure
