@@ -110,6 +110,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from .explain import explain
 
     call_args, call_kwargs = _call(args)
+    if args.grad:  # a training call: autograd records it (its decision and backward differ)
+        for t in (*call_args, *call_kwargs.values()):
+            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                t.requires_grad_(True)
     if args.autotune:
         _settings.configure(autotune=True)
     print(explain(args.op, *call_args, backend=args.backend, **call_kwargs))
@@ -244,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_call_args(p)
     p.add_argument("--backend", default=None)
     p.add_argument("--autotune", action="store_true", help="tune if the key is new")
+    p.add_argument("--grad", action="store_true",
+                   help="as a training call: the tensor arguments require grad (says which backward runs)")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("tune", help="tune every backend for a call (or a sweep of calls) and store the decision")

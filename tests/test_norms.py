@@ -185,3 +185,13 @@ def test_ab_compare_reports_bytes_of_input_weight_and_output():
     row = result.rows()[0]
     assert row["status"] == "pass"
     assert row["bytes_moved"] == (8 * 64 * 2 + 64) * 4  # x read, y written, weight read
+
+
+def test_cli_explain_grad_explains_the_training_call_and_its_backward(capsys):
+    from dispatch.cli import main
+
+    assert main(["explain", "rms_norm", "--shape", "4x32", "--dtype", "float32", "--device", "cpu", "--grad"]) == 0
+    out = capsys.readouterr().out
+    assert "backward: torch's" in out  # the CPU's first choice is torch: its backward is autograd's
+    assert main(["explain", "rms_norm", "--shape", "4x32", "--dtype", "float32", "--device", "cpu"]) == 0
+    assert "backward:" not in capsys.readouterr().out  # an inference call has none to speak of
