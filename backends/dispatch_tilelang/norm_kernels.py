@@ -6,8 +6,9 @@ absent weight or bias is a build-time choice (the program never reads it; the ca
 cached placeholder of shape (N,)). eps is a compile-time constant.
 
 Statistics are fp32 shifted sums per row: ``d = x - shift`` (shift = the row's first element for
-layer_norm, the mean of its first chunk in ``cuda_chunked_program``; 0 for rms_norm), ``sum d`` and ``sum d^2``; mean = shift + sum d / N, variance =
-sum d^2 / N - (sum d / N)^2. ``y = (x - mean) * rstd [* w] [+ b]``, rounded once.
+layer_norm, the mean of its first chunk in ``cuda_chunked_program``; 0 for rms_norm), ``sum d``
+and ``sum d^2``; mean = shift + sum d / N, variance = sum d^2 / N - (sum d / N)^2.
+``y = (x - mean) * rstd [* w] [+ b]``, rounded once.
 
 * C target (``cpu_program``): tunable ``block_m`` (rows per program); build key ``tile_n``:
   0 holds a whole row in a local tile (read once), otherwise the row is walked in ``tile_n``
