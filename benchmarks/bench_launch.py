@@ -119,7 +119,7 @@ def contenders(op: str, compile_too: bool, python_key: bool = False) -> dict:
     tfn = torch_op(op)
     out = {f"torch.{op}": tfn}
     if compile_too:
-        # a Python function around torch's (``torch.softmax`` itself is a builtin dynamo can't trace)
+        # a Python function around torch's, as a model would call it (``torch.softmax`` is a builtin)
         out[f"torch.compile({op})"] = torch.compile(lambda *a: tfn(*a), dynamic=False)
     dispatch_op = getattr(dispatch, op)
     for name, info in dispatch.backends().items():
