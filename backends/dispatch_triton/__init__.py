@@ -56,9 +56,9 @@ def dispatch_backend_info() -> BackendInfo:
         # decode shapes, split rows 2-6 us more (benchmarks/results/current/launch/launch_decode.md;
         # the figure below was measured on a slower host start), ~3700 GB/s on bandwidth rows
         # rms_norm/layer_norm forward: 21-25 us at 16M elements bf16 (88-98% of a same-size copy,
-        # 1.2-2x torch's speed, 4-14x on long rows), and 3-16% less per call than torch's own at
+        # 1.2-2x torch's speed, 4-14x on long rows), and 2-16% less per call than torch's own at
         # decode shapes (benchmarks/results/current/launch/launch_norms.md). Their training step
-        # (forward and autograd.grad, bf16) takes 35-90% less device time than torch's (1400-1500 GB/s
+        # (forward and autograd.grad, bf16) takes 26-90% less device time than torch's (1400-1500 GB/s
         # of forward bytes at rows of 4096) but, through a Python autograd.Function, about 190 us of
         # host time: torch's step is cheaper up to ~170 MB of forward bytes, Triton's above
         # (launch_norms_grad.md, launch_norms_grad_large.md there)
