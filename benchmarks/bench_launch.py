@@ -117,10 +117,10 @@ def contenders(op: str, compile_too: bool, python_key: bool = False) -> dict:
     """``{name: fn(x, *args)}``: torch, torch.compile'd torch, dispatch forced to each available
     backend, and dispatch's own pick (and, with ``python_key``, its pick with the Python call key)."""
     tfn = torch_op(op)
-    out = {f"torch.{op}": tfn}
+    out = {"torch": tfn}
     if compile_too:
         # a Python function around torch's, as a model would call it (``torch.softmax`` is a builtin)
-        out[f"torch.compile({op})"] = torch.compile(lambda *a: tfn(*a), dynamic=False)
+        out["torch.compile"] = torch.compile(lambda *a: tfn(*a), dynamic=False)
     dispatch_op = getattr(dispatch, op)
     for name, info in dispatch.backends().items():
         if info.available:
@@ -150,15 +150,7 @@ def training_calls(op: str, fns: dict, x: torch.Tensor, args: tuple) -> tuple[di
     return {name: (lambda *a, fn=fn: torch.autograd.grad(fn(*a), leaves, gy)[0]) for name, fn in fns.items()}, ref
 
 
-def _column(name: str, op: str) -> str:
-    """A contender's column: torch's function and its compiled form under one name for every op."""
-    op = op.split(" ")[0]
-    return {f"torch.{op}": "torch", f"torch.compile({op})": "torch.compile"}.get(name, name)
-
-
 def markdown(rows: list[dict]) -> str:
-    rows = [{**r, **{k: {_column(n, r["op"]): v for n, v in r.get(k, {}).items()}
-                     for k in ("wall_us", "graph_us", "graph_ok", "vs_torch_pct", "errors")}} for r in rows]
     names = list(dict.fromkeys(k for r in rows for k in r["wall_us"]))
     head = "| op | shape | dtype | " + " | ".join(names) + " |"
     lines = [head, "|" + "---|" * (3 + len(names))]
@@ -227,8 +219,8 @@ def main() -> int:
             walls, samples = wall_us_interleaved(running, rounds=a.rounds)
             for name, (median, spread) in walls.items():
                 row["wall_us"][name], row["wall_spread_us"][name] = median, spread
-            if f"torch.{op}" in samples:
-                row["vs_torch_pct"] = paired_pct(samples, f"torch.{op}")
+            if "torch" in samples:
+                row["vs_torch_pct"] = paired_pct(samples, "torch")
             for name, fn in calls.items():
                 if a.no_graph or name not in running:
                     continue

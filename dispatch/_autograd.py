@@ -59,10 +59,16 @@ class _BackendFunction(torch.autograd.Function):
         return (None, None, *grads)
 
 
+def own_backward(backend, spec: CallSpec) -> Callable[..., object] | None:
+    """``backend``'s own backward kernel for a call of ``spec``, or None (then the op's reference
+    backward runs; a reference backend's kernels are torch's, so it has none of its own)."""
+    return None if backend.info.reference else backend.backward(spec.op, spec)
+
+
 def backward_for(backend, spec: CallSpec) -> Callable[..., object]:
-    """The backward a call of ``spec`` gets on ``backend``: the backend's own backward kernel, else
-    the op's reference backward (a reference backend's kernels are torch's: the reference's)."""
-    own = None if backend.info.reference else backend.backward(spec.op, spec)
+    """The backward a call of ``spec`` gets on ``backend``: its own backward kernel, else the op's
+    reference backward."""
+    own = own_backward(backend, spec)
     return own if own is not None else reference_backward(spec)
 
 

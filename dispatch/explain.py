@@ -5,6 +5,7 @@ from __future__ import annotations
 from attrs import frozen
 
 from . import _plugins, _settings
+from ._autograd import own_backward
 from ._dispatcher import DISPATCHER
 from ._select import Decision
 
@@ -84,7 +85,7 @@ def _backward(decision: Decision) -> str | None:
     if chosen.info.reference:
         return f"{decision.backend}'s (autograd through torch's own ops)"
     try:
-        own = chosen.backward(spec.op, spec)
+        own = own_backward(chosen, spec)
     except Exception as exc:  # noqa: BLE001 - a faulty hook is reported here, as the call would find it
         return f"unknown: {decision.backend}'s dispatch_backward raised {type(exc).__name__}: {exc}"
     if own is not None:

@@ -15,6 +15,7 @@ from dispatch.errors import FaultWarning
 from dispatch.autotune import measurement_count
 
 import chunked_backend
+from backends_needed import require_backend
 
 TEST_BACKENDS = ["torch", "chunked", "slow", "wrong", "counted", "bad", "flaky"]
 
@@ -214,9 +215,7 @@ def test_pre_tuning_races_every_allowed_backend_stores_the_decision_and_shows_pr
 
 
 def test_a_race_between_real_backends_times_each_and_keeps_the_fastest():
-    info = dispatch.backends().get("tilelang")
-    if info is None or not info.available:
-        pytest.skip("the TileLang backend is not available here")
+    require_backend("tilelang")
     dispatch.configure(autotune=True, allow=["torch", "tilelang"])
     x = torch.randn(32, 512)
     out = dispatch.softmax(x)

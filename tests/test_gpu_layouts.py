@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import dispatch
+from backends_needed import require_backend
 from dispatch.tolerance import mismatch
 
 pytestmark = pytest.mark.gpu
@@ -27,9 +28,7 @@ LAYOUTS = [
 def triton_on_cuda():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    info = dispatch.backends().get("triton")
-    if info is None or not info.available:
-        pytest.skip(f"triton backend unavailable: {info.available.reason if info else 'not loaded'}")
+    require_backend("triton")
 
 
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import dispatch
+from backends_needed import require_backend
 from dispatch.backend import spec_of
 
 pytest.importorskip("tilelang")
@@ -20,9 +21,7 @@ INF, NAN = float("inf"), float("nan")
 
 @pytest.fixture(autouse=True)
 def tilelang_backend():
-    info = dispatch.backends().get("tilelang")
-    if info is None or not info.available:
-        pytest.skip(f"tilelang backend unavailable: {info.available.reason if info else 'not loaded'}")
+    require_backend("tilelang")
 
 
 # (name, base shape, view of the base, dim, op, dtype): one of each layout, the ops taking turns

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import dispatch
+from backends_needed import require_backend
 from dispatch.tolerance import mismatch
 
 pytest.importorskip("triton")
@@ -22,9 +23,7 @@ DEVICE_AGNOSTIC = {"test_certified_against_the_reference"}
 
 @pytest.fixture(autouse=True)
 def triton_backend(request):
-    info = dispatch.backends().get("triton")
-    if info is None or not info.available:
-        pytest.skip(f"triton backend unavailable: {info.available.reason if info else 'not loaded'}")
+    info = require_backend("triton")
     if request.function.__name__ not in DEVICE_AGNOSTIC and info.versions.get("interpreter") != "1":
         pytest.skip("runs CPU tensors, which need the Triton interpreter (off on a GPU machine)")
 

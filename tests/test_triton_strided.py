@@ -18,6 +18,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 import dispatch  # noqa: E402
+from backends_needed import require_backend  # noqa: E402
 
 try:
     from dispatch_triton import strided as S  # noqa: E402
@@ -33,9 +34,7 @@ INF, NAN = float("inf"), float("nan")
 
 @pytest.fixture(autouse=True)
 def triton_backend():
-    info = dispatch.backends().get("triton")
-    if info is None or not info.available:
-        pytest.skip(f"triton backend unavailable: {info.available.reason if info else 'not loaded'}")
+    info = require_backend("triton")
     if DEV == "cpu" and info.versions.get("interpreter") != "1":
         pytest.skip("CPU tensors need the Triton interpreter")
 

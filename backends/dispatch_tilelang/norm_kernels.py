@@ -49,6 +49,15 @@ def _store(f, dtype: str, target: str):
     return f32_to_bf16_bits(f) if target == "c" and dtype == "bfloat16" else T.cast(f, dtype)
 
 
+def _affine(v, w, b, j, has_weight: bool, has_bias: bool):
+    """``v [* w[j]] [+ b[j]]`` in fp32 (the CUDA programs' output expression; absent ones are left out)."""
+    if has_weight:
+        v = v * T.cast(w[j], F32)
+    if has_bias:
+        v = v + T.cast(b[j], F32)
+    return v
+
+
 def _x_type(T, M, N, dtype: str, row_stride: int):
     """The input's annotation: dense (M, N) rows, or rows ``row_stride`` apart."""
     return T.StridedTensor((M, N), (row_stride, 1), dtype) if row_stride else T.Tensor((M, N), dtype)
@@ -187,15 +196,8 @@ def cuda_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: b
                     rstd[i] = T.rsqrt(s2[i] / T.float32(N) + T.float32(eps))
                 for i, j in T.Parallel(block_m, TILE):
                     if bx * block_m + i < M and j < N:
-                        if has_weight and has_bias:
-                            y[bx * block_m + i, j] = T.cast((xf[i, j] - mean[i]) * rstd[i] * T.cast(w[j], F32)
-                                                            + T.cast(b[j], F32), dtype)
-                        elif has_weight:
-                            y[bx * block_m + i, j] = T.cast((xf[i, j] - mean[i]) * rstd[i] * T.cast(w[j], F32), dtype)
-                        elif has_bias:
-                            y[bx * block_m + i, j] = T.cast((xf[i, j] - mean[i]) * rstd[i] + T.cast(b[j], F32), dtype)
-                        else:
-                            y[bx * block_m + i, j] = T.cast((xf[i, j] - mean[i]) * rstd[i], dtype)
+                        y[bx * block_m + i, j] = T.cast(
+                            _affine((xf[i, j] - mean[i]) * rstd[i], w, b, j, has_weight, has_bias), dtype)
 
         return main
 
@@ -284,21 +286,9 @@ def cuda_chunked_program(op: str, n_cols: int, dtype: str, has_weight: bool, has
                     c = NT - 1 - t  # newest chunks first: the likeliest L2 hits
                     for i, j in T.Parallel(1, TILE):
                         if c * TILE + j < N:
-                            if has_weight and has_bias:
-                                y[bx, c * TILE + j] = T.cast(
-                                    (T.cast(x[bx, c * TILE + j], F32) - shift[i] - off[i]) * rstd[i]
-                                    * T.cast(w[c * TILE + j], F32) + T.cast(b[c * TILE + j], F32), dtype)
-                            elif has_weight:
-                                y[bx, c * TILE + j] = T.cast(
-                                    (T.cast(x[bx, c * TILE + j], F32) - shift[i] - off[i]) * rstd[i]
-                                    * T.cast(w[c * TILE + j], F32), dtype)
-                            elif has_bias:
-                                y[bx, c * TILE + j] = T.cast(
-                                    (T.cast(x[bx, c * TILE + j], F32) - shift[i] - off[i]) * rstd[i]
-                                    + T.cast(b[c * TILE + j], F32), dtype)
-                            else:
-                                y[bx, c * TILE + j] = T.cast(
-                                    (T.cast(x[bx, c * TILE + j], F32) - shift[i] - off[i]) * rstd[i], dtype)
+                            y[bx, c * TILE + j] = T.cast(
+                                _affine((T.cast(x[bx, c * TILE + j], F32) - shift[i] - off[i]) * rstd[i], w, b,
+                                        c * TILE + j, has_weight, has_bias), dtype)
 
         return main
 

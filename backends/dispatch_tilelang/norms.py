@@ -169,11 +169,8 @@ def aligned(t: torch.Tensor) -> torch.Tensor:
 def rows_of(x: torch.Tensor, m: int, n: int, stride: int) -> torch.Tensor:
     """``x`` as the (m, n) view the programs take: dense rows, or rows ``stride`` apart (the
     strides a kernel of that stride checks; a single row is given dense strides)."""
-    if stride:
-        return x.reshape(m, n)  # the leading dims collapse to one stride (the check said so): a view
-    if m <= 1:
-        return x.reshape(m, n).as_strided((m, n), (n, 1))
-    return x.reshape(m, n)
+    rows = x.reshape(m, n)  # the leading dims collapse to one stride (the check said so): a view
+    return rows.as_strided((m, n), (n, 1)) if m <= 1 and not stride else rows
 
 
 def kernel(spec, config, target: str):
