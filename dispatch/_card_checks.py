@@ -44,17 +44,19 @@ def string_mapping(_instance: Any, attribute: Any, value: Any) -> None:
 
 def costs(_instance: Any, attribute: Any, value: Any) -> None:
     """``{device type, "device type:op", "device type:op:grad", "device type:strided" or
-    "device type:op:strided" (str): (launch us, GB/s)}``, finite, us >= 0, GB/s > 0."""
+    "device type:op:strided" (str): (launch us, GB/s) or (launch us, GB/s, row ns)}``, finite,
+    us >= 0, GB/s > 0, row ns >= 0."""
     import math
 
     def ok(v: Any) -> bool:
-        return (isinstance(v, tuple) and len(v) == 2 and all(isinstance(n, (int, float)) and not isinstance(n, bool)
-                                                             and math.isfinite(n) for n in v)
-                and v[0] >= 0 and v[1] > 0)
+        return (isinstance(v, tuple) and len(v) in (2, 3)
+                and all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in v)
+                and v[0] >= 0 and v[1] > 0 and (len(v) == 2 or v[2] >= 0))
 
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and ok(v) for k, v in value.items()):
-        raise TypeError(f"'{attribute.name}' must be a mapping of device type (str) to (launch us, GB/s), "
-                        f"like {{'cuda': (16.0, 3500.0)}} (got {_shown(value)})")
+        raise TypeError(f"'{attribute.name}' must be a mapping of device type (str) to (launch us, GB/s) or "
+                        f"(launch us, GB/s, ns per element of a row), like {{'cuda': (16.0, 3500.0)}} "
+                        f"(got {_shown(value)})")
 
 
 def exact_bool(_instance: Any, attribute: Any, value: Any) -> None:

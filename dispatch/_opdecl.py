@@ -132,6 +132,9 @@ class OpDecl:
       None means autograd through the reference.
     * ``bucket(spec) -> str``: the shape bucket (decisions are cached per bucket).
     * ``bytes_moved(spec) -> int`` (and ``flops``): for GB/s, % of copy and roofline.
+    * ``row_size(spec) -> int`` (optional): how many elements one result row reduces over (N of a
+      norm, the reduced size of a softmax); a card's third figure charges it (see
+      ``BackendInfo.estimate_us``).
     * ``tolerance(dtype) -> (rtol, atol)``; ``examples(spec, seed) -> tensors`` (what tuning and
       races run on); ``sample(shape, dtype, device, seed, **options) -> (args, kwargs)``: a whole
       call from a shape and a dtype (A/B runs and the CLI; ``options`` are the user's arguments,
@@ -149,6 +152,7 @@ class OpDecl:
     bucket: Callable[[CallSpec], str] = field(default=_default_bucket, validator=is_callable())
     bytes_moved: Callable[[CallSpec], int] = field(default=_default_bytes, validator=is_callable())
     flops: Callable[[CallSpec], int] | None = field(default=None, validator=maybe(is_callable()))
+    row_size: Callable[[CallSpec], int] | None = field(default=None, validator=maybe(is_callable()))
     tolerance: Callable[[torch.dtype], tuple[float, float]] = field(default=dtype_tolerance, validator=is_callable())
     examples: Callable[..., tuple[torch.Tensor | None, ...]] = field(default=default_examples,
                                                                      validator=is_callable())

@@ -75,16 +75,19 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
     (ties keep the static order), with the estimates; else unchanged, with no estimates.
 
     The estimate is the card's launch cost plus the op's declared bytes moved over the card's
-    bandwidth: the host decides small calls (where torch's launch is cheapest) and bandwidth
-    decides large ones, without measuring anything. With ``timing="device"`` (code under CUDA
-    graphs, where nothing is launched from the host per call) the launch is not counted.
+    bandwidth (plus, where the card says so, a cost per element of one row): the host decides small
+    calls (where torch's launch is cheapest) and bandwidth decides large ones, without measuring
+    anything. With ``timing="device"`` (code under CUDA graphs, where nothing is launched from the
+    host per call) the launch is not counted.
     """
     if len(servers) < 2:
         return list(servers), {}
-    nbytes = _opdecl.get(spec.op).bytes_moved(spec)
+    decl = _opdecl.get(spec.op)
+    nbytes = decl.bytes_moved(spec)
+    row_size = decl.row_size(spec) if decl.row_size is not None else 0
     strided = not (getattr(spec, "last_dim_contiguous", True) and spec.input.dense)  # only reductions have dims
     estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes, launch=timing == "wall", op=spec.op,
-                                            grad=spec.requires_grad, strided=strided)
+                                            grad=spec.requires_grad, strided=strided, row_size=row_size)
                  for b in servers}
     if any(e is None for e in estimates.values()):
         return list(servers), {}

@@ -229,7 +229,7 @@ class BackendInfo:
     description: str = field(default="", validator=instance_of(str))
     available: Verdict = field(factory=Verdict.yes, validator=instance_of(Verdict))
     reference: bool = field(default=False, validator=exact_bool)
-    costs: Mapping[str, tuple[float, float]] = field(factory=dict, converter=frozen_mapping, validator=costs)
+    costs: Mapping[str, tuple[float, ...]] = field(factory=dict, converter=frozen_mapping, validator=costs)
 
     @name.validator
     def _check_name(self, _attribute, value: str) -> None:
@@ -237,13 +237,15 @@ class BackendInfo:
             raise ValueError(f"'name' must be an identifier like 'triton' (got {value!r})")
 
     def estimate_us(self, device_type: str, nbytes: int, launch: bool = True, op: str | None = None,
-                    grad: bool = False, strided: bool = False) -> float | None:
-        """What a call moving ``nbytes`` costs on ``device_type`` by the card's ``costs`` (launch us,
-        when ``launch``, + bytes / GB/s), or None when the card gives no figures for that device type.
-        A ``"<device type>:<op>"`` entry (``"cuda:rms_norm"``) overrides the device type's for that op,
-        and for a call autograd records (``grad``), a ``"<device type>:<op>:grad"`` entry overrides
-        both: a backend whose forward is fast but whose backward is not says so there. For a call
-        that does not reduce the last dim of a contiguous input (``strided``), a
+                    grad: bool = False, strided: bool = False, row_size: int = 0) -> float | None:
+        """What a call moving ``nbytes`` costs on ``device_type`` by the card's ``costs``: launch us
+        (when ``launch``) + bytes / GB/s, or + ``row_size`` x the third figure (ns per element of a
+        row) when there is one and that is longer: a kernel that gives each row to one block takes
+        at least one row's time, however few the rows. None when the card gives no figures for that
+        device type. A ``"<device type>:<op>"`` entry (``"cuda:rms_norm"``) overrides the device
+        type's for that op, and for a call autograd records (``grad``), a ``"<device type>:<op>:grad"``
+        entry overrides both: a backend whose forward is fast but whose backward is not says so there.
+        For a call that does not reduce the last dim of a contiguous input (``strided``), a
         ``"<device type>:<op>:strided"`` or ``"<device type>:strided"`` entry comes first."""
         keys = [f"{device_type}:{op}:grad"] if grad and op is not None else []
         if strided:
@@ -252,8 +254,8 @@ class BackendInfo:
         cost = next((self.costs[k] for k in keys if k in self.costs), None)
         if cost is None:
             return None
-        launch_us, gbps = cost
-        return (launch_us if launch else 0.0) + nbytes / (gbps * 1e3)
+        launch_us, gbps, *row_ns = cost
+        return (launch_us if launch else 0.0) + max(nbytes / (gbps * 1e3), row_size * sum(row_ns) / 1e3)
 
     def rank(self, device_type: str) -> int:
         return self.priority.get(device_type, 0)

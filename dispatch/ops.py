@@ -155,6 +155,11 @@ def reduction_bytes(spec: CallSpec) -> int:
     return spec.numel * spec.dtype.itemsize + out * spec.out_dtype.itemsize
 
 
+def reduction_row_size(spec: CallSpec) -> int:
+    """How many elements one result element reduces over."""
+    return spec.reduced_size
+
+
 def _row_sample(shape, dtype, device, seed=0, dim=-1, **options):
     gen = torch.Generator(device="cpu").manual_seed(seed)
     x = (torch.randn(shape, generator=gen, dtype=torch.float32) * 4).to(dtype).to(device)
@@ -166,18 +171,19 @@ _ROWS = (TensorArg("input"),)
 SOFTMAX = OpDecl(
     name="softmax", parse=_parse_softmax, tensors=_ROWS, out=True,
     reference=lambda spec: _row_reference(torch.softmax, spec), output=_same_shape, backward=_softmax_backward,
-    bucket=reduction_bucket, bytes_moved=reduction_bytes, sample=_row_sample,
+    bucket=reduction_bucket, bytes_moved=reduction_bytes, row_size=reduction_row_size, sample=_row_sample,
     doc="``torch.softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOG_SOFTMAX = OpDecl(
     name="log_softmax", parse=_parse_log_softmax, tensors=_ROWS, out=True,
     reference=lambda spec: _row_reference(torch.log_softmax, spec), output=_same_shape,
-    backward=_log_softmax_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes, sample=_row_sample,
+    backward=_log_softmax_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes,
+    row_size=reduction_row_size, sample=_row_sample,
     doc="``torch.log_softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOGSUMEXP = OpDecl(
     name="logsumexp", parse=_parse_logsumexp, tensors=_ROWS, out=True,
     reference=_logsumexp_reference,
     output=_reduced_shape, backward=_logsumexp_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes,
-    sample=_row_sample,
+    row_size=reduction_row_size, sample=_row_sample,
     doc="``torch.logsumexp(input, dim, keepdim)``, served by the best backend for the call.")
 
 BUILTIN = (SOFTMAX, LOG_SOFTMAX, LOGSUMEXP)

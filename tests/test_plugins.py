@@ -169,6 +169,10 @@ BAD_CARDS = [
     ({"ops": "softmax"}, "'ops' must be a collection of op names"),
     ({"ops": 3}, "'ops' must be a collection of op names"),
     ({"ops": ("softmax", "sofmax")}, "'ops' must be in"),
+    ({"costs": {"cuda": (10.0, 0.0)}}, "'costs' must be"),
+    ({"costs": {"cuda": (10.0, 1000.0, -1.0)}}, "'costs' must be"),
+    ({"costs": {"cuda": (10.0, 1000.0, 1.0, 2.0)}}, "'costs' must be"),
+    ({"costs": {"cuda": (10.0, 1000.0, float("inf"))}}, "'costs' must be"),
 ]
 
 

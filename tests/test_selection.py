@@ -236,6 +236,39 @@ def test_an_op_specific_cost_figure_overrides_the_device_types():
     assert info.estimate_us("cpu", 1) is None
 
 
+def test_a_row_cost_figure_sends_few_long_rows_to_the_backend_that_splits_them():
+    """A card's third figure (ns per element of a row) is a floor under bandwidth: a backend that gives
+    each row to one block takes a row's time however few the rows, so it loses long rows and keeps
+    short ones, with the same bytes moved."""
+    import chunked_backend
+
+    info = dispatch.BackendInfo(name="costed", version="1", ops=("softmax",),
+                                costs={"cuda": (10.0, 1000.0, 2.0)})
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", row_size=100) == 10.0 + 2.0  # bandwidth
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", row_size=10_000) == 10.0 + 20.0  # one row
+    assert info.estimate_us("cuda", 2_000_000, op="softmax") == 10.0 + 2.0  # an op that declares no rows
+
+    def with_costs(name, cost):
+        plugin = chunked_backend.make(name, priority=0)
+
+        @dispatch.hookimpl
+        def dispatch_backend_info():
+            return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), costs={"cpu": cost})
+
+        plugin.dispatch_backend_info = dispatch_backend_info
+        return plugin
+
+    dispatch.register(with_costs("row_per_block", (1.0, 1000.0, 1.0)))
+    dispatch.register(with_costs("split_rows", (5.0, 1000.0)))
+    dispatch.configure(allow=["row_per_block", "split_rows"])
+    many_short = dispatch.explain("softmax", torch.randn(512, 256)).decision  # 1 MB, rows of 256
+    few_long = dispatch.explain("softmax", torch.randn(2, 65536)).decision  # 1 MB, rows of 65536
+    assert many_short.backend == "row_per_block" and few_long.backend == "split_rows"
+    assert "row_per_block 66.5 us" in few_long.reason, few_long.reason
+    x = torch.randn(2, 65536)
+    torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))
+
+
 def test_a_grad_cost_figure_sends_recorded_calls_elsewhere_and_keeps_them_apart():
     """A backend whose forward is fast but whose backward is not: its ``"<device>:<op>:grad"`` figure
     is used for calls autograd records, so inference calls and training calls of one shape get

@@ -494,7 +494,9 @@ def test_cards_order_norm_calls_on_cuda_as_measured(op):
     # call runs Triton's kernel from decode shapes (wall and device time) to bandwidth shapes; a
     # training call (forward and backward through a Python autograd.Function) costs more host
     # time than torch's, so torch's up to 8192x4096 and Triton's from 16384x4096 (where its
-    # smaller device time decides); timed on the device alone (CUDA graphs), Triton's everywhere
+    # smaller device time decides), and on few long rows, where torch's kernel (a row per block)
+    # leaves the GPU idle (64x262144: 902 against 248 us a step, launch_norms_grad.md); timed on
+    # the device alone (CUDA graphs), Triton's everywhere
     import attrs
 
     from dispatch import _plugins
@@ -504,7 +506,8 @@ def test_cards_order_norm_calls_on_cuda_as_measured(op):
     cuda = torch.device("cuda", 0)
     for m, n, training_wall in ((1, 4096, "torch"), (32, 4096, "torch"), (1, 8192, "torch"),
                                 (4096, 4096, "torch"), (8192, 4096, "torch"), (1024, 16384, "torch"),
-                                (16384, 4096, "triton"), (4096, 16384, "triton"), (32768, 4096, "triton")):
+                                (16384, 4096, "triton"), (4096, 16384, "triton"), (32768, 4096, "triton"),
+                                (256, 65536, "triton"), (64, 262144, "triton")):
         x, w = (torch.empty(shape, device="meta", dtype=torch.bfloat16) for shape in ((m, n), (n,)))
         spec = spec_of(op, x, (n,), w)
         for grad, timing, first in ((False, "wall", "triton"), (True, "wall", training_wall),

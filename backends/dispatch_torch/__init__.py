@@ -27,10 +27,15 @@ def dispatch_backend_info() -> BackendInfo:
                        # (benchmarks/results/current/launch/launch_norms.md). Their training step
                        # (forward and autograd.grad), bf16: 120-175 us of host time a step, and
                        # 710-900 GB/s of forward bytes in device time up to rows of 16384
-                       # (launch_norms_grad.md and launch_norms_grad_large.md there)
+                       # (launch_norms_grad.md and launch_norms_grad_large.md there). torch's norm kernels
+                       # give a row to one block, so however few the rows, a call takes a row's time: bf16
+                       # forward 413 us at 64x262144 (1.6 ns per element of the row), forward and backward
+                       # 929 (3.5 ns), where bandwidth alone says 27 and 79; at 256x65536, 113 and 283 us
+                       # (benchmarks/results/current/norms/norms_sweep.md): the third figures, a little
+                       # under the one-row times
                        costs={"cuda": (12.5, 2500.0), "cuda:logsumexp": (80.0, 550.0),
-                              "cuda:rms_norm": (15.0, 2500.0), "cuda:layer_norm": (16.5, 2500.0),
-                              "cuda:rms_norm:grad": (140.0, 850.0), "cuda:layer_norm:grad": (140.0, 780.0)},
+                              "cuda:rms_norm": (15.0, 2500.0, 1.5), "cuda:layer_norm": (16.5, 2500.0, 1.5),
+                              "cuda:rms_norm:grad": (140.0, 850.0, 3.0), "cuda:layer_norm:grad": (140.0, 780.0, 3.0)},
                        description="torch's own ops (the reference)", reference=True)
 
 
