@@ -55,6 +55,22 @@ def test_c_target_rows_in_chunks(op):
     _check(op, _args(op, x, (9000,), True, op == "layer_norm"), F32)
 
 
+def _massive_first(shape, dtype, device="cpu", value=3e4):
+    # rows whose first element is far from the rest (a "massive activation"): a variance taken as
+    # sum d^2 / N - (sum d / N)^2 about that element, or summed in fp32 one element after another
+    # from it, loses the rest of the row
+    x = _t(shape, F32, 21).to(device)
+    x[..., 0] = value
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("n", [4096, 9000], ids=["one-tile", "chunks"])
+def test_c_target_layer_norm_of_rows_with_a_massive_first_element(n, dtype):
+    x = _massive_first((3, n), dtype)
+    _check("layer_norm", _args("layer_norm", x, (n,), True, True), dtype)
+
+
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("shape,width", [((5, 24), 40), ((2, 3, 24), 40), ((4, 9000), 9011)],
@@ -263,6 +279,17 @@ def test_cuda_kernels_match_torch_forward_and_backward(op, dtype, shape, width):
         scale = e.abs().max().clamp_min(1)
         torch.testing.assert_close(a.double() / scale, e / scale, **GTOL[dtype])
     assert torch.equal(wide, before)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("n", [4096, 40000, 262144], ids=["registers", "chunks", "long-chunks"])
+def test_cuda_layer_norm_of_rows_with_a_massive_first_element(n, dtype):
+    x = _massive_first((3, n), dtype, "cuda")
+    w, b = _t((n,), dtype, 1, 0.5, 1.0).cuda(), _t((n,), dtype, 2, 0.5).cuda()
+    y = dispatch.layer_norm(x, [n], w, b, backend="tilelang")
+    torch.testing.assert_close(y.double(), F.layer_norm(x.double(), [n], w.double(), b.double()), **TOL[dtype])
 
 
 def test_explain_says_which_backward_a_training_call_takes():

@@ -292,6 +292,45 @@ def test_cooperative_path_strided_rows_far_from_zero(op):
     assert torch.equal(base, before)  # the input is only read
 
 
+def _massive_first(m, n, dtype, value=3e4):
+    # a row whose first element is far from the rest (a "massive activation"): shifted by it, every
+    # other element is about -value, so sum d^2 / N - (sum d / N)^2 cancels to a few digits
+    x = _t((m, n), F32, 21)
+    x[:, 0] = value
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("config", [dict(BLOCK_N=4096, SPLIT=1), dict(BLOCK_N=4096, SPLIT=1, PREFETCH=1),
+                                    dict(BLOCK_N=4096, SPLIT=4), dict(BLOCK_N=4096, SPLIT=1, COOP=1)],
+                         ids=["chunked", "chunked-prefetch", "split4", "coop"])
+def test_layer_norm_of_rows_with_a_massive_first_element(config, dtype):
+    m, n = 3, 40000
+    x = _massive_first(m, n, dtype)
+    w, b = _t((n,), dtype, 1, 0.5, 1.0), _t((n,), dtype, 2)
+    cfg = dict(ROWS=1, num_warps=4, num_stages=1, **config)
+    launcher = N.NormLauncher("layer_norm", m, n, dtype, n, DEV, cfg, 1e-5, True, True, (m, n))
+    y = launcher.run(x, w, b)
+    ref = F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
+    torch.testing.assert_close(y.double(), ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("split,plan", [((1, 4096), None), ((2, 8192), dict(COOP=True))],
+                         ids=["one-group", "groups2-coop"])
+def test_layer_norm_backward_of_rows_with_a_massive_first_element(split, plan):
+    # COOP=True: the one-launch exchange on a GPU, the two launches under the interpreter
+    m, n = 3, 40000
+    x = _massive_first(m, n, F32)
+    w, b, dy = _t((n,), F32, 1, 0.5, 1.0), _t((n,), F32, 2), _t((m, n), F32, 12)
+    backward = NB.make_backward("layer_norm", m, n, F32, n, 1e-5, True, True, split=split, plan=plan)
+    got = backward(dy, x, w, b, None)
+    leaves = [t.double().requires_grad_() for t in (x, w, b)]
+    F.layer_norm(leaves[0], (n,), leaves[1], leaves[2], 1e-5).backward(dy.double())
+    for ours, leaf in zip(got, leaves):
+        scale = leaf.grad.abs().max().clamp_min(1)
+        torch.testing.assert_close(ours.double() / scale, leaf.grad / scale, rtol=1e-4, atol=1e-4)
+
+
 def test_cooperative_path_refuses_rows_of_too_many_chunks():
     with pytest.raises(ValueError, match=r"COOP.*at most 128 chunks.*BLOCK_N >= 32"):
         N.NormLauncher("rms_norm", 2, 16 * 129, F32, 16 * 129, DEV,

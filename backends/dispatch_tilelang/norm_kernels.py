@@ -5,9 +5,13 @@ One program factory per (op, N, dtype, weight/bias present, eps, family). Each p
 absent weight or bias is a build-time choice (the program never reads it; the caller passes a
 cached placeholder of shape (N,)). eps is a compile-time constant.
 
-Statistics are fp32 shifted sums per row: ``d = x - shift`` (shift = the row's first element for
-layer_norm, the mean of its first chunk in ``cuda_chunked_program``; 0 for rms_norm), ``sum d``
-and ``sum d^2``; mean = shift + sum d / N, variance = sum d^2 / N - (sum d / N)^2.
+Statistics are shifted: ``d = x - shift`` (layer_norm: the mean of the row's first 32 elements
+on the C target, of its first chunk in ``cuda_chunked_program``, so that rows far from zero give
+small numbers and one massive element moves the shift by a fraction of its size; 0 for rms_norm);
+mean = shift + sum d / N. Rows held in registers (CUDA) take the two-pass variance; the others
+``sum d^2 / N - (sum d / N)^2``, whose cancellation the shift bounds (a chunk's mean: (mean -
+shift)^2 is at most N / tile_n times the variance) and the C target's float64 sums absorb (its
+reductions are sequential, so in fp32 a massive first element would swallow the rest).
 ``y = (x - mean) * rstd [* w] [+ b]``, rounded once.
 
 * C target (``cpu_program``): tunable ``block_m`` (rows per program); build key ``tile_n``:
@@ -73,6 +77,8 @@ def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bo
     SX = row_stride
     TILE = N if tile_n <= 0 or tile_n >= N else tile_n
     NT = (N + TILE - 1) // TILE
+    HEAD = min(N, 32)  # layer_norm's shift: the mean of the row's first HEAD elements
+    ACC = "float64"  # the statistics' sums: sequential on the C target (no tree), and one-pass
     xs = storage_dtype(dtype, "c")
     rms = op == "rms_norm"
 
@@ -84,55 +90,57 @@ def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bo
         @T.prim_func
         def main(x: X, w: T.Tensor((N,), xs), b: T.Tensor((N,), xs), y: T.Tensor((M, N), xs)):
             with T.Kernel(T.ceildiv(M, block_m)) as bx:
-                dt = T.alloc_local((block_m, TILE), F32)
-                sq = T.alloc_local((block_m, TILE), F32)
-                part = T.alloc_local((block_m,), F32)
-                s1 = T.alloc_local((block_m,), F32)
-                s2 = T.alloc_local((block_m,), F32)
-                shift = T.alloc_local((block_m,), F32)
-                off = T.alloc_local((block_m,), F32)
-                rstd = T.alloc_local((block_m,), F32)
+                dt = T.alloc_local((block_m, TILE), ACC)
+                sq = T.alloc_local((block_m, TILE), ACC)
+                part = T.alloc_local((block_m,), ACC)
+                part2 = T.alloc_local((block_m,), ACC)
+                s1 = T.alloc_local((block_m,), ACC)
+                s2 = T.alloc_local((block_m,), ACC)
+                shift = T.alloc_local((block_m,), ACC)
+                off = T.alloc_local((block_m,), ACC)
+                rstd = T.alloc_local((block_m,), ACC)
+                yv = T.alloc_local((block_m, TILE), F32)
                 for i in T.serial(block_m):
                     s1[i] = 0.0
                     s2[i] = 0.0
                     shift[i] = 0.0
                     if not rms:
                         if bx * block_m + i < M:
-                            shift[i] = _load(x[bx * block_m + i, 0], dtype, "c")
+                            for k in T.serial(HEAD):
+                                shift[i] += T.cast(_load(x[bx * block_m + i, k], dtype, "c"), ACC)
+                            shift[i] = shift[i] / T.float64(HEAD)
                 for t in T.serial(NT):
                     for i, j in T.grid(block_m, TILE):
                         dt[i, j] = T.if_then_else(
                             bx * block_m + i < M and t * TILE + j < N,
-                            _load(x[bx * block_m + i, t * TILE + j], dtype, "c") - shift[i], 0.0)
+                            T.cast(_load(x[bx * block_m + i, t * TILE + j], dtype, "c"), ACC) - shift[i],
+                            T.float64(0))
+                    for i, j in T.grid(block_m, TILE):
                         sq[i, j] = dt[i, j] * dt[i, j]
                     T.reduce_sum(dt, part, dim=1)
+                    T.reduce_sum(sq, part2, dim=1)
                     for i in T.serial(block_m):
                         s1[i] += part[i]
-                    T.reduce_sum(sq, part, dim=1)
-                    for i in T.serial(block_m):
-                        s2[i] += part[i]
+                        s2[i] += part2[i]
                 for i in T.serial(block_m):
-                    if rms:
-                        off[i] = 0.0
-                        rstd[i] = T.float32(1) / T.sqrt(s2[i] / T.float32(N) + T.float32(eps))
-                    else:
-                        off[i] = s1[i] / T.float32(N)  # mean - shift
-                        rstd[i] = T.float32(1) / T.sqrt(
-                            T.max(s2[i] / T.float32(N) - off[i] * off[i], T.float32(0)) + T.float32(eps))
+                    off[i] = T.float64(0) if rms else s1[i] / T.float64(N)  # mean - shift
+                    rstd[i] = T.float64(1) / T.sqrt(
+                        T.max(s2[i] / T.float64(N) - off[i] * off[i], T.float64(0)) + T.float64(eps))
                 for t in T.serial(NT):
                     if NT > 1:
                         for i, j in T.grid(block_m, TILE):
                             dt[i, j] = T.if_then_else(
                                 bx * block_m + i < M and t * TILE + j < N,
-                                _load(x[bx * block_m + i, t * TILE + j], dtype, "c") - shift[i], 0.0)
+                                T.cast(_load(x[bx * block_m + i, t * TILE + j], dtype, "c"), ACC) - shift[i],
+                                T.float64(0))
                     for i, j in T.grid(block_m, TILE):
                         if bx * block_m + i < M and t * TILE + j < N:
-                            sq[i, j] = (dt[i, j] - off[i]) * rstd[i]
+                            yv[i, j] = T.cast((dt[i, j] - off[i]) * rstd[i], F32)
                             if has_weight:
-                                sq[i, j] = sq[i, j] * _load(w[t * TILE + j], dtype, "c")
+                                yv[i, j] = yv[i, j] * _load(w[t * TILE + j], dtype, "c")
                             if has_bias:
-                                sq[i, j] = sq[i, j] + _load(b[t * TILE + j], dtype, "c")
-                            y[bx * block_m + i, t * TILE + j] = _store(sq[i, j], dtype, "c")
+                                yv[i, j] = yv[i, j] + _load(b[t * TILE + j], dtype, "c")
+                            y[bx * block_m + i, t * TILE + j] = _store(yv[i, j], dtype, "c")
 
         return main
 

@@ -11,7 +11,7 @@ in two launches over (row groups, 2048-element chunks, two waves of programs): t
 sums, then dx and the partials, re-reading x and dy newest first (L2; for 2-byte dtypes the
 first launch's loads are marked evict_last and each program loads its next row ahead), or, with
 on a GPU by default (``COOP``), in one launch whose groups of programs each hold a row's chunks,
-exchange their four sums and read x and dy once, pipelined one row ahead (a program publishes
+exchange their four partials and read x and dy once, pipelined one row ahead (a program publishes
 its next row's sums before it awaits this row's); 2048-element chunks, 4 warps, 128 registers a
 thread. On an H200 that ran 1.08-1.30x faster than the two launches at N = 16384..262144
 (bf16 and fp32). The two launches remain for the interpreter and for rows whose chunks do not

@@ -10,13 +10,15 @@ fp32 registers and writes them once, into its row of an fp32 partials buffer ``[
 deterministic, run to run.
 
 ``_norm_bwd_sums`` then ``_norm_bwd_split`` (backward of long rows): two launches over a grid
-(row groups, chunks of ``BLOCK_N`` columns). Phase 1: per row and chunk, four sums (``sum d``, ``sum d^2``,
-``sum g * d``, ``sum g``, with ``g = dy * w``) into a workspace. Phase 2 (programs, rows and
+(row groups, chunks of ``BLOCK_N`` columns). Phase 1: per row and chunk, four partials into a
+workspace (``_bwd_partial``: ``sum d``, ``sum g`` and, about the chunk's own mean of d, ``M2`` and
+``sum g * (d - mean)``, with ``d = x - shift``, ``g = dy * w``; merged by Chan et al.'s rule in
+``_merge4``, so that no difference of large sums cancels). Phase 2 (programs, rows and
 chunks in the mirror order, so its first reads hit L2): per row, the chunks' sums combined into
 the statistics and the two projections ``dx`` needs, ``dx`` written, and the chunk's dweight and
 dbias accumulated over the group's rows in registers, written once per program.
 
-The one-launch variant of long rows, ``_norm_bwd_coop`` (GPU only), exchanges the four sums of a
+The one-launch variant of long rows, ``_norm_bwd_coop`` (GPU only), exchanges the four partials of a
 row's chunks through epoch-tagged words in the stream's slot buffer, as the softmax split path
 does (see :mod:`dispatch_triton.jit`).
 """
@@ -26,8 +28,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import _interpreting
 from .jit import _ticket
-from .norm_kernels import _ld, _row_shift, _stats, _tile_ptrs, _to_out
+from .norm_kernels import _ld, _part_counts, _row_shift, _stats, _tile_ptrs, _to_out
+
+_INTERPRETED = tl.constexpr(_interpreting())
 
 
 @triton.jit
@@ -138,13 +143,53 @@ def _chunk_start(w_ptr, c, N, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _chunk_dx(x, g, cmask, s1, s2, sgd, sg, shift, N, eps, IS_RMS: tl.constexpr):
-    # (dx, xhat) of a chunk from the row's four sums (sum d, sum d^2, sum g * d, sum g)
-    mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
-    if IS_RMS:
-        c1 = rstd * sgd / N  # sum g * xhat / N, xhat = x * rstd
+def _add2(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+
+
+@triton.jit
+def _sum2(a, b):
+    # two sums over a chunk in one reduction on a GPU (one exchange between the warps, not two);
+    # the interpreter runs a combine function element by element, so there: two sums
+    if _INTERPRETED:
+        return tl.sum(a, 0), tl.sum(b, 0)
     else:
-        c1 = rstd * (sgd - (s1 / N) * sg) / N  # xhat = (d - sum d / N) * rstd
+        return tl.reduce((a, b), 0, _add2)
+
+
+@triton.jit
+def _bwd_partial(x, g, cmask, shift, IS_RMS: tl.constexpr):
+    # a chunk's four partials (fp32 x and g = dy * w, zeros where masked off): layer_norm, with
+    # d = x - shift and m its mean over the chunk, (sum d, sum (d - m)^2, sum g (d - m), sum g);
+    # rms_norm (0, sum x^2, sum g x, sum g)
+    if IS_RMS:
+        m2, sgd = _sum2(x * x, g * x)
+        return tl.full([], 0.0, tl.float32), m2, sgd, tl.sum(g, 0)
+    d = tl.where(cmask, x - shift, 0.0)
+    s, sg = _sum2(d, g)
+    e = tl.where(cmask, d - s / tl.maximum(tl.sum(cmask.to(tl.float32), 0), 1.0), 0.0)
+    m2, sgd = _sum2(e * e, g * e)
+    return s, m2, sgd, sg
+
+
+@triton.jit
+def _merge4(s, m2, sgd, sg, n, IS_RMS: tl.constexpr):
+    # a row's (sum d, M2, sum g (x - mean), sum g) from its chunks' partials (vectors, zeros past
+    # the last chunk; n: the chunks' element counts): Chan et al.'s rule, and sum g (d - m_c)
+    # carried to the row's mean by (m_c - mean) sum_c g; rms_norm: plain sums
+    total = tl.sum(s, 0)
+    if IS_RMS:
+        return total, tl.sum(m2, 0), tl.sum(sgd, 0), tl.sum(sg, 0)
+    mean = total / tl.maximum(tl.sum(n, 0), 1.0)
+    dev = tl.where(n > 0, s / tl.maximum(n, 1.0) - mean, 0.0)
+    return total, tl.sum(m2 + n * dev * dev, 0), tl.sum(sgd + dev * sg, 0), tl.sum(sg, 0)
+
+
+@triton.jit
+def _chunk_dx(x, g, cmask, s1, m2, sgd, sg, shift, N, eps, IS_RMS: tl.constexpr):
+    # (dx, xhat) of a chunk from the row's merged partials (sum d, M2, sum g (x - mean), sum g)
+    mean, rstd = _stats(s1, m2, shift, N, eps, IS_RMS)
+    c1 = rstd * sgd / N  # sum g * xhat / N
     xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
     if IS_RMS:
         dx = rstd * (g - xhat * c1)
@@ -210,27 +255,25 @@ def _split_bwd(
         else:
             x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
             dy = _ld(dy_ptr + r64 * stride_dym + cols, cmask, EV).to(tl.float32)
-        shift = _row_shift(x_ptr, xoff, IS_RMS)
+        shift = _row_shift(x_ptr, xoff, N, IS_RMS)
         if HAS_WEIGHT:
             g = dy * w
         else:
             g = dy
         wbase = ws_ptr + r64 * S * 4
         if PHASE == 1:
-            if IS_RMS:
-                d = x
-            else:
-                d = tl.where(cmask, x - shift, 0.0)
-            tl.store(wbase + c * 4, tl.sum(d, 0))
-            tl.store(wbase + c * 4 + 1, tl.sum(d * d, 0))
-            tl.store(wbase + c * 4 + 2, tl.sum(g * d, 0))
-            tl.store(wbase + c * 4 + 3, tl.sum(g, 0))
+            s1, m2, sgd, sg = _bwd_partial(x, g, cmask, shift, IS_RMS)
+            tl.store(wbase + c * 4, s1)
+            tl.store(wbase + c * 4 + 1, m2)
+            tl.store(wbase + c * 4 + 2, sgd)
+            tl.store(wbase + c * 4 + 3, sg)
         else:
-            s1 = tl.sum(tl.load(wbase + j * 4, mask=jmask, other=0.0), 0)
-            s2 = tl.sum(tl.load(wbase + j * 4 + 1, mask=jmask, other=0.0), 0)
-            sgd = tl.sum(tl.load(wbase + j * 4 + 2, mask=jmask, other=0.0), 0)
-            sg = tl.sum(tl.load(wbase + j * 4 + 3, mask=jmask, other=0.0), 0)
-            dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, shift, N, eps, IS_RMS)
+            s1, m2, sgd, sg = _merge4(tl.load(wbase + j * 4, mask=jmask, other=0.0),
+                                      tl.load(wbase + j * 4 + 1, mask=jmask, other=0.0),
+                                      tl.load(wbase + j * 4 + 2, mask=jmask, other=0.0),
+                                      tl.load(wbase + j * 4 + 3, mask=jmask, other=0.0),
+                                      tl.where(jmask, _part_counts(j, N, BLOCK_N), 0.0), IS_RMS)
+            dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, shift, N, eps, IS_RMS)
             tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask)
             if WANT_DW:
                 acc_w += dy * xhat
@@ -251,7 +294,7 @@ def _norm_bwd_sums(
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr,
     EV: tl.constexpr = 0, PREFETCH: tl.constexpr = False,
 ):
-    # phase 1 of the long-row backward: the four sums of each row and chunk into ws
+    # phase 1 of the long-row backward: the four partials of each row and chunk into ws
     _split_bwd(x_ptr, x_ptr, dy_ptr, w_ptr, ws_ptr, ws_ptr, M, N, stride_xm, stride_dym, 0, 0, eps,
                IS_RMS, HAS_WEIGHT, False, False, 1, BLOCK_N, CHUNKS_P2, EV, PREFETCH)
 
@@ -284,9 +327,9 @@ def _word_value(v, jm):
 
 
 @triton.jit
-def _gather4(slot_ptr, base, S, tag, CHUNKS_P2: tl.constexpr):
-    # wait until the S chunks of a row have published their four sums with this launch's tag;
-    # then their totals, summed in chunk order (the same order on every program: same result)
+def _gather4(slot_ptr, base, S, tag, N, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr):
+    # wait until the S chunks of a row have published their four partials with this launch's tag;
+    # then the row's, merged in chunk order (_merge4; the same order on every program: same result)
     j = tl.arange(0, CHUNKS_P2)
     jm = j < S
     p = slot_ptr + base + j * 4
@@ -302,44 +345,30 @@ def _gather4(slot_ptr, base, S, tag, CHUNKS_P2: tl.constexpr):
         v3 = tl.load(p + 3, mask=jm, other=0, volatile=True)
         bad = tl.sum((jm & (((v0 >> 32) != tag) | ((v1 >> 32) != tag) | ((v2 >> 32) != tag)
                             | ((v3 >> 32) != tag))).to(tl.int32), 0)
-    return (tl.sum(_word_value(v0, jm), 0), tl.sum(_word_value(v1, jm), 0), tl.sum(_word_value(v2, jm), 0),
-            tl.sum(_word_value(v3, jm), 0))
+    return _merge4(_word_value(v0, jm), _word_value(v1, jm), _word_value(v2, jm), _word_value(v3, jm),
+                   tl.where(jm, _part_counts(j, N, BLOCK_N), 0.0), IS_RMS)
 
 
 @triton.jit
 def _coop_chunk(x_ptr, dy_ptr, row, stride_xm, stride_dym, cols, M, N, IS_RMS: tl.constexpr):
     # one program's raw chunks of x and dy of ``row`` (zeros past the row's end and past the last
-    # row) and the row's shift (its first element for layer_norm, 0 for rms_norm), all in the
-    # input's dtype
+    # row), in the input's dtype, and the row's shift (_row_shift, fp32)
     r64 = tl.cast(row, tl.int64)
     lim = tl.where(row < M, N, 0)
     x = tl.load(x_ptr + r64 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
     dy = tl.load(dy_ptr + r64 * stride_dym + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
-    if IS_RMS:
-        shift = tl.full([], 0.0, tl.float32)
-    else:
-        shift = tl.load(x_ptr + r64 * stride_xm, mask=row < M, other=0.0)
-    return x, dy, shift
-
-
-@triton.jit
-def _add4(a0, b0, c0, d0, a1, b1, c1, d1):
-    return a0 + a1, b0 + b1, c0 + c1, d0 + d1
+    return x, dy, _row_shift(x_ptr, r64 * stride_xm, lim, IS_RMS)
 
 
 @triton.jit
 def _coop_publish(slot_ptr, idx, xr, dyr, shift, w, cmask, tag, HAS_WEIGHT: tl.constexpr, IS_RMS: tl.constexpr):
-    # a chunk's four sums (sum d, sum d^2, sum g * d, sum g; d = x - shift, g = dy * w), published
+    # a chunk's four partials (_bwd_partial), published
     x = xr.to(tl.float32)
     g = dyr.to(tl.float32)
     if HAS_WEIGHT:
         g = g * w
-    if IS_RMS:
-        d = x
-    else:
-        d = tl.where(cmask, x - shift.to(tl.float32), 0.0)
-    s1, s2, sgd, sg = tl.reduce((d, d * d, g * d, g), 0, _add4)  # one exchange between the warps, not four
-    _publish4(slot_ptr, idx, s1, s2, sgd, sg, tag)
+    s1, m2, sgd, sg = _bwd_partial(x, g, cmask, shift, IS_RMS)
+    _publish4(slot_ptr, idx, s1, m2, sgd, sg, tag)
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
@@ -351,7 +380,7 @@ def _norm_bwd_coop(
 ):
     # The backward of long rows in one launch: persistent programs in groups of S = cdiv(N,
     # BLOCK_N), each holding one chunk of a row (x and dy) in registers; it publishes the chunk's
-    # four sums (as _split_bwd's phase 1), waits for the other chunks of the row (_gather4), and
+    # four partials (as _split_bwd's phase 1), waits for the other chunks of the row (_gather4), and
     # writes its chunk of dx from registers: x and dy are read once. Pipelined one row ahead (as
     # the softmax split_pipe path): a program publishes the sums of its NEXT row before it awaits
     # this row's, so they have had a whole iteration to arrive, while the row after next loads.
@@ -381,14 +410,14 @@ def _norm_bwd_coop(
                           tag, HAS_WEIGHT, IS_RMS)
         xr_nn, dyr_nn, sh_nn = _coop_chunk(x_ptr, dy_ptr, nrow + n_groups, stride_xm, stride_dym, cols, M, N, IS_RMS)
         r64 = tl.cast(row, tl.int64)
-        s1, s2, sgd, sg = _gather4(slot_ptr, SLOT_OFF + r64 * S * 4, S, tag, CHUNKS_P2)
+        s1, m2, sgd, sg = _gather4(slot_ptr, SLOT_OFF + r64 * S * 4, S, tag, N, IS_RMS, BLOCK_N, CHUNKS_P2)
         x = xr.to(tl.float32)
         dy = dyr.to(tl.float32)
         if HAS_WEIGHT:
             g = dy * w
         else:
             g = dy
-        dx, xhat = _chunk_dx(x, g, cmask, s1, s2, sgd, sg, sh.to(tl.float32), N, eps, IS_RMS)
+        dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, sh, N, eps, IS_RMS)
         tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
         if WANT_DW:
             acc_w += dy * xhat

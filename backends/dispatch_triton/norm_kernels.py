@@ -30,9 +30,13 @@ persistent one-pass grid does with tiles) and ``HINTS`` (L2 eviction hints: ``y`
 evict_first; on the chunked and split paths the first read of ``x`` evict_last, so that the second
 read finds it in L2 rather than in HBM).
 
-Statistics of a chunked row are shifted sums: ``d = x - x[0]``, ``sum d`` and ``sum d^2`` (so
-layer_norm's variance does not cancel catastrophically for rows far from zero); rms_norm needs
-only ``sum x^2``.
+Statistics of a chunked row: ``d = x - x[0]`` (small numbers for rows far from zero), and per part
+of the row (a lane of a chunk walk, a chunk, a segment) ``sum d`` and ``M2``, the sum of squares
+about the part's own mean (Welford's update along a lane, two reductions over a chunk held in
+registers); the parts are merged by Chan et al.'s rule, ``M2 = sum M2_p + sum n_p (mean_p -
+mean)^2``. Nothing subtracts two large sums, so a row whose first element is far from the rest
+(a massive activation) keeps its variance: ``sum d^2 / N - (sum d / N)^2`` would cancel there.
+rms_norm needs only ``sum x^2``.
 
 ``HAS_WEIGHT`` / ``HAS_BIAS`` are constexprs that the autotuner's key never sees: an absent
 weight or bias is passed as a cached placeholder of the input's dtype, so calls with and without
@@ -45,7 +49,7 @@ import triton
 import triton.language as tl
 
 from . import _interpreting
-from .jit import _await_pairs, _publish, _ticket
+from .jit import _MAXS, _await_pairs, _publish, _ticket
 
 # The interpreter truncates fp32 -> bf16 where the GPU rounds to nearest even: emulate the GPU
 _EMU_RNE = tl.constexpr(_interpreting())
@@ -107,13 +111,34 @@ def _st(ptrs, v, mask, EV: tl.constexpr):
 
 
 @triton.jit
+def _merge_parts(s, m2, n, IS_RMS: tl.constexpr):
+    # (sum d, M2) of a row from its parts' sums ``s``, M2 about each part's own mean ``m2`` and
+    # element counts ``n`` (fp32 vectors; 0 where a lane holds no part): Chan et al.'s rule. rms_norm:
+    # m2 is a part's sum x^2, added up.
+    total = tl.sum(s, 0)
+    if IS_RMS:
+        return total, tl.sum(m2, 0)
+    mean = total / tl.maximum(tl.sum(n, 0), 1.0)
+    dev = tl.where(n > 0, s / tl.maximum(n, 1.0) - mean, 0.0)
+    return total, tl.sum(m2 + n * dev * dev, 0)
+
+
+@triton.jit
+def _part_counts(j, N, PART):
+    # elements in part j of a row cut in parts of PART elements (fp32; 0 past the row)
+    return tl.minimum(tl.maximum(N - j * PART, 0), PART).to(tl.float32)
+
+
+@triton.jit
 def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
                 PREFETCH: tl.constexpr = 0, EV: tl.constexpr = 0):
-    # (sum d, sum d^2) over chunks [lo, hi) of a row, d = x - shift (x itself for rms_norm);
+    # (sum d, M2) over chunks [lo, hi) of a row, d = x - shift; layer_norm: each lane runs Welford's
+    # update over its elements, the lanes are merged by _merge_parts; rms_norm: (0, sum x^2).
     # PREFETCH: the next chunk's load is issued before the current one is summed
     cols0 = tl.arange(0, BLOCK_N)
-    s1 = tl.zeros([BLOCK_N], tl.float32)
-    s2 = tl.zeros([BLOCK_N], tl.float32)
+    n = tl.zeros([BLOCK_N], tl.float32)
+    mu = tl.zeros([BLOCK_N], tl.float32)
+    m2 = tl.zeros([BLOCK_N], tl.float32)
     if PREFETCH:
         ncols = lo * BLOCK_N + cols0
         x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
@@ -127,33 +152,36 @@ def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl
         else:
             x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
         if IS_RMS:
-            s2 += x * x  # sum x unused: not kept
+            m2 += x * x
         else:
-            d = tl.where(cmask, x - shift, 0.0)
-            s1 += d
-            s2 += d * d
-    return tl.sum(s1, 0), tl.sum(s2, 0)
+            n += cmask.to(tl.float32)
+            delta = tl.where(cmask, x - shift - mu, 0.0)
+            mu += delta / tl.maximum(n, 1.0)
+            m2 += tl.where(cmask, delta * (x - shift - mu), 0.0)
+    return _merge_parts(mu * n, m2, n, IS_RMS)
 
 
 @triton.jit
-def _stats(s1, s2, shift, N, eps, IS_RMS: tl.constexpr):
-    # (mean, rstd) of a row from its shifted sums (mean 0 for rms_norm)
+def _stats(s1, m2, shift, N, eps, IS_RMS: tl.constexpr):
+    # (mean, rstd) of a row from sum d (d = x - shift) and M2 (layer_norm; rms_norm: sum x^2, mean 0)
     if IS_RMS:
         mean = s1 * 0.0
-        var = s2 / N
     else:
-        m1 = s1 / N
-        mean = shift + m1
-        var = tl.maximum(s2 / N - m1 * m1, 0.0)
-    return mean, 1.0 / tl.sqrt(var + eps)
+        mean = shift + s1 / N
+    return mean, 1.0 / tl.sqrt(m2 / N + eps)
 
 
 @triton.jit
-def _row_shift(x_ptr, xoff, IS_RMS: tl.constexpr):
+def _row_shift(x_ptr, xoff, N, IS_RMS: tl.constexpr):
+    # the shift of a row's statistics: the mean of its first 32 elements (0 for rms_norm, and for
+    # N = 0: a row past the last). Near the row's mean, so d = x - shift stays small for rows far
+    # from zero; an average, so one massive element moves it by 1/32 of its size only
     if IS_RMS:
-        return 0.0
+        return tl.full([], 0.0, tl.float32)
     else:
-        return tl.load(x_ptr + xoff).to(tl.float32)
+        k = tl.arange(0, 32)
+        head = tl.load(x_ptr + xoff + k, mask=k < N, other=0.0).to(tl.float32)
+        return tl.sum(head, 0) / tl.maximum(tl.minimum(N, 32), 1).to(tl.float32)
 
 
 @triton.jit
@@ -183,42 +211,36 @@ def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl
 
 @triton.jit
 def _row_chunk(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
-    # one program's raw chunk of ``row`` (zeros past the row's end and past the last row) and the
-    # row's shift (its first element for layer_norm, 0 for rms_norm), both in the input's dtype
+    # one program's raw chunk of ``row`` in the input's dtype (zeros past the row's end and past the
+    # last row) and the row's shift (_row_shift, fp32)
     off = tl.cast(row, tl.int64) * stride
-    xr = tl.load(x_ptr + off + cols, mask=cols < tl.where(row < M, N, 0), other=0.0, eviction_policy="evict_first")
-    if IS_RMS:
-        shift = tl.full([], 0.0, tl.float32)
-    else:
-        shift = tl.load(x_ptr + off, mask=row < M, other=0.0)
-    return xr, shift
-
-
-@triton.jit
-def _add2(a0, b0, a1, b1):
-    return a0 + a1, b0 + b1
+    lim = tl.where(row < M, N, 0)
+    xr = tl.load(x_ptr + off + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+    return xr, _row_shift(x_ptr, off, lim, IS_RMS)
 
 
 @triton.jit
 def _chunk_partial(xr, shift, cmask, IS_RMS: tl.constexpr):
-    # a chunk's partial sums (sum d, sum d^2), d = x - shift (the row's first element, so that
-    # rows far from zero give small numbers; x itself for rms_norm, whose sum d is not used), in
-    # one reduction: one exchange between the warps, not two in a row
+    # a chunk's partial (sum d, M2 about the chunk's mean of d), d = x - shift (the row's first
+    # element, so that rows far from zero give small numbers); rms_norm: (0, sum x^2)
     x = xr.to(tl.float32)
     if IS_RMS:
         return tl.full([], 0.0, tl.float32), tl.sum(x * x, 0)
     else:
-        d = tl.where(cmask, x - shift.to(tl.float32), 0.0)
-        return tl.reduce((d, d * d), 0, _add2)
+        d = tl.where(cmask, x - shift, 0.0)
+        s = tl.sum(d, 0)
+        e = tl.where(cmask, d - s / tl.maximum(tl.sum(cmask.to(tl.float32), 0), 1.0), 0.0)
+        return s, tl.sum(e * e, 0)
 
 
 @triton.jit
-def _coop_stats(slot_ptr, base, S, tag, N, eps, IS_RMS: tl.constexpr):
-    # (mean of d = x - shift, rstd) of a row once its S chunks' partial sums carry this launch's
-    # tag, summed in chunk order on every program of the row (so all of them get the same numbers)
+def _coop_stats(slot_ptr, base, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr):
+    # (mean of d = x - shift, rstd) of a row once its S chunks' partials carry this launch's tag,
+    # merged in chunk order on every program of the row (so all of them get the same numbers)
     a, b, jm = _await_pairs(slot_ptr, base, S, tag)
-    s1, s2 = tl.reduce((tl.where(jm, a, 0.0), tl.where(jm, b, 0.0)), 0, _add2)
-    mean, rstd = _stats(s1, s2, 0.0, N, eps, IS_RMS)  # shift 0: the mean of d
+    n = tl.where(jm, _part_counts(tl.arange(0, _MAXS), N, BLOCK_N), 0.0)
+    s1, m2 = _merge_parts(tl.where(jm, a, 0.0), tl.where(jm, b, 0.0), n, IS_RMS)
+    mean, rstd = _stats(s1, m2, 0.0, N, eps, IS_RMS)  # shift 0: the mean of d
     return mean, rstd
 
 
@@ -262,8 +284,8 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, 
         xr_nn, sh_nn = _row_chunk(x_ptr, nrow + n_groups, stride_xm, cols, M, N, IS_RMS)
         if PHASE != 1:
             row64 = tl.cast(row, tl.int64)
-            mean_d, rstd = _coop_stats(slot_ptr, 64 + row64 * S * 2, S, tag, N, eps, IS_RMS)
-            y = ((xr.to(tl.float32) - sh.to(tl.float32)) - mean_d) * rstd
+            mean_d, rstd = _coop_stats(slot_ptr, 64 + row64 * S * 2, S, tag, N, eps, IS_RMS, BLOCK_N)
+            y = ((xr.to(tl.float32) - sh) - mean_d) * rstd
             if HAS_WEIGHT:
                 y = y * w.to(tl.float32)
             if HAS_BIAS:
@@ -323,7 +345,7 @@ def _norm_fwd(
         per = tl.cdiv(nchunks, SPLIT)
         lo = seg * per
         hi = tl.minimum(lo + per, nchunks)
-        shift = _row_shift(x_ptr, xoff, IS_RMS)
+        shift = _row_shift(x_ptr, xoff, N, IS_RMS)
         if PHASE == 1:
             s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N, PREFETCH, HINTS * 2)
             base = (tl.cast(row, tl.int64) * SPLIT + seg) * 2
@@ -335,8 +357,8 @@ def _norm_fwd(
             else:
                 j = tl.arange(0, SPLIT)
                 base = tl.cast(row, tl.int64) * SPLIT * 2
-                s1 = tl.sum(tl.load(ws_ptr + base + j * 2), 0)
-                s2 = tl.sum(tl.load(ws_ptr + base + j * 2 + 1), 0)
+                s1, s2 = _merge_parts(tl.load(ws_ptr + base + j * 2), tl.load(ws_ptr + base + j * 2 + 1),
+                                      _part_counts(j, N, per * BLOCK_N), IS_RMS)
             mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
             if PHASE == 0:
                 lo = 0
