@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ._opdecl import OpDecl, TensorArg, _next_pow2, _next_pow4, declare, with_strides
 from ._spec import CallSpec
+from .strided import rows_stride
 
 
 # -- argument checks: the op's signature, returning its attributes ------------------------------------
@@ -125,19 +126,11 @@ def norm_dims_contiguous(spec: CallSpec) -> bool:
 
 def norm_row_stride(spec: CallSpec) -> int | None:
     """The stride between consecutive rows if the leading dims collapse to rows without a copy, else None."""
-    k = len(spec.normalized_shape)
-    leading = spec.ndim - k
+    leading = spec.ndim - len(spec.normalized_shape)
     n = norm_size(spec)
-    if leading == 0:
+    if all(s == 1 for s in spec.shape[:leading]):
         return n
-    shape, stride = spec.shape[:leading], spec.stride[:leading]
-    dims = [(s, st) for s, st in zip(shape, stride) if s != 1]
-    if not dims:
-        return n
-    for (s0, st0), (s1, st1) in zip(dims, dims[1:]):
-        if st0 != st1 * s1:
-            return None
-    return dims[-1][1]
+    return rows_stride(spec.shape[:leading] + (n,), spec.stride[:leading] + (1,))
 
 
 def norm_layout_refusal(spec: CallSpec) -> str | None:

@@ -5,6 +5,9 @@ length ``R`` and its other dims to at most three groups: ``inner`` (the one of s
 and one or two outer ones (``outer`` counts their slices), both in the input and in the output.
 :func:`strided_plan` says whether they do, with the reason when not. Kernels of any backend index
 the input at ``o * x_strides[0] + r * x_strides[1] + i * x_strides[2]`` and the output likewise.
+
+A reduction over the last, unit-stride dim reads rows instead: :func:`rows_stride` says whether
+the leading dims collapse to rows one stride apart (a slice ``x[:, :n]`` of wider rows does).
 """
 
 from __future__ import annotations
@@ -87,3 +90,23 @@ def strided_plan(shape, stride, dims, reduced_output: bool, one_dim: bool = Fals
     if outer2 == 1:
         return StridedPlan(outer, R, inner, (sxo, sxr, sxi), (soo, sor, soi))
     return StridedPlan(outer2 * outer, R, inner, (sxo, sxr, sxi), (soo, sor, soi), outer, (sxo2, soo2))
+
+
+def rows_stride(shape, stride) -> int | None:
+    """The elements between consecutive rows of an input read as rows of its last dim, or None.
+
+    The leading dims (all but the last) must collapse to one dim without a copy: each of size
+    other than 1 is its successor's stride times its successor's size, size-1 dims skipped (their
+    strides address nothing). The rows are then the last such dim's stride apart, which a kernel
+    of rows takes as its row stride. With no row or one row any stride serves: the one given is
+    the last leading dim's (the row's length for a 1-D input)."""
+    shape, stride = tuple(shape), tuple(stride)
+    if len(shape) < 2:
+        return int(shape[0]) if shape else 1
+    if 0 in shape[:-1]:
+        return int(stride[-2])
+    leading = [(int(size), int(st)) for size, st in zip(shape[:-1], stride[:-1]) if size != 1]
+    for (_, outer), (size, inner) in zip(leading, leading[1:]):
+        if outer != inner * size:
+            return None
+    return leading[-1][1] if leading else int(stride[-2])

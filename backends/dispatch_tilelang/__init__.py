@@ -6,6 +6,10 @@ CUDA kernels (``tilelang.language``) on NVIDIA GPUs, C kernels (TileLang's CPU d
 ``DISPATCH_TILELANG_NATIVE_AUTOTUNE=1``, TileLang's own ``autotune`` tunes each kernel family
 instead (``tile_n`` / ``cluster``, build-time keys stripped before TileLang sees a config) with
 seeded required tunables and ``do_not_specialize``. On the CPU, dispatch's own sweep tunes the C kernels.
+
+The softmax family over the last, unit-stride dim runs the row kernels: dense rows on both targets,
+and on CUDA rows one stride apart too (a slice ``x[:, :n]`` of wider rows, read in place by a
+kernel of that stride); every other layout runs the column kernels of :mod:`.strided`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 
 import dispatch
 from dispatch.backend import (BackendInfo, CallSpec, Config, Failure, TuneError, TuneResult, TuneSpace, Verdict,
-                              dist_version, dtype_name, hookimpl, measure, pick_winner, source_hash)
+                              dist_version, dtype_name, hookimpl, measure, pick_winner, rows_stride, source_hash)
 
 NAME = "tilelang"
 OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
@@ -99,12 +103,35 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
         from . import strided
 
         return strided.check(spec, target)
-    return Verdict.yes()
+    stride = _row_stride(spec)
+    return Verdict.yes(f"rows {stride} elements apart, read in place by the row kernels") if stride else Verdict.yes()
 
 
 def _rows(spec: CallSpec) -> bool:
-    """The call reduces the last dim of a contiguous input: the row kernels'; else the strided ones'."""
-    return spec.last_dim_contiguous and spec.input.dense
+    """The call reduces the last, unit-stride dim of a dense input, or on CUDA of rows one stride
+    apart (:func:`_strided_rows`): the row kernels'; else the strided ones'. The C kernels take
+    dense rows only (there strided rows go to the column kernels)."""
+    if not spec.last_dim_contiguous:
+        return False
+    return spec.input.dense or (spec.device.type == "cuda" and _strided_rows(spec) is not None)
+
+
+def _strided_rows(spec: CallSpec) -> int | None:
+    """The stride of rows the CUDA row kernels read in place, or None: the leading dims collapse to
+    rows one stride apart without a copy, rows of at least one element that don't overlap (a
+    broadcast input, stride 0, or overlapping rows go to the column kernels' verdict)."""
+    stride, n = rows_stride(spec.shape, spec.stride), spec.shape[-1]
+    return stride if stride is not None and stride >= n >= 1 else None
+
+
+def _row_stride(spec: CallSpec) -> int:
+    """The row kernels' ``row_stride`` for a call :func:`_rows` gives them: 0 for dense rows, else
+    the elements between consecutive rows. A build key: a dense call and a strided one never
+    share a kernel."""
+    if spec.input.dense:
+        return 0
+    stride = _strided_rows(spec)
+    return 0 if stride is None or stride == spec.shape[-1] else int(stride)
 
 
 def _space(op: str, spec: CallSpec) -> tuple[list[dict], dict]:
@@ -157,7 +184,7 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
 
     target, n, m = _target(spec), spec.shape[-1], spec.rows
     cfg = config.as_dict() if config else _space(op, spec)[1]
-    compiled = build(op, m, n, spec.dtype, spec.out_dtype, cfg, target)
+    compiled = build(op, m, n, spec.dtype, spec.out_dtype, cfg, target, _row_stride(spec))
     return call_path(compiled, m, n, spec.out_shape, spec.ndim == 2)
 
 
@@ -180,7 +207,7 @@ def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None
     from .build import build_all
 
     failed = build_all(op, spec.rows, spec.shape[-1], spec.dtype, spec.out_dtype, [c.as_dict() for c in configs],
-                       target, device=spec.device)
+                       target, device=spec.device, row_stride=_row_stride(spec))
     return tuple(Failure(Config.of(c), why) for c, why in failed)
 
 
@@ -188,10 +215,11 @@ def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None
 def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tuple, settings) -> TuneResult | None:
     """With ``DISPATCH_TILELANG_NATIVE_AUTOTUNE=1``, on CUDA: TileLang's ``autotune`` per kernel
     family (seeded, ``do_not_specialize``), then the families' winners compared by the protocol's
-    timer. Otherwise None: dispatch's sweep times what :func:`dispatch_precompile` compiled. The
-    norms keep their own native tune on CUDA."""
+    timer. Otherwise None: dispatch's sweep times what :func:`dispatch_precompile` compiled; so too
+    for strided rows (TileLang's autotuner compiles its candidates with a packed ABI that refuses a
+    strided input). The norms keep their own native tune on CUDA (None for strided rows too)."""
     target = _target(spec)
-    if target != "cuda" or (op not in NORM_OPS and (not NATIVE_AUTOTUNE or not _rows(spec))):
+    if target != "cuda" or (op not in NORM_OPS and (not NATIVE_AUTOTUNE or not _rows(spec) or _row_stride(spec))):
         return None
     if op in NORM_OPS:
         from . import norms

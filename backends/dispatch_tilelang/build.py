@@ -2,9 +2,12 @@
 
 ``build(op, n_rows, n_cols, in_dtype, out_dtype, config, target)`` returns a
 :class:`CompiledKernel`; call it with a contiguous ``(M, N)`` tensor, get ``(M, N)`` (``(M,)`` for
-logsumexp) in ``out_dtype``. ``jit_program(...)`` is the ``@tilelang.jit`` program of one family,
-whose tunables are *required* parameters (``configs.JIT_PARAMS``), so an autotuner must seed them
-(see ``native_tune``); ``adopt`` keeps what such a tuner compiled.
+logsumexp) in ``out_dtype``. On CUDA, ``row_stride=s`` builds the kernel of rows ``s`` elements
+apart (an ``(M, N)`` view of strides ``(s, 1)``; 0, the default, is dense rows): a build key of
+its own, so a dense call and a strided one never share a kernel. ``jit_program(...)`` is the
+``@tilelang.jit`` program of one family, whose tunables are *required* parameters
+(``configs.JIT_PARAMS``), so an autotuner must seed them (see ``native_tune``); ``adopt`` keeps
+what such a tuner compiled.
 
 Shapes: ``M`` (rows) is dynamic in every kernel, ``N`` is static. One compile serves every row
 count for a given (op, N, dtypes, config, target); ``n_rows`` only prunes config spaces. Compiled
@@ -27,11 +30,13 @@ from .availability import DTYPES, _check_op, _check_target, dtype_name, supports
 from .configs import BUILD_KEYS, split_config, validate_config
 
 
-def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str, build_keys: Mapping[str, Any] | None = None):
+def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str,
+                build_keys: Mapping[str, Any] | None = None, row_stride: int = 0):
     """The ``@tilelang.jit`` program of one kernel family; its parameters are ``JIT_PARAMS[target]``, all required.
 
     ``build_keys`` holds the family's build-time keys (``tile_n``, and ``cluster`` on cuda); a
-    full config is accepted too, its JIT keys are ignored here. Calling the program with the JIT
+    full config is accepted too, its JIT keys are ignored here. ``row_stride`` (CUDA only): the
+    elements between rows, 0 for dense rows. Calling the program with the JIT
     kwargs compiles (or loads from TileLang's disk cache) a ``JITKernel``; ``tilelang.autotune``
     can wrap it directly (see ``native_tune.tune_native``).
     """
@@ -44,13 +49,28 @@ def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str
     _, build = split_config({k: v for k, v in (build_keys or {}).items() if k in BUILD_KEYS[target]}, target)
     if n_cols < 1:
         raise ValueError(f"n_cols must be >= 1 to compile a kernel (got {n_cols})")
+    _check_row_stride(n_cols, row_stride, target)
     if target == "cuda":
         from . import cuda_kernels
 
+        if row_stride:
+            return cuda_kernels.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch(),
+                                        row_stride)
         return cuda_kernels.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch())
     from . import cpu_kernels
 
     return cpu_kernels.program(op, n_cols, ins, outs, build["tile_n"])
+
+
+def _check_row_stride(n_cols: int, row_stride: int, target: str) -> None:
+    """Raise where rows ``row_stride`` apart can't be built: the C kernels take dense rows only
+    (strided ones go to the column kernels there), and rows may not overlap."""
+    if not row_stride:
+        return
+    if target != "cuda":
+        raise ValueError(f"target {target!r} takes dense rows only (got row_stride={row_stride})")
+    if row_stride < n_cols:
+        raise ValueError(f"row_stride={row_stride} must be 0 (dense rows) or at least n_cols={n_cols}")
 
 
 def cuda_arch() -> str | None:
@@ -68,27 +88,38 @@ def kernel_inputs(x, target: str) -> list:
 
 
 class CompiledKernel:
-    """A compiled kernel for one (op, N, dtypes, config, target). Call it with a contiguous ``(M, N)`` tensor."""
+    """A compiled kernel for one (op, N, dtypes, config, target, row stride). Call it with a contiguous
+    ``(M, N)`` tensor, or with an ``(M, N)`` view of strides ``(row_stride, 1)`` where ``row_stride`` is set."""
 
-    __slots__ = ("op", "n_cols", "in_dtype", "out_dtype", "config", "target", "kernel", "_torch_in", "_torch_out", "_in_bits", "_out_bits")
+    __slots__ = ("op", "n_cols", "in_dtype", "out_dtype", "config", "target", "kernel", "row_stride", "_torch_in",
+                 "_torch_out", "_in_bits", "_out_bits")
 
-    def __init__(self, op, n_cols, in_dtype, out_dtype, config, target, kernel):
+    def __init__(self, op, n_cols, in_dtype, out_dtype, config, target, kernel, row_stride: int = 0):
         import torch
 
         self.op, self.n_cols, self.in_dtype, self.out_dtype = op, n_cols, in_dtype, out_dtype
-        self.config, self.target, self.kernel = dict(config), target, kernel
+        self.config, self.target, self.kernel, self.row_stride = dict(config), target, kernel, int(row_stride)
         self._torch_in, self._torch_out = getattr(torch, in_dtype), getattr(torch, out_dtype)
         self._in_bits = target == "c" and in_dtype == "bfloat16"
         self._out_bits = target == "c" and out_dtype == "bfloat16"
 
     def __repr__(self) -> str:
-        return f"CompiledKernel({self.op}, n_cols={self.n_cols}, {self.in_dtype}->{self.out_dtype}, {self.config}, target={self.target!r})"
+        stride = f", row_stride={self.row_stride}" if self.row_stride else ""
+        return (f"CompiledKernel({self.op}, n_cols={self.n_cols}, {self.in_dtype}->{self.out_dtype}, {self.config}, "
+                f"target={self.target!r}{stride})")
+
+    def _layout_ok(self, x) -> bool:
+        """``x`` is what the kernel reads: contiguous rows, or rows ``row_stride`` apart, unit stride along one."""
+        if self.row_stride:
+            return tuple(x.stride()) == (self.row_stride, 1)
+        return x.is_contiguous()
 
     def __call__(self, x):
-        if x.dim() != 2 or x.shape[1] != self.n_cols or x.dtype != self._torch_in or not x.is_contiguous():
+        if x.dim() != 2 or x.shape[1] != self.n_cols or x.dtype != self._torch_in or not self._layout_ok(x):
+            layout = f"strides ({self.row_stride}, 1)" if self.row_stride else "contiguous"
             raise ValueError(
-                f"{self!r} takes a contiguous (M, {self.n_cols}) {self.in_dtype} tensor "
-                f"(got shape {tuple(x.shape)}, {x.dtype}, contiguous={x.is_contiguous()})"
+                f"{self!r} takes a {layout} (M, {self.n_cols}) {self.in_dtype} tensor "
+                f"(got shape {tuple(x.shape)}, {x.dtype}, strides {tuple(x.stride())})"
             )
         if x.shape[0] == 0 or self.kernel is None:
             return self._trivial(x)
@@ -124,11 +155,13 @@ _BUILD_LOCKS_GUARD = threading.Lock()
 _TRACE_LOCK = PARSE_LOCK
 
 
-def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, config: Mapping[str, Any], target: str) -> CompiledKernel:
+def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, config: Mapping[str, Any], target: str,
+          row_stride: int = 0) -> CompiledKernel:
     """Compile (or fetch from the in-process / TileLang disk cache) the kernel for ``config``.
 
     ``n_rows`` is not part of the key: ``M`` is dynamic, so the result serves every row count.
     ``n_cols == 0`` needs no kernel (softmax of empty rows is empty, their logsumexp is -inf).
+    ``row_stride`` (CUDA): the kernel of rows that many elements apart; 0, dense rows.
 
     Raises:
         ValueError: ``op``/``target``/dtype unknown, or ``config`` invalid for this call (the
@@ -141,7 +174,7 @@ def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, conf
         ok, reason = supports(op, name, target)
         if not ok:
             raise ValueError(reason)
-    key = _build_key(op, n_cols, ins, outs, config, target)
+    key = _build_key(op, n_cols, ins, outs, config, target, row_stride)
     hit = _BUILT.get(key)
     if hit is not None:
         return hit
@@ -154,19 +187,20 @@ def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, conf
         if n_cols == 0:
             compiled = CompiledKernel(op, 0, ins, outs, config, target, None)
         else:
-            reason = validate_config(op, n_cols, ins, config, target)
+            reason = validate_config(op, n_cols, ins, config, target, row_stride)
             if reason is not None:
                 raise ValueError(f"cannot build {op} for N={n_cols} {ins} on {target!r} with {dict(config)!r}: {reason}")
             jit_kwargs, build_keys = split_config(config, target)
             with _TRACE_LOCK:  # making the program (a @tilelang.jit decoration) reads sources too
-                jit_kernel = jit_program(op, n_cols, ins, outs, target, build_keys)(**jit_kwargs)
-            compiled = CompiledKernel(op, n_cols, ins, outs, config, target, jit_kernel)
+                jit_kernel = jit_program(op, n_cols, ins, outs, target, build_keys, row_stride)(**jit_kwargs)
+            compiled = CompiledKernel(op, n_cols, ins, outs, config, target, jit_kernel, row_stride)
         _BUILT[key] = compiled
         return compiled
 
 
 def build_all(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, configs: list[Mapping[str, Any]],
-              target: str, workers: int | None = None, device: Any = None) -> list[tuple[dict, str]]:
+              target: str, workers: int | None = None, device: Any = None,
+              row_stride: int = 0) -> list[tuple[dict, str]]:
     """Build every config at once: what :func:`build` does for each, with the compiles on a thread
     pool (a program is made and traced one at a time, under the trace lock; TileLang's lowering
     releases the GIL and ``nvcc`` is a subprocess, so the compiles overlap). The kernels land
@@ -186,14 +220,14 @@ def build_all(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, 
 
     def build_one(config: Config) -> None:
         cfg = config.as_dict()
-        if n_cols == 0 or _BUILT.get(_build_key(op, n_cols, ins, outs, cfg, target)) is not None:
+        if n_cols == 0 or _BUILT.get(_build_key(op, n_cols, ins, outs, cfg, target, row_stride)) is not None:
             return
-        reason = validate_config(op, n_cols, ins, cfg, target)
+        reason = validate_config(op, n_cols, ins, cfg, target, row_stride)
         if reason is not None:
             raise ValueError(reason)
         jit_kwargs, build_keys = split_config(cfg, target)
         with _TRACE_LOCK:
-            program = jit_program(op, n_cols, ins, outs, target, build_keys)
+            program = jit_program(op, n_cols, ins, outs, target, build_keys, row_stride)
             get_tir = getattr(program, "get_tir", None)
             prim = get_tir(**jit_kwargs) if callable(get_tir) else None
             if prim is None:  # a TileLang without get_tir: made, traced and compiled in one call
@@ -209,21 +243,23 @@ def build_all(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, 
                                       pass_configs=getattr(program, "pass_configs", None),
                                       **({"compile_flags": program.compile_flags}
                                          if getattr(program, "compile_flags", None) else {}))
-        adopt(op, n_cols, ins, outs, cfg, target, kernel)
+        adopt(op, n_cols, ins, outs, cfg, target, kernel, row_stride)
 
     report = compile_all([Config.of(c) for c in configs], one, workers)
     return [(f.config.as_dict(), f.reason) for f in report.failures]
 
 
-def _build_key(op: str, n_cols: int, ins: str, outs: str, config: Mapping[str, Any], target: str) -> tuple:
-    return (op, n_cols, ins, outs, target, tuple(sorted(dict(config).items())))
+def _build_key(op: str, n_cols: int, ins: str, outs: str, config: Mapping[str, Any], target: str,
+               row_stride: int = 0) -> tuple:
+    return (op, n_cols, ins, outs, target, int(row_stride), tuple(sorted(dict(config).items())))
 
 
 def adopt(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, config: Mapping[str, Any], target: str,
-          jit_kernel: Any) -> CompiledKernel:
-    """Keep ``jit_kernel`` -- compiled for ``config`` by TileLang's autotuner -- as the build of
-    ``config``, so that :func:`build` does not compile it again (a grouped compile of the tuner
-    leaves nothing in TileLang's per-kernel disk cache)."""
+          jit_kernel: Any, row_stride: int = 0) -> CompiledKernel:
+    """Keep ``jit_kernel`` -- compiled for ``config`` (rows ``row_stride`` apart, 0 dense) by
+    TileLang's autotuner or :func:`build_all` -- as the build of ``config``, so that :func:`build`
+    does not compile it again (a grouped compile of the tuner leaves nothing in TileLang's
+    per-kernel disk cache)."""
     ins, outs = dtype_name(in_dtype), dtype_name(out_dtype)
-    compiled = CompiledKernel(op, n_cols, ins, outs, dict(config), target, jit_kernel)
-    return _BUILT.setdefault(_build_key(op, n_cols, ins, outs, config, target), compiled)
+    compiled = CompiledKernel(op, n_cols, ins, outs, dict(config), target, jit_kernel, row_stride)
+    return _BUILT.setdefault(_build_key(op, n_cols, ins, outs, config, target, row_stride), compiled)

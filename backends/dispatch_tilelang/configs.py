@@ -233,8 +233,9 @@ def families(configs: list[Mapping[str, Any]], target: str) -> dict[tuple, list[
     return groups
 
 
-def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, Any], target: str) -> str | None:
-    """Why ``config`` cannot build for this call, or None."""
+def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, Any], target: str,
+                    row_stride: int = 0) -> str | None:
+    """Why ``config`` cannot build for this call (rows ``row_stride`` apart on CUDA, 0 dense), or None."""
     try:
         jit_kwargs, build = split_config(config, target)
     except ValueError as exc:
@@ -246,4 +247,5 @@ def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, An
         return check_cpu_config(n_cols, {**jit_kwargs, **build})
     if build["cluster"] > 1 and not cuda_supports_clusters():
         return "thread-block clusters (cluster > 1) need an sm_90+ GPU"
-    return cuda_kernels.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"], jit_kwargs["block_m"], jit_kwargs["threads"])
+    return cuda_kernels.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"],
+                                     jit_kwargs["block_m"], jit_kwargs["threads"], row_stride)

@@ -22,6 +22,11 @@ Every CTA's fragment layout is pinned with ``T.annotate_layout``: thread ``t`` o
 owns 16-byte vectors ``t, t + tpr, t + 2 tpr, ...`` of the row, so loads and stores are
 coalesced 128-bit accesses and the row reduction spans exactly ``tpr`` threads. ``M`` is
 dynamic (rows go on ``blockIdx.x``, up to 2**31 - 1); ``N`` is static.
+
+``row_stride`` (a build-time key; 0: dense rows): rows ``row_stride`` elements apart (a slice
+``x[:, :N]`` of wider rows, leading dims that collapse to such rows), read in place through a
+strided view; the output is dense. The vectors then divide the stride too, so that every row
+starts on a vector (given a data pointer aligned to one).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations, which
@@ -44,6 +49,7 @@ from ._numerics import (
     safe_max,
     softmax_scale,
 )
+from .norm_kernels import x_type
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 # Portable cluster size. TileLang's launcher also allows non-portable 16, but no cluster-16 kernel
@@ -53,25 +59,30 @@ MAX_CLUSTER = 8
 MAX_FP32_PER_THREAD = 32
 
 
-def vector_width(n_cols: int, dtype: str) -> int:
-    """Elements per 16-byte access, reduced until it divides the row (so every row start stays aligned)."""
+def vector_width(n_cols: int, dtype: str, row_stride: int = 0) -> int:
+    """Elements per 16-byte access, reduced until it divides the row and the row stride (so every
+    row start stays aligned; 0: dense rows, the row's length apart)."""
     vec = 16 // DTYPE_BYTES[dtype]
-    while vec > 1 and n_cols % vec:
+    while vec > 1 and (n_cols % vec or row_stride % vec):
         vec //= 2
     return vec
 
 
-def tile_width(n_cols: int, in_dtype: str, tile_n: int, block_m: int, threads: int) -> int:
+def tile_width(n_cols: int, in_dtype: str, tile_n: int, block_m: int, threads: int, row_stride: int = 0) -> int:
     """Columns one CTA holds per tile: the padded row for the row family, ``tile_n`` otherwise."""
-    vec = vector_width(n_cols, in_dtype)
+    vec = vector_width(n_cols, in_dtype, row_stride)
     step = vec * (threads // block_m)
     if tile_n <= 0:
         return -(-n_cols // step) * step
     return tile_n
 
 
-def check_launch(n_cols: int, in_dtype: str, tile_n: int, cluster: int, block_m: int, threads: int) -> str | None:
-    """Why (block_m, threads) cannot run this family, or None. Also used to prune the config space."""
+def check_launch(n_cols: int, in_dtype: str, tile_n: int, cluster: int, block_m: int, threads: int,
+                 row_stride: int = 0) -> str | None:
+    """Why (block_m, threads) cannot run this family, or None. Also used to prune the config space.
+
+    A config that passes for dense rows passes for every ``row_stride``: a stride can only narrow
+    the vectors, which never pads a tile more nor breaks a ``tile_n`` multiple."""
     if threads % 32 or not 32 <= threads <= 1024:
         return f"threads must be a multiple of 32 in [32, 1024] (got {threads})"
     if block_m < 1 or threads % block_m or (threads // block_m) & (threads // block_m - 1):
@@ -80,11 +91,11 @@ def check_launch(n_cols: int, in_dtype: str, tile_n: int, cluster: int, block_m:
         return f"cluster must be in [1, {MAX_CLUSTER}] (got {cluster})"
     if tile_n <= 0 and cluster != 1:
         return "the whole-row family (tile_n=0) runs without a cluster"
-    vec = vector_width(n_cols, in_dtype)
+    vec = vector_width(n_cols, in_dtype, row_stride)
     tpr = threads // block_m
     if tile_n > 0 and tile_n % (vec * tpr):
         return f"tile_n={tile_n} must be a multiple of vector width {vec} x {tpr} threads per row"
-    per_thread = tile_width(n_cols, in_dtype, tile_n, block_m, threads) // tpr
+    per_thread = tile_width(n_cols, in_dtype, tile_n, block_m, threads, row_stride) // tpr
     if per_thread > MAX_FP32_PER_THREAD:
         return (f"{per_thread} values per thread exceed the register budget of {MAX_FP32_PER_THREAD}; "
                 "use more threads, a smaller tile_n, or a larger cluster")
@@ -110,31 +121,36 @@ def _fragment_layout(block_m: int, tile: int, tpr: int, vec: int):
 
 
 @functools.lru_cache(maxsize=None)
-def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
+def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
+            row_stride: int = 0):
     """The ``@tilelang.jit`` program (tunables ``block_m``, ``threads``) for one CUDA kernel family.
 
     ``arch`` (e.g. ``"sm_90"``) pins the target; None lets TileLang read it off the current device.
+    ``row_stride``: 0 for dense rows (the program is then exactly the dense one), else the
+    elements between consecutive rows of the input.
     """
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N = n_cols
     C = cluster
-    vec = vector_width(N, in_dtype)
+    S = row_stride
+    vec = vector_width(N, in_dtype, S)
     lse = op == "logsumexp"
     log = op == "log_softmax"
 
     @tilelang.jit(target=target, out_idx=[1])
     def cuda_rowwise(block_m, threads):
-        reason = check_launch(N, in_dtype, tile_n, C, block_m, threads)
+        reason = check_launch(N, in_dtype, tile_n, C, block_m, threads, S)
         if reason is not None:
             raise ValueError(reason)
         tpr = threads // block_m
-        TILE = tile_width(N, in_dtype, tile_n, block_m, threads)
+        TILE = tile_width(N, in_dtype, tile_n, block_m, threads, S)
         NT = -(-N // (C * TILE))  # tiles per CTA
         M = T.dynamic("m")
         y_shape = (M,) if lse else (M, N)
+        X = x_type(T, M, N, in_dtype, S)
 
         @T.prim_func
-        def main(x: T.Tensor((M, N), in_dtype), y: T.Tensor(y_shape, out_dtype)):
+        def main(x: X, y: T.Tensor(y_shape, out_dtype)):
             with T.Kernel(T.ceildiv(M, block_m), C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
                 xf = T.alloc_fragment((block_m, TILE), F32)
                 ef = T.alloc_fragment((block_m, TILE), F32)

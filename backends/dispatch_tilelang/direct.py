@@ -12,6 +12,9 @@ the allocator's anchor, as the adapter calls it.
 
 The kernels load and store 16-byte vectors: an input whose data pointer is not 16-byte aligned
 (a view that starts mid-vector) is copied to an aligned buffer first, never handed over as is.
+A kernel of strided rows (``compiled.row_stride``) is handed the input's ``(M, N)`` view of
+strides ``(row_stride, 1)``, the strides its executable checks; a misaligned one is copied into
+rows of the same stride (:func:`~dispatch_tilelang.norms.aligned`).
 The direct call is used after a first eager call has shown that it gives what the adapter's
 call gives; where the adapter is not tvm-ffi, or the check fails, calls go through the adapter.
 """
@@ -78,9 +81,13 @@ class CallPath:
         if compiled.target != "cuda" and self.executable is not None:
             self.executable, self.why = None, f"target {compiled.target!r}: bf16 travels as int16 bit patterns there"
         self.state = "adapter" if self.executable is not None else "adapter only"
-        self.run = self._closure(input_is_2d)
+        row_stride = getattr(compiled, "row_stride", 0)  # 0: dense rows
+        self._rows = _strided_rows(m, n, row_stride) if row_stride else None
+        self.run = self._strided_closure() if self._rows is not None else self._closure(input_is_2d)
 
     def _adapter(self, x: torch.Tensor) -> torch.Tensor:
+        if self._rows is not None:
+            return self.compiled(self._rows(x)).view(self.out_shape)
         if x.data_ptr() & 15:
             x = x.clone()  # the kernels load 16-byte vectors; a fresh allocation is aligned
         return self.compiled(x.reshape(self.m, self.n)).view(self.out_shape)
@@ -123,6 +130,33 @@ class CallPath:
         run.path = self  # type: ignore[attr-defined]
         return run
 
+    def _strided_closure(self):
+        """``run`` of a kernel of strided rows: the adapter's call, then the executable's once checked,
+        each handed the rows in place (see :func:`_strided_rows`)."""
+        exe, empty, out_dtype, rows = entry_of(self.executable), torch.empty, self.compiled._torch_out, self._rows
+        out_shape, callee, armed = self.out_shape, self.abi == "callee", [False]
+        kernel_shape = (self.m,) if self.compiled.op == "logsumexp" else (self.m, self.n)
+
+        def direct(x: torch.Tensor) -> torch.Tensor:
+            x2 = rows(x)
+            if callee:
+                return exe(x2, x2).view(out_shape)
+            out = empty(kernel_shape, dtype=out_dtype, device=x.device)
+            exe(x2, out)
+            return out.view(out_shape)
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            if armed[0]:
+                return direct(x)
+            out = self._adapter(x)
+            if self.state == "adapter" and x.device.type in ARM_DEVICES and not _capturing():
+                self._check(direct, x, out)
+                armed[0] = self.state == "direct"
+            return out
+
+        run.path = self  # type: ignore[attr-defined]
+        return run
+
     def _check(self, direct, x: torch.Tensor, expected: torch.Tensor) -> None:
         """Arm the executable's call if it gives what the adapter's gave (once; it synchronizes)."""
         try:
@@ -133,7 +167,21 @@ class CallPath:
         self.state, self.why = ("direct", "") if ok else ("adapter only", why)
 
 
+def _strided_rows(m: int, n: int, row_stride: int):
+    """``rows(x)``: the ``(m, n)`` view of ``x``'s rows ``row_stride`` apart (its leading dims collapse
+    to them: the verdict said so), or, where it starts mid-vector, a copy into aligned rows of that
+    stride. The user's tensor is read in place, never written."""
+    from .norms import aligned
+
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        view = x.as_strided((m, n), (row_stride, 1))
+        return aligned(view) if view.data_ptr() & 15 else view
+
+    return rows
+
+
 def call_path(compiled, m: int, n: int, out_shape: tuple[int, ...], input_is_2d: bool):
     """``run(x)`` for ``compiled`` (a :class:`~dispatch_tilelang.build.CompiledKernel`) on inputs
-    of ``m`` rows of ``n`` (contiguous); ``run.path`` is the :class:`CallPath`."""
+    of ``m`` rows of ``n`` (contiguous, or ``compiled.row_stride`` apart); ``run.path`` is the
+    :class:`CallPath`."""
     return CallPath(compiled, m, n, out_shape, input_is_2d).run

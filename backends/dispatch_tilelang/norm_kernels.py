@@ -62,7 +62,7 @@ def _affine(v, w, b, j, has_weight: bool, has_bias: bool):
     return v
 
 
-def _x_type(T, M, N, dtype: str, row_stride: int):
+def x_type(T, M, N, dtype: str, row_stride: int):
     """The input's annotation: dense (M, N) rows, or rows ``row_stride`` apart."""
     return T.StridedTensor((M, N), (row_stride, 1), dtype) if row_stride else T.Tensor((M, N), dtype)
 
@@ -85,7 +85,7 @@ def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bo
     @tilelang.jit(target="c", out_idx=[3], compile_flags=_COMPILE_FLAGS)
     def cpu_norm(block_m):
         M = T.dynamic("m")
-        X = _x_type(T, M, N, xs, SX)
+        X = x_type(T, M, N, xs, SX)
 
         @T.prim_func
         def main(x: X, w: T.Tensor((N,), xs), b: T.Tensor((N,), xs), y: T.Tensor((M, N), xs)):
@@ -177,7 +177,7 @@ def cuda_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: b
         tpr = threads // block_m
         TILE = -(-N // tpr) * tpr
         M = T.dynamic("m")
-        X = _x_type(T, M, N, dtype, SX)
+        X = x_type(T, M, N, dtype, SX)
 
         @T.prim_func
         def main(x: X, w: T.Tensor((N,), dtype), b: T.Tensor((N,), dtype), y: T.Tensor((M, N), dtype)):
@@ -244,7 +244,7 @@ def cuda_chunked_program(op: str, n_cols: int, dtype: str, has_weight: bool, has
         if reason is not None:
             raise ValueError(reason)
         M = T.dynamic("m")
-        X = _x_type(T, M, N, dtype, SX)
+        X = x_type(T, M, N, dtype, SX)
 
         @T.prim_func
         def main(x: X, w: T.Tensor((N,), dtype), b: T.Tensor((N,), dtype), y: T.Tensor((M, N), dtype)):

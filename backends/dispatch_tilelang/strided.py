@@ -2,10 +2,13 @@
 
 A call is served when its plan (:func:`dispatch.backend.strided_plan`) exists: the input is read
 in place, through a flat view of its span, by the column kernels of :mod:`.strided_kernels`.
-On CUDA the reduced dim must not be the unit-stride one (rows with gaps between them, a slice
-``x[:, :n]``, would put a whole row on each thread, every load of a warp in another row), and
-there must be columns enough to fill the GPU (:data:`MIN_CUDA_COLUMNS`); the C target serves
-every plan.
+On CUDA the reduced dim must not be the unit-stride one (a column per thread would put a whole
+row on each thread, every load of a warp in another row): rows one stride apart, a slice
+``x[:, :n]`` of wider rows, go to the row kernels instead, so what is refused here is a
+unit-stride reduced dim whose rows don't collapse to one stride (leading dims permuted, the
+unit-stride dim not the last one, dims reduced together, broadcast or overlapping rows). There
+must also be columns enough to fill the GPU (:data:`MIN_CUDA_COLUMNS`); the C target serves
+every plan (strided rows included: its row kernels take dense rows only).
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ def check(spec, target: str) -> Verdict:
     if isinstance(p, str):
         return Verdict.no(p)
     if target == "cuda" and p.R > 1 and p.x_strides[1] == 1:
-        return Verdict.no("the reduced dim is unit-stride but the rows are not contiguous (a slice of a wider "
-                          "tensor, a transposed view): a thread per row would read a whole row alone, and the "
-                          "row kernels need a contiguous input")
+        return Verdict.no("the reduced dim is unit-stride but its rows are not one stride apart (leading dims "
+                          "permuted, a transposed view reduced over its unit-stride dim, dims reduced together, "
+                          "broadcast or overlapping rows): a thread per row would read a whole row alone, and the "
+                          "row kernels take the last dim of rows one stride apart")
     if target == "cuda" and 0 < p.outer * p.inner * p.R and p.outer * p.inner < MIN_CUDA_COLUMNS:  # empty: no launch
         return Verdict.no(f"{p.outer * p.inner} columns of {p.R}: a thread per column would leave most of the GPU "
                           f"idle (these kernels take {MIN_CUDA_COLUMNS} columns or more; H200: 3-5% of copy "

@@ -18,7 +18,8 @@ import torch
 
 import dispatch
 from dispatch.backend import (BackendInfo, CallSpec, Config, Timing, TuneResult, TuneSpace, Verdict,
-                              contiguous_strides, dist_version, do_bench, hookimpl, measure, source_hash)
+                              contiguous_strides, dist_version, do_bench, hookimpl, measure, rows_stride,
+                              source_hash)
 
 NAME = "triton"
 OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
@@ -75,14 +76,9 @@ def dispatch_backend_info() -> BackendInfo:
 
 
 def rows_view_stride(spec: CallSpec) -> int | None:
-    """The row stride if the leading dims of ``spec`` collapse to rows without a copy, else None."""
-    if spec.ndim == 1:
-        return spec.shape[0]
-    row_stride = spec.stride[-2]
-    for i in range(spec.ndim - 2):
-        if spec.shape[i] != 1 and spec.stride[i] != spec.stride[i + 1] * spec.shape[i + 1]:
-            return None
-    return row_stride
+    """The row stride if the leading dims of ``spec`` collapse to rows without a copy, else None
+    (:func:`dispatch.backend.rows_stride`)."""
+    return rows_stride(spec.shape, spec.stride)
 
 
 @hookimpl
