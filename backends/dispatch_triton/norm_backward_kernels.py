@@ -28,11 +28,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import _interpreting
 from .jit import _ticket
-from .norm_kernels import _ld, _part_counts, _row_shift, _stats, _tile_ptrs, _to_out
-
-_INTERPRETED = tl.constexpr(_interpreting())
+from .norm_kernels import _INTERPRETED, _ld, _part_counts, _row_shift, _stats, _tile_ptrs, _to_out
 
 
 @triton.jit
@@ -158,18 +155,33 @@ def _sum2(a, b):
 
 
 @triton.jit
+def _welford2(n_a, md_a, mg_a, q_a, c_a, n_b, md_b, mg_b, q_b, c_b):
+    # (count, mean d, mean g, M2 of d, co-moment of d and g) of two parts together (Chan et al.)
+    n = n_a + n_b
+    w = n_b / tl.maximum(n, 1.0)
+    dd = md_b - md_a
+    dg = mg_b - mg_a
+    return n, md_a + dd * w, mg_a + dg * w, q_a + q_b + dd * dd * n_a * w, c_a + c_b + dd * dg * n_a * w
+
+
+@triton.jit
 def _bwd_partial(x, g, cmask, shift, IS_RMS: tl.constexpr):
     # a chunk's four partials (fp32 x and g = dy * w, zeros where masked off): layer_norm, with
-    # d = x - shift and m its mean over the chunk, (sum d, sum (d - m)^2, sum g (d - m), sum g);
-    # rms_norm (0, sum x^2, sum g x, sum g)
+    # d = x - shift and m its mean over the chunk, (sum d, sum (d - m)^2, sum g (d - m), sum g), in
+    # one reduction tree (sum g (d - m) is the co-moment of d and g); rms_norm (0, sum x^2, sum g x,
+    # sum g)
     if IS_RMS:
         m2, sgd = _sum2(x * x, g * x)
         return tl.full([], 0.0, tl.float32), m2, sgd, tl.sum(g, 0)
     d = tl.where(cmask, x - shift, 0.0)
-    s, sg = _sum2(d, g)
-    e = tl.where(cmask, d - s / tl.maximum(tl.sum(cmask.to(tl.float32), 0), 1.0), 0.0)
-    m2, sgd = _sum2(e * e, g * e)
-    return s, m2, sgd, sg
+    if _INTERPRETED:  # the same numbers in two passes (see norm_kernels._INTERPRETED)
+        s, sg = _sum2(d, g)
+        e = tl.where(cmask, d - s / tl.maximum(tl.sum(cmask.to(tl.float32), 0), 1.0), 0.0)
+        m2, sgd = _sum2(e * e, g * e)
+        return s, m2, sgd, sg
+    z = tl.zeros_like(d)
+    n, md, mg, q, cm = tl.reduce((cmask.to(tl.float32), d, g, z, z), 0, _welford2)
+    return md * n, q, cm, mg * n
 
 
 @triton.jit

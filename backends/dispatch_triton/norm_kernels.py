@@ -51,13 +51,14 @@ import triton.language as tl
 from . import _interpreting
 from .jit import _MAXS, _await_pairs, _publish, _ticket
 
-# The interpreter truncates fp32 -> bf16 where the GPU rounds to nearest even: emulate the GPU
-_EMU_RNE = tl.constexpr(_interpreting())
+# The interpreter truncates fp32 -> bf16 where the GPU rounds to nearest even: emulate the GPU. It
+# also runs a reduction's combine function element by element in Python: there, sums instead
+_INTERPRETED = tl.constexpr(_interpreting())
 
 
 @triton.jit
 def _to_out(x, TY: tl.constexpr):
-    if _EMU_RNE:
+    if _INTERPRETED:
         if TY == tl.bfloat16:
             b = x.to(tl.uint32, bitcast=True)
             b = b + 0x7FFF + ((b >> 16) & 1)
@@ -153,10 +154,10 @@ def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl
             x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
         if IS_RMS:
             m2 += x * x
-        else:
+        else:  # a lane live in chunk c was live in every chunk before it: its count is c - lo + 1
             n += cmask.to(tl.float32)
             delta = tl.where(cmask, x - shift - mu, 0.0)
-            mu += delta / tl.maximum(n, 1.0)
+            mu += delta * (1.0 / (c - lo + 1))
             m2 += tl.where(cmask, delta * (x - shift - mu), 0.0)
     return _merge_parts(mu * n, m2, n, IS_RMS)
 
@@ -220,17 +221,30 @@ def _row_chunk(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
 
 
 @triton.jit
+def _welford(n_a, m_a, q_a, n_b, m_b, q_b):
+    # (count, mean, M2) of two parts together (Chan et al.): one reduction tree gives a chunk's
+    # mean and its M2 about that mean, where a second pass over the chunk would need a second
+    # exchange between the warps; empty parts (count 0) leave the other as it is
+    n = n_a + n_b
+    w = n_b / tl.maximum(n, 1.0)
+    delta = m_b - m_a
+    return n, m_a + delta * w, q_a + q_b + delta * delta * n_a * w
+
+
+@triton.jit
 def _chunk_partial(xr, shift, cmask, IS_RMS: tl.constexpr):
-    # a chunk's partial (sum d, M2 about the chunk's mean of d), d = x - shift (the row's first
-    # element, so that rows far from zero give small numbers); rms_norm: (0, sum x^2)
+    # a chunk's partial (sum d, M2 about the chunk's mean of d), d = x - shift; rms_norm: (0, sum x^2)
     x = xr.to(tl.float32)
     if IS_RMS:
         return tl.full([], 0.0, tl.float32), tl.sum(x * x, 0)
     else:
         d = tl.where(cmask, x - shift, 0.0)
-        s = tl.sum(d, 0)
-        e = tl.where(cmask, d - s / tl.maximum(tl.sum(cmask.to(tl.float32), 0), 1.0), 0.0)
-        return s, tl.sum(e * e, 0)
+        if _INTERPRETED:  # the same numbers in two passes
+            sd = tl.sum(d, 0)
+            e = tl.where(cmask, d - sd / tl.maximum(tl.sum(cmask.to(tl.float32), 0), 1.0), 0.0)
+            return sd, tl.sum(e * e, 0)
+        n, m, q = tl.reduce((cmask.to(tl.float32), d, tl.zeros_like(d)), 0, _welford)
+        return m * n, q
 
 
 @triton.jit
