@@ -29,7 +29,8 @@ import triton
 import triton.language as tl
 
 from .jit import _ticket
-from .norm_kernels import _INTERPRETED, _ld, _part_counts, _row_shift, _stats, _tile_ptrs, _to_out
+from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _row_shift, _stats, _sum2, _sum4, _tile_ptrs,
+                           _to_out)
 
 
 @triton.jit
@@ -140,48 +141,23 @@ def _chunk_start(w_ptr, c, N, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _add2(a0, b0, a1, b1):
-    return a0 + a1, b0 + b1
-
-
-@triton.jit
-def _sum2(a, b):
-    # two sums over a chunk in one reduction on a GPU (one exchange between the warps, not two);
-    # the interpreter runs a combine function element by element, so there: two sums
-    if _INTERPRETED:
-        return tl.sum(a, 0), tl.sum(b, 0)
-    else:
-        return tl.reduce((a, b), 0, _add2)
-
-
-@triton.jit
-def _welford2(n_a, md_a, mg_a, q_a, c_a, n_b, md_b, mg_b, q_b, c_b):
-    # (count, mean d, mean g, M2 of d, co-moment of d and g) of two parts together (Chan et al.)
-    n = n_a + n_b
-    w = n_b / tl.maximum(n, 1.0)
-    dd = md_b - md_a
-    dg = mg_b - mg_a
-    return n, md_a + dd * w, mg_a + dg * w, q_a + q_b + dd * dd * n_a * w, c_a + c_b + dd * dg * n_a * w
-
-
-@triton.jit
-def _bwd_partial(x, g, cmask, shift, IS_RMS: tl.constexpr):
-    # a chunk's four partials (fp32 x and g = dy * w, zeros where masked off): layer_norm, with
-    # d = x - shift and m its mean over the chunk, (sum d, sum (d - m)^2, sum g (d - m), sum g), in
-    # one reduction tree (sum g (d - m) is the co-moment of d and g); rms_norm (0, sum x^2, sum g x,
-    # sum g)
+def _bwd_partial(x, g, cmask, shift, nc, IS_RMS: tl.constexpr):
+    # a chunk's four partials over its nc elements (fp32 x and g = dy * w, zeros where masked off):
+    # layer_norm, with d = x - shift and m the chunk's mean of d, (sum d, sum (d - m)^2,
+    # sum g (d - m), sum g): one reduction, a second about m where the shift is ill placed (see
+    # norm_kernels._ill_placed); rms_norm (0, sum x^2, sum g x, sum g)
     if IS_RMS:
         m2, sgd = _sum2(x * x, g * x)
         return tl.full([], 0.0, tl.float32), m2, sgd, tl.sum(g, 0)
     d = tl.where(cmask, x - shift, 0.0)
-    if _INTERPRETED:  # the same numbers in two passes (see norm_kernels._INTERPRETED)
-        s, sg = _sum2(d, g)
-        e = tl.where(cmask, d - s / tl.maximum(tl.sum(cmask.to(tl.float32), 0), 1.0), 0.0)
-        m2, sgd = _sum2(e * e, g * e)
-        return s, m2, sgd, sg
-    z = tl.zeros_like(d)
-    n, md, mg, q, cm = tl.reduce((cmask.to(tl.float32), d, g, z, z), 0, _welford2)
-    return md * n, q, cm, mg * n
+    s, q, sgd, sg = _sum4(d, d * d, g * d, g)
+    m = s / nc
+    if _ill_placed(s, q, nc):
+        e = tl.where(cmask, d - m, 0.0)
+        q, sgd = _sum2(e * e, g * e)
+        return s, q, sgd, sg
+    else:
+        return s, _centred(s, q, nc), sgd - m * sg, sg
 
 
 @triton.jit
@@ -274,7 +250,7 @@ def _split_bwd(
             g = dy
         wbase = ws_ptr + r64 * S * 4
         if PHASE == 1:
-            s1, m2, sgd, sg = _bwd_partial(x, g, cmask, shift, IS_RMS)
+            s1, m2, sgd, sg = _bwd_partial(x, g, cmask, shift, tl.maximum(_part_counts(c, N, BLOCK_N), 1.0), IS_RMS)
             tl.store(wbase + c * 4, s1)
             tl.store(wbase + c * 4 + 1, m2)
             tl.store(wbase + c * 4 + 2, sgd)
@@ -373,13 +349,13 @@ def _coop_chunk(x_ptr, dy_ptr, row, stride_xm, stride_dym, cols, M, N, IS_RMS: t
 
 
 @triton.jit
-def _coop_publish(slot_ptr, idx, xr, dyr, shift, w, cmask, tag, HAS_WEIGHT: tl.constexpr, IS_RMS: tl.constexpr):
+def _coop_publish(slot_ptr, idx, xr, dyr, shift, w, cmask, nc, tag, HAS_WEIGHT: tl.constexpr, IS_RMS: tl.constexpr):
     # a chunk's four partials (_bwd_partial), published
     x = xr.to(tl.float32)
     g = dyr.to(tl.float32)
     if HAS_WEIGHT:
         g = g * w
-    s1, m2, sgd, sg = _bwd_partial(x, g, cmask, shift, IS_RMS)
+    s1, m2, sgd, sg = _bwd_partial(x, g, cmask, shift, nc, IS_RMS)
     _publish4(slot_ptr, idx, s1, m2, sgd, sg, tag)
 
 
@@ -410,15 +386,16 @@ def _norm_bwd_coop(
     grp = tid // S
     c = tid % S
     cols, cmask, w, acc_w, acc_b = _chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
+    nc = tl.maximum(_part_counts(c, N, BLOCK_N), 1.0)
     xr, dyr, sh = _coop_chunk(x_ptr, dy_ptr, grp, stride_xm, stride_dym, cols, M, N, IS_RMS)
     if grp < M:
-        _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * 4 + c * 4, xr, dyr, sh, w, cmask, tag,
+        _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * 4 + c * 4, xr, dyr, sh, w, cmask, nc, tag,
                       HAS_WEIGHT, IS_RMS)
     xr_n, dyr_n, sh_n = _coop_chunk(x_ptr, dy_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N, IS_RMS)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if nrow < M:
-            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * 4 + c * 4, xr_n, dyr_n, sh_n, w, cmask,
+            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * 4 + c * 4, xr_n, dyr_n, sh_n, w, cmask, nc,
                           tag, HAS_WEIGHT, IS_RMS)
         xr_nn, dyr_nn, sh_nn = _coop_chunk(x_ptr, dy_ptr, nrow + n_groups, stride_xm, stride_dym, cols, M, N, IS_RMS)
         r64 = tl.cast(row, tl.int64)

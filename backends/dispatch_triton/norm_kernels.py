@@ -30,13 +30,14 @@ persistent one-pass grid does with tiles) and ``HINTS`` (L2 eviction hints: ``y`
 evict_first; on the chunked and split paths the first read of ``x`` evict_last, so that the second
 read finds it in L2 rather than in HBM).
 
-Statistics of a chunked row: ``d = x - x[0]`` (small numbers for rows far from zero), and per part
-of the row (a lane of a chunk walk, a chunk, a segment) ``sum d`` and ``M2``, the sum of squares
-about the part's own mean (Welford's update along a lane, two reductions over a chunk held in
-registers); the parts are merged by Chan et al.'s rule, ``M2 = sum M2_p + sum n_p (mean_p -
-mean)^2``. Nothing subtracts two large sums, so a row whose first element is far from the rest
-(a massive activation) keeps its variance: ``sum d^2 / N - (sum d / N)^2`` would cancel there.
-rms_norm needs only ``sum x^2``.
+Statistics of a chunked row: ``d = x - shift``, the shift the mean of the row's first 32 elements
+(small numbers for rows far from zero), and per part of the row (a chunk, a segment, the whole
+walk) ``sum d`` and ``M2``, its sum of squares about its own mean, ``sum d^2 - (sum d)^2 / n``.
+That difference cancels where the shift is farther from the part's mean than the part's spread
+(a massive element among the first 32 moves the shift): there the part is summed again about its
+mean (a second reduction over the chunk in registers, a second walk), so it never loses more than
+a bit. The parts merge by Chan et al.'s rule, ``M2 = sum M2_p + sum n_p (mean_p - mean)^2``, which
+subtracts nothing. rms_norm needs only ``sum x^2``.
 
 ``HAS_WEIGHT`` / ``HAS_BIAS`` are constexprs that the autotuner's key never sees: an absent
 weight or bias is passed as a cached placeholder of the input's dtype, so calls with and without
@@ -131,15 +132,13 @@ def _part_counts(j, N, PART):
 
 
 @triton.jit
-def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
-                PREFETCH: tl.constexpr = 0, EV: tl.constexpr = 0):
-    # (sum d, M2) over chunks [lo, hi) of a row, d = x - shift; layer_norm: each lane runs Welford's
-    # update over its elements, the lanes are merged by _merge_parts; rms_norm: (0, sum x^2).
-    # PREFETCH: the next chunk's load is issued before the current one is summed
+def _walk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
+               PREFETCH: tl.constexpr = 0, EV: tl.constexpr = 0):
+    # (sum d, sum d^2) over chunks [lo, hi) of a row, d = x - shift (x itself for rms_norm, whose
+    # sum d is not kept); PREFETCH: the next chunk's load is issued before the current one is summed
     cols0 = tl.arange(0, BLOCK_N)
-    n = tl.zeros([BLOCK_N], tl.float32)
-    mu = tl.zeros([BLOCK_N], tl.float32)
-    m2 = tl.zeros([BLOCK_N], tl.float32)
+    s1 = tl.zeros([BLOCK_N], tl.float32)
+    s2 = tl.zeros([BLOCK_N], tl.float32)
     if PREFETCH:
         ncols = lo * BLOCK_N + cols0
         x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
@@ -153,13 +152,45 @@ def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl
         else:
             x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
         if IS_RMS:
-            m2 += x * x
-        else:  # a lane live in chunk c was live in every chunk before it: its count is c - lo + 1
-            n += cmask.to(tl.float32)
-            delta = tl.where(cmask, x - shift - mu, 0.0)
-            mu += delta * (1.0 / (c - lo + 1))
-            m2 += tl.where(cmask, delta * (x - shift - mu), 0.0)
-    return _merge_parts(mu * n, m2, n, IS_RMS)
+            s2 += x * x
+        else:
+            d = tl.where(cmask, x - shift, 0.0)
+            s1 += d
+            s2 += d * d
+    return tl.sum(s1, 0), tl.sum(s2, 0)
+
+
+@triton.jit
+def _centred(s, q, n):
+    # M2 (the sum of squares about the mean) of n values from their sum s and sum of squares q
+    # about a shift, where that shift is within one spread of their mean (see _ill_placed)
+    return tl.maximum(q - s * (s / n), 0.0)
+
+
+@triton.jit
+def _ill_placed(s, q, n):
+    # the shift is farther from the values' mean than their spread, (s / n)^2 > q / n - (s / n)^2:
+    # q - s^2 / n would cancel to a few digits there (a massive element in the row's head moves the
+    # shift), so the sums are taken again about the mean
+    m = s / n
+    return 2.0 * m * m > q / n
+
+
+@triton.jit
+def _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
+                PREFETCH: tl.constexpr = 0, EV: tl.constexpr = 0):
+    # (sum d, M2) over chunks [lo, hi) of a row, d = x - shift; walked once, and once more about the
+    # mean where the shift is ill placed; rms_norm: (0, sum x^2)
+    s, q = _walk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N, PREFETCH, EV)
+    if IS_RMS:
+        return s, q
+    n = tl.maximum(tl.minimum(N, hi * BLOCK_N) - lo * BLOCK_N, 1).to(tl.float32)
+    if _ill_placed(s, q, n):
+        m = s / n
+        s2, q2 = _walk_sums(x_ptr, xoff, shift + m, N, lo, hi, IS_RMS, BLOCK_N, PREFETCH, EV)
+        return s2 + m * n, _centred(s2, q2, n)
+    else:
+        return s, _centred(s, q, n)
 
 
 @triton.jit
@@ -221,30 +252,50 @@ def _row_chunk(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _welford(n_a, m_a, q_a, n_b, m_b, q_b):
-    # (count, mean, M2) of two parts together (Chan et al.): one reduction tree gives a chunk's
-    # mean and its M2 about that mean, where a second pass over the chunk would need a second
-    # exchange between the warps; empty parts (count 0) leave the other as it is
-    n = n_a + n_b
-    w = n_b / tl.maximum(n, 1.0)
-    delta = m_b - m_a
-    return n, m_a + delta * w, q_a + q_b + delta * delta * n_a * w
+def _add2(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
 
 
 @triton.jit
-def _chunk_partial(xr, shift, cmask, IS_RMS: tl.constexpr):
-    # a chunk's partial (sum d, M2 about the chunk's mean of d), d = x - shift; rms_norm: (0, sum x^2)
+def _add4(a0, b0, c0, d0, a1, b1, c1, d1):
+    return a0 + a1, b0 + b1, c0 + c1, d0 + d1
+
+
+@triton.jit
+def _sum2(a, b):
+    # two sums over a chunk in one reduction on a GPU (one exchange between the warps, not two);
+    # the interpreter runs a combine function element by element, so there: two sums
+    if _INTERPRETED:
+        return tl.sum(a, 0), tl.sum(b, 0)
+    else:
+        return tl.reduce((a, b), 0, _add2)
+
+
+@triton.jit
+def _sum4(a, b, c, d):
+    # four sums over a chunk in one reduction on a GPU (see _sum2)
+    if _INTERPRETED:
+        return tl.sum(a, 0), tl.sum(b, 0), tl.sum(c, 0), tl.sum(d, 0)
+    else:
+        return tl.reduce((a, b, c, d), 0, _add4)
+
+
+@triton.jit
+def _chunk_partial(xr, shift, cmask, nc, IS_RMS: tl.constexpr):
+    # a chunk's partial (sum d, M2 about the chunk's mean of d) over its nc elements, d = x - shift:
+    # one reduction, a second about the chunk's mean where the shift is ill placed; rms_norm:
+    # (0, sum x^2)
     x = xr.to(tl.float32)
     if IS_RMS:
         return tl.full([], 0.0, tl.float32), tl.sum(x * x, 0)
     else:
         d = tl.where(cmask, x - shift, 0.0)
-        if _INTERPRETED:  # the same numbers in two passes
-            sd = tl.sum(d, 0)
-            e = tl.where(cmask, d - sd / tl.maximum(tl.sum(cmask.to(tl.float32), 0), 1.0), 0.0)
-            return sd, tl.sum(e * e, 0)
-        n, m, q = tl.reduce((cmask.to(tl.float32), d, tl.zeros_like(d)), 0, _welford)
-        return m * n, q
+        s, q = _sum2(d, d * d)
+        if _ill_placed(s, q, nc):
+            e = tl.where(cmask, d - s / nc, 0.0)
+            return s, tl.sum(e * e, 0)
+        else:
+            return s, _centred(s, q, nc)
 
 
 @triton.jit
@@ -282,18 +333,19 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, 
     c = tid % S
     cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
     cmask = cols < N
+    nc = tl.maximum(_part_counts(c, N, BLOCK_N), 1.0)
     w, b = _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
     xr, sh = _row_chunk(x_ptr, grp, stride_xm, cols, M, N, IS_RMS)
     if PHASE != 2:
         if grp < M:
-            p1, p2 = _chunk_partial(xr, sh, cmask, IS_RMS)
+            p1, p2 = _chunk_partial(xr, sh, cmask, nc, IS_RMS)
             _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * S * 2 + c * 2, p1, p2, tag)
     xr_n, sh_n = _row_chunk(x_ptr, grp + n_groups, stride_xm, cols, M, N, IS_RMS)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if PHASE != 2:
             if nrow < M:
-                p1, p2 = _chunk_partial(xr_n, sh_n, cmask, IS_RMS)
+                p1, p2 = _chunk_partial(xr_n, sh_n, cmask, nc, IS_RMS)
                 _publish(slot_ptr, 64 + tl.cast(nrow, tl.int64) * S * 2 + c * 2, p1, p2, tag)
         xr_nn, sh_nn = _row_chunk(x_ptr, nrow + n_groups, stride_xm, cols, M, N, IS_RMS)
         if PHASE != 1:
