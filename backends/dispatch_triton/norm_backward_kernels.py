@@ -152,12 +152,12 @@ def _bwd_partial(x, g, cmask, shift, nc, IS_RMS: tl.constexpr):
     d = tl.where(cmask, x - shift, 0.0)
     s, q, sgd, sg = _sum4(d, d * d, g * d, g)
     m = s / nc
-    if _ill_placed(s, q, nc):
+    m2 = _centred(s, q, nc)
+    sgm = sgd - m * sg
+    if _ill_placed(s, q, nc):  # assigned, not returned, in the branch (see norm_kernels._chunk_partial)
         e = tl.where(cmask, d - m, 0.0)
-        q, sgd = _sum2(e * e, g * e)
-        return s, q, sgd, sg
-    else:
-        return s, _centred(s, q, nc), sgd - m * sg, sg
+        m2, sgm = _sum2(e * e, g * e)
+    return s, m2, sgm, sg
 
 
 @triton.jit

@@ -291,11 +291,11 @@ def _chunk_partial(xr, shift, cmask, nc, IS_RMS: tl.constexpr):
     else:
         d = tl.where(cmask, x - shift, 0.0)
         s, q = _sum2(d, d * d)
-        if _ill_placed(s, q, nc):
+        m2 = _centred(s, q, nc)
+        if _ill_placed(s, q, nc):  # assigned, not returned, in the branch: Triton 3.6 fails to lower that
             e = tl.where(cmask, d - s / nc, 0.0)
-            return s, tl.sum(e * e, 0)
-        else:
-            return s, _centred(s, q, nc)
+            m2 = tl.sum(e * e, 0)
+        return s, m2
 
 
 @triton.jit
