@@ -30,14 +30,15 @@ persistent one-pass grid does with tiles) and ``HINTS`` (L2 eviction hints: ``y`
 evict_first; on the chunked and split paths the first read of ``x`` evict_last, so that the second
 read finds it in L2 rather than in HBM).
 
-Statistics of a chunked row: ``d = x - shift``, the shift the mean of the row's first 32 elements
-(small numbers for rows far from zero), and per part of the row (a chunk, a segment, the whole
-walk) ``sum d`` and ``M2``, its sum of squares about its own mean, ``sum d^2 - (sum d)^2 / n``.
-That difference cancels where the shift is farther from the part's mean than the part's spread
-(a massive element among the first 32 moves the shift): there the part is summed again about its
-mean (a second reduction over the chunk in registers, a second walk), so it never loses more than
-a bit. The parts merge by Chan et al.'s rule, ``M2 = sum M2_p + sum n_p (mean_p - mean)^2``, which
-subtracts nothing. rms_norm needs only ``sum x^2``.
+Statistics of a chunked row: ``d = x - shift``, the shift the median of the row's first, middle
+and last elements (small numbers for rows far from zero, and one massive element does not move
+it), and per part of the row (a chunk, a segment, the whole walk) ``sum d`` and ``M2``, its sum of
+squares about its own mean, ``sum d^2 - (sum d)^2 / n``. That difference cancels where the shift
+is farther from the part's mean than the part's spread (massive elements at two of those three
+places, a part far from the rest): there the part is summed again about its mean (a second
+reduction over the chunk in registers, a second walk), so it never loses more than a bit. The
+parts merge by Chan et al.'s rule, ``M2 = sum M2_p + sum n_p (mean_p - mean)^2``, which subtracts
+nothing. rms_norm needs only ``sum x^2``.
 
 ``HAS_WEIGHT`` / ``HAS_BIAS`` are constexprs that the autotuner's key never sees: an absent
 weight or bias is passed as a cached placeholder of the input's dtype, so calls with and without
@@ -205,15 +206,17 @@ def _stats(s1, m2, shift, N, eps, IS_RMS: tl.constexpr):
 
 @triton.jit
 def _row_shift(x_ptr, xoff, N, IS_RMS: tl.constexpr):
-    # the shift of a row's statistics: the mean of its first 32 elements (0 for rms_norm, and for
-    # N = 0: a row past the last). Near the row's mean, so d = x - shift stays small for rows far
-    # from zero; an average, so one massive element moves it by 1/32 of its size only
+    # the shift of a row's statistics: the median of its first, middle and last elements (0 for
+    # rms_norm, and for N = 0: a row past the last). Near the row's mean for rows far from zero, so
+    # d = x - shift stays small; a median, so one massive element does not move it. Three scalar
+    # loads, no reduction; where it lands far from a part's mean anyway, _ill_placed catches it
     if IS_RMS:
         return tl.full([], 0.0, tl.float32)
     else:
-        k = tl.arange(0, 32)
-        head = tl.load(x_ptr + xoff + k, mask=k < N, other=0.0).to(tl.float32)
-        return tl.sum(head, 0) / tl.maximum(tl.minimum(N, 32), 1).to(tl.float32)
+        a = tl.load(x_ptr + xoff, mask=N > 0, other=0.0).to(tl.float32)
+        b = tl.load(x_ptr + xoff + (N - 1) // 2, mask=N > 0, other=0.0).to(tl.float32)
+        c = tl.load(x_ptr + xoff + N - 1, mask=N > 0, other=0.0).to(tl.float32)
+        return tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), c))
 
 
 @triton.jit
