@@ -169,25 +169,26 @@ def test_explain_shows_the_configs_a_tune_space_pruned_and_why():
     assert "pruned configs" in text and "chunk=4096" in text and "longer than the row (100)" in text
 
 
+def _costed(name, costs, priority=0):
+    """A softmax backend (the chunked test kernel) whose card carries ``costs``."""
+    plugin = chunked_backend.make(name, priority=priority)
+
+    @dispatch.hookimpl
+    def dispatch_backend_info():
+        return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), priority={"cpu": priority},
+                                    costs=costs)
+
+    plugin.dispatch_backend_info = dispatch_backend_info
+    return plugin
+
+
 def test_with_tuning_off_the_cards_cost_figures_order_small_and_large_calls():
     """A backend with a costly launch but more bandwidth serves large calls, the cheap launch small
     ones: decided from the cards' figures and the op's bytes moved, with nothing measured."""
-    import chunked_backend
     from dispatch.autotune import measurement_count
 
-    def with_costs(name, cost, priority):
-        plugin = chunked_backend.make(name, priority=priority)
-
-        @dispatch.hookimpl
-        def dispatch_backend_info():
-            return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), priority={"cpu": priority},
-                                        costs={"cpu": cost})
-
-        plugin.dispatch_backend_info = dispatch_backend_info
-        return plugin
-
-    dispatch.register(with_costs("quick_launch", (2.0, 10.0), 1))
-    dispatch.register(with_costs("wide", (50.0, 1000.0), 0))
+    dispatch.register(_costed("quick_launch", {"cpu": (2.0, 10.0)}, priority=1))
+    dispatch.register(_costed("wide", {"cpu": (50.0, 1000.0)}))
     dispatch.configure(allow=["quick_launch", "wide"])
     before = measurement_count()
     small = dispatch.explain("softmax", torch.randn(2, 16)).decision
@@ -199,22 +200,11 @@ def test_with_tuning_off_the_cards_cost_figures_order_small_and_large_calls():
 def test_device_timing_drops_the_launch_from_the_estimate_and_keys_decisions_apart():
     """Under CUDA graphs a call costs its device time only: the backend with the costly launch but
     more bandwidth then serves small calls too, and wall and device decisions are cached apart."""
-    import chunked_backend
     from dispatch._keys import decision_key
     from dispatch.backend import spec_of
 
-    def with_costs(name, cost):
-        plugin = chunked_backend.make(name, priority=0)
-
-        @dispatch.hookimpl
-        def dispatch_backend_info():
-            return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), costs={"cpu": cost})
-
-        plugin.dispatch_backend_info = dispatch_backend_info
-        return plugin
-
-    dispatch.register(with_costs("quick_launch", (2.0, 10.0)))
-    dispatch.register(with_costs("wide", (50.0, 1000.0)))
+    dispatch.register(_costed("quick_launch", {"cpu": (2.0, 10.0)}))
+    dispatch.register(_costed("wide", {"cpu": (50.0, 1000.0)}))
     dispatch.configure(allow=["quick_launch", "wide"])
     x = torch.randn(2, 16)
     assert dispatch.explain("softmax", x).decision.backend == "quick_launch"
@@ -240,7 +230,6 @@ def test_a_row_cost_figure_sends_few_long_rows_to_the_backend_that_splits_them()
     """A card's third figure (ns per element of a row) is a floor under bandwidth: a backend that gives
     each row to one block takes a row's time however few the rows, so it loses long rows and keeps
     short ones, with the same bytes moved."""
-    import chunked_backend
 
     info = dispatch.BackendInfo(name="costed", version="1", ops=("softmax",),
                                 costs={"cuda": (10.0, 1000.0, 2.0)})
@@ -248,18 +237,8 @@ def test_a_row_cost_figure_sends_few_long_rows_to_the_backend_that_splits_them()
     assert info.estimate_us("cuda", 2_000_000, op="softmax", row_size=10_000) == 10.0 + 20.0  # one row
     assert info.estimate_us("cuda", 2_000_000, op="softmax") == 10.0 + 2.0  # an op that declares no rows
 
-    def with_costs(name, cost):
-        plugin = chunked_backend.make(name, priority=0)
-
-        @dispatch.hookimpl
-        def dispatch_backend_info():
-            return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), costs={"cpu": cost})
-
-        plugin.dispatch_backend_info = dispatch_backend_info
-        return plugin
-
-    dispatch.register(with_costs("row_per_block", (1.0, 1000.0, 1.0)))
-    dispatch.register(with_costs("split_rows", (5.0, 1000.0)))
+    dispatch.register(_costed("row_per_block", {"cpu": (1.0, 1000.0, 1.0)}))
+    dispatch.register(_costed("split_rows", {"cpu": (5.0, 1000.0)}))
     dispatch.configure(allow=["row_per_block", "split_rows"])
     many_short = dispatch.explain("softmax", torch.randn(512, 256)).decision  # 1 MB, rows of 256
     few_long = dispatch.explain("softmax", torch.randn(2, 65536)).decision  # 1 MB, rows of 65536
@@ -273,7 +252,6 @@ def test_a_grad_cost_figure_sends_recorded_calls_elsewhere_and_keeps_them_apart(
     """A backend whose forward is fast but whose backward is not: its ``"<device>:<op>:grad"`` figure
     is used for calls autograd records, so inference calls and training calls of one shape get
     different backends, without measuring anything."""
-    import chunked_backend
 
     info = dispatch.BackendInfo(name="costed", version="1", ops=("softmax",),
                                 costs={"cuda": (10.0, 1000.0), "cuda:softmax:grad": (40.0, 100.0)})
@@ -281,18 +259,8 @@ def test_a_grad_cost_figure_sends_recorded_calls_elsewhere_and_keeps_them_apart(
     assert info.estimate_us("cuda", 2_000_000, op="softmax") == 10.0 + 2.0
     assert info.estimate_us("cuda", 2_000_000, op="logsumexp", grad=True) == 10.0 + 2.0
 
-    def with_costs(name, costs):
-        plugin = chunked_backend.make(name, priority=0)
-
-        @dispatch.hookimpl
-        def dispatch_backend_info():
-            return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), costs=costs)
-
-        plugin.dispatch_backend_info = dispatch_backend_info
-        return plugin
-
-    dispatch.register(with_costs("fast_forward", {"cpu": (1.0, 1000.0), "cpu:softmax:grad": (100.0, 10.0)}))
-    dispatch.register(with_costs("steady", {"cpu": (5.0, 500.0)}))
+    dispatch.register(_costed("fast_forward", {"cpu": (1.0, 1000.0), "cpu:softmax:grad": (100.0, 10.0)}))
+    dispatch.register(_costed("steady", {"cpu": (5.0, 500.0)}))
     dispatch.configure(allow=["fast_forward", "steady"])
     x = torch.randn(64, 256)
     assert dispatch.explain("softmax", x).decision.backend == "fast_forward"
