@@ -53,10 +53,7 @@ def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str
     if target == "cuda":
         from . import cuda_kernels
 
-        if row_stride:
-            return cuda_kernels.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch(),
-                                        row_stride)
-        return cuda_kernels.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch())
+        return cuda_kernels.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch(), row_stride)
     from . import cpu_kernels
 
     return cpu_kernels.program(op, n_cols, ins, outs, build["tile_n"])

@@ -68,14 +68,15 @@ _ROW_OFF = tl.constexpr(64)  # logsumexp's per-row arrival counters in the int32
 _MAXS = tl.constexpr(128)
 
 
-# The interpreter truncates fp32 -> bf16 where the GPU rounds to nearest even: emulate the GPU
-# there (a compile-time False on the GPU, so the branch costs nothing)
-_EMU_RNE = tl.constexpr(_interpreting())
+# Under the interpreter (a compile-time False on the GPU, so its branches cost nothing there): it
+# truncates fp32 -> bf16 where the GPU rounds to nearest even, so _cvt emulates the GPU; and it runs
+# a reduction's combine function element by element in Python, so several sums are taken one by one
+_INTERPRETED = tl.constexpr(_interpreting())
 
 
 @triton.jit
 def _cvt(x, TY: tl.constexpr):
-    if _EMU_RNE:
+    if _INTERPRETED:
         if TY == tl.bfloat16:
             xf = x.to(tl.float32)
             b = xf.to(tl.uint32, bitcast=True)

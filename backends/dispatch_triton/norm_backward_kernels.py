@@ -28,9 +28,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .jit import _ticket
-from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _row_shift, _stats, _sum2, _sum4, _tile_ptrs,
-                           _to_out)
+from .jit import _cvt, _ticket
+from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _part_devs, _row_shift, _stats, _sum2, _sum4,
+                           _tile_ptrs)
 
 
 @triton.jit
@@ -95,7 +95,7 @@ def _norm_bwd(
             dy = _ld(dyp, mask, 1 if EVICT else 0).to(tl.float32)
         dxp, mask = _tile_ptrs(dx_ptr, t, ROWS, cols, cmask, M, stride_dxm)
         dx, xhat = _rows_bwd(x, dy, w, mask, N, eps, IS_RMS, HAS_WEIGHT)
-        tl.store(dxp, _to_out(dx, DX_TY), mask=mask)
+        tl.store(dxp, _cvt(dx, DX_TY), mask=mask)
         if WANT_DW:
             acc_w += tl.sum(dy * xhat, 0)
         if WANT_DB:
@@ -122,9 +122,9 @@ def _column_sum(p_ptr, out0_ptr, out1_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N:
                        other=0.0)
     total = tl.sum(acc, 0)
     if k == 0:
-        tl.store(out0_ptr + cols, _to_out(total, out0_ptr.dtype.element_ty), mask=cmask)
+        tl.store(out0_ptr + cols, _cvt(total, out0_ptr.dtype.element_ty), mask=cmask)
     else:
-        tl.store(out1_ptr + cols, _to_out(total, out1_ptr.dtype.element_ty), mask=cmask)
+        tl.store(out1_ptr + cols, _cvt(total, out1_ptr.dtype.element_ty), mask=cmask)
 
 
 @triton.jit
@@ -165,11 +165,9 @@ def _merge4(s, m2, sgd, sg, n, IS_RMS: tl.constexpr):
     # a row's (sum d, M2, sum g (x - mean), sum g) from its chunks' partials (vectors, zeros past
     # the last chunk; n: the chunks' element counts): Chan et al.'s rule, and sum g (d - m_c)
     # carried to the row's mean by (m_c - mean) sum_c g; rms_norm: plain sums
-    total = tl.sum(s, 0)
     if IS_RMS:
-        return total, tl.sum(m2, 0), tl.sum(sgd, 0), tl.sum(sg, 0)
-    mean = total / tl.maximum(tl.sum(n, 0), 1.0)
-    dev = tl.where(n > 0, s / tl.maximum(n, 1.0) - mean, 0.0)
+        return tl.sum(s, 0), tl.sum(m2, 0), tl.sum(sgd, 0), tl.sum(sg, 0)
+    total, dev = _part_devs(s, n)
     return total, tl.sum(m2 + n * dev * dev, 0), tl.sum(sgd + dev * sg, 0), tl.sum(sg, 0)
 
 
@@ -262,7 +260,7 @@ def _split_bwd(
                                       tl.load(wbase + j * 4 + 3, mask=jmask, other=0.0),
                                       tl.where(jmask, _part_counts(j, N, BLOCK_N), 0.0), IS_RMS)
             dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, shift, N, eps, IS_RMS)
-            tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask)
+            tl.store(dx_ptr + r64 * stride_dxm + cols, _cvt(dx, DX_TY), mask=cmask)
             if WANT_DW:
                 acc_w += dy * xhat
             if WANT_DB:
@@ -407,7 +405,7 @@ def _norm_bwd_coop(
         else:
             g = dy
         dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, sh, N, eps, IS_RMS)
-        tl.store(dx_ptr + r64 * stride_dxm + cols, _to_out(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
+        tl.store(dx_ptr + r64 * stride_dxm + cols, _cvt(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
         if WANT_DW:
             acc_w += dy * xhat
         if WANT_DB:

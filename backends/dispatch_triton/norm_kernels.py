@@ -50,23 +50,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import _interpreting
-from .jit import _MAXS, _await_pairs, _publish, _ticket
-
-# The interpreter truncates fp32 -> bf16 where the GPU rounds to nearest even: emulate the GPU. It
-# also runs a reduction's combine function element by element in Python: there, sums instead
-_INTERPRETED = tl.constexpr(_interpreting())
-
-
-@triton.jit
-def _to_out(x, TY: tl.constexpr):
-    if _INTERPRETED:
-        if TY == tl.bfloat16:
-            b = x.to(tl.uint32, bitcast=True)
-            b = b + 0x7FFF + ((b >> 16) & 1)
-            r = (b & 0xFFFF0000).to(tl.float32, bitcast=True)
-            x = tl.where(x != x, x, r)
-    return x.to(TY)
+from .jit import _INTERPRETED, _MAXS, _await_pairs, _cvt, _publish, _ticket
 
 
 @triton.jit
@@ -118,12 +102,19 @@ def _merge_parts(s, m2, n, IS_RMS: tl.constexpr):
     # (sum d, M2) of a row from its parts' sums ``s``, M2 about each part's own mean ``m2`` and
     # element counts ``n`` (fp32 vectors; 0 where a lane holds no part): Chan et al.'s rule. rms_norm:
     # m2 is a part's sum x^2, added up.
-    total = tl.sum(s, 0)
     if IS_RMS:
-        return total, tl.sum(m2, 0)
-    mean = total / tl.maximum(tl.sum(n, 0), 1.0)
-    dev = tl.where(n > 0, s / tl.maximum(n, 1.0) - mean, 0.0)
+        return tl.sum(s, 0), tl.sum(m2, 0)
+    total, dev = _part_devs(s, n)
     return total, tl.sum(m2 + n * dev * dev, 0)
+
+
+@triton.jit
+def _part_devs(s, n):
+    # the row's sum of d from its parts' sums s (counts n), and each part's mean less the row's
+    # (0 where a lane holds no part)
+    total = tl.sum(s, 0)
+    mean = total / tl.maximum(tl.sum(n, 0), 1.0)
+    return total, tl.where(n > 0, s / tl.maximum(n, 1.0) - mean, 0.0)
 
 
 @triton.jit
@@ -241,7 +232,7 @@ def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl
         y = y * w.to(tl.float32)[None, :]
     if HAS_BIAS:
         y = y + b.to(tl.float32)[None, :]
-    _st(yptrs, _to_out(y, yptrs.dtype.element_ty), mask, EV_OUT)
+    _st(yptrs, _cvt(y, yptrs.dtype.element_ty), mask, EV_OUT)
 
 
 @triton.jit
@@ -359,7 +350,7 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, 
                 y = y * w.to(tl.float32)
             if HAS_BIAS:
                 y = y + b.to(tl.float32)
-            _st(y_ptr + row64 * stride_ym + cols, _to_out(y, OUT_TY), cmask, HINTS)
+            _st(y_ptr + row64 * stride_ym + cols, _cvt(y, OUT_TY), cmask, HINTS)
         xr = xr_n
         xr_n = xr_nn
         sh = sh_n
@@ -447,4 +438,4 @@ def _norm_fwd(
                 else:
                     x = _ld(x_ptr + xoff + cols, cmask, 1).to(tl.float32)
                 y = _affine((x - mean) * rstd, w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
-                _st(y_ptr + yoff + cols, _to_out(y, OUT_TY), cmask, HINTS)
+                _st(y_ptr + yoff + cols, _cvt(y, OUT_TY), cmask, HINTS)
