@@ -75,7 +75,8 @@ def test_triton_reads_rows_through_the_framework_helper():
     require_backend("triton")
     import dispatch_triton
 
-    x = torch.randn(4, 99, 8).as_strided((4, 1, 8), (16, 99, 1))
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # on the CPU: Triton's interpreter
+    x = torch.randn(4, 99, 8, device=device).as_strided((4, 1, 8), (16, 99, 1))
     spec = spec_of("softmax", x, -1)
     assert dispatch_triton.rows_view_stride(spec) == rows_stride(spec.shape, spec.stride) == 16
     torch.testing.assert_close(dispatch.softmax(x, -1, backend="triton"), torch.softmax(x, -1))
