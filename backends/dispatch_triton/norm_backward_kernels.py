@@ -18,9 +18,9 @@ chunks in the mirror order, so its first reads hit L2): per row, the chunks' sum
 the statistics and the two projections ``dx`` needs, ``dx`` written, and the chunk's dweight and
 dbias accumulated over the group's rows in registers, written once per program.
 
-The one-launch variant of long rows, ``_norm_bwd_coop`` (GPU only), exchanges the four partials of a
-row's chunks through epoch-tagged words in the stream's slot buffer, as the softmax split path
-does (see :mod:`dispatch_triton.jit`).
+The one-launch variant of long rows, ``_norm_bwd_coop`` (GPU only), exchanges the partials of a
+row's chunks (layer_norm's four, rms_norm's two) through epoch-tagged words in the stream's slot
+buffer, as the softmax split path does (see :mod:`dispatch_triton.jit`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .jit import _cvt, _ticket
-from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _part_devs, _row_shift, _stats, _sum2, _sum4,
+from .jit import _await_words, _cvt, _publish_words, _ticket
+from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _row_shift, _stats, _sum2, _sum4,
                            _tile_ptrs)
 
 
@@ -161,14 +161,18 @@ def _bwd_partial(x, g, cmask, shift, nc, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _merge4(s, m2, sgd, sg, n, IS_RMS: tl.constexpr):
+def _merge4(s, m2, sgd, sg, n, N, IS_RMS: tl.constexpr):
     # a row's (sum d, M2, sum g (x - mean), sum g) from its chunks' partials (vectors, zeros past
-    # the last chunk; n: the chunks' element counts): Chan et al.'s rule, and sum g (d - m_c)
-    # carried to the row's mean by (m_c - mean) sum_c g; rms_norm: plain sums
+    # the last chunk; n: the chunks' element counts, N in all): Chan et al.'s rule, and
+    # sum g (d - m_c) carried to the row's mean by (m_c - mean) sum_c g, in two reductions (the
+    # row's sums first, then the deviations' terms); rms_norm: plain sums
     if IS_RMS:
-        return tl.sum(s, 0), tl.sum(m2, 0), tl.sum(sgd, 0), tl.sum(sg, 0)
-    total, dev = _part_devs(s, n)
-    return total, tl.sum(m2 + n * dev * dev, 0), tl.sum(sgd + dev * sg, 0), tl.sum(sg, 0)
+        m2t, sgdt = _sum2(m2, sgd)
+        return tl.sum(s, 0), m2t, sgdt, tl.sum(sg, 0)
+    total, sgt = _sum2(s, sg)
+    dev = tl.where(n > 0, s / tl.maximum(n, 1.0) - total / tl.maximum(N, 1).to(tl.float32), 0.0)
+    m2t, sgdt = _sum2(m2 + n * dev * dev, sgd + dev * sg)
+    return total, m2t, sgdt, sgt
 
 
 @triton.jit
@@ -258,7 +262,7 @@ def _split_bwd(
                                       tl.load(wbase + j * 4 + 1, mask=jmask, other=0.0),
                                       tl.load(wbase + j * 4 + 2, mask=jmask, other=0.0),
                                       tl.load(wbase + j * 4 + 3, mask=jmask, other=0.0),
-                                      tl.where(jmask, _part_counts(j, N, BLOCK_N), 0.0), IS_RMS)
+                                      tl.where(jmask, _part_counts(j, N, BLOCK_N), 0.0), N, IS_RMS)
             dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, shift, N, eps, IS_RMS)
             tl.store(dx_ptr + r64 * stride_dxm + cols, _cvt(dx, DX_TY), mask=cmask)
             if WANT_DW:
@@ -298,41 +302,45 @@ def _norm_bwd_split(
 
 
 @triton.jit
-def _publish4(slot_ptr, idx, a, b, c, d, tag):
-    # four fp32 partials as self-validating 64-bit words (tag << 32 | fp32 bits): no fence, no counter
-    hi = tag << 32
-    tl.atomic_xchg(slot_ptr + idx, hi | a.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
-    tl.atomic_xchg(slot_ptr + idx + 1, hi | b.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
-    tl.atomic_xchg(slot_ptr + idx + 2, hi | c.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
-    tl.atomic_xchg(slot_ptr + idx + 3, hi | d.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+def _words(IS_RMS: tl.constexpr):
+    # tagged words a chunk publishes: rms_norm's dx needs sum x^2 and sum g x only
+    if IS_RMS:
+        return 2
+    else:
+        return 4
 
 
 @triton.jit
-def _word_value(v, jm):
-    return tl.where(jm, (v & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
+def _publish(slot_ptr, idx, s1, m2, sgd, sg, tag, IS_RMS: tl.constexpr):
+    # a chunk's partials as tagged words from idx (jit._publish_words, one vector exchange):
+    # rms_norm's two (m2, sgd), layer_norm's four
+    if IS_RMS:
+        k = tl.arange(0, 2)
+        v = tl.where(k == 0, m2, sgd)
+    else:
+        k = tl.arange(0, 4)
+        v = tl.where(k == 0, s1, tl.where(k == 1, m2, tl.where(k == 2, sgd, sg)))
+    _publish_words(slot_ptr, idx, v, k, tag)
 
 
 @triton.jit
-def _gather4(slot_ptr, base, S, tag, N, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr):
-    # wait until the S chunks of a row have published their four partials with this launch's tag;
-    # then the row's, merged in chunk order (_merge4; the same order on every program: same result)
-    j = tl.arange(0, CHUNKS_P2)
-    jm = j < S
-    p = slot_ptr + base + j * 4
-    v0 = tl.zeros([CHUNKS_P2], tl.int64)
-    v1 = v0
-    v2 = v0
-    v3 = v0
-    bad = tl.sum(jm.to(tl.int32), 0)  # every chunk outstanding until read
-    while bad > 0:
-        v0 = tl.load(p, mask=jm, other=0, volatile=True)
-        v1 = tl.load(p + 1, mask=jm, other=0, volatile=True)
-        v2 = tl.load(p + 2, mask=jm, other=0, volatile=True)
-        v3 = tl.load(p + 3, mask=jm, other=0, volatile=True)
-        bad = tl.sum((jm & (((v0 >> 32) != tag) | ((v1 >> 32) != tag) | ((v2 >> 32) != tag)
-                            | ((v3 >> 32) != tag))).to(tl.int32), 0)
-    return _merge4(_word_value(v0, jm), _word_value(v1, jm), _word_value(v2, jm), _word_value(v3, jm),
-                   tl.where(jm, _part_counts(j, N, BLOCK_N), 0.0), IS_RMS)
+def _gather(slot_ptr, base, S, tag, N, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr):
+    # wait for the S chunks of a row's partials (_publish; jit._await_words), then the row's
+    # (sum d, M2, sum g (x - mean), sum g), merged in chunk order (_merge4; the same order on every
+    # program: same result)
+    if IS_RMS:
+        vals, jm = _await_words(slot_ptr, base, S, tag, 2, CHUNKS_P2)
+        m2, sgd = tl.split(vals)
+        m2t, sgdt = _sum2(m2, sgd)  # 0 past the last chunk
+        zero = tl.full([], 0.0, tl.float32)
+        return zero, m2t, sgdt, zero
+    else:
+        vals, jm = _await_words(slot_ptr, base, S, tag, 4, CHUNKS_P2)
+        even, odd = tl.split(tl.reshape(vals, [CHUNKS_P2, 2, 2]))  # [j, h] = word 2h, word 2h + 1
+        s1, sgd = tl.split(even)
+        m2, sg = tl.split(odd)
+        counts = tl.where(jm, _part_counts(tl.arange(0, CHUNKS_P2), N, BLOCK_N), 0.0)
+        return _merge4(s1, m2, sgd, sg, counts, N, IS_RMS)
 
 
 @triton.jit
@@ -348,13 +356,13 @@ def _coop_chunk(x_ptr, dy_ptr, row, stride_xm, stride_dym, cols, M, N, IS_RMS: t
 
 @triton.jit
 def _coop_publish(slot_ptr, idx, xr, dyr, shift, w, cmask, nc, tag, HAS_WEIGHT: tl.constexpr, IS_RMS: tl.constexpr):
-    # a chunk's four partials (_bwd_partial), published
+    # a chunk's partials (_bwd_partial), published
     x = xr.to(tl.float32)
     g = dyr.to(tl.float32)
     if HAS_WEIGHT:
         g = g * w
     s1, m2, sgd, sg = _bwd_partial(x, g, cmask, shift, nc, IS_RMS)
-    _publish4(slot_ptr, idx, s1, m2, sgd, sg, tag)
+    _publish(slot_ptr, idx, s1, m2, sgd, sg, tag, IS_RMS)
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
@@ -366,10 +374,11 @@ def _norm_bwd_coop(
 ):
     # The backward of long rows in one launch: persistent programs in groups of S = cdiv(N,
     # BLOCK_N), each holding one chunk of a row (x and dy) in registers; it publishes the chunk's
-    # four partials (as _split_bwd's phase 1), waits for the other chunks of the row (_gather4), and
-    # writes its chunk of dx from registers: x and dy are read once. Pipelined one row ahead (as
-    # the softmax split_pipe path): a program publishes the sums of its NEXT row before it awaits
-    # this row's, so they have had a whole iteration to arrive, while the row after next loads.
+    # partials (as _split_bwd's phase 1; rms_norm's two that its dx needs), waits for the other
+    # chunks of the row (_gather), and writes its chunk of dx from registers: x and dy are read
+    # once. Pipelined one row ahead (as the softmax split_pipe path): a program publishes the sums
+    # of its NEXT row before it awaits this row's, so they have had a whole iteration to arrive,
+    # while the row after next loads.
     # A program's group comes from a ticket taken in dispatch order, and the tag of its words
     # from the launch's epoch (see dispatch_triton.jit's split path): only the group holding the
     # highest ticket may wait on programs not yet resident, and the host sizes the grid so that
@@ -385,19 +394,20 @@ def _norm_bwd_coop(
     c = tid % S
     cols, cmask, w, acc_w, acc_b = _chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
     nc = tl.maximum(_part_counts(c, N, BLOCK_N), 1.0)
+    NW = _words(IS_RMS)
     xr, dyr, sh = _coop_chunk(x_ptr, dy_ptr, grp, stride_xm, stride_dym, cols, M, N, IS_RMS)
     if grp < M:
-        _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * 4 + c * 4, xr, dyr, sh, w, cmask, nc, tag,
+        _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * NW + c * NW, xr, dyr, sh, w, cmask, nc, tag,
                       HAS_WEIGHT, IS_RMS)
     xr_n, dyr_n, sh_n = _coop_chunk(x_ptr, dy_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N, IS_RMS)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if nrow < M:
-            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * 4 + c * 4, xr_n, dyr_n, sh_n, w, cmask, nc,
-                          tag, HAS_WEIGHT, IS_RMS)
+            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * NW + c * NW, xr_n, dyr_n, sh_n, w, cmask,
+                          nc, tag, HAS_WEIGHT, IS_RMS)
         xr_nn, dyr_nn, sh_nn = _coop_chunk(x_ptr, dy_ptr, nrow + n_groups, stride_xm, stride_dym, cols, M, N, IS_RMS)
         r64 = tl.cast(row, tl.int64)
-        s1, m2, sgd, sg = _gather4(slot_ptr, SLOT_OFF + r64 * S * 4, S, tag, N, IS_RMS, BLOCK_N, CHUNKS_P2)
+        s1, m2, sgd, sg = _gather(slot_ptr, SLOT_OFF + r64 * S * NW, S, tag, N, IS_RMS, BLOCK_N, CHUNKS_P2)
         x = xr.to(tl.float32)
         dy = dyr.to(tl.float32)
         if HAS_WEIGHT:
