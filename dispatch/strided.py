@@ -8,6 +8,11 @@ the input at ``o * x_strides[0] + r * x_strides[1] + i * x_strides[2]`` and the 
 
 A reduction over the last, unit-stride dim reads rows instead: :func:`rows_stride` says whether
 the leading dims collapse to rows one stride apart (a slice ``x[:, :n]`` of wider rows does).
+
+logsumexp over reduced dims that don't collapse (dims 0 and 2 of a contiguous ``(A, B, C)``) can
+still be served without a copy, in steps (:func:`logsumexp_steps`): the first reduces one group of
+the dims that does collapse, reading the input in place; each later one reduces the previous
+step's result (contiguous, fp32). The logsumexp of logsumexps is the logsumexp of the whole.
 """
 
 from __future__ import annotations
@@ -110,3 +115,52 @@ def rows_stride(shape, stride) -> int | None:
         if outer != inner * size:
             return None
     return leading[-1][1] if leading else int(stride[-2])
+
+
+@frozen
+class Step:
+    """One step of logsumexp in steps: over ``dims`` of a tensor of ``shape``/``stride``, by ``plan``."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dims: tuple[int, ...]
+    plan: StridedPlan
+
+
+def _runs(dims, shape, stride) -> list[list[int]]:
+    """The reduced dims (of more than one element, in order) in runs that collapse in memory."""
+    runs: list[list[int]] = []
+    for d in dims:
+        if shape[d] == 1:
+            continue
+        if runs and stride[runs[-1][-1]] == stride[d] * shape[d]:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
+
+
+def logsumexp_steps(shape, stride, dims) -> tuple[Step, ...] | str:
+    """The steps of logsumexp over ``dims`` of an input of ``shape``/``stride`` (one step when the
+    dims collapse), or why there are none. Each step reduces the group of dims that leaves the
+    most columns to read along (an inner dim of more than one element), the longest of those
+    first; every step after the first reads a contiguous tensor of the kept dims."""
+    shape, stride, dims = tuple(int(s) for s in shape), tuple(int(s) for s in stride), tuple(sorted(set(dims)))
+    steps: list[Step] = []
+    while True:
+        whole = strided_plan(shape, stride, dims, reduced_output=True)
+        if isinstance(whole, StridedPlan):
+            return tuple(steps) + (Step(shape, stride, dims, whole),)
+        best = None
+        for run in _runs(dims, shape, stride):
+            q = strided_plan(shape, stride, run, reduced_output=True)
+            if isinstance(q, StridedPlan) and (best is None or (q.inner == 1, -q.R) < (best[1].inner == 1, -best[1].R)):
+                best = (tuple(run), q)
+        if best is None:
+            return f"{whole}, and no group of them can be reduced first without a copy"
+        run, q = best
+        steps.append(Step(shape, stride, run, q))
+        kept = [i for i in range(len(shape)) if i not in run]
+        shape = tuple(shape[i] for i in kept)
+        stride = contiguous_strides(shape)
+        dims = tuple(kept.index(d) for d in dims if d not in run)

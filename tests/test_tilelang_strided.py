@@ -1,8 +1,8 @@
 """The TileLang backend over a dim that is not unit-stride (dispatch_tilelang.strided), on its C target.
 
 Each layout read in place against torch, in torch's output layout, the input untouched; special
-values over several chunks of R; empty inputs; what it refuses, with the reason; and the card
-entry that keeps the static order from preferring these kernels on CUDA without a measurement.
+values over several chunks of R; empty inputs; logsumexp over dims that don't collapse, in steps;
+what it refuses, with the reason; and the card entry that keeps the static order from preferring these kernels on CUDA without a measurement.
 """
 
 from __future__ import annotations
@@ -74,10 +74,70 @@ def test_empty_inputs_over_dim0_get_torchs_answer_without_a_launch(op, shape):
     torch.testing.assert_close(got, want)
 
 
-def test_refuses_dims_that_do_not_collapse_and_says_why():
-    x = torch.randn(4, 5, 6).permute(2, 0, 1)
-    with pytest.raises(dispatch.BackendRefusedError, match="don't collapse to one dim"):
-        dispatch.logsumexp(x, (0, 2), backend="tilelang")
+# (name, base shape, view of the base, reduced dims): logsumexp over dims that don't collapse
+STEP_CASES = [
+    ("dims_0_2_of_3d", (6, 5, 7), lambda t: t, (0, 2)),
+    ("dims_1_3_of_4d", (4, 3, 5, 6), lambda t: t, (1, 3)),
+    ("dims_0_2_4_of_5d", (2, 3, 4, 5, 6), lambda t: t, (0, 2, 4)),
+    ("dims_0_2_of_permuted", (4, 5, 6), lambda t: t.permute(2, 0, 1), (0, 2)),
+    ("dims_0_1_of_sliced", (4, 7, 5), lambda t: t[:, :3, :], (0, 1)),  # strides 35 and 5
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name,shape,view,dims", STEP_CASES, ids=[c[0] for c in STEP_CASES])
+def test_logsumexp_over_dims_that_do_not_collapse_runs_in_steps(name, shape, view, dims, dtype):
+    from dispatch.backend import logsumexp_steps
+
+    x = view((torch.randn(shape) * 3).to(dtype))
+    before = x.clone()
+    steps = logsumexp_steps(x.shape, x.stride(), dims)
+    assert isinstance(steps, tuple) and len(steps) >= 2
+    assert steps[0].stride == tuple(x.stride())  # the first step reads the input itself
+    assert "logsumexp in" in str(dispatch.explain("logsumexp", x, dims, backend="tilelang"))
+    for keepdim in (False, True):
+        got = dispatch.logsumexp(x, dims, keepdim=keepdim, backend="tilelang")
+        want = torch.logsumexp(x, dims, keepdim=keepdim)
+        assert (got.shape, got.dtype, got.stride()) == (want.shape, want.dtype, want.stride())
+        torch.testing.assert_close(got.float(), torch.logsumexp(x.double(), dims, keepdim=keepdim).float(),
+                                   **_tol(dtype))
+    assert torch.equal(x, before)
+
+
+def test_logsumexp_in_steps_carries_special_values_through():
+    x = torch.randn(6, 5, 7)
+    x[:, 0, :] = -INF  # a whole output element of -inf
+    x[2, 1, 3] = NAN
+    x[4, 2, 6] = INF
+    x[:5, 3, :] = -INF  # -inf but one row
+    got = dispatch.logsumexp(x, (0, 2), backend="tilelang")
+    torch.testing.assert_close(got, torch.logsumexp(x, (0, 2)), equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+def test_logsumexp_in_steps_over_an_empty_input_gets_torchs_answer():
+    for shape in ((0, 5, 7), (6, 5, 0), (6, 0, 7)):
+        x = torch.randn(shape)
+        got = dispatch.logsumexp(x, (0, 2), backend="tilelang")
+        want = torch.logsumexp(x, (0, 2))
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)
+
+
+def test_on_cuda_each_step_must_be_one_the_column_kernels_serve():
+    from dispatch_tilelang import strided
+
+    big = torch.empty(64, 8, 16384)  # dims 0 and 2: dim 2 first (most columns), a unit-stride reduced dim
+    verdict = strided.check(spec_of("logsumexp", big, (0, 2)), "cuda")
+    assert not verdict.ok and "step 1" in verdict.reason and "a thread per row" in verdict.reason
+    wide = torch.empty(8, 16, 4, 16384)  # dims 0 and 2 of a wide inner dim: both steps read columns
+    assert strided.check(spec_of("logsumexp", wide, (0, 2)), "cuda").ok
+    assert strided.check(spec_of("logsumexp", big, (0, 2)), "c").ok  # the C target serves every step
+
+
+def test_refuses_dims_that_no_step_can_reduce_in_place_and_says_why():
+    x = torch.randn(2, 3, 4, 5, 6, 7).permute(0, 1, 3, 2, 5, 4)  # kept dims in four groups whichever goes first
+    with pytest.raises(dispatch.BackendRefusedError, match="no group of them can be reduced first without a copy"):
+        dispatch.logsumexp(x, (0, 3), backend="tilelang")
 
 
 def test_on_cuda_a_unit_stride_reduced_dim_of_a_non_contiguous_input_is_refused_with_the_reason():

@@ -9,6 +9,12 @@ unit-stride reduced dim whose rows don't collapse to one stride (leading dims pe
 unit-stride dim not the last one, dims reduced together, broadcast or overlapping rows). There
 must also be columns enough to fill the GPU (:data:`MIN_CUDA_COLUMNS`); the C target serves
 every plan (strided rows included: its row kernels take dense rows only).
+
+logsumexp over reduced dims that don't collapse to one dim runs in steps
+(:func:`dispatch.backend.logsumexp_steps`): the first step's kernel reads the input in place, each
+later one the previous step's fp32 result; every step must be one these kernels serve. The first
+step's config is the call's (tuned); the later ones, each over a fraction of the input, run their
+default.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import threading
 
 import torch
 
-from dispatch.backend import Verdict, strided_plan
+from dispatch.backend import Step, StridedPlan, Verdict, logsumexp_steps, strided_plan
 
 from .availability import dtype_name
 
@@ -30,33 +36,61 @@ def _np2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def plan_of(spec):
-    return strided_plan(spec.shape, spec.stride, spec.dims, reduced_output=spec.op == "logsumexp",
-                        one_dim=spec.op != "logsumexp")
+def plan_of(spec) -> StridedPlan | tuple[Step, ...] | str:
+    """The call's (outer, R, inner) plan; for logsumexp over dims that don't collapse, its steps;
+    or why there is neither."""
+    p = strided_plan(spec.shape, spec.stride, spec.dims, reduced_output=spec.op == "logsumexp",
+                     one_dim=spec.op != "logsumexp")
+    if isinstance(p, str) and spec.op == "logsumexp" and len(spec.dims) > 1:
+        return logsumexp_steps(spec.shape, spec.stride, spec.dims)
+    return p
+
+
+def _first(p) -> StridedPlan:
+    return p[0].plan if isinstance(p, tuple) else p
+
+
+def _refusal(p: StridedPlan, target: str) -> str | None:
+    """Why these kernels can't read one plan on ``target``, or None."""
+    from .strided_kernels import MAX_SPAN, input_span, plan_key
+
+    if target == "cuda" and p.R > 1 and p.x_strides[1] == 1:
+        return ("the reduced dim is unit-stride but its rows are not one stride apart (leading dims permuted, a "
+                "transposed view reduced over its unit-stride dim, dims reduced together, broadcast or overlapping "
+                "rows): a thread per row would read a whole row alone, and the row kernels take the last dim of rows "
+                "one stride apart")
+    if target == "cuda" and 0 < p.outer * p.inner * p.R and p.outer * p.inner < MIN_CUDA_COLUMNS:  # empty: no launch
+        return (f"{p.outer * p.inner} columns of {p.R}: a thread per column would leave most of the GPU idle (these "
+                f"kernels take {MIN_CUDA_COLUMNS} columns or more; H200: 3-5% of copy bandwidth at dim 0 of "
+                "4096x4096)")
+    if input_span(plan_key(p)) > MAX_SPAN or p.outer * p.inner * p.R > MAX_SPAN:
+        return "input or output spans 2**31 elements or more (32-bit offsets)"
+    return None
 
 
 def check(spec, target: str) -> Verdict:
-    from .strided_kernels import MAX_SPAN, input_span, plan_key
-
     p = plan_of(spec)
     if isinstance(p, str):
         return Verdict.no(p)
-    if target == "cuda" and p.R > 1 and p.x_strides[1] == 1:
-        return Verdict.no("the reduced dim is unit-stride but its rows are not one stride apart (leading dims "
-                          "permuted, a transposed view reduced over its unit-stride dim, dims reduced together, "
-                          "broadcast or overlapping rows): a thread per row would read a whole row alone, and the "
-                          "row kernels take the last dim of rows one stride apart")
-    if target == "cuda" and 0 < p.outer * p.inner * p.R and p.outer * p.inner < MIN_CUDA_COLUMNS:  # empty: no launch
-        return Verdict.no(f"{p.outer * p.inner} columns of {p.R}: a thread per column would leave most of the GPU "
-                          f"idle (these kernels take {MIN_CUDA_COLUMNS} columns or more; H200: 3-5% of copy "
-                          "bandwidth at dim 0 of 4096x4096)")
-    if input_span(plan_key(p)) > MAX_SPAN or p.outer * p.inner * p.R > MAX_SPAN:
-        return Verdict.no("input or output spans 2**31 elements or more (32-bit offsets)")
-    return Verdict.yes("read in place, a column of the (outer, R, inner) view per thread")
+    if not isinstance(p, tuple):
+        why = _refusal(p, target)
+        return Verdict.no(why) if why else Verdict.yes("read in place, a column of the (outer, R, inner) view per "
+                                                       "thread")
+    for i, st in enumerate(p):
+        why = _refusal(st.plan, target)
+        if why:
+            return Verdict.no(f"logsumexp in {len(p)} steps, step {i + 1} (dims {list(st.dims)} of "
+                              f"{list(st.shape)}): {why}")
+    return Verdict.yes(f"logsumexp in {len(p)} steps, the first reading the input in place, a column of its "
+                       "(outer, R, inner) view per thread")
 
 
 def config_space(spec, target: str) -> list[dict]:
-    p = plan_of(spec)
+    """The configs of a call (of its first step, for logsumexp in steps)."""
+    return _space(_first(plan_of(spec)), target)
+
+
+def _space(p: StridedPlan, target: str) -> list[dict]:
     from .strided_kernels import BLOCK_RS, THREADS
 
     r = max(1, p.R)
@@ -69,7 +103,11 @@ def config_space(spec, target: str) -> list[dict]:
 def default_config(spec, target: str) -> dict:
     """16 values of R a thread at a time (all of R when it fits), 128 threads: more programs for a
     small ``inner``."""
-    space = config_space(spec, target)
+    return _default(_first(plan_of(spec)), target)
+
+
+def _default(p: StridedPlan, target: str) -> dict:
+    space = _space(p, target)
     for cfg in space:
         if cfg["block_r"] <= 16:
             return dict(cfg)
@@ -104,22 +142,43 @@ def build(op: str, key: tuple, in_dtype: str, out_dtype: str, target: str, confi
 
 def kernel(spec, config, target: str):
     """``run(x)`` for every ``x`` of exactly ``spec``: its flat view to the kernel, the output in torch's layout."""
-    from .strided_kernels import input_span, plan_key
-
     p = plan_of(spec)
     cfg = dict(config.as_dict()) if config else default_config(spec, target)
-    out_shape, out_dtype = tuple(spec.out_shape), spec.out_dtype
+    if not isinstance(p, tuple):
+        return _plan_run(spec.op, p, spec.dtype, spec.out_dtype, tuple(spec.out_shape), target, cfg)
+    runs = []
+    for i, st in enumerate(p):
+        last = i == len(p) - 1
+        out_shape = tuple(spec.out_shape) if last else tuple(s for j, s in enumerate(st.shape) if j not in st.dims)
+        runs.append(_plan_run(spec.op, st.plan, spec.dtype if i == 0 else torch.float32,
+                              spec.out_dtype if last else torch.float32, out_shape, target,
+                              cfg if i == 0 else _default(st.plan, target)))
+    steps = tuple(runs)
+
+    def run(x):
+        for step in steps:
+            x = step(x)
+        return x
+
+    return run
+
+
+def _plan_run(op: str, p: StridedPlan, in_dtype: torch.dtype, out_dtype: torch.dtype, out_shape: tuple, target: str,
+              cfg: dict):
+    """``run(x)`` of one plan: the input's flat view to its kernel, the output viewed as ``out_shape``."""
+    from .strided_kernels import input_span, plan_key
+
     if p.outer * p.inner == 0 or p.R == 0:  # nothing to read: torch's answers, no launch
-        fill = float("-inf") if spec.op == "logsumexp" else None
+        fill = float("-inf") if op == "logsumexp" else None
 
         def run_empty(x):
             out = torch.empty(out_shape, dtype=out_dtype, device=x.device)
             return out.fill_(fill) if fill is not None and out.numel() else out
         return run_empty
     key = plan_key(p)
-    compiled = build(spec.op, key, dtype_name(spec.dtype), dtype_name(out_dtype), target, cfg)
+    compiled = build(op, key, dtype_name(in_dtype), dtype_name(out_dtype), target, cfg)
     flat = (input_span(key),)
-    bits_in = target == "c" and spec.dtype == torch.bfloat16
+    bits_in = target == "c" and in_dtype == torch.bfloat16
     bits_out = target == "c" and out_dtype == torch.bfloat16
 
     def run(x):

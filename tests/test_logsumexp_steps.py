@@ -1,0 +1,50 @@
+"""The framework's plan of logsumexp in steps (dispatch.backend.logsumexp_steps), which both built-in
+backends run: the steps' dims, shapes and strides compose to the whole reduction, the first step
+reads the input as it is, every step has an (outer, R, inner) view, and what has no steps is
+refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dispatch.backend import StridedPlan, contiguous_strides, logsumexp_steps, strided_plan
+
+CASES = [  # (base shape, view of it, reduced dims)
+    ((6, 5, 7), lambda t: t, (0, 2)),
+    ((4, 3, 5, 6), lambda t: t, (1, 3)),
+    ((2, 3, 4, 5, 6), lambda t: t, (0, 2, 4)),
+    ((4, 5, 6), lambda t: t.permute(2, 0, 1), (0, 2)),
+    ((4, 7, 5), lambda t: t[:, :3, :], (0, 1)),
+    ((3, 4, 5, 6), lambda t: t, (0, 1, 3)),
+]
+
+
+@pytest.mark.parametrize("shape,view,dims", CASES)
+def test_the_steps_compose_to_the_whole_reduction(shape, view, dims):
+    x = view(torch.randn(shape, dtype=torch.float64))
+    steps = logsumexp_steps(x.shape, x.stride(), dims)
+    assert isinstance(steps, tuple) and len(steps) >= 2
+    assert (steps[0].shape, steps[0].stride) == (tuple(x.shape), tuple(x.stride()))  # the input, read in place
+    y = x
+    for i, st in enumerate(steps):
+        assert st.shape == tuple(y.shape)
+        if i:
+            assert st.stride == contiguous_strides(st.shape)  # a later step reads the previous result
+        assert isinstance(st.plan, StridedPlan)
+        assert st.plan == strided_plan(st.shape, st.stride, st.dims, reduced_output=True)
+        assert st.plan.outer * st.plan.R * st.plan.inner == y.numel()
+        y = torch.logsumexp(y, st.dims).contiguous()
+    torch.testing.assert_close(y, torch.logsumexp(x, dims))
+
+
+def test_dims_that_collapse_are_one_step():
+    x = torch.randn(4, 5, 6)
+    steps = logsumexp_steps(x.shape, x.stride(), (1, 2))
+    assert len(steps) == 1 and steps[0].dims == (1, 2) and steps[0].plan.R == 30
+
+
+def test_no_steps_without_a_copy_is_a_reason():
+    x = torch.randn(2, 3, 4, 5, 6, 7).permute(0, 1, 3, 2, 5, 4)
+    why = logsumexp_steps(x.shape, x.stride(), (0, 3))
+    assert isinstance(why, str) and "no group of them can be reduced first without a copy" in why
