@@ -1,13 +1,15 @@
 """The framework's plan of logsumexp in steps (dispatch.backend.logsumexp_steps), which both built-in
 backends run: the steps' dims, shapes and strides compose to the whole reduction, the first step
 reads the input as it is, every step has an (outer, R, inner) view, and what has no steps is
-refused with the reason."""
+refused with the reason; and special values through the steps of each backend."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import dispatch
+from backends_needed import require_backend
 from dispatch.backend import StridedPlan, contiguous_strides, logsumexp_steps, strided_plan
 
 CASES = [  # (base shape, view of it, reduced dims)
@@ -48,3 +50,19 @@ def test_no_steps_without_a_copy_is_a_reason():
     x = torch.randn(2, 3, 4, 5, 6, 7).permute(0, 1, 3, 2, 5, 4)
     why = logsumexp_steps(x.shape, x.stride(), (0, 3))
     assert isinstance(why, str) and "no group of them can be reduced first without a copy" in why
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_special_values_carry_through_each_backends_steps(backend):
+    require_backend(backend)
+    inf, nan = float("inf"), float("nan")
+    x = torch.randn(6, 5, 7)
+    x[:, 0, :] = -inf  # a whole output element of -inf
+    x[2, 1, 3] = nan
+    x[4, 2, 6] = inf
+    x[:5, 3, :] = -inf  # -inf but one row
+    if backend == "triton" and torch.cuda.is_available():
+        x = x.cuda()
+    assert "steps" in str(dispatch.explain("logsumexp", x, (0, 2), backend=backend))
+    got = dispatch.logsumexp(x, (0, 2), backend=backend)
+    torch.testing.assert_close(got, torch.logsumexp(x, (0, 2)), equal_nan=True, atol=1e-5, rtol=1e-5)
