@@ -20,7 +20,7 @@ dbias accumulated over the group's rows in registers, written once per program.
 
 The one-launch variant of long rows, ``_norm_bwd_coop`` (GPU only), exchanges the partials of a
 row's chunks (layer_norm's four, rms_norm's two) through epoch-tagged words in the stream's slot
-buffer, as the softmax split path does (see :mod:`dispatch_triton.jit`).
+buffer, as the softmax split path does (see :mod:`dispatch_triton.exchange`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .jit import _await_words, _cvt, _publish_words, _ticket
+from .exchange import _await_words, _publish_words, _ticket
+from .jit import _cvt
 from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _row_shift, _stats, _sum2, _sum4,
                            _tile_ptrs)
 
@@ -312,7 +313,7 @@ def _words(IS_RMS: tl.constexpr):
 
 @triton.jit
 def _publish(slot_ptr, idx, s1, m2, sgd, sg, tag, IS_RMS: tl.constexpr):
-    # a chunk's partials as tagged words from idx (jit._publish_words, one vector exchange):
+    # a chunk's partials as tagged words from idx (exchange._publish_words, one vector exchange):
     # rms_norm's two (m2, sgd), layer_norm's four
     if IS_RMS:
         k = tl.arange(0, 2)
@@ -325,7 +326,7 @@ def _publish(slot_ptr, idx, s1, m2, sgd, sg, tag, IS_RMS: tl.constexpr):
 
 @triton.jit
 def _gather(slot_ptr, base, S, tag, N, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr):
-    # wait for the S chunks of a row's partials (_publish; jit._await_words), then the row's
+    # wait for the S chunks of a row's partials (_publish; exchange._await_words), then the row's
     # (sum d, M2, sum g (x - mean), sum g), merged in chunk order (_merge4; the same order on every
     # program: same result)
     if IS_RMS:
@@ -380,7 +381,7 @@ def _norm_bwd_coop(
     # of its NEXT row before it awaits this row's, so they have had a whole iteration to arrive,
     # while the row after next loads.
     # A program's group comes from a ticket taken in dispatch order, and the tag of its words
-    # from the launch's epoch (see dispatch_triton.jit's split path): only the group holding the
+    # from the launch's epoch (see dispatch_triton.exchange): only the group holding the
     # highest ticket may wait on programs not yet resident, and the host sizes the grid so that
     # every program is resident. dweight/dbias as _norm_bwd: a row of partials per group
     # (p_ptr[group, :]), reduced by _column_sum. GPU only: the interpreter runs programs one after

@@ -15,7 +15,7 @@ arithmetic is in fp32; results are rounded once to the output's dtype.
   the output, newest chunks first, so the second read mostly hits L2).
 * ``COOP`` (one launch; see ``_coop_fwd``): persistent programs in groups of ``cdiv(N, BLOCK_N)``,
   each holding one chunk of a row in registers; they exchange partial sums through epoch-tagged
-  words in a slot buffer (``ws_ptr``), as the softmax split path does (``dispatch_triton.jit``),
+  words in a slot buffer (``ws_ptr``), as the softmax split path does (``dispatch_triton.exchange``),
   so a row is read once and written once whatever its length. Under the interpreter, ``PHASE`` 1
   then 2 split it into two launches (publish, then await and write).
 * split, ``PHASE`` 1 then 2 (two launches): a row is cut into ``SPLIT`` segments, one program each,
@@ -50,7 +50,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .jit import _INTERPRETED, _MAXS, _await_pairs, _cvt, _publish, _ticket
+from .exchange import _MAXS, _await_pairs, _publish, _ticket
+from .jit import _INTERPRETED, _cvt
 
 
 @triton.jit
@@ -313,7 +314,7 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, 
     # writes its chunk from registers: x read once, y written once, whatever N. Pipelined one row
     # ahead (as the softmax split_pipe path): the partial of the NEXT row goes out before this
     # row's are awaited, so they have had a whole iteration to arrive, and the row after next is
-    # loading meanwhile. Tickets, tags and co-residency as in dispatch_triton.jit's split path;
+    # loading meanwhile. Tickets, tags and co-residency: dispatch_triton.exchange;
     # under the interpreter two launches: PHASE 1 publishes, PHASE 2 awaits (tag 1).
     OUT_TY = y_ptr.dtype.element_ty
     nprog = tl.num_programs(0)
