@@ -27,7 +27,7 @@ from .errors import (BackendFaultError, BackendRefusedError, DispatchError, Faul
 from .hookspec import hookimpl
 from .norms import norm_dims_contiguous, norm_eps, norm_layout_refusal, norm_row_stride, norm_rows, norm_size
 from .reference import example_inputs, expected_output, input_safety, reference_kernel
-from .strided import Step, StridedPlan, logsumexp_steps, rows_stride, strided_plan
+from .strided import StridedPlan, StridedStep, logsumexp_steps, rows_stride, strided_plan
 from .tolerance import max_errors, mismatch, tolerance
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
     "hookimpl", "lasting_zeros", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance", "unique_configs",
     "norm_dims_contiguous", "norm_eps", "norm_layout_refusal", "norm_row_stride", "norm_rows", "norm_size",
-    "Step", "StridedPlan", "logsumexp_steps", "rows_stride", "strided_plan",
+    "StridedPlan", "StridedStep", "logsumexp_steps", "rows_stride", "strided_plan",
     "python_key_op",
 ]
 

@@ -118,7 +118,7 @@ def rows_stride(shape, stride) -> int | None:
 
 
 @frozen
-class Step:
+class StridedStep:
     """One step of logsumexp in steps: over ``dims`` of a tensor of ``shape``/``stride``, by ``plan``."""
 
     shape: tuple[int, ...]
@@ -140,17 +140,17 @@ def _runs(dims, shape, stride) -> list[list[int]]:
     return runs
 
 
-def logsumexp_steps(shape, stride, dims) -> tuple[Step, ...] | str:
+def logsumexp_steps(shape, stride, dims) -> tuple[StridedStep, ...] | str:
     """The steps of logsumexp over ``dims`` of an input of ``shape``/``stride`` (one step when the
     dims collapse), or why there are none. Each step reduces the group of dims that leaves the
     most columns to read along (an inner dim of more than one element), the longest of those
     first; every step after the first reads a contiguous tensor of the kept dims."""
     shape, stride, dims = tuple(int(s) for s in shape), tuple(int(s) for s in stride), tuple(sorted(set(dims)))
-    steps: list[Step] = []
+    steps: list[StridedStep] = []
     while True:
         whole = strided_plan(shape, stride, dims, reduced_output=True)
         if isinstance(whole, StridedPlan):
-            return tuple(steps) + (Step(shape, stride, dims, whole),)
+            return tuple(steps) + (StridedStep(shape, stride, dims, whole),)
         best = None
         for run in _runs(dims, shape, stride):
             q = strided_plan(shape, stride, run, reduced_output=True)
@@ -159,7 +159,7 @@ def logsumexp_steps(shape, stride, dims) -> tuple[Step, ...] | str:
         if best is None:
             return f"{whole}, and no group of them can be reduced first without a copy"
         run, q = best
-        steps.append(Step(shape, stride, run, q))
+        steps.append(StridedStep(shape, stride, run, q))
         kept = [i for i in range(len(shape)) if i not in run]
         shape = tuple(shape[i] for i in kept)
         stride = contiguous_strides(shape)

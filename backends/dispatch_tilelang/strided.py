@@ -23,7 +23,7 @@ import threading
 
 import torch
 
-from dispatch.backend import Step, StridedPlan, Verdict, logsumexp_steps, strided_plan
+from dispatch.backend import StridedPlan, StridedStep, Verdict, logsumexp_steps, strided_plan
 
 from .availability import dtype_name
 
@@ -36,7 +36,7 @@ def _np2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def plan_of(spec) -> StridedPlan | tuple[Step, ...] | str:
+def plan_of(spec) -> StridedPlan | tuple[StridedStep, ...] | str:
     """The call's (outer, R, inner) plan; for logsumexp over dims that don't collapse, its steps;
     or why there is neither."""
     p = strided_plan(spec.shape, spec.stride, spec.dims, reduced_output=spec.op == "logsumexp",

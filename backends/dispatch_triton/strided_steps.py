@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from attrs import frozen
 
-from dispatch.backend import Step, StridedPlan, logsumexp_steps
+from dispatch.backend import StridedPlan, StridedStep, logsumexp_steps
 
 from .strided import StridedLauncher, default_config
 
@@ -24,7 +24,7 @@ from .strided import StridedLauncher, default_config
 class StepPlan:
     """The steps of one call, the first over the input itself."""
 
-    steps: tuple[Step, ...]
+    steps: tuple[StridedStep, ...]
 
     @property
     def first(self) -> StridedPlan:
