@@ -29,11 +29,12 @@ so that one Triton autotuner can choose among all of them:
 
 The partials of the split paths meet through :mod:`dispatch_triton.exchange` (epoch-tagged words,
 tickets that decide a program's group; the host caps ``n_split`` at the SM count, and one program
-per SM always fits, so a group's programs are resident together). logsumexp needs no waiting: the last segment of a row to
-arrive (an acq_rel counter that it resets) merges and writes, so its ``split`` path takes one
-program per chunk rather than persistent groups. The Triton interpreter runs programs one after
-another, so there partials could never meet in one launch: the split paths then run as two
-launches (``PHASE`` 1 publishes, ``PHASE`` 2 merges and writes), the same code minus the wait.
+per SM always fits, so a group's programs are resident together). logsumexp needs no waiting: the
+last segment of a row to arrive (an acq_rel counter that it resets) merges and writes, so its
+``split`` path takes one program per chunk rather than persistent groups. The Triton interpreter
+runs programs one after another, so there partials could never meet in one launch: the split
+paths then run as two launches (``PHASE`` 1 publishes, ``PHASE`` 2 merges and writes), the same
+code minus the wait.
 
 Semantics follow torch exactly: the input is first rounded to ``out_dtype`` (torch's ``dtype=``
 casts before the op), everything accumulates in fp32, rows of all -inf give NaN for
