@@ -93,7 +93,7 @@ class CallPath:
         return self.compiled(x.reshape(self.m, self.n)).view(self.out_shape)
 
     def _closure(self, input_is_2d: bool):
-        exe, empty, out_dtype, adapter = entry_of(self.executable), torch.empty, self.compiled._torch_out, self._adapter
+        exe, empty, out_dtype = entry_of(self.executable), torch.empty, self.compiled._torch_out
         m, n, out_shape = self.m, self.n, self.out_shape
         kernel_shape = (m,) if self.compiled.op == "logsumexp" else (m, n)
         same_shape, armed, callee = kernel_shape == out_shape, [False], self.abi == "callee"
@@ -110,6 +110,8 @@ class CallPath:
                 exe(x2, out)
             return out if same_shape else out.view(out_shape)
 
+        until_armed = self._until_armed(direct, armed)
+
         def run(x: torch.Tensor) -> torch.Tensor:
             if armed[0]:
                 if x.data_ptr() & 15:
@@ -121,14 +123,24 @@ class CallPath:
                     out = empty(kernel_shape, dtype=out_dtype, device=x.device)
                     exe(x2, out)
                 return out if same_shape else out.view(out_shape)
+            return until_armed(x)
+
+        run.path = self  # type: ignore[attr-defined]
+        return run
+
+    def _until_armed(self, direct, armed: list):
+        """The call before the executable's is armed: the adapter's, and once (on a device the
+        direct path arms on, not while a graph is captured) the check that arms ``direct``."""
+        adapter = self._adapter
+
+        def call(x: torch.Tensor) -> torch.Tensor:
             out = adapter(x)
             if self.state == "adapter" and x.device.type in ARM_DEVICES and not _capturing():
                 self._check(direct, x, out)
                 armed[0] = self.state == "direct"
             return out
 
-        run.path = self  # type: ignore[attr-defined]
-        return run
+        return call
 
     def _strided_closure(self):
         """``run`` of a kernel of strided rows: the adapter's call, then the executable's once checked,
@@ -145,14 +157,10 @@ class CallPath:
             exe(x2, out)
             return out.view(out_shape)
 
+        until_armed = self._until_armed(direct, armed)
+
         def run(x: torch.Tensor) -> torch.Tensor:
-            if armed[0]:
-                return direct(x)
-            out = self._adapter(x)
-            if self.state == "adapter" and x.device.type in ARM_DEVICES and not _capturing():
-                self._check(direct, x, out)
-                armed[0] = self.state == "direct"
-            return out
+            return direct(x) if armed[0] else until_armed(x)
 
         run.path = self  # type: ignore[attr-defined]
         return run
