@@ -173,6 +173,50 @@ def test_the_one_launch_exchange_runs_on_a_gpu_only(op, dtype):
                            plan=dict(COOP=True))
 
 
+@pytest.mark.skipif(DEV.type != "cuda", reason="the one-launch exchange runs on a GPU only")
+@pytest.mark.parametrize("op,m,n", [("rms_norm", 256, 65536), ("rms_norm", 1024, 16384), ("layer_norm", 256, 65536),
+                                    ("layer_norm", 64, 262144)])
+def test_one_launch_backward_is_exact_whatever_ran_before(op, m, n):
+    # a row's partials are awaited while other programs still publish them, and the words left
+    # in the slot buffer are another launch's (other numbers): every call must give the same bits
+    # for the same input, whether calls alternate between two inputs on a stream or a CUDA graph
+    # (whose private buffer starts zeroed) replays the backward
+    def call(x, w, dy):
+        xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = getattr(dispatch, op)(xl, [n], wl, backend="triton")
+        return y, xl, wl, dy
+    inputs = [(_t((m, n), F32, s, 1.0 + s, s), _t((n,), F32, s + 1, 0.5, 1.0), _t((m, n), F32, s + 2))
+              for s in (0, 3)]
+    first = []
+    for x, w, dy in inputs:
+        assert NB.backward_plan(m, n, F32, DEV)["COOP"]
+        y, xl, wl, dy = call(x, w, dy)
+        first.append(torch.autograd.grad(y, [xl, wl], dy))
+        xd = x.double().requires_grad_()
+        ref = F.rms_norm(xd, (n,), w.double()) if op == "rms_norm" else F.layer_norm(xd, (n,), w.double())
+        gx, = torch.autograd.grad(ref, [xd], dy.double())
+        scale = gx.abs().max()
+        torch.testing.assert_close(first[-1][0].double() / scale, gx / scale, rtol=1e-4, atol=1e-4)
+    for _ in range(3):
+        for (x, w, dy), want in zip(inputs, first):
+            y, xl, wl, dy = call(x, w, dy)
+            for got, exp in zip(torch.autograd.grad(y, [xl, wl], dy), want):
+                assert torch.equal(got, exp), f"{op} {m}x{n}: a repeated backward differs at {(got != exp).sum()}"
+    stream = torch.cuda.Stream(DEV)
+    stream.wait_stream(torch.cuda.current_stream(DEV))
+    with torch.cuda.stream(stream):
+        y, xl, wl, dy = call(*inputs[0])
+        torch.autograd.grad(y, [xl, wl], dy, retain_graph=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            captured = torch.autograd.grad(y, [xl, wl], dy, retain_graph=True)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize(DEV)
+        for got, exp in zip(captured, first[0]):
+            assert torch.equal(got, exp), f"{op} {m}x{n}: a replayed backward differs in {(got != exp).sum()} values"
+
+
 def test_long_row_backward_default_exchanges_on_a_gpu_only():
     # a GPU's default for long rows is the one-launch exchange (16 elements a thread, 128
     # registers); the interpreter's is the two launches

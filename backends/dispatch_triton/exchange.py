@@ -6,11 +6,15 @@ chunks held by a group of programs, which must meet: each publishes its chunk's 
 for the others'.
 
 Words: a partial is published as a 64-bit word ``(tag << 32 | fp32 bits)`` with a relaxed atomic
-exchange and read back with volatile loads until every word of the row carries the launch's tag:
-no fence, no counter, one L2 round trip when the others are on time. ``_publish`` sends a
-(max, sum) pair as two scalar exchanges; ``_publish_words`` sends a chunk's partials in one
-vector exchange and ``_await_words`` reads a row's block of them with one vector load a try (on
-an H200 that took 2-14% off layer_norm's long-row backward against one scalar exchange a word).
+exchange and read back until every word of the row carries the launch's tag: no fence, no
+counter, one L2 round trip when the others are on time. ``_publish`` sends a (max, sum) pair as
+two scalar exchanges; ``_publish_words`` sends a chunk's partials in one vector exchange (on an
+H200 that took 2-14% off layer_norm's long-row backward against one scalar exchange a word).
+Every thread waits for its own copies (``_await_tagged``): where a block of words is smaller
+than the program, the compiler gives a word to several threads, and a copy read before the word
+arrived must never be used because another thread's copy of it passed a tag check. (Checking
+the tags with a reduction did exactly that: a reduction reads one copy, the arithmetic after it
+may read another, and rms_norm's backward at 256 x 65536 gave different bits on every call.)
 The tag is an epoch kept on the device: word 0 of the slot buffer is ``(epoch << 32 | ticket)``;
 the last ticket of a launch resets the ticket and moves the epoch on in one atomic add, so words
 left by earlier launches (or by another config) never count; the host (:mod:`dispatch_triton.launch`)
@@ -28,7 +32,25 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import _interpreting
+
 _MAXS = tl.constexpr(128)  # the most partials of one row that _await_pairs reads
+_INTERPRETED = tl.constexpr(_interpreting())  # the interpreter runs no inline assembly
+# a word at $1 read until its upper half is the tag $2 (none read where $3 is 0: the value is 0),
+# by the thread that holds it: no barrier, no reduction, so no other thread's copy can stand in
+_SPIN = tl.constexpr("""{
+.reg .pred pw;
+.reg .b64 tw;
+mov.b64 $0, 0;
+setp.eq.s32 pw, $3, 0;
+@pw bra DONE_W;
+SPIN_W:
+ld.relaxed.gpu.global.b64 $0, [$1];
+shr.u64 tw, $0, 32;
+setp.ne.s64 pw, tw, $2;
+@pw bra SPIN_W;
+DONE_W:
+}""")
 
 
 @triton.jit
@@ -59,37 +81,46 @@ def _publish(slot_ptr, idx, m_c, s_c, tag):
 
 
 @triton.jit
+def _await_tagged(p, live, tag):
+    # the 64-bit words at p (where live) once they carry this launch's tag, each as read by the
+    # thread that holds it (see the module docstring); 0 where not live
+    v = tl.load(p, mask=live, other=0, volatile=True)
+    bad = tl.sum(tl.ravel((live & ((v >> 32) != tag)).to(tl.int32)), 0)
+    while bad > 0:
+        v = tl.load(p, mask=live, other=0, volatile=True)
+        bad = tl.sum(tl.ravel((live & ((v >> 32) != tag)).to(tl.int32)), 0)
+    if _INTERPRETED:
+        return v
+    else:
+        stale = live & ((v >> 32) != tag)
+        fresh = tl.inline_asm_elementwise(_SPIN, "=l,l,l,r", [p, tag, stale.to(tl.int32)], dtype=tl.int64,
+                                          is_pure=False, pack=1)
+        return tl.where(stale, fresh, v)
+
+
+@triton.jit
+def _fp32_of(v):
+    # the fp32 value of tagged words
+    return (v & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _await_words(slot_ptr, base, n, tag, W: tl.constexpr, P2: tl.constexpr):
-    # wait until the n groups of W words from base (a row's partials, group j at base + j * W) carry
-    # this launch's tag, one vector load of the whole block a try: their fp32 values [P2, W] (0
-    # past n) and the mask of the live groups
+    # the n groups of W words from base (a row's partials, group j at base + j * W) once they carry
+    # this launch's tag: their fp32 values [P2, W] (0 past n) and the mask of the live groups
     j = tl.arange(0, P2)
     jm = j < n
     k = tl.arange(0, W)
     live = jm[:, None] & (k >= 0)[None, :]
-    p = slot_ptr + base + j[:, None] * W + k[None, :]
-    v = tl.load(p, mask=live, other=0, volatile=True)
-    bad = tl.sum(tl.sum((live & ((v >> 32) != tag)).to(tl.int32), 1), 0)
-    while bad > 0:
-        v = tl.load(p, mask=live, other=0, volatile=True)
-        bad = tl.sum(tl.sum((live & ((v >> 32) != tag)).to(tl.int32), 1), 0)
-    return (v & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), jm
+    v = _await_tagged(slot_ptr + base + j[:, None] * W + k[None, :], live, tag)
+    return _fp32_of(v), jm
 
 
 @triton.jit
 def _await_pairs(slot_ptr, base, n_split, tag):
-    # wait until the n_split pairs of words at base (partials of a row) carry this launch's tag:
+    # the n_split pairs of words at base (partials of a row) once they carry this launch's tag:
     # their fp32 values (a, b) and the mask of the live lanes (a and b are 0 past n_split)
     j = tl.arange(0, _MAXS)
     jm = j < n_split
     p = slot_ptr + base + j * 2
-    va = tl.load(p, mask=jm, other=0, volatile=True)
-    vb = tl.load(p + 1, mask=jm, other=0, volatile=True)
-    bad = tl.sum((jm & (((va >> 32) != tag) | ((vb >> 32) != tag))).to(tl.int32), 0)
-    while bad > 0:
-        va = tl.load(p, mask=jm, other=0, volatile=True)
-        vb = tl.load(p + 1, mask=jm, other=0, volatile=True)
-        bad = tl.sum((jm & (((va >> 32) != tag) | ((vb >> 32) != tag))).to(tl.int32), 0)
-    a = (va & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
-    b = (vb & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
-    return a, b, jm
+    return _fp32_of(_await_tagged(p, jm, tag)), _fp32_of(_await_tagged(p + 1, jm, tag)), jm
