@@ -85,7 +85,7 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
     decl = _opdecl.get(spec.op)
     nbytes = decl.bytes_moved(spec)
     row_size = decl.row_size(spec) if decl.row_size is not None else 0
-    strided = not (getattr(spec, "last_dim_contiguous", True) and spec.input.dense)  # only reductions have dims
+    strided = not (getattr(spec, "reads_rows", True) and spec.input.dense)  # only reductions have dims
     estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes, launch=timing == "wall", op=spec.op,
                                             grad=spec.requires_grad, strided=strided, row_size=row_size)
                  for b in servers}

@@ -175,6 +175,35 @@ class CallSpec:
         return (self.ndim >= 1 and self.dims == (self.ndim - 1,)
                 and (self.stride[-1] == 1 or self.shape[-1] <= 1))
 
+    @property
+    def reads_rows(self) -> bool:
+        """The reduced dims are the last ones and each row of them is one unit-stride run of
+        ``reduced_size`` elements: one dim, the last, unit-stride (:attr:`last_dim_contiguous`), or
+        several, dense among themselves (dims 1 and 2 of a contiguous (A, B, C), not empty). A
+        kernel of rows serves such a call as ``rows`` rows of ``reduced_size``, :attr:`row_stride`
+        apart, the reduced dims read as one."""
+        if self.last_dim_contiguous:
+            return True
+        dims = self.dims  # sorted
+        if len(dims) < 2 or dims != tuple(range(self.ndim - len(dims), self.ndim)) or self.numel == 0:
+            return False
+        expected = 1
+        for d in reversed(dims):
+            if self.shape[d] != 1 and self.stride[d] != expected:
+                return False
+            expected *= self.shape[d]
+        return True
+
+    @property
+    def row_stride(self) -> int | None:
+        """For a call that :attr:`reads_rows`: the elements between consecutive rows when the kept
+        dims collapse to rows one stride apart without a copy, else None
+        (:func:`dispatch.backend.rows_stride` of the view whose reduced dims are one)."""
+        from .strided import rows_stride
+
+        kept = self.ndim - len(self.dims)
+        return rows_stride(self.shape[:kept] + (self.reduced_size,), self.stride[:kept] + (1,))
+
     def describe(self) -> str:
         parts = []
         for t in self.tensors:

@@ -7,9 +7,10 @@ CUDA kernels (``tilelang.language``) on NVIDIA GPUs, C kernels (TileLang's CPU d
 instead (``tile_n`` / ``cluster``, build-time keys stripped before TileLang sees a config) with
 seeded required tunables and ``do_not_specialize``. On the CPU, dispatch's own sweep tunes the C kernels.
 
-The softmax family over the last, unit-stride dim runs the row kernels: dense rows on both targets,
-and on CUDA rows one stride apart too (a slice ``x[:, :n]`` of wider rows, read in place by a
-kernel of that stride); every other layout runs the column kernels of :mod:`.strided`.
+The softmax family over the last, unit-stride dim runs the row kernels (so does logsumexp over
+trailing dims dense among themselves, read as one: ``CallSpec.reads_rows``): dense rows on both
+targets, and on CUDA rows one stride apart too (a slice ``x[:, :n]`` of wider rows, read in place
+by a kernel of that stride); every other layout runs the column kernels of :mod:`.strided`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 
 import dispatch
 from dispatch.backend import (BackendInfo, CallSpec, Config, Failure, TuneError, TuneResult, TuneSpace, Verdict,
-                              dist_version, dtype_name, hookimpl, measure, pick_winner, rows_stride, source_hash)
+                              dist_version, dtype_name, hookimpl, measure, pick_winner, source_hash)
 
 NAME = "tilelang"
 OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
@@ -104,14 +105,18 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
 
         return strided.check(spec, target)
     stride = _row_stride(spec)
-    return Verdict.yes(f"rows {stride} elements apart, read in place by the row kernels") if stride else Verdict.yes()
+    dims = "" if spec.last_dim_contiguous else f"dims {list(spec.dims)} read as rows of {spec.reduced_size}, "
+    if stride:
+        return Verdict.yes(f"{dims}rows {stride} elements apart, read in place by the row kernels")
+    return Verdict.yes(f"{dims}read by the row kernels") if dims else Verdict.yes()
 
 
 def _rows(spec: CallSpec) -> bool:
-    """The call reduces the last, unit-stride dim of a dense input, or on CUDA of rows one stride
-    apart (:func:`_strided_rows`): the row kernels'; else the strided ones'. The C kernels take
-    dense rows only (there strided rows go to the column kernels)."""
-    if not spec.last_dim_contiguous:
+    """The call reads rows (``CallSpec.reads_rows``: the last, unit-stride dim, or trailing dims
+    read as one) of a dense input, or on CUDA rows one stride apart (:func:`_strided_rows`): the
+    row kernels'; else the strided ones'. The C kernels take dense rows only (there strided rows
+    go to the column kernels)."""
+    if not spec.reads_rows:
         return False
     return spec.input.dense or (spec.device.type == "cuda" and _strided_rows(spec) is not None)
 
@@ -120,7 +125,7 @@ def _strided_rows(spec: CallSpec) -> int | None:
     """The stride of rows the CUDA row kernels read in place, or None: the leading dims collapse to
     rows one stride apart without a copy, rows of at least one element that don't overlap (a
     broadcast input, stride 0, or overlapping rows go to the column kernels' verdict)."""
-    stride, n = rows_stride(spec.shape, spec.stride), spec.shape[-1]
+    stride, n = spec.row_stride, spec.reduced_size
     return stride if stride is not None and stride >= n >= 1 else None
 
 
@@ -131,13 +136,13 @@ def _row_stride(spec: CallSpec) -> int:
     if spec.input.dense:
         return 0
     stride = _strided_rows(spec)
-    return 0 if stride is None or stride == spec.shape[-1] else int(stride)
+    return 0 if stride is None or stride == spec.reduced_size else int(stride)
 
 
 def _space(op: str, spec: CallSpec) -> tuple[list[dict], dict]:
     from .configs import config_space, default_config, families
 
-    target, n = _target(spec), spec.shape[-1]
+    target, n = _target(spec), spec.reduced_size
     configs = config_space(op, spec.rows, n, spec.dtype, target)
     default = default_config(op, spec.rows, n, spec.dtype, target)
     if target == "cuda":  # the default's family (it comes first), one compile for all
@@ -182,10 +187,10 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     from .build import build
     from .direct import call_path
 
-    target, n, m = _target(spec), spec.shape[-1], spec.rows
+    target, n, m = _target(spec), spec.reduced_size, spec.rows
     cfg = config.as_dict() if config else _space(op, spec)[1]
     compiled = build(op, m, n, spec.dtype, spec.out_dtype, cfg, target, _row_stride(spec))
-    return call_path(compiled, m, n, spec.out_shape, spec.ndim == 2)
+    return call_path(compiled, m, n, spec.out_shape, spec.ndim == 2 and spec.last_dim_contiguous)
 
 
 #: Tune the softmax family on CUDA with TileLang's ``autotune`` (which compiles a family's
@@ -206,7 +211,7 @@ def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None
         return None
     from .build import build_all
 
-    failed = build_all(op, spec.rows, spec.shape[-1], spec.dtype, spec.out_dtype, [c.as_dict() for c in configs],
+    failed = build_all(op, spec.rows, spec.reduced_size, spec.dtype, spec.out_dtype, [c.as_dict() for c in configs],
                        target, device=spec.device, row_stride=_row_stride(spec))
     return tuple(Failure(Config.of(c), why) for c, why in failed)
 
@@ -230,7 +235,7 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     from .native_tune import tune_native
 
     (x,) = example
-    n, m = spec.shape[-1], spec.rows
+    n, m = spec.reduced_size, spec.rows
     x2 = x.reshape(m, n)
     reference = {"softmax": torch.softmax, "log_softmax": torch.log_softmax}.get(op)
     out_dtype = spec.out_dtype

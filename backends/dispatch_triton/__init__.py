@@ -18,8 +18,7 @@ import torch
 
 import dispatch
 from dispatch.backend import (BackendInfo, CallSpec, Config, Timing, TuneResult, TuneSpace, Verdict,
-                              contiguous_strides, dist_version, do_bench, hookimpl, measure, rows_stride,
-                              source_hash)
+                              contiguous_strides, dist_version, do_bench, hookimpl, measure, source_hash)
 
 NAME = "triton"
 OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
@@ -76,9 +75,9 @@ def dispatch_backend_info() -> BackendInfo:
 
 
 def rows_view_stride(spec: CallSpec) -> int | None:
-    """The row stride if the leading dims of ``spec`` collapse to rows without a copy, else None
-    (:func:`dispatch.backend.rows_stride`)."""
-    return rows_stride(spec.shape, spec.stride)
+    """The row stride if the kept dims of ``spec`` (a call that reads rows) collapse to rows
+    without a copy, else None (``CallSpec.row_stride``)."""
+    return spec.row_stride
 
 
 @hookimpl
@@ -96,12 +95,14 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
         return Verdict.no(f"output dtype {spec.out_dtype} not served; float32, float16 and bfloat16 are")
     if spec.ndim == 0:
         return Verdict.no("0-d input: nothing to reduce over")
-    if not spec.last_dim_contiguous:
+    if not spec.reads_rows:
         return _strided_verdict(op, spec)
     if rows_view_stride(spec) is None:
-        return Verdict.no(f"the leading dims (strides {list(spec.stride[:-1])}) don't collapse to rows "
+        kept = spec.ndim - len(spec.dims)
+        return Verdict.no(f"the leading dims (strides {list(spec.stride[:kept])}) don't collapse to rows "
                           "without a copy")
-    return Verdict.yes()
+    return Verdict.yes() if spec.last_dim_contiguous else Verdict.yes(
+        f"serves this call (the row kernel: dims {list(spec.dims)} read as rows of {spec.reduced_size})")
 
 
 def _strided_plan(op: str, spec: CallSpec):
@@ -131,8 +132,8 @@ def _strided_verdict(op: str, spec: CallSpec) -> Verdict:
 
 
 def _rows(spec: CallSpec) -> tuple[int, int]:
-    n = spec.shape[-1]
-    return spec.rows, n
+    """(rows, row length) of a call that reads rows (its reduced dims read as one)."""
+    return spec.rows, spec.reduced_size
 
 
 @hookimpl
@@ -143,7 +144,7 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
         return norms.tune_space(spec)
     from .configs import config_space, default_config, prune
 
-    if not spec.last_dim_contiguous:
+    if not spec.reads_rows:
         from . import strided
 
         from .strided_steps import StepPlan
@@ -175,7 +176,7 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     from .configs import default_config
     from .launch import Launcher
 
-    if not spec.last_dim_contiguous:
+    if not spec.reads_rows:
         from . import strided
 
         from .strided_steps import StepLauncher, StepPlan
@@ -208,7 +209,7 @@ def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None
     is reported (and left out of the tune). Under the interpreter there is nothing to compile: None
     (nor for the norms and the strided kernel, which compile as they are timed, nor when
     ``triton.autotune`` tunes: ``DISPATCH_TRITON_NATIVE_AUTOTUNE=1``)."""
-    if (spec.device.type != "cuda" or _interpreting() or op in NORM_OPS or not spec.last_dim_contiguous
+    if (spec.device.type != "cuda" or _interpreting() or op in NORM_OPS or not spec.reads_rows
             or NATIVE_AUTOTUNE):
         return None
     from dispatch.backend import compile_all
@@ -247,7 +248,7 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     ``DISPATCH_TRITON_NATIVE_AUTOTUNE=1``, on CUDA, Triton's own autotuner sweeps the space instead
     (key: the bucketed row length and the dtypes; absent optional tensors get dtype-matched
     placeholders)."""
-    if not NATIVE_AUTOTUNE or spec.device.type != "cuda" or op in NORM_OPS or not spec.last_dim_contiguous:
+    if not NATIVE_AUTOTUNE or spec.device.type != "cuda" or op in NORM_OPS or not spec.reads_rows:
         return None  # norms and the strided kernel are swept by dispatch (norms include the split path)
     from .autotune import autotuned, config_from_triton, run_autotuned
 
