@@ -43,6 +43,19 @@ def test_other_reduced_dims_do_not(shape, view, dims):
     assert not spec_of("logsumexp", x, dims).reads_rows
 
 
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_rows_whose_kept_dims_do_not_collapse_go_to_the_column_kernels(backend):
+    require_backend(backend)
+    x = torch.randn(6, 5, 4, 3, device=DEV).permute(1, 0, 2, 3)  # kept dims (5, 6) in the wrong order
+    spec = spec_of("logsumexp", x, (2, 3))
+    assert spec.reads_rows and spec.row_stride is None
+    decision = dispatch.explain("logsumexp", x, (2, 3), backend=backend).decision
+    verdict = next(c.verdict for c in decision.candidates if c.name == backend)
+    assert verdict.ok and "read as rows of" not in verdict.reason, verdict.reason
+    torch.testing.assert_close(dispatch.logsumexp(x, (2, 3), backend=backend), torch.logsumexp(x, (2, 3)),
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_one_dim_reads_rows_exactly_when_it_is_the_last_unit_stride_one():
     x = torch.randn(6, 64)
     assert spec_of("logsumexp", x[:, :37], -1).reads_rows and spec_of("logsumexp", x[:, :37], -1).row_stride == 64

@@ -80,6 +80,13 @@ def rows_view_stride(spec: CallSpec) -> int | None:
     return spec.row_stride
 
 
+def _row_kernel(spec: CallSpec) -> bool:
+    """Whether the row kernel is the one for ``spec``: the last, unit-stride dim (refused where the
+    leading dims don't collapse to rows), or trailing dims read as rows whose kept dims collapse
+    (else the strided kernel's, which takes kept dims in up to three groups)."""
+    return spec.reads_rows and (spec.last_dim_contiguous or rows_view_stride(spec) is not None)
+
+
 @hookimpl
 def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     if spec.device.type != "cuda" and not (spec.device.type == "cpu" and _interpreting()):
@@ -95,11 +102,10 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
         return Verdict.no(f"output dtype {spec.out_dtype} not served; float32, float16 and bfloat16 are")
     if spec.ndim == 0:
         return Verdict.no("0-d input: nothing to reduce over")
-    if not spec.reads_rows:
+    if not _row_kernel(spec):
         return _strided_verdict(op, spec)
     if rows_view_stride(spec) is None:
-        kept = spec.ndim - len(spec.dims)
-        return Verdict.no(f"the leading dims (strides {list(spec.stride[:kept])}) don't collapse to rows "
+        return Verdict.no(f"the leading dims (strides {list(spec.stride[:-1])}) don't collapse to rows "
                           "without a copy")
     return Verdict.yes() if spec.last_dim_contiguous else Verdict.yes(
         f"serves this call (the row kernel: dims {list(spec.dims)} read as rows of {spec.reduced_size})")
@@ -144,7 +150,7 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
         return norms.tune_space(spec)
     from .configs import config_space, default_config, prune
 
-    if not spec.reads_rows:
+    if not _row_kernel(spec):
         from . import strided
 
         from .strided_steps import StepPlan
@@ -176,7 +182,7 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
     from .configs import default_config
     from .launch import Launcher
 
-    if not spec.reads_rows:
+    if not _row_kernel(spec):
         from . import strided
 
         from .strided_steps import StepLauncher, StepPlan
@@ -209,7 +215,7 @@ def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None
     is reported (and left out of the tune). Under the interpreter there is nothing to compile: None
     (nor for the norms and the strided kernel, which compile as they are timed, nor when
     ``triton.autotune`` tunes: ``DISPATCH_TRITON_NATIVE_AUTOTUNE=1``)."""
-    if (spec.device.type != "cuda" or _interpreting() or op in NORM_OPS or not spec.reads_rows
+    if (spec.device.type != "cuda" or _interpreting() or op in NORM_OPS or not _row_kernel(spec)
             or NATIVE_AUTOTUNE):
         return None
     from dispatch.backend import compile_all
@@ -248,7 +254,7 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     ``DISPATCH_TRITON_NATIVE_AUTOTUNE=1``, on CUDA, Triton's own autotuner sweeps the space instead
     (key: the bucketed row length and the dtypes; absent optional tensors get dtype-matched
     placeholders)."""
-    if not NATIVE_AUTOTUNE or spec.device.type != "cuda" or op in NORM_OPS or not spec.reads_rows:
+    if not NATIVE_AUTOTUNE or spec.device.type != "cuda" or op in NORM_OPS or not _row_kernel(spec):
         return None  # norms and the strided kernel are swept by dispatch (norms include the split path)
     from .autotune import autotuned, config_from_triton, run_autotuned
 
