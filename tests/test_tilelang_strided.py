@@ -77,12 +77,13 @@ def test_empty_inputs_over_dim0_get_torchs_answer_without_a_launch(op, shape):
 
 
 # (name, base shape, view of the base, reduced dims): logsumexp over dims that don't collapse
-STEP_CASES = [
+STEP_CASES = [  # a step that reads rows (the reduced dim unit-stride, rows dense) runs the row kernels
     ("dims_0_2_of_3d", (6, 5, 7), lambda t: t, (0, 2)),
     ("dims_1_3_of_4d", (4, 3, 5, 6), lambda t: t, (1, 3)),
     ("dims_0_2_4_of_5d", (2, 3, 4, 5, 6), lambda t: t, (0, 2, 4)),
     ("dims_0_2_of_permuted", (4, 5, 6), lambda t: t.permute(2, 0, 1), (0, 2)),
     ("dims_0_1_of_sliced", (4, 7, 5), lambda t: t[:, :3, :], (0, 1)),  # strides 35 and 5
+    ("dims_0_2_of_sliced_rows", (8, 6, 10), lambda t: t[:, :, :7], (0, 2)),  # rows 10 apart: columns on C
 ]
 
 
@@ -106,6 +107,17 @@ def test_logsumexp_over_dims_that_do_not_collapse_runs_in_steps(name, shape, vie
     assert torch.equal(x, before)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_step_that_reads_rows_runs_the_row_kernels(dtype):
+    # dims 0 and 2 of a permuted, dense input: step 1 reduces its unit-stride dim, rows 6 apart in
+    # memory whatever the order of the view's dims; step 2 the last dim of the contiguous result
+    x = (torch.randn(4, 5, 6) * 3).to(dtype).permute(2, 0, 1)
+    reason = str(dispatch.explain("logsumexp", x, (0, 2), backend="tilelang"))
+    assert "step 1: the row kernels" in reason and "step 2: the row kernels" in reason, reason
+    got = dispatch.logsumexp(x, (0, 2), backend="tilelang")
+    torch.testing.assert_close(got.float(), torch.logsumexp(x.double(), (0, 2)).float(), **_tol(dtype))
+
+
 def test_logsumexp_in_steps_over_an_empty_input_gets_torchs_answer():
     for shape in ((0, 5, 7), (6, 5, 0), (6, 0, 7)):
         x = torch.randn(shape)
@@ -115,15 +127,23 @@ def test_logsumexp_in_steps_over_an_empty_input_gets_torchs_answer():
         torch.testing.assert_close(got, want)
 
 
-def test_on_cuda_each_step_must_be_one_the_column_kernels_serve():
+def test_on_cuda_each_step_must_be_one_the_column_or_the_row_kernels_serve():
     from dispatch_tilelang import strided
 
-    big = torch.empty(64, 8, 16384)  # dims 0 and 2: dim 2 first (most columns), a unit-stride reduced dim
-    verdict = strided.check(spec_of("logsumexp", big, (0, 2)), "cuda")
-    assert not verdict.ok and "step 1" in verdict.reason and "a thread per row" in verdict.reason
+    # dims 0 and 2 of 512x64x512: dim 0 first (32768 columns), then the last dim of the 64x512 result: rows
+    rows = strided.check(spec_of("logsumexp", torch.empty(512, 64, 512), (0, 2)), "cuda")
+    assert rows.ok and "step 1: a column" in rows.reason and "step 2: the row kernels" in rows.reason, rows.reason
     wide = torch.empty(8, 16, 4, 16384)  # dims 0 and 2 of a wide inner dim: both steps read columns
     assert strided.check(spec_of("logsumexp", wide, (0, 2)), "cuda").ok
-    assert strided.check(spec_of("logsumexp", big, (0, 2)), "c").ok  # the C target serves every step
+    # the unit-stride dim first, but its rows are not one stride apart (dims 0 and 1 swapped)
+    permuted = torch.empty(4, 16, 8, 16384).permute(1, 0, 2, 3)
+    verdict = strided.check(spec_of("logsumexp", permuted, (0, 3)), "cuda")
+    assert not verdict.ok and "step 1" in verdict.reason and "a thread per row" in verdict.reason
+    big = torch.empty(64, 8, 16384)  # dim 2 first (rows), then dim 0 of the 64x8 result: 8 columns
+    verdict = strided.check(spec_of("logsumexp", big, (0, 2)), "cuda")
+    assert not verdict.ok and "step 2" in verdict.reason and "16384 columns or more" in verdict.reason
+    for x, dims in ((big, (0, 2)), (permuted, (0, 3))):
+        assert strided.check(spec_of("logsumexp", x, dims), "c").ok  # the C target serves every step
 
 
 def test_refuses_dims_that_no_step_can_reduce_in_place_and_says_why():

@@ -12,9 +12,10 @@ every plan (strided rows included: its row kernels take dense rows only).
 
 logsumexp over reduced dims that don't collapse to one dim runs in steps
 (:func:`dispatch.backend.logsumexp_steps`): the first step's kernel reads the input in place, each
-later one the previous step's fp32 result; every step must be one these kernels serve. The first
-step's config is the call's (tuned); the later ones, each over a fraction of the input, run their
-default.
+later one the previous step's fp32 result; every step must be one these kernels serve, or one
+that reads rows (:func:`row_view`: its reduced dim unit-stride, rows one stride apart, dense on
+the C target), which the row kernels of :mod:`.build` serve. The first step's config is the
+call's (tuned); the later ones, each over a fraction of the input, run their default.
 """
 
 from __future__ import annotations
@@ -50,6 +51,20 @@ def _first(p) -> StridedPlan:
     return p[0].plan if isinstance(p, tuple) else p
 
 
+def row_view(p: StridedPlan, target: str) -> tuple[int, int, int] | None:
+    """``(rows, row length, row stride)`` where a step's plan reads rows that ``target``'s row
+    kernels take: the reduced dim unit-stride and the kept dims one group (outer or inner), its
+    rows one stride apart (not overlapping; on the C target dense) and written in order; else None."""
+    if p.outer1 or (p.outer > 1 and p.inner > 1) or (p.R > 1 and p.x_strides[1] != 1) or p.outer * p.R * p.inner == 0:
+        return None
+    m = p.outer * p.inner
+    k = 0 if p.inner == 1 else 2
+    stride = p.x_strides[k] if m > 1 else p.R
+    if stride < p.R or (m > 1 and p.out_strides[k] != 1) or (target == "c" and stride != p.R):
+        return None
+    return m, p.R, stride
+
+
 def _refusal(p: StridedPlan, target: str) -> str | None:
     """Why these kernels can't read one plan on ``target``, or None."""
     from .strided_kernels import MAX_SPAN, input_span, plan_key
@@ -76,13 +91,17 @@ def check(spec, target: str) -> Verdict:
         why = _refusal(p, target)
         return Verdict.no(why) if why else Verdict.yes("read in place, a column of the (outer, R, inner) view per "
                                                        "thread")
+    kinds = []
     for i, st in enumerate(p):
+        if row_view(st.plan, target):
+            kinds.append(f"step {i + 1}: the row kernels")
+            continue
         why = _refusal(st.plan, target)
         if why:
             return Verdict.no(f"logsumexp in {len(p)} steps, step {i + 1} (dims {list(st.dims)} of "
                               f"{list(st.shape)}): {why}")
-    return Verdict.yes(f"logsumexp in {len(p)} steps, the first reading the input in place, a column of its "
-                       "(outer, R, inner) view per thread")
+        kinds.append(f"step {i + 1}: a column of its (outer, R, inner) view per thread")
+    return Verdict.yes(f"logsumexp in {len(p)} steps, the first reading the input in place ({'; '.join(kinds)})")
 
 
 def config_space(spec, target: str) -> list[dict]:
@@ -150,15 +169,38 @@ def kernel(spec, config, target: str):
     for i, st in enumerate(p):
         last = i == len(p) - 1
         out_shape = tuple(spec.out_shape) if last else tuple(s for j, s in enumerate(st.shape) if j not in st.dims)
-        runs.append(_plan_run(spec.op, st.plan, spec.dtype if i == 0 else torch.float32,
-                              spec.out_dtype if last else torch.float32, out_shape, target,
-                              cfg if i == 0 else _default(st.plan, target)))
+        in_dtype, out_dtype = spec.dtype if i == 0 else torch.float32, spec.out_dtype if last else torch.float32
+        rows = row_view(st.plan, target)
+        if rows:
+            runs.append(_rows_run(spec.op, rows, in_dtype, out_dtype, out_shape, target))
+        else:
+            runs.append(_plan_run(spec.op, st.plan, in_dtype, out_dtype, out_shape, target,
+                                  cfg if i == 0 else _default(st.plan, target)))
     steps = tuple(runs)
 
     def run(x):
         for step in steps:
             x = step(x)
         return x
+
+    return run
+
+
+def _rows_run(op: str, rows: tuple[int, int, int], in_dtype: torch.dtype, out_dtype: torch.dtype,
+              out_shape: tuple, target: str):
+    """``run(x)`` of a step that reads rows (:func:`row_view`): the row kernels, their default config,
+    given the rows as they lie in memory (x's own dims may be in another order)."""
+    from .build import build
+    from .configs import default_config
+    from .direct import call_path
+
+    m, n, stride = rows
+    cfg = default_config(op, m, n, in_dtype, target)
+    compiled = build(op, m, n, in_dtype, out_dtype, cfg, target, 0 if stride == n else stride)
+    path = call_path(compiled, m, n, out_shape, True)
+
+    def run(x):
+        return path(x.as_strided((m, n), (stride, 1)))
 
     return run
 
