@@ -116,6 +116,11 @@ def test_a_step_that_reads_rows_runs_the_row_kernels(dtype):
     assert "step 1: the row kernels" in reason and "step 2: the row kernels" in reason, reason
     got = dispatch.logsumexp(x, (0, 2), backend="tilelang")
     torch.testing.assert_close(got.float(), torch.logsumexp(x.double(), (0, 2)).float(), **_tol(dtype))
+    # the row kernels run at their default: the column kernels' configs would all time the same
+    from dispatch_tilelang import strided
+
+    assert len(strided.config_space(spec_of("logsumexp", x, (0, 2)), "c")) == 1
+    assert len(strided.config_space(spec_of("logsumexp", torch.empty(6, 40, 7).permute(1, 0, 2), (0, 1)), "c")) > 1
 
 
 def test_logsumexp_in_steps_over_an_empty_input_gets_torchs_answer():

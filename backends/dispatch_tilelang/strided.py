@@ -105,8 +105,12 @@ def check(spec, target: str) -> Verdict:
 
 
 def config_space(spec, target: str) -> list[dict]:
-    """The configs of a call (of its first step, for logsumexp in steps)."""
-    return _space(_first(plan_of(spec)), target)
+    """The configs of a call (of its first step, for logsumexp in steps; none to choose from where
+    the first step runs the row kernels, at their default: the default alone)."""
+    p = plan_of(spec)
+    if isinstance(p, tuple) and row_view(p[0].plan, target):
+        return [_default(p[0].plan, target)]
+    return _space(_first(p), target)
 
 
 def _space(p: StridedPlan, target: str) -> list[dict]:
