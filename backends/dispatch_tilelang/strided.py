@@ -53,9 +53,10 @@ def _first(p) -> StridedPlan:
 
 def row_view(p: StridedPlan, target: str) -> tuple[int, int, int] | None:
     """``(rows, row length, row stride)`` where a step's plan reads rows that ``target``'s row
-    kernels take: the reduced dim unit-stride and the kept dims one group (outer or inner), its
-    rows one stride apart (not overlapping; on the C target dense) and written in order; else None."""
-    if p.outer1 or (p.outer > 1 and p.inner > 1) or (p.R > 1 and p.x_strides[1] != 1) or p.outer * p.R * p.inner == 0:
+    kernels take: the reduced dim unit-stride (2 elements or more) and the kept dims one group
+    (outer or inner), its rows one stride apart (not overlapping; on the C target dense) and
+    written in order; else None."""
+    if p.outer1 or (p.outer > 1 and p.inner > 1) or p.R < 2 or p.x_strides[1] != 1 or p.outer * p.inner == 0:
         return None
     m = p.outer * p.inner
     k = 0 if p.inner == 1 else 2
