@@ -10,6 +10,7 @@ the eager backward of A. A kernel that used a word left by another launch would 
     python3 benchmarks/check_repeat_bits.py 10 rms_norm:bfloat16:256x65536,softmax:bfloat16:64x262144
 
 Arguments: repeats, then comma-separated op:dtype:MxN cases (op: rms_norm, layer_norm, softmax).
+Exits 1 when a call or a replay differs (or a case fails), else 0.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def bwd(op, x, w, b, dy, n):
     return torch.autograd.grad(y, [xl], dy)[0]
 
 
-def run(op, dt, m, n, reps):
+def run(op, dt, m, n, reps) -> int:
+    """Print how many calls (and replays) of one case differ from the first; return that count."""
     dtype = getattr(torch, dt)
     A, B = inputs(op, dtype, m, n, 0), inputs(op, dtype, m, n, 1)
     with torch.no_grad():
@@ -80,22 +82,29 @@ def run(op, dt, m, n, reps):
             torch.cuda.synchronize()
             gbad += int(not torch.equal(cap, gA))
         line += f"; graph replays differing {gbad}/{reps}"
+        fbad += bbad + gbad
     print(line, flush=True)
+    return fbad
 
 
 def main() -> int:
     if len(sys.argv) != 3:
         print(__doc__)
         return 2
-    reps = int(sys.argv[1])
+    if not torch.cuda.is_available():
+        print("needs a CUDA device: the kernels checked here exchange partials between programs on a GPU",
+              file=sys.stderr)
+        return 2
+    reps, bad = int(sys.argv[1]), 0
     for c in sys.argv[2].split(","):
         op, dt, shape = c.split(":")
         m, n = (int(v) for v in shape.split("x"))
         try:
-            run(op, dt, m, n, reps)
+            bad += run(op, dt, m, n, reps)
         except Exception as exc:  # noqa: BLE001 - a case that fails is reported, the others still run
             print(f"{c}: failed {type(exc).__name__}: {str(exc)[:300]}", flush=True)
-    return 0
+            bad += 1
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
