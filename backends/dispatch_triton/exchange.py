@@ -119,8 +119,8 @@ def _await_words(slot_ptr, base, n, tag, W: tl.constexpr, P2: tl.constexpr):
 @triton.jit
 def _await_pairs(slot_ptr, base, n_split, tag):
     # the n_split pairs of words at base (partials of a row) once they carry this launch's tag:
-    # their fp32 values (a, b) and the mask of the live lanes (a and b are 0 past n_split)
-    j = tl.arange(0, _MAXS)
-    jm = j < n_split
-    p = slot_ptr + base + j * 2
-    return _fp32_of(_await_tagged(p, jm, tag)), _fp32_of(_await_tagged(p + 1, jm, tag)), jm
+    # their fp32 values (a, b) and the mask of the live lanes (a and b are 0 past n_split); one wait
+    # for both words of every pair
+    vals, jm = _await_words(slot_ptr, base, n_split, tag, 2, _MAXS)
+    a, b = tl.split(vals)
+    return a, b, jm
