@@ -130,11 +130,11 @@ def _persist_levels(bn: int, rows: int, warps: int, esz: int, quick: bool) -> li
     return [top] if quick or top == 1 else [top, top // 2]
 
 
-def grid(m: int, n: int, dtype: torch.dtype, device: torch.device, quick: bool) -> list[dict]:
+def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quick: bool) -> list[dict]:
     """The configs of one shape, the default first (deduplicated)."""
-    default = NT.default_config(m, n, dtype, device)
+    default = NT.default_config(m, n, dtype, device, op)
     esz = torch.empty((), dtype=dtype).element_size()
-    out = [default] + [dict(c) for c in NT.config_space(m, n, dtype, device)]
+    out = [default] + [dict(c) for c in NT.config_space(m, n, dtype, device, op)]
     bn = max(_np2(n), 16)
     if bn <= 16384:
         tiles = TILES.get(bn, [(max(1, 2048 // bn), 4)])
@@ -203,7 +203,7 @@ def plan(args, device) -> list[tuple[str, str, int, int, dict]]:
         for dt in args.dtypes.split(","):
             dtype = getattr(torch, dt)
             for op in args.ops.split(","):
-                configs = grid(m, n, dtype, device, args.quick)
+                configs = grid(op, m, n, dtype, device, args.quick)
                 if args.device == "cpu":  # the default and one persistent or prefetching config
                     configs = [configs[0]] + [c for c in configs[1:] if c["PERSIST"] or c.get("PREFETCH")][:1]
                 jobs += [(op, dt, m, n, c) for c in configs]

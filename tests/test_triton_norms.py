@@ -371,6 +371,30 @@ def test_layer_norm_of_rows_with_massive_elements(config, dtype, where):
     torch.testing.assert_close(y.double(), ref, **tol)
 
 
+@pytest.mark.parametrize("where", ["first", "first-and-last"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("n,config", [(4000, dict(BLOCK_N=4096, ROWS=1)), (1000, dict(BLOCK_N=1024, ROWS=4)),
+                                      (1000, dict(BLOCK_N=1024, ROWS=4, PERSIST=1))],
+                         ids=["row", "tile4", "tile4-persistent"])
+def test_layer_norm_held_in_registers_of_rows_with_massive_elements(n, config, dtype, where):
+    # rows held whole: one reduction about the row's shift, a second about the mean where the shift
+    # is ill placed; rows 1 and 6 massive, the others not, so a tile holds both kinds
+    m = 7
+    x = _t((m, n), F32, 22)
+    x[1:7:5] = _massive(2, n, F32, where)
+    x = x.to(dtype)
+    w, b = _t((n,), dtype, 1, 0.5, 1.0), _t((n,), dtype, 2)
+    launcher = N.NormLauncher("layer_norm", m, n, dtype, n, DEV, dict(SPLIT=1, num_warps=4, num_stages=1, **config),
+                              1e-5, True, True, (m, n))
+    y = launcher.run(x, w, b)
+    ref = F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
+    tol = dict(TOL[dtype])
+    if dtype == F32:  # within twice torch's own fp32 error (see the test above)
+        theirs = F.layer_norm(x, (n,), w, b, 1e-5).double()
+        tol["atol"] = max(tol["atol"], 2 * (theirs - ref).abs().max().item())
+    torch.testing.assert_close(y.double(), ref, **tol)
+
+
 @pytest.mark.parametrize("split,plan,where", [((1, 4096), None, "first"), ((2, 8192), dict(COOP=True), "first"),
                                               ((2, 8192), dict(COOP=True), "first-and-last")],
                          ids=["one-group", "groups2-coop", "groups2-coop-shift-on-massive"])
