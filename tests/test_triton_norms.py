@@ -10,6 +10,7 @@ with and without weight/bias.
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -220,12 +221,13 @@ def test_one_launch_backward_is_exact_whatever_ran_before(op, m, n):
 
 
 def test_long_row_backward_default_exchanges_on_a_gpu_only():
-    # a GPU's default for long rows is the one-launch exchange (16 elements a thread, 128
-    # registers); the interpreter's is the two launches
-    for m, n in ((64, 262144), (1024, 16384)):
-        plan = NB.backward_plan(m, n, BF16, DEV)
+    # a GPU's default for long rows is the one-launch exchange (16 elements a thread, 8 for fp32
+    # rows, 128 registers); the interpreter's is the two launches (8 elements a thread)
+    for (m, n), dtype in itertools.product(((64, 262144), (1024, 16384)), (BF16, F32)):
+        plan = NB.backward_plan(m, n, dtype, DEV)
         assert plan["kind"] == "split" and plan["COOP"] is (DEV.type == "cuda")
-        assert (plan["maxnreg"], plan["BLOCK_N"] // plan["num_warps"]) == ((128, 512) if plan["COOP"] else (64, 256))
+        per_warp = 512 if plan["COOP"] and dtype == BF16 else 256
+        assert (plan["maxnreg"], plan["BLOCK_N"] // plan["num_warps"]) == (128 if plan["COOP"] else 64, per_warp)
 
 
 @pytest.mark.parametrize("plan,split,match", [
