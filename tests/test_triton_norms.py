@@ -149,9 +149,9 @@ def test_backward_bf16_and_absent_parameters(op, affine, split):
     (dict(ROWS=1), None), (dict(num_warps=2, G=3), None), (dict(EVICT=False, maxnreg=None, num_stages=2), None),
     (dict(PREFETCH=True, G=3), None), (dict(PREFETCH=True, ROWS=1), None),
     (dict(BLOCK_N=32, num_warps=2, GR=3), (2, 64)), (dict(BLOCK_N=32, GR=2, HINTS=True, PREFETCH=True), (2, 64)),
-    (dict(BLOCK_N=64, GR=4, PREFETCH=True), (2, 64)),
+    (dict(BLOCK_N=64, GR=4, PREFETCH=True), (2, 64)), (dict(BLOCK_N=64, maxnreg=None), (2, 64)),
 ], ids=["rows1", "warps2-g3", "no-evict", "prefetch-g3", "prefetch-rows1", "split-bn32-gr3", "split-hints-prefetch",
-        "split-prefetch-gr4"])
+        "split-prefetch-gr4", "split-no-maxnreg"])
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_backward_plan_overrides(op, plan, split, dtype):
     # 9 rows of 100: ROWS=1 (the default packs 16 rows of 128 a tile), more tiles than programs
@@ -379,8 +379,8 @@ def test_layer_norm_of_rows_with_massive_elements(config, dtype, where):
                                       (1000, dict(BLOCK_N=1024, ROWS=4, PERSIST=1))],
                          ids=["row", "tile4", "tile4-persistent"])
 def test_layer_norm_held_in_registers_of_rows_with_massive_elements(n, config, dtype, where):
-    # rows held whole: one reduction about the row's shift, a second about the mean where the shift
-    # is ill placed; rows 1 and 6 massive, the others not, so a tile holds both kinds
+    # rows held whole in registers (a row, a tile of four, a persistent grid of tiles); rows 1 and 6
+    # massive, the others not, so a tile holds both kinds
     m = 7
     x = _t((m, n), F32, 22)
     x[1:7:5] = _massive(2, n, F32, where)

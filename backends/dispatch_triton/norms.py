@@ -21,9 +21,9 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
   register) a program per row of 16 warps, but for rms_norm a persistent grid of 16-warp programs;
 * longer: a row's chunks held in registers by a group of programs that exchange partial sums
   (``COOP``: one launch, x read once, pipelined one row ahead; 2048-element chunks of 4 warps),
-  except for 2-byte rows of up to 64K with rows for 1.5
-  programs a multiprocessor or more, where a program per row walks it twice (the second pass
-  newest chunks first, mostly from L2) in chunks of 8192 elements, 16 warps, PREFETCH and HINTS.
+  except for 2-byte rows of up to 64K with rows for 1.5 programs a multiprocessor or more, where
+  a program per row walks it twice (the second pass newest chunks first, mostly from L2) in
+  chunks of 8192 elements, 16 warps, PREFETCH and HINTS.
   On an H200, ``COOP`` took the forward of 64 x 262144 from 61-63% to 75-85% of a same-size copy
   (rms_norm bf16/fp32, layer_norm fp32); for 2-byte rows of 32K-64K the program per row ran 2-4%
   faster for rms_norm and 23-25% for layer_norm
