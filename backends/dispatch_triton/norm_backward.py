@@ -147,7 +147,7 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     # chunks must fit); else two launches, 8 elements a thread at 64 registers
     def launch_shape(exchange: bool) -> tuple[int, int, int]:  # (maxnreg, warps, programs resident)
         maxnreg = over.get("maxnreg", 128 if exchange else 64)
-        fit = 65536 // (32 * maxnreg) if maxnreg else 32  # warps a multiprocessor's registers hold
+        fit = _resident_per_sm(1, maxnreg)  # warps a multiprocessor's registers hold
         warps = over.get("num_warps", max(1, min(32, fit, block // (512 if exchange and esz <= 2 else 256))))
         return maxnreg, warps, _resident_per_sm(warps, maxnreg) * sms
 
