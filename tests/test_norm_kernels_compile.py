@@ -45,7 +45,7 @@ _TRITON = textwrap.dedent("""
                                           (True, False, 1, 0), (False, True, 2, 1)):
             build(_norm_fwd, io, dict(IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine and not rms, PHASE=phase,
                                       ONE_PASS=False, BLOCK_N=4096, ROWS=1, SPLIT=1, PERSIST=0, PREFETCH=0,
-                                      HINTS=hints, COOP=1))
+                                      HINTS=hints, COOP=1, CHUNKS_P2=32))
     bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr")} | {"p_ptr": "*fp32", "ws_ptr": "*fp32"}
     for rms, affine in itertools.product([True, False], [True, False]):
         flags = dict(IS_RMS=rms, HAS_WEIGHT=affine)

@@ -50,7 +50,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .exchange import _MAXS, _await_pairs, _publish, _ticket
+from .exchange import _await_words, _publish, _publish_words, _ticket
 from .jit import _INTERPRETED, _cvt
 
 
@@ -294,20 +294,40 @@ def _chunk_partial(xr, shift, cmask, nc, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _coop_stats(slot_ptr, base, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr):
-    # (mean of d = x - shift, rstd) of a row once its S chunks' partials carry this launch's tag,
-    # merged in chunk order on every program of the row (so all of them get the same numbers)
-    a, b, jm = _await_pairs(slot_ptr, base, S, tag)
-    n = tl.where(jm, _part_counts(tl.arange(0, _MAXS), N, BLOCK_N), 0.0)
-    s1, m2 = _merge_parts(tl.where(jm, a, 0.0), tl.where(jm, b, 0.0), n, IS_RMS)
-    mean, rstd = _stats(s1, m2, 0.0, N, eps, IS_RMS)  # shift 0: the mean of d
-    return mean, rstd
+def _coop_publish(slot_ptr, row, S, c, p1, p2, tag, IS_RMS: tl.constexpr):
+    # a chunk's partial (_chunk_partial) as tagged words in ONE exchange (exchange._publish_words):
+    # rms_norm needs its sum x^2 only (one word), layer_norm (sum d, M2)
+    r64 = tl.cast(row, tl.int64)
+    if IS_RMS:
+        k = tl.arange(0, 1)
+        _publish_words(slot_ptr, 64 + r64 * S + c, tl.zeros([1], tl.float32) + p2, k, tag)
+    else:
+        _publish(slot_ptr, 64 + r64 * S * 2 + c * 2, p1, p2, tag)
+
+
+@triton.jit
+def _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
+                CHUNKS_P2: tl.constexpr):
+    # (mean of d = x - shift, rstd) of a row once its S chunks' partials (_coop_publish) carry this
+    # launch's tag (one wait over CHUNKS_P2 >= S lanes), merged in chunk order on every program of
+    # the row (so all of them get the same numbers)
+    r64 = tl.cast(row, tl.int64)
+    zero = tl.full([], 0.0, tl.float32)
+    if IS_RMS:
+        vals, jm = _await_words(slot_ptr, 64 + r64 * S, S, tag, 1, CHUNKS_P2)  # 0 past the last chunk
+        return _stats(zero, tl.sum(tl.sum(vals, 1), 0), zero, N, eps, IS_RMS)
+    else:
+        vals, jm = _await_words(slot_ptr, 64 + r64 * S * 2, S, tag, 2, CHUNKS_P2)
+        a, b = tl.split(vals)
+        n = tl.where(jm, _part_counts(tl.arange(0, CHUNKS_P2), N, BLOCK_N), 0.0)
+        s1, m2 = _merge_parts(a, b, n, IS_RMS)
+        return _stats(s1, m2, zero, N, eps, IS_RMS)  # shift 0: the mean of d
 
 
 @triton.jit
 def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS: tl.constexpr,
               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr, BLOCK_N: tl.constexpr,
-              HINTS: tl.constexpr):
+              HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr):
     # COOP: persistent programs in groups of S = cdiv(N, BLOCK_N), each holding one chunk of a row
     # (and its weight/bias) in registers; a group walks rows grp, grp + G, ... Per row a program
     # publishes its chunk's partial, the group's programs wait for the row's S partials, and each
@@ -334,18 +354,18 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, 
     if PHASE != 2:
         if grp < M:
             p1, p2 = _chunk_partial(xr, sh, cmask, nc, IS_RMS)
-            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * S * 2 + c * 2, p1, p2, tag)
+            _coop_publish(slot_ptr, grp, S, c, p1, p2, tag, IS_RMS)
     xr_n, sh_n = _row_chunk(x_ptr, grp + n_groups, stride_xm, cols, M, N, IS_RMS)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if PHASE != 2:
             if nrow < M:
                 p1, p2 = _chunk_partial(xr_n, sh_n, cmask, nc, IS_RMS)
-                _publish(slot_ptr, 64 + tl.cast(nrow, tl.int64) * S * 2 + c * 2, p1, p2, tag)
+                _coop_publish(slot_ptr, nrow, S, c, p1, p2, tag, IS_RMS)
         xr_nn, sh_nn = _row_chunk(x_ptr, nrow + n_groups, stride_xm, cols, M, N, IS_RMS)
         if PHASE != 1:
             row64 = tl.cast(row, tl.int64)
-            mean_d, rstd = _coop_stats(slot_ptr, 64 + row64 * S * 2, S, tag, N, eps, IS_RMS, BLOCK_N)
+            mean_d, rstd = _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS, BLOCK_N, CHUNKS_P2)
             y = ((xr.to(tl.float32) - sh) - mean_d) * rstd
             if HAS_WEIGHT:
                 y = y * w.to(tl.float32)
@@ -366,13 +386,14 @@ def _norm_fwd(
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
     ONE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr,
     PERSIST: tl.constexpr, PREFETCH: tl.constexpr = 0, HINTS: tl.constexpr = 0, COOP: tl.constexpr = 0,
+    CHUNKS_P2: tl.constexpr = 0,  # COOP: a power of two >= the chunks of a row (the width of its wait)
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
     # HINTS (0 or 1): y stored evict_first (_st's 1); long rows: x's first read evict_last (_ld's 2)
     if COOP:  # ws_ptr is the int64 slot buffer of the exchange
         _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS,
-                  PHASE, BLOCK_N, HINTS)
+                  PHASE, BLOCK_N, HINTS, CHUNKS_P2)
     elif ONE_PASS:
         cols = tl.arange(0, BLOCK_N)
         cmask = cols < N

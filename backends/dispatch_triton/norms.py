@@ -254,7 +254,8 @@ class NormLauncher:
         self._stand_ins = (ph,) * 4 + (placeholder(anchor, torch.int64) if coop(config) else ph32,)
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
-                    PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(coop(config)))
+                    PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(coop(config)),
+                    CHUNKS_P2=_np2(_cdiv(n, int(config["BLOCK_N"]))) if coop(config) else 0)
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
         if device.type == "cuda" and int(config.get("PERSIST", 0)) and one_pass(config, n):
