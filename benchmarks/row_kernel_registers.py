@@ -10,7 +10,9 @@ jump in a long-row benchmark.
 from __future__ import annotations
 
 import argparse
+import sys
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -29,6 +31,11 @@ def main() -> None:
     ap.add_argument("--ops", default="softmax,log_softmax")
     ap.add_argument("--fast-exp", type=int, default=1)
     a = ap.parse_args()
+    bad = [op for op in a.ops.split(",") if op not in _OPS]
+    if bad:
+        ap.error(f"--ops: {bad} not among {sorted(_OPS)}")
+    if not torch.cuda.is_available():
+        sys.exit("row_kernel_registers.py reads the registers of kernels loaded on a GPU: no CUDA device here")
     cap = triton.runtime.driver.active.get_current_target().arch
     for dt in ("bf16", "fp32"):
         ptrs = {"x_ptr": "*" + dt, "out_ptr": "*" + dt, "mask_ptr": "*i8", "ws_ptr": "*fp32", "sync_ptr": "*i32",
