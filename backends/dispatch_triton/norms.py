@@ -58,7 +58,7 @@ _MAX_ONE_PASS = 16384  # longest row held in registers (forward)
 _MAX_GRID_ROWS = 65535  # the split path's rows
 _CHUNK = 4096  # the chunk of long rows
 _SPLIT_PER_SM = 6  # programs per multiprocessor the forward's split aims at
-_MAX_COOP_CHUNKS = 128  # chunks of a row on the COOP path (the width of its partials' gather)
+_MAX_COOP_CHUNKS = 128  # chunks of a row on the COOP path (its gather is CHUNKS_P2 = np2(chunks) wide)
 
 
 def _np2(n: int) -> int:
