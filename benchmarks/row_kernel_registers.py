@@ -1,15 +1,18 @@
 """Registers and spills of the Triton row kernel as compiled for this GPU: one line per op and dtype.
 
-    python3 benchmarks/row_kernel_registers.py --path 3 --block-n 4096 --warps 4 [--maxnreg 168]
+    python3 benchmarks/row_kernel_registers.py --path 3 --block-n 4096 --warps 4 [--maxnreg 168] [--asm DIR]
 
 ``--path`` is the kernel's PATH code (0 rows, 1 online, 2 split, 3 split_pipe, 4 chunks). A
 program's registers decide how many programs a multiprocessor holds, so a jump here explains a
-jump in a long-row benchmark.
+jump in a long-row benchmark. ``--asm DIR`` also writes each kernel's PTX and SASS there
+(``<op>_<dtype>.ptx`` / ``.sass``): where the loads of the next rows and the wait for a row's
+partials land in the machine code.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
@@ -30,6 +33,7 @@ def main() -> None:
     ap.add_argument("--maxnreg", type=int, default=None)
     ap.add_argument("--ops", default="softmax,log_softmax")
     ap.add_argument("--fast-exp", type=int, default=1)
+    ap.add_argument("--asm", metavar="DIR", help="write each kernel's PTX and SASS to DIR")
     a = ap.parse_args()
     bad = [op for op in a.ops.split(",") if op not in _OPS]
     if bad:
@@ -48,6 +52,11 @@ def main() -> None:
             k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", cap, 32),
                                options=options)
             k._init_handles()
+            if a.asm:
+                os.makedirs(a.asm, exist_ok=True)
+                for kind in ("ptx", "sass"):
+                    with open(os.path.join(a.asm, f"{op}_{dt}.{kind}"), "w") as f:
+                        f.write(k.asm[kind])
             per_sm = 65536 // (-(-(k.n_regs * 32) // 256) * 256 * a.warps)
             print(f"{op} {dt} PATH={a.path} BLOCK_N={a.block_n} warps={a.warps} maxnreg={a.maxnreg}: "
                   f"{k.n_regs} registers, {k.n_spills} spills, {per_sm} programs an SM by registers", flush=True)
