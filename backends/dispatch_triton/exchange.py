@@ -7,9 +7,9 @@ for the others'.
 
 Words: a partial is published as a 64-bit word ``(tag << 32 | fp32 bits)`` with a relaxed atomic
 exchange and read back until every word of the row carries the launch's tag: no fence, no
-counter, one L2 round trip when the others are on time. ``_publish_words`` sends a chunk's
-partials in one vector exchange (on an H200 that took 2-14% off layer_norm's long-row backward
-against one scalar exchange a word); ``_publish`` is it for a (max, sum) pair.
+counter, one L2 round trip when the others are on time. ``_publish`` sends a (max, sum) pair as
+two scalar exchanges; ``_publish_words`` sends a chunk's partials in one vector exchange (on an
+H200 that took 2-14% off layer_norm's long-row backward against one scalar exchange a word).
 Every thread waits for its own copies (``_await_tagged``): where a block of words is smaller
 than the program, the compiler gives a word to several threads, and a copy read before the word
 arrived must never be used because another thread's copy of it passed a tag check. (Checking
@@ -74,9 +74,10 @@ def _publish_words(slot_ptr, idx, v, k, tag):
 
 @triton.jit
 def _publish(slot_ptr, idx, m_c, s_c, tag):
-    # a partial (m_c, s_c) as two self-validating words at idx, idx + 1 in one vector exchange
-    k = tl.arange(0, 2)
-    _publish_words(slot_ptr, idx, tl.where(k == 0, m_c, s_c), k, tag)
+    # a partial as two self-validating 64-bit words (tag << 32 | fp32 bits): no fence, no counter
+    hi = tag << 32
+    tl.atomic_xchg(slot_ptr + idx, hi | m_c.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+    tl.atomic_xchg(slot_ptr + idx + 1, hi | s_c.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
 
 
 @triton.jit

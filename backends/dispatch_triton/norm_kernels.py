@@ -50,7 +50,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .exchange import _await_words, _publish, _publish_words, _ticket
+from .exchange import _await_words, _publish_words, _ticket
 from .jit import _INTERPRETED, _cvt
 
 
@@ -302,7 +302,8 @@ def _coop_publish(slot_ptr, row, S, c, p1, p2, tag, IS_RMS: tl.constexpr):
         k = tl.arange(0, 1)
         _publish_words(slot_ptr, 64 + r64 * S + c, tl.zeros([1], tl.float32) + p2, k, tag)
     else:
-        _publish(slot_ptr, 64 + r64 * S * 2 + c * 2, p1, p2, tag)
+        k = tl.arange(0, 2)
+        _publish_words(slot_ptr, 64 + r64 * S * 2 + c * 2, tl.where(k == 0, p1, p2), k, tag)
 
 
 @triton.jit
