@@ -95,9 +95,9 @@ def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
                 if w is not None:
                     out.append(_cfg("rows" if rows > 1 else "onepass", bn, rows, 1, w))
     if op != "logsumexp":
-        # split: a row across programs, each chunk in registers. The pipelined path won every
-        # long row on the H200 (4096-element chunks, 32 per thread; 2048 x 16 per thread next);
-        # the plain split path stays as the one to compare with
+        # split: a row across programs, each chunk in registers, one chunk a program (split) or
+        # persistent programs loading the next row while they finish one (split_pipe); on the
+        # H200 each wins some long rows (default_config says which)
         if np2 >= 32768:
             for path, bn, w in (("split_pipe", 4096, 4), ("split_pipe", 2048, 4), ("split", 4096, 4)):
                 if 2 <= np2 // bn <= cap:
@@ -155,10 +155,10 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
 
     softmax/log_softmax: rows of <= 512 in 1K-element tiles (several rows per program) at 8 per
     thread; rows that fit in registers one per program at 16 (2-byte) or 8-32 (fp32) per
-    thread; longer rows split over programs in 4096-element chunks (pipelined). logsumexp (read-only, it
-    wants more in flight per thread): 32 per thread on short rows; rows longer than 16K cut into
-    chunks of 64 per thread, through the chunks path for 2-byte rows and one program a chunk for
-    fp32 (benchmarks/results/current/rows_kernels/).
+    thread; longer rows split over programs in chunks, one a program or pipelined (the body says
+    which). logsumexp (read-only, it wants more in flight per thread): 32 per thread on short
+    rows; rows longer than 16K cut into chunks of 64 per thread, through the chunks path for
+    2-byte rows and one program a chunk for fp32 (benchmarks/results/current/rows_kernels/).
     """
     space = config_space(op, n_rows, n_cols, dtype)
     np2 = _np2(max(int(n_cols), 1))
@@ -186,9 +186,14 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
         if want not in space:  # rows too long for chunks: streamed, cut over programs when rows are few
             want = _cfg("split_online", 2048, 1, 32, 4, 2) if n_rows < 4 * sms else _cfg("online", 4096, 1, 1, 8, 2)
     else:
-        # 2-byte rows of 16K-32K: the plain split path, 4-8% ahead of the pipelined one there on
-        # the H200 (benchmarks/results/current/rows_kernels/); pipelined beyond
-        want = _cfg("split" if np2 == 32768 and esz == 2 else "split_pipe", 4096, 1, 1, 4)
+        # H200 sweep of Dec 2 2026 (benchmarks/results/current/rows_kernels/long_rows_sweep.md):
+        # 2-byte rows in 4096-element chunks one a program (``split``; softmax 11-24% ahead of the
+        # pipelined path, log_softmax 1-6% up to 64K), pipelined for log_softmax beyond (11%
+        # ahead there); fp32 rows pipelined in chunks of 2048 (1-7% ahead of 4096)
+        if esz == 2:
+            want = _cfg("split_pipe" if op == "log_softmax" and np2 > 65536 else "split", 4096, 1, 1, 4)
+        else:
+            want = _cfg("split_pipe", 2048, 1, 1, 4)
         if _with_fast_exp(want) not in space:
             want = next((c for c in space if c["path"] == "split_pipe"), want)
         if _with_fast_exp(want) not in space:
