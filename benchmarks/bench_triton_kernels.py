@@ -74,6 +74,7 @@ def sweep_configs(op: str, n: int, dtype: torch.dtype) -> list[dict]:
                 w = bn // (32 * per)
                 if 2 <= C._cdiv(n, bn) <= min(C.MAX_SPLIT, 132) and 1 <= w <= 32:
                     out.append(C._cfg("split_pipe", bn, 1, 1, w))
+                    out.append(C._cfg("split", bn, 1, 1, w))
     if C._np2(n) >= 32768 and DEV == "cuda":
         # every streamed or split config of a long row again with one ex2.approx per exp
         out += [dict(c, FAST_EXP=1) for c in out if c["path"] != "onepass" and "FAST_EXP" not in c]
