@@ -309,6 +309,24 @@ def test_logsumexp_long_rows_default_to_chunks_small_enough_to_fill_the_device()
             assert m * C._cdiv(n, c["BLOCK_N"]) >= 2 * sms or c["BLOCK_N"] == 2048
 
 
+def test_long_rows_default_to_the_configs_the_gpu_sweep_chose(monkeypatch):
+    # the defaults a GPU gets (FAST_EXP in every candidate) for rows of 32K-256K: each one of the
+    # GPU's candidates (a default missing from the space would silently become space[0]), 2-byte
+    # rows one 4096-element chunk a program (log_softmax beyond 64K pipelined), fp32 pipelined
+    # in 2048-element chunks (benchmarks/results/current/rows_kernels/long_rows_sweep.md)
+    monkeypatch.setattr(C, "_interpreting", lambda: False)
+    for m, n in ((2048, 32768), (2097, 32000), (1024, 65536), (256, 262144), (8, 262144)):
+        for op in ("softmax", "log_softmax"):
+            for dtype in (BF16, F16, F32):
+                c = C.default_config(op, m, n, dtype)
+                assert c in C.config_space(op, m, n, dtype) and c["FAST_EXP"] == 1, (op, m, n, dtype, c)
+                if dtype == F32:
+                    want = ("split_pipe", 2048)
+                else:
+                    want = ("split_pipe" if op == "log_softmax" and n > 65536 else "split", 4096)
+                assert (c["path"], c["BLOCK_N"]) == want, (op, m, n, dtype, c)
+
+
 CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all chunks, then a merge
 
 
