@@ -186,10 +186,11 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
         if want not in space:  # rows too long for chunks: streamed, cut over programs when rows are few
             want = _cfg("split_online", 2048, 1, 32, 4, 2) if n_rows < 4 * sms else _cfg("online", 4096, 1, 1, 8, 2)
     else:
-        # H200 sweep of Dec 2 2026 (benchmarks/results/current/rows_kernels/long_rows_sweep.md):
-        # 2-byte rows in 4096-element chunks one a program (``split``; softmax 11-24% ahead of the
-        # pipelined path, log_softmax 1-6% up to 64K), pipelined for log_softmax beyond (11%
-        # ahead there); fp32 rows pipelined in chunks of 2048 (1-7% ahead of 4096)
+        # The H200 sweep of Dec 2 2026, bf16 and fp32 (fp16 takes bf16's;
+        # benchmarks/results/current/rows_kernels/long_rows_sweep.md): 2-byte rows in 4096-element
+        # chunks one a program (``split``; softmax 11-24% ahead of the pipelined path, log_softmax
+        # 1-6% up to 64K), pipelined for log_softmax beyond (11% ahead there); fp32 rows pipelined
+        # in chunks of 2048 (1-7% ahead of 4096)
         if esz == 2:
             want = _cfg("split_pipe" if op == "log_softmax" and np2 > 65536 else "split", 4096, 1, 1, 4)
         else:
