@@ -250,12 +250,13 @@ class NormLauncher:
             return
         ph = placeholder(anchor, dtype)
         ph32 = placeholder(anchor, torch.float32)
+        is_coop = coop(config)
         # what compile() builds with: tensors like a call's (the COOP path's workspace is its slot buffer)
-        self._stand_ins = (ph,) * 4 + (placeholder(anchor, torch.int64) if coop(config) else ph32,)
+        self._stand_ins = (ph,) * 4 + (placeholder(anchor, torch.int64) if is_coop else ph32,)
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
-                    PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(coop(config)),
-                    CHUNKS_P2=_np2(_cdiv(n, int(config["BLOCK_N"]))) if coop(config) else 0)
+                    PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(is_coop),
+                    CHUNKS_P2=_np2(_cdiv(n, int(config["BLOCK_N"]))) if is_coop else 0)
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
         if device.type == "cuda" and int(config.get("PERSIST", 0)) and one_pass(config, n):
@@ -267,7 +268,7 @@ class NormLauncher:
             return DirectLaunch(_norm_fwd, grid, 5, dict(ints, **meta, **kw), options, enabled=enabled,
                                 checked=(0, 2, 3), out=out)
 
-        if coop(config):
+        if is_coop:
             self.direct = self._coop(m, n, config, device, launcher, dtype, ints, meta, options)
             stages = self.direct  # one launch; the interpreter's two: publish, then await
             need = m * _cdiv(n, int(config["BLOCK_N"]))  # the partials of every row and chunk
