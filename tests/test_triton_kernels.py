@@ -218,6 +218,43 @@ def test_refusals():
         L.run("cumsum", x, F32, ROWS_CFG)
 
 
+SPLIT_PIPE_CFG = C._cfg("split_pipe", 512, 1, 1, 4)  # a row over cdiv(N, 512) programs, pipelined a row ahead
+
+
+@pytest.mark.parametrize("op", C.OPS)
+@pytest.mark.parametrize("config", [SPLIT_CFG, SPLIT_PIPE_CFG], ids=cfg_id)
+@pytest.mark.parametrize("dtype,n", [(BF16, 1099), (BF16, 1027), (F32, 1101)])
+def test_rows_off_the_16_byte_grid_go_through_aligned_windows(op, config, dtype, n):
+    # 9 rows of an odd length: their starts fall at every place between two 16-byte lines, and the
+    # split paths read (and write) them through windows on the grid whose first and last groups
+    # straddle the row's ends (dispatch_triton.window); special values sit in those groups
+    if op == "logsumexp" and config is SPLIT_PIPE_CFG:
+        pytest.skip("split_pipe writes whole rows")
+    x = randn(9, n, dtype, seed=21)
+    x[1, :3] = NAN
+    x[2, -2:] = INF
+    x[3, :600] = -INF  # -inf over the whole first window
+    x[4, -1] = 90.0  # the row's max in its last element
+    x[5, 0] = 90.0  # ... in its first
+    launcher = L.Launcher(op, 9, n, dtype, None, n, x.device, config)
+    assert launcher.align == 1
+    check(op, x, dtype, config)
+
+
+def test_aligned_windows_are_used_only_where_they_cover_the_row_and_match_the_output():
+    a = L.Launcher
+    assert a("softmax", 4, 1536, BF16, None, 1536, DEV, SPLIT_CFG).align == 0  # rows on the grid
+    assert a("softmax", 4, 1535, BF16, None, 1535, DEV, SPLIT_CFG).align == 0  # 1 column spare, 7 needed
+    assert a("softmax", 4, 1099, BF16, F32, 1099, DEV, SPLIT_CFG).align == 0  # another output dtype
+    assert a("softmax", 4, 1099, BF16, None, 1136, DEV, SPLIT_CFG).align == 0  # output rows closer than the input's
+    assert a("logsumexp", 4, 1099, BF16, None, 1136, DEV, SPLIT_CFG).align == 1  # one value a row: any stride
+    assert a("softmax", 4, 1099, BF16, None, 1099, DEV, ONLINE_CFG).align == 0  # the split paths only
+    for n in (1535, 1099):  # with or without, the same results
+        check("softmax", randn(4, n, BF16, seed=22), BF16, SPLIT_CFG)
+    wide = randn(5, 1136, BF16, seed=23)
+    check("logsumexp", wide[:, 3:1102], BF16, SPLIT_CFG)  # strided rows, each off the grid differently
+
+
 def test_split_counters_reset_after_each_launch():
     x = randn(5, 3000, F32, seed=8)
     L.run("logsumexp", x, F32, C._cfg("split_online", 256, 1, 4, 2, 2))  # last-arriver combine

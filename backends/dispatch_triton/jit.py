@@ -53,6 +53,7 @@ import triton.language as tl
 
 from . import _interpreting
 from .exchange import _MAXS, _await_pairs, _publish, _ticket
+from .window import _edges, _load_window, _store_window, _window
 
 _ROW_OFF = tl.constexpr(64)  # logsumexp's per-row arrival counters in the int32 sync buffer
 
@@ -191,51 +192,97 @@ def _finish_scale(big_m, s, OP: tl.constexpr):
 
 
 @triton.jit
-def _chunk_load(x_ptr, mask_ptr, row, stride_xm, stride_mm, cols, M, N, HAS_MASK: tl.constexpr):
-    # one program's raw chunk of ``row`` (all -inf past the last row)
+def _chunk_load(x_ptr, mask_ptr, row, stride_xm, stride_mm, c, cols, M, N, HAS_MASK: tl.constexpr,
+                ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, V: tl.constexpr):
+    # program c's raw chunk of ``row`` (all -inf past the last row) and its keep-mask; with ALIGN
+    # its window instead (dispatch_triton.window), and third, the row's straddling groups
     r64 = tl.cast(row, tl.int64)
-    return _load_raw(x_ptr, mask_ptr, r64 * stride_xm, r64 * stride_mm, cols, tl.where(row < M, N, 0), HAS_MASK,
-                     "evict_first")
+    lim = tl.where(row < M, N, 0)
+    if ALIGN:
+        off, a, start = _window(row, stride_xm, c, BLOCK_N, V)
+        first = c * BLOCK_N - a
+        ecols, real = _edges(a, first, lim, BLOCK_N, V)
+        xe = tl.load(x_ptr + off + ecols, mask=real, other=float("-inf"), eviction_policy="evict_first")
+        x = _load_window(x_ptr, start, first, lim, BLOCK_N, V)
+        keep = x
+    else:
+        x, keep = _load_raw(x_ptr, mask_ptr, r64 * stride_xm, r64 * stride_mm, cols, lim, HAS_MASK, "evict_first")
+        xe = tl.full([2 * V], float("-inf"), x.dtype)  # no edges: a constant, nothing is loaded
+    return x, keep, xe
+
+
+@triton.jit
+def _chunk_store(out_ptr, row, stride_om, c, N, y, ye, BLOCK_N: tl.constexpr, V: tl.constexpr):
+    # ALIGN: program c's window y and the row's straddling groups ye (as _chunk_load read them) into ``row``
+    off, a, start = _window(row, stride_om, c, BLOCK_N, V)
+    first = c * BLOCK_N - a
+    ecols, real = _edges(a, first, N, BLOCK_N, V)
+    _store_window(out_ptr, start, first, N, y, BLOCK_N, V)
+    tl.store(out_ptr + off + ecols, ye, mask=real, eviction_policy="evict_first")
+
+
+@triton.jit
+def _partial(xr, kr, er, HAS_MASK: tl.constexpr, OUT_TY, ALIGN: tl.constexpr, FAST_EXP: tl.constexpr):
+    # a chunk's (max, sum of exp about it) from its raw values (_chunk_load's three)
+    x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
+    if ALIGN:
+        xe = _finish_load(er, er, False, OUT_TY)
+        m = tl.maximum(tl.max(x, 0), tl.max(xe, 0))
+        m_e = _eff(m)
+        s = tl.sum(_exp(x - m_e, FAST_EXP), 0) + tl.sum(_exp(xe - m_e, FAST_EXP), 0)
+    else:
+        m = tl.max(x, 0)
+        s = tl.sum(_exp(x - _eff(m), FAST_EXP), 0)
+    return m, s
+
+
+@triton.jit
+def _rebuilt(x, big_m, big_e, scale, OP: tl.constexpr, FAST_EXP: tl.constexpr):
+    # softmax / log_softmax of raw-chunk values x (fp32) from the row's stats
+    if OP == 0:
+        y = _exp(x - big_e, FAST_EXP) * scale  # scale is NaN where the row's max is not finite
+    else:
+        y = (x - big_m) - scale
+    return y
 
 
 @triton.jit
 def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, stride_mm, grp, c, n_groups,
                 n_split, tag, cols, OP: tl.constexpr, HAS_MASK: tl.constexpr, PHASE: tl.constexpr, OUT_TY,
-                FAST_EXP: tl.constexpr):
+                FAST_EXP: tl.constexpr, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, V: tl.constexpr):
     # PATH 3: the split path, pipelined one row ahead and lean on registers. Per iteration a
     # program publishes the partial of its NEXT row before it waits for THIS row's partials (so
     # the wait is normally over before it starts), prefetches the row after next, and rebuilds
     # this row's output from the raw (input-dtype) chunk instead of holding fp32 values and exps
     # across the wait: three raw chunks live, and no fp32 tile outlives its use.
-    xr, kr = _chunk_load(x_ptr, mask_ptr, grp, stride_xm, stride_mm, cols, M, N, HAS_MASK)
+    xr, kr, er = _chunk_load(x_ptr, mask_ptr, grp, stride_xm, stride_mm, c, cols, M, N, HAS_MASK, ALIGN, BLOCK_N, V)
     if PHASE != 2:
         if grp < M:
-            x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
-            m_c = tl.max(x, 0)
-            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * n_split * 2 + c * 2, m_c,
-                     tl.sum(_exp(x - _eff(m_c), FAST_EXP), 0), tag)
-    xr_n, kr_n = _chunk_load(x_ptr, mask_ptr, grp + n_groups, stride_xm, stride_mm, cols, M, N, HAS_MASK)
+            m_c, s_c = _partial(xr, kr, er, HAS_MASK, OUT_TY, ALIGN, FAST_EXP)
+            _publish(slot_ptr, 64 + tl.cast(grp, tl.int64) * n_split * 2 + c * 2, m_c, s_c, tag)
+    xr_n, kr_n, er_n = _chunk_load(x_ptr, mask_ptr, grp + n_groups, stride_xm, stride_mm, c, cols, M, N, HAS_MASK,
+                                   ALIGN, BLOCK_N, V)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if PHASE != 2:
             if nrow < M:
-                xn = _finish_load(xr_n, kr_n, HAS_MASK, OUT_TY)
-                m_n = tl.max(xn, 0)
-                _publish(slot_ptr, 64 + tl.cast(nrow, tl.int64) * n_split * 2 + c * 2, m_n,
-                         tl.sum(_exp(xn - _eff(m_n), FAST_EXP), 0), tag)
-        xr_nn, kr_nn = _chunk_load(x_ptr, mask_ptr, nrow + n_groups, stride_xm, stride_mm, cols, M, N, HAS_MASK)
+                m_n, s_n = _partial(xr_n, kr_n, er_n, HAS_MASK, OUT_TY, ALIGN, FAST_EXP)
+                _publish(slot_ptr, 64 + tl.cast(nrow, tl.int64) * n_split * 2 + c * 2, m_n, s_n, tag)
+        xr_nn, kr_nn, er_nn = _chunk_load(x_ptr, mask_ptr, nrow + n_groups, stride_xm, stride_mm, c, cols, M, N,
+                                          HAS_MASK, ALIGN, BLOCK_N, V)
         if PHASE != 1:
             row64 = tl.cast(row, tl.int64)
             big_m, big_e, s = _gather(slot_ptr, 64 + row64 * n_split * 2, n_split, tag)
             scale = _finish_scale(big_m, s, OP)
-            x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
-            if OP == 0:
-                y = _exp(x - big_e, FAST_EXP) * scale  # scale is NaN where the row's max is not finite
+            y = _rebuilt(_finish_load(xr, kr, HAS_MASK, OUT_TY), big_m, big_e, scale, OP, FAST_EXP)
+            if ALIGN:
+                ye = _rebuilt(_finish_load(er, er, False, OUT_TY), big_m, big_e, scale, OP, FAST_EXP)
+                _chunk_store(out_ptr, row, stride_om, c, N, _cvt(y, OUT_TY), _cvt(ye, OUT_TY), BLOCK_N, V)
             else:
-                y = (x - big_m) - scale
-            tl.store(out_ptr + row64 * stride_om + cols, _cvt(y, OUT_TY), mask=cols < N, eviction_policy="evict_first")
-        xr, kr = xr_n, kr_n
-        xr_n, kr_n = xr_nn, kr_nn
+                tl.store(out_ptr + row64 * stride_om + cols, _cvt(y, OUT_TY), mask=cols < N,
+                         eviction_policy="evict_first")
+        xr, kr, er = xr_n, kr_n, er_n
+        xr_n, kr_n, er_n = xr_nn, kr_nn, er_nn
 
 
 @triton.jit
@@ -284,8 +331,11 @@ def _softmax_kernel(
     PATH: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr,
     NW: tl.constexpr, NS: tl.constexpr,  # noqa: ARG001 - mirrors of num_warps/num_stages for the grid
     FAST_EXP: tl.constexpr = 0,
+    ALIGN: tl.constexpr = 0,
 ):
     OUT_TY = out_ptr.dtype.element_ty
+    V: tl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth  # elements per 16 bytes (ALIGN)
+    tl.static_assert(not (ALIGN and HAS_MASK), "ALIGN reads rows without a mask")
     pid = tl.program_id(0)
     if PATH == 4:
         _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE, BLOCK_N, OUT_TY, FAST_EXP)
@@ -341,13 +391,12 @@ def _softmax_kernel(
         cols = c * BLOCK_N + tl.arange(0, BLOCK_N)  # PATH 2/3: this program's chunk
         if PATH == 3:
             _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, stride_mm, grp, c, n_groups,
-                        n_split, tag, cols, OP, HAS_MASK, PHASE, OUT_TY, FAST_EXP)
+                        n_split, tag, cols, OP, HAS_MASK, PHASE, OUT_TY, FAST_EXP, ALIGN, BLOCK_N, V)
         else:
             if PATH == 2:
                 # the first row's chunk; each iteration then prefetches the next row's
-                r0 = grp.to(tl.int64)
-                x_nxt, k_nxt = _load_raw(x_ptr, mask_ptr, r0 * stride_xm, r0 * stride_mm, cols,
-                                         tl.where(grp < M, N, 0), HAS_MASK, "evict_first")
+                x_nxt, k_nxt, xe_nxt = _chunk_load(x_ptr, mask_ptr, grp, stride_xm, stride_mm, c, cols, M, N,
+                                                   HAS_MASK, ALIGN, BLOCK_N, V)
             for row in range(grp, M, n_groups):
                 row64 = tl.cast(row, tl.int64)
                 xoff = row64 * stride_xm
@@ -356,10 +405,18 @@ def _softmax_kernel(
                 sbase = 64 + row64 * n_split * 2  # this row's partials in the slot buffer
                 if PATH == 2:
                     x = _finish_load(x_nxt, k_nxt, HAS_MASK, OUT_TY)
-                    m_c = tl.max(x, 0)
-                    mc_e = _eff(m_c)
-                    e = _exp(x - mc_e, FAST_EXP)
-                    s_c = tl.sum(e, 0)
+                    if ALIGN:
+                        xe = _finish_load(xe_nxt, xe_nxt, False, OUT_TY)
+                        m_c = tl.maximum(tl.max(x, 0), tl.max(xe, 0))
+                        mc_e = _eff(m_c)
+                        e = _exp(x - mc_e, FAST_EXP)
+                        ee = _exp(xe - mc_e, FAST_EXP)
+                        s_c = tl.sum(e, 0) + tl.sum(ee, 0)
+                    else:
+                        m_c = tl.max(x, 0)
+                        mc_e = _eff(m_c)
+                        e = _exp(x - mc_e, FAST_EXP)
+                        s_c = tl.sum(e, 0)
                 else:
                     if PHASE != 2:
                         m_c, s_c = _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK, OUT_TY, BLOCK_N,
@@ -376,10 +433,8 @@ def _softmax_kernel(
                             _publish(slot_ptr, sbase + c * 2, m_c, s_c, tag)
                 if PATH == 2:
                     # the next row's chunk goes out now, to land while this row's partials meet
-                    nrow = row + n_groups
-                    nrow64 = nrow.to(tl.int64)
-                    x_nxt, k_nxt = _load_raw(x_ptr, mask_ptr, nrow64 * stride_xm, nrow64 * stride_mm, cols,
-                                             tl.where(nrow < M, N, 0), HAS_MASK, "evict_first")
+                    x_nxt, k_nxt, xe_nxt = _chunk_load(x_ptr, mask_ptr, row + n_groups, stride_xm, stride_mm, c,
+                                                       cols, M, N, HAS_MASK, ALIGN, BLOCK_N, V)
                 if OP == 2:
                     # logsumexp: no waiting; the last segment to arrive combines and writes
                     if n_split == 1:
@@ -398,14 +453,21 @@ def _softmax_kernel(
                         big_m, big_e, s = _gather(slot_ptr, sbase, n_split, tag)
                     scale = _finish_scale(big_m, s, OP)
                     if PATH == 2:
-                        optr = out_ptr + row64 * stride_om + cols
                         if OP == 0:
                             # exp(x - M) / S = exp(x - eff(m_c)) * exp(eff(m_c) - eff(M)) / S
                             f = tl.where(m_c == float("-inf"), 0.0 * scale, tl.exp(mc_e - big_e) * scale)
                             y = e * f
                         else:
                             y = (x - big_m) - scale
-                        tl.store(optr, _cvt(y, OUT_TY), mask=cols < N, eviction_policy="evict_first")
+                        if ALIGN:
+                            if OP == 0:
+                                ye = ee * f
+                            else:
+                                ye = (xe - big_m) - scale
+                            _chunk_store(out_ptr, row, stride_om, c, N, _cvt(y, OUT_TY), _cvt(ye, OUT_TY), BLOCK_N, V)
+                        else:
+                            tl.store(out_ptr + row64 * stride_om + cols, _cvt(y, OUT_TY), mask=cols < N,
+                                     eviction_policy="evict_first")
                     else:
                         # second pass, newest blocks first (the likeliest L2 hits), next block in flight
                         cols0 = tl.arange(0, BLOCK_N)

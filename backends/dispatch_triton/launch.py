@@ -150,13 +150,15 @@ def _capacity(device: torch.device, args: tuple, meta: dict) -> int:
         return 2  # interpreter: two groups, so the persistent row loop is exercised
     x, out = args[0], args[1]
     key = (device, x.dtype, out.dtype, meta["OP"], meta["HAS_MASK"], path_code, block_n, meta["ROWS"],
-           meta["SPLIT"], warps, meta["NS"], meta.get("FAST_EXP", 0), tuple(int(a) % 16 == 0 for a in args[6:11]))
+           meta["SPLIT"], warps, meta["NS"], meta.get("FAST_EXP", 0), meta.get("ALIGN", 0),
+           tuple(int(a) % 16 == 0 for a in args[6:11]))
     occ = _OCC.get(key)
     if occ is None:
         try:
             k = _softmax_kernel.warmup(*args, grid=(1,), OP=meta["OP"], HAS_MASK=meta["HAS_MASK"], PHASE=0,
                                        PATH=path_code, BLOCK_N=block_n, ROWS=meta["ROWS"], SPLIT=meta["SPLIT"],
-                                       NW=warps, NS=meta["NS"], FAST_EXP=meta.get("FAST_EXP", 0), num_warps=warps,
+                                       NW=warps, NS=meta["NS"], FAST_EXP=meta.get("FAST_EXP", 0),
+                                       ALIGN=meta.get("ALIGN", 0), num_warps=warps,
                                        num_stages=meta["NS"])
             occ = _occupancy_of(k, warps)
         except Exception:  # pragma: no cover - fall back to a register estimate
@@ -239,6 +241,20 @@ def _empty_result(op, M, N, out):
     return False
 
 
+def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_mask: bool, in_dtype: torch.dtype,
+           out_dtype: torch.dtype) -> int:
+    """1 where the split paths read (and write) rows off the 16-byte grid through aligned windows
+    (``dispatch_triton.window``): a row length or stride that is not a whole number of 16 bytes, no
+    mask, the output's rows (same dtype) as far apart as the input's, and ``V - 1`` columns to spare
+    in the last chunk of a row."""
+    v = 16 // torch.empty((), dtype=in_dtype).element_size()
+    if code not in (2, 3) or has_mask or (N % v == 0 and row_stride % v == 0) or ns * bn - N < v - 1:
+        return 0
+    if op != "logsumexp" and (row_stride != N or out_dtype != in_dtype):
+        return 0
+    return 1
+
+
 def _validate(config: dict, N: int, device: torch.device, op: str | None = None) -> tuple[int, int]:
     code = _PATH_CODE.get(config.get("path"))
     if code is None:
@@ -309,6 +325,7 @@ class Launcher:
         self.op, self.M, self.N, self.row_stride, self.device = op, M, N, row_stride, device
         self.in_dtype, self.out_dtype, self.out_shape, self.config = in_dtype, out_dtype, out_shape, dict(config)
         self.empty = M == 0 or N == 0
+        self.align = 0  # 1: the split paths read rows off the 16-byte grid through aligned windows (_align)
         self.direct: tuple[DirectLaunch, ...] = ()
         self._stand_ins: tuple = ()  # tensors like a launch's, for compile()
         if self.empty:
@@ -360,7 +377,9 @@ class Launcher:
         ws, sync, slots = placeholder(anchor, torch.float32), _sync_buffer(device, 0), placeholder(anchor, torch.int64)
         ints = (M, N, self.row_stride, N if op != "logsumexp" else 1, mask_arg.stride(0) if has_mask else 0, _np2(N))
         meta = dict(OP=_OP_CODE[op], HAS_MASK=has_mask, PATH=code, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps,
-                    NS=stages, FAST_EXP=fast_exp_of(config))
+                    NS=stages, FAST_EXP=fast_exp_of(config),
+                    ALIGN=_align(op, code, N, self.row_stride, ns, bn, has_mask, self.in_dtype, self.out_dtype))
+        self.align = meta["ALIGN"]
         # the grid is sized from the kernel compiled for these arguments' dtypes: stand-ins for x and out
         occ_args = (placeholder(anchor, self.in_dtype), placeholder(anchor, self.out_dtype), mask_arg, ws, sync, slots,
                     *ints)
