@@ -9,7 +9,9 @@ Stages (each in its own subprocess with a timeout, so a hung kernel costs one st
   sweep    GB/s (triton.testing.do_bench, median, L2 flushed) of every candidate config, bf16 and
            fp32 softmax at N in {256 .. 262144} with M*N = 64M, next to torch.softmax and copy
   final    the default config of every op, with torch and copy, as a markdown table
-Results land in OUTDIR as JSON lines and markdown.
+Results land in OUTDIR as JSON lines and markdown. Environment: BENCH_NS, BENCH_OPS, BENCH_DTYPES
+narrow the sweep; BENCH_NO_ALIGN=1 sends rows off the 16-byte grid through plain chunks instead
+of aligned windows (``dispatch_triton.launch.ALIGN_ROWS``), for an A/B of the two.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from dispatch.backend import placeholder  # noqa: E402
 from dispatch_triton import autotune as A, configs as C, jit as J, launch as L  # noqa: E402
 
 NUMEL = int(os.environ.get("BENCH_NUMEL", 64 * 1024 * 1024))
-DEV = os.environ.get("BENCH_DEVICE", "cuda")  # "cpu" (with TRITON_INTERPRET=1) for a dry run of the checks
+DEV = os.environ.get("BENCH_DEVICE", "cuda")
+if os.environ.get("BENCH_NO_ALIGN"):  # rows off the 16-byte grid through plain chunks (A/B of ALIGN)
+    L.ALIGN_ROWS = False  # "cpu" (with TRITON_INTERPRET=1) for a dry run of the checks
 DT = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 # the sweep's row lengths, ops and dtypes (comma lists) -- narrowed by environment variables
 NS = tuple(int(v) for v in os.environ.get("BENCH_NS", "256,1024,4096,16384,65536,262144").split(","))

@@ -241,7 +241,7 @@ def test_rows_off_the_16_byte_grid_go_through_aligned_windows(op, config, dtype,
     check(op, x, dtype, config)
 
 
-def test_aligned_windows_are_used_only_where_they_cover_the_row_and_match_the_output():
+def test_aligned_windows_are_used_only_where_they_cover_the_row_and_match_the_output(monkeypatch):
     a = L.Launcher
     assert a("softmax", 4, 1536, BF16, None, 1536, DEV, SPLIT_CFG).align == 0  # rows on the grid
     assert a("softmax", 4, 1535, BF16, None, 1535, DEV, SPLIT_CFG).align == 0  # 1 column spare, 7 needed
@@ -253,6 +253,8 @@ def test_aligned_windows_are_used_only_where_they_cover_the_row_and_match_the_ou
         check("softmax", randn(4, n, BF16, seed=22), BF16, SPLIT_CFG)
     wide = randn(5, 1136, BF16, seed=23)
     check("logsumexp", wide[:, 3:1102], BF16, SPLIT_CFG)  # strided rows, each off the grid differently
+    monkeypatch.setattr(L, "ALIGN_ROWS", False)  # the benchmarks' A/B switch
+    assert a("softmax", 4, 1099, BF16, None, 1099, DEV, SPLIT_CFG).align == 0
 
 
 def test_split_counters_reset_after_each_launch():

@@ -241,6 +241,9 @@ def _empty_result(op, M, N, out):
     return False
 
 
+ALIGN_ROWS = True  # False: rows off the 16-byte grid take the plain chunks (for A/B timing; see _align)
+
+
 def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_mask: bool, in_dtype: torch.dtype,
            out_dtype: torch.dtype) -> int:
     """1 where the split paths read (and write) rows off the 16-byte grid through aligned windows
@@ -248,7 +251,7 @@ def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_ma
     mask, the output's rows (same dtype) as far apart as the input's, and ``V - 1`` columns to spare
     in the last chunk of a row."""
     v = 16 // torch.empty((), dtype=in_dtype).element_size()
-    if code not in (2, 3) or has_mask or (N % v == 0 and row_stride % v == 0) or ns * bn - N < v - 1:
+    if not ALIGN_ROWS or code not in (2, 3) or has_mask or (N % v == 0 and row_stride % v == 0) or ns * bn - N < v - 1:
         return 0
     if op != "logsumexp" and (row_stride != N or out_dtype != in_dtype):
         return 0
