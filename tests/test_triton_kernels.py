@@ -219,17 +219,21 @@ def test_refusals():
 
 
 SPLIT_PIPE_CFG = C._cfg("split_pipe", 512, 1, 1, 4)  # a row over cdiv(N, 512) programs, pipelined a row ahead
+CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all rows' chunks
 
 
 @pytest.mark.parametrize("op", C.OPS)
-@pytest.mark.parametrize("config", [SPLIT_CFG, SPLIT_PIPE_CFG], ids=cfg_id)
-@pytest.mark.parametrize("dtype,n", [(BF16, 1099), (BF16, 1027), (F32, 1101)])
+@pytest.mark.parametrize("config", [SPLIT_CFG, SPLIT_PIPE_CFG, CHUNKS_CFG], ids=cfg_id)
+@pytest.mark.parametrize("dtype,n", [(BF16, 1099), (BF16, 1027), (F16, 1101)])
 def test_rows_off_the_16_byte_grid_go_through_aligned_windows(op, config, dtype, n):
     # 9 rows of an odd length: their starts fall at every place between two 16-byte lines, and the
-    # split paths read (and write) them through windows on the grid whose first and last groups
-    # straddle the row's ends (dispatch_triton.window); special values sit in those groups
-    if op == "logsumexp" and config is SPLIT_PIPE_CFG:
+    # split paths (and logsumexp's chunks) read (and write) them through windows on the grid whose
+    # first and last groups straddle the row's ends (dispatch_triton.window); special values sit in
+    # those groups
+    if op == "logsumexp" and config["path"] == "split_pipe":
         pytest.skip("split_pipe writes whole rows")
+    if op != "logsumexp" and config["path"] == "chunks":
+        pytest.skip("chunks writes one value a row")
     x = randn(9, n, dtype, seed=21)
     x[1, :3] = NAN
     x[2, -2:] = INF
@@ -249,6 +253,8 @@ def test_aligned_windows_are_used_only_where_they_cover_the_row_and_match_the_ou
     assert a("softmax", 4, 1099, BF16, None, 1136, DEV, SPLIT_CFG).align == 0  # output rows closer than the input's
     assert a("logsumexp", 4, 1099, BF16, None, 1136, DEV, SPLIT_CFG).align == 1  # one value a row: any stride
     assert a("softmax", 4, 1099, BF16, None, 1099, DEV, ONLINE_CFG).align == 0  # the split paths only
+    assert a("softmax", 4, 1101, F32, None, 1101, DEV, SPLIT_CFG).align == 0  # 2-byte rows only
+    assert a("logsumexp", 4, 1099, BF16, None, 1099, DEV, CHUNKS_CFG).align == 1  # ... and logsumexp's chunks
     for n in (1535, 1099):  # with or without, the same results
         check("softmax", randn(4, n, BF16, seed=22), BF16, SPLIT_CFG)
     wide = randn(5, 1136, BF16, seed=23)

@@ -286,8 +286,30 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
 
 
 @triton.jit
+def _lse_chunk_load(x_ptr, t64, n_split, total, N, stride_xm, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
+                    V: tl.constexpr):
+    # chunk t64 of all rows' chunks (all -inf past the last): its raw values and, with ALIGN, its
+    # window and the row's straddling groups (as _chunk_load)
+    row = t64 // n_split
+    c = t64 % n_split
+    lim = tl.where(t64 < total, N, 0)
+    if ALIGN:
+        off, a, start = _window(row, stride_xm, c, BLOCK_N, V)
+        first = c * BLOCK_N - a
+        ecols, real = _edges(a, first, lim, BLOCK_N, V)
+        xe = tl.load(x_ptr + off + ecols, mask=real, other=float("-inf"), eviction_policy="evict_first")
+        x = _load_window(x_ptr, start, first, lim, BLOCK_N, V)
+    else:
+        cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < lim, other=float("-inf"),
+                    eviction_policy="evict_first")
+        xe = tl.full([2 * V], float("-inf"), x.dtype)  # no edges: a constant, nothing is loaded
+    return x, xe
+
+
+@triton.jit
 def _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE: tl.constexpr, BLOCK_N: tl.constexpr, OUT_TY,
-                FAST_EXP: tl.constexpr):
+                FAST_EXP: tl.constexpr, ALIGN: tl.constexpr, V: tl.constexpr):
     # PATH 4, logsumexp only, two launches. PHASE 0: persistent programs take the M * n_split
     # chunks of the rows in turn (program p: chunks p, p + P, ...), each chunk held in registers
     # while the next is already loading, and write its (max, sum) to the workspace: no program
@@ -301,25 +323,14 @@ def _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE: tl.constexpr, BL
     else:
         nprog = tl.num_programs(0)
         total = M * n_split
-        offs = tl.arange(0, BLOCK_N)
-        t64 = pid.to(tl.int64)
-        row = t64 // n_split
-        cols = (t64 % n_split) * BLOCK_N + offs
-        xr = tl.load(x_ptr + row * stride_xm + cols, mask=cols < tl.where(t64 < total, N, 0), other=float("-inf"),
-                     eviction_policy="evict_first")
+        xr, er = _lse_chunk_load(x_ptr, pid.to(tl.int64), n_split, total, N, stride_xm, ALIGN, BLOCK_N, V)
         for t in range(pid, total, nprog):
             t64 = tl.cast(t, tl.int64)
-            tn = t64 + nprog
-            rn = tn // n_split
-            cn = (tn % n_split) * BLOCK_N + offs
-            xr_n = tl.load(x_ptr + rn * stride_xm + cn, mask=cn < tl.where(tn < total, N, 0), other=float("-inf"),
-                           eviction_policy="evict_first")
-            x = _cvt(xr, OUT_TY).to(tl.float32)
-            m_c = tl.max(x, 0)
-            s_c = tl.sum(_exp(x - _eff(m_c), FAST_EXP), 0)
+            xr_n, er_n = _lse_chunk_load(x_ptr, t64 + nprog, n_split, total, N, stride_xm, ALIGN, BLOCK_N, V)
+            m_c, s_c = _partial(xr, xr, er, False, OUT_TY, ALIGN, FAST_EXP)
             tl.store(ws_ptr + t64 * 2, m_c)
             tl.store(ws_ptr + t64 * 2 + 1, s_c)
-            xr = xr_n
+            xr, er = xr_n, er_n
 
 
 @triton.jit(do_not_specialize=["N_BUCKET"])
@@ -338,7 +349,7 @@ def _softmax_kernel(
     tl.static_assert(not (ALIGN and HAS_MASK), "ALIGN reads rows without a mask")
     pid = tl.program_id(0)
     if PATH == 4:
-        _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE, BLOCK_N, OUT_TY, FAST_EXP)
+        _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE, BLOCK_N, OUT_TY, FAST_EXP, ALIGN, V)
     elif PATH == 0:
         # ---- whole rows in registers, ROWS rows per program -----------------------------------
         rows = pid * ROWS + tl.arange(0, ROWS)

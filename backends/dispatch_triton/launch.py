@@ -246,12 +246,17 @@ ALIGN_ROWS = True  # False: rows off the 16-byte grid take the plain chunks (for
 
 def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_mask: bool, in_dtype: torch.dtype,
            out_dtype: torch.dtype) -> int:
-    """1 where the split paths read (and write) rows off the 16-byte grid through aligned windows
-    (``dispatch_triton.window``): a row length or stride that is not a whole number of 16 bytes, no
-    mask, the output's rows (same dtype) as far apart as the input's, and ``V - 1`` columns to spare
-    in the last chunk of a row."""
-    v = 16 // torch.empty((), dtype=in_dtype).element_size()
-    if not ALIGN_ROWS or code not in (2, 3) or has_mask or (N % v == 0 and row_stride % v == 0) or ns * bn - N < v - 1:
+    """1 where the split paths and logsumexp's chunks read (and write) rows off the 16-byte grid
+    through aligned windows (``dispatch_triton.window``): a 2-byte dtype, a row length or stride that
+    is not a whole number of 16 bytes, no mask, the output's rows (same dtype) as far apart as the
+    input's, and ``V - 1`` columns to spare in the last chunk of a row. Rows of 4-byte elements keep
+    the plain chunks: on an H200 the windows took bf16 softmax at 2236x30001 from 1882 to 2580 GB/s
+    but fp32 log_softmax from 3276 to 3155 (benchmarks/results/current/rows_kernels/odd_rows.md)."""
+    size = torch.empty((), dtype=in_dtype).element_size()
+    v = 16 // size
+    if not ALIGN_ROWS or size != 2 or code not in (2, 3, 4) or has_mask:
+        return 0
+    if (N % v == 0 and row_stride % v == 0) or ns * bn - N < v - 1:
         return 0
     if op != "logsumexp" and (row_stride != N or out_dtype != in_dtype):
         return 0
