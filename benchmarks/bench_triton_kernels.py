@@ -35,9 +35,9 @@ from dispatch.backend import placeholder  # noqa: E402
 from dispatch_triton import autotune as A, configs as C, jit as J, launch as L  # noqa: E402
 
 NUMEL = int(os.environ.get("BENCH_NUMEL", 64 * 1024 * 1024))
-DEV = os.environ.get("BENCH_DEVICE", "cuda")
+DEV = os.environ.get("BENCH_DEVICE", "cuda")  # "cpu" (with TRITON_INTERPRET=1) for a dry run of the checks
 if os.environ.get("BENCH_NO_ALIGN"):  # rows off the 16-byte grid through plain chunks (A/B of ALIGN)
-    L.ALIGN_ROWS = False  # "cpu" (with TRITON_INTERPRET=1) for a dry run of the checks
+    L.ALIGN_ROWS = False
 DT = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 # the sweep's row lengths, ops and dtypes (comma lists) -- narrowed by environment variables
 NS = tuple(int(v) for v in os.environ.get("BENCH_NS", "256,1024,4096,16384,65536,262144").split(","))
