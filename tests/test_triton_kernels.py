@@ -219,7 +219,7 @@ def test_refusals():
 
 
 SPLIT_PIPE_CFG = C._cfg("split_pipe", 512, 1, 1, 4)  # a row over cdiv(N, 512) programs, pipelined a row ahead
-CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all rows' chunks
+CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all chunks, then a merge
 
 
 @pytest.mark.parametrize("op", C.OPS)
@@ -357,22 +357,23 @@ def test_logsumexp_long_rows_default_to_chunks_small_enough_to_fill_the_device()
 def test_long_rows_default_to_the_configs_the_gpu_sweep_chose(monkeypatch):
     # the defaults a GPU gets (FAST_EXP in every candidate) for rows of 32K-256K: each one of the
     # GPU's candidates (a default missing from the space would silently become space[0]), 2-byte
-    # rows one 4096-element chunk a program (log_softmax beyond 64K pipelined), fp32 pipelined
-    # in 2048-element chunks (benchmarks/results/current/rows_kernels/long_rows_sweep.md)
+    # rows one 4096-element chunk a program (log_softmax beyond 64K pipelined), those of an odd
+    # length up to 64K in 8192-element chunks, fp32 pipelined in 2048-element chunks
+    # (benchmarks/results/current/rows_kernels/long_rows_sweep.md, odd_rows.md)
     monkeypatch.setattr(C, "_interpreting", lambda: False)
-    for m, n in ((2048, 32768), (2097, 32000), (1024, 65536), (256, 262144), (8, 262144)):
+    for m, n in ((2048, 32768), (2097, 32000), (1024, 65536), (256, 262144), (8, 262144), (2048, 30001),
+                 (1335, 50257), (64, 100003)):
         for op in ("softmax", "log_softmax"):
             for dtype in (BF16, F16, F32):
                 c = C.default_config(op, m, n, dtype)
                 assert c in C.config_space(op, m, n, dtype) and c["FAST_EXP"] == 1, (op, m, n, dtype, c)
                 if dtype == F32:
                     want = ("split_pipe", 2048)
+                elif n % 8 and n <= 65536:
+                    want = ("split", 8192)
                 else:
                     want = ("split_pipe" if op == "log_softmax" and n > 65536 else "split", 4096)
                 assert (c["path"], c["BLOCK_N"]) == want, (op, m, n, dtype, c)
-
-
-CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all chunks, then a merge
 
 
 @pytest.mark.parametrize("config", [CHUNKS_CFG] + ([] if DEV == "cpu" else [dict(CHUNKS_CFG, FAST_EXP=1)]),

@@ -102,6 +102,8 @@ def _space(op: str, np2: int, esz: int, sms: int) -> list[dict]:
             for path, bn, w in (("split_pipe", 4096, 4), ("split_pipe", 2048, 4), ("split", 4096, 4)):
                 if 2 <= np2 // bn <= cap:
                     out.append(_cfg(path, bn, 1, 1, w))
+            if esz == 2 and np2 <= 65536:  # 64 per thread: odd-length rows (default_config)
+                out.append(_cfg("split", 8192, 1, 1, 4))
             if np2 // 4096 > cap:  # rows too long for 4096-element chunks: bigger ones, 32 per thread
                 bn = next((b for b in (8192, 16384) if np2 // b <= cap), None)
                 if bn is not None:
@@ -190,8 +192,12 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
         # benchmarks/results/current/rows_kernels/long_rows_sweep.md): 2-byte rows in 4096-element
         # chunks one a program (``split``; softmax 11-24% ahead of the pipelined path, log_softmax
         # 1-6% up to 64K), pipelined for log_softmax beyond (11% ahead there); fp32 rows pipelined
-        # in chunks of 2048 (1-7% ahead of 4096)
-        if esz == 2:
+        # in chunks of 2048 (1-7% ahead of 4096). 2-byte rows of an odd length (off the 16-byte
+        # grid, read through aligned windows) up to 64K: chunks of 8192, 64 per thread (4-10%
+        # ahead of 4096 at 30001 and 50257; benchmarks/results/current/rows_kernels/odd_rows.md)
+        if esz == 2 and np2 <= 65536 and int(n_cols) % 8:
+            want = _cfg("split", 8192, 1, 1, 4)
+        elif esz == 2:
             want = _cfg("split_pipe" if op == "log_softmax" and np2 > 65536 else "split", 4096, 1, 1, 4)
         else:
             want = _cfg("split_pipe", 2048, 1, 1, 4)
