@@ -359,7 +359,7 @@ def test_long_rows_default_to_the_configs_the_gpu_sweep_chose(monkeypatch):
     # GPU's candidates (a default missing from the space would silently become space[0]), 2-byte
     # rows one 4096-element chunk a program (log_softmax beyond 64K pipelined), those of an odd
     # length up to 64K in 8192-element chunks, fp32 pipelined in 2048-element chunks
-    # (benchmarks/results/current/rows_kernels/long_rows_sweep.md, odd_rows.md)
+    # (benchmarks/results/current/rows_kernels/long_rows_sweep.md, odd_rows/)
     monkeypatch.setattr(C, "_interpreting", lambda: False)
     for m, n in ((2048, 32768), (2097, 32000), (1024, 65536), (256, 262144), (8, 262144), (2048, 30001),
                  (1335, 50257), (64, 100003)):

@@ -194,7 +194,7 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
         # 1-6% up to 64K), pipelined for log_softmax beyond (11% ahead there); fp32 rows pipelined
         # in chunks of 2048 (1-7% ahead of 4096). 2-byte rows of an odd length (off the 16-byte
         # grid, read through aligned windows) up to 64K: chunks of 8192, 64 per thread (4-10%
-        # ahead of 4096 at 30001 and 50257; benchmarks/results/current/rows_kernels/odd_rows.md)
+        # ahead of 4096 at 30001 and 50257; benchmarks/results/current/rows_kernels/odd_rows/)
         if esz == 2 and np2 <= 65536 and int(n_cols) % 8:
             want = _cfg("split", 8192, 1, 1, 4)
         elif esz == 2:

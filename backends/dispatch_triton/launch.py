@@ -251,7 +251,7 @@ def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_ma
     is not a whole number of 16 bytes, no mask, the output's rows (same dtype) as far apart as the
     input's, and ``V - 1`` columns to spare in the last chunk of a row. Rows of 4-byte elements keep
     the plain chunks: on an H200 the windows took bf16 softmax at 2236x30001 from 1882 to 2580 GB/s
-    but fp32 log_softmax from 3276 to 3155 (benchmarks/results/current/rows_kernels/odd_rows.md)."""
+    but fp32 log_softmax from 3276 to 3155 (benchmarks/results/current/rows_kernels/odd_rows/)."""
     size = torch.empty((), dtype=in_dtype).element_size()
     v = 16 // size
     if not ALIGN_ROWS or size != 2 or code not in (2, 3, 4) or has_mask:
