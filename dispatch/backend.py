@@ -15,7 +15,7 @@ from ._opdecl import (OpDecl, TensorArg, declare as declare_op, declared as decl
 from ._keys import device_name
 from ._plugins import Backend, Fault, loaded_backends
 from ._sources import dist_version, source_hash
-from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict, contiguous_strides, dtype_name, is_dense
+from ._spec import LONG_ROW, BackendInfo, CallSpec, TensorSpec, Verdict, contiguous_strides, dtype_name, is_dense
 from .autotune.compiling import PARSE_LOCK, CompileReport, compile_all, default_workers, serial_parsing
 from .autotune.placeholders import lasting_zeros, placeholder
 from .autotune.seeding import seed_kwargs, split_build_keys, strip_build_keys, to_config_keys
@@ -34,7 +34,7 @@ __all__ = [
     "Backend", "CompileReport", "Fault", "PARSE_LOCK", "compile_all", "default_workers", "loaded_backends",
     "serial_parsing", "OpDecl", "TensorArg", "TensorSpec", "declare_op", "declared_ops", "default_examples", "example_inputs",
     "contiguous_strides", "expected_output", "input_safety", "is_dense", "reference_kernel", "rows_bucket", "spec_of", "with_strides",
-    "EMPTY", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
+    "EMPTY", "LONG_ROW", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "Config", "DispatchError",
     "Failure", "FaultWarning", "NoBackendError", "PluginError", "Timing", "TuneError", "TuneResult", "TuneSettings",
     "TuneSpace", "UnknownBackendError", "Verdict", "device_name", "dist_version", "do_bench", "dtype_name",
     "hookimpl", "lasting_zeros", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",

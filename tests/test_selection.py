@@ -248,6 +248,56 @@ def test_a_row_cost_figure_sends_few_long_rows_to_the_backend_that_splits_them()
     torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))
 
 
+def test_a_long_row_cost_figure_serves_only_rows_longer_than_long_row():
+    """A ``":long"`` figure describes a backend's kernels for rows longer than ``LONG_ROW``
+    (split over blocks: another launch and bandwidth); shorter rows keep the plain figure, and an
+    op's own figure still beats the device type's long one."""
+    from dispatch.backend import LONG_ROW
+
+    info = dispatch.BackendInfo(name="costed", version="1", ops=("softmax", "rms_norm"),
+                                costs={"cuda": (10.0, 1000.0), "cuda:long": (20.0, 500.0),
+                                       "cuda:rms_norm": (1.0, 100.0), "cuda:softmax:long": (30.0, 250.0)})
+    assert info.estimate_us("cuda", 2_000_000, op="logsumexp", row_size=LONG_ROW) == 10.0 + 2.0
+    assert info.estimate_us("cuda", 2_000_000, op="logsumexp", row_size=LONG_ROW + 1) == 20.0 + 4.0
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", row_size=LONG_ROW + 1) == 30.0 + 8.0
+    assert info.estimate_us("cuda", 2_000_000, op="rms_norm", row_size=65536) == 1.0 + 20.0
+    assert info.estimate_us("cuda", 2_000_000, op="logsumexp") == 10.0 + 2.0  # an op that declares no rows
+
+    dispatch.register(_costed("row_blocks", {"cpu": (1.0, 4000.0), "cpu:long": (1.0, 1000.0)}))
+    dispatch.register(_costed("split_rows", {"cpu": (5.0, 2000.0)}))
+    dispatch.configure(allow=["row_blocks", "split_rows"])
+    short = dispatch.explain("softmax", torch.randn(2048, 1024)).decision  # 8 MB, rows of 1024
+    long = dispatch.explain("softmax", torch.randn(64, 32768)).decision  # 8 MB, rows of 32768
+    assert short.backend == "row_blocks" and long.backend == "split_rows", (short.reason, long.reason)
+    assert "row_blocks 17.8 us" in long.reason, long.reason
+
+
+def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as_before():
+    """On an H200 Triton's split rows led TileLang's at every long-row shape with many rows (odd
+    lengths by 1.6-1.8x), while TileLang's cheaper launch wins few long rows: the cards say so
+    through their ":long" figures, for calls no shipped table covers."""
+    import attrs
+
+    from dispatch import _plugins
+    from dispatch._select import by_estimated_cost
+    from dispatch.backend import spec_of
+
+    servers = [b for b in _plugins.registry().backends.values() if b.name in ("torch", "triton", "tilelang")]
+    if len(servers) < 3:
+        pytest.skip("needs both GPU backends loaded")
+
+    def first(op, shape):
+        spec = spec_of(op, torch.empty(*shape, dtype=torch.bfloat16, device="meta"), -1)
+        spec = attrs.evolve(spec, tensors=[attrs.evolve(t, device=torch.device("cuda", 0)) for t in spec.tensors])
+        return by_estimated_cost(servers, spec)[0][0].name
+
+    for op in ("softmax", "log_softmax", "logsumexp"):
+        assert first(op, (1335, 50257)) == "triton", op  # vocabulary logits: TileLang 1.6x Triton's time
+        assert first(op, (256, 262144)) == "triton", op
+        assert first(op, (4096, 4096)) == "tilelang", op  # rows of 4K: the plain figures, as before
+    assert first("logsumexp", (4, 50257)) == "tilelang"  # few long rows: the launch decides
+
+
 def test_a_grad_cost_figure_sends_recorded_calls_elsewhere_and_keeps_them_apart():
     """A backend whose forward is fast but whose backward is not: its ``"<device>:<op>:grad"`` figure
     is used for calls autograd records, so inference calls and training calls of one shape get

@@ -68,7 +68,11 @@ def dispatch_backend_info() -> BackendInfo:
         # over a dim that is not unit-stride (a column per thread), bf16 over dim 1 of (B, C, H, W):
         # softmax/log_softmax 1674-1954 GB/s (Triton's 2712-3179), logsumexp 1996-2650 (Triton's
         # 1490-2389) (benchmarks/results/current/layouts/tilelang_dim.md)
-        costs={"cuda": (13.5, 3800.0), "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
+        # rows longer than 16K (a row over a cluster): 1560-2820 GB/s bf16 with many rows, 1600-1650
+        # at odd lengths (2048x30001, 1335x50257, 8192x50257; 2048x32768: 2820), behind Triton's
+        # split rows at every such shape measured (benchmarks/results/current/rows_kernels/odd_rows/)
+        costs={"cuda": (13.5, 3800.0), "cuda:long": (13.5, 2000.0),
+               "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
                "cuda:softmax:strided": (13.5, 1800.0), "cuda:log_softmax:strided": (13.5, 1800.0),
                "cuda:logsumexp:strided": (13.5, 2300.0)},
         versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
