@@ -241,7 +241,7 @@ class Verdict:
         return self.ok
 
 
-LONG_ROW = 16384  # a card's ":long" figures are for rows longer than this (BackendInfo.estimate_us)
+LONG_ROW = 16384  # a card's ":long" figures: rows longer than this, not strided (BackendInfo.estimate_us)
 
 
 @frozen
@@ -278,14 +278,15 @@ class BackendInfo:
         type's for that op, and for a call autograd records (``grad``), a ``"<device type>:<op>:grad"``
         entry overrides both: a backend whose forward is fast but whose backward is not says so there.
         For a call that does not reduce the last dim of a contiguous input (``strided``), a
-        ``"<device type>:<op>:strided"`` or ``"<device type>:strided"`` entry comes first. For rows
-        longer than :data:`LONG_ROW` elements, a ``"<device type>:<op>:long"`` entry comes before
-        the op's, and a ``"<device type>:long"`` one before the device type's: where a backend
-        leaves one-block-per-row kernels for rows split over blocks, its launch and bandwidth change."""
+        ``"<device type>:<op>:strided"`` or ``"<device type>:strided"`` entry comes first. For other
+        calls whose rows are longer than :data:`LONG_ROW` elements, a ``"<device type>:<op>:long"``
+        entry comes before the op's, and a ``"<device type>:long"`` one before the device type's:
+        where a backend leaves one-block-per-row kernels for rows split over blocks, its launch and
+        bandwidth change (a strided call's kernels are another matter: its own figures or the plain ones)."""
         keys = [f"{device_type}:{op}:grad"] if grad and op is not None else []
         if strided:
             keys += ([f"{device_type}:{op}:strided"] if op is not None else []) + [f"{device_type}:strided"]
-        long = row_size > LONG_ROW
+        long = row_size > LONG_ROW and not strided
         if op is not None:
             keys += ([f"{device_type}:{op}:long"] if long else []) + [f"{device_type}:{op}"]
         keys += ([f"{device_type}:long"] if long else []) + [device_type]

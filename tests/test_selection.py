@@ -262,6 +262,8 @@ def test_a_long_row_cost_figure_serves_only_rows_longer_than_long_row():
     assert info.estimate_us("cuda", 2_000_000, op="softmax", row_size=LONG_ROW + 1) == 30.0 + 8.0
     assert info.estimate_us("cuda", 2_000_000, op="rms_norm", row_size=65536) == 1.0 + 20.0
     assert info.estimate_us("cuda", 2_000_000, op="logsumexp") == 10.0 + 2.0  # an op that declares no rows
+    # a strided call (a dim that is not the last, unit-stride one) runs other kernels: not the long figures
+    assert info.estimate_us("cuda", 2_000_000, op="logsumexp", row_size=65536, strided=True) == 10.0 + 2.0
 
     dispatch.register(_costed("row_blocks", {"cpu": (1.0, 4000.0), "cpu:long": (1.0, 1000.0)}))
     dispatch.register(_costed("split_rows", {"cpu": (5.0, 2000.0)}))
@@ -286,8 +288,8 @@ def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as
     if len(servers) < 3:
         pytest.skip("needs both GPU backends loaded")
 
-    def first(op, shape):
-        spec = spec_of(op, torch.empty(*shape, dtype=torch.bfloat16, device="meta"), -1)
+    def first(op, shape, dim=-1):
+        spec = spec_of(op, torch.empty(*shape, dtype=torch.bfloat16, device="meta"), dim)
         spec = attrs.evolve(spec, tensors=[attrs.evolve(t, device=torch.device("cuda", 0)) for t in spec.tensors])
         return by_estimated_cost(servers, spec)[0][0].name
 
@@ -296,6 +298,7 @@ def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as
         assert first(op, (256, 262144)) == "triton", op
         assert first(op, (4096, 4096)) == "tilelang", op  # rows of 4K: the plain figures, as before
     assert first("logsumexp", (4, 50257)) == "tilelang"  # few long rows: the launch decides
+    assert first("softmax", (65536, 128), 0) == "triton"  # a long dim 0: the strided kernel's figures, not ":long"
 
 
 def test_a_grad_cost_figure_sends_recorded_calls_elsewhere_and_keeps_them_apart():
