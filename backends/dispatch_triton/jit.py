@@ -53,7 +53,7 @@ import triton.language as tl
 
 from . import _interpreting
 from .exchange import _MAXS, _await_pairs, _publish, _ticket
-from .window import _edges, _load_window, _store_window, _window
+from .window import _read_window, _write_window
 
 _ROW_OFF = tl.constexpr(64)  # logsumexp's per-row arrival counters in the int32 sync buffer
 
@@ -199,26 +199,12 @@ def _chunk_load(x_ptr, mask_ptr, row, stride_xm, stride_mm, c, cols, M, N, HAS_M
     r64 = tl.cast(row, tl.int64)
     lim = tl.where(row < M, N, 0)
     if ALIGN:
-        off, a, start = _window(row, stride_xm, c, BLOCK_N, V)
-        first = c * BLOCK_N - a
-        ecols, real = _edges(a, first, lim, BLOCK_N, V)
-        xe = tl.load(x_ptr + off + ecols, mask=real, other=float("-inf"), eviction_policy="evict_first")
-        x = _load_window(x_ptr, start, first, lim, BLOCK_N, V)
+        x, xe = _read_window(x_ptr, row, stride_xm, c, lim, BLOCK_N, V)
         keep = x
     else:
         x, keep = _load_raw(x_ptr, mask_ptr, r64 * stride_xm, r64 * stride_mm, cols, lim, HAS_MASK, "evict_first")
         xe = tl.full([2 * V], float("-inf"), x.dtype)  # no edges: a constant, nothing is loaded
     return x, keep, xe
-
-
-@triton.jit
-def _chunk_store(out_ptr, row, stride_om, c, N, y, ye, BLOCK_N: tl.constexpr, V: tl.constexpr):
-    # ALIGN: program c's window y and the row's straddling groups ye (as _chunk_load read them) into ``row``
-    off, a, start = _window(row, stride_om, c, BLOCK_N, V)
-    first = c * BLOCK_N - a
-    ecols, real = _edges(a, first, N, BLOCK_N, V)
-    _store_window(out_ptr, start, first, N, y, BLOCK_N, V)
-    tl.store(out_ptr + off + ecols, ye, mask=real, eviction_policy="evict_first")
 
 
 @triton.jit
@@ -277,7 +263,7 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
             y = _rebuilt(_finish_load(xr, kr, HAS_MASK, OUT_TY), big_m, big_e, scale, OP, FAST_EXP)
             if ALIGN:
                 ye = _rebuilt(_finish_load(er, er, False, OUT_TY), big_m, big_e, scale, OP, FAST_EXP)
-                _chunk_store(out_ptr, row, stride_om, c, N, _cvt(y, OUT_TY), _cvt(ye, OUT_TY), BLOCK_N, V)
+                _write_window(out_ptr, row, stride_om, c, N, _cvt(y, OUT_TY), _cvt(ye, OUT_TY), BLOCK_N, V)
             else:
                 tl.store(out_ptr + row64 * stride_om + cols, _cvt(y, OUT_TY), mask=cols < N,
                          eviction_policy="evict_first")
@@ -294,11 +280,7 @@ def _lse_chunk_load(x_ptr, t64, n_split, total, N, stride_xm, ALIGN: tl.constexp
     c = t64 % n_split
     lim = tl.where(t64 < total, N, 0)
     if ALIGN:
-        off, a, start = _window(row, stride_xm, c, BLOCK_N, V)
-        first = c * BLOCK_N - a
-        ecols, real = _edges(a, first, lim, BLOCK_N, V)
-        xe = tl.load(x_ptr + off + ecols, mask=real, other=float("-inf"), eviction_policy="evict_first")
-        x = _load_window(x_ptr, start, first, lim, BLOCK_N, V)
+        x, xe = _read_window(x_ptr, row, stride_xm, c, lim, BLOCK_N, V)
     else:
         cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
         x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < lim, other=float("-inf"),
@@ -475,7 +457,7 @@ def _softmax_kernel(
                                 ye = ee * f
                             else:
                                 ye = (xe - big_m) - scale
-                            _chunk_store(out_ptr, row, stride_om, c, N, _cvt(y, OUT_TY), _cvt(ye, OUT_TY), BLOCK_N, V)
+                            _write_window(out_ptr, row, stride_om, c, N, _cvt(y, OUT_TY), _cvt(ye, OUT_TY), BLOCK_N, V)
                         else:
                             tl.store(out_ptr + row64 * stride_om + cols, _cvt(y, OUT_TY), mask=cols < N,
                                      eviction_policy="evict_first")

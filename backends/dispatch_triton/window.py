@@ -67,3 +67,24 @@ def _edges(a, first, lim, BLOCK_N: tl.constexpr, V: tl.constexpr):
     cols = gs + q % V
     real = ((gs < 0) | (gs + V > lim)) & (gs >= first) & (gs < first + BLOCK_N) & (cols >= 0) & (cols < lim)
     return cols, real
+
+
+@triton.jit
+def _read_window(ptr, row, stride, c, lim, BLOCK_N: tl.constexpr, V: tl.constexpr):
+    # chunk c of a row of lim elements through its window: the window's whole groups (-inf
+    # elsewhere, flat) and the row's straddling groups ([2 * V], -inf where not this window's)
+    off, a, start = _window(row, stride, c, BLOCK_N, V)
+    first = c * BLOCK_N - a
+    ecols, real = _edges(a, first, lim, BLOCK_N, V)
+    xe = tl.load(ptr + off + ecols, mask=real, other=float("-inf"), eviction_policy="evict_first")
+    return _load_window(ptr, start, first, lim, BLOCK_N, V), xe
+
+
+@triton.jit
+def _write_window(ptr, row, stride, c, lim, y, ye, BLOCK_N: tl.constexpr, V: tl.constexpr):
+    # chunk c's window y and the row's straddling groups ye (as _read_window read them) into the row
+    off, a, start = _window(row, stride, c, BLOCK_N, V)
+    first = c * BLOCK_N - a
+    ecols, real = _edges(a, first, lim, BLOCK_N, V)
+    _store_window(ptr, start, first, lim, y, BLOCK_N, V)
+    tl.store(ptr + off + ecols, ye, mask=real, eviction_policy="evict_first")
