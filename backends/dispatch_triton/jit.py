@@ -208,17 +208,29 @@ def _chunk_load(x_ptr, mask_ptr, row, stride_xm, stride_mm, c, cols, M, N, HAS_M
 
 
 @triton.jit
-def _partial(xr, kr, er, HAS_MASK: tl.constexpr, OUT_TY, ALIGN: tl.constexpr, FAST_EXP: tl.constexpr):
-    # a chunk's (max, sum of exp about it) from its raw values (_chunk_load's three)
-    x = _finish_load(xr, kr, HAS_MASK, OUT_TY)
+def _chunk_exps(x, xe, ALIGN: tl.constexpr, FAST_EXP: tl.constexpr):
+    # a chunk's max m (fp32 values x, with ALIGN also the row's straddling groups xe), its finite
+    # stand-in m_e, the exps about it (of x, of xe: xe itself without ALIGN) and their sum
     if ALIGN:
-        xe = _finish_load(er, er, False, OUT_TY)
         m = tl.maximum(tl.max(x, 0), tl.max(xe, 0))
         m_e = _eff(m)
-        s = tl.sum(_exp(x - m_e, FAST_EXP), 0) + tl.sum(_exp(xe - m_e, FAST_EXP), 0)
+        e = _exp(x - m_e, FAST_EXP)
+        ee = _exp(xe - m_e, FAST_EXP)
+        s = tl.sum(e, 0) + tl.sum(ee, 0)
     else:
         m = tl.max(x, 0)
-        s = tl.sum(_exp(x - _eff(m), FAST_EXP), 0)
+        m_e = _eff(m)
+        e = _exp(x - m_e, FAST_EXP)
+        ee = xe
+        s = tl.sum(e, 0)
+    return m, m_e, e, ee, s
+
+
+@triton.jit
+def _partial(xr, kr, er, HAS_MASK: tl.constexpr, OUT_TY, ALIGN: tl.constexpr, FAST_EXP: tl.constexpr):
+    # a chunk's (max, sum of exp about it) from its raw values (_chunk_load's three)
+    m, _, _, _, s = _chunk_exps(_finish_load(xr, kr, HAS_MASK, OUT_TY), _finish_load(er, er, False, OUT_TY), ALIGN,
+                                FAST_EXP)
     return m, s
 
 
@@ -282,9 +294,8 @@ def _lse_chunk_load(x_ptr, t64, n_split, total, N, stride_xm, ALIGN: tl.constexp
     if ALIGN:
         x, xe = _read_window(x_ptr, row, stride_xm, c, lim, BLOCK_N, V)
     else:
-        cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < lim, other=float("-inf"),
-                    eviction_policy="evict_first")
+        x, _ = _load_raw(x_ptr, x_ptr, row * stride_xm, 0, c * BLOCK_N + tl.arange(0, BLOCK_N), lim, False,
+                         "evict_first")
         xe = tl.full([2 * V], float("-inf"), x.dtype)  # no edges: a constant, nothing is loaded
     return x, xe
 
@@ -398,18 +409,8 @@ def _softmax_kernel(
                 sbase = 64 + row64 * n_split * 2  # this row's partials in the slot buffer
                 if PATH == 2:
                     x = _finish_load(x_nxt, k_nxt, HAS_MASK, OUT_TY)
-                    if ALIGN:
-                        xe = _finish_load(xe_nxt, xe_nxt, False, OUT_TY)
-                        m_c = tl.maximum(tl.max(x, 0), tl.max(xe, 0))
-                        mc_e = _eff(m_c)
-                        e = _exp(x - mc_e, FAST_EXP)
-                        ee = _exp(xe - mc_e, FAST_EXP)
-                        s_c = tl.sum(e, 0) + tl.sum(ee, 0)
-                    else:
-                        m_c = tl.max(x, 0)
-                        mc_e = _eff(m_c)
-                        e = _exp(x - mc_e, FAST_EXP)
-                        s_c = tl.sum(e, 0)
+                    xe = _finish_load(xe_nxt, xe_nxt, False, OUT_TY)
+                    m_c, mc_e, e, ee, s_c = _chunk_exps(x, xe, ALIGN, FAST_EXP)
                 else:
                     if PHASE != 2:
                         m_c, s_c = _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK, OUT_TY, BLOCK_N,
