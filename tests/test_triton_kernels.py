@@ -222,14 +222,17 @@ SPLIT_PIPE_CFG = C._cfg("split_pipe", 512, 1, 1, 4)  # a row over cdiv(N, 512) p
 CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all chunks, then a merge
 
 
+ONEPASS_2K_CFG = C._cfg("onepass", 2048, 1, 1, 4)  # one row of up to 2048 a program
+
+
 @pytest.mark.parametrize("op", C.OPS)
-@pytest.mark.parametrize("config", [SPLIT_CFG, SPLIT_PIPE_CFG, CHUNKS_CFG], ids=cfg_id)
+@pytest.mark.parametrize("config", [SPLIT_CFG, SPLIT_PIPE_CFG, CHUNKS_CFG, ONEPASS_2K_CFG], ids=cfg_id)
 @pytest.mark.parametrize("dtype,n", [(BF16, 1099), (BF16, 1027), (F16, 1101)])
 def test_rows_off_the_16_byte_grid_go_through_aligned_windows(op, config, dtype, n):
     # 9 rows of an odd length: their starts fall at every place between two 16-byte lines, and the
-    # split paths (and logsumexp's chunks) read (and write) them through windows on the grid whose
-    # first and last groups straddle the row's ends (dispatch_triton.window); special values sit in
-    # those groups
+    # split paths, logsumexp's chunks and one-row-a-program tiles read (and write) them through
+    # windows on the grid whose first and last groups straddle the row's ends
+    # (dispatch_triton.window); special values sit in those groups
     if op == "logsumexp" and config["path"] == "split_pipe":
         pytest.skip("split_pipe writes whole rows")
     if op != "logsumexp" and config["path"] == "chunks":
@@ -252,9 +255,12 @@ def test_aligned_windows_are_used_only_where_they_cover_the_row_and_match_the_ou
     assert a("softmax", 4, 1099, BF16, F32, 1099, DEV, SPLIT_CFG).align == 0  # another output dtype
     assert a("softmax", 4, 1099, BF16, None, 1136, DEV, SPLIT_CFG).align == 0  # output rows closer than the input's
     assert a("logsumexp", 4, 1099, BF16, None, 1136, DEV, SPLIT_CFG).align == 1  # one value a row: any stride
-    assert a("softmax", 4, 1099, BF16, None, 1099, DEV, ONLINE_CFG).align == 0  # the split paths only
+    assert a("softmax", 4, 1099, BF16, None, 1099, DEV, ONLINE_CFG).align == 0  # not the streamed paths
     assert a("softmax", 4, 1101, F32, None, 1101, DEV, SPLIT_CFG).align == 0  # 2-byte rows only
     assert a("logsumexp", 4, 1099, BF16, None, 1099, DEV, CHUNKS_CFG).align == 1  # ... and logsumexp's chunks
+    assert a("softmax", 4, 1099, BF16, None, 1099, DEV, ONEPASS_2K_CFG).align == 1  # ... and one row a program
+    assert a("softmax", 4, 1021, BF16, None, 1021, DEV, ONEPASS_CFG).align == 0  # 3 columns spare, 7 needed
+    assert a("softmax", 8, 61, BF16, None, 61, DEV, ROWS_CFG).align == 0  # several rows a program: not
     for n in (1535, 1099):  # with or without, the same results
         check("softmax", randn(4, n, BF16, seed=22), BF16, SPLIT_CFG)
     wide = randn(5, 1136, BF16, seed=23)

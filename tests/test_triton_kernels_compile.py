@@ -1,7 +1,7 @@
 """The Triton softmax-family kernels build for a real GPU target even where there is none (the
 interpreter accepts programs the compiler rejects, and cannot run the inline PTX of ``FAST_EXP`` at
 all): every path of the row kernel ``_softmax_kernel`` (rows, online, split, split_pipe, chunks) for
-each op it serves, with and without ``FAST_EXP`` (the split paths and chunks also with ``ALIGN``), and every
+each op it serves, with and without ``FAST_EXP`` (onepass, the split paths and chunks also with ``ALIGN``), and every
 variant (plain, EVEN, ONE_PASS, ACC_2D, PREFETCH, TMA, FAST_EXP, REVERSE) of the three strided
 kernels compile for sm_90. Each runs in a subprocess without TRITON_INTERPRET."""
 
@@ -28,7 +28,7 @@ _ROWS = textwrap.dedent("""
     for path, bn, rows, split, warps, ops in paths:
         for op in ops:
             for fast, phase, align in ((0, 0, 0), (1, 0, 0)) + (((1, 2, 0),) if path == 4 else ()) + (
-                    ((1, 0, 1),) if path in (2, 3, 4) else ()):
+                    ((1, 0, 1),) if path in (0, 2, 3, 4) else ()):
                 consts = dict(OP=op, HAS_MASK=False, PHASE=phase, PATH=path, BLOCK_N=bn, ROWS=rows, SPLIT=split,
                               NW=warps, NS=1, FAST_EXP=fast, ALIGN=align)
                 sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}

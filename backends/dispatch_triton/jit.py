@@ -245,6 +245,32 @@ def _rebuilt(x, big_m, big_e, scale, OP: tl.constexpr, FAST_EXP: tl.constexpr):
 
 
 @triton.jit
+def _window_row(x_ptr, out_ptr, row, N, stride_xm, stride_om, OP: tl.constexpr, OUT_TY, FAST_EXP: tl.constexpr,
+                BLOCK_N: tl.constexpr, V: tl.constexpr):
+    # PATH 0 with ALIGN (one row a program, off the 16-byte grid): the row through its window, the
+    # groups inside it 16 bytes at a time, its straddling first and last groups element by element
+    xr, er = _read_window(x_ptr, row, stride_xm, 0, N, BLOCK_N, V)
+    x = _finish_load(xr, xr, False, OUT_TY)
+    xe = _finish_load(er, er, False, OUT_TY)
+    m = tl.maximum(tl.max(x, 0), tl.max(xe, 0))
+    m_e = _eff(m)
+    e = _exp(x - m_e, FAST_EXP)
+    ee = _exp(xe - m_e, FAST_EXP)
+    s = tl.sum(e, 0) + tl.sum(ee, 0)
+    if OP == 2:
+        tl.store(out_ptr + row, _cvt(tl.log(s) + m_e, OUT_TY))
+    else:
+        scale = _finish_scale(m, s, OP)
+        if OP == 0:
+            y = e * scale
+            ye = ee * scale
+        else:
+            y = (x - m) - scale
+            ye = (xe - m) - scale
+        _write_window(out_ptr, row, stride_om, 0, N, _cvt(y, OUT_TY), _cvt(ye, OUT_TY), BLOCK_N, V)
+
+
+@triton.jit
 def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, stride_mm, grp, c, n_groups,
                 n_split, tag, cols, OP: tl.constexpr, HAS_MASK: tl.constexpr, PHASE: tl.constexpr, OUT_TY,
                 FAST_EXP: tl.constexpr, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, V: tl.constexpr):
@@ -343,6 +369,8 @@ def _softmax_kernel(
     pid = tl.program_id(0)
     if PATH == 4:
         _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE, BLOCK_N, OUT_TY, FAST_EXP, ALIGN, V)
+    elif PATH == 0 and ALIGN:  # one row a program (the launcher's condition), through its window
+        _window_row(x_ptr, out_ptr, pid, N, stride_xm, stride_om, OP, OUT_TY, FAST_EXP, BLOCK_N, V)
     elif PATH == 0:
         # ---- whole rows in registers, ROWS rows per program -----------------------------------
         rows = pid * ROWS + tl.arange(0, ROWS)

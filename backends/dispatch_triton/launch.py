@@ -245,16 +245,17 @@ ALIGN_ROWS = True  # False: rows off the 16-byte grid take the plain chunks (for
 
 
 def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_mask: bool, in_dtype: torch.dtype,
-           out_dtype: torch.dtype) -> int:
-    """1 where the split paths and logsumexp's chunks read (and write) rows off the 16-byte grid
-    through aligned windows (``dispatch_triton.window``): a 2-byte dtype, a row length or stride that
-    is not a whole number of 16 bytes, no mask, the output's rows (same dtype) as far apart as the
-    input's, and ``V - 1`` columns to spare in the last chunk of a row. Rows of 4-byte elements keep
+           out_dtype: torch.dtype, rows: int = 1) -> int:
+    """1 where the split paths, logsumexp's chunks and the one-row-a-program path (``onepass``,
+    ``rows`` 1) read (and write) rows off the 16-byte grid through aligned windows
+    (``dispatch_triton.window``): a 2-byte dtype, a row length or stride that is not a whole number
+    of 16 bytes, no mask, the output's rows (same dtype) as far apart as the input's, and ``V - 1``
+    columns to spare in the last chunk of a row. Rows of 4-byte elements keep
     the plain chunks: on an H200 the windows took bf16 softmax at 2236x30001 from 1882 to 2580 GB/s
     but fp32 log_softmax from 3276 to 3155 (benchmarks/results/current/rows_kernels/odd_rows/)."""
     size = torch.empty((), dtype=in_dtype).element_size()
     v = 16 // size
-    if not ALIGN_ROWS or size != 2 or code not in (2, 3, 4) or has_mask:
+    if not ALIGN_ROWS or size != 2 or code not in (0, 2, 3, 4) or has_mask or (code == 0 and rows != 1):
         return 0
     if (N % v == 0 and row_stride % v == 0) or ns * bn - N < v - 1:
         return 0
@@ -386,7 +387,7 @@ class Launcher:
         ints = (M, N, self.row_stride, N if op != "logsumexp" else 1, mask_arg.stride(0) if has_mask else 0, _np2(N))
         meta = dict(OP=_OP_CODE[op], HAS_MASK=has_mask, PATH=code, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps,
                     NS=stages, FAST_EXP=fast_exp_of(config),
-                    ALIGN=_align(op, code, N, self.row_stride, ns, bn, has_mask, self.in_dtype, self.out_dtype))
+                    ALIGN=_align(op, code, N, self.row_stride, ns, bn, has_mask, self.in_dtype, self.out_dtype, rows))
         self.align = meta["ALIGN"]
         # the grid is sized from the kernel compiled for these arguments' dtypes: stand-ins for x and out
         occ_args = (placeholder(anchor, self.in_dtype), placeholder(anchor, self.out_dtype), mask_arg, ws, sync, slots,

@@ -28,8 +28,8 @@ def _window(row, stride, c, BLOCK_N: tl.constexpr, V: tl.constexpr):
     # chunk c of a row: the row's offset, its misalignment a (elements) and the window's first
     # element (on the grid when the tensor's pointer is)
     off = tl.cast(row, tl.int64) * stride
-    a = off % V
-    return off, a, tl.multiple_of(off - a + c * BLOCK_N, V)
+    base = (off // V) * V  # a multiple of V the compiler sees as one (a hint alone folds away when c is 0)
+    return off, off - base, tl.multiple_of(base + c * BLOCK_N, V)
 
 
 @triton.jit
