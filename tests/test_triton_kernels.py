@@ -223,10 +223,11 @@ CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs ov
 
 
 ONEPASS_2K_CFG = C._cfg("onepass", 2048, 1, 1, 4)  # one row of up to 2048 a program
+ONEPASS_4K_CFG = C._cfg("onepass", 4096, 1, 1, 4)  # ... of up to 4096: wide enough for windows
 
 
 @pytest.mark.parametrize("op", C.OPS)
-@pytest.mark.parametrize("config", [SPLIT_CFG, SPLIT_PIPE_CFG, CHUNKS_CFG, ONEPASS_2K_CFG], ids=cfg_id)
+@pytest.mark.parametrize("config", [SPLIT_CFG, SPLIT_PIPE_CFG, CHUNKS_CFG, ONEPASS_4K_CFG], ids=cfg_id)
 @pytest.mark.parametrize("dtype,n", [(BF16, 1099), (BF16, 1027), (F16, 1101)])
 def test_rows_off_the_16_byte_grid_go_through_aligned_windows(op, config, dtype, n):
     # 9 rows of an odd length: their starts fall at every place between two 16-byte lines, and the
@@ -258,8 +259,9 @@ def test_aligned_windows_are_used_only_where_they_cover_the_row_and_match_the_ou
     assert a("softmax", 4, 1099, BF16, None, 1099, DEV, ONLINE_CFG).align == 0  # not the streamed paths
     assert a("softmax", 4, 1101, F32, None, 1101, DEV, SPLIT_CFG).align == 0  # 2-byte rows only
     assert a("logsumexp", 4, 1099, BF16, None, 1099, DEV, CHUNKS_CFG).align == 1  # ... and logsumexp's chunks
-    assert a("softmax", 4, 1099, BF16, None, 1099, DEV, ONEPASS_2K_CFG).align == 1  # ... and one row a program
-    assert a("softmax", 4, 1021, BF16, None, 1021, DEV, ONEPASS_CFG).align == 0  # 3 columns spare, 7 needed
+    assert a("softmax", 4, 1099, BF16, None, 1099, DEV, ONEPASS_4K_CFG).align == 1  # ... and one row a program
+    assert a("softmax", 4, 1099, BF16, None, 1099, DEV, ONEPASS_2K_CFG).align == 0  # ... in tiles of 4096 or more
+    assert a("softmax", 4, 4093, BF16, None, 4093, DEV, ONEPASS_4K_CFG).align == 0  # 3 columns spare, 7 needed
     assert a("softmax", 8, 61, BF16, None, 61, DEV, ROWS_CFG).align == 0  # several rows a program: not
     for n in (1535, 1099):  # with or without, the same results
         check("softmax", randn(4, n, BF16, seed=22), BF16, SPLIT_CFG)

@@ -242,20 +242,25 @@ def _empty_result(op, M, N, out):
 
 
 ALIGN_ROWS = True  # False: rows off the 16-byte grid take the plain chunks (for A/B timing; see _align)
+ONEPASS_ALIGN_MIN_BN = 4096  # one-row-a-program tiles narrower than this keep their plain loads (see _align)
 
 
 def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_mask: bool, in_dtype: torch.dtype,
            out_dtype: torch.dtype, rows: int = 1) -> int:
     """1 where the split paths, logsumexp's chunks and the one-row-a-program path (``onepass``,
-    ``rows`` 1) read (and write) rows off the 16-byte grid through aligned windows
-    (``dispatch_triton.window``): a 2-byte dtype, a row length or stride that is not a whole number
-    of 16 bytes, no mask, the output's rows (same dtype) as far apart as the input's, and ``V - 1``
-    columns to spare in the last chunk of a row. Rows of 4-byte elements keep
-    the plain chunks: on an H200 the windows took bf16 softmax at 2236x30001 from 1882 to 2580 GB/s
-    but fp32 log_softmax from 3276 to 3155 (benchmarks/results/current/rows_kernels/odd_rows/)."""
+    ``rows`` 1, tiles of :data:`ONEPASS_ALIGN_MIN_BN` columns or more) read (and write) rows off the
+    16-byte grid through aligned windows (``dispatch_triton.window``): a 2-byte dtype, a row length
+    or stride that is not a whole number of 16 bytes, no mask, the output's rows (same dtype) as far
+    apart as the input's, and ``V - 1`` columns to spare in the last chunk of a row. Rows of 4-byte
+    elements keep the plain chunks: on an H200 the windows took bf16 softmax at 2236x30001 from 1882
+    to 2580 GB/s but fp32 log_softmax from 3276 to 3155 (benchmarks/results/current/rows_kernels/odd_rows/).
+    One row a program, bf16: softmax 16372x4099 (8192-wide tiles) 1645 -> 2117 GB/s, 22362x3001
+    (4096) 2844 -> 2972, but log_softmax 44739x1500 (2048) 3006 -> 2703 and 116306x577 (1024)
+    2536 -> 2156: narrower tiles keep the plain loads."""
     size = torch.empty((), dtype=in_dtype).element_size()
     v = 16 // size
-    if not ALIGN_ROWS or size != 2 or code not in (0, 2, 3, 4) or has_mask or (code == 0 and rows != 1):
+    if not ALIGN_ROWS or size != 2 or code not in (0, 2, 3, 4) or has_mask or (
+            code == 0 and (rows != 1 or bn < ONEPASS_ALIGN_MIN_BN)):
         return 0
     if (N % v == 0 and row_stride % v == 0) or ns * bn - N < v - 1:
         return 0
