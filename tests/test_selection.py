@@ -276,8 +276,9 @@ def test_a_long_row_cost_figure_serves_only_rows_longer_than_long_row():
 
 def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as_before():
     """On an H200 Triton's split rows led TileLang's at every long-row shape with many rows (odd
-    lengths by 1.6-1.8x), while TileLang's cheaper launch wins few long rows: the cards say so
-    through their ":long" figures, for calls no shipped table covers."""
+    lengths by 1.6-1.8x), while TileLang's cheaper launch wins few long rows, where torch's softmax
+    takes a row's time however few the rows: the cards say so through their ":long" figures, for
+    calls no shipped table covers."""
     import attrs
 
     from dispatch import _plugins
@@ -298,6 +299,10 @@ def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as
         assert first(op, (256, 262144)) == "triton", op
         assert first(op, (4096, 4096)) == "tilelang", op  # rows of 4K: the plain figures, as before
     assert first("logsumexp", (4, 50257)) == "tilelang"  # few long rows: the launch decides
+    for op in ("softmax", "log_softmax"):  # torch gives a long row to one block: 25-67 us where TileLang takes 10-19
+        for shape in ((8, 128256), (32, 151936), (1, 262144)):
+            assert first(op, shape) != "torch", (op, shape)
+        assert first(op, (1, 4096)) == "torch", op  # a short row: its one-row time does not count
     assert first("softmax", (65536, 128), 0) == "triton"  # a long dim 0: the strided kernel's figures, not ":long"
 
 

@@ -32,8 +32,12 @@ def dispatch_backend_info() -> BackendInfo:
                        # forward 413 us at 64x262144 (1.6 ns per element of the row), forward and backward
                        # 929 (3.5 ns), where bandwidth alone says 27 and 79; at 256x65536, 113 and 283 us
                        # (benchmarks/results/current/norms/norms_sweep.md): the third figures, a little
-                       # under the one-row times
+                       # under the one-row times. softmax/log_softmax over few rows longer than 16K (bf16)
+                       # take a row's time too: softmax 37.8 us a call at 32x151936, 67 at 1x262144,
+                       # log_softmax 24.9 and 45.6, where TileLang and Triton take 11-19
+                       # (benchmarks/results/current/launch/launch_few_long_rows.md, layouts/few_long_rows_cards.md)
                        costs={"cuda": (12.5, 2500.0), "cuda:logsumexp": (80.0, 550.0),
+                              "cuda:softmax:long": (12.5, 2500.0, 0.17), "cuda:log_softmax:long": (12.5, 2500.0, 0.1),
                               "cuda:rms_norm": (15.0, 2500.0, 1.5), "cuda:layer_norm": (16.5, 2500.0, 1.5),
                               "cuda:rms_norm:grad": (140.0, 850.0, 3.0), "cuda:layer_norm:grad": (140.0, 780.0, 3.0)},
                        description="torch's own ops (the reference)", reference=True)
