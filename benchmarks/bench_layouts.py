@@ -66,6 +66,8 @@ CASES = {
     # every other row of (H, W): the kept dims form three groups (dims 0, 2 and 3)
     "dim1_32x512x64x128_sliced": Case((32, 512, 64, 128), 1, "dim != -1", lambda t: t[:, :, ::2, :]),
     "transposed_4096x4096": Case((4096, 4096), -1, "strided rows", lambda t: t.t()),
+    # a transposed view reduced over its unit-stride dim: rows read in place, written as torch lays them out
+    "transposed_dim0_16384x4096": Case((16384, 4096), 0, "dim != -1", lambda t: t.t()),
     # 4000 of 4096 columns (kept in proportion when --device cpu shrinks the shape)
     "rows_16384x4000_of_4096": Case((16384, 4096), -1, "strided rows", lambda t: t[:, :t.shape[1] * 125 // 128]),
     "rows_1x32000": Case((1, 32000), -1, "few long rows"),
