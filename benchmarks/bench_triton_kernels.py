@@ -32,7 +32,7 @@ for p in (ROOT, os.path.join(ROOT, "backends")):
         sys.path.insert(0, p)
 
 from dispatch.backend import placeholder  # noqa: E402
-from dispatch_triton import autotune as A, configs as C, jit as J, launch as L  # noqa: E402
+from dispatch_triton import autotune as A, buffers as Bf, configs as C, jit as J, launch as L  # noqa: E402
 
 NUMEL = int(os.environ.get("BENCH_NUMEL", 64 * 1024 * 1024))
 DEV = os.environ.get("BENCH_DEVICE", "cuda")  # "cpu" (with TRITON_INTERPRET=1) for a dry run of the checks
@@ -112,8 +112,8 @@ def _warm(task):
         out = torch.empty(16, device="cuda", dtype=dtype)
         code = C._PATH_CODE[c["path"]]
         ns = C._n_split(code, n, c["BLOCK_N"], c["SPLIT"])
-        args = (x, out, placeholder(x, torch.int8), placeholder(x, torch.float32), L._sync_buffer(x.device, 0),
-                L._slot_buffer(x.device, 0) if (op != "logsumexp" and ns > 1) else placeholder(x, torch.int64),
+        args = (x, out, placeholder(x, torch.int8), placeholder(x, torch.float32), Bf._sync_buffer(x.device, 0),
+                Bf._slot_buffer(x.device, 0) if (op != "logsumexp" and ns > 1) else placeholder(x, torch.int64),
                 m, n, n, n if op != "logsumexp" else 1, 0, C._np2(n))
         k = J._softmax_kernel.warmup(*args, grid=(1,), OP=C._OP_CODE[op], HAS_MASK=False, PHASE=0, PATH=code,
                                      BLOCK_N=c["BLOCK_N"], ROWS=c["ROWS"], SPLIT=c["SPLIT"], NW=c["num_warps"],
@@ -263,7 +263,7 @@ def stage_check(outdir: str, procs: int):
             bad += close(y, r, torch.bfloat16) is not None
         rec(f"split repeat x30 BN={cfg['BLOCK_N']} bad={bad}", None if bad == 0 else f"{bad} bad runs")
     torch.cuda.synchronize()
-    left = {str(k): int(v.abs().sum()) for k, v in L._SYNC.items()}
+    left = {str(k): int(v.abs().sum()) for k, v in Bf._SYNC.items()}
     rec(f"sync buffers zero {left}", None if not any(left.values()) else "counters not reset")
     # Triton's own autotuner (do_bench=None: Triton's benchmarker), with and without a mask
     import inspect

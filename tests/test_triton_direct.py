@@ -192,7 +192,7 @@ def test_a_captured_split_launch_gets_a_private_slot_buffer_that_holds_every_par
     """While a CUDA graph is captured, a split launch gets its own zeroed slot buffer (its zeroing is
     captured with it), large enough for the kernel's layout: 64 words, then a (max, sum) pair of
     words per partial, ``M * programs_per_row`` partials."""
-    from dispatch_triton import launch
+    from dispatch_triton import buffers
 
     made = []
 
@@ -200,11 +200,11 @@ def test_a_captured_split_launch_gets_a_private_slot_buffer_that_holds_every_par
         made.append((n, dtype))
         return torch.zeros(n, dtype=dtype)
 
-    monkeypatch.setattr(launch, "_capturing", lambda: True)
-    monkeypatch.setattr(launch, "_captured_zeros", zeros)
+    monkeypatch.setattr(buffers, "_capturing", lambda: True)
+    monkeypatch.setattr(buffers, "_captured_zeros", zeros)
     rows, programs_per_row = 4, 32
-    a = launch._split_slots(torch.device("cuda", 0), rows * programs_per_row)
-    b = launch._split_slots(torch.device("cuda", 0), rows * programs_per_row)
+    a = buffers._split_slots(torch.device("cuda", 0), rows * programs_per_row)
+    b = buffers._split_slots(torch.device("cuda", 0), rows * programs_per_row)
     assert a is not b  # private to each captured launch
     assert made[0][1] == torch.int64 and made[0][0] >= 64 + 2 * rows * programs_per_row
 

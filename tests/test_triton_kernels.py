@@ -22,7 +22,7 @@ triton = pytest.importorskip("triton")
 from dispatch.backend import placeholder  # noqa: E402
 
 try:
-    from dispatch_triton import autotune as A, configs as C, jit as J, launch as L  # noqa: E402
+    from dispatch_triton import autotune as A, buffers as Bf, configs as C, jit as J, launch as L  # noqa: E402
 except ImportError:  # pragma: no cover - backends/ not installed
     pytest.skip("dispatch_triton is not importable", allow_module_level=True)
 
@@ -275,7 +275,7 @@ def test_split_counters_reset_after_each_launch():
     x = randn(5, 3000, F32, seed=8)
     L.run("logsumexp", x, F32, C._cfg("split_online", 256, 1, 4, 2, 2))  # last-arriver combine
     L.run("softmax", x, F32, SPLIT_CFG)
-    for buf in L._SYNC.values():
+    for buf in Bf._SYNC.values():
         assert int(buf.abs().sum()) == 0
 
 
@@ -284,7 +284,7 @@ def test_launcher_counts_every_split_launch_and_prepare_relaunches_in_place():
     launcher = L.Launcher("softmax", 3, 1100, F32, None, x.stride(0), x.device, SPLIT_CFG)
     assert launcher.out_dtype == F32 and launcher.out_shape == (3, 1100)
     y1 = launcher.run(x)
-    entry = L._SLOTS[L._stream_key(x.device)]
+    entry = Bf._SLOTS[Bf._stream_key(x.device)]
     count = entry[1]
     y2 = launcher.run(x)
     assert entry[1] == count + 1  # the epoch bookkeeping moves on once per launch
@@ -516,8 +516,8 @@ def test_autotuned_long_rows(op):
 def test_tuned_symbol_at_call_time_is_an_error(tuner):
     x = randn(4, 40, F32)
     out = torch.empty_like(x)
-    args = (x, out, placeholder(x, torch.int8), placeholder(x, F32), L._sync_buffer(x.device, 0),
-            L._slot_buffer(x.device, 4), 4, 40, x.stride(0), 40, 0, 64)
+    args = (x, out, placeholder(x, torch.int8), placeholder(x, F32), Bf._sync_buffer(x.device, 0),
+            Bf._slot_buffer(x.device, 4), 4, 40, x.stride(0), 40, 0, 64)
     with pytest.raises(Exception, match="Conflicting meta-parameters|BLOCK_N"):
         tuner[(1,)](*args, OP=0, HAS_MASK=False, PHASE=0, BLOCK_N=64)
 

@@ -9,7 +9,8 @@ import triton
 
 from .configs import _OP_CODE, _PATH_CODE, _cfg, _cfg_key, _check_op, _n_split, _np2, _universe, config_space
 from .jit import _interpreting, _softmax_kernel
-from .launch import _empty_result, _grid_size, _prepare, _slot_buffer, _sync_buffer, placeholder
+from .buffers import _slot_buffer, _sync_buffer
+from .launch import _empty_result, _grid_size, _prepare, placeholder
 
 
 _AUTOTUNED: dict = {}

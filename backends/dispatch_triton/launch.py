@@ -1,18 +1,19 @@
-"""Host-side launch of the Triton kernel: argument checks, sync/slot buffers, grid sizing, and the
-:class:`Launcher` that :func:`run`, :func:`prepare` and the backend's resolved kernels launch through."""
+"""Host-side launch of the Triton kernel: argument checks, grid sizing, and the :class:`Launcher`
+that :func:`run`, :func:`prepare` and the backend's resolved kernels launch through (its scratch
+buffers come from :mod:`dispatch_triton.buffers`)."""
 
 from __future__ import annotations
 
 import functools
-import threading
 
 import torch
 
-from dispatch.backend import lasting_zeros, placeholder  # stand-ins for absent optional tensors; kept buffers
+from dispatch.backend import placeholder  # stand-ins for absent optional tensors
 
 from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
 from .direct import DirectLaunch
-from .jit import _ROW_OFF, _interpreting, _softmax_kernel, fast_exp_of
+from .buffers import _chunks_workspace, _lse_buffers, _split_slots, _sync_buffer
+from .jit import _interpreting, _softmax_kernel, fast_exp_of
 
 
 _IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -20,103 +21,6 @@ _OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
 
 _GMAX = 8192  # most concurrent groups
-_SLOT_OFF = 64  # the tagged partials in the int64 slot buffer (word 0: epoch << 32 | ticket)
-_EPOCH_RESET = 1 << 30  # launches of a slot buffer before it is zeroed (tags are 31-bit)
-
-_SYNC_LOCK = threading.Lock()
-_SYNC: dict = {}
-_WS: dict = {}  # logsumexp's split-path workspace per (device, stream)
-_SLOTS: dict = {}
-
-
-def _stream_key(device: torch.device):
-    if device.type == "cuda":  # the raw handle: no Stream object made per call
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return (device, torch._C._cuda_getCurrentRawStream(index))
-    return (device, 0)
-
-
-def _per_stream(table: dict, key, need: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``table[key]``, a zeroed ``dtype`` buffer of at least ``need`` elements (grown, never shrunk)."""
-    buf = table.get(key)
-    if buf is None or buf.numel() < need:
-        with _SYNC_LOCK:
-            buf = table.get(key)
-            if buf is None or buf.numel() < need:
-                buf = lasting_zeros(max(need, 2 * (buf.numel() if buf is not None else 0), 1 << 12), dtype, device)
-                table[key] = buf
-    return buf
-
-
-def _capturing() -> bool:
-    """Whether the current CUDA stream is capturing a CUDA graph."""
-    return torch.cuda.is_current_stream_capturing()
-
-
-def _captured_zeros(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A zeroed buffer private to one launch being captured into a CUDA graph.
-
-    Its zeroing is captured with the launch, so every replay finds it as a first eager launch
-    finds a new per-stream buffer, and no other launch (eager, another graph, a replay on
-    another stream) shares it: replays of different graphs may run concurrently.
-    """
-    return torch.zeros(max(int(n), 1), dtype=dtype, device=device)
-
-
-def _sync_buffer(device: torch.device, rows_needed: int) -> torch.Tensor:
-    """A zeroed int32 buffer per (device, stream) that every launch leaves zeroed again."""
-    return _per_stream(_SYNC, _stream_key(device), int(_ROW_OFF) + max(int(rows_needed), 0), torch.int32, device)
-
-
-def _lse_buffers(device: torch.device, rows: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sync, ws)`` of the current stream for logsumexp's split path: the arrival counters and the
-    fp32 workspace of ``partials`` (max, sum) pairs.
-
-    Per stream, as launches on one stream run in order: every launch writes a row's partials
-    before its last arriver reads them and leaves the counters zeroed, so the next launch on the
-    stream finds them as it needs them, while launches on another stream get buffers of their own.
-    """
-    key = _stream_key(device)
-    return (_per_stream(_SYNC, key, int(_ROW_OFF) + rows, torch.int32, device),
-            _per_stream(_WS, key, 2 * partials, torch.float32, device))
-
-
-def _slot_words(partials: int) -> int:
-    """Words of the slot buffer for ``partials`` partials: the epoch word's block, then two words each."""
-    return _SLOT_OFF + 2 * max(int(partials), 0)
-
-
-def _split_slots(device: torch.device, partials: int) -> torch.Tensor:
-    """The slot buffer for a launch of the split paths: the stream's, or while a CUDA graph is
-    captured one private to the captured launch."""
-    if device.type == "cuda" and _capturing():
-        return _captured_zeros(_slot_words(partials), torch.int64, device)
-    return _slot_buffer(device, partials)
-
-
-def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
-    """The int64 buffer of tagged partials per (device, stream); word 0 is (epoch << 32 | ticket).
-
-    Each launch of the split path moves the epoch on (on the device), and a partial counts only
-    when it carries the launch's tag, so stale words from earlier launches are never mistaken
-    for fresh ones. Tags are 31-bit: the buffer is zeroed every ``_EPOCH_RESET`` launches, far
-    before a tag could come round again.
-    """
-    key = _stream_key(device)
-    need = _slot_words(partials_needed)
-    with _SYNC_LOCK:
-        entry = _SLOTS.get(key)
-        if entry is None or entry[0].numel() < need:
-            old = entry[0].numel() if entry is not None else 0
-            entry = [lasting_zeros(max(need, 2 * old, 1 << 12), torch.int64, device), 0]
-            _SLOTS[key] = entry
-        entry[1] += 1
-        if entry[1] >= _EPOCH_RESET:
-            entry[0].zero_()
-            entry[1] = 0
-        return entry[0]
-
-
 def _estimate_occupancy(path_code: int, block_n: int, warps: int, esz: int) -> int:
     threads = 32 * warps
     per = max(1, block_n // threads)
@@ -411,17 +315,11 @@ class Launcher:
                                 out=writes)
 
         if code == 4:  # logsumexp's chunks: the partials, then one program per row merges them
-            k1, k2, partials, cuda = launcher(0, writes=3), launcher(2, on=(M,)), M * ns, device.type == "cuda"
+            k1, k2, partials = launcher(0, writes=3), launcher(2, on=(M,)), M * ns
             views: dict = {}  # per stream: exactly this launch's partials of the stream's workspace
 
             def launch(x, out):
-                if cuda and _capturing():
-                    ws_s = torch.empty(2 * partials, dtype=torch.float32, device=device)
-                else:
-                    key = _stream_key(device)
-                    ws_s = views.get(key)
-                    if ws_s is None:
-                        ws_s = views[key] = _per_stream(_WS, key, 2 * partials, torch.float32, device)[:2 * partials]
+                ws_s = _chunks_workspace(device, partials, views)
                 k1.launch(x, out, mask_arg, ws_s, sync, slots)
                 k2.launch(x, out, mask_arg, ws_s, sync, slots)
 
@@ -446,14 +344,10 @@ class Launcher:
 
                 self.direct = (k0,)
         elif ns > 1:  # logsumexp over several programs per row: the last to arrive combines
-            k0, partials, cuda = launcher(0), M * ns, device.type == "cuda"
+            k0, partials = launcher(0), M * ns
 
             def launch(x, out):
-                if cuda and _capturing():
-                    sync_s = _captured_zeros(int(_ROW_OFF) + M, torch.int32, device)
-                    ws_s = torch.empty(2 * partials, dtype=torch.float32, device=device)
-                else:
-                    sync_s, ws_s = _lse_buffers(device, M, partials)
+                sync_s, ws_s = _lse_buffers(device, M, partials)
                 k0.launch(x, out, mask_arg, ws_s, sync_s, slots)
 
             self.direct = (k0,)

@@ -36,7 +36,7 @@ from dispatch.backend import placeholder
 
 from . import _interpreting
 from .direct import DirectLaunch
-from .launch import _SLOT_OFF, _split_slots
+from .buffers import _SLOT_OFF, _split_slots
 from .norm_backward_kernels import _column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split, _norm_bwd_sums
 from .norms import _cdiv, _np2, _sms
 

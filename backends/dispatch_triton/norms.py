@@ -48,7 +48,8 @@ from dispatch.backend import placeholder, unique_configs
 
 from . import _interpreting
 from .direct import DirectLaunch
-from .launch import _occupancy_of, _split_slots, exchange_groups
+from .buffers import _split_slots
+from .launch import _occupancy_of, exchange_groups
 from .norm_kernels import _norm_fwd
 
 NORM_OPS = ("rms_norm", "layer_norm")

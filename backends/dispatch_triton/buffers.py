@@ -1,0 +1,129 @@
+"""The Triton kernels' scratch buffers: per (device, stream), zeroed once and left zeroed (or
+moved on by an epoch) by every launch, and private ones for launches captured into a CUDA graph.
+
+The row kernel's arrival counters (``sync``), logsumexp's split-path workspace (``ws``) and the
+tagged partials that programs of one row exchange (``slots``, :mod:`dispatch_triton.exchange`)
+live here; :mod:`dispatch_triton.launch` and the norm launchers ask for them per launch."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from dispatch.backend import lasting_zeros
+
+from .jit import _ROW_OFF
+
+_SLOT_OFF = 64  # the tagged partials in the int64 slot buffer (word 0: epoch << 32 | ticket)
+_EPOCH_RESET = 1 << 30  # launches of a slot buffer before it is zeroed (tags are 31-bit)
+
+_SYNC_LOCK = threading.Lock()
+_SYNC: dict = {}
+_WS: dict = {}  # logsumexp's split-path workspace per (device, stream)
+_SLOTS: dict = {}
+
+
+def _stream_key(device: torch.device):
+    if device.type == "cuda":  # the raw handle: no Stream object made per call
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return (device, torch._C._cuda_getCurrentRawStream(index))
+    return (device, 0)
+
+
+def _per_stream(table: dict, key, need: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``table[key]``, a zeroed ``dtype`` buffer of at least ``need`` elements (grown, never shrunk)."""
+    buf = table.get(key)
+    if buf is None or buf.numel() < need:
+        with _SYNC_LOCK:
+            buf = table.get(key)
+            if buf is None or buf.numel() < need:
+                buf = lasting_zeros(max(need, 2 * (buf.numel() if buf is not None else 0), 1 << 12), dtype, device)
+                table[key] = buf
+    return buf
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a CUDA graph."""
+    return torch.cuda.is_current_stream_capturing()
+
+
+def _captured_zeros(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zeroed buffer private to one launch being captured into a CUDA graph.
+
+    Its zeroing is captured with the launch, so every replay finds it as a first eager launch
+    finds a new per-stream buffer, and no other launch (eager, another graph, a replay on
+    another stream) shares it: replays of different graphs may run concurrently.
+    """
+    return torch.zeros(max(int(n), 1), dtype=dtype, device=device)
+
+
+def _sync_buffer(device: torch.device, rows_needed: int) -> torch.Tensor:
+    """A zeroed int32 buffer per (device, stream) that every launch leaves zeroed again."""
+    return _per_stream(_SYNC, _stream_key(device), int(_ROW_OFF) + max(int(rows_needed), 0), torch.int32, device)
+
+
+def _lse_buffers(device: torch.device, rows: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sync, ws)`` of the current stream for logsumexp's split path: the arrival counters and the
+    fp32 workspace of ``partials`` (max, sum) pairs; while a CUDA graph is captured, ones private to
+    the captured launch.
+
+    Per stream, as launches on one stream run in order: every launch writes a row's partials
+    before its last arriver reads them and leaves the counters zeroed, so the next launch on the
+    stream finds them as it needs them, while launches on another stream get buffers of their own.
+    """
+    if device.type == "cuda" and _capturing():
+        return (_captured_zeros(int(_ROW_OFF) + rows, torch.int32, device),
+                torch.empty(2 * partials, dtype=torch.float32, device=device))
+    key = _stream_key(device)
+    return (_per_stream(_SYNC, key, int(_ROW_OFF) + rows, torch.int32, device),
+            _per_stream(_WS, key, 2 * partials, torch.float32, device))
+
+
+def _chunks_workspace(device: torch.device, partials: int, views: dict) -> torch.Tensor:
+    """logsumexp's chunks: the fp32 workspace of ``partials`` (max, sum) pairs, a view of exactly
+    that many of the current stream's (kept in ``views``, one per stream, by the launcher that
+    asks); while a CUDA graph is captured, one private to the captured launch."""
+    if device.type == "cuda" and _capturing():
+        return torch.empty(2 * partials, dtype=torch.float32, device=device)
+    key = _stream_key(device)
+    ws = views.get(key)
+    if ws is None:
+        ws = views[key] = _per_stream(_WS, key, 2 * partials, torch.float32, device)[:2 * partials]
+    return ws
+
+
+def _slot_words(partials: int) -> int:
+    """Words of the slot buffer for ``partials`` partials: the epoch word's block, then two words each."""
+    return _SLOT_OFF + 2 * max(int(partials), 0)
+
+
+def _split_slots(device: torch.device, partials: int) -> torch.Tensor:
+    """The slot buffer for a launch of the split paths: the stream's, or while a CUDA graph is
+    captured one private to the captured launch."""
+    if device.type == "cuda" and _capturing():
+        return _captured_zeros(_slot_words(partials), torch.int64, device)
+    return _slot_buffer(device, partials)
+
+
+def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
+    """The int64 buffer of tagged partials per (device, stream); word 0 is (epoch << 32 | ticket).
+
+    Each launch of the split path moves the epoch on (on the device), and a partial counts only
+    when it carries the launch's tag, so stale words from earlier launches are never mistaken
+    for fresh ones. Tags are 31-bit: the buffer is zeroed every ``_EPOCH_RESET`` launches, far
+    before a tag could come round again.
+    """
+    key = _stream_key(device)
+    need = _slot_words(partials_needed)
+    with _SYNC_LOCK:
+        entry = _SLOTS.get(key)
+        if entry is None or entry[0].numel() < need:
+            old = entry[0].numel() if entry is not None else 0
+            entry = [lasting_zeros(max(need, 2 * old, 1 << 12), torch.int64, device), 0]
+            _SLOTS[key] = entry
+        entry[1] += 1
+        if entry[1] >= _EPOCH_RESET:
+            entry[0].zero_()
+            entry[1] = 0
+        return entry[0]
