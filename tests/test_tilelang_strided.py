@@ -187,6 +187,21 @@ def test_the_cards_rank_strided_calls_by_their_own_figures_on_cuda():
         assert ordered[0].name == first, op
 
 
+def test_without_triton_the_cards_send_large_strided_calls_to_tilelang_not_torch():
+    # torch over a dim that is not unit-stride: 16-595 GB/s on an H200 where TileLang's column
+    # kernels run 1674-2650; a small softmax stays with torch, whose launch is cheaper (torch's
+    # logsumexp runs several kernels: 80 us a call or more)
+    from dispatch import _plugins
+    from dispatch._select import by_estimated_cost
+
+    servers = [b for b in _plugins.registry().backends.values() if b.name in ("torch", "tilelang")]
+    for op in ("softmax", "log_softmax", "logsumexp"):
+        ordered, _ = by_estimated_cost(servers, _cuda_spec(op, torch.empty(32, 256, 64, 64, device="meta"), 1))
+        assert ordered[0].name == "tilelang", op
+        ordered, _ = by_estimated_cost(servers, _cuda_spec(op, torch.empty(2, 8, 4, 4, device="meta"), 1))
+        assert ordered[0].name == ("tilelang" if op == "logsumexp" else "torch"), op
+
+
 def _cuda_spec(op, x, dim):
     """The call spec of ``op`` over ``dim`` of ``x`` as if ``x`` were on a CUDA device."""
     import attrs

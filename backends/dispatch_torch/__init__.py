@@ -36,7 +36,12 @@ def dispatch_backend_info() -> BackendInfo:
                        # take a row's time too: softmax 37.8 us a call at 32x151936, 67 at 1x262144,
                        # log_softmax 24.9 and 45.6, where TileLang and Triton take 11-19
                        # (benchmarks/results/current/launch/launch_few_long_rows.md, layouts/few_long_rows_cards.md)
+                       # Over a dim that is not the last unit-stride one, bf16: softmax/log_softmax
+                       # 16-17 GB/s over dim 0 of 4096x4096, 315-595 over dim 1 of (B, C, H, W), 377-393
+                       # on a transposed view; logsumexp 92-382 (benchmarks/results/current/layouts/layouts.md),
+                       # where TileLang's column kernels run 1674-2650 (tilelang_dim.md there)
                        costs={"cuda": (12.5, 2500.0), "cuda:logsumexp": (80.0, 550.0),
+                              "cuda:strided": (12.5, 400.0), "cuda:logsumexp:strided": (80.0, 300.0),
                               "cuda:softmax:long": (12.5, 2500.0, 0.17), "cuda:log_softmax:long": (12.5, 2500.0, 0.1),
                               "cuda:rms_norm": (15.0, 2500.0, 1.5), "cuda:layer_norm": (16.5, 2500.0, 1.5),
                               "cuda:rms_norm:grad": (140.0, 850.0, 3.0), "cuda:layer_norm:grad": (140.0, 780.0, 3.0)},
