@@ -252,11 +252,7 @@ def _window_row(x_ptr, out_ptr, row, N, stride_xm, stride_om, OP: tl.constexpr, 
     xr, er = _read_window(x_ptr, row, stride_xm, 0, N, BLOCK_N, V)
     x = _finish_load(xr, xr, False, OUT_TY)
     xe = _finish_load(er, er, False, OUT_TY)
-    m = tl.maximum(tl.max(x, 0), tl.max(xe, 0))
-    m_e = _eff(m)
-    e = _exp(x - m_e, FAST_EXP)
-    ee = _exp(xe - m_e, FAST_EXP)
-    s = tl.sum(e, 0) + tl.sum(ee, 0)
+    m, m_e, e, ee, s = _chunk_exps(x, xe, True, FAST_EXP)
     if OP == 2:
         tl.store(out_ptr + row, _cvt(tl.log(s) + m_e, OUT_TY))
     else:

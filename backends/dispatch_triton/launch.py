@@ -161,7 +161,7 @@ def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_ma
     One row a program, bf16: softmax 16372x4099 (8192-wide tiles) 1645 -> 2117 GB/s, 22362x3001
     (4096) 2844 -> 2972, but log_softmax 44739x1500 (2048) 3006 -> 2703 and 116306x577 (1024)
     2536 -> 2156: narrower tiles keep the plain loads."""
-    size = torch.empty((), dtype=in_dtype).element_size()
+    size = in_dtype.itemsize
     v = 16 // size
     if not ALIGN_ROWS or size != 2 or code not in (0, 2, 3, 4) or has_mask or (
             code == 0 and (rows != 1 or bn < ONEPASS_ALIGN_MIN_BN)):
@@ -243,7 +243,7 @@ class Launcher:
         self.op, self.M, self.N, self.row_stride, self.device = op, M, N, row_stride, device
         self.in_dtype, self.out_dtype, self.out_shape, self.config = in_dtype, out_dtype, out_shape, dict(config)
         self.empty = M == 0 or N == 0
-        self.align = 0  # 1: the split paths read rows off the 16-byte grid through aligned windows (_align)
+        self.align = 0  # 1: rows off the 16-byte grid are read through aligned windows (_align)
         self.direct: tuple[DirectLaunch, ...] = ()
         self._stand_ins: tuple = ()  # tensors like a launch's, for compile()
         if self.empty:
