@@ -19,7 +19,7 @@ reported and the row kept out of the ranking. All candidates' kernels are compil
 thread pool (``StridedLauncher.compile``). Writes ``sweep.json`` and ``sweep.md`` under ``--out``::
 
     python3 benchmarks/sweep_strided_configs.py --out DIR [--quick] [--cases a,b] [--ops softmax,logsumexp]
-        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu] [--grid split|flags]
+        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu] [--grid split|flags|wide]
 
 ``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two or three configs per
 case. On one H200, ``--quick`` (about 40 configs per case and op, 600 kernels) takes 1.5-3.5 minutes,
@@ -60,6 +60,9 @@ CASES = {name: _LAYOUT_CASES.get(name, case) for name, case in {
     "transposed_4096x4096": ((4096, 4096), lambda t: t.t(), -1),
     "dim0_65536x128": ((65536, 128), lambda t: t, 0),
 }.items()}
+# and bench_layouts.py's other cases over one dim that is not the last (dim 1 of 64x256x56x56, ...)
+CASES.update({name: (c.shape, c.view, c.dim) for name, c in (_LAYOUTS.items() if _LAYOUT_CASES else ())
+              if c.family == "dim != -1" and isinstance(c.dim, int) and name not in CASES})
 # the same layouts, tiny, for --device cpu
 SMOKE_CASES = {
     "dim0_4096x4096": ((64, 48), lambda t: t, 0),
@@ -204,6 +207,41 @@ def split_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     return list(out.values())
 
 
+def wide_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
+    """Column blocks of 256-2048 with a few rows a chunk, each warp on its own columns (16-byte loads,
+    the chunk's rows in one thread, so each chunk reduces over its rows without leaving the thread),
+    R shared by enough programs for 4-16 per SM, the partials merged in steps; plain and with
+    ``ACC_2D`` (``--grid wide``). The default first."""
+    sms = S._device_sms(device)
+    vec = 16 // itemsize
+    default = S.default_config(p, device)
+    out: dict[tuple, dict] = {_key(default): default}
+    fast = {} if S._interpreting() else dict(FAST_EXP=1)
+    for bi in (256, 512, 1024, 2048):
+        if bi > S._np2(p.inner):
+            continue
+        w0 = max(1, bi // (32 * vec))
+        if w0 > 16:
+            continue
+        for br in (2, 4, 8, 16):
+            if not 8 <= br * vec <= 64:
+                continue
+            blocks = p.outer * _cdiv(p.inner, bi)
+            for per_sm in (4, 8, 16):
+                split = 1
+                while split * 2 * blocks <= per_sm * sms and split * 2 <= 256 and p.R // (split * 2) >= 2 * br:
+                    split *= 2
+                base = dict(S._cfg(bi, br, w0, split), EVEN=1, PREFETCH=1, **fast)
+                out.setdefault(_key(base), base)
+                if per_sm == 8:
+                    acc = dict(base, ACC_2D=1)
+                    out.setdefault(_key(acc), acc)
+                    if w0 * 2 <= 16:
+                        wider = dict(base, num_warps=w0 * 2)
+                        out.setdefault(_key(wider), wider)
+    return list(out.values())
+
+
 def flag_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     """The default config alone and with ``FAST_EXP``, ``REVERSE`` (where R is split) and both
     (``--grid flags``)."""
@@ -233,9 +271,10 @@ def main(argv=None) -> None:
     parser.add_argument("--ops", default="softmax,logsumexp", help="of softmax, log_softmax, logsumexp")
     parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (about 40 configs per case and op)")
-    parser.add_argument("--grid", default="variants", choices=("variants", "split", "flags"),
+    parser.add_argument("--grid", default="variants", choices=("variants", "split", "flags", "wide"),
                         help="variants: the kernel variants and tile sizes (default); split: ACC_2D tiles with R "
-                             "shared by 2-8 programs per SM; flags: the default with FAST_EXP and REVERSE")
+                             "shared by 2-8 programs per SM; flags: the default with FAST_EXP and REVERSE; wide: "
+                             "column blocks of 256-2048, a few rows a chunk")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a smoke test under the Triton interpreter (tiny shapes, two or three configs)")
@@ -284,6 +323,8 @@ def main(argv=None) -> None:
                     cfgs = split_candidates(p, device)
                 elif args.grid == "flags":
                     cfgs = flag_candidates(p, device)
+                elif args.grid == "wide":
+                    cfgs = wide_candidates(p, device, x.element_size())
                 else:
                     cfgs = candidates(p, device, args.quick)
                 built = []
@@ -331,6 +372,7 @@ def main(argv=None) -> None:
         same = measure(lambda: dst.copy_(src), device, settings)
         same_gbps = 2 * src.numel() * src.element_size() / same.median_us / 1e3
         del src, dst
+        read = measure(lambda: x.amax(d), device, settings)  # a read of x along the same dim: torch's own
         rows = []
 
         def record(who, cfg, fn, is_default=False):
@@ -372,6 +414,7 @@ def main(argv=None) -> None:
                         "dtype": str(dtype).removeprefix("torch."), "op": op,
                         "plan": {"outer": p.outer, "R": p.R, "inner": p.inner},
                         "bytes": nbytes, "same_copy_us": same.median_us, "same_copy_gbps": same_gbps,
+                        "read_amax_us": read.median_us,
                         "rows": rows})
         print(table(results[-1]), flush=True)
         print(f"[{time.time() - t0:.1f} s]", flush=True)
@@ -414,7 +457,8 @@ def _who(r: dict) -> str:
 def table(case: dict) -> str:
     head = (f"== {case['case']} {case['dtype']} {case['op']}  shape {case['shape']} stride {case['stride']} "
             f"dim {case['dim']}  (outer, R, inner) = ({case['plan']['outer']}, {case['plan']['R']}, "
-            f"{case['plan']['inner']})  same-size copy {case['same_copy_us']:.1f} us")
+            f"{case['plan']['inner']})  same-size copy {case['same_copy_us']:.1f} us"
+            + (f", x.amax(dim) {case['read_amax_us']:.1f} us" if "read_amax_us" in case else ""))
     lines = [head, f"{'config (* default)':<44} {'us':>9} {'GB/s':>7} {'% copy':>7} {'% same':>7}"]
     for r in _ranked(case):
         if "error" in r:
@@ -439,7 +483,9 @@ def markdown(result: dict) -> str:
         lines += [f"## {case['case']} {case['dtype']} {case['op']}", "",
                   f"shape {case['shape']}, stride {case['stride']}, dim {case['dim']}; (outer, R, inner) = "
                   f"({case['plan']['outer']}, {case['plan']['R']}, {case['plan']['inner']}); same-size copy "
-                  f"{case['same_copy_us']:.1f} us ({case['same_copy_gbps']:.0f} GB/s)", "",
+                  f"{case['same_copy_us']:.1f} us ({case['same_copy_gbps']:.0f} GB/s)"
+                  + (f"; torch's `x.amax(dim)` (one read of x) {case['read_amax_us']:.1f} us"
+                     if "read_amax_us" in case else ""), "",
                   "| config | us | GB/s | % copy | % same copy |", "|---|---|---|---|---|"]
         for r in _ranked(case):
             who = _who(r).strip().replace("* ", "**default** ")

@@ -56,7 +56,10 @@ _STRIDED = textwrap.dedent("""
         build(_strided_kernel, io, dict(OP=op, BLOCK_R=64, BLOCK_I=16, ONE_PASS=0, STAGES=3, **f))
         for reverse in (0, 1):
             build(_strided_finish, io, dict(OP=op, BLOCK_R=64, BLOCK_I=16, BLOCK_S=8, STAGES=3, REVERSE=reverse,
-                                            **{k: v for k, v in f.items() if k != "ACC_2D"}))
+                                            MERGE_S=8, **{k: v for k, v in f.items() if k != "ACC_2D"}))
+    for op in (0, 1, 2):  # wide column blocks: the partials merged a few at a time
+        build(_strided_finish, io, dict(OP=op, BLOCK_R=8, BLOCK_I=1024, BLOCK_S=16, STAGES=3, REVERSE=0, MERGE_S=8,
+                                        EVEN=1, PREFETCH=1, TMA=0, FAST_EXP=1))
     for f in flags:
         build(_strided_partials, io, dict(BLOCK_R=64, BLOCK_I=16, STAGES=3, **f))
     for op in (0, 1, 2):  # all of R in one tile

@@ -330,6 +330,56 @@ def test_each_variant_on_special_columns(op, vname, extra, split):
     torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("extra", [dict(EVEN=1, PREFETCH=1), dict(EVEN=1, PREFETCH=1, ACC_2D=1), {}],
+                         ids=["even_prefetch", "acc_2d", "masked"])
+def test_wide_column_blocks_merge_their_partials_in_steps(extra):
+    # 1024 columns by 16 splits: more partials than one step of the merge holds (8 a step), so the
+    # merge rescales across steps; -inf over the first step's rows, NaN and +inf in the last's
+    x = torch.randn(64 * 16, 1024 + 24)[:, 12:1036]  # strided rows too: 1024 of 1048
+    x[:600, 3] = -INF
+    x[:, 4] = -INF
+    x[1000, 5] = NAN
+    x[1001, 6] = INF
+    x[0, 7], x[1020, 7] = -1e4, 80.0
+    x = x.to(DEV)
+    cfg = dict(S._cfg(1024, 4, 4, 16), **extra)
+    p = S.plan("softmax", x.shape, x.stride(), (0,))
+    launcher = S.StridedLauncher("softmax", p, x.dtype, x.shape, DEV, cfg)
+    assert launcher.grid == (1, 16)
+    assert launcher.direct[1].tail["MERGE_S"] == 8
+    before = x.clone()
+    for op in OPS:
+        got, want = _run(op, x, 0, cfg)
+        torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5, msg=lambda m: f"{op}: {m}")
+    assert torch.equal(x.nan_to_num(), before.nan_to_num())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_logsumexp_over_many_columns_takes_wide_blocks_by_default(dtype):
+    # dim 1 of (33, 80, 1024): 132 blocks of 256 columns, one per SM of a 132-SM device, so the
+    # default reads 256 columns a program, 8 rows a chunk, each warp on its own columns
+    x = torch.randn(33, 80, 1024)
+    x[0, :50, 3] = -INF  # a run of -inf longer than any chunk, then finite values
+    x[1, :, 4] = -INF
+    x[2, 70, 5] = NAN
+    x[3, 9, 6] = INF
+    x[4, 0, 7], x[4, 79, 7] = -3e4, 60.0
+    x = x.to(DEV, dtype)
+    p = S.plan("logsumexp", x.shape, x.stride(), (1,))
+    sms = S._device_sms(x.device)
+    cfg = S.default_config(p, x.device, x.element_size())
+    wide = p.outer * -(-p.inner // 256) >= sms
+    assert (cfg["BLOCK_I"] == 256 and cfg["BLOCK_R"] == 8) == wide
+    if wide:
+        assert cfg["num_warps"] == {2: 1, 4: 2}[x.element_size()] and not cfg.get("ACC_2D")
+    got = dispatch.logsumexp(x, 1, backend="triton")
+    torch.testing.assert_close(got.float(), torch.logsumexp(x.float(), 1), equal_nan=True, **_tol(dtype))
+    # the same columns for softmax, and logsumexp over columns too few for a block per SM: not wide
+    assert S.default_config(S.plan("softmax", x.shape, x.stride(), (1,)), x.device, 2)["BLOCK_I"] != 256
+    y = torch.empty(100, 4096)
+    assert S.default_config(S.plan("logsumexp", y.shape, y.stride(), (0,)), None, 2)["BLOCK_I"] != 256
+
+
 @pytest.mark.parametrize("extra", [{}, dict(EVEN=1, PREFETCH=1)], ids=["masked", "even_prefetch"])
 def test_r_split_over_more_programs_than_the_default_space_gives(extra):
     x = torch.randn(1024, 16)  # 128 splits of 8 rows: a merge of 128 partials per column

@@ -161,8 +161,10 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
 
         p = _strided_plan(op, spec)
         first = p.first if isinstance(p, StepPlan) else p  # in steps: the first step's config is tuned
-        default = strided.default_config(first, spec.device)
-        return TuneSpace(configs=strided.config_space(first), default=default, tunables=strided.TUNABLES)
+        itemsize = spec.dtype.itemsize
+        default = strided.default_config(first, spec.device, itemsize)
+        return TuneSpace(configs=strided.config_space(first, spec.device, itemsize), default=default,
+                         tunables=strided.TUNABLES)
     m, n = _rows(spec)
     default = default_config(op, m, n, spec.dtype)
     configs, pruned = prune(op, m, n, spec.dtype, config_space(op, m, n, spec.dtype), default)
@@ -193,9 +195,10 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
 
         p = _strided_plan(op, spec)
         if isinstance(p, StepPlan):
-            cfg = dict(config.as_dict()) if config else strided.default_config(p.first, spec.device)
+            first = p.first
+            cfg = dict(config.as_dict()) if config else strided.default_config(first, spec.device, spec.dtype.itemsize)
             return StepLauncher(p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
-        cfg = dict(config.as_dict()) if config else strided.default_config(p, spec.device)
+        cfg = dict(config.as_dict()) if config else strided.default_config(p, spec.device, spec.dtype.itemsize)
         return strided.StridedLauncher(op, p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
     m, n = _rows(spec)
     cfg = dict(config.as_dict()) if config else default_config(op, m, n, spec.dtype)

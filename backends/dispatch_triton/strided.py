@@ -28,6 +28,7 @@ VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
+_MERGE_TILE = 8192  # partials (max and sum) a finish program merges in one step
 
 
 def plan(op: str, shape, stride, dims) -> StridedPlan | str:
@@ -53,14 +54,17 @@ def split_for(p: StridedPlan, block_i: int, block_r: int, device: torch.device |
     return split
 
 
-def config_space(p: StridedPlan, device: torch.device | None = None) -> list[dict]:
+def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: int = 2) -> list[dict]:
     """Candidates, the default (:func:`default_config`) first: column blocks of 16-256 (no wider
     than the inner dim's next power of two, but at least 16), chunks of R of 8-64 rows, tiles of
     512-4096 elements, 4 or 8 warps, each with R shared by :func:`split_for` programs, plain and
     with a running max and sum per tile element and the next chunk's load in flight (``ACC_2D``,
     ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``) where R is short; on a GPU
-    each with ``FAST_EXP``."""
-    out = [default_config(p, device)]
+    each with ``FAST_EXP``; for logsumexp, :func:`_wide_config`'s wide blocks where it has them."""
+    out = [default_config(p, device, itemsize)]
+    wide = _wide_config(p, itemsize, _device_sms(device)) if p.out_strides[1] == 0 else None
+    if wide is not None:
+        out.append(wide)
     top = max(16, min(256, _np2(p.inner)))
     for bi in (16, 32, 64, 128, 256):
         if bi > top:
@@ -83,7 +87,7 @@ def config_space(p: StridedPlan, device: torch.device | None = None) -> list[dic
 _ONE_PASS_TILE = 16384  # elements of a tile holding all of R (64 a thread at 8 warps)
 
 
-def default_config(p: StridedPlan, device: torch.device | None = None) -> dict:
+def default_config(p: StridedPlan, device: torch.device | None = None, itemsize: int = 2) -> dict:
     """The pick with tuning off, from H200 sweeps (``benchmarks/sweep_strided_configs.py``; bf16
     softmax and logsumexp over dim 0 of 4096 x 4096 and of 65536 x 128, dim 1 of 32 x 1024 x 64 x 64
     and a transposed 4096 x 4096):
@@ -100,13 +104,23 @@ def default_config(p: StridedPlan, device: torch.device | None = None) -> dict:
       output that runs along R), and logsumexp over dim 1 of 32 x 1024 x 64 x 64 in 109 instead
       of 177 (``ONE_PASS``: logsumexp writes nothing along R, so reading once gains nothing there).
 
+    * logsumexp with R over 64, the inner dim unit-stride and columns for at least one block of
+      256 per SM (dim 1 of (B, C, H, W)): :func:`_wide_config`'s blocks of 256 columns. Against
+      the tiles above: dim 1 of 32 x 1024 x 64 x 64 in 88.6 us instead of 112.7 (bf16) and 137.2
+      instead of 158.8 (fp32), dim 1 of 64 x 256 x 56 x 56 in 49.0 instead of 69.8 (bf16) and 64.3
+      instead of 76.1 (fp32) (``--grid wide``). Over dim 0 of 4096 x 4096 (16 such blocks, R
+      shared by 32) they were slower in bf16 (40.4 against 24.5 us), so fewer columns keep the tiles.
+
     ``EVEN`` (no masks) is set throughout; it takes effect only where every chunk is full. On a GPU
     so is ``FAST_EXP`` (one ``ex2.approx.ftz`` per exp): 1-9% faster on each of those cases
     (``--grid flags``), where ``REVERSE`` changed the time by -1 to +4%."""
     sms = _device_sms(device)
     r2, i2 = _np2(p.R), _np2(p.inner)
     writes_r = p.out_strides[1] != 0  # softmax, log_softmax (logsumexp's output has no R dim)
-    if (writes_r or r2 <= 64) and r2 * 16 <= _ONE_PASS_TILE and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
+    wide = _wide_config(p, itemsize, sms) if not writes_r and r2 > 64 else None
+    if wide is not None:
+        cfg = wide
+    elif (writes_r or r2 <= 64) and r2 * 16 <= _ONE_PASS_TILE and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
         bi = 16
         while (bi * 2 * r2 <= _ONE_PASS_TILE and bi * 2 <= i2
                and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms):
@@ -116,6 +130,26 @@ def default_config(p: StridedPlan, device: torch.device | None = None) -> dict:
         bi = max(16, min(64, i2))
         cfg = dict(_cfg(bi, 64, 4, split_for(p, bi, 64, device)), ACC_2D=1, PREFETCH=1, EVEN=1)
     return cfg if _interpreting() else dict(cfg, FAST_EXP=1)
+
+
+_WIDE_I = 256  # columns of a wide block: one warp's 16-byte loads in bf16, two warps' in fp32
+_WIDE_WARPS_PER_SM = 12  # what the --grid wide sweep found best (bf16: 12-16 one-warp programs, fp32: 4-6 of two)
+
+
+def _wide_config(p: StridedPlan, itemsize: int, sms: int) -> dict | None:
+    """Blocks of 256 columns by 8 rows a chunk, each warp on its own columns (16-byte loads, a
+    chunk's rows in one thread, so a chunk reduces over its rows without leaving the thread), R
+    shared by the fewest programs (a power of two) that bring about 12 warps to each SM; None
+    where the inner dim is not unit-stride or its blocks of 256 are fewer than the SMs."""
+    vec = max(1, 16 // max(1, itemsize))
+    warps = max(1, _WIDE_I // (32 * vec))
+    blocks = p.outer * _cdiv(p.inner, _WIDE_I)
+    if p.x_strides[2] != 1 or p.inner < _WIDE_I or blocks < sms:
+        return None
+    split, want = 1, _WIDE_WARPS_PER_SM * sms // warps
+    while split * blocks < want and split * 2 <= _MAX_SPLIT_R and p.R // (split * 2) >= 4 * 8:
+        split *= 2
+    return dict(_cfg(_WIDE_I, 8, warps, split), PREFETCH=1, EVEN=1)
 
 
 def validate(config: dict) -> tuple[int, int, int, int]:
@@ -277,11 +311,12 @@ class StridedLauncher:
                                        FAST_EXP=fast_exp),
                                   options,
                                   enabled=direct)
+                block_s = _np2(n_splits)
+                merge_s = block_s if block_s * bi <= _MERGE_TILE else max(1, _MERGE_TILE // bi)
                 k2 = DirectLaunch(_strided_finish, (p.outer * n_ib, 1 if op == "logsumexp" else n_splits), 3,
-                                  dict(split_args, **out_strides, BLOCK_S=_np2(n_splits), EVEN=even,
-                                       PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp,
-                                       REVERSE=reverse), options,
-                                  enabled=direct)
+                                  dict(split_args, **out_strides, BLOCK_S=block_s, MERGE_S=merge_s, EVEN=even,
+                                       PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, REVERSE=reverse),
+                                  options, enabled=direct)
                 self.direct = (k1, k2)
                 ws_numel = 2 * p.outer * n_splits * p.inner
 

@@ -274,14 +274,53 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per
 
 
 @triton.jit
+def _merge_partials(ws_ptr, o, n_splits, n_iblocks, INNER, cols, cmask, BLOCK_S: tl.constexpr, BLOCK_I: tl.constexpr,
+                    MERGE_S: tl.constexpr):
+    """The columns' (max, sum of exp at that max, NaN seen) from their ``n_splits`` partials in ``ws``
+    (``[2, outer, n_splits, INNER]``): in one ``[BLOCK_S, BLOCK_I]`` tile, or where that is too large
+    to hold (``MERGE_S < BLOCK_S``) ``MERGE_S`` partials a step with a running rescale."""
+    plane = tl.num_programs(0) // n_iblocks * n_splits * INNER
+    if MERGE_S >= BLOCK_S:
+        splits = tl.arange(0, BLOCK_S)
+        pmask = (splits < n_splits)[:, None] & cmask[None, :]
+        slot = (o * n_splits + splits[:, None]) * INNER + cols[None, :]
+        m_p = tl.load(ws_ptr + slot, mask=pmask, other=float("-inf"))
+        s_p = tl.load(ws_ptr + plane + slot, mask=pmask, other=0.0)
+        nan = tl.max((m_p != m_p).to(tl.int32), 0)
+        m_p = tl.where(m_p != m_p, float("-inf"), m_p)
+        m = tl.max(m_p, 0)
+        safe = tl.where(m == float("-inf"), 0.0, m)
+        s = tl.sum(s_p * tl.exp(m_p - safe[None, :]), 0)
+    else:
+        m = tl.full([BLOCK_I], float("-inf"), tl.float32)
+        s = tl.zeros([BLOCK_I], tl.float32)
+        nan = tl.zeros([BLOCK_I], tl.int32)
+        for k0 in range(0, n_splits, MERGE_S):
+            splits = k0 + tl.arange(0, MERGE_S)
+            pmask = (splits < n_splits)[:, None] & cmask[None, :]
+            slot = (o * n_splits + splits[:, None]) * INNER + cols[None, :]
+            m_p = tl.load(ws_ptr + slot, mask=pmask, other=float("-inf"))
+            s_p = tl.load(ws_ptr + plane + slot, mask=pmask, other=0.0)
+            nan = tl.maximum(nan, tl.max((m_p != m_p).to(tl.int32), 0))
+            m_p = tl.where(m_p != m_p, float("-inf"), m_p)
+            new_m = tl.maximum(m, tl.max(m_p, 0))
+            safe = tl.where(new_m == float("-inf"), 0.0, new_m)
+            s = s * tl.exp(m - safe) + tl.sum(s_p * tl.exp(m_p - safe[None, :]), 0)
+            m = new_m
+    s = tl.where(nan > 0, float("nan"), s)
+    return m, s, nan
+
+
+@triton.jit
 def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per_split, n_splits, sxo, sxr,
                     sxi, soo2, soo, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     BLOCK_S: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
-                    STAGES: tl.constexpr, FAST_EXP: tl.constexpr, REVERSE: tl.constexpr):
-    """Program (column block, split): merge the partials of its columns, then write its chunk of R
-    (softmax, log_softmax) or, with one split, the columns' logsumexp. With ``REVERSE`` the
-    programs take their (column block, split) in the reverse of the launch order: the first to run
-    read the slabs that the partials' last programs read, the likeliest still in L2."""
+                    STAGES: tl.constexpr, FAST_EXP: tl.constexpr, REVERSE: tl.constexpr, MERGE_S: tl.constexpr):
+    """Program (column block, split): merge the partials of its columns (``MERGE_S`` a step, see
+    :func:`_merge_partials`), then write its chunk of R (softmax, log_softmax) or, with one split,
+    the columns' logsumexp. With ``REVERSE`` the programs take their (column block, split) in the reverse of the launch
+    order: the first to run read the slabs that the partials' last programs read, the likeliest
+    still in L2."""
     if REVERSE:
         pid = tl.num_programs(0) - 1 - tl.program_id(0)
         sp = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -295,18 +334,8 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, r
     c0 = (pid % n_iblocks) * BLOCK_I
     cols = c0 + tl.arange(0, BLOCK_I)
     cmask = cols < INNER
-    splits = tl.arange(0, BLOCK_S)
-    pmask = (splits < n_splits)[:, None] & cmask[None, :]
-    slot = (o * n_splits + splits[:, None]) * INNER + cols[None, :]
-    plane = tl.num_programs(0) // n_iblocks * n_splits * INNER
-    m_p = tl.load(ws_ptr + slot, mask=pmask, other=float("-inf"))
-    s_p = tl.load(ws_ptr + plane + slot, mask=pmask, other=0.0)
-    nan = tl.max((m_p != m_p).to(tl.int32), 0)
-    m_p = tl.where(m_p != m_p, float("-inf"), m_p)
-    m = tl.max(m_p, 0)
+    m, s, nan = _merge_partials(ws_ptr, o, n_splits, n_iblocks, INNER, cols, cmask, BLOCK_S, BLOCK_I, MERGE_S)
     safe = tl.where(m == float("-inf"), 0.0, m)
-    s = tl.sum(s_p * tl.exp(m_p - safe[None, :]), 0)
-    s = tl.where(nan > 0, float("nan"), s)
     if OP == 2:
         _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
     else:

@@ -39,7 +39,7 @@ def step_plan(shape, stride, dims) -> StepPlan | str:
 
 class StepLauncher:
     """``run(x)``: logsumexp of ``x`` by the steps of ``sp`` into a new ``out_shape`` tensor; the
-    first step runs ``config``, the later ones (each over a fraction of the input) their default."""
+    first step runs ``config``, the later ones (each over a fraction of the input, in fp32) their default."""
 
     def __init__(self, sp: StepPlan, out_dtype: torch.dtype, out_shape, device, config: dict):
         self.plan = sp
@@ -47,7 +47,7 @@ class StepLauncher:
         for i, st in enumerate(sp.steps):
             last = i == len(sp.steps) - 1
             shape = tuple(out_shape) if last else tuple(s for j, s in enumerate(st.shape) if j not in st.dims)
-            cfg = config if i == 0 else default_config(st.plan, device)
+            cfg = config if i == 0 else default_config(st.plan, device, 4)  # fp32 partial results
             self.launchers.append(StridedLauncher("logsumexp", st.plan, out_dtype if last else torch.float32,
                                                   shape, device, cfg))
         runs = tuple(launcher.run for launcher in self.launchers)
