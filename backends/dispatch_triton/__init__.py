@@ -62,8 +62,10 @@ def dispatch_backend_info() -> BackendInfo:
         # of forward bytes at rows of 4096) but, through a Python autograd.Function, about 190 us of
         # host time: torch's step is cheaper up to ~170 MB of forward bytes, Triton's above
         # (launch_norms_grad.md, launch_norms_grad_large.md there)
-        # logsumexp over a dim that is not unit-stride, bf16: 1490-2389 GB/s over dim 1 of (B, C, H, W),
-        # 817-1346 over dim 0 (benchmarks/results/current/layouts/tilelang_dim.md)
+        # logsumexp over a dim that is not unit-stride, bf16: 2101-3064 GB/s over dim 1 of (B, C, H, W)
+        # with 256 columns a block (1821 where the inner dim is 128 wide), 1376 over dim 0
+        # (benchmarks/results/current/layouts/lse_wide_default.md); the figure stays below TileLang's,
+        # which serves the narrow-inner case 23% faster and the others within 2-14%
         # rows longer than 16K, split over programs: 2600-3300 GB/s bf16 (odd lengths 2600-2800),
         # 3000-3600 fp32, with the split launch's extra host time
         # (benchmarks/results/current/rows_kernels/odd_rows/, long_rows_final.md)
