@@ -197,8 +197,8 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
 
         p = _strided_plan(op, spec)
         if isinstance(p, StepPlan):
-            first = p.first
-            cfg = dict(config.as_dict()) if config else strided.default_config(first, spec.device, spec.dtype.itemsize)
+            cfg = (dict(config.as_dict()) if config
+                   else strided.default_config(p.first, spec.device, spec.dtype.itemsize))
             return StepLauncher(p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
         cfg = dict(config.as_dict()) if config else strided.default_config(p, spec.device, spec.dtype.itemsize)
         return strided.StridedLauncher(op, p, spec.out_dtype, spec.out_shape, spec.device, cfg).run

@@ -274,6 +274,17 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per
 
 
 @triton.jit
+def _partials(ws_ptr, plane, o, n_splits, INNER, splits, cols, cmask):
+    """The partials ``splits`` of the columns from ``ws``: (max with NaN as -inf, sum, NaN seen)."""
+    pmask = (splits < n_splits)[:, None] & cmask[None, :]
+    slot = (o * n_splits + splits[:, None]) * INNER + cols[None, :]
+    m_p = tl.load(ws_ptr + slot, mask=pmask, other=float("-inf"))
+    s_p = tl.load(ws_ptr + plane + slot, mask=pmask, other=0.0)
+    nan = tl.max((m_p != m_p).to(tl.int32), 0)
+    return tl.where(m_p != m_p, float("-inf"), m_p), s_p, nan
+
+
+@triton.jit
 def _merge_partials(ws_ptr, o, n_splits, n_iblocks, INNER, cols, cmask, BLOCK_S: tl.constexpr, BLOCK_I: tl.constexpr,
                     MERGE_S: tl.constexpr):
     """The columns' (max, sum of exp at that max, NaN seen) from their ``n_splits`` partials in ``ws``
@@ -281,13 +292,7 @@ def _merge_partials(ws_ptr, o, n_splits, n_iblocks, INNER, cols, cmask, BLOCK_S:
     to hold (``MERGE_S < BLOCK_S``) ``MERGE_S`` partials a step with a running rescale."""
     plane = tl.num_programs(0) // n_iblocks * n_splits * INNER
     if MERGE_S >= BLOCK_S:
-        splits = tl.arange(0, BLOCK_S)
-        pmask = (splits < n_splits)[:, None] & cmask[None, :]
-        slot = (o * n_splits + splits[:, None]) * INNER + cols[None, :]
-        m_p = tl.load(ws_ptr + slot, mask=pmask, other=float("-inf"))
-        s_p = tl.load(ws_ptr + plane + slot, mask=pmask, other=0.0)
-        nan = tl.max((m_p != m_p).to(tl.int32), 0)
-        m_p = tl.where(m_p != m_p, float("-inf"), m_p)
+        m_p, s_p, nan = _partials(ws_ptr, plane, o, n_splits, INNER, tl.arange(0, BLOCK_S), cols, cmask)
         m = tl.max(m_p, 0)
         safe = tl.where(m == float("-inf"), 0.0, m)
         s = tl.sum(s_p * tl.exp(m_p - safe[None, :]), 0)
@@ -296,13 +301,8 @@ def _merge_partials(ws_ptr, o, n_splits, n_iblocks, INNER, cols, cmask, BLOCK_S:
         s = tl.zeros([BLOCK_I], tl.float32)
         nan = tl.zeros([BLOCK_I], tl.int32)
         for k0 in range(0, n_splits, MERGE_S):
-            splits = k0 + tl.arange(0, MERGE_S)
-            pmask = (splits < n_splits)[:, None] & cmask[None, :]
-            slot = (o * n_splits + splits[:, None]) * INNER + cols[None, :]
-            m_p = tl.load(ws_ptr + slot, mask=pmask, other=float("-inf"))
-            s_p = tl.load(ws_ptr + plane + slot, mask=pmask, other=0.0)
-            nan = tl.maximum(nan, tl.max((m_p != m_p).to(tl.int32), 0))
-            m_p = tl.where(m_p != m_p, float("-inf"), m_p)
+            m_p, s_p, nan_p = _partials(ws_ptr, plane, o, n_splits, INNER, k0 + tl.arange(0, MERGE_S), cols, cmask)
+            nan = tl.maximum(nan, nan_p)
             new_m = tl.maximum(m, tl.max(m_p, 0))
             safe = tl.where(new_m == float("-inf"), 0.0, new_m)
             s = s * tl.exp(m - safe) + tl.sum(s_p * tl.exp(m_p - safe[None, :]), 0)
@@ -318,9 +318,9 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, r
                     STAGES: tl.constexpr, FAST_EXP: tl.constexpr, REVERSE: tl.constexpr, MERGE_S: tl.constexpr):
     """Program (column block, split): merge the partials of its columns (``MERGE_S`` a step, see
     :func:`_merge_partials`), then write its chunk of R (softmax, log_softmax) or, with one split,
-    the columns' logsumexp. With ``REVERSE`` the programs take their (column block, split) in the reverse of the launch
-    order: the first to run read the slabs that the partials' last programs read, the likeliest
-    still in L2."""
+    the columns' logsumexp. With ``REVERSE`` the programs take their (column block, split) in the
+    reverse of the launch order: the first to run read the slabs that the partials' last programs
+    read, the likeliest still in L2."""
     if REVERSE:
         pid = tl.num_programs(0) - 1 - tl.program_id(0)
         sp = tl.num_programs(1) - 1 - tl.program_id(1)
