@@ -179,6 +179,15 @@ def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict
     return list(out.values())
 
 
+def _split_per_sm(p: S.StridedPlan, blocks: int, programs: int, most: int, block_r: int) -> int:
+    """The largest power of two, at most ``most``, that shares R among no more than ``programs``
+    programs over ``blocks`` column blocks and leaves each two chunks of ``block_r`` rows at least."""
+    split = 1
+    while split * 2 * blocks <= programs and split * 2 <= most and p.R // (split * 2) >= 2 * block_r:
+        split *= 2
+    return split
+
+
 def split_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     """``ACC_2D`` + ``PREFETCH`` tiles of 16-64 elements a thread with R shared by enough programs to
     fill the device (2 to 8 programs per SM): the default, then these (``--grid split``). More
@@ -198,10 +207,8 @@ def split_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
                 continue
             blocks = p.outer * _cdiv(p.inner, bi)
             for per_sm in (2, 4, 8):
-                split = 1
-                most = min(256, 8192 // bi)  # the finish merges a [SPLIT_R, BLOCK_I] tile of partials
-                while split * 2 * blocks <= per_sm * sms and split * 2 <= most and p.R // (split * 2) >= 2 * br:
-                    split *= 2
+                # the finish merges a [SPLIT_R, BLOCK_I] tile of partials
+                split = _split_per_sm(p, blocks, per_sm * sms, min(256, 8192 // bi), br)
                 cfg = dict(S._cfg(bi, br, w, split), ACC_2D=1, PREFETCH=1, EVEN=1)
                 out.setdefault(_key(cfg), cfg)
     return list(out.values())
@@ -228,9 +235,7 @@ def wide_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> li
                 continue
             blocks = p.outer * _cdiv(p.inner, bi)
             for per_sm in (4, 8, 16):
-                split = 1
-                while split * 2 * blocks <= per_sm * sms and split * 2 <= 256 and p.R // (split * 2) >= 2 * br:
-                    split *= 2
+                split = _split_per_sm(p, blocks, per_sm * sms, 256, br)
                 base = dict(S._cfg(bi, br, w0, split), EVEN=1, PREFETCH=1, **fast)
                 out.setdefault(_key(base), base)
                 if per_sm == 8:

@@ -133,6 +133,7 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
 
 
 _WIDE_I = 256  # columns of a wide block: one warp's 16-byte loads in bf16, two warps' in fp32
+_WIDE_R = 8  # rows of a wide block's chunk
 _WIDE_WARPS_PER_SM = 12  # what the --grid wide sweep found best (bf16: 12-16 one-warp programs, fp32: 4-6 of two)
 
 
@@ -141,15 +142,14 @@ def _wide_config(p: StridedPlan, itemsize: int, sms: int) -> dict | None:
     chunk's rows in one thread, so a chunk reduces over its rows without leaving the thread), R
     shared by the fewest programs (a power of two) that bring about 12 warps to each SM; None
     where the inner dim is not unit-stride or its blocks of 256 are fewer than the SMs."""
-    vec = max(1, 16 // max(1, itemsize))
-    warps = max(1, _WIDE_I // (32 * vec))
+    warps = max(1, _WIDE_I * itemsize // (32 * 16))  # 16 bytes a thread
     blocks = p.outer * _cdiv(p.inner, _WIDE_I)
     if p.x_strides[2] != 1 or p.inner < _WIDE_I or blocks < sms:
         return None
     split, want = 1, _WIDE_WARPS_PER_SM * sms // warps
-    while split * blocks < want and split * 2 <= _MAX_SPLIT_R and p.R // (split * 2) >= 4 * 8:
+    while split * blocks < want and split * 2 <= _MAX_SPLIT_R and p.R // (split * 2) >= 4 * _WIDE_R:
         split *= 2
-    return dict(_cfg(_WIDE_I, 8, warps, split), PREFETCH=1, EVEN=1)
+    return dict(_cfg(_WIDE_I, _WIDE_R, warps, split), PREFETCH=1, EVEN=1)
 
 
 def validate(config: dict) -> tuple[int, int, int, int]:
@@ -312,7 +312,7 @@ class StridedLauncher:
                                   options,
                                   enabled=direct)
                 block_s = _np2(n_splits)
-                merge_s = block_s if block_s * bi <= _MERGE_TILE else max(1, _MERGE_TILE // bi)
+                merge_s = min(block_s, max(1, _MERGE_TILE // bi))
                 k2 = DirectLaunch(_strided_finish, (p.outer * n_ib, 1 if op == "logsumexp" else n_splits), 3,
                                   dict(split_args, **out_strides, BLOCK_S=block_s, MERGE_S=merge_s, EVEN=even,
                                        PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, REVERSE=reverse),
