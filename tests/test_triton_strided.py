@@ -354,6 +354,32 @@ def test_wide_column_blocks_merge_their_partials_in_steps(extra):
     assert torch.equal(x.nan_to_num(), before.nan_to_num())
 
 
+@pytest.mark.parametrize("cols", [1024, 1000], ids=["even", "ragged"])
+def test_logsumexp_finish_merges_in_narrower_blocks_than_the_partials(cols):
+    # two blocks of 512 columns by 8 splits: the finish, which only merges, takes blocks of 16
+    # columns (64 programs here; two per SM is the aim) instead of two programs; a ragged last block
+    x = torch.randn(64, cols)
+    x[:40, 3] = -INF
+    x[:, 4] = -INF
+    x[50, 5] = NAN
+    x[60, 6] = INF
+    x[0, cols - 1], x[63, cols - 1] = -1e4, 80.0
+    x = x.to(DEV)
+    cfg = dict(S._cfg(512, 8, 4, 8), EVEN=1, PREFETCH=1)
+    p = S.plan("logsumexp", x.shape, x.stride(), (0,))
+    launcher = S.StridedLauncher("logsumexp", p, x.dtype, (cols,), DEV, cfg)
+    partials, finish = launcher.direct
+    assert partials.grid[:2] == (2, 8) and partials.tail["BLOCK_I"] == 512
+    assert finish.tail["BLOCK_I"] == 16 and finish.grid[:2] == (-(-cols // 16), 1)
+    assert finish.tail["EVEN"] == (cols % 512 == 0)
+    got, want = _run("logsumexp", x, 0, cfg)
+    torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
+    # softmax's finish writes its split of R: it keeps the partials' blocks
+    p = S.plan("softmax", x.shape, x.stride(), (0,))
+    finish = S.StridedLauncher("softmax", p, x.dtype, x.shape, DEV, cfg).direct[1]
+    assert finish.tail["BLOCK_I"] == 512 and finish.grid[:2] == (2, 8)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_logsumexp_over_many_columns_takes_wide_blocks_by_default(dtype):
     # dim 1 of (33, 80, 1024): 132 blocks of 256 columns, one per SM of a 132-SM device, so the

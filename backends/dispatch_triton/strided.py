@@ -54,6 +54,18 @@ def split_for(p: StridedPlan, block_i: int, block_r: int, device: torch.device |
     return split
 
 
+def merge_block(p: StridedPlan, block_i: int, device: torch.device | None = None) -> int:
+    """Columns per program of logsumexp's finish, which only merges the partials of R's splits (it
+    reads no input): ``block_i`` halved (16 at least) until the finish has two programs per SM.
+    With the partials' own blocks, dim 0 of 4096 x 4096 in blocks of 2048 columns left two
+    programs to merge 256 partials of 2048 columns each."""
+    want = 2 * _device_sms(device)
+    fi = block_i
+    while fi > 16 and p.outer * _cdiv(p.inner, fi) < want:
+        fi //= 2
+    return fi
+
+
 def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: int = 2) -> list[dict]:
     """Candidates, the default (:func:`default_config`) first: column blocks of 16-256 (no wider
     than the inner dim's next power of two, but at least 16), chunks of R of 8-64 rows, tiles of
@@ -312,11 +324,19 @@ class StridedLauncher:
                                   options,
                                   enabled=direct)
                 block_s = _np2(n_splits)
-                merge_s = min(block_s, max(1, _MERGE_TILE // bi))
-                k2 = DirectLaunch(_strided_finish, (p.outer * n_ib, 1 if op == "logsumexp" else n_splits), 3,
-                                  dict(split_args, **out_strides, BLOCK_S=block_s, MERGE_S=merge_s, EVEN=even,
-                                       PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, REVERSE=reverse),
-                                  options, enabled=direct)
+                finish_args, finish_grid, finish_even, fi = split_args, (p.outer * n_ib, n_splits), even, bi
+                if op == "logsumexp":  # the finish only merges: its own column blocks, enough to fill the device
+                    fi = merge_block(p, bi, device)
+                    finish_args = dict(split_args, n_iblocks=_cdiv(p.inner, fi), BLOCK_I=fi)
+                    finish_grid = (p.outer * _cdiv(p.inner, fi), 1)
+                    finish_even = even and p.inner % fi == 0
+                merge_s = min(block_s, max(1, _MERGE_TILE // fi))
+                k2 = DirectLaunch(_strided_finish, finish_grid, 3,
+                                  dict(finish_args, **out_strides, BLOCK_S=block_s, MERGE_S=merge_s,
+                                       EVEN=finish_even, PREFETCH=prefetch, TMA=tma, STAGES=stages,
+                                       FAST_EXP=fast_exp, REVERSE=reverse),
+                                  options if op != "logsumexp" else dict(options, num_warps=min(w, 4)),
+                                  enabled=direct)
                 self.direct = (k1, k2)
                 ws_numel = 2 * p.outer * n_splits * p.inner
 
