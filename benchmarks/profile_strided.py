@@ -10,7 +10,7 @@ profiled calls (the L2 flushed before each call there too). Usage (a GPU):
 
 A config is ``default`` (the launcher's pick with tuning off) or the sweep's label
 (``benchmarks/sweep_strided_configs.py``): ``I<BLOCK_I> R<BLOCK_R> w<num_warps> s<SPLIT_R>``, then
-the flags that are on. Writes ``profile.json`` and ``profile.md`` under ``--out``.
+the flags that are on, and ``st<n>`` for ``num_stages``. Writes ``profile.json`` and ``profile.md`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def parse_config(text: str, p: S.StridedPlan, device: torch.device, itemsize: in
     for word in text.split():
         if word in S.VARIANTS:
             cfg[word] = 1
+        elif word.startswith("st") and word[2:].isdigit():
+            cfg["num_stages"] = int(word[2:])
         elif word[:1] in _FIELDS and word[1:].isdigit():
             cfg[_FIELDS[word[:1]]] = int(word[1:])
         else:
@@ -50,11 +52,16 @@ def parse_config(text: str, p: S.StridedPlan, device: torch.device, itemsize: in
 
 def label(cfg: dict) -> str:
     head = " ".join(f"{k}{cfg[v]}" for k, v in _FIELDS.items() if v in cfg)
-    return " ".join([head, *(f for f in S.VARIANTS if int(cfg.get(f, 0)))])
+    stages = [f"st{cfg['num_stages']}"] if "num_stages" in cfg else []
+    return " ".join([head, *stages, *(f for f in S.VARIANTS if f != "num_stages" and int(cfg.get(f, 0)))])
 
 
-def kernel_times(run, x: torch.Tensor, flush: torch.Tensor, calls: int) -> dict[str, float]:
-    """Device us per call of each kernel ``run(x)`` launches (the flush's own kernel left out)."""
+def kernel_times(run, x: torch.Tensor, flush: torch.Tensor, calls: int, how: str = "zero") -> dict[str, float]:
+    """Device us per call of each kernel ``run(x)`` launches (the flush's own kernel left out).
+
+    ``how`` the L2 flush before each call: ``zero`` writes a 256 MB buffer, as dispatch's measure
+    does (the L2 is left full of lines that must be written back before they are replaced);
+    ``read`` reads it (the L2 is left full of clean lines)."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
@@ -62,7 +69,10 @@ def kernel_times(run, x: torch.Tensor, flush: torch.Tensor, calls: int) -> dict[
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            flush.zero_()
+            if how == "zero":
+                flush.zero_()
+            else:
+                flush.max()
             run(x)
         torch.cuda.synchronize()
     out: dict[str, float] = {}
@@ -70,13 +80,12 @@ def kernel_times(run, x: torch.Tensor, flush: torch.Tensor, calls: int) -> dict[
         total = getattr(ev, "device_time_total", None)
         if total is None:
             total = getattr(ev, "cuda_time_total", 0.0)
-        if total <= 0 or ev.count < calls or ev.key.startswith(("Memset", "Memcpy")):
+        if total <= 0 or ev.count < calls:
+            continue
+        if any(w in ev.key for w in ("FillFunctor", "reduce_kernel")):  # the flush (zero_ or max)
             continue
         name = ev.key if len(ev.key) < 60 else ev.key[:57] + "..."
         out[name] = out.get(name, 0.0) + total / calls
-    flush_name = [k for k in out if "fill" in k.lower() or "zero" in k.lower()]
-    for k in flush_name:  # the flush is one kernel per call, like the others: drop it by name
-        out.pop(k)
     return out
 
 
@@ -88,6 +97,8 @@ def main(argv=None) -> None:
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--config", action="append", help="repeatable; default: 'default'")
     parser.add_argument("--calls", type=int, default=20, help="profiled calls per config")
+    parser.add_argument("--flush", default="zero", choices=("zero", "read", "both"),
+                        help="the L2 flush before each profiled call: zero (a write, as measure), read, both")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("profile_strided.py needs a CUDA device")
@@ -110,6 +121,15 @@ def main(argv=None) -> None:
                 nbytes = (x.numel() + want.numel()) * x.element_size()
                 lines += [f"## {name} {str(dtype).replace('torch.', '')} {op}", "",
                           "| config | us | % of copy | kernels (us each) |", "|---|---|---|---|"]
+                dst = torch.empty(x.numel(), dtype=x.dtype, device=device)
+                flat = x.contiguous().view(-1) if not x.is_contiguous() else x.view(-1)
+                ref = {}
+                for how in ("zero", "read") if args.flush == "both" else (args.flush,):
+                    ref.update({f"copy of x's bytes ({how} flush)": sum(
+                        kernel_times(lambda t: dst.copy_(t), flat, flush, args.calls, how).values())})
+                ks = "; ".join(f"{k} {v:.1f}" for k, v in ref.items())
+                print(f"{name} {dtype} {op}: {ks}", flush=True)
+                lines.append(f"| (reference) | | | {ks} |")
                 for text in args.config or ["default"]:
                     cfg = parse_config(text, p, device, x.element_size())
                     try:
@@ -117,7 +137,11 @@ def main(argv=None) -> None:
                         got = launcher.run(x)
                         err = (got.float() - want.float()).abs().max().item()
                         t = measure(lambda: launcher.run(x), device, settings).median_us
-                        kern = kernel_times(launcher.run, x, flush, args.calls)
+                        kern = {}
+                        for how in ("zero", "read") if args.flush == "both" else (args.flush,):
+                            tag = "" if args.flush != "both" else f" ({how} flush)"
+                            kern.update({k + tag: v for k, v in
+                                         kernel_times(launcher.run, x, flush, args.calls, how).items()})
                     except Exception as exc:  # noqa: BLE001 - a config the launcher refuses is reported
                         print(f"{name} {op} {text}: {type(exc).__name__}: {exc}", flush=True)
                         continue

@@ -392,18 +392,34 @@ def test_logsumexp_over_many_columns_takes_wide_blocks_by_default(dtype):
     x[4, 0, 7], x[4, 79, 7] = -3e4, 60.0
     x = x.to(DEV, dtype)
     p = S.plan("logsumexp", x.shape, x.stride(), (1,))
-    sms = S._device_sms(x.device)
     cfg = S.default_config(p, x.device, x.element_size())
-    wide = p.outer * -(-p.inner // 256) >= sms
-    assert (cfg["BLOCK_I"] == 256 and cfg["BLOCK_R"] == 8) == wide
-    if wide:
-        assert cfg["num_warps"] == {2: 1, 4: 2}[x.element_size()] and not cfg.get("ACC_2D")
+    assert cfg["BLOCK_I"] == 256 and cfg["BLOCK_R"] == 8
+    assert cfg["num_warps"] == {2: 1, 4: 2}[x.element_size()] and not cfg.get("ACC_2D")
     got = dispatch.logsumexp(x, 1, backend="triton")
     torch.testing.assert_close(got.float(), torch.logsumexp(x.float(), 1), equal_nan=True, **_tol(dtype))
-    # the same columns for softmax, and logsumexp over columns too few for a block per SM: not wide
+    # the same columns for softmax: not wide
     assert S.default_config(S.plan("softmax", x.shape, x.stride(), (1,)), x.device, 2)["BLOCK_I"] != 256
-    y = torch.empty(100, 4096)
-    assert S.default_config(S.plan("logsumexp", y.shape, y.stride(), (0,)), None, 2)["BLOCK_I"] != 256
+
+
+def test_logsumexp_over_dim0_takes_wide_blocks_where_r_fills_the_device():
+    # dim 0 of 4096 x 4096: 16 blocks of 256, R shared by 128 (2048 one-warp programs); of 100 x
+    # 4096, R too short to share among a program per SM: the tiles
+    def cfg(rows):
+        p = S.plan("logsumexp", (rows, 4096), (4096, 1), (0,))
+        return S.default_config(p, torch.device("cpu"), 2)
+
+    assert (cfg(4096)["BLOCK_I"], cfg(4096)["SPLIT_R"], cfg(4096)["num_warps"]) == (256, 128, 1)
+    assert cfg(100)["BLOCK_I"] != 256
+    x = torch.randn(512, 512)
+    x[:300, 3] = -INF
+    x[:, 4] = -INF
+    x[400, 5] = NAN
+    x = x.to(DEV)
+    p = S.plan("logsumexp", x.shape, x.stride(), (0,))
+    wide = S._wide_config(p, 4, 8)  # as on an 8-SM device: 2 blocks, R shared by 16 (4 chunks each)
+    assert wide is not None and wide["SPLIT_R"] == 16
+    got, want = _run("logsumexp", x, 0, wide)
+    torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("extra", [{}, dict(EVEN=1, PREFETCH=1)], ids=["masked", "even_prefetch"])

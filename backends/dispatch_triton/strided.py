@@ -116,12 +116,13 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
       output that runs along R), and logsumexp over dim 1 of 32 x 1024 x 64 x 64 in 109 instead
       of 177 (``ONE_PASS``: logsumexp writes nothing along R, so reading once gains nothing there).
 
-    * logsumexp with R over 64, the inner dim unit-stride and columns for at least one block of
-      256 per SM (dim 1 of (B, C, H, W)): :func:`_wide_config`'s blocks of 256 columns. Against
-      the tiles above: dim 1 of 32 x 1024 x 64 x 64 in 88.6 us instead of 112.7 (bf16) and 137.2
-      instead of 158.8 (fp32), dim 1 of 64 x 256 x 56 x 56 in 49.0 instead of 69.8 (bf16) and 64.3
-      instead of 76.1 (fp32) (``--grid wide``). Over dim 0 of 4096 x 4096 (16 such blocks, R
-      shared by 32) they were slower in bf16 (40.4 against 24.5 us), so fewer columns keep the tiles.
+    * logsumexp with R over 64, the inner dim unit-stride and 256 columns at least, where R is
+      long enough to share among a program per SM: :func:`_wide_config`'s blocks of 256 columns.
+      Against the tiles above: dim 1 of 32 x 1024 x 64 x 64 in 88.6 us instead of 112.7 (bf16)
+      and 137.2 instead of 158.8 (fp32), dim 1 of 64 x 256 x 56 x 56 in 49.0 instead of 69.8
+      (bf16) and 64.3 instead of 76.1 (fp32) (``--grid wide``); dim 0 of 4096 x 4096 (16 blocks, R
+      shared by 128) once the finish merged in its own narrow blocks (:func:`merge_block`): the
+      partials kernel in 15.0 us instead of 18.1 (``benchmarks/profile_strided.py``).
 
     ``EVEN`` (no masks) is set throughout; it takes effect only where every chunk is full. On a GPU
     so is ``FAST_EXP`` (one ``ex2.approx.ftz`` per exp): 1-9% faster on each of those cases
@@ -152,15 +153,18 @@ _WIDE_WARPS_PER_SM = 12  # what the --grid wide sweep found best (bf16: 12-16 on
 def _wide_config(p: StridedPlan, itemsize: int, sms: int) -> dict | None:
     """Blocks of 256 columns by 8 rows a chunk, each warp on its own columns (16-byte loads, a
     chunk's rows in one thread, so a chunk reduces over its rows without leaving the thread), R
-    shared by the fewest programs (a power of two) that bring about 12 warps to each SM; None
-    where the inner dim is not unit-stride or its blocks of 256 are fewer than the SMs."""
+    shared by the fewest programs (a power of two) that bring about 12 warps to each SM, each
+    with four chunks at least; None where the inner dim is not unit-stride or narrower than a
+    block, or where those programs are fewer than the SMs (R too short to share)."""
     warps = max(1, _WIDE_I * itemsize // (32 * 16))  # 16 bytes a thread
     blocks = p.outer * _cdiv(p.inner, _WIDE_I)
-    if p.x_strides[2] != 1 or p.inner < _WIDE_I or blocks < sms:
+    if p.x_strides[2] != 1 or p.inner < _WIDE_I:
         return None
     split, want = 1, _WIDE_WARPS_PER_SM * sms // warps
     while split * blocks < want and split * 2 <= _MAX_SPLIT_R and p.R // (split * 2) >= 4 * _WIDE_R:
         split *= 2
+    if split * blocks < sms:
+        return None
     return dict(_cfg(_WIDE_I, _WIDE_R, warps, split), PREFETCH=1, EVEN=1)
 
 
@@ -335,7 +339,7 @@ class StridedLauncher:
                                   dict(finish_args, **out_strides, BLOCK_S=block_s, MERGE_S=merge_s,
                                        EVEN=finish_even, PREFETCH=prefetch, TMA=tma, STAGES=stages,
                                        FAST_EXP=fast_exp, REVERSE=reverse),
-                                  options if op != "logsumexp" else dict(options, num_warps=min(w, 4)),
+                                  options if op != "logsumexp" else dict(options, num_warps=4),
                                   enabled=direct)
                 self.direct = (k1, k2)
                 ws_numel = 2 * p.outer * n_splits * p.inner
