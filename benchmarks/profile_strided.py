@@ -8,7 +8,7 @@ profiled calls (the L2 flushed before each call there too). Usage (a GPU):
     python3 benchmarks/profile_strided.py --out DIR [--cases dim0_4096x4096] [--ops logsumexp]
         [--dtypes bfloat16] [--config default] [--config "I256 R8 w1 s32 EVEN PREFETCH FAST_EXP"] ...
 
-A config is ``default`` (the launcher's pick with tuning off) or the sweep's label
+A config is ``default`` (the launcher's pick with tuning off, to which more words may add) or the sweep's label
 (``benchmarks/sweep_strided_configs.py``): ``I<BLOCK_I> R<BLOCK_R> w<num_warps> s<SPLIT_R>``, then
 the flags that are on, and ``st<n>`` for ``num_stages``. Writes ``profile.json`` and ``profile.md`` under ``--out``.
 """
@@ -33,12 +33,13 @@ _FIELDS = {"I": "BLOCK_I", "R": "BLOCK_R", "w": "num_warps", "s": "SPLIT_R"}
 
 
 def parse_config(text: str, p: S.StridedPlan, device: torch.device, itemsize: int) -> dict:
-    """``default`` or a sweep label (``I256 R8 w1 s32 EVEN PREFETCH``) as a config dict."""
-    if text.strip() == "default":
-        return S.default_config(p, device, itemsize)
+    """A sweep label (``I256 R8 w1 s32 EVEN PREFETCH``) as a config dict; ``default`` stands for
+    the default config's words (``default KEEP_X``: the default with ``KEEP_X``)."""
     cfg: dict = {}
     for word in text.split():
-        if word in S.VARIANTS:
+        if word == "default":
+            cfg.update(S.default_config(p, device, itemsize))
+        elif word in S.VARIANTS:
             cfg[word] = 1
         elif word.startswith("st") and word[2:].isdigit():
             cfg["num_stages"] = int(word[2:])

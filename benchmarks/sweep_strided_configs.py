@@ -70,7 +70,7 @@ SMOKE_CASES = {
     "transposed_4096x4096": ((48, 64), lambda t: t.t(), -1),
     "dim0_65536x128": ((256, 16), lambda t: t, 0),
 }
-FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "TMA", "FAST_EXP", "REVERSE")
+FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -248,12 +248,14 @@ def wide_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> li
 
 
 def flag_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
-    """The default config alone and with ``FAST_EXP``, ``REVERSE`` (where R is split) and both
-    (``--grid flags``)."""
+    """The default config alone and with ``FAST_EXP``, ``REVERSE`` (where R is split) and both,
+    and with ``KEEP_X`` where softmax and log_softmax read x twice (``--grid flags``)."""
     default = S.default_config(p, device)
     out = [default, dict(default, FAST_EXP=1)]
     if default.get("SPLIT_R", 1) > 1:
         out += [dict(default, REVERSE=1), dict(default, FAST_EXP=1, REVERSE=1)]
+    if p.out_strides[1] != 0 and not default.get("ONE_PASS"):  # x read twice: L2 hints
+        out.append(dict(default, FAST_EXP=1, KEEP_X=1))
     return out
 
 

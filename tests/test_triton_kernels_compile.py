@@ -2,7 +2,7 @@
 interpreter accepts programs the compiler rejects, and cannot run the inline PTX of ``FAST_EXP`` at
 all): every path of the row kernel ``_softmax_kernel`` (rows, online, split, split_pipe, chunks) for
 each op it serves, with and without ``FAST_EXP`` (onepass, the split paths and chunks also with ``ALIGN``), and every
-variant (plain, EVEN, ONE_PASS, ACC_2D, PREFETCH, TMA, FAST_EXP, REVERSE) of the three strided
+variant (plain, EVEN, ONE_PASS, ACC_2D, PREFETCH, TMA, FAST_EXP, REVERSE, KEEP_X) of the three strided
 kernels compile for sm_90. Each runs in a subprocess without TRITON_INTERPRET."""
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ _STRIDED = textwrap.dedent("""
                        options={"num_warps": warps})
 
     io = {"x_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32"}
-    flags = [dict(EVEN=e, ACC_2D=a, PREFETCH=p, TMA=t, FAST_EXP=f)
-             for e, a, p, t, f in ((0, 0, 0, 0, 0), (1, 1, 1, 0, 0), (0, 1, 0, 0, 1), (1, 0, 0, 1, 0), (1, 1, 1, 0, 1))]
+    flags = [dict(EVEN=e, ACC_2D=a, PREFETCH=p, TMA=t, FAST_EXP=f, KEEP_X=k)
+             for e, a, p, t, f, k in ((0, 0, 0, 0, 0, 0), (1, 1, 1, 0, 0, 0), (0, 1, 0, 0, 1, 1), (1, 0, 0, 1, 0, 0),
+                                      (1, 1, 1, 0, 1, 1))]
     for op, f in itertools.product((0, 1, 2), flags):
         build(_strided_kernel, io, dict(OP=op, BLOCK_R=64, BLOCK_I=16, ONE_PASS=0, STAGES=3, **f))
         for reverse in (0, 1):
@@ -59,12 +60,12 @@ _STRIDED = textwrap.dedent("""
                                             MERGE_S=8, **{k: v for k, v in f.items() if k != "ACC_2D"}))
     for op in (0, 1, 2):  # wide column blocks: the partials merged a few at a time
         build(_strided_finish, io, dict(OP=op, BLOCK_R=8, BLOCK_I=1024, BLOCK_S=16, STAGES=3, REVERSE=0, MERGE_S=8,
-                                        EVEN=1, PREFETCH=1, TMA=0, FAST_EXP=1))
+                                        EVEN=1, PREFETCH=1, TMA=0, FAST_EXP=1, KEEP_X=0))
     for f in flags:
         build(_strided_partials, io, dict(BLOCK_R=64, BLOCK_I=16, STAGES=3, **f))
     for op in (0, 1, 2):  # all of R in one tile
         build(_strided_kernel, io, dict(OP=op, BLOCK_R=1024, BLOCK_I=16, ONE_PASS=1, EVEN=1, ACC_2D=0, PREFETCH=0,
-                                        TMA=0, STAGES=1, FAST_EXP=1), warps=8)
+                                        TMA=0, STAGES=1, FAST_EXP=1, KEEP_X=0), warps=8)
     print("compiled")
 """)
 

@@ -272,6 +272,8 @@ VARIANT_CONFIGS = [
     ("fast_exp", dict(FAST_EXP=1)),  # inline PTX: on a GPU only
     ("fast_exp_even_acc_2d", dict(FAST_EXP=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
     ("fast_exp_one_pass", dict(FAST_EXP=1, ONE_PASS=1)),
+    ("keep_x", dict(KEEP_X=1)),
+    ("keep_x_even_acc_2d", dict(KEEP_X=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
 ]
 
 
@@ -399,6 +401,25 @@ def test_logsumexp_over_many_columns_takes_wide_blocks_by_default(dtype):
     torch.testing.assert_close(got.float(), torch.logsumexp(x.float(), 1), equal_nan=True, **_tol(dtype))
     # the same columns for softmax: not wide
     assert S.default_config(S.plan("softmax", x.shape, x.stride(), (1,)), x.device, 2)["BLOCK_I"] != 256
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="KEEP_X is a GPU default")
+def test_softmax_keeps_x_in_l2_by_default_where_it_fits():
+    # x read twice (R split): keep its lines in L2 for the second read where x fits in it; not
+    # where it doesn't, nor where R is read once, nor for logsumexp (one read)
+    def cfg(op, rows, cols):
+        p = S.plan(op, (rows, cols), (cols, 1), (0,))
+        return S.default_config(p, torch.device("cuda"), 2)
+
+    assert not cfg("softmax", 16384, 8192).get("KEEP_X")  # 256 MB
+    assert cfg("softmax", 256, 8192).get("ONE_PASS") and not cfg("softmax", 256, 8192).get("KEEP_X")
+    assert not cfg("logsumexp", 4096, 4096).get("KEEP_X")
+    x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)  # 8 MB
+    c = cfg("softmax", 4096, 1024)
+    assert c.get("KEEP_X") and c["SPLIT_R"] > 1
+    for op in ("softmax", "log_softmax"):
+        got, want = _run(op, x, 0, c)
+        torch.testing.assert_close(got.float(), want.float(), **_tol(torch.bfloat16))
 
 
 def test_logsumexp_over_dim0_takes_wide_blocks_where_r_fills_the_device():

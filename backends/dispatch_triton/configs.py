@@ -45,6 +45,20 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def _l2_size(index: int) -> int:
+    return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0))
+
+
+def _device_l2_bytes(device: torch.device | None = None) -> int:
+    """L2 bytes of ``device`` (or the current CUDA device); 0 when there is no GPU."""
+    if device is not None and device.type == "cuda":
+        return _l2_size(device.index if device.index is not None else torch.cuda.current_device())
+    if device is None and torch.cuda.is_available():
+        return _l2_size(torch.cuda.current_device())
+    return 0
+
+
 def _device_sms(device: torch.device | None = None) -> int:
     """SMs of ``device`` (or the current CUDA device); 132 (an H100/H200) when there is no GPU."""
     if device is not None and device.type == "cuda":

@@ -14,7 +14,7 @@ import torch
 
 from dispatch.backend import StridedPlan, strided_plan, unique_configs
 
-from .configs import _cdiv, _check_op, _device_sms, _np2
+from .configs import _cdiv, _check_op, _device_l2_bytes, _device_sms, _np2
 from .direct import DirectLaunch
 from .jit import _interpreting, fast_exp_of
 from .strided_jit import _strided_finish, _strided_kernel, _strided_partials
@@ -24,7 +24,7 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
 # :mod:`~dispatch_triton.strided_jit`. The tuned space holds EVEN, ONE_PASS, ACC_2D, PREFETCH and (on
 # a GPU) FAST_EXP; benchmarks/sweep_strided_configs.py compares all of them on a GPU.
-VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE")
+VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
@@ -66,13 +66,20 @@ def merge_block(p: StridedPlan, block_i: int, device: torch.device | None = None
     return fi
 
 
+def merge_warps(block_s: int, block_i: int) -> int:
+    """Warps of logsumexp's finish: about 16 partials a thread (1 to 4 warps). Four warps on a
+    merge of 2 x 256 partials took 5.3 us against 2.7 with one; one warp on 128 x 16 took 4.3
+    against 2.9 with four (dim 1 of 64 x 256 x 56 x 56 and dim 0 of 4096 x 4096)."""
+    return max(1, min(4, block_s * block_i // 512))
+
+
 def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: int = 2) -> list[dict]:
     """Candidates, the default (:func:`default_config`) first: column blocks of 16-256 (no wider
     than the inner dim's next power of two, but at least 16), chunks of R of 8-64 rows, tiles of
     512-4096 elements, 4 or 8 warps, each with R shared by :func:`split_for` programs, plain and
     with a running max and sum per tile element and the next chunk's load in flight (``ACC_2D``,
     ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``) where R is short; on a GPU
-    each with ``FAST_EXP``; for logsumexp, :func:`_wide_config`'s wide blocks where it has them."""
+    each with ``FAST_EXP`` (and ``KEEP_X`` where the default has it); for logsumexp, :func:`_wide_config`'s wide blocks where it has them."""
     out = [default_config(p, device, itemsize)]
     wide = _wide_config(p, itemsize, _device_sms(device)) if p.out_strides[1] == 0 else None
     if wide is not None:
@@ -91,8 +98,9 @@ def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: i
     for bi in (4, 8, 16, 32):
         if r2 * bi <= _ONE_PASS_TILE and bi <= max(4, _np2(p.inner)):
             out.append(dict(_cfg(bi, r2, 8), ONE_PASS=1, EVEN=1))
-    if not _interpreting():  # as the default: every candidate with FAST_EXP on a GPU
-        out = [dict(c, FAST_EXP=1) for c in out]
+    if not _interpreting():  # as the default: every candidate with FAST_EXP on a GPU (and KEEP_X)
+        keep = dict(KEEP_X=1) if out[0].get("KEEP_X") else {}
+        out = [dict(c, FAST_EXP=1, **({} if c.get("ONE_PASS") else keep)) for c in out]
     return unique_configs(out)
 
 
@@ -126,7 +134,10 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
 
     ``EVEN`` (no masks) is set throughout; it takes effect only where every chunk is full. On a GPU
     so is ``FAST_EXP`` (one ``ex2.approx.ftz`` per exp): 1-9% faster on each of those cases
-    (``--grid flags``), where ``REVERSE`` changed the time by -1 to +4%."""
+    (``--grid flags``), where ``REVERSE`` changed the time by -1 to +4%; and ``KEEP_X`` where
+    softmax or log_softmax reads x twice and x fits in L2 (dim 0 of 4096 x 4096 in bf16: 37.3 us
+    instead of 41.1, the second read's launch 14.9 instead of 18.5; dim 0 of a transposed
+    16384 x 4096, 128 MB, 3% slower with it; ``benchmarks/profile_strided.py``)."""
     sms = _device_sms(device)
     r2, i2 = _np2(p.R), _np2(p.inner)
     writes_r = p.out_strides[1] != 0  # softmax, log_softmax (logsumexp's output has no R dim)
@@ -142,7 +153,12 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
     else:
         bi = max(16, min(64, i2))
         cfg = dict(_cfg(bi, 64, 4, split_for(p, bi, 64, device)), ACC_2D=1, PREFETCH=1, EVEN=1)
-    return cfg if _interpreting() else dict(cfg, FAST_EXP=1)
+    if _interpreting():
+        return cfg
+    cfg = dict(cfg, FAST_EXP=1)
+    if writes_r and not cfg.get("ONE_PASS") and p.outer * p.R * p.inner * itemsize <= _device_l2_bytes(device):
+        cfg["KEEP_X"] = 1
+    return cfg
 
 
 _WIDE_I = 256  # columns of a wide block: one warp's 16-byte loads in bf16, two warps' in fp32
@@ -183,7 +199,7 @@ def validate(config: dict) -> tuple[int, int, int, int]:
         raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R_CONFIG} (got {split})")
     if "num_stages" in config and not 1 <= int(config["num_stages"]) <= 8:
         raise ValueError(f"'num_stages' must be 1 to 8 (got {config['num_stages']})")
-    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE"):
+    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X"):
         if int(config.get(flag, 0)) not in (0, 1):
             raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
     if int(config.get("ONE_PASS", 0)) and split != 1:
@@ -269,6 +285,7 @@ class StridedLauncher:
         prefetch = bool(int(config.get("PREFETCH", 0)))
         tma = bool(int(config.get("TMA", 0)))
         fast_exp, reverse = bool(fast_exp_of(config)), bool(int(config.get("REVERSE", 0)))
+        keep_x = bool(int(config.get("KEEP_X", 0))) and op != "logsumexp"  # logsumexp reads x once
         stages = int(config.get("num_stages", 3))  # of the TMA loop (tl.range), and the launch option
         if tma and (one_pass or p.x_strides[2] != 1 or bi > 256 or br > 256):
             raise ValueError("'TMA' reads (R, inner) tiles of at most 256 x 256 from an input whose inner dim is "
@@ -311,7 +328,7 @@ class StridedLauncher:
             if n_splits == 1:
                 k = DirectLaunch(_strided_kernel, self.grid, 2,
                                  dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
-                                      PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp),
+                                      PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, KEEP_X=keep_x),
                                  options, enabled=direct)
                 self.direct = (k,)
 
@@ -324,7 +341,7 @@ class StridedLauncher:
                 self.grid = (p.outer * n_ib, n_splits)
                 k1 = DirectLaunch(_strided_partials, self.grid, 2,
                                   dict(split_args, EVEN=even, ACC_2D=acc_2d, PREFETCH=prefetch, TMA=tma, STAGES=stages,
-                                       FAST_EXP=fast_exp),
+                                       FAST_EXP=fast_exp, KEEP_X=keep_x),
                                   options,
                                   enabled=direct)
                 block_s = _np2(n_splits)
@@ -338,8 +355,8 @@ class StridedLauncher:
                 k2 = DirectLaunch(_strided_finish, finish_grid, 3,
                                   dict(finish_args, **out_strides, BLOCK_S=block_s, MERGE_S=merge_s,
                                        EVEN=finish_even, PREFETCH=prefetch, TMA=tma, STAGES=stages,
-                                       FAST_EXP=fast_exp, REVERSE=reverse),
-                                  options if op != "logsumexp" else dict(options, num_warps=4),
+                                       FAST_EXP=fast_exp, REVERSE=reverse, KEEP_X=keep_x),
+                                  options if op != "logsumexp" else dict(options, num_warps=merge_warps(block_s, fi)),
                                   enabled=direct)
                 self.direct = (k1, k2)
                 ws_numel = 2 * p.outer * n_splits * p.inner

@@ -31,6 +31,10 @@ Variants, chosen by constexprs (the launcher's config; all off by default):
 * ``FAST_EXP`` (a GPU only: inline PTX): every exp of a tile element is one ``ex2.approx.ftz`` (a
   result below 2**-126 is 0), without ``tl.exp``'s scaling of inputs whose result is subnormal.
 * ``REVERSE`` (split R only): the finish takes its programs in the reverse of the partials' order.
+* ``KEEP_X`` (softmax, log_softmax): the pass that reads ``x`` for the columns' stats marks its
+  lines to stay in L2 before others (``evict_last``), and the pass that reads it again to write
+  marks them to go first (``evict_first``) and writes the output with streaming stores (``.cs``),
+  so that the second read finds more of ``x`` in L2.
 
 Special values follow torch: a column of only -inf gives -inf (logsumexp) or NaN (softmax,
 log_softmax: 0/0); a NaN anywhere in a column gives NaN; +inf gives +inf for logsumexp and
@@ -46,20 +50,39 @@ from .jit import _exp
 
 
 @triton.jit
-def _load(ptrs, mask, other, EVEN: tl.constexpr):
-    if EVEN:
-        v = tl.load(ptrs)
+def _load(ptrs, mask, other, EVEN: tl.constexpr, L2: tl.constexpr):
+    """A tile in fp32; ``L2`` 1: its lines kept in L2 before others (read again soon), 2: evicted first."""
+    if L2 == 1:
+        if EVEN:
+            v = tl.load(ptrs, eviction_policy="evict_last")
+        else:
+            v = tl.load(ptrs, mask=mask, other=other, eviction_policy="evict_last")
+    elif L2 == 2:
+        if EVEN:
+            v = tl.load(ptrs, eviction_policy="evict_first")
+        else:
+            v = tl.load(ptrs, mask=mask, other=other, eviction_policy="evict_first")
     else:
-        v = tl.load(ptrs, mask=mask, other=other)
+        if EVEN:
+            v = tl.load(ptrs)
+        else:
+            v = tl.load(ptrs, mask=mask, other=other)
     return v.to(tl.float32)
 
 
 @triton.jit
-def _store(ptrs, y, mask, EVEN: tl.constexpr):
-    if EVEN:
-        tl.store(ptrs, y)
+def _store(ptrs, y, mask, EVEN: tl.constexpr, L2: tl.constexpr = 0):
+    """``L2`` 2: a streaming store (``.cs``), whose lines leave L2 first."""
+    if L2 == 2:
+        if EVEN:
+            tl.store(ptrs, y, cache_modifier=".cs")
+        else:
+            tl.store(ptrs, y, mask=mask, cache_modifier=".cs")
     else:
-        tl.store(ptrs, y, mask=mask)
+        if EVEN:
+            tl.store(ptrs, y)
+        else:
+            tl.store(ptrs, y, mask=mask)
 
 
 @triton.jit
@@ -74,11 +97,11 @@ def _descriptor(base, R, INNER, sxr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexp
 
 
 @triton.jit
-def _chunk(x_base, sxr, r0, rr, stop, cmask, other, EVEN: tl.constexpr):
+def _chunk(x_base, sxr, r0, rr, stop, cmask, other, EVEN: tl.constexpr, L2: tl.constexpr):
     """Rows ``r0 + rr`` (those below ``stop``) of the program's columns, in fp32."""
     r = r0 + rr
     mask = (r < stop)[:, None] & cmask[None, :]
-    return _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, other, EVEN)
+    return _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, other, EVEN, L2)
 
 
 @triton.jit
@@ -94,36 +117,37 @@ def _next_start(r0, stop, BLOCK_R: tl.constexpr, EVEN: tl.constexpr):
 
 @triton.jit
 def _write_chunk(o_base, sor, v, r, stop, cmask, safe, inv, log_s, OP: tl.constexpr, EVEN: tl.constexpr,
-                 FAST_EXP: tl.constexpr):
+                 FAST_EXP: tl.constexpr, L2: tl.constexpr):
     """Store softmax (``OP`` 0) or log_softmax (1) of the chunk ``v`` at rows ``r`` from the columns' stats."""
     mask = (r < stop)[:, None] & cmask[None, :]
     if OP == 0:
         y = _exp(v - safe[None, :], FAST_EXP) * inv[None, :]
     else:
         y = (v - safe[None, :]) - log_s[None, :]
-    _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN)
+    _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN, L2)
 
 
 @triton.jit
 def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, OP: tl.constexpr,
                 BLOCK_R: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr,
-                desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
-    """softmax (``OP`` 0) or log_softmax (1) of rows ``[start, stop)`` from the columns' stats."""
+                desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, L2: tl.constexpr):
+    """softmax (``OP`` 0) or log_softmax (1) of rows ``[start, stop)`` from the columns' stats
+    (``L2`` 2: x read and the output written as lines to evict first)."""
     rr = tl.arange(0, BLOCK_R)
     if TMA:
         for r0 in tl.range(start, stop, BLOCK_R, num_stages=STAGES):
             v = desc.load([r0, c0]).to(tl.float32)
-            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP)
+            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP, L2)
     else:
         if PREFETCH:
-            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN)
+            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN, L2)
         for r0 in range(start, stop, BLOCK_R):
             if PREFETCH:
                 v = v_next
-                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN)
+                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN, L2)
             else:
-                v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN)
-            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP)
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN, L2)
+            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP, L2)
 
 
 @triton.jit
@@ -139,12 +163,13 @@ def _online_update(m, s, nan, v):
 @triton.jit
 def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                   EVEN: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
-                  desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
-    """(max, sum of exp(x - max), NaN seen) per column over rows ``[start, stop)``, in fp32."""
+                  desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, L2: tl.constexpr):
+    """(max, sum of exp(x - max), NaN seen) per column over rows ``[start, stop)``, in fp32 (``L2``
+    1: x's lines kept in L2 before others, for a second pass)."""
     rr = tl.arange(0, BLOCK_R)
     if not TMA:
         if PREFETCH:
-            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN)
+            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN, L2)
     m = tl.full([BLOCK_I], float("-inf"), tl.float32)  # the TMA and plain loops' running stats
     s = tl.zeros([BLOCK_I], tl.float32)
     nan = tl.zeros([BLOCK_I], tl.int32)
@@ -162,9 +187,9 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
             if PREFETCH:
                 v = v_next
                 v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask,
-                                float("-inf"), EVEN)
+                                float("-inf"), EVEN, L2)
             else:
-                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN)
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN, L2)
             lo = tl.minimum(m2, v)
             e = _exp(lo - tl.maximum(m2, v), FAST_EXP)  # one of exp(v - m), exp(m - v) is 1: the other only
             e = tl.where(lo == float("-inf"), 0.0, e)
@@ -180,9 +205,9 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
             if PREFETCH:
                 v = v_next
                 v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask,
-                                float("-inf"), EVEN)
+                                float("-inf"), EVEN, L2)
             else:
-                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN)
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN, L2)
             m, s, nan = _online_update(m, s, nan, v)
     return m, s, nan
 
@@ -201,7 +226,7 @@ def _lse_store(ptrs, m, s, nan, cmask, EVEN: tl.constexpr):
 def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr, sxi, soo2, soo, sor, soi,
                     OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
-                    TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
+                    TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, KEEP_X: tl.constexpr):
     pid = tl.program_id(0)
     o = (pid // n_iblocks).to(tl.int64)
     o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
@@ -216,7 +241,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
     rr = tl.arange(0, BLOCK_R)
     if ONE_PASS:  # the whole of R in one tile: read once, written from registers
         mask = (rr < R)[:, None] & cmask[None, :]
-        v = _load(x_base + rr.to(tl.int64)[:, None] * sxr, mask, float("-inf"), EVEN)
+        v = _load(x_base + rr.to(tl.int64)[:, None] * sxr, mask, float("-inf"), EVEN, 0)
         m = tl.max(v, 0)
         safe = tl.where(m == float("-inf"), 0.0, m)
         e = _exp(v - safe[None, :], FAST_EXP)
@@ -232,7 +257,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
             _store(o_base + rr.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
     else:
         m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0, TMA,
-                                  STAGES, FAST_EXP)
+                                  STAGES, FAST_EXP, KEEP_X)
         safe = tl.where(m == float("-inf"), 0.0, m)
         if OP == 2:  # logsumexp: one value per column
             _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
@@ -241,7 +266,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
                 s = tl.where((nan > 0) | (m == float("inf")), float("nan"), s)  # as the chunked merge gives
             # log_softmax = (x - max) - log(sum): exact difference first, as torch
             _write_pass(x_base, o_base, sxr, sor, 0, R, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN, PREFETCH,
-                        desc, c0, TMA, STAGES, FAST_EXP)
+                        desc, c0, TMA, STAGES, FAST_EXP, KEEP_X * 2)
 
 
 # -- R split over several programs: partial (max, sum) per chunk of R, then a merge that writes ------
@@ -249,7 +274,8 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
 @triton.jit
 def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per_split, n_splits, sxo, sxr, sxi,
                       BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, EVEN: tl.constexpr, ACC_2D: tl.constexpr,
-                      PREFETCH: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr):
+                      PREFETCH: tl.constexpr, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr,
+                      KEEP_X: tl.constexpr):
     """Program (column block, split): the (max, sum of exp) of its chunk of R, for its columns, into
     ``ws`` as ``[2, outer, n_splits, INNER]`` fp32 (a column holding NaN stores NaN as its max)."""
     pid = tl.program_id(0)
@@ -265,7 +291,7 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per
     start = sp * rows_per_split
     stop = tl.minimum(start + rows_per_split, R)
     m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0,
-                              TMA, STAGES, FAST_EXP)
+                              TMA, STAGES, FAST_EXP, KEEP_X)
     m = tl.where(nan > 0, float("nan"), m)
     slot = (o * n_splits + sp) * INNER + cols
     plane = tl.num_programs(0) // n_iblocks * n_splits * INNER
@@ -315,7 +341,8 @@ def _merge_partials(ws_ptr, o, n_splits, n_iblocks, INNER, cols, cmask, BLOCK_S:
 def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per_split, n_splits, sxo, sxr,
                     sxi, soo2, soo, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     BLOCK_S: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
-                    STAGES: tl.constexpr, FAST_EXP: tl.constexpr, REVERSE: tl.constexpr, MERGE_S: tl.constexpr):
+                    STAGES: tl.constexpr, FAST_EXP: tl.constexpr, REVERSE: tl.constexpr, MERGE_S: tl.constexpr,
+                    KEEP_X: tl.constexpr):
     """Program (column block, split): merge the partials of its columns (``MERGE_S`` a step, see
     :func:`_merge_partials`), then write its chunk of R (softmax, log_softmax) or, with one split,
     the columns' logsumexp. With ``REVERSE`` the programs take their (column block, split) in the
@@ -346,4 +373,4 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, r
         # log_softmax = (x - max) - log(sum): exact difference first, as torch
         desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
         _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
-                    PREFETCH, desc, c0, TMA, STAGES, FAST_EXP)
+                    PREFETCH, desc, c0, TMA, STAGES, FAST_EXP, KEEP_X * 2)
