@@ -2,7 +2,9 @@
 
 A resolved call spends most of dispatch's time reading its tensors' attributes into the key (each
 an attribute lookup that makes a new Python object: ~0.5 us for one tensor on a CPU). The native
-``tensor_key`` reads them from torch's ``TensorImpl`` into one bytes object in ~60 ns. It must be
+``tensor_key`` reads them from torch's ``TensorImpl`` into one bytes object in ~40 ns, the same
+object for the same facts while it stays in a small table (256 slots), so that the call's dict
+lookup finds its hash computed and matches it by identity. It must be
 compiled against the torch in use, so it is built the first time an op function is made (~20 s,
 once per torch build, Python and source; a line on stderr says so) into the native directory
 (``DISPATCH_NATIVE_DIR``, else ``native/`` in the user cache directory), under a file lock, so that

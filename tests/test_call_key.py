@@ -53,6 +53,18 @@ def test_the_native_key_tells_tensors_apart_exactly_as_the_python_key_does(grad)
 
 
 @native
+def test_the_native_key_hands_back_one_object_per_facts_and_stays_exact_past_its_table():
+    key = _native.tensor_key()
+    a, b = torch.empty(3, 5), torch.empty(3, 5)
+    assert key(a) is key(b)  # the same facts: the object made before (its hash computed once)
+    firsts = [key(torch.empty(i, 7)) for i in range(1, 600)]  # more shapes than the table holds
+    agains = [key(torch.empty(i, 7)) for i in range(1, 600)]
+    assert firsts == agains and len(set(firsts)) == 599
+    assert key(a) == key(torch.empty(3, 5)) != key(torch.empty(5, 3))
+    assert key(a) != key(torch.empty(3, 5, dtype=torch.float64)) != key(torch.empty(3, 5).t().t().as_subclass(Marked))
+
+
+@native
 def test_the_native_key_refuses_what_it_cannot_key_and_the_call_gets_torchs_own_error():
     key = _native.tensor_key()
     with pytest.raises(TypeError, match="expected a tensor"):
