@@ -116,12 +116,23 @@ def _contenders(op: str, dim, compile_too: bool) -> dict:
     return found
 
 
-def run(cases, dtypes, ops, compile_too: bool, device: torch.device, settings: TuneSettings, smoke: bool) -> dict:
+def run(cases, dtypes, ops, compile_too: bool, device: torch.device, settings: TuneSettings, smoke: bool,
+        save=None) -> dict:
+    """Every contender on every case, dtype and op; ``save(result)`` (if given) after each case and
+    dtype with the rows so far, so that a run stopped early leaves what it timed."""
     start = time.time()
     copy = measure_copy_bandwidth(device, settings)
     one = torch.empty(1, device=device)
     launch_us = measure(one.zero_, device, settings).median_us
     print(f"copy {copy.gbps:.0f} GB/s, one launch {launch_us:.1f} us", flush=True)
+
+    def result(rows: list[dict]) -> dict:
+        return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)",
+                "torch": torch.__version__, "copy_gbps": copy.gbps, "copy_bytes": copy.nbytes, "launch_us": launch_us,
+                "settings": {"warmup": settings.warmup, "rep": settings.rep, "flush_l2": settings.flush_l2,
+                             "host_bound": settings.host_bound},
+                "tuned": dispatch.settings().autotune, "wall_s": time.time() - start, "rows": list(rows)}
+
     rows = []
     for name in cases:
         case = CASES[name]
@@ -156,11 +167,10 @@ def run(cases, dtypes, ops, compile_too: bool, device: torch.device, settings: T
                         row["error"] = f"{type(exc).__name__}: {exc}"
                     rows.append(row)
                     print(_line(row), flush=True)
-    return {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter)",
-            "torch": torch.__version__, "copy_gbps": copy.gbps, "copy_bytes": copy.nbytes, "launch_us": launch_us,
-            "settings": {"warmup": settings.warmup, "rep": settings.rep, "flush_l2": settings.flush_l2,
-                         "host_bound": settings.host_bound},
-            "tuned": dispatch.settings().autotune, "wall_s": time.time() - start, "rows": rows}
+            if save is not None:
+                save(result(rows))
+
+    return result(rows)
 
 
 def _line(row: dict) -> str:
@@ -307,12 +317,17 @@ def main(argv=None) -> None:
     ops = _pick("--ops", args.ops, OPS)
     dispatch.configure(autotune=not (args.no_tune or smoke))
     settings = TuneSettings(warmup=1, rep=3, host_bound=False) if smoke else TuneSettings()
-    result = run(cases, dtypes, ops, not (args.no_compile or smoke), torch.device(args.device), settings, smoke)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "layouts.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    with open(os.path.join(args.out, "layouts.md"), "w") as f:
-        f.write(markdown(result))
+
+    def save(result: dict) -> None:  # the table so far: a run stopped early keeps what it timed
+        with open(os.path.join(args.out, "layouts.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        with open(os.path.join(args.out, "layouts.md"), "w") as f:
+            f.write(markdown(result))
+
+    result = run(cases, dtypes, ops, not (args.no_compile or smoke), torch.device(args.device), settings, smoke,
+                 save)
+    save(result)
     plotted = plot(os.path.join(args.out, "layouts.png"), result)
     print(f"wrote {args.out}/layouts.json, layouts.md{' and layouts.png' if plotted else ''}  "
           f"[{result['wall_s']:.1f} s]")

@@ -10,7 +10,8 @@ profiled calls (the L2 flushed before each call there too). Usage (a GPU):
 
 A config is ``default`` (the launcher's pick with tuning off, to which more words may add) or the sweep's label
 (``benchmarks/sweep_strided_configs.py``): ``I<BLOCK_I> R<BLOCK_R> w<num_warps> s<SPLIT_R>``, then
-the flags that are on, and ``st<n>`` for ``num_stages``. Writes ``profile.json`` and ``profile.md`` under ``--out``.
+the flags that are on, and ``st<n>`` for ``num_stages``. Writes ``profile.json`` and ``profile.md`` under ``--out``
+(after each case and op).
 """
 
 from __future__ import annotations
@@ -111,6 +112,14 @@ def main(argv=None) -> None:
                        f"Copy bandwidth (read + write): {copy:.0f} GB/s. us per call: the whole run "
                        "(measure, L2 flushed) and each kernel's device time (profiler, L2 flushed).", ""]
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+
+    def write() -> None:  # after each case and op: a run stopped early keeps what it timed
+        with open(os.path.join(args.out, "profile.json"), "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), copy_gbps=copy, rows=rows), f, indent=1)
+        with open(os.path.join(args.out, "profile.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
     for name in [c for c in args.cases.split(",") if c]:
         shape, view, dim = CASES[name]
         for dtype in [getattr(torch, d) for d in args.dtypes.split(",") if d]:
@@ -155,11 +164,8 @@ def main(argv=None) -> None:
                     print(f"{name} {dtype} {op} {label(cfg)}: {t:.1f} us ({pct:.0f}% of copy) err {err:.2g} | {ks}",
                           flush=True)
                 lines.append("")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "profile.json"), "w") as f:
-        json.dump(dict(device=torch.cuda.get_device_name(), copy_gbps=copy, rows=rows), f, indent=1)
-    with open(os.path.join(args.out, "profile.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+                write()
+    write()
 
 
 if __name__ == "__main__":

@@ -58,3 +58,29 @@ def test_an_unknown_family_is_named_with_the_known_ones(tmp_path):
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "--families: unknown ['long rows']; known: dim != -1, strided rows, few long rows, odd N" in proc.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_a_run_stopped_early_has_saved_every_case_it_finished(monkeypatch):
+    import torch
+
+    from dispatch.backend import TuneSettings
+
+    spec = importlib.util.spec_from_file_location("bench_layouts", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_layouts", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    saved = []
+
+    class Stopped(Exception):
+        pass
+
+    def save(result):  # stops the run at its first save, as a time limit would after one case
+        saved.append(json.loads(json.dumps(result)))
+        raise Stopped
+
+    with pytest.raises(Stopped):
+        module.run(["rows_4x50257", "rows_1000x4099"], [torch.float32], ["logsumexp"], False, torch.device("cpu"),
+                   TuneSettings(warmup=1, rep=3, host_bound=False), True, save)
+    (first,) = saved
+    assert {(r["case"], r["contender"]) for r in first["rows"]} == {("rows_4x50257", who) for who in CONTENDERS}
+    assert first["copy_gbps"] > 0 and first["wall_s"] > 0
