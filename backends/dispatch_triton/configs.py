@@ -50,22 +50,25 @@ def _l2_size(index: int) -> int:
     return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0))
 
 
+def _cuda_index(device: torch.device | None) -> int | None:
+    """The CUDA device index of ``device`` (None: the current CUDA device); None when it is not a GPU."""
+    if device is not None and device.type == "cuda":
+        return device.index if device.index is not None else torch.cuda.current_device()
+    if device is None and torch.cuda.is_available():
+        return torch.cuda.current_device()
+    return None
+
+
 def _device_l2_bytes(device: torch.device | None = None) -> int:
     """L2 bytes of ``device`` (or the current CUDA device); 0 when there is no GPU."""
-    if device is not None and device.type == "cuda":
-        return _l2_size(device.index if device.index is not None else torch.cuda.current_device())
-    if device is None and torch.cuda.is_available():
-        return _l2_size(torch.cuda.current_device())
-    return 0
+    index = _cuda_index(device)
+    return 0 if index is None else _l2_size(index)
 
 
 def _device_sms(device: torch.device | None = None) -> int:
     """SMs of ``device`` (or the current CUDA device); 132 (an H100/H200) when there is no GPU."""
-    if device is not None and device.type == "cuda":
-        return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    if device is None and torch.cuda.is_available():
-        return _sm_count(torch.cuda.current_device())
-    return 132
+    index = _cuda_index(device)
+    return 132 if index is None else _sm_count(index)
 
 
 def _cfg(path, block_n, rows=1, split=1, warps=4, stages=1, fast_exp=0) -> dict:
