@@ -23,7 +23,7 @@ _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
 TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
 # :mod:`~dispatch_triton.strided_jit`. The tuned space holds EVEN, ONE_PASS, ACC_2D, PREFETCH and (on
-# a GPU) FAST_EXP; benchmarks/sweep_strided_configs.py compares all of them on a GPU.
+# a GPU) FAST_EXP and KEEP_X; benchmarks/sweep_strided_configs.py compares all of them on a GPU.
 VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
@@ -79,7 +79,8 @@ def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: i
     512-4096 elements, 4 or 8 warps, each with R shared by :func:`split_for` programs, plain and
     with a running max and sum per tile element and the next chunk's load in flight (``ACC_2D``,
     ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``) where R is short; on a GPU
-    each with ``FAST_EXP`` (and ``KEEP_X`` where the default has it); for logsumexp, :func:`_wide_config`'s wide blocks where it has them."""
+    each with ``FAST_EXP`` (and ``KEEP_X`` where the default has it); for logsumexp,
+    :func:`_wide_config`'s wide blocks where it has them."""
     out = [default_config(p, device, itemsize)]
     wide = _wide_config(p, itemsize, _device_sms(device)) if p.out_strides[1] == 0 else None
     if wide is not None:
