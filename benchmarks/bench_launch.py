@@ -194,6 +194,17 @@ def main() -> int:
     torch._dynamo.config.accumulated_recompile_limit = 4096
     warm_up_host_and_gpu()
     rows = []
+
+    def save() -> None:  # after each op and shape: a run stopped by a time limit keeps what it timed
+        if not a.out:
+            return
+        os.makedirs(a.out, exist_ok=True)
+        meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "graph_calls": GRAPH_CALLS}
+        with open(os.path.join(a.out, "launch.json"), "w") as f:
+            json.dump({**meta, "rows": rows}, f, indent=1)
+        with open(os.path.join(a.out, "launch.md"), "w") as f:
+            f.write(f"{meta['device']}, torch {meta['torch']}\n\n" + markdown(rows))
+
     for op in a.ops.split(","):
         fns = contenders(op, not a.no_compile, a.python_key)
         for shape in a.shapes.split(","):
@@ -235,13 +246,8 @@ def main() -> int:
                 f"{k} {v:.1f}" + (f" ({row['vs_torch_pct'][k]:+.0f}%)" if k in row.get("vs_torch_pct", {}) else "")
                 + f"/{row['graph_us'].get(k, float('nan')):.1f}" for k, v in row["wall_us"].items())
                 + f"  (pick {row['pick']}) {row['errors'] or ''}", flush=True)
-    if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "graph_calls": GRAPH_CALLS}
-        with open(os.path.join(a.out, "launch.json"), "w") as f:
-            json.dump({**meta, "rows": rows}, f, indent=1)
-        with open(os.path.join(a.out, "launch.md"), "w") as f:
-            f.write(f"{meta['device']}, torch {meta['torch']}\n\n" + markdown(rows))
+            save()
+    save()
     return 0
 
 
