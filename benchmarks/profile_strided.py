@@ -28,7 +28,7 @@ from dispatch.backend import TuneSettings, measure
 from dispatch_triton import strided as S
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep_strided_configs import CASES  # noqa: E402
+from sweep_strided_configs import CASES, label  # noqa: E402
 
 _FIELDS = {"I": "BLOCK_I", "R": "BLOCK_R", "w": "num_warps", "s": "SPLIT_R"}
 
@@ -50,12 +50,6 @@ def parse_config(text: str, p: S.StridedPlan, device: torch.device, itemsize: in
             raise SystemExit(f"--config {text!r}: unknown word {word!r} (want I<n> R<n> w<n> s<n> or one of "
                              f"{', '.join(S.VARIANTS)})")
     return cfg
-
-
-def label(cfg: dict) -> str:
-    head = " ".join(f"{k}{cfg[v]}" for k, v in _FIELDS.items() if v in cfg)
-    stages = [f"st{cfg['num_stages']}"] if "num_stages" in cfg else []
-    return " ".join([head, *stages, *(f for f in S.VARIANTS if f != "num_stages" and int(cfg.get(f, 0)))])
 
 
 def kernel_times(run, x: torch.Tensor, flush: torch.Tensor, calls: int, how: str = "zero") -> dict[str, float]:
