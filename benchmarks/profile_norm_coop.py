@@ -1,10 +1,29 @@
 """One cooperative (``COOP``) rms_norm / layer_norm forward config on one GPU, for a profiler: the
-compiled kernel's registers, spills and grid, then a few launches to profile.
+compiled kernel's registers, spills and grid, then a few launches to profile, or (``--time``) the
+launch's device time, median of three ``do_bench`` medians (L2 flushed), next to a same-size copy.
 
     python3 benchmarks/profile_norm_coop.py --op layer_norm
     ncu --kernel-name regex:_norm_fwd --launch-skip 3 --launch-count 1 --section SpeedOfLight \\
         --section Occupancy --section WarpStateStats --section LaunchStats \\
         python3 benchmarks/profile_norm_coop.py --op layer_norm
+
+``--variant``: where layer_norm's forward spends what rms_norm's does not. Each variant takes
+more of layer_norm's work out of the kernel (so its output is wrong from ``one-word`` on; the
+error against torch's is printed), and includes every variant before it:
+
+* ``base``: the kernel as shipped;
+* ``no-recheck``: a chunk's partial without the second reduction where its shift is ill placed;
+* ``sum-merge``: the row's partials added up in one reduction, not merged by Chan et al.'s rule;
+* ``one-word``: one word a chunk exchanged (sum d^2 only, as rms_norm), not two;
+* ``no-shift``: no shift, so none of the row's three elements is loaded.
+
+``--no-bias`` drops the bias as well. A variant replaces helpers of
+``dispatch_triton.norm_kernels`` before the first compile, so each runs in its own process (the
+JIT keeps a kernel's dependencies from its first compile). Under ``TRITON_INTERPRET=1`` with
+``--device cpu`` it runs (small shapes) without timing.
+
+    for v in base no-recheck sum-merge one-word no-shift; do
+        python3 benchmarks/profile_norm_coop.py --op layer_norm --time --variant $v; done
 """
 
 from __future__ import annotations
@@ -12,11 +31,75 @@ from __future__ import annotations
 import argparse
 
 import torch
+import triton
+import triton.language as tl
 
+from dispatch_triton import norm_kernels as K
 from dispatch_triton import norms as NT
+from dispatch_triton.exchange import _await_words, _publish_words
+
+VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift")
 
 
-def main() -> None:
+@triton.jit
+def _partial_no_recheck(xr, shift, cmask, nc, IS_RMS: tl.constexpr):
+    x = xr.to(tl.float32)
+    if IS_RMS:
+        return tl.full([], 0.0, tl.float32), tl.sum(x * x, 0)
+    else:
+        d = tl.where(cmask, x - shift, 0.0)
+        s, q = K._sum2(d, d * d)
+        return s, K._centred(s, q, nc)
+
+
+@triton.jit
+def _stats_sum_merge(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
+                     CHUNKS_P2: tl.constexpr):
+    vals, jm = _await_words(slot_ptr, 64 + tl.cast(row, tl.int64) * S * 2, S, tag, 2, CHUNKS_P2)
+    a, b = tl.split(vals)
+    s1, m2 = K._sum2(a, b)
+    return K._stats(s1, m2, 0.0, N, eps, False)
+
+
+@triton.jit
+def _publish_one_word(slot_ptr, row, S, c, p1, p2, tag, IS_RMS: tl.constexpr):
+    k = tl.arange(0, 1)
+    _publish_words(slot_ptr, 64 + tl.cast(row, tl.int64) * S + c, tl.zeros([1], tl.float32) + p2, k, tag)
+
+
+@triton.jit
+def _stats_one_word(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
+                    CHUNKS_P2: tl.constexpr):
+    vals, jm = _await_words(slot_ptr, 64 + tl.cast(row, tl.int64) * S, S, tag, 1, CHUNKS_P2)
+    zero = tl.full([], 0.0, tl.float32)
+    return K._stats(zero, tl.sum(tl.sum(vals, 1), 0), zero, N, eps, True)
+
+
+@triton.jit
+def _row_chunk_no_shift(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
+    lim = tl.where(row < M, N, 0)
+    xr = tl.load(x_ptr + tl.cast(row, tl.int64) * stride + cols, mask=cols < lim, other=0.0,
+                 eviction_policy="evict_first")
+    return xr, tl.full([], 0.0, tl.float32)
+
+
+def use_variant(name: str) -> None:
+    """Replace the helpers of ``norm_kernels`` that ``name`` and every variant before it take out
+    (before the first compile)."""
+    if name not in VARIANTS:
+        raise ValueError(f"--variant must be one of {', '.join(VARIANTS)} (got {name!r})")
+    level = VARIANTS.index(name)
+    if level >= 1:
+        K._chunk_partial = _partial_no_recheck
+    if level >= 2:
+        K._coop_stats = _stats_sum_merge
+    if level >= 3:
+        K._coop_publish, K._coop_stats = _publish_one_word, _stats_one_word
+    if level >= 4:
+        K._row_chunk = _row_chunk_no_shift
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--op", default="rms_norm", choices=NT.NORM_OPS)
     parser.add_argument("--dtype", default="bfloat16")
@@ -24,22 +107,46 @@ def main() -> None:
     parser.add_argument("--block-n", type=int, default=2048)
     parser.add_argument("--warps", type=int, default=4)
     parser.add_argument("--launches", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--variant", default="base", choices=VARIANTS)
+    parser.add_argument("--no-bias", action="store_true", help="layer_norm without its bias")
+    parser.add_argument("--time", action="store_true", help="time the launch (and a same-size copy)")
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args(argv)
+    use_variant(args.variant)
     m, n = (int(v) for v in args.shape.split("x"))
-    dtype, device = getattr(torch, args.dtype), torch.device("cuda")
+    dtype, device = getattr(torch, args.dtype), torch.device(args.device)
     config = dict(BLOCK_N=args.block_n, ROWS=1, SPLIT=1, PERSIST=0, num_warps=args.warps, num_stages=1, COOP=1)
-    bias = args.op == "layer_norm"
+    bias = args.op == "layer_norm" and not args.no_bias
     launcher = NT.NormLauncher(args.op, m, n, dtype, n, device, config, 1e-5, True, bias, (m, n))
-    for direct in launcher.direct:
-        kernel = direct.compile(*launcher._stand_ins)
-        print(f"{args.op} {args.dtype} {m}x{n} {config}: registers {kernel.n_regs}, spilled {kernel.n_spills}, "
-              f"grid {direct.grid[0]}", flush=True)
-    x = torch.randn(m, n, device=device, dtype=dtype)
+    head = f"{args.op} {args.dtype} {m}x{n} {args.variant}{' no-bias' if args.no_bias else ''} {config}"
+    if device.type == "cuda":
+        for direct in launcher.direct:
+            kernel = direct.compile(*launcher._stand_ins)
+            head += f": registers {kernel.n_regs}, spilled {kernel.n_spills}, grid {direct.grid[0]}"
+    torch.manual_seed(0)
+    x = torch.randn(m, n, device=device, dtype=dtype) + 0.5  # a mean off zero: layer_norm is not rms_norm
     w = torch.randn(n, device=device, dtype=dtype)
     b = torch.randn(n, device=device, dtype=dtype) if bias else None
-    for _ in range(args.launches):
-        launcher.run(x, w, b)
-    torch.cuda.synchronize()
+    ref = torch.nn.functional.rms_norm(x.float(), (n,), w.float(), 1e-5) if args.op == "rms_norm" else \
+        torch.nn.functional.layer_norm(x.float(), (n,), w.float(), None if b is None else b.float(), 1e-5)
+    err = float((launcher.run(x, w, b).float() - ref).abs().max())
+    if not args.time or device.type != "cuda":
+        print(f"{head}; error {err:.1e}", flush=True)
+        for _ in range(args.launches):
+            launcher.run(x, w, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return
+    src = torch.empty(m * n, device=device, dtype=dtype)
+    dst = torch.empty_like(src)
+    rounds, copies = [], []
+    for _ in range(3):
+        copies.append(triton.testing.do_bench(lambda: dst.copy_(src), warmup=10, rep=100, return_mode="median"))
+        rounds.append(triton.testing.do_bench(lambda: launcher.run(x, w, b), warmup=10, rep=100,
+                                              return_mode="median"))
+    us, copy_us = sorted(rounds)[1] * 1e3, sorted(copies)[1] * 1e3
+    print(f"{head}: {us:.1f} us (rounds {', '.join(f'{r * 1e3:.1f}' for r in rounds)}), {100 * copy_us / us:.0f}% "
+          f"of a same-size copy ({copy_us:.1f} us); error {err:.1e}", flush=True)
 
 
 if __name__ == "__main__":
