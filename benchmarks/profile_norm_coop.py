@@ -17,6 +17,12 @@ error against torch's is printed), and includes every variant before it:
 * ``one-word``: one word a chunk exchanged (sum d^2 only, as rms_norm), not two;
 * ``no-shift``: no shift, so none of the row's three elements is loaded.
 
+``--variant one-merger`` is not one of those: a correct alternative to the exchange, in which only
+the row's first program reads the row's partials, merges them and publishes the row's mean and
+rstd as three words that the others wait for (every program reads all of a row's partials in the
+shipped kernel), and each chunk's partial is taken about the chunk's own first element (no shift
+element that every program of the row reads).
+
 ``--no-bias`` drops the bias as well. A variant replaces helpers of
 ``dispatch_triton.norm_kernels`` before the first compile, so each runs in its own process (the
 JIT keeps a kernel's dependencies from its first compile). Under ``TRITON_INTERPRET=1`` with
@@ -36,9 +42,10 @@ import triton.language as tl
 
 from dispatch_triton import norm_kernels as K
 from dispatch_triton import norms as NT
-from dispatch_triton.exchange import _await_words, _publish_words
+from dispatch_triton.exchange import _await_words, _publish_words, _ticket
+from dispatch_triton.jit import _cvt
 
-VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift")
+VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift", "one-merger")
 
 
 @triton.jit
@@ -83,11 +90,114 @@ def _row_chunk_no_shift(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
     return xr, tl.full([], 0.0, tl.float32)
 
 
+@triton.jit
+def _row_words(vals, i: tl.constexpr):
+    # word i of a row's published [1, 4] words, as a scalar
+    k = tl.arange(0, 4)
+    return tl.sum(tl.sum(tl.where(k[None, :] == i, vals, 0.0), 1), 0)
+
+
+@triton.jit
+def _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
+               CHUNKS_P2: tl.constexpr):
+    # the row's first program: its S chunks' partials (sum d, M2 about each chunk's own first
+    # element) merged by Chan et al.'s rule about the row's first element, published as the words
+    # (that element, the mean of x less it, rstd) after the chunks' words
+    r64 = tl.cast(row, tl.int64)
+    vals, jm = _await_words(slot_ptr, 64 + r64 * S * 2, S, tag, 2, CHUNKS_P2)
+    s, m2 = tl.split(vals)
+    j = tl.arange(0, CHUNKS_P2)
+    n = tl.where(jm, K._part_counts(j, N, BLOCK_N), 0.0)
+    ref = 0.0
+    if IS_RMS:
+        mean_d = 0.0
+        total = tl.sum(m2, 0)
+    else:
+        shifts = tl.load(x_ptr + r64 * stride_xm + j * BLOCK_N, mask=jm, other=0.0).to(tl.float32)
+        ref = tl.load(x_ptr + r64 * stride_xm).to(tl.float32)
+        local = tl.where(jm, (shifts - ref) + s / tl.maximum(n, 1.0), 0.0)
+        mean_d = tl.sum(n * local, 0) / N
+        dev = tl.where(jm, local - mean_d, 0.0)
+        total = tl.sum(m2 + n * dev * dev, 0)
+    rstd = 1.0 / tl.sqrt(total / N + eps)
+    k = tl.arange(0, 4)
+    out = tl.where(k == 0, ref, tl.where(k == 1, mean_d, rstd))
+    _publish_words(slot_ptr, 64 + M * S * 2 + r64 * 4, out, k, tag)
+
+
+@triton.jit
+def _chunk_shift(x_ptr, row, stride, c, M, N, BLOCK_N: tl.constexpr, IS_RMS: tl.constexpr):
+    # the first element of this program's chunk of ``row`` (0 for rms_norm and past the last row)
+    if IS_RMS:
+        return tl.full([], 0.0, tl.float32)
+    else:
+        return tl.load(x_ptr + tl.cast(row, tl.int64) * stride + c * BLOCK_N, mask=row < M, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _coop_fwd_one_merger(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, eps,
+                         IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
+                         BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr):
+    # norm_kernels._coop_fwd's groups, rows and pipeline; a chunk publishes (sum d, M2) about its
+    # own first element (two words, rms_norm too); the row's first program merges them
+    # (_merge_row) before it waits, like the others, for the row's three words
+    OUT_TY = y_ptr.dtype.element_ty
+    nprog = tl.num_programs(0)
+    S = tl.cdiv(N, BLOCK_N)
+    n_groups = nprog // S
+    tid = tl.program_id(0)
+    tag = tid.to(tl.int64) * 0 + 1
+    if PHASE == 0:
+        tid, tag = _ticket(slot_ptr, nprog)
+    grp = tid // S
+    c = tid % S
+    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
+    w, b = K._affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
+    xr, unused = K._row_chunk(x_ptr, grp, stride_xm, cols, M, N, True)
+    if PHASE != 2:
+        if grp < M:
+            p1, p2 = K._chunk_partial(xr, _chunk_shift(x_ptr, grp, stride_xm, c, M, N, BLOCK_N, IS_RMS), cmask, nc,
+                                      IS_RMS)
+            _publish_words(slot_ptr, 64 + tl.cast(grp, tl.int64) * S * 2 + c * 2,
+                           tl.where(tl.arange(0, 2) == 0, p1, p2), tl.arange(0, 2), tag)
+    xr_n, unused = K._row_chunk(x_ptr, grp + n_groups, stride_xm, cols, M, N, True)
+    for row in range(grp, M, n_groups):
+        nrow = row + n_groups
+        if PHASE != 2:
+            if nrow < M:
+                p1, p2 = K._chunk_partial(xr_n, _chunk_shift(x_ptr, nrow, stride_xm, c, M, N, BLOCK_N, IS_RMS), cmask,
+                                          nc, IS_RMS)
+                _publish_words(slot_ptr, 64 + tl.cast(nrow, tl.int64) * S * 2 + c * 2,
+                               tl.where(tl.arange(0, 2) == 0, p1, p2), tl.arange(0, 2), tag)
+        if PHASE != 1:  # (the interpreter's PHASE 2: every partial is out, and a row's first program runs first)
+            if c == 0:
+                _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, IS_RMS, BLOCK_N, CHUNKS_P2)
+        xr_nn, unused = K._row_chunk(x_ptr, nrow + n_groups, stride_xm, cols, M, N, True)
+        if PHASE != 1:
+            row64 = tl.cast(row, tl.int64)
+            words, jm = _await_words(slot_ptr, 64 + M * S * 2 + row64 * 4, 1, tag, 4, 1)
+            y = ((xr.to(tl.float32) - _row_words(words, 0)) - _row_words(words, 1)) * _row_words(words, 2)
+            if HAS_WEIGHT:
+                y = y * w.to(tl.float32)
+            if HAS_BIAS:
+                y = y + b.to(tl.float32)
+            K._st(y_ptr + row64 * stride_ym + cols, _cvt(y, OUT_TY), cmask, HINTS)
+        xr = xr_n
+        xr_n = xr_nn
+
+
 def use_variant(name: str) -> None:
     """Replace the helpers of ``norm_kernels`` that ``name`` and every variant before it take out
     (before the first compile)."""
     if name not in VARIANTS:
         raise ValueError(f"--variant must be one of {', '.join(VARIANTS)} (got {name!r})")
+    if name == "one-merger":  # two words a chunk and four a row: more than the launcher asks for
+        K._coop_fwd = _coop_fwd_one_merger
+        slots = NT._split_slots
+        NT._split_slots = lambda device, partials: slots(device, 2 * partials + 64)
+        return
     level = VARIANTS.index(name)
     if level >= 1:
         K._chunk_partial = _partial_no_recheck

@@ -37,6 +37,15 @@ def test_shipped_kernel_matches_torch(op):
     assert _error(done.stdout) < 1e-4
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_one_merger_alternative_matches_torch(op):
+    # a correct alternative to the shipped exchange: one program a row merges, the others wait
+    done = _run("--op", op, "--variant", "one-merger")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"{op} float32 3x200 one-merger" in done.stdout
+    assert _error(done.stdout) < 1e-4
+
+
 def test_every_piece_taken_out_still_runs_and_says_it_is_wrong():
     # no-shift includes every variant before it: one word a chunk, so no mean is taken out
     done = _run("--op", "layer_norm", "--variant", "no-shift", "--no-bias")
