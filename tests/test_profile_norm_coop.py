@@ -46,6 +46,40 @@ def test_one_merger_alternative_matches_torch(op):
     assert _error(done.stdout) < 1e-4
 
 
+_HARD_ROWS = """
+import sys, torch
+sys.path.insert(0, {bench!r})
+import profile_norm_coop as P
+P.use_variant("one-merger")  # in this process only: it replaces the kernel's exchange
+from dispatch_triton import norms as NT
+cfg = dict(BLOCK_N=16, ROWS=1, SPLIT=1, PERSIST=0, num_warps=1, num_stages=1, COOP=1)
+g = torch.Generator().manual_seed(9)
+wide = 1000 + 0.01 * torch.randn(3, 200, generator=g)  # rows far from zero: strided slices of a wider tensor
+x, w = wide[:, 10:110], torch.randn(100, generator=g)
+y = NT.NormLauncher("layer_norm", 3, 100, torch.float32, 200, torch.device("cpu"), cfg, 1e-6, True, False,
+                    (3, 100)).run(x, w, None)
+far = (y.double() - torch.nn.functional.layer_norm(x.double(), (100,), w.double(), None, 1e-6)).abs().max()
+x = torch.randn(4, 300, generator=g)
+x[:, 0] = x[:, -1] = 3e4  # massive elements at the chunks' first elements
+w, b = torch.randn(300, generator=g), torch.randn(300, generator=g)
+y = NT.NormLauncher("layer_norm", 4, 300, torch.float32, 300, torch.device("cpu"), dict(cfg, BLOCK_N=64), 1e-5,
+                    True, True, (4, 300)).run(x, w, b)
+ref = torch.nn.functional.layer_norm(x.double(), (300,), w.double(), b.double(), 1e-5)
+own = torch.nn.functional.layer_norm(x, (300,), w, b, 1e-5)
+print(float(far), float((y.double() - ref).abs().max()), float((own.double() - ref).abs().max()))
+"""
+
+
+def test_one_merger_keeps_rows_far_from_zero_and_massive_elements_exact():
+    code = _HARD_ROWS.format(bench=str(SCRIPT.parent))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, TRITON_INTERPRET="1"), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    far, massive, torch_own = (float(v) for v in done.stdout.split()[-3:])
+    assert far < 1e-4
+    assert massive <= 2 * torch_own + 1e-6
+
+
 def test_every_piece_taken_out_still_runs_and_says_it_is_wrong():
     # no-shift includes every variant before it: one word a chunk, so no mean is taken out
     done = _run("--op", "layer_norm", "--variant", "no-shift", "--no-bias")
