@@ -189,8 +189,9 @@ def _coop_fwd_one_merger(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, 
 
 
 def use_variant(name: str) -> None:
-    """Replace the helpers of ``norm_kernels`` that ``name`` and every variant before it take out
-    (before the first compile)."""
+    """Replace what variant ``name`` changes in ``norm_kernels`` (before the first compile): the
+    helpers that it and every variant before it take out, or for ``one-merger`` the one-launch
+    path's body (and the slot buffer's size)."""
     if name not in VARIANTS:
         raise ValueError(f"--variant must be one of {', '.join(VARIANTS)} (got {name!r})")
     if name == "one-merger":  # two words a chunk and four a row: more than the launcher asks for
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time", action="store_true", help="time the launch (and a same-size copy)")
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args(argv)
+    if args.variant not in ("base", "one-merger") and args.op != "layer_norm":
+        parser.error(f"--variant {args.variant} takes layer_norm's work out of its kernel: use --op layer_norm")
     use_variant(args.variant)
     m, n = (int(v) for v in args.shape.split("x"))
     dtype, device = getattr(torch, args.dtype), torch.device(args.device)

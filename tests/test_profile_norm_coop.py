@@ -88,6 +88,13 @@ def test_every_piece_taken_out_still_runs_and_says_it_is_wrong():
     assert _error(done.stdout) > 1e-2
 
 
+def test_a_stripped_variant_of_rms_norm_is_refused():
+    # rms_norm publishes one word a chunk: a variant that reads layer_norm's two would wait forever
+    done = _run("--op", "rms_norm", "--variant", "sum-merge")
+    assert done.returncode == 2
+    assert "--op layer_norm" in done.stderr
+
+
 def test_unknown_variant_is_refused_with_the_choices():
     done = _run("--variant", "fast")
     assert done.returncode == 2
