@@ -155,6 +155,7 @@ def _coop_fwd_one_merger(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, 
     cmask = cols < N
     nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
     w, b = K._affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
+    # _row_chunk's IS_RMS=True: the chunk alone, without the row's shift elements
     xr, unused = K._row_chunk(x_ptr, grp, stride_xm, cols, M, N, True)
     if PHASE != 2:
         if grp < M:
