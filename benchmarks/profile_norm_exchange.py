@@ -12,6 +12,13 @@ variants of the kernel:
 * ``local``: nothing published, nothing read (wrong results; the partials' reductions go too, as
   nothing uses them): the kernel's streaming alone, in the same persistent structure.
 
+* ``one-merger``: a correct alternative to the exchange (as ``profile_norm_coop.py --variant
+  one-merger`` for the forward): each chunk's partials taken about the chunk's own first element,
+  and only the row's first program reads the row's partials, merges them and publishes what dx
+  needs (the row's first element, the mean of x less it, rstd and dx's two projections) as words
+  that the others wait for; its dx is checked as ``base``'s. Under the interpreter it runs in two
+  launches (``run_one_merger``; the tests use that).
+
 A variant replaces the exchange helpers of ``dispatch_triton.norm_backward_kernels`` before the
 first compile, so each runs in its own process (the JIT keeps a kernel's dependencies from its
 first compile). Each line also gives the compiled kernel's registers a thread, registers spilled,
@@ -37,8 +44,10 @@ import triton.language as tl
 
 from dispatch_triton import norm_backward as NB
 from dispatch_triton import norm_backward_kernels as K
+from dispatch_triton.exchange import _await_words, _publish_words, _ticket
+from dispatch_triton.jit import _cvt
 
-VARIANTS = ("base", "nowait", "local")
+VARIANTS = ("base", "nowait", "local", "one-merger")
 
 
 @triton.jit
@@ -67,6 +76,173 @@ def _publish_none(slot_ptr, idx, s1, m2, sgd, sg, tag, IS_RMS: tl.constexpr):
     pass
 
 
+@triton.jit
+def _publish_about_own_first(x_ptr, slot_ptr, row, S, c, xr, dyr, w, cmask, nc, stride_xm, tag, SLOT_OFF: tl.constexpr,
+                             HAS_WEIGHT: tl.constexpr, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr):
+    # a chunk's four partials (K._bwd_partial) about the chunk's own first element, as four words
+    r64 = tl.cast(row, tl.int64)
+    shift = 0.0
+    if not IS_RMS:
+        shift = tl.load(x_ptr + r64 * stride_xm + c * BLOCK_N).to(tl.float32)
+    g = dyr.to(tl.float32)
+    if HAS_WEIGHT:
+        g = g * w
+    s1, m2, sgd, sg = K._bwd_partial(xr.to(tl.float32), g, cmask, shift, nc, IS_RMS)
+    k = tl.arange(0, 4)
+    _publish_words(slot_ptr, SLOT_OFF + (r64 * S + c) * 4,
+                   tl.where(k == 0, s1, tl.where(k == 1, m2, tl.where(k == 2, sgd, sg))), k, tag)
+
+
+@triton.jit
+def _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, SLOT_OFF: tl.constexpr, IS_RMS: tl.constexpr,
+               BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr):
+    # the row's first program: the S chunks' partials merged by Chan et al.'s rule about the row's
+    # first element, published as the words (that element, the mean of x less it, rstd, c1, c2)
+    # after every chunk's words, dx = rstd (g - c2 - xhat c1)
+    r64 = tl.cast(row, tl.int64)
+    vals, jm = _await_words(slot_ptr, SLOT_OFF + r64 * S * 4, S, tag, 4, CHUNKS_P2)
+    even, odd = tl.split(tl.reshape(vals, [CHUNKS_P2, 2, 2]))
+    s1, sgd = tl.split(even)
+    m2, sg = tl.split(odd)
+    j = tl.arange(0, CHUNKS_P2)
+    n = tl.where(jm, K._part_counts(j, N, BLOCK_N), 0.0)
+    ref = 0.0
+    mean_d = 0.0
+    c2 = 0.0
+    if IS_RMS:
+        total = tl.sum(m2, 0)
+        sgdt = tl.sum(sgd, 0)
+    else:
+        shifts = tl.load(x_ptr + r64 * stride_xm + j * BLOCK_N, mask=jm, other=0.0).to(tl.float32)
+        ref = tl.load(x_ptr + r64 * stride_xm).to(tl.float32)
+        local = tl.where(jm, (shifts - ref) + s1 / tl.maximum(n, 1.0), 0.0)
+        mean_d = tl.sum(n * local, 0) / N
+        dev = tl.where(jm, local - mean_d, 0.0)
+        total = tl.sum(m2 + n * dev * dev, 0)
+        sgdt = tl.sum(sgd + dev * sg, 0)
+        c2 = tl.sum(sg, 0) / N
+    rstd = 1.0 / tl.sqrt(total / N + eps)
+    k = tl.arange(0, 8)
+    out = tl.where(k == 0, ref, tl.where(k == 1, mean_d, tl.where(k == 2, rstd, tl.where(k == 3, rstd * sgdt / N,
+                                                                                        tl.where(k == 4, c2, 0.0)))))
+    _publish_words(slot_ptr, SLOT_OFF + M * S * 4 + r64 * 8, out, k, tag)
+
+
+@triton.jit
+def _word(vals, i: tl.constexpr):
+    # word i of a row's published [1, 8] words, as a scalar
+    k = tl.arange(0, 8)
+    return tl.sum(tl.sum(tl.where(k[None, :] == i, vals, 0.0), 1), 0)
+
+
+@triton.jit(do_not_specialize=["M", "eps"])
+def _norm_bwd_one_merger(
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr,
+):
+    # K._norm_bwd_coop's signature, so that the launcher takes it as is: one launch
+    _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b,
+                     eps, IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, BLOCK_N, CHUNKS_P2, SLOT_OFF, 0)
+
+
+@triton.jit
+def _norm_bwd_one_merger_phased(
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr, PHASE: tl.constexpr,
+):
+    # the interpreter's two launches: PHASE 1 publishes, PHASE 2 merges, waits and writes
+    _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b,
+                     eps, IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, BLOCK_N, CHUNKS_P2, SLOT_OFF, PHASE)
+
+
+@triton.jit
+def _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b,
+                     eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr,
+                     WANT_DB: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr,
+                     PHASE: tl.constexpr):
+    # K._norm_bwd_coop's groups, rows and pipeline; four words a chunk (rms_norm too), eight a row
+    # after them
+    DX_TY = dx_ptr.dtype.element_ty
+    nprog = tl.num_programs(0)
+    S = tl.cdiv(N, BLOCK_N)
+    n_groups = nprog // S
+    tid = tl.program_id(0)
+    tag = tid.to(tl.int64) * 0 + 1
+    if PHASE == 0:
+        tid, tag = _ticket(slot_ptr, nprog)
+    grp = tid // S
+    c = tid % S
+    cols, cmask, w, acc_w, acc_b = K._chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
+    nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
+    xr, dyr, unused = K._coop_chunk(x_ptr, dy_ptr, grp, stride_xm, stride_dym, cols, M, N, True)  # no row shift
+    if PHASE != 2:
+        if grp < M:
+            _publish_about_own_first(x_ptr, slot_ptr, grp, S, c, xr, dyr, w, cmask, nc, stride_xm, tag, SLOT_OFF,
+                                     HAS_WEIGHT, IS_RMS, BLOCK_N)
+    xr_n, dyr_n, unused = K._coop_chunk(x_ptr, dy_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N, True)
+    for row in range(grp, M, n_groups):
+        nrow = row + n_groups
+        if PHASE != 2:
+            if nrow < M:
+                _publish_about_own_first(x_ptr, slot_ptr, nrow, S, c, xr_n, dyr_n, w, cmask, nc, stride_xm, tag,
+                                         SLOT_OFF, HAS_WEIGHT, IS_RMS, BLOCK_N)
+        if PHASE != 1:
+            if c == 0:
+                _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, SLOT_OFF, IS_RMS, BLOCK_N, CHUNKS_P2)
+        xr_nn, dyr_nn, unused = K._coop_chunk(x_ptr, dy_ptr, nrow + n_groups, stride_xm, stride_dym, cols, M, N, True)
+        if PHASE != 1:
+            r64 = tl.cast(row, tl.int64)
+            words, jm = _await_words(slot_ptr, SLOT_OFF + M * S * 4 + r64 * 8, 1, tag, 8, 1)
+            dy = dyr.to(tl.float32)
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * w
+            rstd = _word(words, 2)
+            xhat = tl.where(cmask, ((xr.to(tl.float32) - _word(words, 0)) - _word(words, 1)) * rstd, 0.0)
+            dx = rstd * (g - _word(words, 4) - xhat * _word(words, 3))
+            tl.store(dx_ptr + r64 * stride_dxm + cols, _cvt(dx, DX_TY), mask=cmask)
+            if WANT_DW:
+                acc_w += dy * xhat
+            if WANT_DB:
+                acc_b += dy
+        xr = xr_n
+        dyr = dyr_n
+        xr_n = xr_nn
+        dyr_n = dyr_nn
+    if PHASE != 1:
+        if grp < n_groups:
+            poff = tl.cast(grp, tl.int64) * N
+            if WANT_DW:
+                tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
+            if WANT_DB:
+                tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
+
+
+def run_one_merger(op: str, x, dy, w, with_bias: bool, block_n: int, groups: int = 2) -> tuple:
+    """(dx, dweight, dbias or None) of the one-merger backward, launched directly: one launch on a
+    GPU, PHASE 1 then 2 under the interpreter (which runs programs one after another)."""
+    m, n = x.shape
+    s = -(-n // block_n)
+    grid = (groups * s,)
+    dx = torch.empty_like(x)
+    p = torch.zeros(2 * groups * n, device=x.device, dtype=torch.float32)
+    slot = torch.zeros(64 + 4 * m * s + 8 * m, device=x.device, dtype=torch.int64)
+    args = (x, dx, dy, w, p, slot, m, n, x.stride(0), dy.stride(0), dx.stride(0), groups * n, 1e-5)
+    meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=True, WANT_DW=True, WANT_DB=with_bias, BLOCK_N=block_n,
+                CHUNKS_P2=triton.next_power_of_2(s), SLOT_OFF=64, num_warps=1)
+    if x.is_cuda:
+        _norm_bwd_one_merger[grid](*args, **meta)
+    else:
+        for phase in (1, 2):
+            _norm_bwd_one_merger_phased[grid](*args, PHASE=phase, **meta)
+    sums = p.view(2, groups, n).sum(1)
+    return dx, sums[0].to(w.dtype), sums[1].to(w.dtype) if with_bias else None
+
+
 def _kernels_seen() -> dict:
     return {id(c): c for e in K._norm_bwd_coop.device_caches.values() for c in e[0].values()}
 
@@ -86,7 +262,7 @@ def one(op: str, dtype_name: str, shape: str, variant: str, over: dict) -> str:
     kernels = [(c.n_regs, c.n_spills, c.asm["ptx"].count("atom."), c.asm["ptx"].count("bar.sync"),
                 c.asm["ptx"].count("ld.volatile")) for key, c in _kernels_seen().items() if key not in before]
     err = float("nan")
-    if variant == "base":
+    if variant in ("base", "one-merger"):
         xs, ws = x.float().requires_grad_(), w.float().requires_grad_()
         ref = F.rms_norm(xs, (n,), ws, 1e-5) if op == "rms_norm" else F.layer_norm(xs, (n,), ws, b.float(), 1e-5)
         gx, = torch.autograd.grad(ref, [xs], dy.float())
@@ -111,6 +287,9 @@ def main() -> int:
         K._gather = _gather_nowait
     elif variant == "local":
         K._gather, K._publish = _gather_local, _publish_none
+    elif variant == "one-merger":  # four words a chunk and eight a row: more than the launcher asks for
+        slots = NB._split_slots
+        NB._norm_bwd_coop, NB._split_slots = _norm_bwd_one_merger, lambda device, partials: slots(device, 2 * partials)
     cases = [c.split(":") for c in sys.argv[2].split(",")]
     configs = [json.loads(c) for c in sys.argv[3:]] or [{}]
     for op, dtype_name, shape in cases:
