@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import dispatch
+from benchmark_scripts import load
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_layouts.py"
 CONTENDERS = {"torch", "dispatch", "dispatch[triton]", "dispatch[tilelang]"}
@@ -60,15 +61,12 @@ def test_an_unknown_family_is_named_with_the_known_ones(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_a_run_stopped_early_has_saved_every_case_it_finished(monkeypatch):
+def test_a_run_stopped_early_has_saved_every_case_it_finished():
     import torch
 
     from dispatch.backend import TuneSettings
 
-    spec = importlib.util.spec_from_file_location("bench_layouts", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_layouts", module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load("bench_layouts")
     saved = []
 
     class Stopped(Exception):

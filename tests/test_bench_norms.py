@@ -4,7 +4,6 @@ check alone on gradients made wrong on purpose)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,15 +11,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from benchmark_scripts import load
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_norms.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bench_norms", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("bench_norms")
 
 
 def test_cpu_run_checks_every_forward_and_backward_row(tmp_path):

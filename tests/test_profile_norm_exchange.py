@@ -4,29 +4,18 @@ element), run under the interpreter in its two launches against torch's float64 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-pytest.importorskip("triton")
+from benchmark_scripts import load
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_norm_exchange.py"
+pytest.importorskip("triton")
 
 
 @pytest.fixture(scope="module")
 def profile():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("profile_norm_exchange", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return module
+    return load("profile_norm_exchange")
 
 
 def _reference(op, x, dy, w, b):

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-pytest.importorskip("triton")
+from benchmark_scripts import load
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_strided.py"
+pytest.importorskip("triton")
 
 
 @pytest.fixture(scope="module")
 def profile():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("profile_strided", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return module
+    return load("profile_strided")
 
 
 def test_config_words_round_trip_and_default_takes_more_words(profile):
