@@ -91,10 +91,36 @@ def _row_chunk_no_shift(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _row_words(vals, i: tl.constexpr):
-    # word i of a row's published [1, 4] words, as a scalar
-    k = tl.arange(0, 4)
+def _word(vals, i: tl.constexpr):
+    # word i of a row's published [1, W] words, as a scalar
+    k = tl.arange(0, vals.shape[1])
     return tl.sum(tl.sum(tl.where(k[None, :] == i, vals, 0.0), 1), 0)
+
+
+@triton.jit
+def _group(slot_ptr, N, BLOCK_N: tl.constexpr, PHASE: tl.constexpr):
+    # (group, chunk, chunks a row, groups, tag) of a program as norm_kernels._coop_fwd takes them:
+    # from its ticket on a GPU (PHASE 0), from its program id under the interpreter (tag 1)
+    nprog = tl.num_programs(0)
+    S = tl.cdiv(N, BLOCK_N)
+    tid = tl.program_id(0)
+    tag = tid.to(tl.int64) * 0 + 1
+    if PHASE == 0:
+        tid, tag = _ticket(slot_ptr, nprog)
+    return tid // S, tid % S, S, nprog // S, tag
+
+
+@triton.jit
+def _about_row_start(x_ptr, xoff, s, n, jm, N, BLOCK_N: tl.constexpr):
+    # the row's first element, the row's mean less it, and each chunk's mean less the row's, from
+    # the chunks' sums s of x less their own first elements (n elements each; live lanes jm).
+    # Every difference is of nearby numbers or of small ones, so rows far from zero keep their digits
+    j = tl.arange(0, s.shape[0])
+    shifts = tl.load(x_ptr + xoff + j * BLOCK_N, mask=jm, other=0.0).to(tl.float32)
+    ref = tl.load(x_ptr + xoff).to(tl.float32)
+    local = tl.where(jm, (shifts - ref) + s / tl.maximum(n, 1.0), 0.0)
+    mean_d = tl.sum(n * local, 0) / N
+    return ref, mean_d, tl.where(jm, local - mean_d, 0.0)
 
 
 @triton.jit
@@ -113,11 +139,7 @@ def _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, IS_RMS: tl.co
         mean_d = 0.0
         total = tl.sum(m2, 0)
     else:
-        shifts = tl.load(x_ptr + r64 * stride_xm + j * BLOCK_N, mask=jm, other=0.0).to(tl.float32)
-        ref = tl.load(x_ptr + r64 * stride_xm).to(tl.float32)
-        local = tl.where(jm, (shifts - ref) + s / tl.maximum(n, 1.0), 0.0)
-        mean_d = tl.sum(n * local, 0) / N
-        dev = tl.where(jm, local - mean_d, 0.0)
+        ref, mean_d, dev = _about_row_start(x_ptr, r64 * stride_xm, s, n, jm, N, BLOCK_N)
         total = tl.sum(m2 + n * dev * dev, 0)
     rstd = 1.0 / tl.sqrt(total / N + eps)
     k = tl.arange(0, 4)
@@ -142,15 +164,7 @@ def _coop_fwd_one_merger(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, 
     # own first element (two words, rms_norm too); the row's first program merges them
     # (_merge_row) before it waits, like the others, for the row's three words
     OUT_TY = y_ptr.dtype.element_ty
-    nprog = tl.num_programs(0)
-    S = tl.cdiv(N, BLOCK_N)
-    n_groups = nprog // S
-    tid = tl.program_id(0)
-    tag = tid.to(tl.int64) * 0 + 1
-    if PHASE == 0:
-        tid, tag = _ticket(slot_ptr, nprog)
-    grp = tid // S
-    c = tid % S
+    grp, c, S, n_groups, tag = _group(slot_ptr, N, BLOCK_N, PHASE)
     cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
     cmask = cols < N
     nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
@@ -179,7 +193,7 @@ def _coop_fwd_one_merger(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, 
         if PHASE != 1:
             row64 = tl.cast(row, tl.int64)
             words, jm = _await_words(slot_ptr, 64 + M * S * 2 + row64 * 4, 1, tag, 4, 1)
-            y = ((xr.to(tl.float32) - _row_words(words, 0)) - _row_words(words, 1)) * _row_words(words, 2)
+            y = ((xr.to(tl.float32) - _word(words, 0)) - _word(words, 1)) * _word(words, 2)
             if HAS_WEIGHT:
                 y = y * w.to(tl.float32)
             if HAS_BIAS:

@@ -44,8 +44,9 @@ import triton.language as tl
 
 from dispatch_triton import norm_backward as NB
 from dispatch_triton import norm_backward_kernels as K
-from dispatch_triton.exchange import _await_words, _publish_words, _ticket
+from dispatch_triton.exchange import _await_words, _publish_words
 from dispatch_triton.jit import _cvt
+from profile_norm_coop import _about_row_start, _group, _word
 
 VARIANTS = ("base", "nowait", "local", "one-merger")
 
@@ -88,9 +89,7 @@ def _publish_about_own_first(x_ptr, slot_ptr, row, S, c, xr, dyr, w, cmask, nc, 
     if HAS_WEIGHT:
         g = g * w
     s1, m2, sgd, sg = K._bwd_partial(xr.to(tl.float32), g, cmask, shift, nc, IS_RMS)
-    k = tl.arange(0, 4)
-    _publish_words(slot_ptr, SLOT_OFF + (r64 * S + c) * 4,
-                   tl.where(k == 0, s1, tl.where(k == 1, m2, tl.where(k == 2, sgd, sg))), k, tag)
+    K._publish(slot_ptr, SLOT_OFF + (r64 * S + c) * 4, s1, m2, sgd, sg, tag, False)  # four words, rms_norm too
 
 
 @triton.jit
@@ -113,11 +112,7 @@ def _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, SLOT_OFF: tl.
         total = tl.sum(m2, 0)
         sgdt = tl.sum(sgd, 0)
     else:
-        shifts = tl.load(x_ptr + r64 * stride_xm + j * BLOCK_N, mask=jm, other=0.0).to(tl.float32)
-        ref = tl.load(x_ptr + r64 * stride_xm).to(tl.float32)
-        local = tl.where(jm, (shifts - ref) + s1 / tl.maximum(n, 1.0), 0.0)
-        mean_d = tl.sum(n * local, 0) / N
-        dev = tl.where(jm, local - mean_d, 0.0)
+        ref, mean_d, dev = _about_row_start(x_ptr, r64 * stride_xm, s1, n, jm, N, BLOCK_N)
         total = tl.sum(m2 + n * dev * dev, 0)
         sgdt = tl.sum(sgd + dev * sg, 0)
         c2 = tl.sum(sg, 0) / N
@@ -126,13 +121,6 @@ def _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, SLOT_OFF: tl.
     out = tl.where(k == 0, ref, tl.where(k == 1, mean_d, tl.where(k == 2, rstd, tl.where(k == 3, rstd * sgdt / N,
                                                                                         tl.where(k == 4, c2, 0.0)))))
     _publish_words(slot_ptr, SLOT_OFF + M * S * 4 + r64 * 8, out, k, tag)
-
-
-@triton.jit
-def _word(vals, i: tl.constexpr):
-    # word i of a row's published [1, 8] words, as a scalar
-    k = tl.arange(0, 8)
-    return tl.sum(tl.sum(tl.where(k[None, :] == i, vals, 0.0), 1), 0)
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
@@ -167,15 +155,7 @@ def _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride
     # K._norm_bwd_coop's groups, rows and pipeline; four words a chunk (rms_norm too), eight a row
     # after them
     DX_TY = dx_ptr.dtype.element_ty
-    nprog = tl.num_programs(0)
-    S = tl.cdiv(N, BLOCK_N)
-    n_groups = nprog // S
-    tid = tl.program_id(0)
-    tag = tid.to(tl.int64) * 0 + 1
-    if PHASE == 0:
-        tid, tag = _ticket(slot_ptr, nprog)
-    grp = tid // S
-    c = tid % S
+    grp, c, S, n_groups, tag = _group(slot_ptr, N, BLOCK_N, PHASE)
     cols, cmask, w, acc_w, acc_b = K._chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
     nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
     xr, dyr, unused = K._coop_chunk(x_ptr, dy_ptr, grp, stride_xm, stride_dym, cols, M, N, True)  # no row shift
