@@ -224,7 +224,7 @@ def run_one_merger(op: str, x, dy, w, with_bias: bool, block_n: int, groups: int
 
 
 def _kernels_seen() -> dict:
-    return {id(c): c for e in K._norm_bwd_coop.device_caches.values() for c in e[0].values()}
+    return {id(c): c for e in NB._norm_bwd_coop.device_caches.values() for c in e[0].values()}  # the variant's too
 
 
 def one(op: str, dtype_name: str, shape: str, variant: str, over: dict) -> str:
