@@ -65,6 +65,23 @@ _INTERPRETED = tl.constexpr(_interpreting())
 
 
 @triton.jit
+def _ld(ptrs, mask, EV: tl.constexpr, other: tl.constexpr = 0.0, EVEN: tl.constexpr = False):
+    # a load (``other`` where masked off; no mask with EVEN) with L2 eviction hint EV: 0 none,
+    # 1 evict_first (read once), 2 evict_last (read again soon)
+    if EV == 1:
+        policy: tl.constexpr = "evict_first"
+    elif EV == 2:
+        policy: tl.constexpr = "evict_last"
+    else:
+        policy: tl.constexpr = ""
+    if EVEN:
+        v = tl.load(ptrs, eviction_policy=policy)
+    else:
+        v = tl.load(ptrs, mask=mask, other=other, eviction_policy=policy)
+    return v
+
+
+@triton.jit
 def _cvt(x, TY: tl.constexpr):
     if _INTERPRETED:
         if TY == tl.bfloat16:

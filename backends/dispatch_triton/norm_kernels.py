@@ -51,7 +51,7 @@ import triton
 import triton.language as tl
 
 from .exchange import _await_words, _publish_words, _ticket
-from .jit import _INTERPRETED, _cvt
+from .jit import _INTERPRETED, _cvt, _ld
 
 
 @triton.jit
@@ -75,18 +75,6 @@ def _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT: tl.constexpr, HAS_BIAS
     if HAS_BIAS:
         b = tl.load(b_ptr + cols, mask=cmask, other=0.0)
     return w, b
-
-
-@triton.jit
-def _ld(ptrs, mask, EV: tl.constexpr):
-    # a masked load (0 where masked off) with L2 eviction hint EV: 0 none, 1 evict_first, 2 evict_last
-    if EV == 1:
-        v = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-    elif EV == 2:
-        v = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_last")
-    else:
-        v = tl.load(ptrs, mask=mask, other=0.0)
-    return v
 
 
 @triton.jit

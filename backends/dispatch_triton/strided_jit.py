@@ -46,34 +46,20 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .jit import _exp
+from .jit import _exp, _ld
 
 
 @triton.jit
-def _load(ptrs, mask, other, EVEN: tl.constexpr, L2: tl.constexpr):
-    """A tile in fp32; ``L2`` 1: its lines kept in L2 before others (read again soon), 2: evicted first."""
-    if L2 == 1:
-        if EVEN:
-            v = tl.load(ptrs, eviction_policy="evict_last")
-        else:
-            v = tl.load(ptrs, mask=mask, other=other, eviction_policy="evict_last")
-    elif L2 == 2:
-        if EVEN:
-            v = tl.load(ptrs, eviction_policy="evict_first")
-        else:
-            v = tl.load(ptrs, mask=mask, other=other, eviction_policy="evict_first")
-    else:
-        if EVEN:
-            v = tl.load(ptrs)
-        else:
-            v = tl.load(ptrs, mask=mask, other=other)
-    return v.to(tl.float32)
+def _load(ptrs, mask, other, EVEN: tl.constexpr, EV: tl.constexpr):
+    """A tile in fp32, with L2 eviction hint ``EV`` (as :func:`~dispatch_triton.jit._ld`: 1 evict_first,
+    2 evict_last)."""
+    return _ld(ptrs, mask, EV, other, EVEN).to(tl.float32)
 
 
 @triton.jit
-def _store(ptrs, y, mask, EVEN: tl.constexpr, L2: tl.constexpr = 0):
-    """``L2`` 2: a streaming store (``.cs``), whose lines leave L2 first."""
-    if L2 == 2:
+def _store(ptrs, y, mask, EVEN: tl.constexpr, EV: tl.constexpr = 0):
+    """``EV`` 1: a streaming store (``.cs``), whose lines leave L2 first."""
+    if EV == 1:
         if EVEN:
             tl.store(ptrs, y, cache_modifier=".cs")
         else:
@@ -97,11 +83,11 @@ def _descriptor(base, R, INNER, sxr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexp
 
 
 @triton.jit
-def _chunk(x_base, sxr, r0, rr, stop, cmask, other, EVEN: tl.constexpr, L2: tl.constexpr):
+def _chunk(x_base, sxr, r0, rr, stop, cmask, other, EVEN: tl.constexpr, EV: tl.constexpr):
     """Rows ``r0 + rr`` (those below ``stop``) of the program's columns, in fp32."""
     r = r0 + rr
     mask = (r < stop)[:, None] & cmask[None, :]
-    return _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, other, EVEN, L2)
+    return _load(x_base + r.to(tl.int64)[:, None] * sxr, mask, other, EVEN, EV)
 
 
 @triton.jit
@@ -117,37 +103,37 @@ def _next_start(r0, stop, BLOCK_R: tl.constexpr, EVEN: tl.constexpr):
 
 @triton.jit
 def _write_chunk(o_base, sor, v, r, stop, cmask, safe, inv, log_s, OP: tl.constexpr, EVEN: tl.constexpr,
-                 FAST_EXP: tl.constexpr, L2: tl.constexpr):
+                 FAST_EXP: tl.constexpr, EV: tl.constexpr):
     """Store softmax (``OP`` 0) or log_softmax (1) of the chunk ``v`` at rows ``r`` from the columns' stats."""
     mask = (r < stop)[:, None] & cmask[None, :]
     if OP == 0:
         y = _exp(v - safe[None, :], FAST_EXP) * inv[None, :]
     else:
         y = (v - safe[None, :]) - log_s[None, :]
-    _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN, L2)
+    _store(o_base + r.to(tl.int64)[:, None] * sor, y.to(o_base.dtype.element_ty), mask, EVEN, EV)
 
 
 @triton.jit
 def _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, inv, log_s, OP: tl.constexpr,
                 BLOCK_R: tl.constexpr, EVEN: tl.constexpr, PREFETCH: tl.constexpr,
-                desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, L2: tl.constexpr):
+                desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, EV: tl.constexpr):
     """softmax (``OP`` 0) or log_softmax (1) of rows ``[start, stop)`` from the columns' stats
-    (``L2`` 2: x read and the output written as lines to evict first)."""
+    (``EV`` 1: x read and the output written as lines to evict first)."""
     rr = tl.arange(0, BLOCK_R)
     if TMA:
         for r0 in tl.range(start, stop, BLOCK_R, num_stages=STAGES):
             v = desc.load([r0, c0]).to(tl.float32)
-            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP, L2)
+            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP, EV)
     else:
         if PREFETCH:
-            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN, L2)
+            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, 0.0, EVEN, EV)
         for r0 in range(start, stop, BLOCK_R):
             if PREFETCH:
                 v = v_next
-                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN, L2)
+                v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask, 0.0, EVEN, EV)
             else:
-                v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN, L2)
-            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP, L2)
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, 0.0, EVEN, EV)
+            _write_chunk(o_base, sor, v, r0 + rr, stop, cmask, safe, inv, log_s, OP, EVEN, FAST_EXP, EV)
 
 
 @triton.jit
@@ -163,13 +149,13 @@ def _online_update(m, s, nan, v):
 @triton.jit
 def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                   EVEN: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
-                  desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, L2: tl.constexpr):
-    """(max, sum of exp(x - max), NaN seen) per column over rows ``[start, stop)``, in fp32 (``L2``
-    1: x's lines kept in L2 before others, for a second pass)."""
+                  desc, c0, TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, EV: tl.constexpr):
+    """(max, sum of exp(x - max), NaN seen) per column over rows ``[start, stop)``, in fp32 (``EV``
+    2: x's lines kept in L2 before others, for a second pass)."""
     rr = tl.arange(0, BLOCK_R)
     if not TMA:
         if PREFETCH:
-            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN, L2)
+            v_next = _chunk(x_base, sxr, start, rr, stop, cmask, float("-inf"), EVEN, EV)
     m = tl.full([BLOCK_I], float("-inf"), tl.float32)  # the TMA and plain loops' running stats
     s = tl.zeros([BLOCK_I], tl.float32)
     nan = tl.zeros([BLOCK_I], tl.int32)
@@ -187,9 +173,9 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
             if PREFETCH:
                 v = v_next
                 v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask,
-                                float("-inf"), EVEN, L2)
+                                float("-inf"), EVEN, EV)
             else:
-                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN, L2)
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN, EV)
             lo = tl.minimum(m2, v)
             e = _exp(lo - tl.maximum(m2, v), FAST_EXP)  # one of exp(v - m), exp(m - v) is 1: the other only
             e = tl.where(lo == float("-inf"), 0.0, e)
@@ -205,9 +191,9 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
             if PREFETCH:
                 v = v_next
                 v_next = _chunk(x_base, sxr, _next_start(r0, stop, BLOCK_R, EVEN), rr, stop, cmask,
-                                float("-inf"), EVEN, L2)
+                                float("-inf"), EVEN, EV)
             else:
-                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN, L2)
+                v = _chunk(x_base, sxr, r0, rr, stop, cmask, float("-inf"), EVEN, EV)
             m, s, nan = _online_update(m, s, nan, v)
     return m, s, nan
 
@@ -257,7 +243,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
             _store(o_base + rr.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
     else:
         m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0, TMA,
-                                  STAGES, FAST_EXP, KEEP_X)
+                                  STAGES, FAST_EXP, KEEP_X * 2)
         safe = tl.where(m == float("-inf"), 0.0, m)
         if OP == 2:  # logsumexp: one value per column
             _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
@@ -266,7 +252,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
                 s = tl.where((nan > 0) | (m == float("inf")), float("nan"), s)  # as the chunked merge gives
             # log_softmax = (x - max) - log(sum): exact difference first, as torch
             _write_pass(x_base, o_base, sxr, sor, 0, R, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN, PREFETCH,
-                        desc, c0, TMA, STAGES, FAST_EXP, KEEP_X * 2)
+                        desc, c0, TMA, STAGES, FAST_EXP, KEEP_X)
 
 
 # -- R split over several programs: partial (max, sum) per chunk of R, then a merge that writes ------
@@ -291,7 +277,7 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per
     start = sp * rows_per_split
     stop = tl.minimum(start + rows_per_split, R)
     m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0,
-                              TMA, STAGES, FAST_EXP, KEEP_X)
+                              TMA, STAGES, FAST_EXP, KEEP_X * 2)
     m = tl.where(nan > 0, float("nan"), m)
     slot = (o * n_splits + sp) * INNER + cols
     plane = tl.num_programs(0) // n_iblocks * n_splits * INNER
@@ -373,4 +359,4 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, r
         # log_softmax = (x - max) - log(sum): exact difference first, as torch
         desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
         _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
-                    PREFETCH, desc, c0, TMA, STAGES, FAST_EXP, KEEP_X * 2)
+                    PREFETCH, desc, c0, TMA, STAGES, FAST_EXP, KEEP_X)
