@@ -1,5 +1,6 @@
-"""benchmarks/profile_norm_coop.py: its variants run the one-launch norm forward under the
-interpreter, the shipped one matching torch, the stripped ones reporting how far they are off."""
+"""benchmarks/profile_norm_coop.py: its variants run the one-launch norm forward (on the GPU when
+there is one, else under the interpreter), the shipped one matching torch, the stripped ones
+reporting how far they are off."""
 
 from __future__ import annotations
 
@@ -10,17 +11,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("triton")
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_norm_coop.py"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ENV = dict(os.environ, **({} if DEVICE == "cuda" else {"TRITON_INTERPRET": "1"}))
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    return subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--dtype", "float32", "--shape", "3x200",
+    return subprocess.run([sys.executable, str(SCRIPT), "--device", DEVICE, "--dtype", "float32", "--shape", "3x200",
                            "--block-n", "64", "--warps", "1", "--launches", "1", *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=ENV, timeout=300)
 
 
 def _error(out: str) -> float:
@@ -53,16 +56,18 @@ import profile_norm_coop as P
 P.use_variant("one-merger")  # in this process only: it replaces the kernel's exchange
 from dispatch_triton import norms as NT
 cfg = dict(BLOCK_N=16, ROWS=1, SPLIT=1, PERSIST=0, num_warps=1, num_stages=1, COOP=1)
+dev = torch.device({device!r})
 g = torch.Generator().manual_seed(9)
 wide = 1000 + 0.01 * torch.randn(3, 200, generator=g)  # rows far from zero: strided slices of a wider tensor
-x, w = wide[:, 10:110], torch.randn(100, generator=g)
-y = NT.NormLauncher("layer_norm", 3, 100, torch.float32, 200, torch.device("cpu"), cfg, 1e-6, True, False,
+x, w = wide[:, 10:110].to(dev), torch.randn(100, generator=g).to(dev)
+y = NT.NormLauncher("layer_norm", 3, 100, torch.float32, 200, dev, cfg, 1e-6, True, False,
                     (3, 100)).run(x, w, None)
 far = (y.double() - torch.nn.functional.layer_norm(x.double(), (100,), w.double(), None, 1e-6)).abs().max()
 x = torch.randn(4, 300, generator=g)
 x[:, 0] = x[:, -1] = 3e4  # massive elements at the chunks' first elements
 w, b = torch.randn(300, generator=g), torch.randn(300, generator=g)
-y = NT.NormLauncher("layer_norm", 4, 300, torch.float32, 300, torch.device("cpu"), dict(cfg, BLOCK_N=64), 1e-5,
+x, w, b = x.to(dev), w.to(dev), b.to(dev)
+y = NT.NormLauncher("layer_norm", 4, 300, torch.float32, 300, dev, dict(cfg, BLOCK_N=64), 1e-5,
                     True, True, (4, 300)).run(x, w, b)
 ref = torch.nn.functional.layer_norm(x.double(), (300,), w.double(), b.double(), 1e-5)
 own = torch.nn.functional.layer_norm(x, (300,), w, b, 1e-5)
@@ -71,9 +76,8 @@ print(float(far), float((y.double() - ref).abs().max()), float((own.double() - r
 
 
 def test_one_merger_keeps_rows_far_from_zero_and_massive_elements_exact():
-    code = _HARD_ROWS.format(bench=str(SCRIPT.parent))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, TRITON_INTERPRET="1"), timeout=300)
+    code = _HARD_ROWS.format(bench=str(SCRIPT.parent), device=DEVICE)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     far, massive, torch_own = (float(v) for v in done.stdout.split()[-3:])
     assert far < 1e-4

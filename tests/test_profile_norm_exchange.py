@@ -1,6 +1,7 @@
 """benchmarks/profile_norm_exchange.py's one-merger backward: a correct alternative to the shipped
 exchange (one program a row merges the row's partials, taken about each chunk's own first
-element), run under the interpreter in its two launches against torch's float64 gradients."""
+element), run in one launch on the GPU when there is one, else under the interpreter in its two
+launches, against torch's float64 gradients."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import torch.nn.functional as F
 from benchmark_scripts import load
 
 pytest.importorskip("triton")
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +31,8 @@ def _reference(op, x, dy, w, b):
 
 
 def _check(profile, op, x, dy, w, b, block_n, tol):
-    dx, dw, db = profile.run_one_merger(op, x, dy, w, b is not None, block_n)
+    on = [t.to(DEVICE) for t in (x, dy, w)]
+    dx, dw, db = (t if t is None else t.cpu() for t in profile.run_one_merger(op, *on, b is not None, block_n))
     rdx, rdw, rdb = _reference(op, x, dy, w, b)
     assert (dx.double() - rdx).abs().max() <= tol * rdx.abs().max()
     assert (dw.double() - rdw).abs().max() <= tol * rdw.abs().max()
