@@ -70,7 +70,7 @@ SMOKE_CASES = {
     "transposed_4096x4096": ((48, 64), lambda t: t.t(), -1),
     "dim0_65536x128": ((256, 16), lambda t: t, 0),
 }
-FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "TMA", "FAST_EXP", "REVERSE", "KEEP_X", "COOP")
+FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -274,15 +274,12 @@ VARIANT_CONFIGS = [
     ("fast_exp_one_pass", dict(FAST_EXP=1, ONE_PASS=1)),
     ("keep_x", dict(KEEP_X=1)),
     ("keep_x_even_acc_2d", dict(KEEP_X=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
-    ("coop", dict(COOP=1)),  # R's splits in one launch, exchanging their partials
-    ("coop_even_acc_2d_keep_x", dict(COOP=1, EVEN=1, ACC_2D=1, PREFETCH=1, KEEP_X=1)),
 ]
 
 
 def _runs_here(extra: dict) -> None:
     if extra.get("FAST_EXP") and DEV != "cuda":
         pytest.skip("FAST_EXP is inline PTX: a GPU only")
-
 # (name, base shape, view, dim): R a multiple of 8 and inner of 16 (EVEN engages) but the last;
 # strides of 16 bytes (TMA's alignment)
 VARIANT_LAYOUTS = [
@@ -446,8 +443,7 @@ def test_logsumexp_over_dim0_takes_wide_blocks_where_r_fills_the_device():
     torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("extra", [{}, dict(EVEN=1, PREFETCH=1), dict(COOP=1), dict(COOP=1, EVEN=1, ACC_2D=1)],
-                         ids=["masked", "even_prefetch", "coop", "coop_even_acc_2d"])
+@pytest.mark.parametrize("extra", [{}, dict(EVEN=1, PREFETCH=1)], ids=["masked", "even_prefetch"])
 def test_r_split_over_more_programs_than_the_default_space_gives(extra):
     x = torch.randn(1024, 16)  # 128 splits of 8 rows: a merge of 128 partials per column
     x[:700, 3] = -INF
@@ -455,8 +451,7 @@ def test_r_split_over_more_programs_than_the_default_space_gives(extra):
     x = x.to(DEV)
     cfg = dict(S._cfg(16, 8, 2, 128), **extra)
     p = S.plan("softmax", x.shape, x.stride(), (0,))
-    grid = S.StridedLauncher("softmax", p, x.dtype, x.shape, DEV, cfg).grid
-    assert grid == ((128,) if extra.get("COOP") else (1, 128))
+    assert S.StridedLauncher("softmax", p, x.dtype, x.shape, DEV, cfg).grid == (1, 128)
     for op in OPS:
         got, want = _run(op, x, 0, cfg)
         torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
@@ -522,40 +517,3 @@ def test_variant_space_candidates_are_valid_and_correct():
     for cfg in S.variant_space(big):
         S.validate(cfg)
         assert cfg["BLOCK_I"] * cfg["BLOCK_R"] <= 16384
-
-
-def test_coop_is_one_launch_that_leaves_x_alone_and_forgets_earlier_calls():
-    # COOP: R's 8 splits of each column block meet in one launch (two under the interpreter);
-    # calls one after another, on other data and another config sharing the slot buffer, must
-    # not take an earlier call's partials for their own
-    g = torch.Generator().manual_seed(5)
-    wide = torch.randn(512, 40, generator=g)
-    wide[:300, 5] = -INF
-    wide[400, 6] = NAN
-    wide = wide.to(DEV)
-    x = wide[:, 4:36]  # strided rows: 32 of 40
-    p = S.plan("softmax", x.shape, x.stride(), (0,))
-    launcher = S.StridedLauncher("softmax", p, x.dtype, x.shape, DEV, dict(S._cfg(16, 16, 2, 8), COOP=1))
-    assert launcher.grid == (2 * 8,)
-    assert len(launcher.direct) == (1 if DEV == "cuda" else 2)
-    before = x.clone()
-    for scale in (1.0, -3.0, 0.25):
-        y = (wide * scale)[:, 4:36]  # the launcher's layout
-        torch.testing.assert_close(launcher.run(y), torch.softmax(y, 0), equal_nan=True, atol=1e-5, rtol=1e-5)
-        other = dict(S._cfg(32, 8, 2, 4), COOP=1, EVEN=1)
-        got, want = _run("log_softmax", y[:, :16] + 1.0, 0, other)
-        torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
-    assert torch.equal(x.nan_to_num(), before.nan_to_num())
-
-
-def test_coop_refuses_what_it_cannot_hold_or_co_schedule():
-    p = S.plan("softmax", (4096, 64), (64, 1), (0,))
-    with pytest.raises(ValueError, match="'COOP' \\(R's splits exchanging partials in one launch\\) takes neither"):
-        S.StridedLauncher("softmax", p, torch.float32, (4096, 64), DEV, dict(S._cfg(16, 8, 2, 4), COOP=1, TMA=1))
-    with pytest.raises(ValueError, match="next_power_of_2\\(SPLIT_R\\) x BLOCK_I <= 2048 .*SPLIT_R 128, BLOCK_I 64"):
-        S.StridedLauncher("softmax", p, torch.float32, (4096, 64), DEV, dict(S._cfg(64, 8, 2, 128), COOP=1))
-    if DEV == "cuda":  # the interpreter runs one program at a time and needs no co-residency
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        q = S.plan("softmax", (8 * 256, 8), (8, 1), (0,))
-        with pytest.raises(ValueError, match=f"a group's 256 programs resident at once.*{sms} SMs"):
-            S.StridedLauncher("softmax", q, torch.float32, (8 * 256, 8), DEV, dict(S._cfg(8, 8, 2, 256), COOP=1))

@@ -14,23 +14,21 @@ import torch
 
 from dispatch.backend import StridedPlan, strided_plan, unique_configs
 
-from .buffers import _split_slots
 from .configs import _cdiv, _check_op, _device_l2_bytes, _device_sms, _np2
 from .direct import DirectLaunch
 from .jit import _interpreting, fast_exp_of
-from .strided_jit import _strided_coop, _strided_finish, _strided_kernel, _strided_partials
+from .strided_jit import _strided_finish, _strided_kernel, _strided_partials
 
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
 TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
 # :mod:`~dispatch_triton.strided_jit`. The tuned space holds EVEN, ONE_PASS, ACC_2D, PREFETCH and (on
 # a GPU) FAST_EXP and KEEP_X; benchmarks/sweep_strided_configs.py compares all of them on a GPU.
-VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X", "COOP")
+VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
 _MERGE_TILE = 8192  # partials (max and sum) a finish program merges in one step
-_COOP_PAIRS = 2048  # (max, sum) pairs a COOP program waits for: np2(SPLIT_R) x BLOCK_I at most
 
 
 def plan(op: str, shape, stride, dims) -> StridedPlan | str:
@@ -202,18 +200,11 @@ def validate(config: dict) -> tuple[int, int, int, int]:
         raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R_CONFIG} (got {split})")
     if "num_stages" in config and not 1 <= int(config["num_stages"]) <= 8:
         raise ValueError(f"'num_stages' must be 1 to 8 (got {config['num_stages']})")
-    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X", "COOP"):
+    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X"):
         if int(config.get(flag, 0)) not in (0, 1):
             raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
     if int(config.get("ONE_PASS", 0)) and split != 1:
         raise ValueError(f"'ONE_PASS' reads all of R in one program: 'SPLIT_R' must be 1 (got {split})")
-    if int(config.get("COOP", 0)):
-        if int(config.get("TMA", 0)) or int(config.get("ONE_PASS", 0)):
-            raise ValueError("'COOP' (R's splits exchanging partials in one launch) takes neither 'TMA' nor "
-                             f"'ONE_PASS' (got TMA {config.get('TMA', 0)}, ONE_PASS {config.get('ONE_PASS', 0)})")
-        if _np2(split) * bi > _COOP_PAIRS:
-            raise ValueError(f"'COOP' programs each wait for next_power_of_2(SPLIT_R) x BLOCK_I <= {_COOP_PAIRS} "
-                             f"partials (got SPLIT_R {split}, BLOCK_I {bi}): a smaller SPLIT_R or BLOCK_I")
     return bi, br, w, split
 
 
@@ -222,9 +213,8 @@ def variant_space(p: StridedPlan, device: torch.device | None = None, *, tile_ma
     """Candidates beyond :func:`config_space`, for sweeps on a GPU: tiles up to ``tile_max``
     elements (16-row chunks at least, 4 to 16 elements per thread), each with ``num_stages``
     of ``stages`` and R shared by :func:`split_for`; each of those with ``ACC_2D``, ``PREFETCH``,
-    both or neither, and each again with ``EVEN`` where the chunks are all full; and ``ONE_PASS``
-    tiles holding all of R (the column block as wide as ``tile_max`` allows, 16 at least), for R up
-    to ``tile_max // 16``."""
+    both or neither, and each again with ``EVEN`` where the chunks are all full; and ``ONE_PASS`` tiles holding all of R (the column block
+    as wide as ``tile_max`` allows, 16 at least), for R up to ``tile_max // 16``."""
     top = max(16, min(256, _np2(p.inner)))
     out = []
     for bi in (16, 32, 64, 128, 256):
@@ -297,7 +287,6 @@ class StridedLauncher:
         tma = bool(int(config.get("TMA", 0)))
         fast_exp, reverse = bool(fast_exp_of(config)), bool(int(config.get("REVERSE", 0)))
         keep_x = bool(int(config.get("KEEP_X", 0))) and op != "logsumexp"  # logsumexp reads x once
-        coop = bool(int(config.get("COOP", 0)))
         stages = int(config.get("num_stages", 3))  # of the TMA loop (tl.range), and the launch option
         if tma and (one_pass or p.x_strides[2] != 1 or bi > 256 or br > 256):
             raise ValueError("'TMA' reads (R, inner) tiles of at most 256 x 256 from an input whose inner dim is "
@@ -311,7 +300,6 @@ class StridedLauncher:
         even = bool(int(config.get("EVEN", 0))) and p.R % br == 0 and p.inner % bi == 0
         device = torch.empty(0, device=device).device
         self.op, self.plan, self.config, self.device = op, p, dict(config), device
-        self._coop_need = None  # COOP: the partials of its slot buffer
         out_shape = tuple(int(d) for d in out_shape)
         empty = torch.empty
         n_ib = _cdiv(p.inner, bi)
@@ -338,10 +326,7 @@ class StridedLauncher:
             if "num_stages" in config:
                 options["num_stages"] = int(config["num_stages"])
             size = out_shape or ((),)
-            if n_splits > 1 and coop:
-                self.direct, run = self._coop(common, out_strides, options, rows_per_split, n_splits, even, acc_2d,
-                                              prefetch, fast_exp, keep_x, size, out_dtype)
-            elif n_splits == 1:
+            if n_splits == 1:
                 k = DirectLaunch(_strided_kernel, self.grid, 2,
                                  dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
                                       PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, KEEP_X=keep_x),
@@ -404,36 +389,6 @@ class StridedLauncher:
         run.launcher = self
         self.run = run
 
-    def _coop(self, common, out_strides, options, rows_per_split, n_splits, even, acc_2d, prefetch, fast_exp,
-              keep_x, size, out_dtype):
-        """``(direct launches, run)`` of ``COOP``: one launch of groups of ``n_splits`` programs that
-        exchange their partials through the stream's slot buffer (two launches under the
-        interpreter, which runs programs one by one: publish, then wait)."""
-        p, device, empty = self.plan, self.device, torch.empty
-        sms = _device_sms(device)
-        if not _interpreting() and n_splits > sms:
-            raise ValueError(f"'COOP' needs a group's {n_splits} programs resident at once: at most one per SM "
-                             f"is sure ({sms} SMs); a smaller 'SPLIT_R'")
-        tasks = p.outer * common["n_iblocks"]
-        self.grid = (tasks * n_splits,)
-        need = tasks * n_splits * common["BLOCK_I"]  # a (max, sum) pair per split and column
-        args = dict(common, rows_per_split=rows_per_split, n_splits=n_splits, **out_strides,
-                    SPLITS_P2=_np2(n_splits), EVEN=even, ACC_2D=acc_2d, PREFETCH=prefetch, FAST_EXP=fast_exp,
-                    KEEP_X=keep_x)
-        phases = (1, 2) if _interpreting() else (0,)
-        stages = tuple(DirectLaunch(_strided_coop, self.grid, 3, dict(args, PHASE=ph), options,
-                                    enabled=not _interpreting()) for ph in phases)
-        self._coop_need = need
-
-        def run(x):
-            out = empty(*size, dtype=out_dtype, device=device)
-            slots = _split_slots(device, need)  # the stream's, or one private to a captured launch
-            for k in stages:
-                k.launch(x, out, slots)
-            return out
-
-        return stages, run
-
     def compile(self, x: torch.Tensor) -> None:
         """Compile (and load) the kernels that ``run(x)`` launches, without launching them: safe
         from another thread, so that several launchers can be built at once (nothing under the
@@ -442,9 +397,7 @@ class StridedLauncher:
             return
         shape, dtype = self._out
         out = torch.empty(shape or (), dtype=dtype, device=self.device)
-        if self._coop_need is not None:
-            self.direct[0].compile(x, out, _split_slots(self.device, self._coop_need))
-        elif len(self.direct) == 1:
+        if len(self.direct) == 1:
             self.direct[0].compile(x, out)
         else:
             ws = torch.empty(self._ws_numel, dtype=torch.float32, device=self.device)

@@ -46,7 +46,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .exchange import _await_words, _publish_words, _ticket
 from .jit import _exp, _ld
 
 
@@ -361,60 +360,3 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, r
         desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
         _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
                     PREFETCH, desc, c0, TMA, STAGES, FAST_EXP, KEEP_X)
-
-
-# -- R split over the programs of ONE launch: the partials exchanged, then each writes its chunk ------
-
-@triton.jit
-def _strided_coop(x_ptr, out_ptr, slot_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per_split, n_splits, sxo, sxr,
-                  sxi, soo2, soo, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
-                  SPLITS_P2: tl.constexpr, EVEN: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
-                  FAST_EXP: tl.constexpr, KEEP_X: tl.constexpr, PHASE: tl.constexpr):
-    """``COOP``: the split path's two launches in one. Programs come in groups of ``n_splits``, one
-    group per column block (in ticket order, see :mod:`~dispatch_triton.exchange`); each takes the
-    (max, sum of exp) of its chunk of R for its columns, publishes them as ``2 * BLOCK_I`` tagged
-    words, waits for its group's, merges them (in split order: every program of the group gets the
-    same numbers) and writes its chunk (softmax, log_softmax), its x lines likely still in L2 as
-    it read them moments before; for logsumexp only the group's first program waits, and writes
-    the columns' values. Under the interpreter two launches: PHASE 1 publishes, PHASE 2 waits
-    (tag 1)."""
-    nprog = tl.num_programs(0)
-    tid = tl.program_id(0)
-    tag = tid.to(tl.int64) * 0 + 1
-    if PHASE == 0:
-        tid, tag = _ticket(slot_ptr, nprog)
-    task = tid // n_splits
-    sp = tid % n_splits
-    o = (task // n_iblocks).to(tl.int64)
-    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
-    xo = o2 * sxo2 + o1 * sxo
-    oo = o2 * soo2 + o1 * soo
-    c0 = (task % n_iblocks) * BLOCK_I
-    ci = tl.arange(0, BLOCK_I)
-    cols = c0 + ci
-    cmask = cols < INNER
-    x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
-    start = sp * rows_per_split
-    stop = tl.minimum(start + rows_per_split, R)
-    base = 64 + tl.cast(task, tl.int64) * n_splits * (2 * BLOCK_I)  # the group's words: [split, column, 2]
-    if PHASE != 2:
-        m, s, nan = _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, x_base,
-                                  c0, False, 1, FAST_EXP, KEEP_X * 2)
-        pair = tl.join(tl.where(nan > 0, float("nan"), m), s)  # [BLOCK_I, 2]
-        _publish_words(slot_ptr, base + sp * (2 * BLOCK_I) + ci[:, None] * 2, pair, tl.arange(0, 2)[None, :], tag)
-    if PHASE != 1:
-        if OP != 2 or sp == 0:
-            vals, jm = _await_words(slot_ptr, base, n_splits, tag, 2 * BLOCK_I, SPLITS_P2)
-            m_p, s_p = tl.split(tl.reshape(vals, [SPLITS_P2, BLOCK_I, 2]))
-            nan = tl.max((m_p != m_p).to(tl.int32), 0)
-            m_p = tl.where(jm[:, None] & (m_p == m_p), m_p, float("-inf"))
-            m = tl.max(m_p, 0)
-            safe = tl.where(m == float("-inf"), 0.0, m)
-            s = tl.sum(s_p * tl.exp(m_p - safe[None, :]), 0)
-            s = tl.where(nan > 0, float("nan"), s)
-            if OP == 2:
-                _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
-            else:
-                o_base = out_ptr + oo + cols.to(tl.int64)[None, :] * soi
-                _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
-                            PREFETCH, x_base, c0, False, 1, FAST_EXP, KEEP_X)
