@@ -40,6 +40,14 @@ def test_shipped_kernel_matches_torch(op):
     assert _error(done.stdout) < 1e-4
 
 
+def test_chunk_shift_alternative_matches_torch():
+    # layer_norm with each chunk's partial about its own first element, rounded to bf16
+    done = _run("--op", "layer_norm", "--variant", "chunk-shift", "--shape", "5x1000")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "layer_norm float32 5x1000 chunk-shift" in done.stdout
+    assert _error(done.stdout) < 1e-4
+
+
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 def test_one_merger_alternative_matches_torch(op):
     # a correct alternative to the shipped exchange: one program a row merges, the others wait
@@ -53,7 +61,7 @@ _HARD_ROWS = """
 import sys, torch
 sys.path.insert(0, {bench!r})
 import profile_norm_coop as P
-P.use_variant("one-merger")  # in this process only: it replaces the kernel's exchange
+P.use_variant({variant!r})  # in this process only: it replaces the kernel's exchange
 from dispatch_triton import norms as NT
 cfg = dict(BLOCK_N=16, ROWS=1, SPLIT=1, PERSIST=0, num_warps=1, num_stages=1, COOP=1)
 dev = torch.device({device!r})
@@ -75,8 +83,9 @@ print(float(far), float((y.double() - ref).abs().max()), float((own.double() - r
 """
 
 
-def test_one_merger_keeps_rows_far_from_zero_and_massive_elements_exact():
-    code = _HARD_ROWS.format(bench=str(SCRIPT.parent), device=DEVICE)
+@pytest.mark.parametrize("variant", ["one-merger", "chunk-shift"])
+def test_alternative_exchanges_keep_rows_far_from_zero_and_massive_elements_exact(variant):
+    code = _HARD_ROWS.format(bench=str(SCRIPT.parent), device=DEVICE, variant=variant)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     far, massive, torch_own = (float(v) for v in done.stdout.split()[-3:])
