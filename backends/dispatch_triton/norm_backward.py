@@ -18,11 +18,8 @@ awaits this row's); 2048-element chunks, 4 warps (fp32: 8), 128 registers a thre
 exchanges a chunk; the exchange as it is now took another 20-27% off rms_norm and 5-13% off
 layer_norm (bf16). The two launches remain for the interpreter and for rows whose chunks do not
 all fit on the device at once. The partials are reduced over the programs by one more launch,
-in a fixed order (deterministic); or, where the rows' programs are few (at most 32, all resident
-at once: decode shapes), in the same launch (``ONE_LAUNCH``): each program publishes its partial
-rows as tagged words and sums its share of the columns over every program, in program order.
-``make_backward(..., plan=)`` overrides entries of the plan (tile, warps, programs, registers,
-eviction hints, prefetch, the one-launch exchange and sums);
+in a fixed order (deterministic). ``make_backward(..., plan=)`` overrides entries of the plan (tile, warps,
+programs, registers, eviction hints, prefetch, the one-launch exchange);
 ``benchmarks/sweep_norm_backward.py`` times such variants on a GPU.
 
 Every launch goes through a :class:`~dispatch_triton.direct.DirectLaunch`: after the first call
@@ -40,13 +37,11 @@ from dispatch.backend import placeholder
 from . import _interpreting
 from .direct import DirectLaunch
 from .buffers import _SLOT_OFF, _split_slots
-from .norm_backward_kernels import (_column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_one, _norm_bwd_split,
-                                    _norm_bwd_sums)
+from .norm_backward_kernels import _column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split, _norm_bwd_sums
 from .norms import _cdiv, _np2, _sms
 
 _MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
 _BWD_CHUNK = 2048  # the chunk of long rows in the backward
-_ONE_LAUNCH_MAX = 32  # programs of a rows plan whose dweight/dbias sums join the launch (ONE_LAUNCH)
 
 
 def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
@@ -64,11 +59,11 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
     return t.contiguous(), n
 
 
-_PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH", "ONE_LAUNCH"),
+_PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH"),
               "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH", "COOP")}
 
 
-_FLAGS = ("EVICT", "PREFETCH", "HINTS", "COOP", "ONE_LAUNCH")  # the plan's bool entries
+_FLAGS = ("EVICT", "PREFETCH", "HINTS", "COOP")  # the plan's bool entries
 
 
 def _check_overrides(overrides: dict, kind: str) -> None:
@@ -104,12 +99,11 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``; ``HINTS``: L2
     hints, ``PREFETCH``: the next row loaded ahead, ``COOP``: one launch whose groups exchange
     their sums, on a GPU where a group of ``S`` programs fits at once); both with the launch
-    options ``maxnreg`` (None: none) and ``num_stages``. A "rows" plan's ``ONE_LAUNCH``: the
-    dweight/dbias sums in the same launch (a GPU's default for ``G`` <= 32).
+    options ``maxnreg`` (None: none) and ``num_stages``.
 
     ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows).
     ``overrides``: entries that replace the computed ones (a "rows" plan: ``ROWS``, ``num_warps``,
-    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``, ``ONE_LAUNCH``; a "split" plan: ``BLOCK_N``,
+    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``; a "split" plan: ``BLOCK_N``,
     ``num_warps``, ``GR``, ``maxnreg``, ``num_stages``, ``HINTS``, ``PREFETCH``, ``COOP``);
     ``G``/``GR`` not given are recomputed from the
     overridden warps and registers (the programs resident at once). A key the plan's kind does
@@ -134,16 +128,9 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         per_thread = 16 if esz <= 2 or bn >= 4096 else 8
         warps = over.get("num_warps", max(1, min(32, bn * rows // (32 * per_thread))))
         tiles = _cdiv(m, rows)
-        g = max(1, over.get("G", min(tiles, _resident_per_sm(warps, maxnreg) * sms if cuda else 4)))
-        # ONE_LAUNCH: the dweight/dbias sums in the same launch, where its few programs are all
-        # resident at once (a GPU: the interpreter runs it as two launches when asked for)
-        one = over.get("ONE_LAUNCH", cuda and not _interpreting() and g <= _ONE_LAUNCH_MAX)
-        if one and g > min(_ONE_LAUNCH_MAX, _resident_per_sm(warps, maxnreg) * sms if cuda else _ONE_LAUNCH_MAX):
-            raise ValueError(f"backward plan ONE_LAUNCH: its G={g} programs wait for each other; at most "
-                             f"{_ONE_LAUNCH_MAX}, all resident at once")
-        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=g, num_warps=warps, maxnreg=maxnreg,
-                    num_stages=stages, EVICT=over.get("EVICT", esz <= 2), PREFETCH=over.get("PREFETCH", True),
-                    ONE_LAUNCH=bool(one))
+        g = over.get("G", min(tiles, _resident_per_sm(warps, maxnreg) * sms if cuda else 4))
+        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=maxnreg,
+                    num_stages=stages, EVICT=over.get("EVICT", esz <= 2), PREFETCH=over.get("PREFETCH", True))
     # long rows: (row groups) x (chunks) programs, 8 elements a thread, two waves of resident
     # programs (each walks its group's rows: the dweight/dbias partials are a row per group);
     # 2-byte dtypes with the L2 hints and the next row loaded ahead (7-15% faster on the H200 at
@@ -209,17 +196,6 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
         options = dict(num_warps=plan["num_warps"], num_stages=plan["num_stages"])
         if plan["maxnreg"] and device.type == "cuda":
             options["maxnreg"] = plan["maxnreg"]  # keeps every persistent program resident
-        if plan["kind"] == "rows" and plan["ONE_LAUNCH"] and k:
-            g, bn = plan["G"], plan["BLOCK_N"]
-            tail = dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride, stride_dxm=n, eps=float(eps),
-                        WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=bn, ROWS=plan["ROWS"], EVICT=plan["EVICT"],
-                        PREFETCH=plan["PREFETCH"], G_P2=_np2(g), SUM_COLS=_np2(_cdiv(n, g)), SLOT_OFF=_SLOT_OFF,
-                        **flags)
-            stages = tuple(DirectLaunch(_norm_bwd_one, (g,), 7, dict(tail, PHASE=ph), options, enabled=enabled,
-                                        checked=(0, 2, 3)) for ph in ((1, 2) if _interpreting() else (0,)))
-            reduce = None
-            anchor = torch.empty(0, device=device)
-            return plan, g, 0, stages, reduce, 0, placeholder(anchor, torch.float32), placeholder(anchor, dtype)
         if plan["kind"] == "rows":
             g = plan["G"]
             main = DirectLaunch(_norm_bwd, (g,), 5, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
@@ -286,15 +262,6 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
         plan, g, k, stages, reduce, ws_size, ph32, ph = built
         partials = torch.empty(k * g * n, dtype=torch.float32, device=device) if k else ph32
         w_arg = weight if weight is not None else ph
-        dw = torch.empty(weight.shape, dtype=weight.dtype, device=device) if want_dw else None
-        db = torch.empty(bias.shape, dtype=bias.dtype, device=device) if want_db else None
-        if plan["kind"] == "rows" and plan["ONE_LAUNCH"] and (want_dw or want_db):
-            outs = [t for t in (dw, db) if t is not None]
-            # a partial row of words per program and gradient, the stream's (or a captured launch's own)
-            slots = _split_slots(device, _cdiv((int(want_dw) + int(want_db)) * g * plan["BLOCK_N"], 2))
-            for stage in stages:
-                stage.launch(x, dx, dy, w_arg, slots, outs[0], outs[-1])
-            return (dx, dw) if is_rms else (dx, dw, db)
         if plan["kind"] == "rows":
             stages[0].launch(x, dx, dy, w_arg, partials)
         elif plan["COOP"]:  # up to four tagged words per row and chunk in the stream's slot buffer
@@ -303,6 +270,8 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             ws = torch.empty(ws_size, dtype=torch.float32, device=device)
             stages[0].launch(x, ws, dy, w_arg)
             stages[1].launch(x, dx, dy, w_arg, partials, ws)
+        dw = torch.empty(weight.shape, dtype=weight.dtype, device=device) if want_dw else None
+        db = torch.empty(bias.shape, dtype=bias.dtype, device=device) if want_db else None
         if k:
             outs = [t for t in (dw, db) if t is not None]
             reduce.launch(partials, outs[0], outs[-1])

@@ -7,9 +7,7 @@ once per program. Per row it recomputes the statistics from the ``x`` in registe
 read) and writes ``dx``; it accumulates its rows' ``dy * xhat`` (dweight) and ``dy`` (dbias) in
 fp32 registers and writes them once, into its row of an fp32 partials buffer ``[G, N]`` (dbias's
 ``p_off_b`` further on), which ``_column_sum`` then reduces over G in a fixed order:
-deterministic, run to run. ``_norm_bwd_one`` does both in one launch where G is small enough
-for every program to be resident at once: the partial rows go out as epoch-tagged words (see
-below) and each program sums its share of the columns over all G, in program order.
+deterministic, run to run.
 
 ``_norm_bwd_sums`` then ``_norm_bwd_split`` (backward of long rows): two launches over a grid
 (row groups, chunks of ``BLOCK_N`` columns). Phase 1: per row and chunk, four partials into a
@@ -30,7 +28,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .exchange import _await_tagged, _await_words, _fp32_of, _publish_words, _ticket
+from .exchange import _await_words, _publish_words, _ticket
 from .jit import _cvt
 from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _row_shift, _stats, _sum2, _sum4,
                            _tile_ptrs)
@@ -58,14 +56,19 @@ def _rows_bwd(x, dy, w, mask, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.const
     return dx, xhat
 
 
-@triton.jit
-def _rows_walk(x_ptr, dx_ptr, dy_ptr, w_ptr, pid, G, M, N, stride_xm, stride_dym, stride_dxm, eps,
-               IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-               BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr, PREFETCH: tl.constexpr):
-    # program pid of G over tiles pid, pid + G, ... of ROWS rows held in registers: dx written,
-    # the tiles' dweight and dbias partials (fp32 [BLOCK_N]) returned; EVICT: x and dy loaded
-    # evict_first (read once); PREFETCH: the next tile loaded before the current one is worked on
+@triton.jit(do_not_specialize=["M", "eps"])
+def _norm_bwd(
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr,
+    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
+    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr = True, PREFETCH: tl.constexpr = False,
+):
+    # rows held in registers; dweight partials at p_ptr[pid, :], dbias partials p_off_b further on;
+    # EVICT: x and dy loaded evict_first (read once); PREFETCH: the program's next tile is loaded
+    # before the current one is worked on (two tiles in flight)
     DX_TY = dx_ptr.dtype.element_ty
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     cmask = cols < N
     w = 0.0
@@ -98,72 +101,11 @@ def _rows_walk(x_ptr, dx_ptr, dy_ptr, w_ptr, pid, G, M, N, stride_xm, stride_dym
             acc_w += tl.sum(dy * xhat, 0)
         if WANT_DB:
             acc_b += tl.sum(dy, 0)
-    return acc_w, acc_b
-
-
-@triton.jit(do_not_specialize=["M", "eps"])
-def _norm_bwd(
-    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr,
-    M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
-    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr = True, PREFETCH: tl.constexpr = False,
-):
-    # rows held in registers (_rows_walk); dweight partials at p_ptr[pid, :], dbias partials
-    # p_off_b further on
-    pid = tl.program_id(0)
-    acc_w, acc_b = _rows_walk(x_ptr, dx_ptr, dy_ptr, w_ptr, pid, tl.num_programs(0), M, N, stride_xm, stride_dym,
-                              stride_dxm, eps, IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, BLOCK_N, ROWS, EVICT, PREFETCH)
-    cols = tl.arange(0, BLOCK_N)
-    cmask = cols < N
     poff = tl.cast(pid, tl.int64) * N
     if WANT_DW:
         tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
     if WANT_DB:
         tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
-
-
-@triton.jit
-def _column_words(slot_ptr, out_ptr, base, G, N, tag, cc, G_P2: tl.constexpr, BLOCK_N: tl.constexpr):
-    # the columns cc of G programs' published partial rows (BLOCK_N words apart from base), once
-    # they carry this launch's tag, summed over the programs in a fixed order and stored
-    j = tl.arange(0, G_P2)
-    live = (j < G)[:, None] & (cc < N)[None, :]
-    v = _await_tagged(slot_ptr + base + j.to(tl.int64)[:, None] * BLOCK_N + cc[None, :], live, tag)
-    total = tl.sum(_fp32_of(v), 0)
-    tl.store(out_ptr + cc, _cvt(total, out_ptr.dtype.element_ty), mask=cc < N)
-
-
-@triton.jit(do_not_specialize=["M", "eps"])
-def _norm_bwd_one(
-    x_ptr, dx_ptr, dy_ptr, w_ptr, slot_ptr, out0_ptr, out1_ptr,
-    M, N, stride_xm, stride_dym, stride_dxm, eps,
-    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr, PREFETCH: tl.constexpr,
-    G_P2: tl.constexpr, SUM_COLS: tl.constexpr, SLOT_OFF: tl.constexpr, PHASE: tl.constexpr,
-):
-    # _norm_bwd and _column_sum in one launch, for a grid of at most G_P2 programs all resident
-    # at once: each publishes its partial rows as tagged words (dweight's, then dbias's: the
-    # wanted ones, in out0, out1 order) and sums SUM_COLS columns of everyone's, in program
-    # order. Under the interpreter two launches: PHASE 1 publishes, PHASE 2 sums (tag 1)
-    G = tl.num_programs(0)
-    tid = tl.program_id(0)
-    tag = tid.to(tl.int64) * 0 + 1
-    if PHASE == 0:
-        tid, tag = _ticket(slot_ptr, G)
-    cols = tl.arange(0, BLOCK_N)
-    if PHASE != 2:
-        acc_w, acc_b = _rows_walk(x_ptr, dx_ptr, dy_ptr, w_ptr, tid, G, M, N, stride_xm, stride_dym, stride_dxm,
-                                  eps, IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, BLOCK_N, ROWS, EVICT, PREFETCH)
-        if WANT_DW:
-            _publish_words(slot_ptr, SLOT_OFF + tl.cast(tid, tl.int64) * BLOCK_N, acc_w, cols, tag)
-        if WANT_DB:
-            _publish_words(slot_ptr, SLOT_OFF + tl.cast(G * WANT_DW + tid, tl.int64) * BLOCK_N, acc_b, cols, tag)
-    if PHASE != 1:
-        cc = tid * SUM_COLS + tl.arange(0, SUM_COLS)
-        if WANT_DW:
-            _column_words(slot_ptr, out0_ptr, SLOT_OFF, G, N, tag, cc, G_P2, BLOCK_N)
-        if WANT_DB:
-            _column_words(slot_ptr, out1_ptr, SLOT_OFF + G * WANT_DW * BLOCK_N, G, N, tag, cc, G_P2, BLOCK_N)
 
 
 @triton.jit
