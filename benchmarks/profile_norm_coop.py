@@ -23,12 +23,6 @@ rstd as three words that the others wait for (every program reads all of a row's
 shipped kernel), and each chunk's partial is taken about the chunk's own first element (no shift
 element that every program of the row reads).
 
-``--variant chunk-shift`` (layer_norm) is another: the shipped exchange (every program reads all
-of a row's partials), but each chunk's partial taken about its own shift, its first element
-rounded to bf16, whose 16 bits ride in its first word above the fp32 value (the tag moved up to
-bits 48-62); a program merges the partials about chunk 0's shift. No element that every program
-of a row reads: each loads its own chunk's first element.
-
 ``--no-bias`` drops the bias as well. A variant replaces helpers of
 ``dispatch_triton.norm_kernels`` before the first compile, so each runs in its own process (the
 JIT keeps a kernel's dependencies from its first compile). Under ``TRITON_INTERPRET=1`` with
@@ -51,7 +45,7 @@ from dispatch_triton import norms as NT
 from dispatch_triton.exchange import _await_words, _publish_words, _ticket
 from dispatch_triton.jit import _cvt
 
-VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift", "one-merger", "chunk-shift")
+VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift", "one-merger")
 
 
 @triton.jit
@@ -209,129 +203,12 @@ def _coop_fwd_one_merger(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, 
         xr_n = xr_nn
 
 
-_SPIN48 = tl.constexpr("""{
-.reg .pred pw;
-.reg .b64 tw;
-mov.b64 $0, 0;
-setp.eq.s32 pw, $3, 0;
-@pw bra DONE_W;
-SPIN_W:
-ld.relaxed.gpu.global.b64 $0, [$1];
-shr.u64 tw, $0, 48;
-setp.ne.s64 pw, tw, $2;
-@pw bra SPIN_W;
-DONE_W:
-}""")
-
-
-@triton.jit
-def _await48(p, live, tag):
-    # exchange._await_tagged with the tag in bits 48-62 (bits 32-47 carry a payload)
-    v = tl.load(p, mask=live, other=0, volatile=True)
-    bad = tl.sum(tl.ravel((live & ((v >> 48) != tag)).to(tl.int32)), 0)
-    while bad > 0:
-        v = tl.load(p, mask=live, other=0, volatile=True)
-        bad = tl.sum(tl.ravel((live & ((v >> 48) != tag)).to(tl.int32)), 0)
-    if K._INTERPRETED:
-        return v
-    else:
-        stale = live & ((v >> 48) != tag)
-        fresh = tl.inline_asm_elementwise(_SPIN48, "=l,l,l,r", [p, tag, stale.to(tl.int32)], dtype=tl.int64,
-                                          is_pure=False, pack=1)
-        return tl.where(stale, fresh, v)
-
-
-@triton.jit
-def _own_chunk(x_ptr, row, stride, c, cols, M, N, BLOCK_N: tl.constexpr):
-    # a program's raw chunk of ``row`` and its shift: the chunk's first element rounded to bf16
-    # (0 past the last row), as fp32 and as its 16 bits
-    off = tl.cast(row, tl.int64) * stride
-    lim = tl.where(row < M, N, 0)
-    xr = tl.load(x_ptr + off + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
-    first = tl.load(x_ptr + off + c * BLOCK_N, mask=row < M, other=0.0).to(tl.float32).to(tl.bfloat16)
-    return xr, first.to(tl.float32), first.to(tl.int16, bitcast=True).to(tl.int64) & 0xFFFF
-
-
-@triton.jit
-def _publish_shifted(slot_ptr, row, S, c, p1, p2, bits, tag15):
-    # (sum d, M2) about the chunk's shift as two words (tag15 << 48 | payload << 32 | fp32), the
-    # shift's bf16 bits the first word's payload
-    k = tl.arange(0, 2)
-    v = tl.where(k == 0, p1, p2).to(tl.uint32, bitcast=True).to(tl.int64)
-    word = (tag15 << 48) | (tl.where(k == 0, bits, 0) << 32) | v
-    tl.atomic_xchg(slot_ptr + 64 + tl.cast(row, tl.int64) * S * 2 + c * 2 + k, word, sem="relaxed")
-
-
-@triton.jit
-def _stats_shifted(slot_ptr, row, S, tag15, sh, N, eps, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr):
-    # (mean of x less this chunk's shift sh, rstd) from the row's S partials, each about its own
-    # chunk's shift: moved to chunk 0's (an exact difference of two bf16 values) and merged by
-    # Chan et al.'s rule in chunk order
-    j = tl.arange(0, CHUNKS_P2)
-    jm = j < S
-    k = tl.arange(0, 2)
-    live = jm[:, None] & (k >= 0)[None, :]
-    v = _await48(slot_ptr + 64 + tl.cast(row, tl.int64) * S * 2 + j[:, None] * 2 + k[None, :], live, tag15)
-    w0, w1 = tl.split(v)
-    a = (w0 & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
-    b = (w1 & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
-    shifts = ((w0 >> 32) & 0xFFFF).to(tl.int16).to(tl.bfloat16, bitcast=True).to(tl.float32)
-    ref = tl.sum(tl.where(j == 0, shifts, 0.0), 0)
-    n = tl.where(jm, K._part_counts(j, N, BLOCK_N), 0.0)
-    s = tl.where(jm, a + n * (shifts - ref), 0.0)
-    total, m2 = K._merge_parts(s, tl.where(jm, b, 0.0), n, False)
-    return total / N - (sh - ref), 1.0 / tl.sqrt(m2 / N + eps)
-
-
-@triton.jit
-def _coop_fwd_chunk_shift(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, eps,
-                          IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                          PHASE: tl.constexpr, BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr):
-    # norm_kernels._coop_fwd (layer_norm) with each chunk's own shift (see the module docstring)
-    OUT_TY = y_ptr.dtype.element_ty
-    grp, c, S, n_groups, tag = _group(slot_ptr, N, BLOCK_N, PHASE)
-    tag15 = (tag - 1) % 0x7FFF + 1  # a profile's launches: far fewer than 2^15 on one buffer
-    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
-    cmask = cols < N
-    nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
-    w, b = K._affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
-    xr, sh, bits = _own_chunk(x_ptr, grp, stride_xm, c, cols, M, N, BLOCK_N)
-    if PHASE != 2:
-        if grp < M:
-            p1, p2 = K._chunk_partial(xr, sh, cmask, nc, False)
-            _publish_shifted(slot_ptr, grp, S, c, p1, p2, bits, tag15)
-    xr_n, sh_n, bits_n = _own_chunk(x_ptr, grp + n_groups, stride_xm, c, cols, M, N, BLOCK_N)
-    for row in range(grp, M, n_groups):
-        nrow = row + n_groups
-        if PHASE != 2:
-            if nrow < M:
-                p1, p2 = K._chunk_partial(xr_n, sh_n, cmask, nc, False)
-                _publish_shifted(slot_ptr, nrow, S, c, p1, p2, bits_n, tag15)
-        xr_nn, sh_nn, bits_nn = _own_chunk(x_ptr, nrow + n_groups, stride_xm, c, cols, M, N, BLOCK_N)
-        if PHASE != 1:
-            mean_d, rstd = _stats_shifted(slot_ptr, row, S, tag15, sh, N, eps, BLOCK_N, CHUNKS_P2)
-            y = ((xr.to(tl.float32) - sh) - mean_d) * rstd
-            if HAS_WEIGHT:
-                y = y * w.to(tl.float32)
-            if HAS_BIAS:
-                y = y + b.to(tl.float32)
-            K._st(y_ptr + tl.cast(row, tl.int64) * stride_ym + cols, _cvt(y, OUT_TY), cmask, HINTS)
-        xr = xr_n
-        xr_n = xr_nn
-        sh = sh_n
-        sh_n = sh_nn
-        bits_n = bits_nn
-
-
 def use_variant(name: str) -> None:
     """Replace what variant ``name`` changes in ``norm_kernels`` (before the first compile): the
     helpers that it and every variant before it take out, or for ``one-merger`` the one-launch
     path's body (and the slot buffer's size)."""
     if name not in VARIANTS:
         raise ValueError(f"--variant must be one of {', '.join(VARIANTS)} (got {name!r})")
-    if name == "chunk-shift":
-        K._coop_fwd = _coop_fwd_chunk_shift
-        return
     if name == "one-merger":  # two words a chunk and four a row: more than the launcher asks for
         K._coop_fwd = _coop_fwd_one_merger
         slots = NT._split_slots
@@ -361,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time", action="store_true", help="time the launch (and a same-size copy)")
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args(argv)
-    if args.variant not in ("base", "one-merger") and args.op != "layer_norm":  # chunk-shift too: layer_norm's
+    if args.variant not in ("base", "one-merger") and args.op != "layer_norm":
         parser.error(f"--variant {args.variant} takes layer_norm's work out of its kernel: use --op layer_norm")
     use_variant(args.variant)
     m, n = (int(v) for v in args.shape.split("x"))
