@@ -17,7 +17,9 @@ error against torch's is printed), and includes every variant before it:
 * ``one-word``: one word a chunk exchanged (sum d^2 only, as rms_norm), not two;
 * ``no-shift``: no shift, so none of the row's three elements is loaded.
 
-``--variant one-merger`` is not one of those: a correct alternative to the exchange, in which only
+``--variant one-merger`` is not one of those: an alternative to the exchange (right at size on an
+H200 and under the interpreter, wrong on the device in one small case: 3 rows of 100 in chunks
+of 16 at one warp), in which only
 the row's first program reads the row's partials, merges them and publishes the row's mean and
 rstd as three words that the others wait for (every program reads all of a row's partials in the
 shipped kernel), and each chunk's partial is taken about the chunk's own first element (no shift
