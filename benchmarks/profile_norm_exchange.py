@@ -195,11 +195,7 @@ def _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride
         dyr_n = dyr_nn
     if PHASE != 1:
         if grp < n_groups:
-            poff = tl.cast(grp, tl.int64) * N
-            if WANT_DW:
-                tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
-            if WANT_DB:
-                tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
+            K._store_partials(p_ptr, p_off_b, grp, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)
 
 
 def run_one_merger(op: str, x, dy, w, with_bias: bool, block_n: int, groups: int = 2) -> tuple:

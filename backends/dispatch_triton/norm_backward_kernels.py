@@ -56,6 +56,18 @@ def _rows_bwd(x, dy, w, mask, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.const
     return dx, xhat
 
 
+@triton.jit
+def _store_partials(p_ptr, p_off_b, row, N, cols, cmask, acc_w, acc_b, WANT_DW: tl.constexpr,
+                    WANT_DB: tl.constexpr):
+    # a program's dweight/dbias partials into its row of the fp32 partials buffer (dbias's p_off_b
+    # further on), which _column_sum reduces
+    poff = tl.cast(row, tl.int64) * N
+    if WANT_DW:
+        tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
+    if WANT_DB:
+        tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
+
+
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd(
     x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr,
@@ -101,11 +113,7 @@ def _norm_bwd(
             acc_w += tl.sum(dy * xhat, 0)
         if WANT_DB:
             acc_b += tl.sum(dy, 0)
-    poff = tl.cast(pid, tl.int64) * N
-    if WANT_DW:
-        tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
-    if WANT_DB:
-        tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
+    _store_partials(p_ptr, p_off_b, pid, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)
 
 
 @triton.jit
@@ -271,11 +279,7 @@ def _split_bwd(
             if WANT_DB:
                 acc_b += dy
     if PHASE == 2:
-        poff = tl.cast(rg, tl.int64) * N
-        if WANT_DW:
-            tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
-        if WANT_DB:
-            tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
+        _store_partials(p_ptr, p_off_b, rg, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
@@ -428,8 +432,4 @@ def _norm_bwd_coop(
         dyr_n = dyr_nn
         sh_n = sh_nn
     if grp < n_groups:
-        poff = tl.cast(grp, tl.int64) * N
-        if WANT_DW:
-            tl.store(p_ptr + poff + cols, acc_w, mask=cmask)
-        if WANT_DB:
-            tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
+        _store_partials(p_ptr, p_off_b, grp, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)
