@@ -12,6 +12,9 @@ variants of the kernel:
 * ``local``: nothing published, nothing read (wrong results; the partials' reductions go too, as
   nothing uses them): the kernel's streaming alone, in the same persistent structure.
 
+* ``saved``: the kernel as shipped, handed each row's statistics as the forward saves them (rstd
+  and layer_norm's mean, from torch here), so that a chunk exchanges sum g * xhat (and sum g)
+  only; its dx is checked as ``base``'s;
 * ``one-merger``: a correct alternative to the exchange (as ``profile_norm_coop.py --variant
   one-merger`` for the forward): each chunk's partials taken about the chunk's own first element,
   and only the row's first program reads the row's partials, merges them and publishes what dx
@@ -48,7 +51,7 @@ from dispatch_triton.exchange import _await_words, _publish_words
 from dispatch_triton.jit import _cvt
 from profile_norm_coop import _about_row_start, _group, _word
 
-VARIANTS = ("base", "nowait", "local", "one-merger")
+VARIANTS = ("base", "saved", "nowait", "local", "one-merger")
 
 
 @triton.jit
@@ -125,19 +128,21 @@ def _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, SLOT_OFF: tl.
 
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd_one_merger(
-    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr,
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, st_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr, SAVED: tl.constexpr = False,
 ):
-    # K._norm_bwd_coop's signature, so that the launcher takes it as is: one launch
+    # K._norm_bwd_coop's signature, so that the launcher takes it as is: one launch (the rows'
+    # statistics recomputed: run it with the plan's SAVED False)
+    tl.static_assert(not SAVED, "the one-merger variant recomputes the statistics: plan SAVED=False")
     _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b,
                      eps, IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, BLOCK_N, CHUNKS_P2, SLOT_OFF, 0)
 
 
 @triton.jit
 def _norm_bwd_one_merger_phased(
-    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr,
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, st_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
     BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr, PHASE: tl.constexpr,
@@ -158,12 +163,15 @@ def _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride
     grp, c, S, n_groups, tag = _group(slot_ptr, N, BLOCK_N, PHASE)
     cols, cmask, w, acc_w, acc_b = K._chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
     nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
-    xr, dyr, unused = K._coop_chunk(x_ptr, dy_ptr, grp, stride_xm, stride_dym, cols, M, N, True)  # no row shift
+    # _coop_chunk's IS_RMS=True: the chunks alone, without the row's shift elements
+    xr, dyr, unused, unused2 = K._coop_chunk(x_ptr, dy_ptr, x_ptr, grp, stride_xm, stride_dym, cols, M, N, True,
+                                             False)
     if PHASE != 2:
         if grp < M:
             _publish_about_own_first(x_ptr, slot_ptr, grp, S, c, xr, dyr, w, cmask, nc, stride_xm, tag, SLOT_OFF,
                                      HAS_WEIGHT, IS_RMS, BLOCK_N)
-    xr_n, dyr_n, unused = K._coop_chunk(x_ptr, dy_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N, True)
+    xr_n, dyr_n, unused, unused2 = K._coop_chunk(x_ptr, dy_ptr, x_ptr, grp + n_groups, stride_xm, stride_dym, cols, M,
+                                                 N, True, False)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if PHASE != 2:
@@ -173,7 +181,8 @@ def _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride
         if PHASE != 1:
             if c == 0:
                 _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, SLOT_OFF, IS_RMS, BLOCK_N, CHUNKS_P2)
-        xr_nn, dyr_nn, unused = K._coop_chunk(x_ptr, dy_ptr, nrow + n_groups, stride_xm, stride_dym, cols, M, N, True)
+        xr_nn, dyr_nn, unused, unused2 = K._coop_chunk(x_ptr, dy_ptr, x_ptr, nrow + n_groups, stride_xm, stride_dym,
+                                                       cols, M, N, True, False)
         if PHASE != 1:
             r64 = tl.cast(row, tl.int64)
             words, jm = _await_words(slot_ptr, SLOT_OFF + M * S * 4 + r64 * 8, 1, tag, 8, 1)
@@ -207,7 +216,7 @@ def run_one_merger(op: str, x, dy, w, with_bias: bool, block_n: int, groups: int
     dx = torch.empty_like(x)
     p = torch.zeros(2 * groups * n, device=x.device, dtype=torch.float32)
     slot = torch.zeros(64 + 4 * m * s + 8 * m, device=x.device, dtype=torch.int64)
-    args = (x, dx, dy, w, p, slot, m, n, x.stride(0), dy.stride(0), dx.stride(0), groups * n, 1e-5)
+    args = (x, dx, dy, w, p, slot, p, m, n, x.stride(0), dy.stride(0), dx.stride(0), groups * n, 1e-5)
     meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=True, WANT_DW=True, WANT_DB=with_bias, BLOCK_N=block_n,
                 CHUNKS_P2=triton.next_power_of_2(s), SLOT_OFF=64, num_warps=1)
     if x.is_cuda:
@@ -232,13 +241,17 @@ def one(op: str, dtype_name: str, shape: str, variant: str, over: dict) -> str:
     b = torch.randn(n, device=dev, dtype=dtype) if op == "layer_norm" else None
     backward = NB.make_backward(op, m, n, dtype, n, 1e-5, True, b is not None, plan=over or None)
     args = (dy, x, w) + ((b,) if b is not None else ()) + (torch.empty_like(x),)
+    if variant == "saved":  # what the forward saves: rstd, then layer_norm's mean
+        xd = x.double()
+        rstd = ((xd.var(-1, unbiased=False) if b is not None else xd.pow(2).mean(-1)) + 1e-5).rsqrt()
+        args += (torch.cat([rstd, xd.mean(-1)] if b is not None else [rstd]).float(),)
     plan = NB.backward_plan(m, n, dtype, dev, None, over or None)
     before = _kernels_seen()
     out = backward(*args)
     kernels = [(c.n_regs, c.n_spills, c.asm["ptx"].count("atom."), c.asm["ptx"].count("bar.sync"),
                 c.asm["ptx"].count("ld.volatile")) for key, c in _kernels_seen().items() if key not in before]
     err = float("nan")
-    if variant in ("base", "one-merger"):
+    if variant in ("base", "saved", "one-merger"):
         xs, ws = x.float().requires_grad_(), w.float().requires_grad_()
         ref = F.rms_norm(xs, (n,), ws, 1e-5) if op == "rms_norm" else F.layer_norm(xs, (n,), ws, b.float(), 1e-5)
         gx, = torch.autograd.grad(ref, [xs], dy.float())

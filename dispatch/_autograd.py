@@ -34,18 +34,22 @@ def reference_backward(spec: CallSpec) -> Callable[..., object]:
 class _BackendFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, kernel, backward, *tensors):
-        y = kernel(*tensors)
+        saves = getattr(backward, "saves", None)  # buffers the forward fills for the backward (hookspec)
+        extra = tuple(saves(*tensors)) if saves is not None else ()
+        y = kernel(*tensors, saved=extra) if extra else kernel(*tensors)
         ctx.backward_kernel = backward
         ctx.absent = tuple(t is None for t in tensors)
-        ctx.save_for_backward(*(t for t in tensors if t is not None), y)
+        ctx.n_extra = len(extra)
+        ctx.save_for_backward(*(t for t in tensors if t is not None), y, *extra)
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        saved = iter(ctx.saved_tensors[:-1])
+        ours = ctx.saved_tensors[:len(ctx.saved_tensors) - ctx.n_extra]  # the inputs', then the output
+        saved = iter(ours[:-1])
         tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
         try:
-            grads = ctx.backward_kernel(grad, *tensors, ctx.saved_tensors[-1])
+            grads = ctx.backward_kernel(grad, *tensors, *ctx.saved_tensors[len(ours) - 1:])
         except (Exception, KeyboardInterrupt):
             raise
         except BaseException as exc:  # SystemExit in a backend's backward: its fault, not the end of the process

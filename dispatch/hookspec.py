@@ -133,4 +133,10 @@ def dispatch_backward(op: str, spec: CallSpec) -> Callable[..., torch.Tensor] | 
     ``backward(grad_output, *tensors, output)`` returns the gradient of each tensor argument (a
     tuple, None where there is none; a tensor for one-tensor ops). Optional. When None, dispatch
     uses the op's declared reference backward, so every backend's forward is differentiable.
+
+    A backward may carry ``backward.saves(*tensors) -> tuple[Tensor, ...]``: new buffers that the
+    backend's own forward kernel fills when called as ``kernel(*tensors, saved=buffers)`` (what
+    its backward would otherwise recompute, a norm's per-row statistics), handed back after the
+    output: ``backward(grad_output, *tensors, output, *buffers)``. The backward must also run
+    without them (a torch.compile graph's backward node calls it with the output alone).
     """

@@ -54,3 +54,37 @@ def test_no_grad_calls_do_not_build_a_graph():
         y = dispatch.softmax(x)
     assert y.grad_fn is None
     assert dispatch.softmax(x).grad_fn is not None
+
+
+def test_a_backward_gets_the_buffers_its_forward_filled():
+    # a backend whose backward declares ``saves``: its forward kernel fills them (called with
+    # saved=), autograd keeps them and hands them back after the output; without a graph they are
+    # neither made nor passed
+    plugin = chunked_backend.make("saver", priority=150)
+    got = []
+
+    def kernel(x, saved=()):
+        y = torch.softmax(x, -1)
+        if saved:
+            saved[0].copy_(x.amax(-1))  # the row maxima: what this backward checks it received
+        return y
+
+    def backward(grad, x, y, *extra):
+        got.append(extra)
+        return y * (grad - (grad * y).sum(-1, keepdim=True))
+
+    backward.saves = lambda x: (torch.empty(x.shape[0], dtype=x.dtype),)
+    plugin.dispatch_kernel = dispatch.hookimpl(lambda op, spec, config: kernel)
+    plugin.dispatch_backward = dispatch.hookimpl(lambda op, spec: backward if op == "softmax" else None)
+    dispatch.register(plugin)
+    x = torch.randn(4, 7, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 7, dtype=torch.float64)
+    (dispatch.softmax(x, -1, backend="saver") * w).sum().backward()
+    x_ref = x.detach().clone().requires_grad_()
+    (torch.softmax(x_ref, -1) * w).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    assert len(got) == 1 and len(got[0]) == 1
+    torch.testing.assert_close(got[0][0], x.detach().amax(-1))
+    with torch.no_grad():
+        y = dispatch.softmax(x, -1, backend="saver")
+    torch.testing.assert_close(y, torch.softmax(x.detach(), -1))

@@ -26,12 +26,14 @@ _TRITON = textwrap.dedent("""
         triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": warps})
 
-    fwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "b_ptr", "y_ptr")} | {"ws_ptr": "*fp32"}
-    for rms, affine, (onep, phase, persist) in itertools.product(
-            [True, False], [True, False], [(True, 0, 0), (True, 0, 1), (False, 0, 0), (False, 1, 0), (False, 2, 0)]):
+    fwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "b_ptr", "y_ptr")} | {"ws_ptr": "*fp32", "st_ptr": "*fp32"}
+    # every path, with and without the rows' statistics saved for the backward (STATS)
+    for rms, affine, (onep, phase, persist), stats in itertools.product(
+            [True, False], [True, False], [(True, 0, 0), (True, 0, 1), (False, 0, 0), (False, 1, 0), (False, 2, 0)],
+            [0, 1]):
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine, PHASE=phase, ONE_PASS=onep,
                                    BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1,
-                                   PERSIST=persist, PREFETCH=0, HINTS=0, COOP=0))
+                                   PERSIST=persist, PREFETCH=0, HINTS=0, COOP=0, STATS=stats))
     for rms, (onep, phase, persist) in itertools.product(  # the PREFETCH and HINTS options
             [True, False], [(True, 0, 0), (True, 0, 1), (False, 0, 0), (False, 1, 0), (False, 2, 0)]):
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=phase, ONE_PASS=onep,
@@ -40,25 +42,31 @@ _TRITON = textwrap.dedent("""
     # the cooperative forward (its ws_ptr is the int64 slot buffer): the one launch of a GPU, and
     # the interpreter's two halves; bf16 and fp32 rows
     for dt in ("bf16", "fp32"):
-        io = {p: "*" + dt for p in ("x_ptr", "w_ptr", "b_ptr", "y_ptr")} | {"ws_ptr": "*i64"}
-        for rms, affine, phase, hints in ((True, True, 0, 1), (False, True, 0, 1), (False, False, 0, 0),
-                                          (True, False, 1, 0), (False, True, 2, 1)):
+        io = {p: "*" + dt for p in ("x_ptr", "w_ptr", "b_ptr", "y_ptr")} | {"ws_ptr": "*i64", "st_ptr": "*fp32"}
+        for rms, affine, phase, hints, stats in ((True, True, 0, 1, 0), (False, True, 0, 1, 0), (False, False, 0, 0, 0),
+                                                 (True, False, 1, 0, 0), (False, True, 2, 1, 0), (True, True, 0, 1, 1),
+                                                 (False, True, 0, 1, 1)):
             build(_norm_fwd, io, dict(IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine and not rms, PHASE=phase,
                                       ONE_PASS=False, BLOCK_N=4096, ROWS=1, SPLIT=1, PERSIST=0, PREFETCH=0,
-                                      HINTS=hints, COOP=1, CHUNKS_P2=32))
-    bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr")} | {"p_ptr": "*fp32", "ws_ptr": "*fp32"}
+                                      HINTS=hints, COOP=1, CHUNKS_P2=32, STATS=stats))
+    bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr")} | {"p_ptr": "*fp32", "ws_ptr": "*fp32",
+                                                                         "st_ptr": "*fp32"}
     for rms, affine in itertools.product([True, False], [True, False]):
         flags = dict(IS_RMS=rms, HAS_WEIGHT=affine)
         for evict, prefetch in ((True, False), (False, False), (True, True)):
             build(_norm_bwd, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=1024, ROWS=2,
                                        EVICT=evict, PREFETCH=prefetch))
-        for hints, prefetch in ((False, False), (True, True)):
-            build(_norm_bwd_sums, bwd, dict(flags, BLOCK_N=2048, CHUNKS_P2=8, EV=2 if hints else 0, PREFETCH=prefetch))
+        for (hints, prefetch), saved in itertools.product(((False, False), (True, True)), (False, True)):
+            build(_norm_bwd_sums, bwd, dict(flags, BLOCK_N=2048, CHUNKS_P2=8, EV=2 if hints else 0, PREFETCH=prefetch,
+                                            SAVED=saved))
             build(_norm_bwd_split, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=2048,
-                                             CHUNKS_P2=8, EV=1 if hints else 0, PREFETCH=prefetch))
-        # the one-launch exchange of long rows (it runs only on a GPU: here it must at least build)
-        build(_norm_bwd_coop, bwd | {"slot_ptr": "*i64"}, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms,
-                                                             BLOCK_N=2048, CHUNKS_P2=32, SLOT_OFF=64), warps=8)
+                                             CHUNKS_P2=8, EV=1 if hints else 0, PREFETCH=prefetch, SAVED=saved))
+        # the one-launch exchange of long rows (it runs only on a GPU: here it must at least build),
+        # recomputing the rows' statistics or given them (SAVED)
+        for saved in (False, True):
+            build(_norm_bwd_coop, bwd | {"slot_ptr": "*i64"}, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms,
+                                                                 BLOCK_N=2048, CHUNKS_P2=32, SLOT_OFF=64, SAVED=saved),
+                  warps=8)
     build(_column_sum, {"p_ptr": "*fp32", "out0_ptr": "*bf16", "out1_ptr": "*bf16"}, dict(BLOCK_G=128, BLOCK_N=32))
     print("compiled")
 """)

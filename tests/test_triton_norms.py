@@ -97,13 +97,24 @@ def test_long_rows_chunked(op, dtype):
     _check_fwd_bwd(op, _args(op, x, (17000,), True, op == "layer_norm"), dtype)
 
 
-def _backward_vs_torch(op, m, n, dtype, split, affine=(True, True), shift=2.0, tol=1e-4, plan=None):
+def _row_stats(op, x, eps=1e-5):
+    """What the forward saves for the backward of rows of ``x``: rstd (fp32), then layer_norm's mean."""
+    xd = x.double()
+    if op == "rms_norm":
+        return (xd.pow(2).mean(-1) + eps).rsqrt().float()
+    mean = xd.mean(-1)
+    return torch.cat([(xd.var(-1, unbiased=False) + eps).rsqrt(), mean]).float()
+
+
+def _backward_vs_torch(op, m, n, dtype, split, affine=(True, True), shift=2.0, tol=1e-4, plan=None, saved=False):
+    # saved: the rows' statistics handed to the backward as the forward saves them
     x = _t((m, n), dtype, 11, 1.0, shift)
     w = _t((n,), dtype, 1, 0.5, 1.0) if affine[0] else None
     b = _t((n,), dtype, 2) if affine[1] and op == "layer_norm" else None
     dy = _t((m, n), dtype, 12)
     backward = NB.make_backward(op, m, n, dtype, n, 1e-5, w is not None, b is not None, split=split, plan=plan)
-    got = backward(dy, x, w, b, None) if op == "layer_norm" else backward(dy, x, w, None)
+    extra = (_row_stats(op, x),) if saved else ()
+    got = backward(dy, x, w, b, None, *extra) if op == "layer_norm" else backward(dy, x, w, None, *extra)
     leaves = [None if t is None else t.double().requires_grad_() for t in (x, w, b)]
     ref = (F.rms_norm(leaves[0], (n,), leaves[1], 1e-5) if op == "rms_norm"
            else F.layer_norm(leaves[0], (n,), leaves[1], leaves[2], 1e-5))
@@ -126,6 +137,69 @@ def test_long_row_backward_paths(op, split):
     _backward_vs_torch(op, 5, 9000, F32, split)
     assert NB.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # long rows: cut in chunks
     assert NB.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # rows in registers
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("split,plan", [(None, None), ((1, 2048), None), ((3, 4096), None),
+                                        ((2, 1024), dict(COOP=True))],
+                         ids=["default", "one-group", "groups3", "groups2-coop"])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_long_row_backward_with_the_forwards_statistics(op, split, plan, dtype):
+    # long rows: the backward asks the forward for each row's statistics (saves) and, given them,
+    # exchanges sums of g * xhat (and g) only; rows far from zero (shift 2); COOP=True: the one
+    # launch on a GPU, the two launches under the interpreter
+    tol = 1e-4 if dtype == F32 else 3e-2
+    _backward_vs_torch(op, 5, 9000, dtype, split, plan=plan, saved=True, tol=tol)
+    backward = NB.make_backward(op, 5, 9000, dtype, 9000, 1e-5, True, op == "layer_norm", split=split, plan=plan)
+    x = _t((5, 9000), dtype, 11)
+    (buf,) = backward.saves(x, None)
+    assert buf.dtype == F32 and buf.shape == (5 if op == "rms_norm" else 10,) and buf.device == x.device
+    # the statistics given are the ones used: a wrong rstd gives a wrong dx
+    dy, w = _t((5, 9000), dtype, 12), _t((9000,), dtype, 1, 0.5, 1.0)
+    tail = (None, None) if op == "layer_norm" else (None,)
+    right = backward(dy, x, w, *tail, _row_stats(op, x))[0]
+    wrong = _row_stats(op, x)
+    wrong[:5] *= 2
+    assert not torch.allclose(backward(dy, x, w, *tail, wrong)[0].float(), right.float(), rtol=0.1, atol=0.1)
+
+
+def test_short_row_backward_recomputes_its_statistics():
+    # rows held in registers: the backward asks for nothing (the statistics cost no read there)
+    assert not hasattr(NB.make_backward("layer_norm", 4, 4096, F32, 4096, 1e-5, True, True), "saves")
+    assert not hasattr(NB.make_backward("rms_norm", 4, 40000, F32, 40000, 1e-5, True, False,
+                                        plan=dict(SAVED=False)), "saves")
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("config", [dict(BLOCK_N=64, ROWS=2), dict(BLOCK_N=64, ROWS=2, PERSIST=1),
+                                    dict(BLOCK_N=16), dict(BLOCK_N=16, PREFETCH=1, HINTS=1), dict(BLOCK_N=16, SPLIT=2),
+                                    dict(BLOCK_N=16, COOP=1)],
+                         ids=["rows", "persistent", "chunked", "chunked-prefetch", "split", "coop"])
+def test_forward_saves_each_rows_statistics(op, config):
+    # every forward path, asked with saved=(buffer,), stores each row's rstd (and layer_norm's mean
+    # after them) and nothing else, and writes the output it writes without (to the rounding: the
+    # two are compiled apart, and a GPU may contract their arithmetic differently)
+    m, n = 5, 40
+    cfg = dict(dict(ROWS=1, SPLIT=1, num_warps=1), **config)
+    x, w, b = _t((m, n), F32, 3, 2.0, 1.5), _t((n,), F32, 1, 0.5, 1.0), _t((n,), F32, 2)
+    launcher = N.NormLauncher(op, m, n, F32, n, DEV, cfg, 1e-5, True, op == "layer_norm", (m, n))
+    buf = torch.full((2 * m + 1,), float("nan"), device=DEV)
+    y = launcher.run(x, w, b if op == "layer_norm" else None, saved=(buf,))
+    torch.testing.assert_close(y, launcher.run(x, w, b if op == "layer_norm" else None), rtol=1e-6, atol=1e-6)
+    want = _row_stats(op, x)
+    torch.testing.assert_close(buf[:want.numel()], want, rtol=1e-5, atol=1e-5)
+    assert buf[want.numel():].isnan().all()
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_autograd_keeps_the_forwards_statistics_for_long_rows(op):
+    # through dispatch: the Triton forward fills the buffer its backward asked for, and the graph
+    # keeps it (saved after the output)
+    m, n = 3, 9000
+    x = _t((m, n), F32, 5, 1.0, 3.0).requires_grad_()
+    args = _args(op, x, (n,), True, op == "layer_norm")
+    y = getattr(dispatch, op)(*args, backend="triton")
+    torch.testing.assert_close(y.grad_fn.saved_tensors[-1], _row_stats(op, x.detach()), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])

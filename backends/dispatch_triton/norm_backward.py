@@ -17,10 +17,15 @@ awaits this row's); 2048-element chunks, 4 warps (fp32: 8), 128 registers a thre
 1.08-1.30x faster than the two launches at N = 16384..262144 (bf16 and fp32) with four scalar
 exchanges a chunk; the exchange as it is now took another 20-27% off rms_norm and 5-13% off
 layer_norm (bf16). The two launches remain for the interpreter and for rows whose chunks do not
-all fit on the device at once. The partials are reduced over the programs by one more launch,
-in a fixed order (deterministic). ``make_backward(..., plan=)`` overrides entries of the plan (tile, warps,
-programs, registers, eviction hints, prefetch, the one-launch exchange);
-``benchmarks/sweep_norm_backward.py`` times such variants on a GPU.
+all fit on the device at once. Given each row's statistics by the forward (``backward.saves``,
+``SAVED``), a chunk exchanges sum g * xhat (and layer_norm's sum g) and nothing about x: on an
+H200 the backward of 16384..262144-long rows ran 2-11% (rms_norm) and 11-22% (layer_norm)
+faster, and a training step's forward plus backward 2-13% (but rms_norm bf16 64 x 262144, 0.8%
+slower: its forward's store costs more than its backward saves). The partials are reduced over
+the programs by one more launch, in a fixed order (deterministic). ``make_backward(..., plan=)``
+overrides entries of the plan (tile, warps, programs, registers, eviction hints, prefetch, the
+one-launch exchange, the saved statistics); ``benchmarks/sweep_norm_backward.py`` times such
+variants on a GPU.
 
 Every launch goes through a :class:`~dispatch_triton.direct.DirectLaunch`: after the first call
 the compiled kernel's launcher is called with its arguments prepacked.
@@ -60,10 +65,11 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
 
 
 _PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH"),
-              "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH", "COOP")}
+              "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH", "COOP",
+                        "SAVED")}
 
 
-_FLAGS = ("EVICT", "PREFETCH", "HINTS", "COOP")  # the plan's bool entries
+_FLAGS = ("EVICT", "PREFETCH", "HINTS", "COOP", "SAVED")  # the plan's bool entries
 
 
 def _check_overrides(overrides: dict, kind: str) -> None:
@@ -164,7 +170,7 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         groups = 2 * _cdiv(resident, chunks) if cuda else 2
     return dict(kind="split", BLOCK_N=block, GR=max(1, min(groups, m)), S=chunks, num_warps=warps, maxnreg=maxnreg,
                 num_stages=stages, HINTS=over.get("HINTS", esz <= 2), PREFETCH=over.get("PREFETCH", esz <= 2),
-                COOP=coop)
+                COOP=coop, SAVED=over.get("SAVED", True))
 
 
 def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
@@ -176,11 +182,18 @@ def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
 def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, eps: float,
                   has_weight: bool, has_bias: bool, weight_grad: bool = True, bias_grad: bool = True,
                   split: tuple[int, int] | None = None, plan: dict | None = None):
-    """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` for one call shape.
+    """``backward(grad, input, weight, [bias,] output[, stats]) -> (dinput, dweight[, dbias])`` for one
+    call shape.
 
     ``weight_grad``/``bias_grad`` False: that gradient is not wanted (a frozen parameter) and is None.
     ``split``: ``(row groups, chunk length)`` forces the long-row path; ``plan``: entries that
-    override the computed plan's, checked here (see :func:`backward_plan`)."""
+    override the computed plan's, checked here (see :func:`backward_plan`).
+
+    Long rows (the "split" plans, unless ``SAVED`` is overridden False): ``backward.saves(input,
+    ...)`` returns a buffer for the forward to store each row's rstd in (layer_norm: rstd, then the
+    mean; see :func:`dispatch_triton.norms.NormLauncher`); handed back as ``stats``, it spares the
+    backward recomputing them (a chunk then exchanges one sum, layer_norm's two, not two and four).
+    Without it (a torch.compile graph's backward node) the backward recomputes them."""
     is_rms = op == "rms_norm"
     overrides = dict(plan) if plan else None
     if overrides:
@@ -188,7 +201,7 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
     plans: dict = {}
     lock = threading.Lock()
 
-    def build(device, dy_stride: int, has_w: bool, want_dw: bool, want_db: bool, wdtype):
+    def build(device, dy_stride: int, has_w: bool, want_dw: bool, want_db: bool, saved: bool):
         plan = backward_plan(m, n, dtype, device, split, overrides)
         enabled = not _interpreting()
         k = int(want_dw) + int(want_db)
@@ -196,6 +209,9 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
         options = dict(num_warps=plan["num_warps"], num_stages=plan["num_stages"])
         if plan["maxnreg"] and device.type == "cuda":
             options["maxnreg"] = plan["maxnreg"]  # keeps every persistent program resident
+        anchor = torch.empty(0, device=device)
+        ph32 = placeholder(anchor, torch.float32)
+        fixed = () if saved else (ph32,)  # the statistics' argument: a call's, or a placeholder
         if plan["kind"] == "rows":
             g = plan["G"]
             main = DirectLaunch(_norm_bwd, (g,), 5, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
@@ -211,25 +227,26 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             # L2, whose loads are then evict_first (1)
             hints, prefetch = plan["HINTS"], plan["PREFETCH"]
             if plan["COOP"]:
-                coop = DirectLaunch(_norm_bwd_coop, (g * s,), 6, dict(M=m, N=n, stride_xm=row_stride,
+                coop = DirectLaunch(_norm_bwd_coop, (g * s,), 7, dict(M=m, N=n, stride_xm=row_stride,
                                                                      stride_dym=dy_stride, stride_dxm=n,
                                                                      p_off_b=g * n if want_dw else 0, eps=float(eps),
                                                                      WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=bn,
-                                                                     CHUNKS_P2=_np2(s), SLOT_OFF=_SLOT_OFF, **flags),
-                                    options, enabled=enabled, checked=(0, 2, 3))
+                                                                     CHUNKS_P2=_np2(s), SLOT_OFF=_SLOT_OFF,
+                                                                     SAVED=saved, **flags),
+                                    options, enabled=enabled, checked=(0, 2, 3), fixed=fixed)
                 stages = (coop,)
             else:
-                sums = DirectLaunch(_norm_bwd_sums, (g, s), 4,
+                sums = DirectLaunch(_norm_bwd_sums, (g, s), 5,
                                     dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride, eps=float(eps),
                                          BLOCK_N=bn, CHUNKS_P2=_np2(s), EV=2 if hints else 0, PREFETCH=prefetch,
-                                         **flags),
-                                    options, enabled=enabled, checked=(0, 2, 3))
-                dx = DirectLaunch(_norm_bwd_split, (g, s), 6, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
+                                         SAVED=saved, **flags),
+                                    options, enabled=enabled, checked=(0, 2, 3), fixed=fixed)
+                dx = DirectLaunch(_norm_bwd_split, (g, s), 7, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
                                                                     stride_dxm=n, p_off_b=g * n if want_dw else 0,
                                                                     eps=float(eps), WANT_DW=want_dw, WANT_DB=want_db,
                                                                     BLOCK_N=bn, CHUNKS_P2=_np2(s), EV=1 if hints else 0,
-                                                                    PREFETCH=prefetch, **flags),
-                                  options, enabled=enabled, checked=(0, 2, 3))
+                                                                    PREFETCH=prefetch, SAVED=saved, **flags),
+                                  options, enabled=enabled, checked=(0, 2, 3), fixed=fixed)
                 stages = (sums, dx)
         reduce = None
         if k:  # columns of 32 fp32 (a 128-byte line a row), up to 128 partial rows a step
@@ -238,11 +255,12 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
                                   dict(G=g, N=n, BLOCK_G=min(128, _np2(g)), BLOCK_N=rbn),
                                   dict(num_warps=4, num_stages=1), enabled=enabled)
         ws_size = m * plan.get("S", 0) * 4
-        anchor = torch.empty(0, device=device)
-        return plan, g, k, stages, reduce, ws_size, placeholder(anchor, torch.float32), placeholder(anchor, dtype)
+        return plan, g, k, stages, reduce, ws_size, ph32, placeholder(anchor, dtype)
 
     def backward(grad, x, weight, *rest):
-        bias = rest[0] if len(rest) == 2 else None
+        # rest: (bias,) for layer_norm, then the output, then the statistics where the forward saved them
+        bias = None if is_rms else rest[0]
+        stats = rest[-1] if len(rest) == (2 if is_rms else 3) else None
         want_dw = has_weight and weight_grad and weight is not None
         want_db = has_bias and bias_grad and bias is not None
         device = x.device
@@ -252,24 +270,25 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             db = torch.zeros_like(bias) if want_db else None
             return (dx, dw, db) if not is_rms else (dx, dw)
         dy, dy_stride = _dense_rows(grad, m, n)
-        key = (device, dy_stride, weight is not None, want_dw, want_db)
+        key = (device, dy_stride, weight is not None, want_dw, want_db, stats is not None)
         built = plans.get(key)
         if built is None:
             with lock:
                 built = plans.get(key)
                 if built is None:
-                    built = plans[key] = build(device, dy_stride, weight is not None, want_dw, want_db, dtype)
+                    built = plans[key] = build(*key)
         plan, g, k, stages, reduce, ws_size, ph32, ph = built
         partials = torch.empty(k * g * n, dtype=torch.float32, device=device) if k else ph32
         w_arg = weight if weight is not None else ph
+        st = () if stats is None else (stats,)
         if plan["kind"] == "rows":
             stages[0].launch(x, dx, dy, w_arg, partials)
         elif plan["COOP"]:  # up to four tagged words per row and chunk in the stream's slot buffer
-            stages[0].launch(x, dx, dy, w_arg, partials, _split_slots(device, 2 * m * plan["S"]))
+            stages[0].launch(x, dx, dy, w_arg, partials, _split_slots(device, 2 * m * plan["S"]), *st)
         else:
             ws = torch.empty(ws_size, dtype=torch.float32, device=device)
-            stages[0].launch(x, ws, dy, w_arg)
-            stages[1].launch(x, dx, dy, w_arg, partials, ws)
+            stages[0].launch(x, ws, dy, w_arg, *st)
+            stages[1].launch(x, dx, dy, w_arg, partials, ws, *st)
         dw = torch.empty(weight.shape, dtype=weight.dtype, device=device) if want_dw else None
         db = torch.empty(bias.shape, dtype=bias.dtype, device=device) if want_db else None
         if k:
@@ -277,4 +296,10 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             reduce.launch(partials, outs[0], outs[-1])
         return (dx, dw) if is_rms else (dx, dw, db)
 
+    long_rows = split is not None or max(_np2(max(n, 1)), 16) > _MAX_ONE_PASS_BWD
+    if long_rows and (overrides or {}).get("SAVED", True):
+        def saves(x, *rest):
+            return (torch.empty(m if is_rms else 2 * m, dtype=torch.float32, device=x.device),)
+
+        backward.saves = saves
     return backward

@@ -198,12 +198,45 @@ def _chunk_dx(x, g, cmask, s1, m2, sgd, sg, shift, N, eps, IS_RMS: tl.constexpr)
 
 
 @triton.jit
+def _saved_stats(st_ptr, row, M, IS_RMS: tl.constexpr):
+    # (mean, rstd) of a row as the forward stored them (norm_kernels._save_stats; rms_norm's mean:
+    # 0); zeros past the last row
+    r = tl.cast(row, tl.int64)
+    rstd = tl.load(st_ptr + r, mask=row < M, other=0.0)
+    if IS_RMS:
+        return rstd * 0.0, rstd
+    else:
+        return tl.load(st_ptr + M + r, mask=row < M, other=0.0), rstd
+
+
+@triton.jit
+def _saved_partial(x, g, cmask, mean, rstd, IS_RMS: tl.constexpr):
+    # a chunk's (sum g * xhat, sum g) about the row's saved statistics (rms_norm: sum g unused, 0)
+    xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+    if IS_RMS:
+        return tl.sum(g * xhat, 0), tl.full([], 0.0, tl.float32)
+    else:
+        return _sum2(g * xhat, g)
+
+
+@triton.jit
+def _saved_dx(x, g, cmask, mean, rstd, sgx, sg, N, IS_RMS: tl.constexpr):
+    # (dx, xhat) of a chunk from the row's saved statistics and its sums of g * xhat and g
+    xhat = tl.where(cmask, (x - mean) * rstd, 0.0)
+    if IS_RMS:
+        dx = rstd * (g - xhat * (sgx / N))
+    else:
+        dx = rstd * (g - sg / N - xhat * (sgx / N))
+    return dx, xhat
+
+
+@triton.jit
 def _split_bwd(
-    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr,
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr, st_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
     PHASE: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, EV: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, SAVED: tl.constexpr,
 ):
     # The backward of long rows, over a grid (row groups GR, chunks): program (rg, c) takes chunk c
     # of rows rg, rg + GR, ... The fp32 workspace holds 4 sums per row and chunk (PHASE 1):
@@ -211,7 +244,9 @@ def _split_bwd(
     # PHASE 2 writes dx and the group's dweight/dbias partials of the chunk (p_ptr[rg, chunk]).
     # EV: the loads' L2 eviction hint (see _ld; the host's HINTS: phase 1 evict_last, so that
     # phase 2 finds x and dy in L2, and phase 2 evict_first); PREFETCH: the program's next row is
-    # loaded before it works on the current one.
+    # loaded before it works on the current one. SAVED: each row's statistics come from the
+    # forward (st_ptr, _saved_stats), and the workspace's last two sums of a chunk are
+    # sum g * xhat and sum g (_saved_partial), which phase 2 adds up.
     DX_TY = dx_ptr.dtype.element_ty
     rg = tl.program_id(0)
     c = tl.program_id(1)
@@ -254,13 +289,25 @@ def _split_bwd(
         else:
             x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
             dy = _ld(dy_ptr + r64 * stride_dym + cols, cmask, EV).to(tl.float32)
-        shift = _row_shift(x_ptr, xoff, N, IS_RMS)
+        if SAVED:
+            mean, rstd = _saved_stats(st_ptr, row, M, IS_RMS)
+        else:
+            shift = _row_shift(x_ptr, xoff, N, IS_RMS)
         if HAS_WEIGHT:
             g = dy * w
         else:
             g = dy
         wbase = ws_ptr + r64 * S * 4
-        if PHASE == 1:
+        if SAVED:
+            if PHASE == 1:
+                sgx, sg = _saved_partial(x, g, cmask, mean, rstd, IS_RMS)
+                tl.store(wbase + c * 4 + 2, sgx)
+                tl.store(wbase + c * 4 + 3, sg)
+            else:
+                sgx = tl.sum(tl.load(wbase + j * 4 + 2, mask=jmask, other=0.0), 0)
+                sg = tl.sum(tl.load(wbase + j * 4 + 3, mask=jmask, other=0.0), 0)
+                dx, xhat = _saved_dx(x, g, cmask, mean, rstd, sgx, sg, N, IS_RMS)
+        elif PHASE == 1:
             s1, m2, sgd, sg = _bwd_partial(x, g, cmask, shift, tl.maximum(_part_counts(c, N, BLOCK_N), 1.0), IS_RMS)
             tl.store(wbase + c * 4, s1)
             tl.store(wbase + c * 4 + 1, m2)
@@ -273,6 +320,7 @@ def _split_bwd(
                                       tl.load(wbase + j * 4 + 3, mask=jmask, other=0.0),
                                       tl.where(jmask, _part_counts(j, N, BLOCK_N), 0.0), N, IS_RMS)
             dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, shift, N, eps, IS_RMS)
+        if PHASE == 2:
             tl.store(dx_ptr + r64 * stride_dxm + cols, _cvt(dx, DX_TY), mask=cmask)
             if WANT_DW:
                 acc_w += dy * xhat
@@ -284,32 +332,39 @@ def _split_bwd(
 
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd_sums(
-    x_ptr, ws_ptr, dy_ptr, w_ptr,
+    x_ptr, ws_ptr, dy_ptr, w_ptr, st_ptr,
     M, N, stride_xm, stride_dym, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr,
-    EV: tl.constexpr = 0, PREFETCH: tl.constexpr = False,
+    EV: tl.constexpr = 0, PREFETCH: tl.constexpr = False, SAVED: tl.constexpr = False,
 ):
-    # phase 1 of the long-row backward: the four partials of each row and chunk into ws
-    _split_bwd(x_ptr, x_ptr, dy_ptr, w_ptr, ws_ptr, ws_ptr, M, N, stride_xm, stride_dym, 0, 0, eps,
-               IS_RMS, HAS_WEIGHT, False, False, 1, BLOCK_N, CHUNKS_P2, EV, PREFETCH)
+    # phase 1 of the long-row backward: the partials of each row and chunk into ws
+    _split_bwd(x_ptr, x_ptr, dy_ptr, w_ptr, ws_ptr, ws_ptr, st_ptr, M, N, stride_xm, stride_dym, 0, 0, eps,
+               IS_RMS, HAS_WEIGHT, False, False, 1, BLOCK_N, CHUNKS_P2, EV, PREFETCH, SAVED)
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd_split(
-    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr,
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr, st_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
     BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, EV: tl.constexpr = 0, PREFETCH: tl.constexpr = False,
+    SAVED: tl.constexpr = False,
 ):
     # phase 2 of the long-row backward: dx and the dweight/dbias partials
-    _split_bwd(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
-               IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, 2, BLOCK_N, CHUNKS_P2, EV, PREFETCH)
+    _split_bwd(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, ws_ptr, st_ptr, M, N, stride_xm, stride_dym, stride_dxm,
+               p_off_b, eps, IS_RMS, HAS_WEIGHT, WANT_DW, WANT_DB, 2, BLOCK_N, CHUNKS_P2, EV, PREFETCH, SAVED)
 
 
 @triton.jit
-def _words(IS_RMS: tl.constexpr):
-    # tagged words a chunk publishes: rms_norm's dx needs sum x^2 and sum g x only
-    if IS_RMS:
+def _words(IS_RMS: tl.constexpr, SAVED: tl.constexpr):
+    # tagged words a chunk publishes: rms_norm's dx needs sum x^2 and sum g x only; with the
+    # forward's statistics (SAVED) sum g * xhat (and layer_norm's sum g)
+    if SAVED:
+        if IS_RMS:
+            return 1
+        else:
+            return 2
+    elif IS_RMS:
         return 2
     else:
         return 4
@@ -349,33 +404,73 @@ def _gather(slot_ptr, base, S, tag, N, IS_RMS: tl.constexpr, BLOCK_N: tl.constex
 
 
 @triton.jit
-def _coop_chunk(x_ptr, dy_ptr, row, stride_xm, stride_dym, cols, M, N, IS_RMS: tl.constexpr):
+def _coop_chunk(x_ptr, dy_ptr, st_ptr, row, stride_xm, stride_dym, cols, M, N, IS_RMS: tl.constexpr,
+                SAVED: tl.constexpr):
     # one program's raw chunks of x and dy of ``row`` (zeros past the row's end and past the last
-    # row), in the input's dtype, and the row's shift (_row_shift, fp32)
+    # row), in the input's dtype, and the row's (shift, 0) (_row_shift, fp32), or with SAVED its
+    # saved (mean, rstd)
     r64 = tl.cast(row, tl.int64)
     lim = tl.where(row < M, N, 0)
     x = tl.load(x_ptr + r64 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
     dy = tl.load(dy_ptr + r64 * stride_dym + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
-    return x, dy, _row_shift(x_ptr, r64 * stride_xm, lim, IS_RMS)
+    if SAVED:
+        a, b = _saved_stats(st_ptr, row, M, IS_RMS)
+    else:
+        a = _row_shift(x_ptr, r64 * stride_xm, lim, IS_RMS)
+        b = a * 0.0
+    return x, dy, a, b
 
 
 @triton.jit
-def _coop_publish(slot_ptr, idx, xr, dyr, shift, w, cmask, nc, tag, HAS_WEIGHT: tl.constexpr, IS_RMS: tl.constexpr):
-    # a chunk's partials (_bwd_partial), published
+def _chunk_g(xr, dyr, w, HAS_WEIGHT: tl.constexpr):
+    # a chunk's x, dy and g = dy * w in fp32
     x = xr.to(tl.float32)
-    g = dyr.to(tl.float32)
+    dy = dyr.to(tl.float32)
     if HAS_WEIGHT:
-        g = g * w
-    s1, m2, sgd, sg = _bwd_partial(x, g, cmask, shift, nc, IS_RMS)
-    _publish(slot_ptr, idx, s1, m2, sgd, sg, tag, IS_RMS)
+        g = dy * w
+    else:
+        g = dy
+    return x, dy, g
+
+
+@triton.jit
+def _coop_publish(slot_ptr, idx, xr, dyr, a, b, w, cmask, nc, tag, HAS_WEIGHT: tl.constexpr, IS_RMS: tl.constexpr,
+                  SAVED: tl.constexpr):
+    # a chunk's partials (_bwd_partial about the shift a; SAVED: _saved_partial about the saved
+    # (mean, rstd) = (a, b)), published
+    x, dy, g = _chunk_g(xr, dyr, w, HAS_WEIGHT)
+    if SAVED:
+        sgx, sg = _saved_partial(x, g, cmask, a, b, IS_RMS)
+        if IS_RMS:
+            k = tl.arange(0, 1)
+            _publish_words(slot_ptr, idx, tl.zeros([1], tl.float32) + sgx, k, tag)
+        else:
+            k = tl.arange(0, 2)
+            _publish_words(slot_ptr, idx, tl.where(k == 0, sgx, sg), k, tag)
+    else:
+        s1, m2, sgd, sg = _bwd_partial(x, g, cmask, a, nc, IS_RMS)
+        _publish(slot_ptr, idx, s1, m2, sgd, sg, tag, IS_RMS)
+
+
+@triton.jit
+def _gather_saved(slot_ptr, base, S, tag, IS_RMS: tl.constexpr, CHUNKS_P2: tl.constexpr):
+    # the row's (sum g * xhat, sum g) once its S chunks' words (_coop_publish with SAVED) carry
+    # this launch's tag, added in chunk order (the same on every program of the row)
+    if IS_RMS:
+        vals, jm = _await_words(slot_ptr, base, S, tag, 1, CHUNKS_P2)  # 0 past the last chunk
+        return tl.sum(tl.sum(vals, 1), 0), tl.full([], 0.0, tl.float32)
+    else:
+        vals, jm = _await_words(slot_ptr, base, S, tag, 2, CHUNKS_P2)
+        sgx, sg = tl.split(vals)
+        return _sum2(sgx, sg)
 
 
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd_coop(
-    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr,
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, st_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr,
+    BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr, SAVED: tl.constexpr = False,
 ):
     # The backward of long rows in one launch: persistent programs in groups of S = cdiv(N,
     # BLOCK_N), each holding one chunk of a row (x and dy) in registers; it publishes the chunk's
@@ -389,7 +484,9 @@ def _norm_bwd_coop(
     # highest ticket may wait on programs not yet resident, and the host sizes the grid so that
     # every program is resident. dweight/dbias as _norm_bwd: a row of partials per group
     # (p_ptr[group, :]), reduced by _column_sum. GPU only: the interpreter runs programs one after
-    # another, where the sums could never meet (the two-launch path serves it).
+    # another, where the sums could never meet (the two-launch path serves it). SAVED: the rows'
+    # statistics come from the forward (st_ptr): a chunk publishes sum g * xhat (and layer_norm's
+    # sum g) instead.
     DX_TY = dx_ptr.dtype.element_ty
     nprog = tl.num_programs(0)
     S = tl.cdiv(N, BLOCK_N)
@@ -399,27 +496,29 @@ def _norm_bwd_coop(
     c = tid % S
     cols, cmask, w, acc_w, acc_b = _chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
     nc = tl.maximum(_part_counts(c, N, BLOCK_N), 1.0)
-    NW = _words(IS_RMS)
-    xr, dyr, sh = _coop_chunk(x_ptr, dy_ptr, grp, stride_xm, stride_dym, cols, M, N, IS_RMS)
+    NW = _words(IS_RMS, SAVED)
+    xr, dyr, a, b = _coop_chunk(x_ptr, dy_ptr, st_ptr, grp, stride_xm, stride_dym, cols, M, N, IS_RMS, SAVED)
     if grp < M:
-        _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * NW + c * NW, xr, dyr, sh, w, cmask, nc, tag,
-                      HAS_WEIGHT, IS_RMS)
-    xr_n, dyr_n, sh_n = _coop_chunk(x_ptr, dy_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N, IS_RMS)
+        _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * NW + c * NW, xr, dyr, a, b, w, cmask, nc,
+                      tag, HAS_WEIGHT, IS_RMS, SAVED)
+    xr_n, dyr_n, a_n, b_n = _coop_chunk(x_ptr, dy_ptr, st_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N,
+                                        IS_RMS, SAVED)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if nrow < M:
-            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * NW + c * NW, xr_n, dyr_n, sh_n, w, cmask,
-                          nc, tag, HAS_WEIGHT, IS_RMS)
-        xr_nn, dyr_nn, sh_nn = _coop_chunk(x_ptr, dy_ptr, nrow + n_groups, stride_xm, stride_dym, cols, M, N, IS_RMS)
+            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * NW + c * NW, xr_n, dyr_n, a_n, b_n, w,
+                          cmask, nc, tag, HAS_WEIGHT, IS_RMS, SAVED)
+        xr_nn, dyr_nn, a_nn, b_nn = _coop_chunk(x_ptr, dy_ptr, st_ptr, nrow + n_groups, stride_xm, stride_dym, cols, M,
+                                                N, IS_RMS, SAVED)
         r64 = tl.cast(row, tl.int64)
-        s1, m2, sgd, sg = _gather(slot_ptr, SLOT_OFF + r64 * S * NW, S, tag, N, IS_RMS, BLOCK_N, CHUNKS_P2)
-        x = xr.to(tl.float32)
-        dy = dyr.to(tl.float32)
-        if HAS_WEIGHT:
-            g = dy * w
+        if SAVED:  # (a Triton if keeps only the names that both branches assign)
+            sgx, sg = _gather_saved(slot_ptr, SLOT_OFF + r64 * S * NW, S, tag, IS_RMS, CHUNKS_P2)
+            x, dy, g = _chunk_g(xr, dyr, w, HAS_WEIGHT)
+            dx, xhat = _saved_dx(x, g, cmask, a, b, sgx, sg, N, IS_RMS)
         else:
-            g = dy
-        dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, sh, N, eps, IS_RMS)
+            s1, m2, sgd, sg = _gather(slot_ptr, SLOT_OFF + r64 * S * NW, S, tag, N, IS_RMS, BLOCK_N, CHUNKS_P2)
+            x, dy, g = _chunk_g(xr, dyr, w, HAS_WEIGHT)
+            dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, a, N, eps, IS_RMS)
         tl.store(dx_ptr + r64 * stride_dxm + cols, _cvt(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
         if WANT_DW:
             acc_w += dy * xhat
@@ -427,9 +526,11 @@ def _norm_bwd_coop(
             acc_b += dy
         xr = xr_n
         dyr = dyr_n
-        sh = sh_n
+        a = a_n
+        b = b_n
         xr_n = xr_nn
         dyr_n = dyr_nn
-        sh_n = sh_nn
+        a_n = a_nn
+        b_n = b_nn
     if grp < n_groups:
         _store_partials(p_ptr, p_off_b, grp, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)

@@ -40,6 +40,10 @@ reduction over the chunk in registers, a second walk), so it never loses more th
 parts merge by Chan et al.'s rule, ``M2 = sum M2_p + sum n_p (mean_p - mean)^2``, which subtracts
 nothing. rms_norm needs only ``sum x^2``.
 
+``STATS`` (a call that records a gradient of long rows; see ``norm_backward.make_backward``'s
+``saves``): every path also stores each row's rstd at ``st_ptr[row]`` and layer_norm's mean ``M``
+further on (``_save_stats``), so that the backward need not recompute them.
+
 ``HAS_WEIGHT`` / ``HAS_BIAS`` are constexprs that the autotuner's key never sees: an absent
 weight or bias is passed as a cached placeholder of the input's dtype, so calls with and without
 them share one autotune entry (Triton keys on every tensor argument's dtype).
@@ -208,14 +212,31 @@ def _tile_ptrs(base, t, ROWS: tl.constexpr, cols, cmask, M, stride):
 
 
 @triton.jit
+def _save_stats(st_ptr, rows, mean, rstd, mask, M, IS_RMS: tl.constexpr):
+    # what the backward would otherwise recompute (STATS): a row's rstd at st_ptr[row] and, for
+    # layer_norm, its mean M further on (rows, mean, rstd: scalars or vectors alike)
+    r = tl.cast(rows, tl.int64)
+    tl.store(st_ptr + r, rstd, mask=mask)
+    if not IS_RMS:
+        tl.store(st_ptr + M + r, mean, mask=mask)
+
+
+@triton.jit
 def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
-              HAS_BIAS: tl.constexpr, EV_OUT: tl.constexpr = 0):
-    # a tile of whole rows (fp32, zeros where masked off) normalized and stored
+              HAS_BIAS: tl.constexpr, EV_OUT: tl.constexpr, st_ptr, t, M, ROWS: tl.constexpr,
+              STATS: tl.constexpr):
+    # a tile t of whole rows (fp32, zeros where masked off) normalized and stored (STATS: and
+    # their statistics, _save_stats)
     if IS_RMS:
+        mean = tl.zeros([ROWS], tl.float32)
         xc = x
     else:
-        xc = tl.where(mask, x - (tl.sum(x, 1) / N)[:, None], 0.0)
+        mean = tl.sum(x, 1) / N
+        xc = tl.where(mask, x - mean[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+    if STATS:
+        rows = t * ROWS + tl.arange(0, ROWS)
+        _save_stats(st_ptr, rows, mean, rstd, rows < M, M, IS_RMS)
     y = xc * rstd[:, None]
     if HAS_WEIGHT:
         y = y * w.to(tl.float32)[None, :]
@@ -314,9 +335,9 @@ def _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl
 
 
 @triton.jit
-def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS: tl.constexpr,
+def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS: tl.constexpr,
               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr, BLOCK_N: tl.constexpr,
-              HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr):
+              HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr, STATS: tl.constexpr):
     # COOP: persistent programs in groups of S = cdiv(N, BLOCK_N), each holding one chunk of a row
     # (and its weight/bias) in registers; a group walks rows grp, grp + G, ... Per row a program
     # publishes its chunk's partial, the group's programs wait for the row's S partials, and each
@@ -361,6 +382,8 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, 
             if HAS_BIAS:
                 y = y + b.to(tl.float32)
             _st(y_ptr + row64 * stride_ym + cols, _cvt(y, OUT_TY), cmask, HINTS)
+            if STATS:  # the row's first chunk stores them
+                _save_stats(st_ptr, row, sh + mean_d, rstd, c == 0, M, IS_RMS)
         xr = xr_n
         xr_n = xr_nn
         sh = sh_n
@@ -369,20 +392,21 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, M, N, stride_xm, stride_ym, 
 
 @triton.jit(do_not_specialize=["M", "N_BUCKET", "eps"])  # M: row counts never recompile
 def _norm_fwd(
-    x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr,
+    x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr, st_ptr,
     M, N, stride_xm, stride_ym, eps,
     N_BUCKET,  # noqa: ARG001 - the autotune key only (bucketed row length)
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
     ONE_PASS: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr,
     PERSIST: tl.constexpr, PREFETCH: tl.constexpr = 0, HINTS: tl.constexpr = 0, COOP: tl.constexpr = 0,
     CHUNKS_P2: tl.constexpr = 0,  # COOP: a power of two >= the chunks of a row (the width of its wait)
+    STATS: tl.constexpr = 0,  # each row's rstd (layer_norm: and mean) stored at st_ptr (_save_stats)
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
     # HINTS (0 or 1): y stored evict_first (_st's 1); long rows: x's first read evict_last (_ld's 2)
     if COOP:  # ws_ptr is the int64 slot buffer of the exchange
-        _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS,
-                  PHASE, BLOCK_N, HINTS, CHUNKS_P2)
+        _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr, st_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS, HAS_WEIGHT,
+                  HAS_BIAS, PHASE, BLOCK_N, HINTS, CHUNKS_P2, STATS)
     elif ONE_PASS:
         cols = tl.arange(0, BLOCK_N)
         cmask = cols < N
@@ -397,12 +421,14 @@ def _norm_fwd(
                 nptrs, nmask = _tile_ptrs(x_ptr, t + G, ROWS, cols, cmask, M, stride_xm)
                 x_next = tl.load(nptrs, mask=nmask, other=0.0, eviction_policy="evict_first")
                 yptrs, mask = _tile_ptrs(y_ptr, t, ROWS, cols, cmask, M, stride_ym)
-                _rows_out(x.to(tl.float32), mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS)
+                _rows_out(x.to(tl.float32), mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS, st_ptr,
+                          t, M, ROWS, STATS)
         else:
             ptrs, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
             x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             yptrs, mask = _tile_ptrs(y_ptr, pid, ROWS, cols, cmask, M, stride_ym)
-            _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS)
+            _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS, st_ptr, pid, M, ROWS,
+                      STATS)
     else:
         row = tl.program_id(0)
         seg = tl.program_id(1)
@@ -431,6 +457,8 @@ def _norm_fwd(
                 s1, s2 = _merge_parts(tl.load(ws_ptr + base + j * 2), tl.load(ws_ptr + base + j * 2 + 1),
                                       _part_counts(j, N, per * BLOCK_N), IS_RMS)
             mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
+            if STATS:  # PHASE 2: the row's first segment stores them
+                _save_stats(st_ptr, row, mean, rstd, seg == 0, M, IS_RMS)
             if PHASE == 0:
                 lo = 0
                 hi = nchunks

@@ -245,15 +245,16 @@ class NormLauncher:
                 return empty(*size, dtype=dtype, device=device)
         self.direct: tuple[DirectLaunch, ...] = ()
         if m == 0 or n == 0:
-            def run(x, weight=None, bias=None):
+            def run(x, weight=None, bias=None, saved=None):
                 return empty(size, dtype=dtype, device=device)
             self.run = run
             return
         ph = placeholder(anchor, dtype)
         ph32 = placeholder(anchor, torch.float32)
         is_coop = coop(config)
-        # what compile() builds with: tensors like a call's (the COOP path's workspace is its slot buffer)
-        self._stand_ins = (ph,) * 4 + (placeholder(anchor, torch.int64) if is_coop else ph32,)
+        # what compile() builds with: tensors like a call's (the COOP path's workspace is its slot
+        # buffer; the last, the statistics a backward takes)
+        self._stand_ins = (ph,) * 4 + (placeholder(anchor, torch.int64) if is_coop else ph32, ph32)
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
                     PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(is_coop),
@@ -264,55 +265,72 @@ class NormLauncher:
             options["maxnreg"] = _persist_regs(config)
         enabled = not _interpreting()
         split = int(config["SPLIT"])
+        common = dict(ONE_PASS=False, SPLIT=1, PERSIST=0)
 
-        def launcher(grid, out=1, **kw):
-            return DirectLaunch(_norm_fwd, grid, 5, dict(ints, **meta, **kw), options, enabled=enabled,
-                                checked=(0, 2, 3), out=out)
+        def launches(stats: int) -> tuple[DirectLaunch, ...]:
+            # the path's launches; stats 1: they also store each row's statistics (STATS) where a
+            # call's sixth tensor says; else that argument is fixed (a placeholder, never written)
+            m_meta = dict(meta, STATS=stats)
+
+            def launcher(grid, out=1, opts=options, **kw):
+                return DirectLaunch(_norm_fwd, grid, 6, dict(ints, **m_meta, **kw), opts, enabled=enabled,
+                                    checked=(0, 2, 3), out=out, fixed=() if stats else (ph32,))
+
+            if is_coop:  # one launch; the interpreter's two: publish, then await
+                return self._coop(m, n, config, device, launcher, dtype, ints, m_meta, options)
+            if one_pass(config, n):
+                return (launcher((_fwd_grid(m, config, device),), PHASE=0, ONE_PASS=True, SPLIT=1,
+                                 PERSIST=int(config.get("PERSIST", 0))),)
+            if split > 1:
+                return (launcher((m, split), out=4, PHASE=1, **dict(common, SPLIT=split)),
+                        launcher((m, split), PHASE=2, **dict(common, SPLIT=split)))
+            return (launcher((m,), PHASE=0, **common),)
+
+        stages = self.direct = launches(0)
+        saving: list = []  # the STATS launches, built at the first call that asks for statistics
+
+        def stats_launches():
+            if not saving:
+                saving.append(launches(1))
+            return saving[0]
 
         if is_coop:
-            self.direct = self._coop(m, n, config, device, launcher, dtype, ints, meta, options)
-            stages = self.direct  # one launch; the interpreter's two: publish, then await
             need = m * _cdiv(n, int(config["BLOCK_N"]))  # the partials of every row and chunk
 
-            def run(x, weight=None, bias=None):
-                y = new_y(x)
-                slots = _split_slots(device, need)  # the stream's, or one private to a captured launch
-                w = ph if weight is None else weight
-                b = ph if bias is None else bias
-                for k in stages:  # k.launch, not a bound copy: arming replaces it
-                    k.launch(x, y, w, b, slots)
-                return y
-        elif one_pass(config, n):
-            k0 = launcher((_fwd_grid(m, config, device),), PHASE=0, ONE_PASS=True, SPLIT=1,
-                          PERSIST=int(config.get("PERSIST", 0)))
-            self.direct = (k0,)
-
-            def run(x, weight=None, bias=None):
-                y = new_y(x)
-                k0.launch(x, y, ph if weight is None else weight, ph if bias is None else bias, ph32)
-                return y
+            def ws_of():
+                return _split_slots(device, need)  # the stream's, or one private to a captured launch
         elif split > 1:
-            common = dict(ONE_PASS=False, SPLIT=split, PERSIST=0)
-            k1 = launcher((m, split), out=4, PHASE=1, **common)
-            k2 = launcher((m, split), PHASE=2, **common)
-            self.direct = (k1, k2)
             ws_size = 2 * m * split
 
-            def run(x, weight=None, bias=None):
+            def ws_of():
+                return empty(ws_size, dtype=torch.float32, device=device)
+        else:
+            def ws_of():
+                return ph32
+
+        if len(stages) == 1 and not is_coop:
+            k0 = stages[0]
+
+            def run(x, weight=None, bias=None, saved=None):
                 y = new_y(x)
-                ws = empty(ws_size, dtype=torch.float32, device=device)
-                w = ph if weight is None else weight
-                b = ph if bias is None else bias
-                k1.launch(x, y, w, b, ws)
-                k2.launch(x, y, w, b, ws)
+                if saved is None:
+                    k0.launch(x, y, ph if weight is None else weight, ph if bias is None else bias, ph32)
+                else:
+                    stats_launches()[0].launch(x, y, ph if weight is None else weight,
+                                               ph if bias is None else bias, ph32, saved[0])
                 return y
         else:
-            k0 = launcher((m,), PHASE=0, ONE_PASS=False, SPLIT=1, PERSIST=0)
-            self.direct = (k0,)
-
-            def run(x, weight=None, bias=None):
+            def run(x, weight=None, bias=None, saved=None):
                 y = new_y(x)
-                k0.launch(x, y, ph if weight is None else weight, ph if bias is None else bias, ph32)
+                ws = ws_of()
+                w = ph if weight is None else weight
+                b = ph if bias is None else bias
+                if saved is None:
+                    for k in stages:  # k.launch, not a bound copy: arming replaces it
+                        k.launch(x, y, w, b, ws)
+                else:
+                    for k in stats_launches():
+                        k.launch(x, y, w, b, ws, saved[0])
                 return y
         self.run = run
 
@@ -326,20 +344,31 @@ class NormLauncher:
 
     def _coop(self, m, n, config, device, launcher, dtype, ints, meta, options):
         """The COOP path's launches: one on the GPU; under the interpreter, which runs programs one
-        after another (partials could never meet in one launch), PHASE 1 (publish) then PHASE 2."""
+        after another (partials could never meet in one launch), PHASE 1 (publish) then PHASE 2.
+
+        The grid is the plain kernel's (``STATS`` 0), whose registers decide how many programs a
+        multiprocessor holds; the variant that also stores the rows' statistics is compiled with
+        ``maxnreg`` at that kernel's count, so that it runs the same groups (on the H200 its few
+        more registers cost layer_norm bf16 64 x 262144 a group a multiprocessor: 36 -> 42 us)."""
         common = dict(ONE_PASS=False, SPLIT=1, PERSIST=0)
-        stand_ins = self._stand_ins  # x, y, weight, bias and the slot buffer, as compile() builds with
+        stand_ins = self._stand_ins  # x, y, weight, bias, the slot buffer and the statistics, as compile()'s
+        plain = dict(meta, STATS=0)
 
         def compile_fn():
-            return _norm_fwd.warmup(*stand_ins, grid=(1,), **ints, **meta, **common, PHASE=0, **options)
+            return _norm_fwd.warmup(*stand_ins, grid=(1,), **ints, **plain, **common, PHASE=0, **options)
 
         # what the compiled kernel depends on (M and eps are not specialized on: not in the key)
-        key = (dtype, tuple(sorted(meta.items())), tuple(sorted(options.items())),
+        key = (dtype, tuple(sorted(plain.items())), tuple(sorted(options.items())),
                tuple((k, v) for k, v in ints.items() if k not in ("M", "eps")))
         grid = (_coop_grid(m, n, config, device, compile_fn, key),)
         if _interpreting():
             return (launcher(grid, PHASE=1, **common), launcher(grid, PHASE=2, **common))
-        return (launcher(grid, PHASE=0, **common),)
+        opts = options
+        if meta.get("STATS") and device.type == "cuda":
+            compiled = compile_fn()  # the JIT's cache: compiled already by the grid's sizing
+            compiled._init_handles()
+            opts = dict(options, maxnreg=int(compiled.n_regs))
+        return (launcher(grid, opts=opts, PHASE=0, **common),)
 
 
 # -- Triton's native autotuner over the forward ---------------------------------------------------
@@ -415,7 +444,7 @@ def run_autotuned(op: str, x: torch.Tensor, weight: torch.Tensor | None = None, 
 
     # ONE_PASS follows from the config: every candidate of a bucket agrees (pruned to it)
     onep = _np2(n) <= _MAX_ONE_PASS
-    kernel[grid](x, y, ph if weight is None else weight, ph if bias is None else bias, ph, m, n, x.stride(0), n,
+    kernel[grid](x, y, ph if weight is None else weight, ph if bias is None else bias, ph, ph, m, n, x.stride(0), n,
                  float(eps), _np2(n), IS_RMS=op == "rms_norm", HAS_WEIGHT=weight is not None,
                  HAS_BIAS=bias is not None, PHASE=0, ONE_PASS=onep, SPLIT=1)
     return y
