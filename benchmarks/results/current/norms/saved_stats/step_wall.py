@@ -4,7 +4,8 @@ Per case (op, dtype, M x N, weight and bias): the wall time per step of ``reps``
 steps (``y = op(x, ...)``, ``y.backward(dy)``; one synchronize at the end), for dispatch with
 the Triton backend forced, its backward given the forward's statistics (as shipped) and
 recomputing them (``saves`` taken off the backward), next to torch eager and torch.compile
-(a compiled function of the forward; its backward is torch.compile's), median of five rounds.
+(a compiled function of the forward; its backward is torch.compile's), median of seven rounds
+of 200 steps.
 
     python3 benchmarks/results/current/norms/saved_stats/step_wall.py [CASES]
 """
@@ -25,12 +26,12 @@ DEFAULT = ("layer_norm:bfloat16:64x262144,layer_norm:bfloat16:1024x16384,layer_n
            "rms_norm:bfloat16:64x262144,rms_norm:bfloat16:256x65536,layer_norm:bfloat16:8x4096")
 
 
-def per_step(step, reps: int = 50) -> float:
+def per_step(step, reps: int = 200) -> float:
     for _ in range(5):
         step()
     torch.cuda.synchronize()
     rounds = []
-    for _ in range(5):
+    for _ in range(7):
         t0 = time.perf_counter()
         for _ in range(reps):
             step()
