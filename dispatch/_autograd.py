@@ -45,11 +45,12 @@ class _BackendFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        ours = ctx.saved_tensors[:len(ctx.saved_tensors) - ctx.n_extra]  # the inputs', then the output
-        saved = iter(ours[:-1])
+        kept = ctx.saved_tensors  # the present inputs, the output, then the forward's buffers
+        out_at = len(kept) - ctx.n_extra - 1
+        saved = iter(kept[:out_at])
         tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
         try:
-            grads = ctx.backward_kernel(grad, *tensors, *ctx.saved_tensors[len(ours) - 1:])
+            grads = ctx.backward_kernel(grad, *tensors, *kept[out_at:])
         except (Exception, KeyboardInterrupt):
             raise
         except BaseException as exc:  # SystemExit in a backend's backward: its fault, not the end of the process
