@@ -34,7 +34,9 @@ flushes by reading 256 MB instead (no dirty lines left for the timed kernel to w
 read and dweight (and dbias) written (N each), in the case's dtype. "% same-size copy": of a copy
 moving that many bytes (``dst.copy_(src)`` of half as many), timed the same way; "% large copy":
 of ``dispatch.ab.measure_copy_bandwidth`` (512 MB). torch eager: ``torch.autograd.grad`` through a
-graph of ``F.rms_norm``/``F.layer_norm`` built once (``retain_graph``).
+graph of ``F.rms_norm``/``F.layer_norm`` built once (``retain_graph``). Long rows' backward is
+called as a training step calls it: with the rows' statistics that its forward saves (``saves``;
+here from torch), unless a plan sets ``SAVED`` False.
 
 Check: each variant's first call's dx, dweight (and dbias) against ``torch.autograd.grad`` of the
 fp32 op on the same inputs, each scaled by the reference's largest magnitude, within the dtype's
@@ -212,6 +214,10 @@ def backward_call(op: str, m: int, n: int, dtype: torch.dtype, split, overrides:
     """``call() -> (dx, dweight[, dbias])``: the Triton backward built with ``overrides`` on ``inp``."""
     backward = NB.make_backward(op, m, n, dtype, n, EPS, True, op == "layer_norm", split=split, plan=overrides)
     args = (inp["dy"], inp["x"], inp["w"]) + ((inp["b"],) if op == "layer_norm" else ()) + (inp["y"],)
+    if hasattr(backward, "saves"):  # as a training step calls it: with the statistics its forward saved
+        xd = inp["x"].double()
+        rstd = ((xd.var(-1, unbiased=False) if op == "layer_norm" else xd.pow(2).mean(-1)) + EPS).rsqrt()
+        args += (torch.cat([rstd, xd.mean(-1)] if op == "layer_norm" else [rstd]).float(),)
     return lambda: backward(*args)
 
 
