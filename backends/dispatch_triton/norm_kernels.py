@@ -214,7 +214,7 @@ def _tile_ptrs(base, t, ROWS: tl.constexpr, cols, cmask, M, stride):
 @triton.jit
 def _save_stats(st_ptr, rows, mean, rstd, mask, M, IS_RMS: tl.constexpr):
     # what the backward would otherwise recompute (STATS): a row's rstd at st_ptr[row] and, for
-    # layer_norm, its mean M further on (rows, mean, rstd: scalars or vectors alike)
+    # layer_norm, its mean M further on (rows, mean, rstd: scalars or vectors alike; mask None: all)
     r = tl.cast(rows, tl.int64)
     tl.store(st_ptr + r, rstd, mask=mask)
     if not IS_RMS:
@@ -382,8 +382,9 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, str
             if HAS_BIAS:
                 y = y + b.to(tl.float32)
             _st(y_ptr + row64 * stride_ym + cols, _cvt(y, OUT_TY), cmask, HINTS)
-            if STATS:  # the row's first chunk stores them
-                _save_stats(st_ptr, row, sh + mean_d, rstd, c == 0, M, IS_RMS)
+            if STATS:
+                if c == 0:  # the row's first chunk stores them (a branch: a masked store spilled registers)
+                    _save_stats(st_ptr, row, sh + mean_d, rstd, None, M, IS_RMS)
         xr = xr_n
         xr_n = xr_nn
         sh = sh_n
@@ -457,8 +458,9 @@ def _norm_fwd(
                 s1, s2 = _merge_parts(tl.load(ws_ptr + base + j * 2), tl.load(ws_ptr + base + j * 2 + 1),
                                       _part_counts(j, N, per * BLOCK_N), IS_RMS)
             mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
-            if STATS:  # PHASE 2: the row's first segment stores them
-                _save_stats(st_ptr, row, mean, rstd, seg == 0, M, IS_RMS)
+            if STATS:
+                if seg == 0:  # PHASE 2: the row's first segment stores them
+                    _save_stats(st_ptr, row, mean, rstd, None, M, IS_RMS)
             if PHASE == 0:
                 lo = 0
                 hi = nchunks
