@@ -407,18 +407,18 @@ def _gather(slot_ptr, base, S, tag, N, IS_RMS: tl.constexpr, BLOCK_N: tl.constex
 def _coop_chunk(x_ptr, dy_ptr, st_ptr, row, stride_xm, stride_dym, cols, M, N, IS_RMS: tl.constexpr,
                 SAVED: tl.constexpr):
     # one program's raw chunks of x and dy of ``row`` (zeros past the row's end and past the last
-    # row), in the input's dtype, and the row's (shift, 0) (_row_shift, fp32), or with SAVED its
-    # saved (mean, rstd)
+    # row), in the input's dtype, and the row's two statistics (r0, r1): (shift, 0) (_row_shift,
+    # fp32), or with SAVED its saved (mean, rstd)
     r64 = tl.cast(row, tl.int64)
     lim = tl.where(row < M, N, 0)
     x = tl.load(x_ptr + r64 * stride_xm + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
     dy = tl.load(dy_ptr + r64 * stride_dym + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
     if SAVED:
-        a, b = _saved_stats(st_ptr, row, M, IS_RMS)
+        r0, r1 = _saved_stats(st_ptr, row, M, IS_RMS)
     else:
-        a = _row_shift(x_ptr, r64 * stride_xm, lim, IS_RMS)
-        b = a * 0.0
-    return x, dy, a, b
+        r0 = _row_shift(x_ptr, r64 * stride_xm, lim, IS_RMS)
+        r1 = r0 * 0.0
+    return x, dy, r0, r1
 
 
 @triton.jit
@@ -434,13 +434,13 @@ def _chunk_g(xr, dyr, w, HAS_WEIGHT: tl.constexpr):
 
 
 @triton.jit
-def _coop_publish(slot_ptr, idx, xr, dyr, a, b, w, cmask, nc, tag, HAS_WEIGHT: tl.constexpr, IS_RMS: tl.constexpr,
-                  SAVED: tl.constexpr):
-    # a chunk's partials (_bwd_partial about the shift a; SAVED: _saved_partial about the saved
-    # (mean, rstd) = (a, b)), published
+def _coop_publish(slot_ptr, idx, xr, dyr, r0, r1, w, cmask, nc, tag, HAS_WEIGHT: tl.constexpr,
+                  IS_RMS: tl.constexpr, SAVED: tl.constexpr):
+    # a chunk's partials (_bwd_partial about the shift r0; SAVED: _saved_partial about the saved
+    # (mean, rstd) = (r0, r1)), published
     x, dy, g = _chunk_g(xr, dyr, w, HAS_WEIGHT)
     if SAVED:
-        sgx, sg = _saved_partial(x, g, cmask, a, b, IS_RMS)
+        sgx, sg = _saved_partial(x, g, cmask, r0, r1, IS_RMS)
         if IS_RMS:
             k = tl.arange(0, 1)
             _publish_words(slot_ptr, idx, tl.zeros([1], tl.float32) + sgx, k, tag)
@@ -448,7 +448,7 @@ def _coop_publish(slot_ptr, idx, xr, dyr, a, b, w, cmask, nc, tag, HAS_WEIGHT: t
             k = tl.arange(0, 2)
             _publish_words(slot_ptr, idx, tl.where(k == 0, sgx, sg), k, tag)
     else:
-        s1, m2, sgd, sg = _bwd_partial(x, g, cmask, a, nc, IS_RMS)
+        s1, m2, sgd, sg = _bwd_partial(x, g, cmask, r0, nc, IS_RMS)
         _publish(slot_ptr, idx, s1, m2, sgd, sg, tag, IS_RMS)
 
 
@@ -497,28 +497,28 @@ def _norm_bwd_coop(
     cols, cmask, w, acc_w, acc_b = _chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
     nc = tl.maximum(_part_counts(c, N, BLOCK_N), 1.0)
     NW = _words(IS_RMS, SAVED)
-    xr, dyr, a, b = _coop_chunk(x_ptr, dy_ptr, st_ptr, grp, stride_xm, stride_dym, cols, M, N, IS_RMS, SAVED)
+    xr, dyr, r0, r1 = _coop_chunk(x_ptr, dy_ptr, st_ptr, grp, stride_xm, stride_dym, cols, M, N, IS_RMS, SAVED)
     if grp < M:
-        _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * NW + c * NW, xr, dyr, a, b, w, cmask, nc,
+        _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * NW + c * NW, xr, dyr, r0, r1, w, cmask, nc,
                       tag, HAS_WEIGHT, IS_RMS, SAVED)
-    xr_n, dyr_n, a_n, b_n = _coop_chunk(x_ptr, dy_ptr, st_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N,
-                                        IS_RMS, SAVED)
+    xr_n, dyr_n, r0_n, r1_n = _coop_chunk(x_ptr, dy_ptr, st_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N,
+                                          IS_RMS, SAVED)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if nrow < M:
-            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * NW + c * NW, xr_n, dyr_n, a_n, b_n, w,
+            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * NW + c * NW, xr_n, dyr_n, r0_n, r1_n, w,
                           cmask, nc, tag, HAS_WEIGHT, IS_RMS, SAVED)
-        xr_nn, dyr_nn, a_nn, b_nn = _coop_chunk(x_ptr, dy_ptr, st_ptr, nrow + n_groups, stride_xm, stride_dym, cols, M,
-                                                N, IS_RMS, SAVED)
+        xr_nn, dyr_nn, r0_nn, r1_nn = _coop_chunk(x_ptr, dy_ptr, st_ptr, nrow + n_groups, stride_xm, stride_dym, cols,
+                                                  M, N, IS_RMS, SAVED)
         r64 = tl.cast(row, tl.int64)
         if SAVED:  # (a Triton if keeps only the names that both branches assign)
             sgx, sg = _gather_saved(slot_ptr, SLOT_OFF + r64 * S * NW, S, tag, IS_RMS, CHUNKS_P2)
             x, dy, g = _chunk_g(xr, dyr, w, HAS_WEIGHT)
-            dx, xhat = _saved_dx(x, g, cmask, a, b, sgx, sg, N, IS_RMS)
+            dx, xhat = _saved_dx(x, g, cmask, r0, r1, sgx, sg, N, IS_RMS)
         else:
             s1, m2, sgd, sg = _gather(slot_ptr, SLOT_OFF + r64 * S * NW, S, tag, N, IS_RMS, BLOCK_N, CHUNKS_P2)
             x, dy, g = _chunk_g(xr, dyr, w, HAS_WEIGHT)
-            dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, a, N, eps, IS_RMS)
+            dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, r0, N, eps, IS_RMS)
         tl.store(dx_ptr + r64 * stride_dxm + cols, _cvt(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
         if WANT_DW:
             acc_w += dy * xhat
@@ -526,11 +526,11 @@ def _norm_bwd_coop(
             acc_b += dy
         xr = xr_n
         dyr = dyr_n
-        a = a_n
-        b = b_n
+        r0 = r0_n
+        r1 = r1_n
         xr_n = xr_nn
         dyr_n = dyr_nn
-        a_n = a_nn
-        b_n = b_nn
+        r0_n = r0_nn
+        r1_n = r1_nn
     if grp < n_groups:
         _store_partials(p_ptr, p_off_b, grp, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)
