@@ -196,8 +196,7 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
     Without it (a torch.compile graph's backward node) the backward recomputes them."""
     is_rms = op == "rms_norm"
     overrides = dict(plan) if plan else None
-    if overrides:
-        backward_plan(m, n, dtype, torch.device("cpu"), split, overrides)  # a bad override raises now
+    checked = backward_plan(m, n, dtype, torch.device("cpu"), split, overrides)  # a bad override raises now
     plans: dict = {}
     lock = threading.Lock()
 
@@ -296,8 +295,7 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             reduce.launch(partials, outs[0], outs[-1])
         return (dx, dw) if is_rms else (dx, dw, db)
 
-    long_rows = split is not None or max(_np2(max(n, 1)), 16) > _MAX_ONE_PASS_BWD
-    if long_rows and (overrides or {}).get("SAVED", True):
+    if checked["kind"] == "split" and checked["SAVED"]:
         def saves(x, *rest):
             return (torch.empty(m if is_rms else 2 * m, dtype=torch.float32, device=x.device),)
 
