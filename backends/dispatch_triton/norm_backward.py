@@ -19,8 +19,8 @@ exchanges a chunk; the exchange as it is now took another 20-27% off rms_norm an
 layer_norm (bf16). The two launches remain for the interpreter and for rows whose chunks do not
 all fit on the device at once. Given each row's statistics by the forward (``backward.saves``,
 ``SAVED``), a chunk exchanges sum g * xhat (and layer_norm's sum g) and nothing about x: on an
-H200 the backward of 16384..262144-long rows ran 2-11% (rms_norm) and 11-22% (layer_norm)
-faster, and a training step's forward plus backward 2-13% (but rms_norm bf16 64 x 262144, 0.8%
+H200 the backward of 16384..262144-long rows ran 2-10% (rms_norm) and 11-22% (layer_norm)
+faster, and a training step's forward plus backward 2-13% (but rms_norm fp32 64 x 262144, 1.2%
 slower: its forward's store costs more than its backward saves). The partials are reduced over
 the programs by one more launch, in a fixed order (deterministic). ``make_backward(..., plan=)``
 overrides entries of the plan (tile, warps, programs, registers, eviction hints, prefetch, the
