@@ -13,8 +13,8 @@ variants of the kernel:
   nothing uses them): the kernel's streaming alone, in the same persistent structure.
 
 * ``saved``: the kernel as shipped, handed each row's statistics as the forward saves them (rstd
-  and layer_norm's mean, from torch here), so that a chunk exchanges sum g * xhat (and sum g)
-  only; its dx is checked as ``base``'s;
+  and layer_norm's mean, from torch here: ``sweep_harness.row_stats``), so that a chunk exchanges
+  sum g * xhat (and sum g) only; its dx is checked as ``base``'s;
 * ``one-merger``: a correct alternative to the exchange (as ``profile_norm_coop.py --variant
   one-merger`` for the forward): each chunk's partials taken about the chunk's own first element,
   and only the row's first program reads the row's partials, merges them and publishes what dx
@@ -50,6 +50,7 @@ from dispatch_triton import norm_backward_kernels as K
 from dispatch_triton.exchange import _await_words, _publish_words
 from dispatch_triton.jit import _cvt
 from profile_norm_coop import _about_row_start, _group, _word
+from sweep_harness import row_stats
 
 VARIANTS = ("base", "saved", "nowait", "local", "one-merger")
 
@@ -241,10 +242,8 @@ def one(op: str, dtype_name: str, shape: str, variant: str, over: dict) -> str:
     b = torch.randn(n, device=dev, dtype=dtype) if op == "layer_norm" else None
     backward = NB.make_backward(op, m, n, dtype, n, 1e-5, True, b is not None, plan=over or None)
     args = (dy, x, w) + ((b,) if b is not None else ()) + (torch.empty_like(x),)
-    if variant == "saved":  # what the forward saves: rstd, then layer_norm's mean
-        xd = x.double()
-        rstd = ((xd.var(-1, unbiased=False) if b is not None else xd.pow(2).mean(-1)) + 1e-5).rsqrt()
-        args += (torch.cat([rstd, xd.mean(-1)] if b is not None else [rstd]).float(),)
+    if variant == "saved":  # what the forward saves
+        args += (row_stats(op, x, 1e-5),)
     plan = NB.backward_plan(m, n, dtype, dev, None, over or None)
     before = _kernels_seen()
     out = backward(*args)

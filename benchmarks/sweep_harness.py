@@ -1,7 +1,7 @@
 """What the kernel config sweeps share (``sweep_norm_configs.py``, ``sweep_norm_backward.py``): their
 timing options, the compile processes that fill Triton's disk cache before anything is timed, the
-run's header (device, copy bandwidth, how it was timed), the results files, and a second timing
-after an L2 flush that leaves no dirty line."""
+run's header (device, copy bandwidth, how it was timed), the results files, a second timing
+after an L2 flush that leaves no dirty line, and the norm statistics a backward is handed."""
 
 from __future__ import annotations
 
@@ -138,3 +138,13 @@ def clean_us(fn, device, warmup: int, rep: int) -> float | None:
     torch.cuda.synchronize()
     times = sorted(a.elapsed_time(b) * 1e3 for a, b in zip(starts, ends))
     return times[len(times) // 2]
+
+
+def row_stats(op: str, x: torch.Tensor, eps: float) -> torch.Tensor:
+    """What the Triton norm forward saves for its backward (``norm_backward.make_backward``'s
+    ``saves``) for the rows of a 2-D ``x``, computed by torch: fp32 rstd per row, then layer_norm's
+    means; for a backward called without its forward."""
+    xd = x.double()
+    if op == "rms_norm":
+        return (xd.pow(2).mean(-1) + eps).rsqrt().float()
+    return torch.cat([(xd.var(-1, unbiased=False) + eps).rsqrt(), xd.mean(-1)]).float()

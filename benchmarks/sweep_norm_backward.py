@@ -74,8 +74,8 @@ from dispatch.backend import measure, mismatch, tolerance  # noqa: E402
 from dispatch_triton import norm_backward as NB  # noqa: E402
 from dispatch_triton.norm_backward_kernels import (_norm_bwd, _norm_bwd_coop, _norm_bwd_split,  # noqa: E402
                                                    _norm_bwd_sums)
-from sweep_harness import (add_arguments, case_rows, clean_us, device_of, header, saver, settings_of,  # noqa: E402
-                           spawn_compilers, summary)
+from sweep_harness import (add_arguments, case_rows, clean_us, device_of, header, row_stats, saver,  # noqa: E402
+                           settings_of, spawn_compilers, summary)
 
 OPS = ("rms_norm", "layer_norm")
 EPS = 1e-5
@@ -215,9 +215,7 @@ def backward_call(op: str, m: int, n: int, dtype: torch.dtype, split, overrides:
     backward = NB.make_backward(op, m, n, dtype, n, EPS, True, op == "layer_norm", split=split, plan=overrides)
     args = (inp["dy"], inp["x"], inp["w"]) + ((inp["b"],) if op == "layer_norm" else ()) + (inp["y"],)
     if hasattr(backward, "saves"):  # as a training step calls it: with the statistics its forward saved
-        xd = inp["x"].double()
-        rstd = ((xd.var(-1, unbiased=False) if op == "layer_norm" else xd.pow(2).mean(-1)) + EPS).rsqrt()
-        args += (torch.cat([rstd, xd.mean(-1)] if op == "layer_norm" else [rstd]).float(),)
+        args += (row_stats(op, inp["x"], EPS),)
     return lambda: backward(*args)
 
 

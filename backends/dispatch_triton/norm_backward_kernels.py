@@ -511,13 +511,14 @@ def _norm_bwd_coop(
         xr_nn, dyr_nn, r0_nn, r1_nn = _coop_chunk(x_ptr, dy_ptr, st_ptr, nrow + n_groups, stride_xm, stride_dym, cols,
                                                   M, N, IS_RMS, SAVED)
         r64 = tl.cast(row, tl.int64)
-        if SAVED:  # (a Triton if keeps only the names that both branches assign)
+        if SAVED:
             sgx, sg = _gather_saved(slot_ptr, SLOT_OFF + r64 * S * NW, S, tag, IS_RMS, CHUNKS_P2)
-            x, dy, g = _chunk_g(xr, dyr, w, HAS_WEIGHT)
-            dx, xhat = _saved_dx(x, g, cmask, r0, r1, sgx, sg, N, IS_RMS)
         else:
             s1, m2, sgd, sg = _gather(slot_ptr, SLOT_OFF + r64 * S * NW, S, tag, N, IS_RMS, BLOCK_N, CHUNKS_P2)
-            x, dy, g = _chunk_g(xr, dyr, w, HAS_WEIGHT)
+        x, dy, g = _chunk_g(xr, dyr, w, HAS_WEIGHT)
+        if SAVED:
+            dx, xhat = _saved_dx(x, g, cmask, r0, r1, sgx, sg, N, IS_RMS)
+        else:
             dx, xhat = _chunk_dx(x, g, cmask, s1, m2, sgd, sg, r0, N, eps, IS_RMS)
         tl.store(dx_ptr + r64 * stride_dxm + cols, _cvt(dx, DX_TY), mask=cmask, eviction_policy="evict_first")
         if WANT_DW:
