@@ -2,8 +2,9 @@
 
 The cases come in families: "dim != -1" (dim 0 of a 2-D tensor, dim 1 of (B, C, H, W)), "strided
 rows" (a transposed view, rows sliced out of wider ones), "few long rows" (vocabulary-sized rows,
-odd N included), "odd N" (rows whose length is not a power of two) and "several dims" (logsumexp
-over two dims at once; softmax and log_softmax take one dim, so they are left out there). For each
+odd N included), "odd N" (rows whose length is not a power of two), "several dims" (logsumexp
+over two dims at once; softmax and log_softmax take one dim, so they are left out there) and
+"short rows" (many rows of 64 to 1000: attention scores, a router's experts). For each
 case, op and dtype these contenders are timed with dispatch's protocol (``dispatch.backend.measure``:
 warm-up, median of repetitions, L2 flushed): torch eager, ``torch.compile`` of the same torch op,
 dispatch's own pick (``dispatch.<op>(x, dim)``; the backend that served it is recorded), and
@@ -80,6 +81,12 @@ CASES = {
     "rows_2048x30001": Case((2048, 30001), -1, "odd N"),
     "dims12_64x512x512": Case((64, 512, 512), (1, 2), "several dims"),
     "dims02_512x64x512": Case((512, 64, 512), (0, 2), "several dims"),
+    # many short rows: attention scores over 256 and 512 keys, an odd 1000, a router's 128 and 64 experts
+    "rows_262144x256": Case((262144, 256), -1, "short rows"),
+    "rows_131072x512": Case((131072, 512), -1, "short rows"),
+    "rows_65536x1000": Case((65536, 1000), -1, "short rows"),
+    "rows_524288x128": Case((524288, 128), -1, "short rows"),
+    "rows_16384x64": Case((16384, 64), -1, "short rows"),
 }
 FAMILIES = list(dict.fromkeys(c.family for c in CASES.values()))
 OPS = ("softmax", "log_softmax", "logsumexp")
