@@ -196,6 +196,27 @@ def test_config_spaces_are_valid_deterministic_default_first(target, n_cols, dty
             assert d["tile_n"] == 0 or d["cluster"] * d["tile_n"] >= n_cols
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("n_cols", [64, 128, 256])
+def test_cuda_default_holds_short_rows_unpadded_at_two_vectors_a_thread(n_cols, dtype):
+    # a warp a row padded rows shorter than its 32 lanes x 2 vectors (bf16 N = 64: a quarter of the
+    # tile), which ran at a third of the bandwidth of the unpadded configs on the H200
+    cfg = C.cuda_default_config("softmax", (64 << 20) // n_cols, n_cols, dtype)
+    vec = C.cuda_kernels.vector_width(n_cols, dtype)
+    tpr = cfg["threads"] // cfg["block_m"]
+    assert C.cuda_kernels.tile_width(n_cols, dtype, 0, cfg["block_m"], cfg["threads"]) == n_cols, cfg
+    assert n_cols // tpr >= 2 * vec and cfg["threads"] >= 128, cfg
+    assert C.validate_config("softmax", n_cols, dtype, cfg, "cuda") is None
+
+
+def test_cuda_default_never_holds_more_rows_than_the_tuned_space():
+    for n_cols in (1, 3, 16, 37, 64):
+        for dtype in ("bfloat16", "float32"):
+            cfg = C.cuda_default_config("softmax", 1 << 20, n_cols, dtype)
+            assert cfg["block_m"] <= C.MAX_BLOCK_M and cfg["threads"] >= 128, (n_cols, dtype, cfg)
+            assert C.validate_config("softmax", n_cols, dtype, cfg, "cuda") is None
+
+
 def test_config_space_prunes_rows_and_groups_into_families():
     assert all(c["block_m"] <= 2 for c in C.config_space("softmax", 2, 64, "float32", "c"))
     cuda = C.config_space("softmax", 1 << 16, 16384, "bfloat16", "cuda")

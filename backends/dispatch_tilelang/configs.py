@@ -36,6 +36,8 @@ ROW_FAMILY_MAX_COLS = 1024 * MAX_ELEMS_PER_THREAD
 CPU_MAX_TILE_ELEMS = 32768
 CPU_ROW_FAMILY_MAX_COLS = 8192
 CPU_TILE_CHOICES = (512, 2048)
+# The most rows a CUDA CTA of the whole-row family holds (the tuned space's largest).
+MAX_BLOCK_M = 32
 
 #: Tunable JIT parameters of every program ``build.jit_program`` returns, per target (required, no defaults).
 JIT_PARAMS: dict[str, tuple[str, ...]] = {"cuda": ("block_m", "threads"), "c": ("block_m",)}
@@ -76,7 +78,7 @@ def _cuda_row_configs(n_rows: int, n_cols: int, dtype: str) -> list[dict]:
     vec = cuda_kernels.vector_width(n_cols, dtype)
     out = []
     for threads in (128, 256, 512, 1024):
-        for block_m in (1, 2, 4, 8, 16, 32):
+        for block_m in (1, 2, 4, 8, 16, MAX_BLOCK_M):
             if block_m > _row_cap(n_rows) or cuda_kernels.check_launch(n_cols, dtype, 0, 1, block_m, threads):
                 continue
             tpr = threads // block_m
@@ -136,13 +138,18 @@ def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str) -> list[dic
 
 
 def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:
-    """A good untuned CUDA config: ~16-32 fp32 per thread, short rows one warp each, long rows cluster-split."""
+    """A good untuned CUDA config: ~16-32 fp32 per thread, rows too short for a warp at two vectors a
+    thread a part of a warp each in CTAs of 128 threads, long rows cluster-split.
+
+    Short rows (H200, bf16 and fp32, N = 64..256, benchmarks/results/current/short_rows/): a warp a
+    row padded them (bf16 N = 64 is a quarter of a 256-wide tile) and ran at 1084-3637 GB/s bf16;
+    two vectors a thread and 128 threads a CTA ran at 3875-3894, the best of every row config."""
     if n_cols <= ROW_FAMILY_MAX_COLS:
         vec = cuda_kernels.vector_width(n_cols, dtype)
         tpr = min(1024, max(32, _pow2_ceil(-(-n_cols // 32))))
-        while tpr > 32 and tpr * vec * 2 > _pow2_ceil(n_cols):  # keep >= 2 vectors per thread
+        while tpr > 4 and tpr * vec * 2 > _pow2_ceil(n_cols):  # >= 2 vectors a thread, >= 4 threads a row
             tpr //= 2
-        block_m = max(1, min(256 // tpr, _row_cap(n_rows)))
+        block_m = max(1, min((128 if tpr < 32 else 256) // tpr, MAX_BLOCK_M, _row_cap(n_rows)))
         return {"block_m": block_m, "threads": tpr * block_m, "tile_n": 0, "cluster": 1}
     split = _cuda_split_configs(n_cols, dtype)
     if split:
