@@ -3,8 +3,10 @@
 The cases come in families: "dim != -1" (dim 0 of a 2-D tensor, dim 1 of (B, C, H, W)), "strided
 rows" (a transposed view, rows sliced out of wider ones), "few long rows" (vocabulary-sized rows,
 odd N included), "odd N" (rows whose length is not a power of two), "several dims" (logsumexp
-over two dims at once; softmax and log_softmax take one dim, so they are left out there) and
-"short rows" (many rows of 64 to 1000: attention scores, a router's experts). For each
+over two dims at once; softmax and log_softmax take one dim, so they are left out there),
+"short rows" (many rows of 64 to 1000: attention scores, a router's experts) and "dtype=float32"
+(rows normalized in fp32 whatever the input's dtype, as attention's ``softmax(scores, -1,
+dtype=torch.float32)``; logsumexp takes no ``dtype=``, so it is left out there). For each
 case, op and dtype these contenders are timed with dispatch's protocol (``dispatch.backend.measure``:
 warm-up, median of repetitions, L2 flushed): torch eager, ``torch.compile`` of the same torch op,
 dispatch's own pick (``dispatch.<op>(x, dim)``; the backend that served it is recorded), and
@@ -57,6 +59,7 @@ class Case:
     dim: int | tuple[int, ...]  # reduced over; a tuple for logsumexp only
     family: str
     view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t  # of the tensor allocated, the input
+    out_dtype: torch.dtype | None = None  # softmax/log_softmax's dtype= (logsumexp takes none: left out)
 
 
 CASES = {
@@ -87,10 +90,16 @@ CASES = {
     "rows_65536x1000": Case((65536, 1000), -1, "short rows"),
     "rows_524288x128": Case((524288, 128), -1, "short rows"),
     "rows_16384x64": Case((16384, 64), -1, "short rows"),
+    # bf16 scores normalized in fp32, as attention does (softmax(scores, -1, dtype=torch.float32))
+    "upcast_262144x256": Case((262144, 256), -1, "dtype=float32", out_dtype=torch.float32),
+    "upcast_65536x1024": Case((65536, 1024), -1, "dtype=float32", out_dtype=torch.float32),
+    "upcast_16384x4096": Case((16384, 4096), -1, "dtype=float32", out_dtype=torch.float32),
+    "upcast_2048x32000": Case((2048, 32000), -1, "dtype=float32", out_dtype=torch.float32),
 }
 FAMILIES = list(dict.fromkeys(c.family for c in CASES.values()))
 OPS = ("softmax", "log_softmax", "logsumexp")
 MULTI_DIM_OPS = ("logsumexp",)  # the ops that take several dims
+DTYPE_OPS = ("softmax", "log_softmax")  # the ops that take dtype=
 # contender -> the backend dispatch is forced to (None: its own pick)
 DISPATCH_CONTENDERS = {"dispatch": None, "dispatch[triton]": "triton", "dispatch[tilelang]": "tilelang"}
 SMOKE_ELEMENTS = 2048
@@ -111,15 +120,15 @@ def _nbytes(x: torch.Tensor, out: torch.Tensor) -> int:
     return x.numel() * x.element_size() + out.numel() * out.element_size()
 
 
-def _contenders(op: str, dim, compile_too: bool) -> dict:
+def _contenders(op: str, dim, compile_too: bool, kwargs: dict) -> dict:
     eager = getattr(torch, op)
-    found = {"torch": lambda x: eager(x, dim)}
+    found = {"torch": lambda x: eager(x, dim, **kwargs)}
     if compile_too:
         compiled = torch.compile(eager, dynamic=False)
-        found["torch.compile"] = lambda x: compiled(x, dim)
+        found["torch.compile"] = lambda x: compiled(x, dim, **kwargs)
     ours = getattr(dispatch, op)
     for who, backend in DISPATCH_CONTENDERS.items():
-        found[who] = lambda x, backend=backend: ours(x, dim, backend=backend)
+        found[who] = lambda x, backend=backend: ours(x, dim, backend=backend, **kwargs)
     return found
 
 
@@ -149,13 +158,18 @@ def run(cases, dtypes, ops, compile_too: bool, device: torch.device, settings: T
             for op in ops:
                 if isinstance(dim, list) and op not in MULTI_DIM_OPS:
                     continue
-                want = getattr(torch, op)(x, dim)
+                if case.out_dtype is not None and op not in DTYPE_OPS:
+                    continue
+                kwargs = {} if case.out_dtype is None else {"dtype": case.out_dtype}
+                want = getattr(torch, op)(x, dim, **kwargs)
                 nbytes = _nbytes(x, want)
                 floor_us = nbytes / copy.gbps / 1e3 + launch_us
-                for who, fn in _contenders(op, dim, compile_too).items():
+                for who, fn in _contenders(op, dim, compile_too, kwargs).items():
                     row = {"case": name, "family": case.family, "shape": list(x.shape), "stride": list(x.stride()),
                            "dim": dim, "dtype": str(dtype).removeprefix("torch."), "op": op, "contender": who,
                            "bytes": nbytes, "launch_floor_us": floor_us}
+                    if case.out_dtype is not None:
+                        row["out_dtype"] = str(case.out_dtype).removeprefix("torch.")
                     try:
                         got = fn(x)  # compiles / tunes here, before anything is timed
                         row["max_abs_err"] = (got.float() - want.float()).abs().nan_to_num().max().item()
@@ -166,7 +180,7 @@ def run(cases, dtypes, ops, compile_too: bool, device: torch.device, settings: T
                                    gbps=nbytes / timing.median_us / 1e3, vs_floor=timing.median_us / floor_us)
                         row["pct_of_copy"] = 100.0 * row["gbps"] / copy.gbps
                         if who in DISPATCH_CONTENDERS:
-                            decision = dispatch.explain(op, x, dim, backend=DISPATCH_CONTENDERS[who]).decision
+                            decision = dispatch.explain(op, x, dim, backend=DISPATCH_CONTENDERS[who], **kwargs).decision
                             row["backend"] = decision.backend
                             row["config"] = dict(decision.config.as_dict()) if decision.config else {}
                             row["config_source"] = decision.config_source
