@@ -76,7 +76,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
 
 
 def parse_arg(text: str) -> tuple[str, object]:
-    """``"eps=1e-6"`` -> ``("eps", 1e-06)``: an op argument, its value a Python literal."""
+    """``"eps=1e-6"`` -> ``("eps", 1e-06)``: an op argument, its value a Python literal, or a torch
+    dtype where it names one (``"dtype=float32"`` -> ``("dtype", torch.float32)``)."""
     import ast
 
     name, sep, value = text.partition("=")
@@ -85,7 +86,8 @@ def parse_arg(text: str) -> tuple[str, object]:
     try:
         return name, ast.literal_eval(value)
     except (ValueError, SyntaxError):
-        return name, value  # a bare word: a string
+        dtype = getattr(torch, value.removeprefix("torch."), None)
+        return name, dtype if isinstance(dtype, torch.dtype) else value  # else a bare word: a string
 
 
 def _call(args: argparse.Namespace) -> tuple[tuple, dict]:

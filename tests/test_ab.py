@@ -226,6 +226,21 @@ def test_cli_writes_files_and_exit_codes(tmp_path, capsys):
     assert exc.value.code == 2
 
 
+def test_cli_passes_softmax_its_own_dtype_argument(capsys):
+    # softmax's dtype= (the output's) is named like the input's --dtype: --arg dtype=float32 reaches the op
+    from dispatch.cli import parse_arg
+
+    assert parse_arg("dtype=float32") == ("dtype", torch.float32)
+    assert parse_arg("dtype=torch.bfloat16") == ("dtype", torch.bfloat16)
+    assert parse_arg("mode=fast") == ("mode", "fast")
+    assert main(["explain", "softmax", "--shape", "4x32", "--dtype", "bfloat16", "--arg", "dtype=float32",
+                 "--device", "cpu"]) == 0
+    assert "softmax(4x32 bfloat16->float32" in capsys.readouterr().out
+    assert main(["ab", "log_softmax", "--shape", "4x32", "--dtype", "bfloat16", "--arg", "dtype=float32",
+                 "--backends", "torch", "--warmup", "1", "--rep", "2", "--device", "cpu"]) == 0
+    assert "pass" in capsys.readouterr().out
+
+
 def test_demo_runs_end_to_end(tmp_path):
     env = {**os.environ, "DISPATCH_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, "-m", "dispatch", "demo", "--out", str(tmp_path / "demo"),

@@ -114,13 +114,22 @@ def _backend_names(backends: Iterable[str] | str | None, baseline: str | None) -
     return names
 
 
-def make_call(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0,
+def make_call(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0, /,
               **options: Any) -> tuple[tuple, dict[str, Any]]:
     """The arguments every backend gets for one case, from the op's declared sample factory
-    (deterministic; for the built-in ops N(0, 4^2) so softmax has tails)."""
+    (deterministic; for the built-in ops N(0, 4^2) so softmax has tails). ``dtype`` is the input's;
+    ``options`` are the op's arguments (softmax's own ``dtype=`` among them) and the factory's."""
     decl = _opdecl.get(op)
     names = sample_options(decl)
-    return decl.sample(shape, dtype, device, seed, **{k: v for k, v in options.items() if k in names})
+    wanted = {k: v for k, v in options.items() if k in names}
+    # an op argument named like one of the factory's own parameters (softmax's ``dtype=``, the
+    # output's dtype) goes to the call's keywords: the factory's ``dtype`` is the input's
+    own = {k: wanted.pop(k) for k in list(wanted) if k in _FACTORY_PARAMS}
+    args, kwargs = decl.sample(shape, dtype, device, seed, **wanted)
+    return args, {**kwargs, **own}
+
+
+_FACTORY_PARAMS = frozenset({"shape", "dtype", "device", "seed"})  # a sample factory's own parameters
 
 
 def sample_options(decl: _opdecl.OpDecl) -> set[str]:
@@ -128,7 +137,7 @@ def sample_options(decl: _opdecl.OpDecl) -> set[str]:
     import inspect
 
     own = {p.name for p in inspect.signature(decl.sample).parameters.values()
-           if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"shape", "dtype", "device", "seed"}
+           if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - _FACTORY_PARAMS
     return set(decl.attribute_names) | own
 
 
