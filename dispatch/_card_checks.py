@@ -44,8 +44,9 @@ def string_mapping(_instance: Any, attribute: Any, value: Any) -> None:
 
 def costs(_instance: Any, attribute: Any, value: Any) -> None:
     """``{device type, "device type:op", "device type:op:grad", "device type:strided",
-    "device type:op:strided", "device type:long" or "device type:op:long" (str): (launch us, GB/s)
-    or (launch us, GB/s, row ns)}``, finite, us >= 0, GB/s > 0, row ns >= 0."""
+    "device type:op:strided", "device type:long", "device type:op:long", "device type:cast" or
+    "device type:op:cast" (str): (launch us, GB/s) or (launch us, GB/s, row ns)}``, finite, us >= 0,
+    GB/s > 0, row ns >= 0."""
     import math
 
     def ok(v: Any) -> bool:

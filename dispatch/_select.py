@@ -86,8 +86,9 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
     nbytes = decl.bytes_moved(spec)
     row_size = decl.row_size(spec) if decl.row_size is not None else 0
     strided = not (getattr(spec, "reads_rows", True) and spec.input.dense)  # only reductions have dims
+    cast = spec.out_dtype != spec.dtype
     estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes, launch=timing == "wall", op=spec.op,
-                                            grad=spec.requires_grad, strided=strided, row_size=row_size)
+                                            grad=spec.requires_grad, strided=strided, row_size=row_size, cast=cast)
                  for b in servers}
     if any(e is None for e in estimates.values()):
         return list(servers), {}

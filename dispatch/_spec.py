@@ -269,7 +269,7 @@ class BackendInfo:
             raise ValueError(f"'name' must be an identifier like 'triton' (got {value!r})")
 
     def estimate_us(self, device_type: str, nbytes: int, launch: bool = True, op: str | None = None,
-                    grad: bool = False, strided: bool = False, row_size: int = 0) -> float | None:
+                    grad: bool = False, strided: bool = False, row_size: int = 0, cast: bool = False) -> float | None:
         """What a call moving ``nbytes`` costs on ``device_type`` by the card's ``costs``: launch us
         (when ``launch``) + bytes / GB/s, or + ``row_size`` x the third figure (ns per element of a
         row) when there is one and that is longer: a kernel that gives each row to one block takes
@@ -282,14 +282,19 @@ class BackendInfo:
         calls whose rows are longer than :data:`LONG_ROW` elements, a ``"<device type>:<op>:long"``
         entry comes before the op's, and a ``"<device type>:long"`` one before the device type's:
         where a backend leaves one-block-per-row kernels for rows split over blocks, its launch and
-        bandwidth change (a strided call's kernels are another matter: its own figures or the plain ones)."""
+        bandwidth change (a strided call's kernels are another matter: its own figures or the plain ones).
+        For a call whose output dtype is not its input's (``cast``: ``softmax(x, -1, dtype=torch.float32)``
+        of bf16 ``x``), a ``"<device type>:<op>:cast"`` entry comes after the op's long-row one and before
+        the op's, and a ``"<device type>:cast"`` one after ``"<device type>:long"`` and before the device
+        type's: a backend whose kernels convert slower than they copy says so there."""
         keys = [f"{device_type}:{op}:grad"] if grad and op is not None else []
         if strided:
             keys += ([f"{device_type}:{op}:strided"] if op is not None else []) + [f"{device_type}:strided"]
         long = row_size > LONG_ROW and not strided
         if op is not None:
-            keys += ([f"{device_type}:{op}:long"] if long else []) + [f"{device_type}:{op}"]
-        keys += ([f"{device_type}:long"] if long else []) + [device_type]
+            keys += ([f"{device_type}:{op}:long"] if long else []) + ([f"{device_type}:{op}:cast"] if cast else [])
+            keys += [f"{device_type}:{op}"]
+        keys += ([f"{device_type}:long"] if long else []) + ([f"{device_type}:cast"] if cast else []) + [device_type]
         cost = next((self.costs[k] for k in keys if k in self.costs), None)
         if cost is None:
             return None

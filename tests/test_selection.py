@@ -306,6 +306,65 @@ def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as
     assert first("softmax", (65536, 128), 0) == "triton"  # a long dim 0: the strided kernel's figures, not ":long"
 
 
+def test_a_cast_cost_figure_serves_calls_that_write_another_dtype():
+    """A ``":cast"`` figure describes a backend's kernels for calls whose output dtype is not the
+    input's (``softmax(x, -1, dtype=torch.float32)`` of bf16 ``x``); same-dtype calls keep the plain
+    figure, and an op's own figure and a long-row one still come first."""
+    from dispatch.backend import LONG_ROW
+
+    info = dispatch.BackendInfo(name="costed", version="1", ops=("softmax", "rms_norm"),
+                                costs={"cuda": (10.0, 1000.0), "cuda:cast": (10.0, 500.0), "cuda:long": (20.0, 250.0),
+                                       "cuda:rms_norm": (1.0, 100.0)})
+    assert info.estimate_us("cuda", 2_000_000, op="softmax") == 10.0 + 2.0
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", cast=True) == 10.0 + 4.0
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", cast=True, row_size=LONG_ROW + 1) == 20.0 + 8.0
+    assert info.estimate_us("cuda", 2_000_000, op="rms_norm", cast=True) == 1.0 + 20.0
+
+    def casting(name, costs):  # the chunked test kernel, serving casts too
+        plugin = _costed(name, costs)
+
+        @dispatch.hookimpl
+        def dispatch_check(op, spec):
+            return dispatch.Verdict.yes()
+
+        plugin.dispatch_check = dispatch_check
+        return plugin
+
+    dispatch.register(casting("slow_cast", {"cpu": (1.0, 4000.0), "cpu:cast": (1.0, 1000.0)}))
+    dispatch.register(casting("steady", {"cpu": (1.0, 2000.0)}))
+    dispatch.configure(allow=["slow_cast", "steady"])
+    x = torch.randn(2048, 1024, dtype=torch.float64)
+    assert dispatch.explain("softmax", x, -1).decision.backend == "slow_cast"
+    cast = dispatch.explain("softmax", x, -1, dtype=torch.float32).decision
+    assert cast.backend == "steady" and "slow_cast" in cast.reason, cast.reason
+    torch.testing.assert_close(dispatch.softmax(x, -1, dtype=torch.float32), torch.softmax(x, -1, dtype=torch.float32))
+
+
+def test_the_built_in_cards_send_rows_written_in_fp32_to_triton():
+    """On an H200, bf16 and fp16 rows normalized in fp32 ran 3-23% slower on TileLang than on Triton
+    (N = 256..4096): the cards send such calls to Triton, and same-dtype rows stay as they were."""
+    import attrs
+
+    from dispatch import _plugins
+    from dispatch._select import by_estimated_cost
+    from dispatch.backend import spec_of
+
+    servers = [b for b in _plugins.registry().backends.values() if b.name in ("torch", "triton", "tilelang")]
+    if len(servers) < 3:
+        pytest.skip("needs both GPU backends loaded")
+
+    def first(op, shape, in_dtype, **kwargs):
+        spec = spec_of(op, torch.empty(*shape, dtype=in_dtype, device="meta"), -1, **kwargs)
+        spec = attrs.evolve(spec, tensors=[attrs.evolve(t, device=torch.device("cuda", 0)) for t in spec.tensors])
+        return by_estimated_cost(servers, spec)[0][0].name
+
+    for op in ("softmax", "log_softmax"):
+        for dtype in (torch.bfloat16, torch.float16):
+            for shape in ((262144, 256), (65536, 1024), (16384, 4096), (2048, 32000)):
+                assert first(op, shape, dtype, dtype=torch.float32) == "triton", (op, dtype, shape)
+            assert first(op, (16384, 4096), dtype) == "tilelang", (op, dtype)
+
+
 def test_a_grad_cost_figure_sends_recorded_calls_elsewhere_and_keeps_them_apart():
     """A backend whose forward is fast but whose backward is not: its ``"<device>:<op>:grad"`` figure
     is used for calls autograd records, so inference calls and training calls of one shape get

@@ -71,7 +71,10 @@ def dispatch_backend_info() -> BackendInfo:
         # rows longer than 16K (a row over a cluster): 1560-2820 GB/s bf16 with many rows, 1600-1650
         # at odd lengths (2048x30001, 1335x50257, 8192x50257; 2048x32768: 2820), behind Triton's
         # split rows at every such shape measured (benchmarks/results/current/rows_kernels/odd_rows/)
-        costs={"cuda": (13.5, 3800.0), "cuda:long": (13.5, 2000.0),
+        # rows written in another dtype than read (softmax(x, -1, dtype=torch.float32) of bf16 or fp16
+        # x): 2880-3720 GB/s at N = 256..4096, behind Triton's 3700-3850 at each
+        # (benchmarks/results/current/cast_rows/)
+        costs={"cuda": (13.5, 3800.0), "cuda:long": (13.5, 2000.0), "cuda:cast": (13.5, 3000.0),
                "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
                "cuda:softmax:strided": (13.5, 1800.0), "cuda:log_softmax:strided": (13.5, 1800.0),
                "cuda:logsumexp:strided": (13.5, 2300.0)},
