@@ -45,6 +45,17 @@ def test_backend_matches_reference_on_cuda(backend, op, dtype, shape):
     assert mismatch(got, want) is None
 
 
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n_rows", [1, 3, 8])
+def test_few_short_rows_on_cuda(backend, op, dtype, n_rows):
+    # rows of a few lanes each in a CTA of fewer rows than it could hold (the default config's edge)
+    for n_cols in (16, 64, 128):
+        x = _x((n_rows, n_cols), dtype)
+        got = getattr(dispatch, op)(x, -1, backend=backend)
+        assert mismatch(got, getattr(torch, op)(x, -1)) is None, (n_rows, n_cols)
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_cast_and_strided_rows_on_cuda(backend, op):
     base = _x((64, 3000), torch.bfloat16)

@@ -209,6 +209,16 @@ def test_cuda_default_holds_short_rows_unpadded_at_two_vectors_a_thread(n_cols, 
     assert C.validate_config("softmax", n_cols, dtype, cfg, "cuda") is None
 
 
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 5, 8, 31, 33, 4096])
+def test_cuda_default_is_a_valid_launch_for_few_rows(n_rows):
+    # rows of a few lanes each, but too few rows for a warp: the CTA still holds one (threads >= 32)
+    for n_cols in (1, 3, 16, 37, 64, 100, 128, 256, 1000, 4096):
+        for dtype in ("bfloat16", "float32", "float16"):
+            cfg = C.cuda_default_config("softmax", n_rows, n_cols, dtype)
+            assert C.validate_config("softmax", n_cols, dtype, cfg, "cuda") is None, (n_rows, n_cols, dtype, cfg)
+            assert cfg["block_m"] <= max(1, 1 << (n_rows - 1).bit_length()), cfg
+
+
 def test_cuda_default_never_holds_more_rows_than_the_tuned_space():
     for n_cols in (1, 3, 16, 37, 64):
         for dtype in ("bfloat16", "float32"):

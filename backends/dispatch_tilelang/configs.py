@@ -150,6 +150,7 @@ def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:
         while tpr > 4 and tpr * vec * 2 > _pow2_ceil(n_cols):  # >= 2 vectors a thread, >= 4 threads a row
             tpr //= 2
         block_m = max(1, min((128 if tpr < 32 else 256) // tpr, MAX_BLOCK_M, _row_cap(n_rows)))
+        tpr = max(tpr, 32 // block_m)  # too few rows for a warp at that width: wider rows (a CTA is >= a warp)
         return {"block_m": block_m, "threads": tpr * block_m, "tile_n": 0, "cluster": 1}
     split = _cuda_split_configs(n_cols, dtype)
     if split:
