@@ -274,11 +274,9 @@ def test_a_long_row_cost_figure_serves_only_rows_longer_than_long_row():
     assert "row_blocks 17.8 us" in long.reason, long.reason
 
 
-def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as_before():
-    """On an H200 Triton's split rows led TileLang's at every long-row shape with many rows (odd
-    lengths by 1.6-1.8x), while TileLang's cheaper launch wins few long rows, where torch's softmax
-    takes a row's time however few the rows: the cards say so through their ":long" figures, for
-    calls no shipped table covers."""
+def _cards_first_choice():
+    """``first(op, shape, dim=-1, in_dtype=bf16, **kwargs)``: the built-in backend the cards put first for
+    that call on a CUDA device (skips where the GPU backends are not loaded)."""
     import attrs
 
     from dispatch import _plugins
@@ -289,10 +287,20 @@ def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as
     if len(servers) < 3:
         pytest.skip("needs both GPU backends loaded")
 
-    def first(op, shape, dim=-1):
-        spec = spec_of(op, torch.empty(*shape, dtype=torch.bfloat16, device="meta"), dim)
+    def first(op, shape, dim=-1, in_dtype=torch.bfloat16, **kwargs):
+        spec = spec_of(op, torch.empty(*shape, dtype=in_dtype, device="meta"), dim, **kwargs)
         spec = attrs.evolve(spec, tensors=[attrs.evolve(t, device=torch.device("cuda", 0)) for t in spec.tensors])
         return by_estimated_cost(servers, spec)[0][0].name
+
+    return first
+
+
+def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as_before():
+    """On an H200 Triton's split rows led TileLang's at every long-row shape with many rows (odd
+    lengths by 1.6-1.8x), while TileLang's cheaper launch wins few long rows, where torch's softmax
+    takes a row's time however few the rows: the cards say so through their ":long" figures, for
+    calls no shipped table covers."""
+    first = _cards_first_choice()
 
     for op in ("softmax", "log_softmax", "logsumexp"):
         assert first(op, (1335, 50257)) == "triton", op  # vocabulary logits: TileLang 1.6x Triton's time
@@ -343,26 +351,12 @@ def test_a_cast_cost_figure_serves_calls_that_write_another_dtype():
 def test_the_built_in_cards_send_rows_written_in_fp32_to_triton():
     """On an H200, bf16 and fp16 rows normalized in fp32 ran 3-23% slower on TileLang than on Triton
     (N = 256..4096): the cards send such calls to Triton, and same-dtype rows stay as they were."""
-    import attrs
-
-    from dispatch import _plugins
-    from dispatch._select import by_estimated_cost
-    from dispatch.backend import spec_of
-
-    servers = [b for b in _plugins.registry().backends.values() if b.name in ("torch", "triton", "tilelang")]
-    if len(servers) < 3:
-        pytest.skip("needs both GPU backends loaded")
-
-    def first(op, shape, in_dtype, **kwargs):
-        spec = spec_of(op, torch.empty(*shape, dtype=in_dtype, device="meta"), -1, **kwargs)
-        spec = attrs.evolve(spec, tensors=[attrs.evolve(t, device=torch.device("cuda", 0)) for t in spec.tensors])
-        return by_estimated_cost(servers, spec)[0][0].name
-
+    first = _cards_first_choice()
     for op in ("softmax", "log_softmax"):
         for dtype in (torch.bfloat16, torch.float16):
             for shape in ((262144, 256), (65536, 1024), (16384, 4096), (2048, 32000)):
-                assert first(op, shape, dtype, dtype=torch.float32) == "triton", (op, dtype, shape)
-            assert first(op, (16384, 4096), dtype) == "tilelang", (op, dtype)
+                assert first(op, shape, in_dtype=dtype, dtype=torch.float32) == "triton", (op, dtype, shape)
+            assert first(op, (16384, 4096), in_dtype=dtype) == "tilelang", (op, dtype)
 
 
 def test_a_grad_cost_figure_sends_recorded_calls_elsewhere_and_keeps_them_apart():
