@@ -72,7 +72,7 @@ def dispatch_backend_info() -> BackendInfo:
         # at odd lengths (2048x30001, 1335x50257, 8192x50257; 2048x32768: 2820), behind Triton's
         # split rows at every such shape measured (benchmarks/results/current/rows_kernels/odd_rows/)
         # rows written in another dtype than read (softmax(x, -1, dtype=torch.float32) of bf16 or fp16
-        # x): 2880-3720 GB/s at N = 256..4096, behind Triton's 3700-3850 at each
+        # x): level with Triton at N = 256, 6-10% behind at 1024, 21-24% at 4096 (2800 against 3680 GB/s)
         # (benchmarks/results/current/cast_rows/)
         costs={"cuda": (13.5, 3800.0), "cuda:long": (13.5, 2000.0), "cuda:cast": (13.5, 3000.0),
                "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
