@@ -114,6 +114,9 @@ def _backend_names(backends: Iterable[str] | str | None, baseline: str | None) -
     return names
 
 
+_FACTORY_PARAMS = frozenset({"shape", "dtype", "device", "seed"})  # a sample factory's own parameters
+
+
 def make_call(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0, /,
               **options: Any) -> tuple[tuple, dict[str, Any]]:
     """The arguments every backend gets for one case, from the op's declared sample factory
@@ -127,9 +130,6 @@ def make_call(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch
     own = {k: wanted.pop(k) for k in list(wanted) if k in _FACTORY_PARAMS}
     args, kwargs = decl.sample(shape, dtype, device, seed, **wanted)
     return args, {**kwargs, **own}
-
-
-_FACTORY_PARAMS = frozenset({"shape", "dtype", "device", "seed"})  # a sample factory's own parameters
 
 
 def sample_options(decl: _opdecl.OpDecl) -> set[str]:
