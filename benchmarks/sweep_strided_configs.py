@@ -19,7 +19,8 @@ reported and the row kept out of the ranking. All candidates' kernels are compil
 thread pool (``StridedLauncher.compile``). Writes ``sweep.json`` and ``sweep.md`` under ``--out``::
 
     python3 benchmarks/sweep_strided_configs.py --out DIR [--quick] [--cases a,b] [--ops softmax,logsumexp]
-        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu] [--grid split|flags|wide|persist]
+        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu] [--grid split|flags|wide|one_pass]
+        [--dim1 64x256x56x56,...]
 
 ``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two or three configs per
 case. On one H200, ``--quick`` (about 40 configs per case and op, 600 kernels) takes 1.5-3.5 minutes,
@@ -71,7 +72,6 @@ SMOKE_CASES = {
     "dim0_65536x128": ((256, 16), lambda t: t, 0),
 }
 FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
-COUNTS = ("PERSIST",)  # config entries shown with their value (PERSIST2: two programs per SM)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -82,8 +82,7 @@ def label(cfg: dict) -> str:
     s = f"I{cfg['BLOCK_I']} R{cfg['BLOCK_R']} w{cfg['num_warps']} s{cfg.get('SPLIT_R', 1)}"
     if "num_stages" in cfg:
         s += f" st{cfg['num_stages']}"
-    return s + "".join(f" {f}" for f in FLAGS if int(cfg.get(f, 0))) + \
-        "".join(f" {c}{int(cfg[c])}" for c in COUNTS if int(cfg.get(c, 0)))
+    return s + "".join(f" {f}" for f in FLAGS if int(cfg.get(f, 0)))
 
 
 def _key(cfg: dict) -> tuple:
@@ -261,28 +260,19 @@ def flag_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     return out
 
 
-def persist_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
-    """Tiles holding all of R (``ONE_PASS``) of 8-64 columns and up to 32K elements, 16-64 a thread,
-    each a program per column block and with ``PERSIST`` 1-4 programs per SM walking the blocks, the
-    next block's tile loading while one is worked on (``--grid persist``). The default first, then
-    the default with ``PERSIST``."""
+def one_pass_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
+    """Tiles holding all of R (``ONE_PASS``) of 8-256 columns and up to 32K elements, 2-16 warps,
+    16-64 elements a thread (``--grid one_pass``). The default first."""
     default = S.default_config(p, device)
     out: dict[tuple, dict] = {_key(default): default}
     fast = {} if S._interpreting() else dict(FAST_EXP=1)
     r2 = S._np2(p.R)
-    if default.get("ONE_PASS"):
-        for persist in (1, 2, 3, 4):
-            out.setdefault(_key(dict(default, PERSIST=persist)), dict(default, PERSIST=persist))
-    for bi in (8, 16, 32, 64):
+    for bi in (8, 16, 32, 64, 128, 256):
         if bi * r2 > 32768 or bi > max(8, S._np2(p.inner)):
             continue
-        for w in (4, 8, 16):
-            if not 16 <= bi * r2 // (32 * w) <= 64:
-                continue
-            for persist in (0, 1, 2, 3, 4):
+        for w in (2, 4, 8, 16):
+            if 16 <= bi * r2 // (32 * w) <= 64:
                 cfg = dict(S._cfg(bi, r2, w), ONE_PASS=1, EVEN=1, **fast)
-                if persist:
-                    cfg["PERSIST"] = persist
                 out.setdefault(_key(cfg), cfg)
     return list(out.values())
 
@@ -303,14 +293,16 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for sweep.json and sweep.md")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--dim1", default="", help="more cases: dim 1 of contiguous tensors of these shapes "
+                        "(comma-separated, e.g. 64x256x56x56); with them --cases defaults to none")
     parser.add_argument("--ops", default="softmax,logsumexp", help="of softmax, log_softmax, logsumexp")
     parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (about 40 configs per case and op)")
-    parser.add_argument("--grid", default="variants", choices=("variants", "split", "flags", "wide", "persist"),
+    parser.add_argument("--grid", default="variants", choices=("variants", "split", "flags", "wide", "one_pass"),
                         help="variants: the kernel variants and tile sizes (default); split: ACC_2D tiles with R "
                              "shared by 2-8 programs per SM; flags: the default with FAST_EXP and REVERSE; wide: "
-                             "column blocks of 256-2048, a few rows a chunk; persist: all of R in one tile, with and without "
-                             "persistent programs")
+                             "column blocks of 256-2048, a few rows a chunk; one_pass: tiles holding all of R, 8-256 "
+                             "columns, 2-16 warps")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a smoke test under the Triton interpreter (tiny shapes, two or three configs)")
@@ -327,10 +319,20 @@ def main(argv=None) -> None:
     if not smoke and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --device cpu for the smoke test")
     device = torch.device(args.device)
-    cases = [c for c in args.cases.split(",") if c]
+    cases = [c for c in args.cases.split(",") if c] if args.dim1 == "" or "--cases" in (argv or sys.argv) else []
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         raise SystemExit(f"--cases: unknown {unknown}; known: {', '.join(CASES)}")
+    for text in (t for t in args.dim1.split(",") if t):
+        try:
+            shape = tuple(int(n) for n in text.split("x"))
+        except ValueError:
+            raise SystemExit(f"--dim1: {text!r} is not a shape like 64x256x56x56") from None
+        if len(shape) < 2 or min(shape) < 1:
+            raise SystemExit(f"--dim1: {text!r} needs two dims or more, each at least 1")
+        CASES[f"dim1_{text}"] = (shape, lambda t: t, 1)
+        SMOKE_CASES[f"dim1_{text}"] = (tuple(min(n, 8) for n in shape), lambda t: t, 1)
+        cases.append(f"dim1_{text}")
     ops = [o for o in args.ops.split(",") if o]
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
     settings = TuneSettings(warmup=args.warmup, rep=args.rep, host_bound=False, flush_l2=True)
@@ -361,8 +363,8 @@ def main(argv=None) -> None:
                     cfgs = flag_candidates(p, device)
                 elif args.grid == "wide":
                     cfgs = wide_candidates(p, device, x.element_size())
-                elif args.grid == "persist":
-                    cfgs = persist_candidates(p, device)
+                elif args.grid == "one_pass":
+                    cfgs = one_pass_candidates(p, device)
                 else:
                     cfgs = candidates(p, device, args.quick)
                 built = []

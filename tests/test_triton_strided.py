@@ -272,8 +272,6 @@ VARIANT_CONFIGS = [
     ("fast_exp", dict(FAST_EXP=1)),  # inline PTX: on a GPU only
     ("fast_exp_even_acc_2d", dict(FAST_EXP=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
     ("fast_exp_one_pass", dict(FAST_EXP=1, ONE_PASS=1)),
-    ("one_pass_persist", dict(ONE_PASS=1, EVEN=1, PERSIST=2)),
-    ("one_pass_persist_masked", dict(ONE_PASS=1, PERSIST=1)),
     ("keep_x", dict(KEEP_X=1)),
     ("keep_x_even_acc_2d", dict(KEEP_X=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
 ]
@@ -459,35 +457,6 @@ def test_r_split_over_more_programs_than_the_default_space_gives(extra):
         torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("persist", [1, 3])
-@pytest.mark.parametrize("name,shape,view,dim", [
-    ("dim1_4d", (5, 16, 4, 8), lambda t: t, 1),  # 10 column blocks of 16: even
-    ("uneven_dim0", (19, 150), lambda t: t, 0),  # 10 blocks, the last of 6 columns; R = 19 in a tile of 32
-    ("three_groups", (2, 8, 6, 40), lambda t: t[:, :, ::2, :], 1),  # kept dims in two outer groups
-], ids=["dim1_4d", "uneven_dim0", "three_groups"])
-def test_persistent_programs_walk_every_column_block(monkeypatch, persist, name, shape, view, dim):
-    # as on a device of 2 SMs: 2 * PERSIST programs take the blocks in turn, the next block's tile
-    # loading while one is written; the last round leaves some programs without a block
-    monkeypatch.setattr(S, "_device_sms", lambda device=None: 2)
-    g = torch.Generator().manual_seed(3)
-    x = view(torch.randn(*shape, generator=g)).to(DEV)
-    d = dim % x.dim()
-    cols = x.movedim(d, -1)  # a view: columns along the last dim
-    cols[(0,) * (x.dim() - 1)][:-1] = -INF  # the first block's first column: its max is its last element
-    cols[tuple(n - 1 for n in cols.shape[:-1])][1] = NAN  # the last block's last column: NaN throughout
-    before = x.clone()
-    for op in OPS:
-        p = S.plan(op, x.shape, x.stride(), (d,))
-        cfg = dict(S._cfg(16, S._np2(x.shape[d]), 2), ONE_PASS=1, EVEN=1, PERSIST=persist)
-        want = getattr(torch, op)(x, d)
-        launcher = S.StridedLauncher(op, p, x.dtype, want.shape, DEV, cfg)
-        blocks = p.outer * -(-p.inner // 16)
-        assert launcher.grid == (min(blocks, 2 * persist),) and blocks > launcher.grid[0]
-        torch.testing.assert_close(launcher.run(x), want, equal_nan=True, atol=1e-5, rtol=1e-5,
-                                   msg=lambda m: f"{op}: {m}")
-    assert torch.equal(x.nan_to_num(), before.nan_to_num())
-
-
 def test_even_engages_only_where_every_chunk_is_full():
     def flags(shape, cfg):
         p = S.plan("softmax", shape, (shape[1], 1), (0,))
@@ -530,10 +499,6 @@ def test_bad_variant_configs_are_errors_naming_them():
         S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 8, 2), ACC_2D=2))
     with pytest.raises(ValueError, match="'num_stages' must be 1 to 8 \\(got 0\\)"):
         S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 8, 2), num_stages=0))
-    with pytest.raises(ValueError, match="'PERSIST' walks tiles holding all of R: it needs 'ONE_PASS'"):
-        S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 8, 2), PERSIST=2))
-    with pytest.raises(ValueError, match="'PERSIST' \\(programs per SM\\) must be 0 to 16 \\(got 17\\)"):
-        S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 32, 2), ONE_PASS=1, PERSIST=17))
 
 
 def test_variant_space_candidates_are_valid_and_correct():

@@ -24,8 +24,7 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
 # :mod:`~dispatch_triton.strided_jit`. The tuned space holds EVEN, ONE_PASS, ACC_2D, PREFETCH and (on
 # a GPU) FAST_EXP and KEEP_X; benchmarks/sweep_strided_configs.py compares all of them on a GPU.
-VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X", "PERSIST")
-_MAX_PERSIST = 16  # programs per SM that a PERSIST config may name
+VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
@@ -206,12 +205,6 @@ def validate(config: dict) -> tuple[int, int, int, int]:
             raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
     if int(config.get("ONE_PASS", 0)) and split != 1:
         raise ValueError(f"'ONE_PASS' reads all of R in one program: 'SPLIT_R' must be 1 (got {split})")
-    persist = int(config.get("PERSIST", 0))
-    if not 0 <= persist <= _MAX_PERSIST:
-        raise ValueError(f"'PERSIST' (programs per SM) must be 0 to {_MAX_PERSIST} (got {config['PERSIST']})")
-    if persist and not int(config.get("ONE_PASS", 0)):
-        raise ValueError(f"'PERSIST' walks tiles holding all of R: it needs 'ONE_PASS' (got PERSIST {persist} "
-                         "without it)")
     return bi, br, w, split
 
 
@@ -310,9 +303,7 @@ class StridedLauncher:
         out_shape = tuple(int(d) for d in out_shape)
         empty = torch.empty
         n_ib = _cdiv(p.inner, bi)
-        persist = int(config.get("PERSIST", 0))
-        n_tiles = p.outer * n_ib
-        self.grid = (min(n_tiles, persist * _device_sms(device)) if persist else n_tiles,)
+        self.grid = (p.outer * n_ib,)
         if p.outer * p.inner == 0 or (p.R == 0 and op != "logsumexp"):
             self.direct = ()
 
@@ -337,9 +328,8 @@ class StridedLauncher:
             size = out_shape or ((),)
             if n_splits == 1:
                 k = DirectLaunch(_strided_kernel, self.grid, 2,
-                                 dict(common, **out_strides, n_tiles=n_tiles, EVEN=even, ONE_PASS=one_pass,
-                                      ACC_2D=acc_2d, PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp,
-                                      KEEP_X=keep_x, PERSIST=persist),
+                                 dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
+                                      PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, KEEP_X=keep_x),
                                  options, enabled=direct)
                 self.direct = (k,)
 

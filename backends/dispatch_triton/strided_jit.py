@@ -31,10 +31,6 @@ Variants, chosen by constexprs (the launcher's config; all off by default):
 * ``FAST_EXP`` (a GPU only: inline PTX): every exp of a tile element is one ``ex2.approx.ftz`` (a
   result below 2**-126 is 0), without ``tl.exp``'s scaling of inputs whose result is subnormal.
 * ``REVERSE`` (split R only): the finish takes its programs in the reverse of the partials' order.
-* ``PERSIST`` (with ``ONE_PASS``): persistent programs, ``PERSIST`` per SM (the launcher sizes the
-  grid), each walking column blocks ``pid, pid + grid, ...`` with the next block's tile loading while
-  it works on this one. Without it a program loads its tile, then computes and writes it: the SM
-  has no loads in flight while it does, unless another program happens to be loading.
 * ``KEEP_X`` (softmax, log_softmax): the pass that reads ``x`` for the columns' stats marks its
   lines to stay in L2 before others (``evict_last``), and the pass that reads it again to write
   marks them to go first (``evict_first``) and writes the output with streaming stores (``.cs``),
@@ -213,90 +209,50 @@ def _lse_store(ptrs, m, s, nan, cmask, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _block(t, n_iblocks, outer1, BLOCK_I: tl.constexpr, INNER):
-    """Column block ``t`` (of ``outer * n_iblocks``): its outer slice as two indices (two groups of
-    kept dims at most), its first column, its columns and which of them are in the inner dim."""
-    o = (t // n_iblocks).to(tl.int64)
-    c0 = (t % n_iblocks) * BLOCK_I
-    cols = c0 + tl.arange(0, BLOCK_I)
-    return o // outer1, o % outer1, c0, cols, cols < INNER
-
-
-@triton.jit
-def _one_pass_ptrs(x_ptr, xo, cols, cmask, R, sxr, sxi, BLOCK_R: tl.constexpr):
-    """The tile of all of R for a column block: its input pointers and mask."""
-    rr = tl.arange(0, BLOCK_R)
-    return x_ptr + xo + rr.to(tl.int64)[:, None] * sxr + cols.to(tl.int64)[None, :] * sxi, \
-        (rr < R)[:, None] & cmask[None, :]
-
-
-@triton.jit
-def _one_pass_write(v, out_ptr, oo, cols, cmask, mask, sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr,
-                    EVEN: tl.constexpr, FAST_EXP: tl.constexpr):
-    """The op of a tile holding all of R (fp32, -inf where masked off), written from registers."""
-    m = tl.max(v, 0)
-    safe = tl.where(m == float("-inf"), 0.0, m)
-    e = _exp(v - safe[None, :], FAST_EXP)
-    s = tl.sum(e, 0)
-    if OP == 2:
-        nan = tl.max((v != v).to(tl.int32), 0)
-        _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
-    else:
-        if OP == 0:
-            y = e * (1.0 / s)[None, :]
-        else:
-            y = (v - safe[None, :]) - tl.log(s)[None, :]
-        rr = tl.arange(0, BLOCK_R)
-        o_ptrs = out_ptr + oo + rr.to(tl.int64)[:, None] * sor + cols.to(tl.int64)[None, :] * soi
-        _store(o_ptrs, y.to(out_ptr.dtype.element_ty), mask, EVEN)
-
-
-@triton.jit
-def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr, sxi, soo2, soo, sor, soi, n_tiles,
+def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr, sxi, soo2, soo, sor, soi,
                     OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
-                    TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, KEEP_X: tl.constexpr,
-                    PERSIST: tl.constexpr = 0):
+                    TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, KEEP_X: tl.constexpr):
     pid = tl.program_id(0)
-    if ONE_PASS and PERSIST:
-        # column blocks pid, pid + grid, ...; the next block's tile loads while this one is worked on
-        step = tl.num_programs(0)
-        o2, o1, _, cols, cmask = _block(pid, n_iblocks, outer1, BLOCK_I, INNER)
-        ptrs, mask = _one_pass_ptrs(x_ptr, o2 * sxo2 + o1 * sxo, cols, cmask, R, sxr, sxi, BLOCK_R)
-        raw = _ld(ptrs, mask, 0, float("-inf"), EVEN)
-        for t in range(pid, n_tiles, step):
-            v = raw.to(tl.float32)
-            o2, o1, _, cols, cmask = _block(t, n_iblocks, outer1, BLOCK_I, INNER)
-            mask = (tl.arange(0, BLOCK_R) < R)[:, None] & cmask[None, :]
-            # past the last block, the last block again (in bounds, so EVEN's unmasked load is safe)
-            n2, n1, _, ncols, ncmask = _block(tl.minimum(t + step, n_tiles - 1), n_iblocks, outer1, BLOCK_I, INNER)
-            nptrs, nmask = _one_pass_ptrs(x_ptr, n2 * sxo2 + n1 * sxo, ncols, ncmask, R, sxr, sxi, BLOCK_R)
-            raw = _ld(nptrs, nmask, 0, float("-inf"), EVEN)
-            _one_pass_write(v, out_ptr, o2 * soo2 + o1 * soo, cols, cmask, mask, sor, soi, OP, BLOCK_R, EVEN,
-                            FAST_EXP)
-    else:
-        o2, o1, c0, cols, cmask = _block(pid, n_iblocks, outer1, BLOCK_I, INNER)
-        xo = o2 * sxo2 + o1 * sxo
-        oo = o2 * soo2 + o1 * soo
-        desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
-        x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
-        o_base = out_ptr + oo + cols.to(tl.int64)[None, :] * soi
-        if ONE_PASS:  # the whole of R in one tile: read once, written from registers
-            ptrs, mask = _one_pass_ptrs(x_ptr, xo, cols, cmask, R, sxr, sxi, BLOCK_R)
-            _one_pass_write(_load(ptrs, mask, float("-inf"), EVEN, 0), out_ptr, oo, cols, cmask, mask, sor, soi, OP,
-                            BLOCK_R, EVEN, FAST_EXP)
+    o = (pid // n_iblocks).to(tl.int64)
+    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
+    xo = o2 * sxo2 + o1 * sxo
+    oo = o2 * soo2 + o1 * soo
+    c0 = (pid % n_iblocks) * BLOCK_I
+    cols = c0 + tl.arange(0, BLOCK_I)
+    desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
+    cmask = cols < INNER
+    x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
+    o_base = out_ptr + oo + cols.to(tl.int64)[None, :] * soi
+    rr = tl.arange(0, BLOCK_R)
+    if ONE_PASS:  # the whole of R in one tile: read once, written from registers
+        mask = (rr < R)[:, None] & cmask[None, :]
+        v = _load(x_base + rr.to(tl.int64)[:, None] * sxr, mask, float("-inf"), EVEN, 0)
+        m = tl.max(v, 0)
+        safe = tl.where(m == float("-inf"), 0.0, m)
+        e = _exp(v - safe[None, :], FAST_EXP)
+        s = tl.sum(e, 0)
+        if OP == 2:
+            nan = tl.max((v != v).to(tl.int32), 0)
+            _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
         else:
-            m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0,
-                                      TMA, STAGES, FAST_EXP, KEEP_X * 2)
-            safe = tl.where(m == float("-inf"), 0.0, m)
-            if OP == 2:  # logsumexp: one value per column
-                _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
+            if OP == 0:
+                y = e * (1.0 / s)[None, :]
             else:
-                if ACC_2D:
-                    s = tl.where((nan > 0) | (m == float("inf")), float("nan"), s)  # as the chunked merge gives
-                # log_softmax = (x - max) - log(sum): exact difference first, as torch
-                _write_pass(x_base, o_base, sxr, sor, 0, R, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
-                            PREFETCH, desc, c0, TMA, STAGES, FAST_EXP, KEEP_X)
+                y = (v - safe[None, :]) - tl.log(s)[None, :]
+            _store(o_base + rr.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
+    else:
+        m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0, TMA,
+                                  STAGES, FAST_EXP, KEEP_X * 2)
+        safe = tl.where(m == float("-inf"), 0.0, m)
+        if OP == 2:  # logsumexp: one value per column
+            _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
+        else:
+            if ACC_2D:
+                s = tl.where((nan > 0) | (m == float("inf")), float("nan"), s)  # as the chunked merge gives
+            # log_softmax = (x - max) - log(sum): exact difference first, as torch
+            _write_pass(x_base, o_base, sxr, sor, 0, R, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN, PREFETCH,
+                        desc, c0, TMA, STAGES, FAST_EXP, KEEP_X)
 
 
 # -- R split over several programs: partial (max, sum) per chunk of R, then a merge that writes ------
@@ -310,10 +266,13 @@ def _strided_partials(x_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, rows_per
     ``ws`` as ``[2, outer, n_splits, INNER]`` fp32 (a column holding NaN stores NaN as its max)."""
     pid = tl.program_id(0)
     sp = tl.program_id(1)
-    o2, o1, c0, cols, cmask = _block(pid, n_iblocks, outer1, BLOCK_I, INNER)
-    o = o2 * outer1 + o1
+    o = (pid // n_iblocks).to(tl.int64)
+    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
     xo = o2 * sxo2 + o1 * sxo
+    c0 = (pid % n_iblocks) * BLOCK_I
+    cols = c0 + tl.arange(0, BLOCK_I)
     desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
+    cmask = cols < INNER
     x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
     start = sp * rows_per_split
     stop = tl.minimum(start + rows_per_split, R)
@@ -381,10 +340,13 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, r
     else:
         pid = tl.program_id(0)
         sp = tl.program_id(1)
-    o2, o1, c0, cols, cmask = _block(pid, n_iblocks, outer1, BLOCK_I, INNER)
-    o = o2 * outer1 + o1
+    o = (pid // n_iblocks).to(tl.int64)
+    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
     xo = o2 * sxo2 + o1 * sxo
     oo = o2 * soo2 + o1 * soo
+    c0 = (pid % n_iblocks) * BLOCK_I
+    cols = c0 + tl.arange(0, BLOCK_I)
+    cmask = cols < INNER
     m, s, nan = _merge_partials(ws_ptr, o, n_splits, n_iblocks, INNER, cols, cmask, BLOCK_S, BLOCK_I, MERGE_S)
     safe = tl.where(m == float("-inf"), 0.0, m)
     if OP == 2:
