@@ -261,17 +261,17 @@ def flag_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
 
 
 def one_pass_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
-    """Tiles holding all of R (``ONE_PASS``) of 8-256 columns and up to 32K elements, 2-16 warps,
-    16-64 elements a thread (``--grid one_pass``). The default first."""
+    """Tiles holding all of R (``ONE_PASS``) of 8-4096 columns and up to 32K elements, 1-16 warps,
+    8-64 elements a thread (``--grid one_pass``). The default first."""
     default = S.default_config(p, device)
     out: dict[tuple, dict] = {_key(default): default}
     fast = {} if S._interpreting() else dict(FAST_EXP=1)
     r2 = S._np2(p.R)
-    for bi in (8, 16, 32, 64, 128, 256):
+    for bi in (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
         if bi * r2 > 32768 or bi > max(8, S._np2(p.inner)):
             continue
-        for w in (2, 4, 8, 16):
-            if 16 <= bi * r2 // (32 * w) <= 64:
+        for w in (1, 2, 4, 8, 16):
+            if 8 <= bi * r2 // (32 * w) <= 64:
                 cfg = dict(S._cfg(bi, r2, w), ONE_PASS=1, EVEN=1, **fast)
                 out.setdefault(_key(cfg), cfg)
     return list(out.values())
@@ -301,7 +301,7 @@ def main(argv=None) -> None:
     parser.add_argument("--grid", default="variants", choices=("variants", "split", "flags", "wide", "one_pass"),
                         help="variants: the kernel variants and tile sizes (default); split: ACC_2D tiles with R "
                              "shared by 2-8 programs per SM; flags: the default with FAST_EXP and REVERSE; wide: "
-                             "column blocks of 256-2048, a few rows a chunk; one_pass: tiles holding all of R, 8-256 "
+                             "column blocks of 256-2048, a few rows a chunk; one_pass: tiles holding all of R, 8-4096 "
                              "columns, 2-16 warps")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
