@@ -89,11 +89,11 @@ def _key(cfg: dict) -> tuple:
     return tuple(sorted((k, int(v)) for k, v in cfg.items()))
 
 
-def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict]:
+def candidates(p: S.StridedPlan, device: torch.device, itemsize: int, quick: bool) -> list[dict]:
     """The configs swept for plan ``p``, the most telling first (compiles follow this order, so a
     time budget cuts the tail): the default, the default with each variant, larger tiles with the
     variants, ``ONE_PASS`` tiles, R shared by 2-16 times the programs, then the tuned space."""
-    default = S.default_config(p, device)
+    default = S.default_config(p, device, itemsize)
     out: dict[tuple, dict] = {}
 
     def add(cfg):
@@ -174,7 +174,7 @@ def candidates(p: S.StridedPlan, device: torch.device, quick: bool) -> list[dict
             br = 64 if bi <= 32 else 32
             if split * bi <= 4096 and p.R // split >= 2 * br and p.outer * _cdiv(p.inner, bi) * 64 < 8 * 132:
                 add(dict(S._cfg(bi, br, 8, split), EVEN=1, PREFETCH=1))
-    for cfg in S.config_space(p, device):  # the tuned space (quick: its larger tiles at 4 warps)
+    for cfg in S.config_space(p, device, itemsize):  # the tuned space (quick: its larger tiles at 4 warps)
         if not quick or (cfg["BLOCK_I"] * cfg["BLOCK_R"] >= 2048 and cfg["num_warps"] == 4):
             add(cfg)
     return list(out.values())
@@ -189,13 +189,13 @@ def _split_per_sm(p: S.StridedPlan, blocks: int, programs: int, most: int, block
     return split
 
 
-def split_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
+def split_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
     """``ACC_2D`` + ``PREFETCH`` tiles of 16-64 elements a thread with R shared by enough programs to
     fill the device (2 to 8 programs per SM): the default, then these (``--grid split``). More
     elements a thread put more loads in flight per thread; the variants grid holds few such tiles."""
     sms = S._device_sms(device)
     out: dict[tuple, dict] = {}
-    default = S.default_config(p, device)
+    default = S.default_config(p, device, itemsize)
     out[_key(default)] = default
     top = max(16, S._np2(p.inner))
     for bi, br in ((16, 64), (16, 256), (32, 64), (32, 128), (64, 32), (64, 64), (64, 128), (128, 16),
@@ -222,7 +222,7 @@ def wide_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> li
     ``ACC_2D`` (``--grid wide``). The default first."""
     sms = S._device_sms(device)
     vec = 16 // itemsize
-    default = S.default_config(p, device)
+    default = S.default_config(p, device, itemsize)
     out: dict[tuple, dict] = {_key(default): default}
     fast = {} if S._interpreting() else dict(FAST_EXP=1)
     for bi in (256, 512, 1024, 2048):
@@ -248,10 +248,10 @@ def wide_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> li
     return list(out.values())
 
 
-def flag_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
+def flag_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
     """The default config alone and with ``FAST_EXP``, ``REVERSE`` (where R is split) and both,
     and with ``KEEP_X`` where softmax and log_softmax read x twice (``--grid flags``)."""
-    default = S.default_config(p, device)
+    default = S.default_config(p, device, itemsize)
     out = [default, dict(default, FAST_EXP=1)]
     if default.get("SPLIT_R", 1) > 1:
         out += [dict(default, REVERSE=1), dict(default, FAST_EXP=1, REVERSE=1)]
@@ -260,10 +260,10 @@ def flag_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     return out
 
 
-def one_pass_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
+def one_pass_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
     """Tiles holding all of R (``ONE_PASS``) of 8-4096 columns and up to 32K elements, 1-16 warps,
     8-64 elements a thread (``--grid one_pass``). The default first."""
-    default = S.default_config(p, device)
+    default = S.default_config(p, device, itemsize)
     out: dict[tuple, dict] = {_key(default): default}
     fast = {} if S._interpreting() else dict(FAST_EXP=1)
     r2 = S._np2(p.R)
@@ -277,8 +277,8 @@ def one_pass_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
     return list(out.values())
 
 
-def smoke_candidates(p: S.StridedPlan, device: torch.device) -> list[dict]:
-    default = S.default_config(p, device)
+def smoke_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
+    default = S.default_config(p, device, itemsize)
     out = [default, dict(default, EVEN=1, PREFETCH=1, ACC_2D=1)]
     if p.x_strides[2] == 1 and p.inner > 1:
         out.append(dict(default, TMA=1, EVEN=1, num_stages=2))
@@ -356,17 +356,17 @@ def main(argv=None) -> None:
                     continue
                 want = getattr(torch, op)(x, d)
                 if smoke:
-                    cfgs = smoke_candidates(p, device)
+                    cfgs = smoke_candidates(p, device, x.element_size())
                 elif args.grid == "split":
-                    cfgs = split_candidates(p, device)
+                    cfgs = split_candidates(p, device, x.element_size())
                 elif args.grid == "flags":
-                    cfgs = flag_candidates(p, device)
+                    cfgs = flag_candidates(p, device, x.element_size())
                 elif args.grid == "wide":
                     cfgs = wide_candidates(p, device, x.element_size())
                 elif args.grid == "one_pass":
-                    cfgs = one_pass_candidates(p, device)
+                    cfgs = one_pass_candidates(p, device, x.element_size())
                 else:
-                    cfgs = candidates(p, device, args.quick)
+                    cfgs = candidates(p, device, x.element_size(), args.quick)
                 built = []
                 for cfg in cfgs:
                     try:
@@ -438,7 +438,7 @@ def main(argv=None) -> None:
         if args.compile and not smoke:
             compiled = torch.compile(eager, dynamic=False)
             record("torch.compile", None, lambda: compiled(x, d))
-        default = S.default_config(p, device)
+        default = S.default_config(p, device, x.element_size())
         for cfg, launcher in built:
             if time.time() - t0 > args.budget_s:
                 stopped = True

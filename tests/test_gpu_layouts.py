@@ -16,6 +16,7 @@ LAYOUTS = [
     ("dim0_4096x4096", (4096, 4096), lambda t: t, 0),
     ("dim1_32x1024x64x64", (32, 1024, 64, 64), lambda t: t, 1),
     ("dim1_8x3x224x224", (8, 3, 224, 224), lambda t: t, 1),
+    ("dim1_8x150x128x128", (8, 150, 128, 128), lambda t: t, 1),  # segmentation logits: R of 150 in a tile of 256
     ("transposed_4096x1000", (4096, 1000), lambda t: t.t(), -1),
     ("dim0_slice_1000x3000_of_4096", (1000, 4096), lambda t: t[:, :3000], 0),
     ("rows_4096x4000_of_4096", (4096, 4096), lambda t: t[:, :4000], -1),

@@ -383,6 +383,31 @@ def test_logsumexp_finish_merges_in_narrower_blocks_than_the_partials(cols):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_short_r_default_reads_r_once_in_the_tuned_space(dtype):
+    # softmax over dim 1 of (B, R, H, W) with R of 1024 or less: the default holds all of R in one
+    # tile at 64 elements a thread, and the tuned space holds the default (its first candidate)
+    size = torch.tensor([], dtype=dtype).element_size()
+    for b, r, inner in ((8, 19, 131072), (256, 64, 4096), (128, 96, 3136), (64, 256, 3136), (32, 1024, 4096)):
+        p = S.plan("softmax", (b, r, inner), (r * inner, inner, 1), (1,))
+        cfg = S.default_config(p, torch.device("cpu"), size)
+        assert cfg.get("ONE_PASS") and cfg["BLOCK_R"] >= r and cfg["BLOCK_I"] >= 16, (b, r, inner, cfg)
+        assert cfg["BLOCK_I"] * cfg["BLOCK_R"] == 64 * 32 * cfg["num_warps"], (b, r, inner, cfg)
+        assert S.config_space(p, torch.device("cpu"), size)[0] == cfg
+    # the default, run: R = 96 (a tile of 128 rows, masked) and 40 columns, a block of 32 and a
+    # partial one (90 x 3 blocks of 16: two programs per SM of a 132-SM device)
+    x = torch.randn(90, 96, 40)
+    x[0, :, 5] = -INF
+    x[1, 7, 6] = NAN
+    x = x.to(DEV, dtype)
+    p = S.plan("softmax", x.shape, x.stride(), (1,))
+    cfg = S.default_config(p, x.device, size)
+    assert cfg.get("ONE_PASS"), cfg
+    for op in ("softmax", "log_softmax"):
+        got, want = _run(op, x, 1, cfg)
+        torch.testing.assert_close(got.float(), want.float(), equal_nan=True, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_logsumexp_over_many_columns_takes_wide_blocks_by_default(dtype):
     # dim 1 of (33, 80, 1024): 132 blocks of 256 columns, one per SM of a 132-SM device, so the
     # default reads 256 columns a program, 8 rows a chunk, each warp on its own columns

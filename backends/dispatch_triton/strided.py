@@ -78,7 +78,8 @@ def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: i
     than the inner dim's next power of two, but at least 16), chunks of R of 8-64 rows, tiles of
     512-4096 elements, 4 or 8 warps, each with R shared by :func:`split_for` programs, plain and
     with a running max and sum per tile element and the next chunk's load in flight (``ACC_2D``,
-    ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``) where R is short; on a GPU
+    ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``, 8-64 columns or up to an 8K
+    tile where R is under 64, 64 elements a thread) where R is short; on a GPU
     each with ``FAST_EXP`` (and ``KEEP_X`` where the default has it); for logsumexp,
     :func:`_wide_config`'s wide blocks where it has them."""
     out = [default_config(p, device, itemsize)]
@@ -96,16 +97,25 @@ def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: i
                 plain = _cfg(bi, br, w, split_for(p, bi, br, device))
                 out += [plain, dict(plain, ACC_2D=1, PREFETCH=1, EVEN=1)]
     r2 = _np2(p.R)
-    for bi in (4, 8, 16, 32):
-        if r2 * bi <= _ONE_PASS_TILE and bi <= max(4, _np2(p.inner)):
-            out.append(dict(_cfg(bi, r2, 8), ONE_PASS=1, EVEN=1))
+    for bi in (8, 16, 32, 64, 128, 256, 512, 1024):
+        if r2 * bi <= _ONE_PASS_MAX and bi <= max(16, _np2(p.inner)) and bi <= max(64, 2 * _ONE_PASS_SMALL // r2):
+            out.append(dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1))
     if not _interpreting():  # as the default: every candidate with FAST_EXP on a GPU (and KEEP_X)
         keep = dict(KEEP_X=1) if out[0].get("KEEP_X") else {}
         out = [dict(c, FAST_EXP=1, **({} if c.get("ONE_PASS") else keep)) for c in out]
     return unique_configs(out)
 
 
-_ONE_PASS_TILE = 16384  # elements of a tile holding all of R (64 a thread at 8 warps)
+_ONE_PASS_R = 1024  # the longest R the default reads in one tile
+_ONE_PASS_TILE = 8192  # elements of a tile holding all of R that the default widens its column block to
+_ONE_PASS_TILE_LSE = 2048  # the same for logsumexp (R of 64 or less), which writes one value a column
+_ONE_PASS_SMALL = 1024  # elements of a tile that the column block of an R under 16 may widen to past 64 columns
+_ONE_PASS_MAX = 32768  # elements of the largest such tile in the tuned space (64 a thread at 16 warps)
+
+
+def _one_pass_warps(tile: int) -> int:
+    """Warps of a tile holding all of R: 64 elements a thread, 1 to 16 warps."""
+    return max(1, min(16, tile // (64 * 32)))
 
 
 def default_config(p: StridedPlan, device: torch.device | None = None, itemsize: int = 2) -> dict:
@@ -114,8 +124,19 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
     and a transposed 4096 x 4096):
 
     * softmax and log_softmax with R of 1024 or less (logsumexp: 64 or less) and column blocks of
-      16 for two programs per SM: all of R in one tile (``ONE_PASS``, read once), 16 columns or as
-      many more as a 16K-element tile holds, 8 warps;
+      16 for two programs per SM: all of R in one tile (``ONE_PASS``, read once), 64 elements a
+      thread (1-16 warps); 32 columns (16 for 2-byte types with R over 512), or as many more, up
+      to 64 (a 1K-element tile's worth where R is under 16), as an 8K-element tile holds (2K for
+      logsumexp) while there are two programs per SM. Against 16 columns or as many as a
+      16K-element tile held, at 8 warps (4 under 8K elements), over dim 1 of (B, R, H, W)
+      (``--grid one_pass``), softmax in bf16: (8, 19, 256, 512) in 28.8 us instead of 90.5
+      (``benchmarks/bench_layouts.py``, same machine start), (256, 64, 64, 64) in 68.8 instead of
+      172.9, (128, 96, 56, 56) in 56.8 instead of 86.3, (128, 128, 64, 64) in 70.9 instead of
+      111.9, (64, 256, 56, 56) in 60.3 instead of 65.9; fp32 (32, 1024, 64, 64) in 274.3 instead
+      of 289.8; logsumexp in bf16 (8, 19, 256, 512) in 26.4 instead of 121.9. Over the 52 cases,
+      ops and dtypes of three sweeps with R of 3 to 1024 it is within 2.5% of the best tile of its
+      sweep but for R = 96 in bf16 (56.8 against 49.9: 32 columns, 2 warps) and R = 3 (6.0-7.4
+      us, up to 9% off);
     * otherwise 64 columns (fewer where the inner dim is narrower, 16 at least) by 64 rows at 4
       warps, 32 elements a thread: a running max and sum per tile element (``ACC_2D``), the next
       chunk's load in flight (``PREFETCH``), R shared by :func:`split_for` programs. Against the
@@ -145,12 +166,15 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
     wide = _wide_config(p, itemsize, sms) if not writes_r and r2 > 64 else None
     if wide is not None:
         cfg = wide
-    elif (writes_r or r2 <= 64) and r2 * 16 <= _ONE_PASS_TILE and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
+    elif (writes_r or r2 <= 64) and r2 <= _ONE_PASS_R and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
+        least = 16 if itemsize <= 2 and r2 > 512 else 32
+        most = min(i2, max(64, _ONE_PASS_SMALL // r2))
+        tile = _ONE_PASS_TILE if writes_r else _ONE_PASS_TILE_LSE
         bi = 16
-        while (bi * 2 * r2 <= _ONE_PASS_TILE and bi * 2 <= i2
-               and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms):
+        while bi * 2 <= most and (bi * 2 <= least or (
+                bi * 2 * r2 <= tile and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms)):
             bi *= 2
-        cfg = dict(_cfg(bi, r2, 8 if bi * r2 >= 8192 else 4), ONE_PASS=1, EVEN=1)
+        cfg = dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1)
     else:
         bi = max(16, min(64, i2))
         cfg = dict(_cfg(bi, 64, 4, split_for(p, bi, 64, device)), ACC_2D=1, PREFETCH=1, EVEN=1)
@@ -213,8 +237,9 @@ def variant_space(p: StridedPlan, device: torch.device | None = None, *, tile_ma
     """Candidates beyond :func:`config_space`, for sweeps on a GPU: tiles up to ``tile_max``
     elements (16-row chunks at least, 4 to 16 elements per thread), each with ``num_stages``
     of ``stages`` and R shared by :func:`split_for`; each of those with ``ACC_2D``, ``PREFETCH``,
-    both or neither, and each again with ``EVEN`` where the chunks are all full; and ``ONE_PASS`` tiles holding all of R (the column block
-    as wide as ``tile_max`` allows, 16 at least), for R up to ``tile_max // 16``."""
+    both or neither, and each again with ``EVEN`` where the chunks are all full; and ``ONE_PASS``
+    tiles holding all of R (the column block as wide as ``tile_max`` allows, 16 at least), for R
+    up to ``tile_max // 16``."""
     top = max(16, min(256, _np2(p.inner)))
     out = []
     for bi in (16, 32, 64, 128, 256):
