@@ -4,8 +4,10 @@ For each case (bench_layouts.py's: dim 0 of a 2-D tensor, dim 1 of (B, C, H, W),
 view, a tall dim 0) and op, :class:`dispatch_triton.strided.StridedLauncher` is run under a grid
 of configs: the tuned space (:func:`~dispatch_triton.strided.config_space`), the default config
 (marked ``*``), the default with each kernel variant (``EVEN``, ``PREFETCH``, ``ACC_2D``,
-``num_stages``, ``TMA`` with 2-4 stages), larger tiles (up to 16K elements, 4-16 warps) with the variants, R shared by
-2-16 times as many programs as the default's (each with a shorter slab of R to read twice), and ``ONE_PASS`` tiles holding all of R where R is short enough. Beside
+``num_stages``, ``TMA`` with 2-4 stages), larger tiles (up to 16K elements, 4-16 warps) with the
+variants, R shared by 2-16 times as many programs as the default's (each with a shorter slab of R
+to read twice), and ``ONE_PASS`` tiles holding all of R where R is short enough (``--grid`` picks
+other grids). Beside
 them: torch eager, ``torch.compile`` (``--compile``) and the copy of the same number of elements
 (``y.copy_(x)``, contiguous).
 
@@ -19,7 +21,8 @@ reported and the row kept out of the ranking. All candidates' kernels are compil
 thread pool (``StridedLauncher.compile``). Writes ``sweep.json`` and ``sweep.md`` under ``--out``::
 
     python3 benchmarks/sweep_strided_configs.py --out DIR [--quick] [--cases a,b] [--ops softmax,logsumexp]
-        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu] [--grid split|flags|wide|one_pass]
+        [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu]
+        [--grid split|flags|wide|one_pass|walk]
         [--dim1 64x256x56x56,...]
 
 ``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two or three configs per
@@ -277,6 +280,27 @@ def one_pass_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -
     return list(out.values())
 
 
+def walk_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
+    """R walked by one program a column block (``SPLIT_R`` 1): tiles of 1K-8K elements, 16-128
+    columns, 4 or 8 warps, each with a running max and sum per element and the next chunk in flight,
+    with and without ``KEEP_X`` (the second read from L2 while the column blocks in flight fit in
+    it) (``--grid walk``). The default first."""
+    default = S.default_config(p, device, itemsize)
+    out: dict[tuple, dict] = {_key(default): default}
+    fast = {} if S._interpreting() else dict(FAST_EXP=1)
+    for bi in (16, 32, 64, 128):
+        for br in (8, 16, 32, 64):
+            if not 1024 <= bi * br <= 8192 or br > S._np2(p.R):
+                continue
+            for w in (4, 8):
+                cfg = dict(S._cfg(bi, br, w), ACC_2D=1, PREFETCH=1, EVEN=1, **fast)
+                out.setdefault(_key(cfg), cfg)
+                if p.out_strides[1] != 0:  # softmax, log_softmax: x read twice
+                    keep = dict(cfg, KEEP_X=1)
+                    out.setdefault(_key(keep), keep)
+    return list(out.values())
+
+
 def smoke_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
     default = S.default_config(p, device, itemsize)
     out = [default, dict(default, EVEN=1, PREFETCH=1, ACC_2D=1)]
@@ -298,11 +322,13 @@ def main(argv=None) -> None:
     parser.add_argument("--ops", default="softmax,logsumexp", help="of softmax, log_softmax, logsumexp")
     parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (about 40 configs per case and op)")
-    parser.add_argument("--grid", default="variants", choices=("variants", "split", "flags", "wide", "one_pass"),
+    parser.add_argument("--grid", default="variants",
+                        choices=("variants", "split", "flags", "wide", "one_pass", "walk"),
                         help="variants: the kernel variants and tile sizes (default); split: ACC_2D tiles with R "
                              "shared by 2-8 programs per SM; flags: the default with FAST_EXP and REVERSE; wide: "
                              "column blocks of 256-2048, a few rows a chunk; one_pass: tiles holding all of R, 8-4096 "
-                             "columns, 2-16 warps")
+                             "columns, 1-16 warps; walk: R walked by one program a column block, with and without "
+                             "KEEP_X")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a smoke test under the Triton interpreter (tiny shapes, two or three configs)")
@@ -340,7 +366,8 @@ def main(argv=None) -> None:
         settings = TuneSettings(warmup=1, rep=3, host_bound=False)
     copy = measure_copy_bandwidth(device, settings)
     copy_gbps = copy.gbps
-    print(f"copy bandwidth ({copy.nbytes >> 20} MB buffer): {copy_gbps:.0f} GB/s  [{time.time() - t0:.1f} s]", flush=True)
+    print(f"copy bandwidth ({copy.nbytes >> 20} MB buffer): {copy_gbps:.0f} GB/s  [{time.time() - t0:.1f} s]",
+          flush=True)
 
     # 1. inputs, plans, launchers; every candidate's kernels compiled on a thread pool
     jobs = []  # (case, dtype, op, x, dim, plan, want, [(cfg, launcher or error)])
@@ -365,6 +392,8 @@ def main(argv=None) -> None:
                     cfgs = wide_candidates(p, device, x.element_size())
                 elif args.grid == "one_pass":
                     cfgs = one_pass_candidates(p, device, x.element_size())
+                elif args.grid == "walk":
+                    cfgs = walk_candidates(p, device, x.element_size())
                 else:
                     cfgs = candidates(p, device, x.element_size(), args.quick)
                 built = []
