@@ -78,8 +78,8 @@ def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: i
     than the inner dim's next power of two, but at least 16), chunks of R of 8-64 rows, tiles of
     512-4096 elements, 4 or 8 warps, each with R shared by :func:`split_for` programs, plain and
     with a running max and sum per tile element and the next chunk's load in flight (``ACC_2D``,
-    ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``, 8-64 columns or up to an 8K
-    tile where R is under 64, 64 elements a thread) where R is short; on a GPU
+    ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``, 8-64 columns, more where R
+    is under 32 for tiles of up to 2K elements, 64 elements a thread) where R is short; on a GPU
     each with ``FAST_EXP`` (and ``KEEP_X`` where the default has it); for logsumexp,
     :func:`_wide_config`'s wide blocks where it has them."""
     out = [default_config(p, device, itemsize)]
