@@ -124,22 +124,8 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
     and a transposed 4096 x 4096):
 
     * softmax and log_softmax with R of 1024 or less (logsumexp: 64 or less) and column blocks of
-      16 for two programs per SM: all of R in one tile (``ONE_PASS``, read once), 64 elements a
-      thread (1-16 warps); 32 columns (16 where R is over 512, but for 4-byte types where R is a
-      power of two), or as many more, up to 64 (a 1K-element tile's worth where R is under 16), as
-      an 8K-element tile holds (4K for 2-byte types with R of 65 to 128, 2K for logsumexp) while
-      there are two programs per SM. Against 16 columns or as many as a
-      16K-element tile held, at 8 warps (4 under 8K elements), over dim 1 of (B, R, H, W)
-      (``--grid one_pass``), softmax in bf16: (8, 19, 256, 512) in 28.8 us instead of 90.5
-      (``benchmarks/bench_layouts.py``, same machine start), (256, 64, 64, 64) in 68.8 instead of
-      172.9, (128, 96, 56, 56) in 56.8 instead of 86.3, (128, 128, 64, 64) in 70.9 instead of
-      111.9, (64, 256, 56, 56) in 60.3 instead of 65.9; fp32 (32, 1024, 64, 64) in 274.3 instead
-      of 289.8; logsumexp in bf16 (8, 19, 256, 512) in 26.4 instead of 121.9. Over the 69 cases,
-      ops and dtypes of four sweeps with R of 3 to 1024 it is within 2.5% of the best tile of its
-      sweep but for R = 3 (6.0-7.4 us, up to 9% off) and R = 384 in bf16 (3.7%). In bf16, R of 80
-      and 96 in 32-column tiles at 2 warps ran 12-14% faster than in 64-column ones at 4 (R = 128:
-      2% slower); in fp32, R of 640 and 768 in 16-column tiles at 8 warps 11-20% faster than in
-      32-column ones at 16 (R = 1024: 5% slower, so there it keeps 32);
+      16 for two programs per SM: all of R in one tile (``ONE_PASS``, read once),
+      :func:`_one_pass_config`'s tile of 64 elements a thread;
     * otherwise 64 columns (fewer where the inner dim is narrower, 16 at least) by 64 rows at 4
       warps, 32 elements a thread: a running max and sum per tile element (``ACC_2D``), the next
       chunk's load in flight (``PREFETCH``), R shared by :func:`split_for` programs. Against the
@@ -170,17 +156,7 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
     if wide is not None:
         cfg = wide
     elif (writes_r or r2 <= 64) and r2 <= _ONE_PASS_R and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
-        # 16 columns where R is over 512, but 32 for 4-byte types where R is a power of two
-        least = 16 if r2 > 512 and (itemsize <= 2 or p.R < r2) else 32
-        most = min(i2, max(64, _ONE_PASS_SMALL // r2))
-        tile = _ONE_PASS_TILE if writes_r else _ONE_PASS_TILE_LSE
-        if itemsize <= 2 and r2 == 128:
-            tile //= 2  # 2-byte types, R of 65 to 128: 32 columns at 2 warps
-        bi = 16
-        while bi * 2 <= most and (bi * 2 <= least or (
-                bi * 2 * r2 <= tile and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms)):
-            bi *= 2
-        cfg = dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1)
+        cfg = _one_pass_config(p, itemsize, sms, writes_r)
     else:
         bi = max(16, min(64, i2))
         cfg = dict(_cfg(bi, 64, 4, split_for(p, bi, 64, device)), ACC_2D=1, PREFETCH=1, EVEN=1)
@@ -190,6 +166,39 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
     if writes_r and not cfg.get("ONE_PASS") and p.outer * p.R * p.inner * itemsize <= _device_l2_bytes(device):
         cfg["KEEP_X"] = 1
     return cfg
+
+
+def _one_pass_config(p: StridedPlan, itemsize: int, sms: int, writes_r: bool) -> dict:
+    """The default tile holding all of R (``ONE_PASS``): 64 elements a thread (1-16 warps); 32
+    columns (16 where R is over 512, but for 4-byte types where R is a power of two), or as many
+    more, up to 64 (a 1K-element tile's worth where R is under 16), as an 8K-element tile holds
+    (4K for 2-byte types with R of 65 to 128, 2K for logsumexp) while there are two programs per
+    SM.
+
+    Against 16 columns or as many as a 16K-element tile held, at 8 warps (4 under 8K elements),
+    over dim 1 of (B, R, H, W) (``benchmarks/sweep_strided_configs.py --grid one_pass``), softmax
+    in bf16: (8, 19, 256, 512) in 28.8 us instead of 90.5 (``benchmarks/bench_layouts.py``, same
+    machine start), (256, 64, 64, 64) in 68.8 instead of 172.9, (128, 96, 56, 56) in 50.4 instead
+    of 86.3, (128, 128, 64, 64) in 72.5 instead of 111.9, (64, 256, 56, 56) in 60.3 instead of
+    65.9; fp32 (32, 1024, 64, 64) in 274.3 instead of 289.8; logsumexp in bf16 (8, 19, 256, 512)
+    in 26.4 instead of 121.9. Over the 69 cases, ops and dtypes of four sweeps with R of 3 to 1024
+    it is within 2.5% of the best tile of its sweep but for R = 3 (6.0-7.4 us, up to 9% off) and
+    R = 384 in bf16 (3.7%). In bf16, R of 80 and 96 in 32-column tiles at 2 warps ran 12-14%
+    faster than in 64-column ones at 4 (R = 128: 2% slower); in fp32, R of 640 and 768 in
+    16-column tiles at 8 warps 11-20% faster than in 32-column ones at 16 (R = 1024: 5% slower,
+    so there it keeps 32)."""
+    r2, i2 = _np2(p.R), _np2(p.inner)
+    # 16 columns where R is over 512, but 32 for 4-byte types where R is a power of two
+    least = 16 if r2 > 512 and (itemsize <= 2 or p.R < r2) else 32
+    most = min(i2, max(64, _ONE_PASS_SMALL // r2))
+    tile = _ONE_PASS_TILE if writes_r else _ONE_PASS_TILE_LSE
+    if itemsize <= 2 and r2 == 128:
+        tile //= 2  # 2-byte types, R of 65 to 128: 32 columns at 2 warps
+    bi = 16
+    while bi * 2 <= most and (bi * 2 <= least or (
+            bi * 2 * r2 <= tile and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms)):
+        bi *= 2
+    return dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1)
 
 
 _WIDE_I = 256  # columns of a wide block: one warp's 16-byte loads in bf16, two warps' in fp32
