@@ -271,7 +271,7 @@ def one_pass_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -
     fast = {} if S._interpreting() else dict(FAST_EXP=1)
     r2 = S._np2(p.R)
     for bi in (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096):
-        if bi * r2 > 32768 or bi > max(8, S._np2(p.inner)):
+        if bi * r2 > S._ONE_PASS_MAX or bi > max(8, S._np2(p.inner)):
             continue
         for w in (1, 2, 4, 8, 16):
             if 8 <= bi * r2 // (32 * w) <= 64:
@@ -309,6 +309,10 @@ def smoke_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> l
     return out
 
 
+GRIDS = {"split": split_candidates, "flags": flag_candidates, "wide": wide_candidates,
+         "one_pass": one_pass_candidates, "walk": walk_candidates}  # --grid, beside the default "variants"
+
+
 def _nbytes(x: torch.Tensor, out_numel: int) -> int:
     return (x.numel() + out_numel) * x.element_size()
 
@@ -323,7 +327,7 @@ def main(argv=None) -> None:
     parser.add_argument("--dtypes", default="bfloat16", help="comma-separated: bfloat16, float32")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (about 40 configs per case and op)")
     parser.add_argument("--grid", default="variants",
-                        choices=("variants", "split", "flags", "wide", "one_pass", "walk"),
+                        choices=("variants", *GRIDS),
                         help="variants: the kernel variants and tile sizes (default); split: ACC_2D tiles with R "
                              "shared by 2-8 programs per SM; flags: the default with FAST_EXP and REVERSE; wide: "
                              "column blocks of 256-2048, a few rows a chunk; one_pass: tiles holding all of R, 8-4096 "
@@ -384,16 +388,8 @@ def main(argv=None) -> None:
                 want = getattr(torch, op)(x, d)
                 if smoke:
                     cfgs = smoke_candidates(p, device, x.element_size())
-                elif args.grid == "split":
-                    cfgs = split_candidates(p, device, x.element_size())
-                elif args.grid == "flags":
-                    cfgs = flag_candidates(p, device, x.element_size())
-                elif args.grid == "wide":
-                    cfgs = wide_candidates(p, device, x.element_size())
-                elif args.grid == "one_pass":
-                    cfgs = one_pass_candidates(p, device, x.element_size())
-                elif args.grid == "walk":
-                    cfgs = walk_candidates(p, device, x.element_size())
+                elif args.grid in GRIDS:
+                    cfgs = GRIDS[args.grid](p, device, x.element_size())
                 else:
                     cfgs = candidates(p, device, x.element_size(), args.quick)
                 built = []
