@@ -44,10 +44,12 @@ def parse_config(text: str, p: S.StridedPlan, device: torch.device, itemsize: in
             cfg[word] = 1
         elif word.startswith("st") and word[2:].isdigit():
             cfg["num_stages"] = int(word[2:])
+        elif word.startswith("T") and word[1:].isdigit():
+            cfg["TAIL"] = int(word[1:])
         elif word[:1] in _FIELDS and word[1:].isdigit():
             cfg[_FIELDS[word[:1]]] = int(word[1:])
         else:
-            raise SystemExit(f"--config {text!r}: unknown word {word!r} (want I<n> R<n> w<n> s<n> or one of "
+            raise SystemExit(f"--config {text!r}: unknown word {word!r} (want I<n> R<n> w<n> s<n> st<n> T<n> or one of "
                              f"{', '.join(S.VARIANTS)})")
     return cfg
 

@@ -15,7 +15,10 @@ Variants, chosen by constexprs (the launcher's config; all off by default):
 * ``EVEN``: every chunk is full (``R % BLOCK_R == 0`` and ``INNER % BLOCK_I == 0``, checked by the
   launcher): loads and stores carry no mask.
 * ``ONE_PASS`` (``BLOCK_R >= R``, one program per column block): the column is read once into
-  registers and written from them (no second read of ``x``).
+  registers and written from them (no second read of ``x``). With ``TAIL`` > 0 (``BLOCK_R < R <=
+  BLOCK_R + TAIL``), R is held in two tiles, ``BLOCK_R`` rows and ``TAIL`` more, so that an R
+  which is not a power of two pads to less (R = 150: 128 + 32 rows, not 256; R = 96: 64 + 32, no
+  padding at all).
 * ``ACC_2D``: the first pass keeps a running (max, sum) per element of the tile, one exp per
   element and no reduction across threads inside the loop; the rows of the tile are merged once
   after it (the default reduces each chunk over its rows: three reductions, each through shared
@@ -212,7 +215,8 @@ def _lse_store(ptrs, m, s, nan, cmask, EVEN: tl.constexpr):
 def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr, sxi, soo2, soo, sor, soi,
                     OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
-                    TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, KEEP_X: tl.constexpr):
+                    TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, KEEP_X: tl.constexpr,
+                    TAIL: tl.constexpr = 0):
     pid = tl.program_id(0)
     o = (pid // n_iblocks).to(tl.int64)
     o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
@@ -225,22 +229,40 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
     x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
     o_base = out_ptr + oo + cols.to(tl.int64)[None, :] * soi
     rr = tl.arange(0, BLOCK_R)
-    if ONE_PASS:  # the whole of R in one tile: read once, written from registers
+    if ONE_PASS:  # the whole of R in one tile (or two, with TAIL): read once, written from registers
         mask = (rr < R)[:, None] & cmask[None, :]
         v = _load(x_base + rr.to(tl.int64)[:, None] * sxr, mask, float("-inf"), EVEN, 0)
         m = tl.max(v, 0)
+        if TAIL > 0:  # rows BLOCK_R .. BLOCK_R + TAIL - 1
+            rt = BLOCK_R + tl.arange(0, TAIL)
+            mask_t = (rt < R)[:, None] & cmask[None, :]
+            vt = _load(x_base + rt.to(tl.int64)[:, None] * sxr, mask_t, float("-inf"), EVEN, 0)
+            m = tl.maximum(m, tl.max(vt, 0))
         safe = tl.where(m == float("-inf"), 0.0, m)
         e = _exp(v - safe[None, :], FAST_EXP)
         s = tl.sum(e, 0)
+        if TAIL > 0:
+            et = _exp(vt - safe[None, :], FAST_EXP)
+            s += tl.sum(et, 0)
         if OP == 2:
             nan = tl.max((v != v).to(tl.int32), 0)
+            if TAIL > 0:
+                nan = tl.maximum(nan, tl.max((vt != vt).to(tl.int32), 0))
             _lse_store(out_ptr + oo + cols.to(tl.int64) * soi, m, s, nan, cmask, EVEN)
         else:
+            inv = 1.0 / s
+            log_s = tl.log(s)
             if OP == 0:
-                y = e * (1.0 / s)[None, :]
+                y = e * inv[None, :]
             else:
-                y = (v - safe[None, :]) - tl.log(s)[None, :]
+                y = (v - safe[None, :]) - log_s[None, :]
             _store(o_base + rr.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
+            if TAIL > 0:
+                if OP == 0:
+                    yt = et * inv[None, :]
+                else:
+                    yt = (vt - safe[None, :]) - log_s[None, :]
+                _store(o_base + rt.to(tl.int64)[:, None] * sor, yt.to(out_ptr.dtype.element_ty), mask_t, EVEN)
     else:
         m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0, TMA,
                                   STAGES, FAST_EXP, KEEP_X * 2)
