@@ -67,9 +67,11 @@ CASES = {
     "dim1_32x1024x64x64": Case((32, 1024, 64, 64), 1, "dim != -1"),
     "dim1_64x256x56x56": Case((64, 256, 56, 56), 1, "dim != -1"),
     "dim0_65536x128": Case((65536, 128), 0, "dim != -1"),
-    # segmentation logits, softmax over the classes: 150 (ADE20K) at 128 x 128, 19 (Cityscapes) at 256 x 512
+    # segmentation logits, softmax over the classes: 150 (ADE20K) at 128 x 128, 19 (Cityscapes) at 256 x 512,
+    # 21 (Pascal VOC) at 512 x 512
     "dim1_8x150x128x128": Case((8, 150, 128, 128), 1, "dim != -1"),
     "dim1_8x19x256x512": Case((8, 19, 256, 512), 1, "dim != -1"),
+    "dim1_4x21x512x512": Case((4, 21, 512, 512), 1, "dim != -1"),
     # every other row of (H, W): the kept dims form three groups (dims 0, 2 and 3)
     "dim1_32x512x64x128_sliced": Case((32, 512, 64, 128), 1, "dim != -1", lambda t: t[:, :, ::2, :]),
     "transposed_4096x4096": Case((4096, 4096), -1, "strided rows", lambda t: t.t()),

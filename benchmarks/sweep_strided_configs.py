@@ -22,7 +22,7 @@ thread pool (``StridedLauncher.compile``). Writes ``sweep.json`` and ``sweep.md`
 
     python3 benchmarks/sweep_strided_configs.py --out DIR [--quick] [--cases a,b] [--ops softmax,logsumexp]
         [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu]
-        [--grid split|flags|wide|one_pass|walk]
+        [--grid split|flags|wide|one_pass|walk|tail]
         [--dim1 64x256x56x56,...]
 
 ``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two or three configs per
@@ -85,6 +85,8 @@ def label(cfg: dict) -> str:
     s = f"I{cfg['BLOCK_I']} R{cfg['BLOCK_R']} w{cfg['num_warps']} s{cfg.get('SPLIT_R', 1)}"
     if "num_stages" in cfg:
         s += f" st{cfg['num_stages']}"
+    if int(cfg.get("TAIL", 0)):
+        s += f" T{cfg['TAIL']}"
     return s + "".join(f" {f}" for f in FLAGS if int(cfg.get(f, 0)))
 
 
@@ -219,7 +221,8 @@ def split_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> l
 
 
 def wide_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
-    """Column blocks of 256-2048 with a few rows a chunk, each warp on its own columns (16-byte loads,
+    """Column blocks of 256-2048 (64-128 where the inner dim is narrower) with a few rows a chunk, each
+    warp on its own columns (16-byte loads,
     the chunk's rows in one thread, so each chunk reduces over its rows without leaving the thread),
     R shared by enough programs for 4-16 per SM, the partials merged in steps; plain and with
     ``ACC_2D`` (``--grid wide``). The default first."""
@@ -228,8 +231,8 @@ def wide_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> li
     default = S.default_config(p, device, itemsize)
     out: dict[tuple, dict] = {_key(default): default}
     fast = {} if S._interpreting() else dict(FAST_EXP=1)
-    for bi in (256, 512, 1024, 2048):
-        if bi > S._np2(p.inner):
+    for bi in (64, 128, 256, 512, 1024, 2048):
+        if bi > S._np2(p.inner) or (bi < 256 and S._np2(p.inner) >= 256):  # 64-128: an inner dim under 256
             continue
         w0 = max(1, bi // (32 * vec))
         if w0 > 16:
@@ -280,6 +283,26 @@ def one_pass_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -
     return list(out.values())
 
 
+def tail_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
+    """Where R is not a power of two: tiles holding all of R padded to its next power of two, and
+    R held in two tiles (``TAIL``: R = 150 as 128 + 32 rows), 16-512 columns, 1-16 warps, 16-96
+    elements a thread (``--grid tail``). The default first."""
+    default = S.default_config(p, device, itemsize)
+    out: dict[tuple, dict] = {_key(default): default}
+    fast = {} if S._interpreting() else dict(FAST_EXP=1)
+    head, tail = S.head_tail(p.R)
+    shapes = ([(head, tail)] if tail else []) + [(S._np2(p.R), 0)]  # the two tiles first: a budget cuts the last
+    for br, t in shapes:
+        for bi in (16, 32, 64, 128, 256, 512):
+            if bi * (br + t) > S._ONE_PASS_MAX or bi > max(8, S._np2(p.inner)):
+                continue
+            for w in (1, 2, 4, 8, 16):
+                if 16 <= bi * (br + t) // (32 * w) <= 96:
+                    cfg = dict(S._cfg(bi, br, w), ONE_PASS=1, EVEN=1, **fast, **(dict(TAIL=t) if t else {}))
+                    out.setdefault(_key(cfg), cfg)
+    return list(out.values())
+
+
 def walk_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
     """R walked by one program a column block (``SPLIT_R`` 1): tiles of 1K-8K elements, 16-128
     columns, 4 or 8 warps, each with a running max and sum per element and the next chunk in flight,
@@ -309,8 +332,9 @@ def smoke_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> l
     return out
 
 
+# --grid, beside the default "variants"
 GRIDS = {"split": split_candidates, "flags": flag_candidates, "wide": wide_candidates,
-         "one_pass": one_pass_candidates, "walk": walk_candidates}  # --grid, beside the default "variants"
+         "one_pass": one_pass_candidates, "walk": walk_candidates, "tail": tail_candidates}
 
 
 def _nbytes(x: torch.Tensor, out_numel: int) -> int:
@@ -332,7 +356,8 @@ def main(argv=None) -> None:
                              "shared by 2-8 programs per SM; flags: the default with FAST_EXP and REVERSE; wide: "
                              "column blocks of 256-2048, a few rows a chunk; one_pass: tiles holding all of R, 8-4096 "
                              "columns, 1-16 warps; walk: R walked by one program a column block, with and without "
-                             "KEEP_X")
+                             "KEEP_X; tail: where R is not a power of two, tiles of all of R padded and in two "
+                             "tiles (TAIL)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a smoke test under the Triton interpreter (tiny shapes, two or three configs)")

@@ -272,6 +272,11 @@ VARIANT_CONFIGS = [
     ("fast_exp", dict(FAST_EXP=1)),  # inline PTX: on a GPU only
     ("fast_exp_even_acc_2d", dict(FAST_EXP=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
     ("fast_exp_one_pass", dict(FAST_EXP=1, ONE_PASS=1)),
+    # R in two tiles (TAIL=1 here: the tiles of dispatch_triton.strided.head_tail(R)): R = 48 and 40
+    # fill both, R = 19 masks 1 of the tail's 4 rows; R of 16 and 32 take one tile
+    ("one_pass_tail", dict(ONE_PASS=1, TAIL=1)),
+    ("one_pass_tail_even", dict(ONE_PASS=1, EVEN=1, TAIL=1)),
+    ("fast_exp_one_pass_tail", dict(FAST_EXP=1, ONE_PASS=1, EVEN=1, TAIL=1)),
     ("keep_x", dict(KEEP_X=1)),
     ("keep_x_even_acc_2d", dict(KEEP_X=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
 ]
@@ -292,6 +297,9 @@ VARIANT_LAYOUTS = [
 
 
 def _variant(extra: dict, R: int, split: int = 1) -> dict:
+    if extra.get("TAIL"):
+        head, tail = S.head_tail(R)
+        return dict(S._cfg(16, head, 2), **dict(extra, TAIL=tail))
     if extra.get("ONE_PASS"):
         return dict(S._cfg(16, S._np2(R), 2), **extra)
     return dict(S._cfg(16, 8, 2, split), **extra)
@@ -390,8 +398,13 @@ def test_short_r_default_reads_r_once_in_the_tuned_space(dtype):
     for b, r, inner in ((8, 19, 131072), (256, 64, 4096), (128, 96, 3136), (64, 256, 3136), (32, 1024, 4096)):
         p = S.plan("softmax", (b, r, inner), (r * inner, inner, 1), (1,))
         cfg = S.default_config(p, torch.device("cpu"), size)
-        assert cfg.get("ONE_PASS") and cfg["BLOCK_R"] >= r and cfg["BLOCK_I"] >= 16, (b, r, inner, cfg)
-        assert cfg["BLOCK_I"] * cfg["BLOCK_R"] == 64 * 32 * cfg["num_warps"], (b, r, inner, cfg)
+        rows = cfg["BLOCK_R"] + cfg.get("TAIL", 0)
+        assert cfg.get("ONE_PASS") and rows >= r and cfg["BLOCK_I"] >= 16, (b, r, inner, cfg)
+        if cfg.get("TAIL"):  # 2-byte types, R not a power of two: two tiles, up to 96 elements a thread
+            assert size == 2 and r & (r - 1) and rows < S._np2(r), (b, r, inner, cfg)
+            assert cfg["BLOCK_I"] * rows <= 96 * 32 * cfg["num_warps"], (b, r, inner, cfg)
+        else:
+            assert cfg["BLOCK_I"] * cfg["BLOCK_R"] == 64 * 32 * cfg["num_warps"], (b, r, inner, cfg)
         assert S.config_space(p, torch.device("cpu"), size)[0] == cfg
     # the default for a 132-SM device, run: R = 96 (a tile of 128 rows, masked) and 40 columns, a
     # block of 32 and a partial one (90 x 3 blocks of 16: two programs per SM)
@@ -407,20 +420,53 @@ def test_short_r_default_reads_r_once_in_the_tuned_space(dtype):
         torch.testing.assert_close(got.float(), want.float(), equal_nan=True, **_tol(dtype))
 
 
+def test_two_tile_default_pads_r_less_in_2_byte_types():
+    # bf16 softmax over R = 150 (an ADE20K class dim): rows of 128 + 32, one warp, 16 columns;
+    # not in fp32, nor where two tiles pad as much as one (R = 200: 128 + 128) or nearly (R = 384)
+    cpu = torch.device("cpu")
+
+    def default(op, r, size, inner=16384, b=8):
+        return S.default_config(S.plan(op, (b, r, inner), (r * inner, inner, 1), (1,)), cpu, size)
+
+    cfg = default("softmax", 150, 2)
+    assert (cfg["BLOCK_R"], cfg.get("TAIL"), cfg["num_warps"], cfg["BLOCK_I"]) == (128, 32, 1, 16), cfg
+    assert cfg in S.config_space(S.plan("softmax", (8, 150, 16384), (150 * 16384, 16384, 1), (1,)), cpu, 2)
+    assert default("softmax", 640, 2, b=16)["TAIL"] == 128
+    for r, size in ((150, 4), (200, 2), (384, 2), (768, 2), (256, 2), (12, 2)):
+        assert not default("softmax", r, size).get("TAIL"), (r, size)
+    # logsumexp: two tiles up to R = 128 (past it, wide column blocks); fp32 holds R of up to 256 in one tile
+    assert default("logsumexp", 96, 2).get("TAIL") == 32
+    assert not default("logsumexp", 150, 2).get("ONE_PASS")
+    assert default("logsumexp", 150, 4).get("ONE_PASS") and default("logsumexp", 150, 4)["BLOCK_R"] == 256
+    # run: R = 150 by 40 columns (a full block of 16, a partial one), -inf, NaN, +inf columns
+    x = torch.randn(3, 150, 40)
+    x[0, :, 5] = -INF
+    x[1, 149, 6] = NAN
+    x[2, 140, 7] = INF
+    x[0, 0, 8], x[0, 149, 8] = -3e4, 60.0
+    x = x.to(DEV, torch.bfloat16)
+    cfg = dict(S._cfg(16, 128, 1), ONE_PASS=1, EVEN=1, TAIL=32)
+    for op in OPS:
+        got, want = _run(op, x, 1, cfg)
+        torch.testing.assert_close(got.float(), want.float(), equal_nan=True, **_tol(torch.bfloat16),
+                                   msg=lambda m: f"{op}: {m}")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_logsumexp_over_many_columns_takes_wide_blocks_by_default(dtype):
-    # dim 1 of (33, 80, 1024): 132 blocks of 256 columns, one per SM of a 132-SM device, so the
-    # default reads 256 columns a program, 8 rows a chunk, each warp on its own columns
-    x = torch.randn(33, 80, 1024)
-    x[0, :50, 3] = -INF  # a run of -inf longer than any chunk, then finite values
+    # dim 1 of (17, 300, 256): 17 blocks of 256 columns, R shared by 8 programs each (136 programs
+    # for a 132-SM device), so the default reads 256 columns a program, 8 rows a chunk, each warp
+    # on its own columns (R too long to hold in one tile or two: over 128 in bf16, over 256 in fp32)
+    x = torch.randn(17, 300, 256)
+    x[0, :150, 3] = -INF  # a run of -inf longer than any chunk, then finite values
     x[1, :, 4] = -INF
-    x[2, 70, 5] = NAN
+    x[2, 290, 5] = NAN
     x[3, 9, 6] = INF
-    x[4, 0, 7], x[4, 79, 7] = -3e4, 60.0
+    x[4, 0, 7], x[4, 299, 7] = -3e4, 60.0
     x = x.to(DEV, dtype)
     p = S.plan("logsumexp", x.shape, x.stride(), (1,))
     cfg = S.default_config(p, x.device, x.element_size())
-    assert cfg["BLOCK_I"] == 256 and cfg["BLOCK_R"] == 8
+    assert cfg["BLOCK_I"] == 256 and cfg["BLOCK_R"] == 8 and cfg["SPLIT_R"] == 8
     assert cfg["num_warps"] == {2: 1, 4: 2}[x.element_size()] and not cfg.get("ACC_2D")
     got = dispatch.logsumexp(x, 1, backend="triton")
     torch.testing.assert_close(got.float(), torch.logsumexp(x.float(), 1), equal_nan=True, **_tol(dtype))
@@ -524,6 +570,17 @@ def test_bad_variant_configs_are_errors_naming_them():
         S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 8, 2), ACC_2D=2))
     with pytest.raises(ValueError, match="'num_stages' must be 1 to 8 \\(got 0\\)"):
         S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 8, 2), num_stages=0))
+    with pytest.raises(ValueError, match="'TAIL' is the rows of a second tile of 'ONE_PASS'"):
+        S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 16, 2), TAIL=16))
+    with pytest.raises(ValueError, match="a power of two, with ONE_PASS=1 \\(got TAIL 12, ONE_PASS 1\\)"):
+        S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 16, 2), ONE_PASS=1, TAIL=12))
+    # the head must be shorter than R and the two tiles hold all of it; the error names the pair that does
+    q = S.plan("softmax", (150, 8), (8, 1), (0,))
+    with pytest.raises(ValueError, match="BLOCK_R < R <= BLOCK_R \\+ TAIL \\(got BLOCK_R 128, TAIL 16, R 150\\); "
+                                         "for R = 150: BLOCK_R 128, TAIL 32"):
+        S.StridedLauncher("softmax", q, torch.float32, (150, 8), DEV, dict(S._cfg(16, 128, 2), ONE_PASS=1, TAIL=16))
+    with pytest.raises(ValueError, match="R = 32 fits one tile: BLOCK_R 32 without TAIL"):
+        S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 32, 2), ONE_PASS=1, TAIL=16))
 
 
 def test_variant_space_candidates_are_valid_and_correct():

@@ -24,7 +24,7 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
 # :mod:`~dispatch_triton.strided_jit`. The tuned space holds EVEN, ONE_PASS, ACC_2D, PREFETCH and (on
 # a GPU) FAST_EXP and KEEP_X; benchmarks/sweep_strided_configs.py compares all of them on a GPU.
-VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
+VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "TAIL", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
@@ -79,7 +79,8 @@ def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: i
     512-4096 elements, 4 or 8 warps, each with R shared by :func:`split_for` programs, plain and
     with a running max and sum per tile element and the next chunk's load in flight (``ACC_2D``,
     ``PREFETCH``, ``EVEN``); and tiles holding all of R (``ONE_PASS``, 8-64 columns, more where R
-    is under 32 for tiles of up to 2K elements, 64 elements a thread) where R is short; on a GPU
+    is under 32 for tiles of up to 2K elements, 64 elements a thread) where R is short, and where
+    two tiles (``TAIL``) pad R less, those of 16-512 columns at 96 elements a thread or less; on a GPU
     each with ``FAST_EXP`` (and ``KEEP_X`` where the default has it); for logsumexp,
     :func:`_wide_config`'s wide blocks where it has them."""
     out = [default_config(p, device, itemsize)]
@@ -100,6 +101,12 @@ def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: i
     for bi in (8, 16, 32, 64, 128, 256, 512, 1024):
         if r2 * bi <= _ONE_PASS_MAX and bi <= max(16, _np2(p.inner)) and bi <= max(64, 2 * _ONE_PASS_SMALL // r2):
             out.append(dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1))
+    head, tail = head_tail(p.R)
+    if tail and head + tail < r2:  # R in two tiles: the fewest warps that hold 96 elements a thread or less
+        for bi in (16, 32, 64, 128, 256, 512):
+            w = _fewest_warps(bi * (head + tail), _TWO_TILE_PER_THREAD)
+            if bi <= max(16, _np2(p.inner)) and bi * (head + tail) <= min(_ONE_PASS_MAX, _TWO_TILE_PER_THREAD * 32 * w):
+                out.append(dict(_cfg(bi, head, w), ONE_PASS=1, EVEN=1, TAIL=tail))
     if not _interpreting():  # as the default: every candidate with FAST_EXP on a GPU (and KEEP_X)
         keep = dict(KEEP_X=1) if out[0].get("KEEP_X") else {}
         out = [dict(c, FAST_EXP=1, **({} if c.get("ONE_PASS") else keep)) for c in out]
@@ -113,6 +120,14 @@ _ONE_PASS_SMALL = 1024  # elements of a tile that the column block of an R under
 _ONE_PASS_MAX = 32768  # elements of the largest such tile in the tuned space (64 a thread at 16 warps)
 
 
+def head_tail(R: int) -> tuple[int, int]:
+    """``(BLOCK_R, TAIL)`` of R held in two tiles (``ONE_PASS`` with ``TAIL``): the largest power of
+    two below R, and the next power of two of the rest; ``(R, 0)`` where R is a power of two (one
+    tile, nothing padded) or under 3."""
+    head = 1 << (max(1, int(R)).bit_length() - 1)
+    return (int(R), 0) if head == R or R < 3 else (head, _np2(R - head))
+
+
 def _one_pass_warps(tile: int) -> int:
     """Warps of a tile holding all of R: 64 elements a thread, 1 to 16 warps."""
     return max(1, min(16, tile // (64 * 32)))
@@ -123,9 +138,11 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
     softmax and logsumexp over dim 0 of 4096 x 4096 and of 65536 x 128, dim 1 of 32 x 1024 x 64 x 64
     and a transposed 4096 x 4096):
 
-    * softmax and log_softmax with R of 1024 or less (logsumexp: 64 or less) and column blocks of
-      16 for two programs per SM: all of R in one tile (``ONE_PASS``, read once),
-      :func:`_one_pass_config`'s tile of 64 elements a thread;
+    * softmax and log_softmax with R of 1024 or less (logsumexp: 64 or less; 128 or less where R is
+      held in two tiles, 256 or less in 4-byte types) and column blocks of 16 for two programs per
+      SM: all of R in one tile (``ONE_PASS``, read once), :func:`_one_pass_config`'s tile of 64
+      elements a thread; in 2-byte types where two tiles pad R less (:func:`_two_tiles`),
+      :func:`_two_tile_config`'s (``TAIL``: R = 150 as 128 + 32 rows, one warp);
     * otherwise 64 columns (fewer where the inner dim is narrower, 16 at least) by 64 rows at 4
       warps, 32 elements a thread: a running max and sum per tile element (``ACC_2D``), the next
       chunk's load in flight (``PREFETCH``), R shared by :func:`split_for` programs. Against the
@@ -152,11 +169,14 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
     sms = _device_sms(device)
     r2, i2 = _np2(p.R), _np2(p.inner)
     writes_r = p.out_strides[1] != 0  # softmax, log_softmax (logsumexp's output has no R dim)
-    wide = _wide_config(p, itemsize, sms) if not writes_r and r2 > 64 else None
+    two = _two_tiles(p, itemsize)
+    # logsumexp holds all of R where it is short: 64 or less, in two tiles 128 or less, in fp32 256 or less
+    lse_one = r2 <= 64 or (two and p.R <= 128) or (itemsize >= 4 and r2 <= 256)
+    wide = _wide_config(p, itemsize, sms) if not writes_r and not lse_one else None
     if wide is not None:
         cfg = wide
-    elif (writes_r or r2 <= 64) and r2 <= _ONE_PASS_R and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
-        cfg = _one_pass_config(p, itemsize, sms, writes_r)
+    elif (writes_r or lse_one) and r2 <= _ONE_PASS_R and p.outer * _cdiv(p.inner, 16) >= 2 * sms:
+        cfg = _two_tile_config(p, sms) if two else _one_pass_config(p, itemsize, sms, writes_r)
     else:
         bi = max(16, min(64, i2))
         cfg = dict(_cfg(bi, 64, 4, split_for(p, bi, 64, device)), ACC_2D=1, PREFETCH=1, EVEN=1)
@@ -191,7 +211,7 @@ def _one_pass_config(p: StridedPlan, itemsize: int, sms: int, writes_r: bool) ->
     # 16 columns where R is over 512, but 32 for 4-byte types where R is a power of two
     least = 16 if r2 > 512 and (itemsize <= 2 or p.R < r2) else 32
     most = min(i2, max(64, _ONE_PASS_SMALL // r2))
-    tile = _ONE_PASS_TILE if writes_r else _ONE_PASS_TILE_LSE
+    tile = _ONE_PASS_TILE if writes_r or r2 > 64 else _ONE_PASS_TILE_LSE
     if itemsize <= 2 and r2 == 128:
         tile //= 2  # 2-byte types, R of 65 to 128: 32 columns at 2 warps
     bi = 16
@@ -199,6 +219,50 @@ def _one_pass_config(p: StridedPlan, itemsize: int, sms: int, writes_r: bool) ->
             bi * 2 * r2 <= tile and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms)):
         bi *= 2
     return dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1)
+
+
+_TWO_TILE_PER_THREAD = 96  # elements a thread of the default's two tiles (TAIL)
+
+
+def _fewest_warps(tile: int, per_thread: int) -> int:
+    """The fewest warps (1 to 16, a power of two) that hold ``tile`` elements at ``per_thread`` a thread or less."""
+    warps = 1
+    while tile > per_thread * 32 * warps and warps < 16:
+        warps *= 2
+    return warps
+
+
+def _two_tiles(p: StridedPlan, itemsize: int) -> bool:
+    """Whether the default holds R in two tiles (:func:`head_tail`): 2-byte types, R over 16 where the
+    two tiles pad it less than its next power of two does, R of 256 or less or padded to 5/8 of
+    that power of two or less (R = 640: 512 + 128 rows, not 1024; not R = 384 or 768, 3/4; not R =
+    200, 128 + 128)."""
+    head, tail = head_tail(p.R)
+    r2 = _np2(p.R)
+    return itemsize <= 2 and p.R > 16 and 0 < tail and head + tail < r2 and (p.R <= 256 or 8 * (head + tail) <= 5 * r2)
+
+
+def _two_tile_config(p: StridedPlan, sms: int) -> dict:
+    """The default tile of R in two (``TAIL``): the fewest warps that hold 16 columns at 96 elements a
+    thread or less, the column block as wide as those warps hold at 96 a thread while there are
+    two programs per SM.
+
+    From the ``--grid tail`` sweep (bf16, dim 1 of (B, R, H, W), us, against the one-tile default):
+    softmax at R = 19 in 25.1 instead of 28.4 (128 columns, 1 warp), R = 80 in 28.9 instead of 34.0,
+    R = 96 in 46.3 instead of 50.6 (32 columns, 1 warp), R = 150 in 33.0 instead of 35.8 (16
+    columns, 1 warp), R = 640 in 67.6 instead of 76.6 (16 columns, 4 warps); logsumexp at R = 19
+    in 19.3 instead of 26.4, at R = 96 in 34.0 instead of 43.0 (wide blocks). One warp a program
+    keeps the column reductions in the warp (no shared memory, no barrier): at R = 150, 16
+    columns took 33.0 us at 1 warp, 41.0 at 2 and 42.5 at 4. In fp32 the two tiles ran level with
+    one (within 2-7%)."""
+    head, tail = head_tail(p.R)
+    rows, most = head + tail, _TWO_TILE_PER_THREAD * 32
+    warps = _fewest_warps(16 * rows, _TWO_TILE_PER_THREAD)
+    bi = 16
+    while (bi * 2 <= _np2(p.inner) and bi * 2 * rows <= most * warps and bi * 2 * rows <= _ONE_PASS_MAX
+           and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms):
+        bi *= 2
+    return dict(_cfg(bi, head, warps), ONE_PASS=1, EVEN=1, TAIL=tail)
 
 
 _WIDE_I = 256  # columns of a wide block: one warp's 16-byte loads in bf16, two warps' in fp32
@@ -244,6 +308,10 @@ def validate(config: dict) -> tuple[int, int, int, int]:
             raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
     if int(config.get("ONE_PASS", 0)) and split != 1:
         raise ValueError(f"'ONE_PASS' reads all of R in one program: 'SPLIT_R' must be 1 (got {split})")
+    tail = int(config.get("TAIL", 0))
+    if tail and (tail < 0 or tail & (tail - 1) or not int(config.get("ONE_PASS", 0))):
+        raise ValueError(f"'TAIL' is the rows of a second tile of 'ONE_PASS': a power of two, with ONE_PASS=1 "
+                         f"(got TAIL {tail}, ONE_PASS {int(config.get('ONE_PASS', 0))})")
     return bi, br, w, split
 
 
@@ -334,10 +402,18 @@ class StridedLauncher:
                              f"BLOCK_R {br}, ONE_PASS {int(one_pass)})")
         if tma:
             _tma_allocator()
-        if one_pass and br < p.R:
+        tail = int(config.get("TAIL", 0))
+        if one_pass and not tail and br < p.R:
             raise ValueError(f"'ONE_PASS' needs 'BLOCK_R' >= R (got BLOCK_R {br}, R {p.R})")
+        if tail and not br < p.R <= br + tail:
+            head, rest = head_tail(p.R)
+            raise ValueError(f"'TAIL' holds the rows of R past 'BLOCK_R': BLOCK_R < R <= BLOCK_R + TAIL (got "
+                             f"BLOCK_R {br}, TAIL {tail}, R {p.R})" + (
+                                 f"; for R = {p.R}: BLOCK_R {head}, TAIL {rest}" if rest else
+                                 f"; R = {p.R} fits one tile: BLOCK_R {_np2(p.R)} without TAIL"))
         # no masks where every chunk of R (and of a split's rows: a multiple of BLOCK_R) is full
-        even = bool(int(config.get("EVEN", 0))) and p.R % br == 0 and p.inner % bi == 0
+        even = (bool(int(config.get("EVEN", 0))) and (p.R == br + tail if tail else p.R % br == 0)
+                and p.inner % bi == 0)
         device = torch.empty(0, device=device).device
         self.op, self.plan, self.config, self.device = op, p, dict(config), device
         out_shape = tuple(int(d) for d in out_shape)
@@ -369,7 +445,8 @@ class StridedLauncher:
             if n_splits == 1:
                 k = DirectLaunch(_strided_kernel, self.grid, 2,
                                  dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
-                                      PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, KEEP_X=keep_x),
+                                      PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, KEEP_X=keep_x,
+                                      TAIL=tail),
                                  options, enabled=direct)
                 self.direct = (k,)
 
