@@ -22,7 +22,7 @@ thread pool (``StridedLauncher.compile``). Writes ``sweep.json`` and ``sweep.md`
 
     python3 benchmarks/sweep_strided_configs.py --out DIR [--quick] [--cases a,b] [--ops softmax,logsumexp]
         [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu]
-        [--grid split|flags|wide|one_pass|walk|tail]
+        [--grid split|flags|wide|one_pass|walk|tail|offsets]
         [--dim1 64x256x56x56,...]
 
 ``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two or three configs per
@@ -74,7 +74,7 @@ SMOKE_CASES = {
     "transposed_4096x4096": ((48, 64), lambda t: t.t(), -1),
     "dim0_65536x128": ((256, 16), lambda t: t, 0),
 }
-FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
+FLAGS = ("EVEN", "PREFETCH", "ACC_2D", "ONE_PASS", "I32", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -303,6 +303,31 @@ def tail_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> li
     return list(out.values())
 
 
+def offsets_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
+    """Tiles holding all of R (padded to its next power of two, and in two tiles where that pads
+    less), 16-512 columns, 1-16 warps, 32-128 elements a thread, each with and without ``I32``
+    (the tile's offsets in 32 bits: fewer registers) (``--grid offsets``). The default first, then
+    the default with ``I32``."""
+    default = S.default_config(p, device, itemsize)
+    out: dict[tuple, dict] = {_key(default): default}
+    if default.get("ONE_PASS"):
+        out.setdefault(_key(dict(default, I32=1)), dict(default, I32=1))
+    fast = {} if S._interpreting() else dict(FAST_EXP=1)
+    head, tail = S.head_tail(p.R)
+    r2 = S._np2(p.R)
+    shapes = ([(head, tail)] if tail and head + tail < r2 else []) + [(r2, 0)]
+    for br, t in shapes:
+        for bi in (16, 32, 64, 128, 256, 512):
+            if bi * (br + t) > S._ONE_PASS_MAX or bi > max(16, S._np2(p.inner)):
+                continue
+            for w in (1, 2, 4, 8, 16):
+                if 32 <= bi * (br + t) // (32 * w) <= 128:
+                    cfg = dict(S._cfg(bi, br, w), ONE_PASS=1, EVEN=1, **fast, **(dict(TAIL=t) if t else {}))
+                    for c in (cfg, dict(cfg, I32=1)):
+                        out.setdefault(_key(c), c)
+    return list(out.values())
+
+
 def walk_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
     """R walked by one program a column block (``SPLIT_R`` 1): tiles of 1K-8K elements, 16-128
     columns, 4 or 8 warps, each with a running max and sum per element and the next chunk in flight,
@@ -334,7 +359,8 @@ def smoke_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> l
 
 # --grid, beside the default "variants"
 GRIDS = {"split": split_candidates, "flags": flag_candidates, "wide": wide_candidates,
-         "one_pass": one_pass_candidates, "walk": walk_candidates, "tail": tail_candidates}
+         "one_pass": one_pass_candidates, "walk": walk_candidates, "tail": tail_candidates,
+         "offsets": offsets_candidates}
 
 
 def _nbytes(x: torch.Tensor, out_numel: int) -> int:
@@ -357,7 +383,7 @@ def main(argv=None) -> None:
                              "column blocks of 256-2048, a few rows a chunk; one_pass: tiles holding all of R, 8-4096 "
                              "columns, 1-16 warps; walk: R walked by one program a column block, with and without "
                              "KEEP_X; tail: where R is not a power of two, tiles of all of R padded and in two "
-                             "tiles (TAIL)")
+                             "tiles (TAIL); offsets: tiles of all of R with and without I32")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-20 s per case and op)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a smoke test under the Triton interpreter (tiny shapes, two or three configs)")

@@ -2,7 +2,7 @@
 interpreter accepts programs the compiler rejects, and cannot run the inline PTX of ``FAST_EXP`` at
 all): every path of the row kernel ``_softmax_kernel`` (rows, online, split, split_pipe, chunks) for
 each op it serves, with and without ``FAST_EXP`` (onepass, the split paths and chunks also with ``ALIGN``), and every
-variant (plain, EVEN, ONE_PASS with and without TAIL, ACC_2D, PREFETCH, TMA, FAST_EXP, REVERSE, KEEP_X) of
+variant (plain, EVEN, ONE_PASS with and without TAIL and I32, ACC_2D, PREFETCH, TMA, FAST_EXP, REVERSE, KEEP_X) of
 the three strided kernels compile for sm_90. Each runs in a subprocess without TRITON_INTERPRET."""
 
 from __future__ import annotations
@@ -63,10 +63,11 @@ _STRIDED = textwrap.dedent("""
                                         EVEN=1, PREFETCH=1, TMA=0, FAST_EXP=1, KEEP_X=0))
     for f in flags:
         build(_strided_partials, io, dict(BLOCK_R=64, BLOCK_I=16, STAGES=3, **f))
-    for op, tail, even in itertools.product((0, 1, 2), (0, 32), (0, 1)):  # all of R in one tile, or in two (TAIL)
+    # all of R in one tile, or in two (TAIL); 64- or 32-bit offsets (I32)
+    for op, tail, even, i32 in itertools.product((0, 1, 2), (0, 32), (0, 1), (0, 1)):
         build(_strided_kernel, io, dict(OP=op, BLOCK_R=128 if tail else 1024, BLOCK_I=16, ONE_PASS=1, EVEN=even,
-                                        ACC_2D=0, PREFETCH=0, TMA=0, STAGES=1, FAST_EXP=1, KEEP_X=0, TAIL=tail),
-              warps=8)
+                                        ACC_2D=0, PREFETCH=0, TMA=0, STAGES=1, FAST_EXP=1, KEEP_X=0, TAIL=tail,
+                                        I32=i32), warps=8)
     print("compiled")
 """)
 

@@ -277,6 +277,9 @@ VARIANT_CONFIGS = [
     ("one_pass_tail", dict(ONE_PASS=1, TAIL=1)),
     ("one_pass_tail_even", dict(ONE_PASS=1, EVEN=1, TAIL=1)),
     ("fast_exp_one_pass_tail", dict(FAST_EXP=1, ONE_PASS=1, EVEN=1, TAIL=1)),
+    # offsets within a slab in 32 bits
+    ("one_pass_i32", dict(ONE_PASS=1, I32=1)),
+    ("one_pass_tail_even_i32", dict(ONE_PASS=1, EVEN=1, TAIL=1, I32=1)),
     ("keep_x", dict(KEEP_X=1)),
     ("keep_x_even_acc_2d", dict(KEEP_X=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
 ]
@@ -581,6 +584,23 @@ def test_bad_variant_configs_are_errors_naming_them():
         S.StridedLauncher("softmax", q, torch.float32, (150, 8), DEV, dict(S._cfg(16, 128, 2), ONE_PASS=1, TAIL=16))
     with pytest.raises(ValueError, match="R = 32 fits one tile: BLOCK_R 32 without TAIL"):
         S.StridedLauncher("softmax", p, torch.float32, (32, 8), DEV, dict(S._cfg(16, 32, 2), ONE_PASS=1, TAIL=16))
+
+
+def test_i32_offsets_only_where_every_offset_of_a_tile_fits():
+    # I32 asks for a tile's offsets in 32 bits; the launcher keeps 64 where a row or column offset
+    # of the tile (padded rows and columns included) would pass 2**31, in the input or the output
+    cfg = dict(S._cfg(16, 16, 2), ONE_PASS=1, I32=1)
+
+    def i32(x_strides, out_strides, R=16, inner=40):
+        p = S.StridedPlan(2, R, inner, x_strides, out_strides)
+        return S.StridedLauncher("softmax", p, torch.float32, (2, R, inner), DEV, cfg).direct[0].tail["I32"]
+
+    assert i32((16 * 40, 40, 1), (16 * 40, 40, 1))
+    assert not i32((2**32, 2**28, 1), (16 * 40, 40, 1))  # 15 rows of 2**28 elements: past 2**31
+    assert not i32((16 * 40, 40, 1), (2**32, 2**28, 1))
+    assert i32((2**33, 2**27 - 8, 1), (16 * 40, 40, 1))  # the outer stride is added in 64 bits
+    assert not S.StridedLauncher("softmax", S.StridedPlan(2, 16, 40, (640, 40, 1), (640, 40, 1)), torch.float32,
+                                 (2, 16, 40), DEV, dict(S._cfg(16, 8, 2), I32=1)).direct[0].tail["I32"]  # R walked
 
 
 def test_variant_space_candidates_are_valid_and_correct():

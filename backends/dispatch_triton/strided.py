@@ -24,7 +24,8 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see
 # :mod:`~dispatch_triton.strided_jit`. The tuned space holds EVEN, ONE_PASS, ACC_2D, PREFETCH and (on
 # a GPU) FAST_EXP and KEEP_X; benchmarks/sweep_strided_configs.py compares all of them on a GPU.
-VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "TAIL", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X")
+VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "TAIL", "I32", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE",
+            "KEEP_X")
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
@@ -303,7 +304,7 @@ def validate(config: dict) -> tuple[int, int, int, int]:
         raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R_CONFIG} (got {split})")
     if "num_stages" in config and not 1 <= int(config["num_stages"]) <= 8:
         raise ValueError(f"'num_stages' must be 1 to 8 (got {config['num_stages']})")
-    for flag in ("EVEN", "ONE_PASS", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X"):
+    for flag in ("EVEN", "ONE_PASS", "I32", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X"):
         if int(config.get(flag, 0)) not in (0, 1):
             raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
     if int(config.get("ONE_PASS", 0)) and split != 1:
@@ -414,11 +415,15 @@ class StridedLauncher:
         # no masks where every chunk of R (and of a split's rows: a multiple of BLOCK_R) is full
         even = (bool(int(config.get("EVEN", 0))) and (p.R == br + tail if tail else p.R % br == 0)
                 and p.inner % bi == 0)
+        # 32-bit offsets within a slab where every one of the tile's fits (ONE_PASS only)
+        n_ib = _cdiv(p.inner, bi)
+        i32 = bool(int(config.get("I32", 0))) and one_pass and all(
+            (br + tail - 1) * sr + (n_ib * bi - 1) * si < 2**31 for sr, si in
+            ((p.x_strides[1], p.x_strides[2]), (p.out_strides[1], p.out_strides[2])))
         device = torch.empty(0, device=device).device
         self.op, self.plan, self.config, self.device = op, p, dict(config), device
         out_shape = tuple(int(d) for d in out_shape)
         empty = torch.empty
-        n_ib = _cdiv(p.inner, bi)
         self.grid = (p.outer * n_ib,)
         if p.outer * p.inner == 0 or (p.R == 0 and op != "logsumexp"):
             self.direct = ()
@@ -446,7 +451,7 @@ class StridedLauncher:
                 k = DirectLaunch(_strided_kernel, self.grid, 2,
                                  dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
                                       PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, KEEP_X=keep_x,
-                                      TAIL=tail),
+                                      TAIL=tail, I32=i32),
                                  options, enabled=direct)
                 self.direct = (k,)
 

@@ -31,6 +31,9 @@ Variants, chosen by constexprs (the launcher's config; all off by default):
   through a tensor descriptor over ``(R, INNER)`` (Hopper's TMA, zero-filled out of bounds) in a
   ``tl.range`` of ``STAGES`` stages, which Triton does pipeline (shared-memory buffers, several
   chunks in flight); ``ACC_2D`` and ``PREFETCH`` do not apply to it.
+* ``I32`` (``ONE_PASS``): a tile's offsets within its slab in 32 bits (the launcher checks they
+  fit), not 64: the pointers of a tile of 64 elements a thread took 176 registers at 8 warps
+  (one program per SM), 128 in 32 bits (ptxas for sm_90a, 16 x 1024 bf16).
 * ``FAST_EXP`` (a GPU only: inline PTX): every exp of a tile element is one ``ex2.approx.ftz`` (a
   result below 2**-126 is 0), without ``tl.exp``'s scaling of inputs whose result is subnormal.
 * ``REVERSE`` (split R only): the finish takes its programs in the reverse of the partials' order.
@@ -83,6 +86,18 @@ def _descriptor(base, R, INNER, sxr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexp
     else:
         d = base
     return d
+
+
+@triton.jit
+def _at(base, col_base, rows, cols, s_r, s_i, I32: tl.constexpr):
+    """Pointers to the ``[rows, cols]`` tile of a slab at ``base`` (``col_base``: its columns'
+    pointers, 64-bit), strides ``s_r`` and ``s_i``: with ``I32`` the offsets in 32 bits (the launcher
+    checks they fit), else ``col_base`` plus 64-bit row offsets."""
+    if I32:
+        ptrs = base + (rows[:, None] * s_r + cols[None, :] * s_i)
+    else:
+        ptrs = col_base + rows.to(tl.int64)[:, None] * s_r
+    return ptrs
 
 
 @triton.jit
@@ -216,7 +231,7 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
                     OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
                     EVEN: tl.constexpr, ONE_PASS: tl.constexpr, ACC_2D: tl.constexpr, PREFETCH: tl.constexpr,
                     TMA: tl.constexpr, STAGES: tl.constexpr, FAST_EXP: tl.constexpr, KEEP_X: tl.constexpr,
-                    TAIL: tl.constexpr = 0):
+                    TAIL: tl.constexpr = 0, I32: tl.constexpr = 0):
     pid = tl.program_id(0)
     o = (pid // n_iblocks).to(tl.int64)
     o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
@@ -231,12 +246,12 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
     rr = tl.arange(0, BLOCK_R)
     if ONE_PASS:  # the whole of R in one tile (or two, with TAIL): read once, written from registers
         mask = (rr < R)[:, None] & cmask[None, :]
-        v = _load(x_base + rr.to(tl.int64)[:, None] * sxr, mask, float("-inf"), EVEN, 0)
+        v = _load(_at(x_ptr + xo, x_base, rr, cols, sxr, sxi, I32), mask, float("-inf"), EVEN, 0)
         m = tl.max(v, 0)
         if TAIL > 0:  # rows BLOCK_R .. BLOCK_R + TAIL - 1
             rt = BLOCK_R + tl.arange(0, TAIL)
             mask_t = (rt < R)[:, None] & cmask[None, :]
-            vt = _load(x_base + rt.to(tl.int64)[:, None] * sxr, mask_t, float("-inf"), EVEN, 0)
+            vt = _load(_at(x_ptr + xo, x_base, rt, cols, sxr, sxi, I32), mask_t, float("-inf"), EVEN, 0)
             m = tl.maximum(m, tl.max(vt, 0))
         safe = tl.where(m == float("-inf"), 0.0, m)
         e = _exp(v - safe[None, :], FAST_EXP)
@@ -256,13 +271,15 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
                 y = e * inv[None, :]
             else:
                 y = (v - safe[None, :]) - log_s[None, :]
-            _store(o_base + rr.to(tl.int64)[:, None] * sor, y.to(out_ptr.dtype.element_ty), mask, EVEN)
+            o_rr = _at(out_ptr + oo, o_base, rr, cols, sor, soi, I32)
+            _store(o_rr, y.to(out_ptr.dtype.element_ty), mask, EVEN)
             if TAIL > 0:
                 if OP == 0:
                     yt = et * inv[None, :]
                 else:
                     yt = (vt - safe[None, :]) - log_s[None, :]
-                _store(o_base + rt.to(tl.int64)[:, None] * sor, yt.to(out_ptr.dtype.element_ty), mask_t, EVEN)
+                o_rt = _at(out_ptr + oo, o_base, rt, cols, sor, soi, I32)
+                _store(o_rt, yt.to(out_ptr.dtype.element_ty), mask_t, EVEN)
     else:
         m, s, nan = _column_stats(x_base, sxr, 0, R, cmask, BLOCK_R, BLOCK_I, EVEN, ACC_2D, PREFETCH, desc, c0, TMA,
                                   STAGES, FAST_EXP, KEEP_X * 2)
