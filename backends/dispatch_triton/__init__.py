@@ -62,17 +62,19 @@ def dispatch_backend_info() -> BackendInfo:
         # of forward bytes at rows of 4096) but, through a Python autograd.Function, about 190 us of
         # host time: torch's step is cheaper up to ~170 MB of forward bytes, Triton's above
         # (launch_norms_grad.md, launch_norms_grad_large.md there)
-        # logsumexp over a dim that is not unit-stride, bf16: 2101-3064 GB/s over dim 1 of (B, C, H, W)
-        # with 256 columns a block (1821 where the inner dim is 128 wide), 1376 over dim 0
-        # (benchmarks/results/current/layouts/lse_wide_default.md); the figure stays below TileLang's,
-        # which serves the narrow-inner case 23% faster and the others within 2-14%
+        # logsumexp over a dim that is not unit-stride, bf16: 1860-3100 GB/s over dim 1 of (B, C, H, W)
+        # (wide blocks of 256 columns, 128 where the inner dim is 128 wide; R of up to 128 in two tiles),
+        # 1376 over dim 0; the figure sits above TileLang's: Triton's kernel was the faster on every
+        # dim-1 case of the layouts bench but one, every other row of 32x512x64x128 (59.5 against 56.5
+        # us in bf16, 77.9 against 73.5 in fp32), and fp32 over 32x1024x64x64 (136.0 against 131.6)
+        # (benchmarks/results/current/layouts/two_tiles/)
         # rows longer than 16K, split over programs: 2600-3300 GB/s bf16 (odd lengths 2600-2800),
         # 3000-3600 fp32, with the split launch's extra host time
         # (benchmarks/results/current/rows_kernels/odd_rows/, long_rows_final.md)
         costs={"cuda": (13.5, 3700.0), "cuda:long": (18.0, 3000.0),
                "cuda:rms_norm": (13.0, 2900.0), "cuda:layer_norm": (13.0, 2800.0),
                "cuda:rms_norm:grad": (220.0, 1450.0), "cuda:layer_norm:grad": (220.0, 1400.0),
-               "cuda:logsumexp:strided": (13.5, 1700.0)},
+               "cuda:logsumexp:strided": (13.5, 2400.0)},
         versions={"triton": triton_version or "none", "kernels": source_hash(*_KERNEL_MODULES),
                   "interpreter": "1" if _interpreting() else "0"},
         description="Triton kernels: multi-row, one-pass and split-row/online softmax family; "
