@@ -66,8 +66,9 @@ def dispatch_backend_info() -> BackendInfo:
         # speed, rms_norm 0.7-1.6x; benchmarks/results/current/norms/), so never the estimated-cost
         # choice: a huge launch figure
         # over a dim that is not unit-stride (a column per thread), bf16 over dim 1 of (B, C, H, W):
-        # softmax/log_softmax 1674-1954 GB/s (Triton's 2712-3179), logsumexp 1996-2650 (Triton's
-        # 1490-2389) (benchmarks/results/current/layouts/tilelang_dim.md)
+        # softmax/log_softmax 1674-1954 GB/s (Triton's 2712-3179), logsumexp 1996-2650 (Triton's 1490-2389
+        # then, benchmarks/results/current/layouts/tilelang_dim.md; 1860-3100 since, and ranked above this
+        # figure on its card: benchmarks/results/current/layouts/two_tiles/)
         # rows longer than 16K (a row over a cluster): 1560-2820 GB/s bf16 with many rows, 1600-1650
         # at odd lengths (2048x30001, 1335x50257, 8192x50257; 2048x32768: 2820), behind Triton's
         # split rows at every such shape measured (benchmarks/results/current/rows_kernels/odd_rows/)
