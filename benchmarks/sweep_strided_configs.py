@@ -283,48 +283,46 @@ def one_pass_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -
     return list(out.values())
 
 
-def tail_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
-    """Where R is not a power of two: tiles holding all of R padded to its next power of two, and
-    R held in two tiles (``TAIL``: R = 150 as 128 + 32 rows), 16-512 columns, 1-16 warps, 16-96
-    elements a thread (``--grid tail``). The default first."""
-    default = S.default_config(p, device, itemsize)
-    out: dict[tuple, dict] = {_key(default): default}
-    fast = {} if S._interpreting() else dict(FAST_EXP=1)
-    head, tail = S.head_tail(p.R)
-    shapes = ([(head, tail)] if tail else []) + [(S._np2(p.R), 0)]  # the two tiles first: a budget cuts the last
-    for br, t in shapes:
-        for bi in (16, 32, 64, 128, 256, 512):
-            if bi * (br + t) > S._ONE_PASS_MAX or bi > max(8, S._np2(p.inner)):
-                continue
-            for w in (1, 2, 4, 8, 16):
-                if 16 <= bi * (br + t) // (32 * w) <= 96:
-                    cfg = dict(S._cfg(bi, br, w), ONE_PASS=1, EVEN=1, **fast, **(dict(TAIL=t) if t else {}))
-                    out.setdefault(_key(cfg), cfg)
-    return list(out.values())
-
-
-def offsets_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
-    """Tiles holding all of R (padded to its next power of two, and in two tiles where that pads
-    less), 16-512 columns, 1-16 warps, 32-128 elements a thread, each with and without ``I32``
-    (the tile's offsets in 32 bits: fewer registers) (``--grid offsets``). The default first, then
-    the default with ``I32``."""
-    default = S.default_config(p, device, itemsize)
-    out: dict[tuple, dict] = {_key(default): default}
-    if default.get("ONE_PASS"):
-        out.setdefault(_key(dict(default, I32=1)), dict(default, I32=1))
-    fast = {} if S._interpreting() else dict(FAST_EXP=1)
+def _held_tiles(p: S.StridedPlan, fast: dict, per_thread: tuple[int, int]) -> list[dict]:
+    """Tiles holding all of R: in two tiles (``TAIL``) where that pads R less than one tile, then
+    padded to its next power of two; 16-512 columns, 1-16 warps, ``per_thread`` (least, most)
+    elements a thread."""
     head, tail = S.head_tail(p.R)
     r2 = S._np2(p.R)
-    shapes = ([(head, tail)] if tail and head + tail < r2 else []) + [(r2, 0)]
-    for br, t in shapes:
+    out = []
+    for br, t in ([(head, tail)] if tail and head + tail < r2 else []) + [(r2, 0)]:  # a budget cuts the last
         for bi in (16, 32, 64, 128, 256, 512):
             if bi * (br + t) > S._ONE_PASS_MAX or bi > max(16, S._np2(p.inner)):
                 continue
             for w in (1, 2, 4, 8, 16):
-                if 32 <= bi * (br + t) // (32 * w) <= 128:
-                    cfg = dict(S._cfg(bi, br, w), ONE_PASS=1, EVEN=1, **fast, **(dict(TAIL=t) if t else {}))
-                    for c in (cfg, dict(cfg, I32=1)):
-                        out.setdefault(_key(c), c)
+                if per_thread[0] <= bi * (br + t) // (32 * w) <= per_thread[1]:
+                    out.append(dict(S._cfg(bi, br, w), ONE_PASS=1, EVEN=1, **fast, **(dict(TAIL=t) if t else {})))
+    return out
+
+
+def tail_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
+    """Where R is not a power of two: tiles holding all of R in two tiles (``TAIL``: R = 150 as
+    128 + 32 rows) and padded to its next power of two, 16-512 columns, 1-16 warps, 16-96 elements
+    a thread (``--grid tail``). The default first."""
+    default = S.default_config(p, device, itemsize)
+    out: dict[tuple, dict] = {_key(default): default}
+    for cfg in _held_tiles(p, {} if S._interpreting() else dict(FAST_EXP=1), (16, 96)):
+        out.setdefault(_key(cfg), cfg)
+    return list(out.values())
+
+
+def offsets_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
+    """Tiles holding all of R (in two tiles where that pads less, and padded to its next power of
+    two), 16-512 columns, 1-16 warps, 32-128 elements a thread, each with and without ``I32``
+    (the tile's offsets in 32 bits: fewer registers) (``--grid offsets``). The default first, then
+    the default with ``I32`` (without it where the default has it)."""
+    default = S.default_config(p, device, itemsize)
+    out: dict[tuple, dict] = {_key(default): default}
+    flip = ({k: v for k, v in default.items() if k != "I32"} if default.get("I32") else dict(default, I32=1))
+    twins = [flip] if default.get("ONE_PASS") else []
+    for cfg in twins + _held_tiles(p, {} if S._interpreting() else dict(FAST_EXP=1), (32, 128)):
+        for c in (cfg, dict(cfg, I32=1)) if cfg not in twins else (cfg,):
+            out.setdefault(_key(c), c)
     return list(out.values())
 
 
