@@ -2,7 +2,7 @@
 
 For each case (bench_layouts.py's: dim 0 of a 2-D tensor, dim 1 of (B, C, H, W), a transposed
 view, a tall dim 0) and op, :class:`dispatch_triton.strided.StridedLauncher` is run under a grid
-of configs: the tuned space (:func:`~dispatch_triton.strided.config_space`), the default config
+of configs: the tuned space (:func:`~dispatch_triton.strided_configs.config_space`), the default config
 (marked ``*``), the default with each kernel variant (``EVEN``, ``PREFETCH``, ``ACC_2D``,
 ``num_stages``, ``TMA`` with 2-4 stages), larger tiles (up to 16K elements, 4-16 warps) with the
 variants, R shared by 2-16 times as many programs as the default's (each with a shorter slab of R

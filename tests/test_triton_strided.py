@@ -251,7 +251,7 @@ def test_a_bad_config_is_an_error_naming_it():
         S.StridedLauncher("softmax", p, torch.float32, (8, 8), DEV, S._cfg(16, 8, 2, 0))
 
 
-# -- kernel variants (dispatch_triton.strided.VARIANTS): each against torch -------------------------
+# -- kernel variants (dispatch_triton.strided_configs.VARIANTS): each against torch -------------------------
 
 # (name, config over the base config, the base config's BLOCK_R: None for all of R in one tile)
 VARIANT_CONFIGS = [
@@ -272,7 +272,7 @@ VARIANT_CONFIGS = [
     ("fast_exp", dict(FAST_EXP=1)),  # inline PTX: on a GPU only
     ("fast_exp_even_acc_2d", dict(FAST_EXP=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
     ("fast_exp_one_pass", dict(FAST_EXP=1, ONE_PASS=1)),
-    # R in two tiles (TAIL=1 here: the tiles of dispatch_triton.strided.head_tail(R)): R = 48 and 40
+    # R in two tiles (TAIL=1 here: the tiles of dispatch_triton.strided_configs.head_tail(R)): R = 48 and 40
     # fill both, R = 19 masks 1 of the tail's 4 rows; R of 16 and 32 take one tile
     ("one_pass_tail", dict(ONE_PASS=1, TAIL=1)),
     ("one_pass_tail_even", dict(ONE_PASS=1, EVEN=1, TAIL=1)),
