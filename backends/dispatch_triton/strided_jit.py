@@ -217,6 +217,17 @@ def _column_stats(x_base, sxr, start, stop, cmask, BLOCK_R: tl.constexpr, BLOCK_
 
 
 @triton.jit
+def _held_out(v, e, safe, inv, log_s, OP: tl.constexpr):
+    """softmax (``OP`` 0: ``e`` = exp(v - safe) times ``inv``) or log_softmax (1) of a tile ``v`` held
+    in registers, from its columns' stats."""
+    if OP == 0:
+        y = e * inv[None, :]
+    else:
+        y = (v - safe[None, :]) - log_s[None, :]  # the exact difference first, as torch
+    return y
+
+
+@triton.jit
 def _lse_store(ptrs, m, s, nan, cmask, EVEN: tl.constexpr):
     safe = tl.where(m == float("-inf"), 0.0, m)
     res = safe + tl.log(s)
@@ -267,17 +278,11 @@ def _strided_kernel(x_ptr, out_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr,
         else:
             inv = 1.0 / s
             log_s = tl.log(s)
-            if OP == 0:
-                y = e * inv[None, :]
-            else:
-                y = (v - safe[None, :]) - log_s[None, :]
+            y = _held_out(v, e, safe, inv, log_s, OP)
             o_rr = _at(out_ptr + oo, o_base, rr, cols, sor, soi, I32)
             _store(o_rr, y.to(out_ptr.dtype.element_ty), mask, EVEN)
             if TAIL > 0:
-                if OP == 0:
-                    yt = et * inv[None, :]
-                else:
-                    yt = (vt - safe[None, :]) - log_s[None, :]
+                yt = _held_out(vt, et, safe, inv, log_s, OP)
                 o_rt = _at(out_ptr + oo, o_base, rt, cols, sor, soi, I32)
                 _store(o_rt, yt.to(out_ptr.dtype.element_ty), mask_t, EVEN)
     else:
