@@ -353,3 +353,39 @@ def test_the_arming_check_compares_the_output_it_is_told(cpu_as_gpu):
     launch.launch(x, out, aligned(), ws)
     assert launch.state == "direct" and seen and seen[0] != ws.data_ptr()  # the check's own buffer
     assert torch.equal(ws, 2 * x)
+
+
+def test_a_launcher_binds_each_stream_once_and_keeps_its_slot_buffer_when_the_shared_one_grows(monkeypatch):
+    """The split paths bind a stream's buffers into their launches the first time they meet the
+    stream: later calls on it reuse them, another stream gets its own. A buffer the stream's
+    shared table replaces (grown for a larger launch) stays with the launches bound to it."""
+    from dispatch_triton import buffers
+
+    streams = iter([5, 5, 6, 5])
+    monkeypatch.setattr(buffers, "_raw_stream", lambda index: next(streams))
+    monkeypatch.setattr(buffers, "_SLOTS", {})
+    device = torch.device("cpu")
+    current = buffers.per_stream(torch.device("cuda", 0), lambda key: buffers._slot_entry((device, key[1]), 10))
+    first = current()
+    assert current() is first  # stream 5 again: nothing built
+    other = current()  # stream 6
+    assert other is not first and other[0].data_ptr() != first[0].data_ptr()
+    assert current() is first
+    grown = buffers._slot_entry((device, 5), 100_000)  # a larger launch on stream 5
+    assert grown is not first and grown[0].numel() >= 64 + 2 * 100_000
+    assert buffers._slot_entry((device, 5), 10) is grown  # later launchers share the grown one
+    assert first[0].numel() >= 64 + 2 * 10 and first[1] == 0  # the bound one lives on, with its own count
+
+
+def test_a_slot_buffer_is_zeroed_every_epoch_reset_launches(monkeypatch):
+    """Tags are 31-bit: the host zeroes a slot buffer every ``_EPOCH_RESET`` launches counted into it,
+    so a word left by an earlier launch can never carry a later launch's tag."""
+    from dispatch_triton import buffers
+
+    monkeypatch.setattr(buffers, "_EPOCH_RESET", 3)
+    entry = [torch.full((8,), 7, dtype=torch.int64), 0]
+    buffers._tick(entry)
+    buffers._tick(entry)
+    assert entry[1] == 2 and int(entry[0].min()) == 7
+    buffers._tick(entry)
+    assert entry[1] == 0 and int(entry[0].abs().max()) == 0

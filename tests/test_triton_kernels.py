@@ -353,12 +353,15 @@ def test_logsumexp_long_rows_default_to_chunks_small_enough_to_fill_the_device()
     assert C.default_config("logsumexp", 1024, 65536, F32)["BLOCK_N"] == 8192
     many = C.default_config("logsumexp", 1024, 65536, BF16)  # 2-byte rows: persistent programs over chunks
     assert many["path"] == "chunks" and many["BLOCK_N"] == 4096
-    few = C.default_config("logsumexp", 1, 262144, BF16)  # 2048-element chunks: 128 of them
-    assert few["path"] == "chunks" and few["BLOCK_N"] == 2048 and 262144 // 2048 <= C.MAX_SPLIT
-    for m, n in ((1, 40000), (8, 128256), (2 * sms, 32768)):
-        for dtype, path in ((F32, "split"), (BF16, "chunks")):
+    few = C.default_config("logsumexp", 1, 262144, BF16)  # 2048-element chunks: 128 of them, in one launch
+    assert few["path"] == "split" and few["BLOCK_N"] == 2048 and 262144 // 2048 <= C.MAX_SPLIT
+    big = C.LSE_ONE_LAUNCH_MAX
+    for m, n in ((1, 40000), (8, 128256), (2 * sms, 32768), (40, big // 40 + 1), (64, big // 64 + 1), (64, big // 64)):
+        for dtype in (F32, BF16):
             c = C.default_config("logsumexp", m, n, dtype)
-            assert c["path"] == path and c["BLOCK_N"] // c["num_warps"] == 2048  # 64 elements a thread
+            # 2-byte rows: the chunks' two launches only where the input is large enough to pay for them
+            want = "chunks" if dtype == BF16 and m * n > big else "split"
+            assert c["path"] == want and c["BLOCK_N"] // c["num_warps"] == 2048, (m, n, dtype, c)  # 64 a thread
             assert m * C._cdiv(n, c["BLOCK_N"]) >= 2 * sms or c["BLOCK_N"] == 2048
 
 

@@ -3,7 +3,8 @@ moved on by an epoch) by every launch, and private ones for launches captured in
 
 The row kernel's arrival counters (``sync``), logsumexp's split-path workspace (``ws``) and the
 tagged partials that programs of one row exchange (``slots``, :mod:`dispatch_triton.exchange`)
-live here; :mod:`dispatch_triton.launch` and the norm launchers ask for them per launch."""
+live here; :mod:`dispatch_triton.launch` and the norm launchers ask for them per launch, or keep
+them per stream themselves (:func:`per_stream`: one dictionary look-up a call)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,39 @@ _WS: dict = {}  # logsumexp's split-path workspace per (device, stream)
 _SLOTS: dict = {}
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # device index -> current stream handle
+_is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+
+
 def _stream_key(device: torch.device):
     if device.type == "cuda":  # the raw handle: no Stream object made per call
         index = device.index if device.index is not None else torch.cuda.current_device()
-        return (device, torch._C._cuda_getCurrentRawStream(index))
+        return (device, _raw_stream(index))
     return (device, 0)
+
+
+def per_stream(device: torch.device, make):
+    """``current()``: what ``make(key)`` built for the current stream of ``device`` (a CUDA device;
+    ``key`` as the per-stream tables key it), built the first time ``current()`` runs on that
+    stream: for a launcher that binds its launches to a stream's buffers once, so that a call
+    costs one look-up, not the shared tables' lock and checks.
+
+    What ``make`` holds stays alive as long as the launcher: if the stream's shared buffer grows
+    for another launcher, this one keeps launching into its own (launches on one stream run in
+    order, and each buffer keeps its own epoch). Two threads meeting a stream at once may both
+    build; one result is kept (``make`` must not hold ``_SYNC_LOCK`` over this call: it takes it).
+    """
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    raw, table = _raw_stream, {}
+
+    def current():
+        s = raw(index)
+        got = table.get(s)
+        if got is None:
+            got = table.setdefault(s, make((device, s)))
+        return got
+
+    return current
 
 
 def _per_stream(table: dict, key, need: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -44,7 +73,10 @@ def _per_stream(table: dict, key, need: int, dtype: torch.dtype, device: torch.d
 
 
 def _capturing() -> bool:
-    """Whether the current CUDA stream is capturing a CUDA graph."""
+    """Whether the current CUDA stream is capturing a CUDA graph (torch's own check, without its
+    Python frame where torch has it)."""
+    if _is_capturing is not None:
+        return _is_capturing()
     return torch.cuda.is_current_stream_capturing()
 
 
@@ -112,18 +144,32 @@ def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
     Each launch of the split path moves the epoch on (on the device), and a partial counts only
     when it carries the launch's tag, so stale words from earlier launches are never mistaken
     for fresh ones. Tags are 31-bit: the buffer is zeroed every ``_EPOCH_RESET`` launches, far
-    before a tag could come round again.
+    before a tag could come round again (:func:`_tick`, once per launch).
     """
-    key = _stream_key(device)
+    entry = _slot_entry(_stream_key(device), partials_needed)
+    with _SYNC_LOCK:
+        _tick(entry)
+    return entry[0]
+
+
+def _slot_entry(key, partials_needed: int) -> list:
+    """``[buffer, launches]`` of the slot buffer of ``key`` (device, stream), grown to hold
+    ``partials_needed`` partials (a grown buffer is a new entry; whoever holds the old one keeps
+    launching into it, and counts those launches in it)."""
     need = _slot_words(partials_needed)
     with _SYNC_LOCK:
         entry = _SLOTS.get(key)
         if entry is None or entry[0].numel() < need:
             old = entry[0].numel() if entry is not None else 0
-            entry = [lasting_zeros(max(need, 2 * old, 1 << 12), torch.int64, device), 0]
+            entry = [lasting_zeros(max(need, 2 * old, 1 << 12), torch.int64, key[0]), 0]
             _SLOTS[key] = entry
-        entry[1] += 1
-        if entry[1] >= _EPOCH_RESET:
-            entry[0].zero_()
-            entry[1] = 0
-        return entry[0]
+        return entry
+
+
+def _tick(entry: list) -> None:
+    """Count a launch into ``entry``'s buffer: every ``_EPOCH_RESET`` launches it is zeroed (on the
+    current stream, ahead of the launch)."""
+    entry[1] += 1
+    if entry[1] >= _EPOCH_RESET:
+        entry[0].zero_()
+        entry[1] = 0

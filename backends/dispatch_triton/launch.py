@@ -12,7 +12,10 @@ from dispatch.backend import placeholder  # stand-ins for absent optional tensor
 
 from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
 from .direct import DirectLaunch
-from .buffers import _chunks_workspace, _lse_buffers, _split_slots, _sync_buffer
+from . import buffers
+from .buffers import (_WS, _captured_zeros, _chunks_workspace, _lse_buffers, _per_stream, _slot_entry, _slot_words,
+                      _split_slots, _sync_buffer, _SYNC, _tick, per_stream)
+from .jit import _ROW_OFF
 from .jit import _interpreting, _softmax_kernel, fast_exp_of
 
 
@@ -205,9 +208,11 @@ class Launcher:
     what must be done per call, in two closures (plain functions, no attribute look-ups):
 
     ``launch(x, out)``
-        Fill ``out`` from ``x``: the kernel launch, and on the split paths the per-stream
-        buffers of the current stream (softmax/log_softmax move the slot buffer's epoch
-        bookkeeping on, as every launch must; logsumexp takes its counters and workspace).
+        Fill ``out`` from ``x``: the kernel launch, and on the split paths the buffers of the
+        current stream (softmax/log_softmax move the slot buffer's epoch bookkeeping on, as
+        every launch must; logsumexp takes its counters and workspace). On a GPU each stream's
+        buffers are bound into launches of their own the first time the stream is met (every
+        pointer but the input's and the output's prepacked), so a call costs one look-up.
     ``run(x)``
         A new output (in ``out_shape``) filled by ``launch``: what the Triton backend hands the
         dispatcher for a resolved call (``run.launcher`` is this Launcher).
@@ -224,9 +229,10 @@ class Launcher:
     ``mask`` (softmax/log_softmax), as :func:`_check` leaves it, is bound for every launch.
 
     Each kernel launch goes through a :class:`~dispatch_triton.direct.DirectLaunch` (``direct``
-    holds them): the JIT path on the first call, then the compiled kernel's launcher with
-    everything but the tensors prepacked. While a CUDA graph is being captured, the split paths
-    take buffers private to the captured launch instead of the per-stream ones.
+    holds those that eager calls ran): the JIT path on the first call, then the compiled
+    kernel's launcher with everything but the tensors prepacked. While a CUDA graph is being
+    captured, the split paths take buffers private to the captured launch instead of the
+    per-stream ones.
     """
 
     def __init__(self, op: str, M: int, N: int, in_dtype: torch.dtype, out_dtype: torch.dtype | None,
@@ -244,7 +250,8 @@ class Launcher:
         self.in_dtype, self.out_dtype, self.out_shape, self.config = in_dtype, out_dtype, out_shape, dict(config)
         self.empty = M == 0 or N == 0
         self.align = 0  # 1: rows off the 16-byte grid are read through aligned windows (_align)
-        self.direct: tuple[DirectLaunch, ...] = ()
+        self.direct: tuple[DirectLaunch, ...] | list[DirectLaunch] = ()  # the launches eager calls ran
+        self._templates: tuple[DirectLaunch, ...] = ()  # what compile() compiles (each kernel once)
         self._stand_ins: tuple = ()  # tensors like a launch's, for compile()
         if self.empty:
             self.grid, single = (0,), None
@@ -282,7 +289,7 @@ class Launcher:
         thread pool, before timing them. Nothing to do under the interpreter or for an empty input."""
         if _interpreting() or self.empty:
             return
-        for direct in self.direct:
+        for direct in self._templates:
             direct.compile(*self._stand_ins)
 
     def _build(self, mask, anchor):
@@ -314,8 +321,89 @@ class Launcher:
             return DirectLaunch(_softmax_kernel, on, 6, tail, options, enabled=not _interpreting(), fixed=fixed,
                                 out=writes)
 
+        if code != 4 and ns == 1:  # a row (or a tile of rows) a program: every pointer but x's and out's fixed
+            k0 = launcher(0, fixed=(mask_arg, ws, sync, slots))
+
+            def launch(x, out):
+                k0.launch(x, out)
+
+            self.direct = self._templates = (k0,)
+            return grid, launch, k0  # a launch is exactly k0.launch(x, out)
+        if _interpreting() or device.type != "cuda":
+            return grid, self._build_interpreted(launcher, code, ns, mask_arg, ws, sync, slots), None
+        # the split paths on a GPU: each stream's buffers bound into launches of their own once
+        # (per_stream), a private one for each launch while a CUDA graph is captured
         if code == 4:  # logsumexp's chunks: the partials, then one program per row merges them
-            k1, k2, partials = launcher(0, writes=3), launcher(2, on=(M,)), M * ns
+            partials, k_graph = M * ns, (launcher(0, writes=3), launcher(2, on=(M,)))
+
+            def make(key):  # the stream's workspace, exactly this launch's partials of it
+                ws_s = _per_stream(_WS, key, 2 * partials, torch.float32, device)[:2 * partials]
+                merge = launcher(2, on=(M,), fixed=(mask_arg, ws_s, sync, slots))
+                self.direct.append(merge)
+                return ws_s, merge
+
+            current = per_stream(device, make)
+            k1 = k_graph[0]  # writes the workspace: its argument, so the arming check can compare it
+
+            def launch(x, out):
+                if buffers._capturing():
+                    ws_g = torch.empty(2 * partials, dtype=torch.float32, device=device)
+                    k1.launch(x, out, mask_arg, ws_g, sync, slots)
+                    k_graph[1].launch(x, out, mask_arg, ws_g, sync, slots)
+                    return
+                ws_s, merge = current()
+                k1.launch(x, out, mask_arg, ws_s, sync, slots)
+                merge.launch(x, out)
+
+            self.direct, self._templates = [k1], k_graph
+        elif op != "logsumexp" and ns > 1:
+            need = M * ns  # the partials of every row, each program publishing one per row
+            k_graph, words = launcher(0), _slot_words(need)
+
+            def make(key):  # the stream's slot buffer, counted per launch (epoch bookkeeping)
+                entry = _slot_entry(key, need)
+                k = launcher(0, fixed=(mask_arg, ws, sync, entry[0]))
+                self.direct.append(k)
+                return entry, k
+
+            current = per_stream(device, make)
+
+            def launch(x, out):
+                if buffers._capturing():  # a slot buffer private to the captured launch
+                    k_graph.launch(x, out, mask_arg, ws, sync, _captured_zeros(words, torch.int64, device))
+                    return
+                entry, k = current()
+                _tick(entry)
+                k.launch(x, out)
+
+            self.direct, self._templates = [], (k_graph,)
+        else:  # logsumexp over several programs per row: the last to arrive combines
+            partials, k_graph = M * ns, launcher(0)
+
+            def make(key):  # the stream's counters (left zeroed by every launch) and workspace
+                sync_s = _per_stream(_SYNC, key, int(_ROW_OFF) + M, torch.int32, device)
+                ws_s = _per_stream(_WS, key, 2 * partials, torch.float32, device)
+                k = launcher(0, fixed=(mask_arg, ws_s, sync_s, slots))
+                self.direct.append(k)
+                return k
+
+            current = per_stream(device, make)
+
+            def launch(x, out):
+                if buffers._capturing():
+                    sync_g, ws_g = _lse_buffers(device, M, partials)  # private to the captured launch
+                    k_graph.launch(x, out, mask_arg, ws_g, sync_g, slots)
+                    return
+                current().launch(x, out)
+
+            self.direct, self._templates = [], (k_graph,)
+        return grid, launch, None
+
+    def _build_interpreted(self, launcher, code, ns, mask_arg, ws, sync, slots):
+        """``launch`` of the split paths under the interpreter: the buffers looked up per launch."""
+        op, M, device = self.op, self.M, self.device
+        if code == 4:  # logsumexp's chunks: the partials, then one program per row merges them
+            k1, k2, partials = launcher(0, writes=3), launcher(2, on=(self.M,)), M * ns
             views: dict = {}  # per stream: exactly this launch's partials of the stream's workspace
 
             def launch(x, out):
@@ -323,43 +411,26 @@ class Launcher:
                 k1.launch(x, out, mask_arg, ws_s, sync, slots)
                 k2.launch(x, out, mask_arg, ws_s, sync, slots)
 
-            self.direct = (k1, k2)
+            self.direct = self._templates = (k1, k2)
         elif op != "logsumexp" and ns > 1:
-            need = M * ns  # the partials of every row, each program publishing one per row
-            if _interpreting():
-                # the interpreter runs programs one by one: partials could never meet in one launch
-                k1, k2 = launcher(1), launcher(2)
+            # the interpreter runs programs one by one: partials could never meet in one launch
+            need, k1, k2 = M * ns, launcher(1), launcher(2)
 
-                def launch(x, out):
-                    buf = _split_slots(device, need)  # counts the launch (epoch bookkeeping)
-                    k1.launch(x, out, mask_arg, ws, sync, buf)
-                    k2.launch(x, out, mask_arg, ws, sync, buf)
+            def launch(x, out):
+                buf = _split_slots(device, need)  # counts the launch (epoch bookkeeping)
+                k1.launch(x, out, mask_arg, ws, sync, buf)
+                k2.launch(x, out, mask_arg, ws, sync, buf)
 
-                self.direct = (k1, k2)
-            else:
-                k0 = launcher(0)
-
-                def launch(x, out):
-                    k0.launch(x, out, mask_arg, ws, sync, _split_slots(device, need))
-
-                self.direct = (k0,)
-        elif ns > 1:  # logsumexp over several programs per row: the last to arrive combines
+            self.direct = self._templates = (k1, k2)
+        else:  # logsumexp over several programs per row: the last to arrive combines
             k0, partials = launcher(0), M * ns
 
             def launch(x, out):
                 sync_s, ws_s = _lse_buffers(device, M, partials)
                 k0.launch(x, out, mask_arg, ws_s, sync_s, slots)
 
-            self.direct = (k0,)
-        else:
-            k0 = launcher(0, fixed=(mask_arg, ws, sync, slots))
-
-            def launch(x, out):
-                k0.launch(x, out)
-
-            self.direct = (k0,)
-            return grid, launch, k0  # a launch is exactly k0.launch(x, out)
-        return grid, launch, None
+            self.direct = self._templates = (k0,)
+        return launch
 
 
 def _numel(shape) -> int:
