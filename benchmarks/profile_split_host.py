@@ -10,7 +10,9 @@ the call. For each shape and op (bf16) this times, in us per call:
     the Triton kernel of the call (its default config, no dispatcher), wall and host only (the
     loop not synchronised: the host's own cost where the device keeps up);
 ``launch host``
-    its launch into a given output (no allocation);
+    its launch into a given output (no allocation); for the split paths also
+    ``launch host, buffers per call``: the same kernel launched as it was before a stream's buffers
+    were bound into launches of their own (the slot buffer looked up and six pointers read per call);
 ``triton dev``, ``tilelang dev``
     device time under CUDA-graph replay;
 ``--lse-splits``
@@ -68,6 +70,7 @@ def main() -> int:
     ap.add_argument("--lse-splits", action="store_true")
     args = ap.parse_args()
     from dispatch_triton import launch as L
+    from dispatch_triton.buffers import _split_slots
     from dispatch_triton.configs import _cfg, _with_fast_exp, default_config
 
     dev, lines = torch.device("cuda"), []
@@ -93,6 +96,13 @@ def main() -> int:
                    "dispatch": wall(lambda: fn(x, -1)),
                    "triton dev": graph_replay_us(lambda: run(x))[0],
                    "tilelang dev": graph_replay_us(lambda: fn(x, -1, backend="tilelang"))[0]}
+            if cfg["path"] in ("split", "split_pipe"):
+                # the launch as it was before each stream's buffers were bound into launches of their
+                # own: the stream's slot buffer looked up per call, six pointers read per call
+                t, (mask, ws, sync) = lau._templates[0], lau._stand_ins[2:5]
+                need = m * -(-n // cfg["BLOCK_N"])
+                res["launch host, buffers per call"] = host(lambda: t.launch(x, out, mask, ws, sync,
+                                                                             _split_slots(dev, need)))
             states = [d.state for d in lau.direct]
             say(f"{op} {m}x{n} {cfg['path']}/{cfg['BLOCK_N']} grid={lau.grid[0]} launches={states} "
                 + " ".join(f"{k}={v:.2f}" for k, v in res.items()))
