@@ -45,7 +45,7 @@ def per_stream(device: torch.device, make):
     What ``make`` holds stays alive as long as the launcher: if the stream's shared buffer grows
     for another launcher, this one keeps launching into its own (launches on one stream run in
     order, and each buffer keeps its own epoch). Two threads meeting a stream at once may both
-    build; one result is kept (``make`` must not hold ``_SYNC_LOCK`` over this call: it takes it).
+    build; one result is kept. ``current()`` takes no lock (``make`` may take ``_SYNC_LOCK``).
     """
     index = device.index if device.index is not None else torch.cuda.current_device()
     raw, table = _raw_stream, {}
