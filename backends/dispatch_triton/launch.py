@@ -15,8 +15,7 @@ from .direct import DirectLaunch
 from . import buffers
 from .buffers import (_WS, _captured_zeros, _chunks_workspace, _lse_buffers, _per_stream, _slot_entry, _slot_words,
                       _split_slots, _sync_buffer, _SYNC, _tick, per_stream)
-from .jit import _ROW_OFF
-from .jit import _interpreting, _softmax_kernel, fast_exp_of
+from .jit import _ROW_OFF, _interpreting, _softmax_kernel, fast_exp_of
 
 
 _IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
