@@ -26,7 +26,9 @@ import dispatch
 from dispatch.backend import spec_of
 
 
-def per_call(fn, calls: int = 2000, repeats: int = 7) -> float:
+def per_call(fn, calls: int = 2000, repeats: int = 7, synced: bool = True) -> float:
+    """us per call of ``calls`` back-to-back calls, the median of ``repeats`` loops; ``synced``
+    False stops each loop's clock before synchronising (the host's own cost where the GPU keeps up)."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
@@ -35,8 +37,10 @@ def per_call(fn, calls: int = 2000, repeats: int = 7) -> float:
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
+        if synced:
+            torch.cuda.synchronize()
         samples.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
     samples.sort()
     return samples[len(samples) // 2]
 

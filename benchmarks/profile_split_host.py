@@ -30,39 +30,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 import torch
 
 import dispatch
 from graph_timing import graph_replay_us  # benchmarks/, beside this script
+from profile_call import per_call
 
 SHAPES = "1x32768,8x32768,4x50257,8x128256,32x151936,1x262144"
 
 
-def _loop(fn, sync_each: bool, calls: int = 300, rounds: int = 9) -> float:
-    for _ in range(30):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if sync_each:
-            torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
-
-
 def wall(fn) -> float:
-    return _loop(fn, True)
+    return per_call(fn, 300, 9)
 
 
 def host(fn) -> float:
-    return _loop(fn, False)
+    return per_call(fn, 300, 9, synced=False)
 
 
 def main() -> int:

@@ -318,10 +318,11 @@ def offsets_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) ->
     the default with ``I32`` (without it where the default has it)."""
     default = S.default_config(p, device, itemsize)
     out: dict[tuple, dict] = {_key(default): default}
-    flip = ({k: v for k, v in default.items() if k != "I32"} if default.get("I32") else dict(default, I32=1))
-    twins = [flip] if default.get("ONE_PASS") else []
-    for cfg in twins + _held_tiles(p, {} if S._interpreting() else dict(FAST_EXP=1), (32, 128)):
-        for c in (cfg, dict(cfg, I32=1)) if cfg not in twins else (cfg,):
+    if default.get("ONE_PASS"):  # the default with I32 flipped
+        flip = {k: v for k, v in default.items() if k != "I32"} if default.get("I32") else dict(default, I32=1)
+        out.setdefault(_key(flip), flip)
+    for cfg in _held_tiles(p, {} if S._interpreting() else dict(FAST_EXP=1), (32, 128)):
+        for c in (cfg, dict(cfg, I32=1)):
             out.setdefault(_key(c), c)
     return list(out.values())
 

@@ -107,9 +107,19 @@ def _lse_buffers(device: torch.device, rows: int, partials: int) -> tuple[torch.
     if device.type == "cuda" and _capturing():
         return (_captured_zeros(int(_ROW_OFF) + rows, torch.int32, device),
                 torch.empty(2 * partials, dtype=torch.float32, device=device))
-    key = _stream_key(device)
+    return _lse_stream_buffers(_stream_key(device), rows, partials)
+
+
+def _lse_stream_buffers(key, rows: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sync, ws)`` of the stream ``key`` (device, stream) for logsumexp's split path."""
+    device = key[0]
     return (_per_stream(_SYNC, key, int(_ROW_OFF) + rows, torch.int32, device),
             _per_stream(_WS, key, 2 * partials, torch.float32, device))
+
+
+def _workspace_view(key, partials: int) -> torch.Tensor:
+    """Exactly ``partials`` (max, sum) pairs of the fp32 workspace of the stream ``key`` (a view)."""
+    return _per_stream(_WS, key, 2 * partials, torch.float32, key[0])[:2 * partials]
 
 
 def _chunks_workspace(device: torch.device, partials: int, views: dict) -> torch.Tensor:
@@ -121,7 +131,7 @@ def _chunks_workspace(device: torch.device, partials: int, views: dict) -> torch
     key = _stream_key(device)
     ws = views.get(key)
     if ws is None:
-        ws = views[key] = _per_stream(_WS, key, 2 * partials, torch.float32, device)[:2 * partials]
+        ws = views[key] = _workspace_view(key, partials)
     return ws
 
 

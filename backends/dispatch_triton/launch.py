@@ -13,9 +13,9 @@ from dispatch.backend import placeholder  # stand-ins for absent optional tensor
 from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
 from .direct import DirectLaunch
 from . import buffers
-from .buffers import (_WS, _captured_zeros, _chunks_workspace, _lse_buffers, _per_stream, _slot_entry, _slot_words,
-                      _split_slots, _sync_buffer, _SYNC, _tick, per_stream)
-from .jit import _ROW_OFF, _interpreting, _softmax_kernel, fast_exp_of
+from .buffers import (_captured_zeros, _chunks_workspace, _lse_buffers, _lse_stream_buffers, _slot_entry, _slot_words,
+                      _split_slots, _sync_buffer, _tick, _workspace_view, per_stream)
+from .jit import _interpreting, _softmax_kernel, fast_exp_of
 
 
 _IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -333,28 +333,29 @@ class Launcher:
         # the split paths on a GPU: each stream's buffers bound into launches of their own once
         # (per_stream), a private one for each launch while a CUDA graph is captured
         if code == 4:  # logsumexp's chunks: the partials, then one program per row merges them
-            partials, k_graph = M * ns, (launcher(0, writes=3), launcher(2, on=(M,)))
+            # k1 writes the workspace, its argument (so the arming check can compare it), on every
+            # stream; k2 merges while a CUDA graph is captured, a merge per stream otherwise
+            partials, k1, k2 = M * ns, launcher(0, writes=3), launcher(2, on=(M,))
 
             def make(key):  # the stream's workspace, exactly this launch's partials of it
-                ws_s = _per_stream(_WS, key, 2 * partials, torch.float32, device)[:2 * partials]
+                ws_s = _workspace_view(key, partials)
                 merge = launcher(2, on=(M,), fixed=(mask_arg, ws_s, sync, slots))
                 self.direct.append(merge)
                 return ws_s, merge
 
             current = per_stream(device, make)
-            k1 = k_graph[0]  # writes the workspace: its argument, so the arming check can compare it
 
             def launch(x, out):
                 if buffers._capturing():
                     ws_g = torch.empty(2 * partials, dtype=torch.float32, device=device)
                     k1.launch(x, out, mask_arg, ws_g, sync, slots)
-                    k_graph[1].launch(x, out, mask_arg, ws_g, sync, slots)
+                    k2.launch(x, out, mask_arg, ws_g, sync, slots)
                     return
                 ws_s, merge = current()
                 k1.launch(x, out, mask_arg, ws_s, sync, slots)
                 merge.launch(x, out)
 
-            self.direct, self._templates = [k1], k_graph
+            self.direct, self._templates = [k1], (k1, k2)
         elif op != "logsumexp" and ns > 1:
             need = M * ns  # the partials of every row, each program publishing one per row
             k_graph, words = launcher(0), _slot_words(need)
@@ -380,8 +381,7 @@ class Launcher:
             partials, k_graph = M * ns, launcher(0)
 
             def make(key):  # the stream's counters (left zeroed by every launch) and workspace
-                sync_s = _per_stream(_SYNC, key, int(_ROW_OFF) + M, torch.int32, device)
-                ws_s = _per_stream(_WS, key, 2 * partials, torch.float32, device)
+                sync_s, ws_s = _lse_stream_buffers(key, M, partials)
                 k = launcher(0, fixed=(mask_arg, ws_s, sync_s, slots))
                 self.direct.append(k)
                 return k
