@@ -14,6 +14,9 @@ from .space import Config, Timing, TuneSettings
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H200: 50 MB)
 _BURST = 20  # back-to-back calls timed for a call's host-bound rate
 _BURSTS = 5  # bursts of them, the median kept
+_HEAD_START_MIN_US = 20.0  # the least GPU delay queued ahead of an unflushed repetition
+_HEAD_START_MAX_US = 2000.0  # and the most (a call whose host side takes longer is rare and slow anyway)
+_cycles_per_us: dict[torch.device, float] = {}
 _flush_buffers: dict[torch.device, torch.Tensor] = {}
 _count_lock = threading.Lock()
 _measured = 0
@@ -53,8 +56,10 @@ def measure(fn: Callable[[], object], device: torch.device, settings: TuneSettin
     """Time ``fn`` on ``device``: ``settings.warmup`` untimed calls, then ``settings.rep`` timed.
 
     Returns the median and inter-quartile spread in microseconds. On CUDA each repetition is timed
-    with events and, with ``settings.flush_l2``, preceded by an L2 flush outside the timed region;
-    with ``settings.host_bound`` the median is at least the per-call time of a burst of
+    with events around the device's work alone: it is preceded (with ``settings.flush_l2``, after
+    an L2 flush) by a GPU delay longer than the call's host side (:func:`_head_start`), so the
+    host has queued the call before the GPU reaches it.
+    With ``settings.host_bound`` the median is at least the per-call time of a burst of
     back-to-back calls, so a call whose host side outlasts its kernel is charged for it.
 
     With ``settings.stop_above_us``, the median of the first ``settings.probe_rep`` repetitions
@@ -92,9 +97,13 @@ def _behind(samples_us: list[float], settings: TuneSettings) -> bool:
 
 def _measure_cuda(fn, device, settings, cfg) -> Timing:
     with torch.cuda.device(device):
+        host_us = []  # each warm-up call's host side (its first may compile)
         for _ in range(settings.warmup):
+            begun = time.perf_counter()
             fn()
+            host_us.append((time.perf_counter() - begun) * 1e6)
         torch.cuda.synchronize()
+        head_start = _head_start(device, statistics.median(host_us))
         samples: list[float] = []
         for part in _parts(settings):
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(part)]
@@ -102,6 +111,7 @@ def _measure_cuda(fn, device, settings, cfg) -> Timing:
             for start, end in zip(starts, ends):
                 if settings.flush_l2:
                     _flush_l2(device)
+                torch.cuda._sleep(head_start)
                 start.record()
                 fn()
                 end.record()
@@ -114,6 +124,37 @@ def _measure_cuda(fn, device, settings, cfg) -> Timing:
         if settings.host_bound:
             median = max(median, _back_to_back_us(fn, min(settings.rep, _BURST)))
     return Timing(cfg, median, spread, len(samples))
+
+
+def _head_start(device: torch.device, host_us: float) -> int:
+    """GPU clock cycles to queue ahead of each timed repetition: twice the call's
+    host side (``host_us``, from the warm-up), within ``_HEAD_START_MIN_US`` and
+    ``_HEAD_START_MAX_US``.
+
+    Events time from the moment the GPU reaches the start event. On an idle GPU that is at once,
+    and the kernel arrives only when the call's host side (checks, allocation, launch) has run,
+    so the events would time the host's part of the call as well as the device's, and calls
+    whose host side outlasts their kernel would all come out near their host time plus their
+    kernel's. A delay queued first keeps the GPU busy while the host queues the start event, the
+    call and the end event, so the events time the device's work alone; the host's part is what
+    ``host_bound``'s back-to-back rate charges."""
+    delay_us = min(max(2.0 * host_us, _HEAD_START_MIN_US), _HEAD_START_MAX_US)
+    return max(1, int(delay_us * _clock_cycles_per_us(device)))
+
+
+def _clock_cycles_per_us(device: torch.device) -> float:
+    """The rate of the clock that ``torch.cuda._sleep`` counts, measured once per device."""
+    rate = _cycles_per_us.get(device)
+    if rate is None:
+        cycles = 1_000_000
+        torch.cuda._sleep(cycles)  # the first launch loads the kernel
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        rate = _cycles_per_us[device] = cycles / max(start.elapsed_time(end) * 1e3, 1e-3)
+    return rate
 
 
 def _back_to_back_us(fn, calls: int, bursts: int = _BURSTS) -> float:
