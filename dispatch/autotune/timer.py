@@ -12,9 +12,11 @@ import torch
 from .space import Config, Timing, TuneSettings
 
 _L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current L2 (H200: 50 MB)
-_BURST = 20  # back-to-back calls timed for a call's host-bound rate
+_BURST = 20  # back-to-back calls timed for a call's host-bound rate, at least
+_BURST_MAX = 200  # and at most: enough for a burst of _BURST_US where the calls are that short
+_BURST_US = 2000.0  # (one synchronisation per burst is then a small share of it)
 _BURSTS = 5  # bursts of them, the median kept
-_HEAD_START_MIN_US = 20.0  # the least GPU delay queued ahead of an unflushed repetition
+_HEAD_START_MIN_US = 50.0  # the least GPU delay queued ahead of a timed repetition
 _HEAD_START_MAX_US = 2000.0  # and the most (a call whose host side takes longer is rare and slow anyway)
 _cycles_per_us: dict[torch.device, float] = {}
 _flush_buffers: dict[torch.device, torch.Tensor] = {}
@@ -103,7 +105,8 @@ def _measure_cuda(fn, device, settings, cfg) -> Timing:
             fn()
             host_us.append((time.perf_counter() - begun) * 1e6)
         torch.cuda.synchronize()
-        head_start = _head_start(device, statistics.median(host_us))
+        host = statistics.median(host_us)
+        head_start = _head_start(device, host)
         samples: list[float] = []
         for part in _parts(settings):
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(part)]
@@ -122,14 +125,15 @@ def _measure_cuda(fn, device, settings, cfg) -> Timing:
                 return Timing(cfg, median, spread, len(samples))
         median, spread = _summary(samples)
         if settings.host_bound:
-            median = max(median, _back_to_back_us(fn, min(settings.rep, _BURST)))
+            calls = min(max(_BURST, int(_BURST_US / max(median, host, 1.0))), _BURST_MAX)
+            median = max(median, _back_to_back_us(fn, calls))
     return Timing(cfg, median, spread, len(samples))
 
 
 def _head_start(device: torch.device, host_us: float) -> int:
-    """GPU clock cycles to queue ahead of each timed repetition: twice the call's
-    host side (``host_us``, from the warm-up), within ``_HEAD_START_MIN_US`` and
-    ``_HEAD_START_MAX_US``.
+    """GPU clock cycles to queue ahead of each timed repetition: four times the call's host side
+    (``host_us``, from the warm-up; the margin covers the delay's own launch and the events'),
+    within ``_HEAD_START_MIN_US`` and ``_HEAD_START_MAX_US``.
 
     Events time from the moment the GPU reaches the start event. On an idle GPU that is at once,
     and the kernel arrives only when the call's host side (checks, allocation, launch) has run,
@@ -138,7 +142,7 @@ def _head_start(device: torch.device, host_us: float) -> int:
     kernel's. A delay queued first keeps the GPU busy while the host queues the start event, the
     call and the end event, so the events time the device's work alone; the host's part is what
     ``host_bound``'s back-to-back rate charges."""
-    delay_us = min(max(2.0 * host_us, _HEAD_START_MIN_US), _HEAD_START_MAX_US)
+    delay_us = min(max(4.0 * host_us, _HEAD_START_MIN_US), _HEAD_START_MAX_US)
     return max(1, int(delay_us * _clock_cycles_per_us(device)))
 
 
