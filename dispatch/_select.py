@@ -10,6 +10,7 @@ or the static order (each backend's priority for the device type).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 
 from attrs import field, frozen
@@ -19,11 +20,12 @@ from ._keys import decision_key, shape_bucket, tune_key
 from ._plugins import Backend, Registry, forced_fault
 from ._settings import Scope, Settings
 from ._spec import CallSpec, Verdict
-from ._tuner import Tuner
+from ._tuner import Tuner, flushes_l2
 from .autotune.cache import DecisionCache, decision_trusted
 from .autotune.space import EMPTY, Config, Timing, TuneResult
 from .autotune.sweep import pick_backend, race_verdict
 from .autotune.tables import ShippedTables, shipped_tables
+from .autotune.timer import interleaved_wall
 from .errors import BackendRefusedError, NoBackendError, TuneError, UnknownBackendError
 
 
@@ -242,6 +244,25 @@ class Selector(Tuner):
             return result.config, "tuned now", result
         return space.default, "default config", None
 
+    def _finals(self, spec, servers, results: dict[str, TuneResult]) -> dict[str, Timing] | None:
+        """Each tuned backend's kernel timed again, all in turns (:func:`interleaved_wall`), where
+        :func:`_finals_wanted` says so; None otherwise (the tunes' timings decide)."""
+        if not _finals_wanted(spec, self.settings.timing, len(results)):
+            return None
+        xs, _ = self._inputs(spec)
+        runs = {}
+        for backend in servers:
+            if backend.name in results:
+                kernel = backend.kernel(spec.op, spec, results[backend.name].config)
+                runs[backend.name] = lambda kernel=kernel: kernel(*xs)
+        try:
+            return interleaved_wall(runs, spec.device)
+        except Exception as exc:  # noqa: BLE001 - the tunes' own timings still decide, and the reason says so
+            why = (f"timing {', '.join(runs)} in turn for {spec.describe()} failed ({type(exc).__name__}: {exc}); "
+                   "the race is decided on the tunes' timings")
+            warnings.warn(why, RuntimeWarning, stacklevel=2)
+            return None
+
     def _race(self, spec, servers, candidates, bucket, dkey, rerace: bool = False) -> Decision:
         with self.shared_inputs(spec):
             return self._race_with_inputs(spec, servers, candidates, bucket, dkey, rerace)
@@ -265,25 +286,38 @@ class Selector(Tuner):
         if not results:
             raise TuneError(f"no backend could be tuned for {spec.describe()}: "
                             + "; ".join(f"{n}: {w}" for n, w in notes.items()))
-        timings = [Timing(Config.of(name=name), r.latency_us, r.spread_us) for name, r in results.items()]
+        finals = self._finals(spec, servers, results)
+        if finals is None:
+            timings = [Timing(Config.of(name=name), r.latency_us, r.spread_us) for name, r in results.items()]
+        else:
+            timings = list(finals.values())
+        latency = {t.config["name"]: t.median_us for t in timings}
         reference = next((b.name for b in servers if b.info.reference), None)
         best = pick_backend(timings, reference)
         winner = best.config["name"]
         result = results[winner]
-        reason = (f"{race_verdict(timings, best, reference)}: {winner} {result.latency_us:.2f} us"
-                  + "".join(f", {n} {r.latency_us:.2f} us" for n, r in results.items() if n != winner))
+        reason = (f"{race_verdict(timings, best, reference)}: {winner} {latency[winner]:.2f} us"
+                  + "".join(f", {n} {us:.2f} us" for n, us in latency.items() if n != winner))
+        if finals is not None:
+            reason += f" (back-to-back calls, {best.reps} rounds in turn)"
         if rerace:
             reason += " (raced again: the cached race's winner was within its own timing noise)"
         self.cache.put(dkey, {"backend": winner, "config": result.config.as_dict(), "reason": reason,
-                              "timings": {n: r.latency_us for n, r in results.items()},
-                              "spread_us": result.spread_us, "reraced": rerace})
-        candidates = [Candidate(c.name, c.verdict, results[c.name].latency_us if c.name in results else None,
+                              "timings": latency, "spread_us": best.spread_us, "reraced": rerace})
+        candidates = [Candidate(c.name, c.verdict, latency[c.name] if c.name in results else None,
                                 results[c.name].config if c.name in results else None, notes.get(c.name, ""),
                                 seconds.get(c.name),
                                 *_split_of(results.get(c.name), c.name in results and c.name in {b.name for b in untuned}))
                       for c in candidates]
         return Decision(spec, winner, result.config, reason, "measured", candidates, bucket,
                         config_source=result.source, tune=result)
+
+
+def _finals_wanted(spec: CallSpec, timing: str, contenders: int) -> bool:
+    """Whether a race's backends are timed once more in turns (:func:`interleaved_wall`): on a GPU,
+    with wall timing, two contenders or more, for calls timed without an L2 flush (calls that
+    take a few microseconds, whose cost is mostly the host's, and drifts with it)."""
+    return spec.device.type == "cuda" and timing == "wall" and contenders > 1 and not flushes_l2(spec)
 
 
 def _split_of(result: TuneResult | None, tuned_now: bool) -> tuple[float | None, float | None]:

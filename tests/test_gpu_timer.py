@@ -1,5 +1,6 @@
 """On a CUDA device: the protocol's timer charges a call's device time to its events and its host
-side to the back-to-back rate, with and without an L2 flush."""
+side to the back-to-back rate, with and without an L2 flush; a race of a call that fits in L2
+times the backends in turns."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 import pytest
 import torch
 
+import dispatch
 from dispatch.autotune import TuneSettings
 from dispatch.autotune.timer import measure
 
@@ -63,3 +65,15 @@ def test_a_long_kernel_is_timed_in_full_after_the_head_start():
     timing = measure(lambda: torch.cuda._sleep(cycles), torch.device("cuda"),
                      TuneSettings(warmup=3, rep=10, flush_l2=False, host_bound=False))
     assert 0.9 * sleep_us <= timing.median_us <= 1.1 * sleep_us + 5.0, (timing.median_us, sleep_us)
+
+
+@pytest.mark.parametrize("shape, in_turns", [((4, 4096), True), ((8192, 8192), False)], ids=["fits-in-l2", "flushed"])
+def test_a_race_times_the_backends_in_turns_where_the_call_fits_in_l2(shape, in_turns):
+    dispatch.configure(autotune=True)
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    out = dispatch.softmax(x, -1)
+    torch.testing.assert_close(out.float(), torch.softmax(x.float(), -1), atol=2e-2, rtol=2e-2)
+    decision = dispatch.explain("softmax", x, -1).decision
+    raced = [c for c in decision.candidates if c.latency_us is not None]
+    assert decision.policy == "measured" and len(raced) >= 2, decision.reason
+    assert ("rounds in turn" in decision.reason) is in_turns, decision.reason

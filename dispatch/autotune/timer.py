@@ -16,6 +16,7 @@ _BURST = 20  # back-to-back calls timed for a call's host-bound rate, at least
 _BURST_MAX = 200  # and at most: enough for a burst of _BURST_US where the calls are that short
 _BURST_US = 2000.0  # (one synchronisation per burst is then a small share of it)
 _BURSTS = 5  # bursts of them, the median kept
+FINAL_ROUNDS = 9  # rounds of interleaved_wall: each contender's median of this many bursts
 _HEAD_START_MIN_US = 50.0  # the least GPU delay queued ahead of a timed repetition
 _HEAD_START_MAX_US = 2000.0  # and the most (a call whose host side takes longer is rare and slow anyway)
 _cycles_per_us: dict[torch.device, float] = {}
@@ -161,7 +162,46 @@ def _clock_cycles_per_us(device: torch.device) -> float:
     return rate
 
 
-def _back_to_back_us(fn, calls: int, bursts: int = _BURSTS) -> float:
+def interleaved_wall(runs: dict[str, Callable[[], object]], device: torch.device,
+                     rounds: int = FINAL_ROUNDS) -> dict[str, Timing]:
+    """Each of ``runs``' per-call wall time of back-to-back calls, in ``rounds`` rounds, every
+    contender once a round, the order rotated each round; ``{name: Timing}`` (config
+    ``{"name": name}``, the median and inter-quartile spread over the rounds, in us).
+
+    What a race between backends compares for calls that are not timed after an L2 flush. A
+    call whose kernel takes a few microseconds costs what its host side costs, and the host of
+    a GPU machine speeds up and slows down by several microseconds a call within a minute: timed
+    one after the other, contenders a microsecond apart come out in whichever order the drift
+    puts them. Timed in turns, every contender meets the same drift. A burst is as many calls
+    as take about ``_BURST_US`` (at least ``_BURST``, at most ``_BURST_MAX``), judged from one
+    burst of ``_BURST`` calls first."""
+    if rounds < 1:
+        raise ValueError(f"'rounds' must be >= 1 (got {rounds!r})")
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            return _interleaved_wall(runs, rounds, torch.cuda.synchronize)
+    return _interleaved_wall(runs, rounds, lambda: None)
+
+
+def _interleaved_wall(runs, rounds, sync) -> dict[str, Timing]:
+    names = list(runs)
+    calls = {}
+    for name in names:
+        per_call = _back_to_back_us(runs[name], _BURST, bursts=1, sync=sync)  # also warms it up
+        calls[name] = min(max(_BURST, int(_BURST_US / max(per_call, 1.0))), _BURST_MAX)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(_back_to_back_us(runs[name], calls[name], bursts=1, sync=sync))
+    out = {}
+    for name, values in samples.items():
+        median, spread = _summary(values)
+        out[name] = Timing(Config({"name": name}), median, spread, len(values))
+    return out
+
+
+def _back_to_back_us(fn, calls: int, bursts: int = _BURSTS, sync: Callable[[], object] = torch.cuda.synchronize
+                     ) -> float:
     """Per-call wall time of ``calls`` calls issued back to back (one synchronisation at the end),
     the median of ``bursts`` such bursts (one burst is at the mercy of whatever else the host does
     during it: a race between candidates a few microseconds apart needs the median).
@@ -170,11 +210,11 @@ def _back_to_back_us(fn, calls: int, bursts: int = _BURSTS) -> float:
     leaves the GPU idle between calls, which this rate shows and the events do not."""
     rates = []
     for _ in range(bursts):
-        torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
+        sync()
         rates.append((time.perf_counter() - start) / calls * 1e6)
     return statistics.median(rates)
 
