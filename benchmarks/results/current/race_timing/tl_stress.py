@@ -1,60 +1,99 @@
-"""TileLang cluster kernels at 4x262144 under concurrent graph replays: hunt the rare NaN output."""
-import sys, os, torch, dispatch
+"""TileLang's 4x262144 bf16 kernels under concurrent CUDA-graph replays: the rare NaN hunted.
+
+The pattern of ``tests/test_gpu_launch.py::test_concurrent_replays_and_eager_calls_do_not_corrupt_each_other``
+(two graphs replayed on two streams beside eager calls on a third, five rounds), ``TRIALS`` times:
+
+    python3 tl_stress.py OUT_DIR [TRIALS]            # through dispatch (the tuned config), with and
+                                                     # without a matmul on a fourth stream; the
+                                                     # log_softmax kernel's CUDA source to OUT_DIR
+    python3 tl_stress.py OUT_DIR [TRIALS] --configs  # every config of the space, called directly
+"""
+import os
+import sys
+
+import torch
+
+import dispatch
 from dispatch.tolerance import mismatch
-R = sys.argv[1]; TRIALS = int(sys.argv[2]) if len(sys.argv) > 2 else 30
-shape = (4, 262144)
+
+SHAPE = (4, 262144)
+
+
 def X(seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.randn(shape, device="cuda", generator=g) * 4).to(torch.bfloat16)
-def describe(o, want):
-    nan = int(torch.isnan(o.float()).sum()); sent = int((o.float() == 7.0).sum())
-    return f"nan={nan} sentinel7={sent} of {o.numel()}"
-big = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-for op in ["log_softmax", "softmax", "logsumexp"]:
-    ours = lambda x: getattr(dispatch, op)(x, -1, backend="tilelang")
-    theirs = lambda x: getattr(torch, op)(x, -1)
-    ex = X(3); want = theirs(ex); ours(ex)
-    cfg = dispatch.explain(op, ex, -1, backend="tilelang").decision.config
-    print(op, "config", cfg, flush=True)
-    for load in (False, True):
-        bad = []; total = 0
-        for trial in range(TRIALS):
-            xs = [X(1), X(2)]; graphs = []
-            for x in xs:
-                fn = lambda x=x: ours(x)
-                side = torch.cuda.Stream(); side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(3): fn()
-                torch.cuda.current_stream().wait_stream(side)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g): o = fn()
-                graphs.append((g, o))
-            streams = [torch.cuda.Stream() for _ in range(4)]; eo = []
-            for _ in range(5):
-                if load:
-                    with torch.cuda.stream(streams[3]):
-                        for _ in range(3): big @ big
-                for st, (g, _) in zip(streams, graphs):
-                    st.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(st): g.replay()
-                with torch.cuda.stream(streams[2]):
-                    s = torch.full(want.shape, 7.0, dtype=want.dtype, device="cuda"); del s
-                    eo.append(ours(ex))
-            torch.cuda.synchronize()
-            for x, (_, o) in zip(xs, graphs):
-                total += 1
-                if mismatch(o, theirs(x)) is not None: bad.append(("graph", trial, describe(o, None)))
-            for o in eo:
-                total += 1
-                if mismatch(o, want) is not None: bad.append(("eager", trial, describe(o, want)))
-            del graphs
-        print(op, "load" if load else "no load", f"bad {len(bad)} of {total}", bad[:6], flush=True)
-try:
+    return (torch.randn(SHAPE, device="cuda", generator=g) * 4).to(torch.bfloat16)
+
+
+def trials(ours, theirs, n, load):
+    """Wrong outputs of ``n`` trials of the pattern: (graph or eager, trial, what was wrong)."""
+    big = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    ex = X(3)
+    want = theirs(ex)
+    bad = []
+    for trial in range(n):
+        xs = [X(1), X(2)]
+        graphs = []
+        for x in xs:
+            fn = lambda x=x: ours(x)  # noqa: E731
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    fn()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                o = fn()
+            graphs.append((g, o))
+        streams = [torch.cuda.Stream() for _ in range(4)]
+        eager = []
+        for _ in range(5):
+            if load:
+                with torch.cuda.stream(streams[3]):
+                    for _ in range(2):
+                        big @ big
+            for st, (g, _) in zip(streams, graphs):
+                st.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(st):
+                    g.replay()
+            with torch.cuda.stream(streams[2]):
+                eager.append(ours(ex))
+        torch.cuda.synchronize()
+        for x, (_, o) in zip(xs, graphs):
+            m = mismatch(o, theirs(x))
+            if m is not None:
+                bad.append(("graph", trial, m[:70]))
+        for o in eager:
+            m = mismatch(o, want)
+            if m is not None:
+                bad.append(("eager", trial, m[:70]))
+    return bad, n * 7
+
+
+def main():
+    out, n = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 30
+    if "--configs" in sys.argv:
+        from dispatch_tilelang.build import build
+        from dispatch_tilelang.configs import cuda_config_space
+        for op in ["log_softmax", "softmax"]:
+            for cfg in cuda_config_space(op, *SHAPE, "bfloat16"):
+                kernel = build(op, *SHAPE, torch.bfloat16, torch.bfloat16, cfg, "cuda")
+                bad, total = trials(kernel, lambda x, op=op: getattr(torch, op)(x, -1), n, load=True)
+                print(op, cfg, f"bad {len(bad)} of {total}", bad[:4], flush=True)
+        return
+    for op in ["log_softmax", "softmax", "logsumexp"]:
+        ours = lambda x, op=op: getattr(dispatch, op)(x, -1, backend="tilelang")  # noqa: E731
+        ours(X(3))
+        print(op, "config", dispatch.explain(op, X(3), -1, backend="tilelang").decision.config, flush=True)
+        for load in (False, True):
+            bad, total = trials(ours, lambda x, op=op: getattr(torch, op)(x, -1), n, load)
+            print(op, "load" if load else "no load", f"bad {len(bad)} of {total}", bad[:6], flush=True)
     from dispatch_tilelang.build import build
     cfg = dispatch.explain("log_softmax", X(1), -1, backend="tilelang").decision.config
-    ck = build("log_softmax", 4, 262144, torch.bfloat16, torch.bfloat16, cfg.as_dict(), "cuda")
-    src = ck.kernel.get_kernel_source()
-    open(os.path.join(R, "tl_log_softmax_4x262144.cu"), "w").write(src)
-    print("source lines", src.count("\n"))
-except Exception:
-    import traceback; traceback.print_exc()
+    src = build("log_softmax", *SHAPE, torch.bfloat16, torch.bfloat16, cfg.as_dict(), "cuda").kernel.get_kernel_source()
+    with open(os.path.join(out, "tl_log_softmax_4x262144.cu"), "w") as f:
+        f.write(src)
+
+
+if __name__ == "__main__":
+    main()
