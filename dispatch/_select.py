@@ -244,7 +244,7 @@ class Selector(Tuner):
             return result.config, "tuned now", result
         return space.default, "default config", None
 
-    def _finals(self, spec, servers, results: dict[str, TuneResult]) -> dict[str, Timing] | None:
+    def timed_in_turns(self, spec, servers, results: dict[str, TuneResult]) -> dict[str, Timing] | None:
         """Each tuned backend's kernel timed again, all in turns (:func:`interleaved_wall`), where
         :func:`_finals_wanted` says so; None otherwise (the tunes' timings decide)."""
         if not _finals_wanted(spec, self.settings.timing, len(results)):
@@ -286,7 +286,7 @@ class Selector(Tuner):
         if not results:
             raise TuneError(f"no backend could be tuned for {spec.describe()}: "
                             + "; ".join(f"{n}: {w}" for n, w in notes.items()))
-        finals = self._finals(spec, servers, results)
+        finals = self.timed_in_turns(spec, servers, results)
         if finals is None:
             timings = [Timing(Config.of(name=name), r.latency_us, r.spread_us) for name, r in results.items()]
         else:

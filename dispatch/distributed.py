@@ -234,14 +234,18 @@ class _Agreement:
                                                       self.selector.settings, self.selector.progress)
         by_name = {b.name: b for b in self.servers}
         out: dict[str, Any] = {}
+        results = {}
         with tuner.shared_inputs(self.spec):
             _, compiled = tuner.compile_for_race(self.spec, [by_name[name] for name in common])
             for name in common:
                 try:
-                    result = tuner.tune(by_name[name], self.spec, compiled=compiled.get(name))
-                    out[name] = {"latency_us": result.latency_us, "config": result.config.as_dict()}
+                    results[name] = tuner.tune(by_name[name], self.spec, compiled=compiled.get(name))
+                    out[name] = {"latency_us": results[name].latency_us, "config": results[name].config.as_dict()}
                 except Exception as exc:  # this rank's backend faulted: it can't win for the group
                     out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+            finals = tuner.timed_in_turns(self.spec, [by_name[name] for name in common], results)  # as a local race
+        for name, timing in (finals or {}).items():
+            out[name]["latency_us"] = timing.median_us
         return out
 
     # -- the answer (a pure function of what the ranks posted) -----------------------------------

@@ -2,38 +2,45 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
+from dispatch.autotune import timer
 from dispatch.autotune.timer import interleaved_wall
 
 CPU = torch.device("cpu")
 
 
-def _spin(us: float) -> None:
-    until = time.perf_counter() + us * 1e-6
-    while time.perf_counter() < until:
-        pass
+class _Clock:
+    """A host whose calls slow down as time goes on, on a clock of its own (so the test does not
+    depend on how busy the machine running it is): a call of ``base`` us takes ``base`` plus 5 us
+    for every millisecond gone since ``start``."""
+
+    def __init__(self):
+        self.now = self.start = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def call(self, base_us: float):
+        def run():
+            self.now += (base_us + (self.now - self.start) * 5000.0) * 1e-6
+        return run
 
 
-def test_contenders_timed_in_turns_are_ranked_by_their_own_cost_while_the_host_slows_down():
+def test_contenders_timed_in_turns_are_ranked_by_their_own_cost_while_the_host_slows_down(monkeypatch):
     """The host slows every call down more and more as the timing goes on (as a GPU machine's host
     drifts within a minute). Timed one after the other, the contender timed later takes the blame
     and the cheaper call (100 against 200 us) comes out dearer; timed in turns, both meet the same
     drift and the cheaper call ranks first."""
-    begun = [time.perf_counter()]
-
-    def drift() -> float:  # 0 us at the start, growing 5 us a millisecond
-        return (time.perf_counter() - begun[0]) * 5000.0
-
-    runs = {"dear": lambda: _spin(200.0 + drift()), "cheap": lambda: _spin(100.0 + drift())}
+    clock = _Clock()
+    monkeypatch.setattr(timer, "time", clock)
+    runs = {"dear": clock.call(200.0), "cheap": clock.call(100.0)}
     in_turns = interleaved_wall(runs, CPU, rounds=5)
     assert in_turns["cheap"].median_us < in_turns["dear"].median_us, in_turns
     assert all(t.reps == 5 and t.config["name"] == name for name, t in in_turns.items())
 
-    begun[0] = time.perf_counter()  # the same drift, the contenders timed one after the other
+    clock.start = clock.now  # the same drift from the start, the contenders timed one after the other
     one_by_one = {**interleaved_wall({"dear": runs["dear"]}, CPU, rounds=5),
                   **interleaved_wall({"cheap": runs["cheap"]}, CPU, rounds=5)}
     assert one_by_one["cheap"].median_us > one_by_one["dear"].median_us, one_by_one  # the drift decides there
