@@ -111,7 +111,8 @@ class Dispatcher:
         spec = decl.spec(values)
         if spec.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return self._call_in_capture(spec, key, backend, decl.tensors_of(values))
-        return self.call(decl.name, key, spec, backend, decl.tensors_of(values))
+        return self.call(decl.name, key, spec, backend, decl.tensors_of(values),
+                         views_keyed=getattr(key_fn, "views_keyed", False))
 
     def _call_in_capture(self, spec: CallSpec, key, forced: str | None, tensors: tuple) -> torch.Tensor:
         """A key met for the first time while a CUDA graph is captured: nothing may sync or run
@@ -130,14 +131,17 @@ class Dispatcher:
             kernel = differentiable(kernel, backward_for(backend, spec))
         if key is not None:
             self.decisions.setdefault(spec.op, {})[key] = decision
+        if not backend.info.reference and _has_views(tensors):
+            tensors = _resolved(tensors)  # kernels read raw memory (the user's views are untouched)
         return kernel(*tensors)
 
     def call(self, op: str, key: tuple | None, spec: CallSpec, forced: str | None,
-             tensors: tuple) -> torch.Tensor:
+             tensors: tuple, views_keyed: bool = False) -> torch.Tensor:
         """Resolve ``key`` (once, under its lock), validate the backend on this input, and run it.
 
         Kernels run outside the lock, so a kernel that faults and is retried never waits on a lock
-        its own thread holds.
+        its own thread holds. ``views_keyed``: the key was made by a key function that keys
+        negated and conjugated views apart (the native key's ``views_keyed``).
         """
         table = self.tables.setdefault(op, {})
         decisions = self.decisions.setdefault(op, {})
@@ -145,7 +149,8 @@ class Dispatcher:
         with lock:
             fn = table.get(key) if key is not None else None
             if fn is None:
-                fn, out, decision = self._resolve(spec, forced, key, tensors)
+                plain = views_keyed and key is not None and not _has_views(tensors)
+                fn, out, decision = self._resolve(spec, forced, key, tensors, plain)
                 if key is not None:
                     if len(table) >= MAX_KEYS_PER_OP:  # many distinct shapes: start over rather than grow
                         table.clear()
@@ -159,11 +164,11 @@ class Dispatcher:
                     return out
         return fn(*tensors)
 
-    def _resolve(self, spec: CallSpec, forced: str | None, key, tensors: tuple):
+    def _resolve(self, spec: CallSpec, forced: str | None, key, tensors: tuple, plain: bool = False):
         while True:
             decision = self.decide(spec, forced)
             try:
-                fn = self._build(decision, key)
+                fn = self._build(decision, key, plain)
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # dispatch_kernel raised (or exited): a fault of that backend
@@ -191,7 +196,7 @@ class Dispatcher:
             self._backwards[key] = fn
         return fn
 
-    def _build(self, decision: Decision, key) -> Callable[..., torch.Tensor]:
+    def _build(self, decision: Decision, key, plain: bool = False) -> Callable[..., torch.Tensor]:
         backend = _plugins.registry().backends[decision.backend]
         spec = decision.spec
         kernel = backend.kernel(spec.op, spec, decision.config)
@@ -199,21 +204,38 @@ class Dispatcher:
             return kernel  # torch's own ops: autograd and errors are torch's
         if spec.requires_grad:
             kernel = differentiable(kernel, backward_for(backend, spec))
-        return self._guarded(kernel, decision, key)
+        return self._guarded(kernel, decision, key, plain)
 
-    def _guarded(self, kernel, decision: Decision, key):
+    def _guarded(self, kernel, decision: Decision, key, plain: bool = False):
         """``kernel`` with two things added per call: a lazily negated (or, for complex dtypes,
         conjugated) view is resolved first (kernels read raw memory), and a kernel that raises is
         quarantined for the key and the call served again. A conjugate bit exists only on complex
         tensors, so calls of real dtypes check the negation bit alone; a one-tensor op gets a
-        wrapper without a loop (the common hot path)."""
+        wrapper without a loop (the common hot path). With ``plain`` (the key says that none of the
+        call's tensors is such a view: see :meth:`call`) there is nothing to look for."""
         tensors_spec = decision.spec.tensors
         complex_ = any(t.present and t.dtype.is_complex for t in tensors_spec)
 
         def fault(exc: BaseException, tensors: tuple) -> torch.Tensor:
-            return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc)
+            return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc, plain)
 
-        if len(tensors_spec) == 1 and not complex_:
+        if plain and len(tensors_spec) == 1:
+            def guarded(x: torch.Tensor) -> torch.Tensor:
+                try:
+                    return kernel(x)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # SystemExit included: a kernel cannot end the process
+                    return fault(exc, (x,))
+        elif plain:
+            def guarded(*tensors: torch.Tensor) -> torch.Tensor:
+                try:
+                    return kernel(*tensors)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # SystemExit included: a kernel cannot end the process
+                    return fault(exc, tensors)
+        elif len(tensors_spec) == 1 and not complex_:
             def guarded(x: torch.Tensor) -> torch.Tensor:
                 if x.is_neg():
                     x = _opdecl.with_strides(x, x.stride())  # a new tensor: the user's view is untouched
@@ -293,14 +315,14 @@ class Dispatcher:
             warnings.warn(message + " and the next backend serves it", FaultWarning, stacklevel=4)
 
     def _fault_and_rerun(self, decision: Decision, key, what: str, tensors: tuple,
-                         exc: BaseException) -> torch.Tensor:
+                         exc: BaseException, views_keyed: bool = False) -> torch.Tensor:
         self._fault(decision, what, exc)
         op = decision.spec.op
         if key is not None:
             self.tables.get(op, {}).pop(key, None)
             self.decisions.get(op, {}).pop(key, None)
         forced = None  # a forced backend raised above: only chosen backends fall back
-        return self.call(op, key, decision.spec, forced, tensors)
+        return self.call(op, key, decision.spec, forced, tensors, views_keyed)
 
 
 _RUN_AGAIN = object()
@@ -310,6 +332,11 @@ def _tracing() -> bool:
     """Whether torch.compile or torch.export is tracing this call (never true in eager code)."""
     compiler = getattr(torch, "compiler", None)
     return compiler is not None and compiler.is_compiling()
+
+
+def _has_views(tensors: tuple) -> bool:
+    """Whether any of ``tensors`` is a lazily negated or conjugated view (kernels read raw memory)."""
+    return any(t is not None and (t.is_neg() or t.is_conj()) for t in tensors)
 
 
 def _resolved(tensors: tuple) -> tuple:

@@ -141,6 +141,7 @@ class OpFunction:
         exec(compile(source, f"<dispatch op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
         self.function: Callable[..., torch.Tensor] = namespace[decl.name]
         self.key: Callable[..., tuple] = namespace["key"]
+        self.key.views_keyed = self.native  # the native key keys negated and conjugated views apart
         self.function.__doc__ = decl.doc or f"``{decl.name}``, served by the best backend for the call."
         self.function.__qualname__ = decl.name
         self.function.__module__ = "dispatch"

@@ -3,7 +3,8 @@
 ``make(name, fault=...)`` builds a fresh plugin object; ``fault`` makes it misbehave on purpose:
 "raise" (every kernel call raises), "nan" (returns NaN), "wrong" (off by 10%), "slow" (sleeps),
 "writes input" (right result, then zeroes its input), "alias" (writes its result into its input and
-returns the input), "raise later" (raises from its third call on).
+returns the input), "raise later" (raises from its third call on), "raw memory" (reads the input's
+memory as a GPU kernel does, so a lazily negated view reads as its raw values).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def make(name: str = "chunked", fault: str | None = None, priority: int = 50, ca
                 raise RuntimeError(f"{name} kernel crashed")
             if fault == "slow":
                 time.sleep(0.002)
+            if fault == "raw memory":  # the storage as it is, without the view's negation bit
+                x = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage(), x.storage_offset(), x.shape, x.stride())
             out = inner(x)
             if fault == "nan":
                 return torch.full_like(out, float("nan"))

@@ -79,6 +79,15 @@ def test_the_native_key_refuses_what_it_cannot_key_and_the_call_gets_torchs_own_
     assert str(ours.value).splitlines()[0] == str(theirs.value).splitlines()[0]
 
 
+@native
+def test_the_native_key_keys_negated_and_conjugated_views_apart():
+    key = _native.tensor_key()
+    y = torch.randn(4, 6)
+    assert key(torch._neg_view(y)) != key(y) == key(y.clone())
+    z = torch.randn(4, 6, dtype=torch.complex64)
+    assert len({key(z), key(z.conj()), key(torch._neg_view(z))}) == 3
+
+
 @pytest.fixture(params=["native", "python"])
 def call_key(request):
     """Op functions made afresh with one key or the other."""
@@ -92,6 +101,12 @@ def call_key(request):
     DISPATCHER.functions.update(saved)
 
 
+def _op(name: str):
+    """``dispatch.<name>`` as the ``call_key`` fixture made it (``dispatch.softmax`` itself was made
+    at import, with the process's key)."""
+    return DISPATCHER.function(name).function
+
+
 def test_op_functions_use_the_key_they_were_made_with(call_key):
     assert dispatch._dispatcher.DISPATCHER.function("softmax").native is (call_key == "native")
 
@@ -101,10 +116,10 @@ def test_calls_that_differ_in_any_keyed_fact_resolve_apart_and_are_right(call_ke
     x = torch.randn(4, 6)
     calls = [x, x.clone(), x.t(), x[:, :3], x.to(torch.float64), x.as_subclass(Marked)]
     for t in calls:
-        torch.testing.assert_close(dispatch.softmax(t, -1), torch.softmax(t, -1))
+        torch.testing.assert_close(_op("softmax")(t, -1), torch.softmax(t, -1))
     assert len(table) == 5  # x and its clone share a key
     before = len(table)
-    torch.testing.assert_close(dispatch.softmax(x, 1), torch.softmax(x, 1))  # dim 1 is not dim -1
+    torch.testing.assert_close(_op("softmax")(x, 1), torch.softmax(x, 1))  # dim 1 is not dim -1
     assert len(table) == before + 1
 
 
@@ -112,11 +127,11 @@ def test_a_call_autograd_records_is_keyed_apart_and_gets_a_gradient(call_key):
     table = DISPATCHER.tables.setdefault("softmax", {})
     x = torch.randn(3, 5)
     w = x.clone().requires_grad_()
-    dispatch.softmax(x, -1)
+    _op("softmax")(x, -1)
     with torch.no_grad():
-        assert dispatch.softmax(w, -1).grad_fn is None
+        assert _op("softmax")(w, -1).grad_fn is None
     assert len(table) == 1  # under no_grad, w's call is x's
-    y = dispatch.softmax(w, -1)
+    y = _op("softmax")(w, -1)
     assert y.grad_fn is not None and len(table) == 2
     g, v = torch.randn(3, 5), x.clone().requires_grad_()
     (y * g).sum().backward()
@@ -127,16 +142,16 @@ def test_a_call_autograd_records_is_keyed_apart_and_gets_a_gradient(call_key):
 def test_a_norm_with_an_absent_optional_weight_is_keyed_apart_from_one_with_it(call_key):
     table = DISPATCHER.tables.setdefault("rms_norm", {})
     x, w = torch.randn(4, 8), torch.rand(8)
-    torch.testing.assert_close(dispatch.rms_norm(x, [8]), torch.nn.functional.rms_norm(x, [8]))
-    torch.testing.assert_close(dispatch.rms_norm(x, [8], w), torch.nn.functional.rms_norm(x, [8], w))
+    torch.testing.assert_close(_op("rms_norm")(x, [8]), torch.nn.functional.rms_norm(x, [8]))
+    torch.testing.assert_close(_op("rms_norm")(x, [8], w), torch.nn.functional.rms_norm(x, [8], w))
     assert len(table) == 2
 
 
 def test_a_float_dim_after_a_resolved_int_dim_raises_torchs_error(call_key):
     x = torch.randn(2, 3)
-    dispatch.softmax(x, 1)
+    _op("softmax")(x, 1)
     with pytest.raises(TypeError):
-        dispatch.softmax(x, 1.0)
+        _op("softmax")(x, 1.0)
 
 
 def test_a_build_that_fails_is_reported_once_recorded_and_not_tried_again(tmp_path, monkeypatch):
@@ -219,3 +234,19 @@ def test_processes_started_together_build_the_native_key_once(tmp_path):
     assert all(out.strip().startswith("native (") for out, _ in outs), outs
     assert sum(err.count("dispatch: building its native call key") for _, err in outs) == 1
     assert len(list((tmp_path / "native").glob("*/*.so"))) == 1
+
+
+def test_a_negated_view_called_after_a_tensor_of_the_same_facts_gets_its_sign(call_key):
+    """A kernel that reads raw memory is resolved for a plain tensor first; a negated view of the
+    same shape, strides and dtype must not be served as if it were plain, whichever key the call
+    got, however the calls alternate."""
+    import chunked_backend
+
+    dispatch.register(chunked_backend.make("raw", fault="raw memory"))
+    softmax = _op("softmax")
+    y = torch.randn(4, 64)
+    x = torch._neg_view(y.clone())  # reads as -y
+    for _ in range(2):
+        torch.testing.assert_close(softmax(y, -1, backend="raw"), torch.softmax(y, -1))
+        torch.testing.assert_close(softmax(x, -1, backend="raw"), torch.softmax(-y, -1))
+    assert x.is_neg() and torch.equal(torch._neg_view(x), y)  # the user's view is untouched

@@ -87,3 +87,17 @@ def test_tuning_on_cuda_yields_a_config_and_a_latency(backend, shape):
     assert mismatch(out, torch.softmax(x, -1)) is None
     decision = dispatch.explain("softmax", x, -1, backend=backend).decision
     assert decision.config and decision.tune is not None and decision.tune.latency_us > 0
+
+
+@pytest.mark.parametrize("op", ["softmax", "logsumexp"])
+def test_a_negated_view_gets_its_sign_beside_calls_on_plain_tensors(backend, op):
+    """GPU kernels read raw memory: a lazily negated view (what ``z.conj().imag`` gives) of the
+    same shape, strides and dtype as a plain tensor called before it is keyed apart and resolved."""
+    y = _x((32, 4096), torch.bfloat16)
+    x = torch._neg_view(y.clone())
+    fn = getattr(dispatch, op)
+    for _ in range(2):
+        assert mismatch(fn(y, -1, backend=backend), getattr(torch, op)(y, -1)) is None
+        assert mismatch(fn(x, -1, backend=backend), getattr(torch, op)(-y, -1)) is None
+    assert x.is_neg() and torch.equal(torch._neg_view(x), y)
+

@@ -2,8 +2,10 @@
 // TensorImpl: what the Python key reads through five attribute lookups (class, dtype, device,
 // shape, strides, and whether autograd records the call), as one bytes object, in ~40 ns.
 //
-// Layout (int64 words): class address, scalar type, device (type << 16 | index), autograd bit,
-// rank, sizes, strides. Every class met is held in a set for the life of the process, so no two
+// Layout (int64 words): class address, scalar type, device (type << 16 | index), flags (1: autograd
+// records the call, 2: the tensor is a negated view, 4: a conjugated one), rank, sizes, strides.
+// The view bits keep calls on such views under keys of their own, so that the kernels resolved for
+// the others need not look for them on every call. Every class met is held in a set for the life of the process, so no two
 // classes ever share an address in a key.
 //
 // A tensor without strides (sparse, nested) raises RuntimeError and one with symbolic sizes
@@ -89,7 +91,8 @@ PyObject* tensor_key(PyObject*, PyObject* obj) {
     words[0] = static_cast<int64_t>(reinterpret_cast<intptr_t>(cls));
     words[1] = static_cast<int64_t>(impl->dtype().toScalarType());
     words[2] = (static_cast<int64_t>(device.type()) << 16) | static_cast<uint16_t>(device.index());
-    words[3] = (impl->requires_grad() && c10::GradMode::is_enabled()) ? 1 : 0;
+    words[3] = ((impl->requires_grad() && c10::GradMode::is_enabled()) ? 1 : 0) | (impl->is_neg() ? 2 : 0) |
+               (impl->is_conj() ? 4 : 0);
     words[4] = rank;
     const auto sizes = impl->sizes();
     const auto strides = impl->strides();
