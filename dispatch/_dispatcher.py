@@ -207,38 +207,20 @@ class Dispatcher:
         return self._guarded(kernel, decision, key, plain)
 
     def _guarded(self, kernel, decision: Decision, key, plain: bool = False):
-        """``kernel`` with two things added per call: a lazily negated (or, for complex dtypes,
-        conjugated) view is resolved first (kernels read raw memory), and a kernel that raises is
-        quarantined for the key and the call served again. A conjugate bit exists only on complex
-        tensors, so calls of real dtypes check the negation bit alone; a one-tensor op gets a
-        wrapper without a loop (the common hot path). With ``plain`` (the key says that none of the
-        call's tensors is such a view: see :meth:`call`) there is nothing to look for."""
+        """``kernel`` with two things added per call: a kernel that raises is quarantined for the
+        key and the call served again; and, unless ``plain`` (the key says that none of the call's
+        tensors is such a view: see :meth:`call`), a lazily negated (or, for complex dtypes,
+        conjugated) view is resolved first (kernels read raw memory). A conjugate bit exists only
+        on complex tensors, so calls of real dtypes check the negation bit alone; a one-tensor op
+        gets wrappers without a loop (the common hot path)."""
         tensors_spec = decision.spec.tensors
         complex_ = any(t.present and t.dtype.is_complex for t in tensors_spec)
 
         def fault(exc: BaseException, tensors: tuple) -> torch.Tensor:
             return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc, plain)
 
-        if plain and len(tensors_spec) == 1:
-            def guarded(x: torch.Tensor) -> torch.Tensor:
-                try:
-                    return kernel(x)
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:  # SystemExit included: a kernel cannot end the process
-                    return fault(exc, (x,))
-        elif plain:
-            def guarded(*tensors: torch.Tensor) -> torch.Tensor:
-                try:
-                    return kernel(*tensors)
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:  # SystemExit included: a kernel cannot end the process
-                    return fault(exc, tensors)
-        elif len(tensors_spec) == 1 and not complex_:
-            def guarded(x: torch.Tensor) -> torch.Tensor:
-                if x.is_neg():
-                    x = _opdecl.with_strides(x, x.stride())  # a new tensor: the user's view is untouched
+        if len(tensors_spec) == 1:
+            def run(x: torch.Tensor) -> torch.Tensor:
                 try:
                     return kernel(x)
                 except KeyboardInterrupt:
@@ -246,17 +228,27 @@ class Dispatcher:
                 except BaseException as exc:  # SystemExit included: a kernel cannot end the process
                     return fault(exc, (x,))
         else:
-            def guarded(*tensors: torch.Tensor) -> torch.Tensor:
-                for t in tensors:
-                    if t is not None and (t.is_neg() or (complex_ and t.is_conj())):
-                        tensors = _resolved(tensors)
-                        break
+            def run(*tensors: torch.Tensor) -> torch.Tensor:
                 try:
                     return kernel(*tensors)
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:  # SystemExit included: a kernel cannot end the process
                     return fault(exc, tensors)
+        if plain:
+            guarded = run
+        elif len(tensors_spec) == 1 and not complex_:
+            def guarded(x: torch.Tensor) -> torch.Tensor:
+                if x.is_neg():
+                    x = _opdecl.with_strides(x, x.stride())  # a new tensor: the user's view is untouched
+                return run(x)
+        else:
+            def guarded(*tensors: torch.Tensor) -> torch.Tensor:
+                for t in tensors:
+                    if t is not None and (t.is_neg() or (complex_ and t.is_conj())):
+                        tensors = _resolved(tensors)
+                        break
+                return run(*tensors)
         guarded.__wrapped__ = kernel
         return guarded
 
