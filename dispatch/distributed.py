@@ -228,7 +228,9 @@ class _Agreement:
         return tuned.config if tuned is not None else space.default
 
     def _race(self, common: list[str]) -> dict[str, Any]:
-        """This rank's tuned latency and config for each backend in ``common`` (or why it failed)."""
+        """This rank's tuned latency and config for each backend in ``common`` (or why it failed);
+        for a call that fits in L2, the latencies of the backends timed in turns, as a local race
+        decides on them (:meth:`Selector.timed_in_turns`)."""
         writer = self._may_write()
         tuner = self.selector if writer else Selector(self.selector.registry, _ReadOnly(self.selector.cache),
                                                       self.selector.settings, self.selector.progress)
