@@ -17,8 +17,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("backends", "plugins", "benchmarks")
 
-# (file, use) pairs still allowed: none.
-KNOWN: set[tuple[str, str]] = set()
+# (file, use) pairs still allowed: a results script that times the dispatcher's own two wrappers of
+# one resolved call against each other, which no public name reaches.
+_VIEW_BIT = "benchmarks/results/current/launch/view_bit/plain_ab.py"
+KNOWN: set[tuple[str, str]] = {(_VIEW_BIT, "from dispatch._dispatcher import ..."),
+                               (_VIEW_BIT, "from dispatch import _native")}
 
 
 def _private(dotted: str) -> bool:
