@@ -5,8 +5,8 @@
 // Layout (int64 words): class address, scalar type, device (type << 16 | index), flags (1: autograd
 // records the call, 2: the tensor is a negated view, 4: a conjugated one), rank, sizes, strides.
 // The view bits keep calls on such views under keys of their own, so that the kernels resolved for
-// the others need not look for them on every call. Every class met is held in a set for the life of the process, so no two
-// classes ever share an address in a key.
+// the others need not look for them on every call. Every class met is held in a set for the life
+// of the process, so no two classes ever share an address in a key.
 //
 // A tensor without strides (sparse, nested) raises RuntimeError and one with symbolic sizes
 // raises TypeError, as the Python key does: the op function then resolves the call each time.
