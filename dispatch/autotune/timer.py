@@ -126,8 +126,7 @@ def _measure_cuda(fn, device, settings, cfg) -> Timing:
                 return Timing(cfg, median, spread, len(samples))
         median, spread = _summary(samples)
         if settings.host_bound:
-            calls = min(max(_BURST, int(_BURST_US / max(median, host, 1.0))), _BURST_MAX)
-            median = max(median, _back_to_back_us(fn, calls))
+            median = max(median, _back_to_back_us(fn, _burst_calls(max(median, host))))
     return Timing(cfg, median, spread, len(samples))
 
 
@@ -172,9 +171,8 @@ def interleaved_wall(runs: dict[str, Callable[[], object]], device: torch.device
     call whose kernel takes a few microseconds costs what its host side costs, and the host of
     a GPU machine speeds up and slows down by several microseconds a call within a minute: timed
     one after the other, contenders a microsecond apart come out in whichever order the drift
-    puts them. Timed in turns, every contender meets the same drift. A burst is as many calls
-    as take about ``_BURST_US`` (at least ``_BURST``, at most ``_BURST_MAX``), judged from one
-    burst of ``_BURST`` calls first."""
+    puts them. Timed in turns, every contender meets the same drift. A burst's length
+    (:func:`_burst_calls`) is judged from one burst of ``_BURST`` calls first."""
     if rounds < 1:
         raise ValueError(f"'rounds' must be >= 1 (got {rounds!r})")
     if device.type == "cuda":
@@ -185,19 +183,19 @@ def interleaved_wall(runs: dict[str, Callable[[], object]], device: torch.device
 
 def _interleaved_wall(runs, rounds, sync) -> dict[str, Timing]:
     names = list(runs)
-    calls = {}
-    for name in names:
-        per_call = _back_to_back_us(runs[name], _BURST, bursts=1, sync=sync)  # also warms it up
-        calls[name] = min(max(_BURST, int(_BURST_US / max(per_call, 1.0))), _BURST_MAX)
+    # each contender's burst length, from a first burst (which also warms it up)
+    calls = {name: _burst_calls(_back_to_back_us(runs[name], _BURST, bursts=1, sync=sync)) for name in names}
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             samples[name].append(_back_to_back_us(runs[name], calls[name], bursts=1, sync=sync))
-    out = {}
-    for name, values in samples.items():
-        median, spread = _summary(values)
-        out[name] = Timing(Config({"name": name}), median, spread, len(values))
-    return out
+    return {name: Timing(Config({"name": name}), *_summary(values), len(values)) for name, values in samples.items()}
+
+
+def _burst_calls(per_call_us: float) -> int:
+    """Calls in a burst of back-to-back calls that take ``per_call_us`` each: about ``_BURST_US``
+    of them, at least ``_BURST``, at most ``_BURST_MAX``."""
+    return min(max(_BURST, int(_BURST_US / max(per_call_us, 1.0))), _BURST_MAX)
 
 
 def _back_to_back_us(fn, calls: int, bursts: int = _BURSTS, sync: Callable[[], object] = torch.cuda.synchronize
