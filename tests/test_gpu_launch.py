@@ -112,8 +112,11 @@ def _replays_beside_eager_calls(ours, theirs, shape):
     streams = [torch.cuda.Stream() for _ in range(3)]
     eager_outs = []
     for _ in range(5):
-        for stream, (graph, _) in zip(streams, graphs):
+        # every stream waits for the work that made its inputs (eager_x is written on the current
+        # stream): without the wait, the eager call may read eager_x before it is written
+        for stream in streams:
             stream.wait_stream(torch.cuda.current_stream())
+        for stream, (graph, _) in zip(streams, graphs):
             with torch.cuda.stream(stream):
                 graph.replay()
         with torch.cuda.stream(streams[2]):
