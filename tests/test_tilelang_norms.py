@@ -319,4 +319,5 @@ def test_cuda_tuning_serves_strided_and_chunked_rows(shape, width):
     torch.testing.assert_close(y.double(), F.layer_norm(x.double(), [n], w.double(), b.double()), **TOL[BF16])
     decision = dispatch.explain("layer_norm", x, [n], w, b, backend="tilelang").decision
     assert decision.backend == "tilelang" and decision.tune is not None and decision.tune.latency_us > 0
-    assert decision.config.as_dict()["tile_n"] == (0 if n <= N.CUDA_MAX_N else N.CUDA_TILES[0])
+    # the race picks among the family's chunk widths: whole rows up to CUDA_MAX_N, chunks past it
+    assert decision.config.as_dict()["tile_n"] in ((0,) if n <= N.CUDA_MAX_N else N.CUDA_TILES)
