@@ -18,14 +18,25 @@ import sys
 import time
 
 
+# tests that take minutes on a GPU each (a backend's conformance grid, op by op): dealt one a
+# shard, whatever their module
+SPREAD = ("test_triton_backend.py::test_certified_against_the_reference[",)
+
+
 def deal(ids: list[str], k: int) -> list[list[str]]:
-    """Test ids into ``k`` shards: a module with more than its share of tests is dealt round-robin,
-    every other module stays whole (module fixtures, e.g. a package installed for a module's
-    tests, must not run in two processes at once) and goes to the lightest shard."""
+    """Test ids into ``k`` shards: the ``SPREAD`` tests one a shard, round-robin; a module with
+    more than its share of tests dealt round-robin; every other module whole (module fixtures,
+    e.g. a package installed for a module's tests, must not run in two processes at once), to
+    the lightest shard."""
+    shards: list[list[str]] = [[] for _ in range(k)]
+    spread = [t for t in ids if any(s in t for s in SPREAD)]
+    apart = set(spread)
+    for i, test_id in enumerate(spread):
+        shards[i % k].append(test_id)
     by_module: dict[str, list[str]] = {}
     for test_id in ids:
-        by_module.setdefault(test_id.split("::", 1)[0], []).append(test_id)
-    shards: list[list[str]] = [[] for _ in range(k)]
+        if test_id not in apart:
+            by_module.setdefault(test_id.split("::", 1)[0], []).append(test_id)
     for module, tests in sorted(by_module.items(), key=lambda kv: -len(kv[1])):
         if len(tests) > len(ids) / k:
             for i, test_id in enumerate(tests):

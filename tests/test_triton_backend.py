@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 
 # Tests that pick their own device; every other test here runs CPU tensors, which Triton serves only
 # under its interpreter (on a GPU machine, tests/test_gpu_backends.py covers the backend on CUDA)
-DEVICE_AGNOSTIC = {"test_certified_against_the_reference"}
+DEVICE_AGNOSTIC = {"test_certified_against_the_reference"}  # the function's name (every op)
 
 
 @pytest.fixture(autouse=True)
@@ -28,12 +28,17 @@ def triton_backend(request):
         pytest.skip("runs CPU tensors, which need the Triton interpreter (off on a GPU machine)")
 
 
-def test_certified_against_the_reference():
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm"])
+def test_certified_against_the_reference(op):
+    # op by op: on a GPU the kit tries every config of the tune space (many compiles; the whole grid
+    # took over 290 s in one process), and benchmarks/run_tests_sharded.py deals these tests over
+    # its processes
+    from dispatch_pytest.cases import default_cases
     from dispatch_pytest.conformance import certify
 
-    report = certify("triton")
+    report = certify("triton", default_cases((op,)))
     assert not report.failed, "\n".join(str(c) for c in report.failed)
-    assert len(report.passed) > 100
+    assert len(report.passed) >= len(report.results) // 2, report.summary()
 
 
 def test_refuses_what_it_does_not_serve_with_reasons():

@@ -1,0 +1,36 @@
+"""How benchmarks/run_tests_sharded.py deals a test-suite over its processes."""
+
+from __future__ import annotations
+
+from benchmark_scripts import load
+
+runner = load("run_tests_sharded")
+
+
+def _ids():
+    big = [f"tests/test_big.py::test_{i}" for i in range(40)]
+    small = [f"tests/test_small_{m}.py::test_{i}" for m in range(3) for i in range(4)]
+    certify = [f"tests/test_triton_backend.py::test_certified_against_the_reference[{op}]"
+               for op in ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")]
+    others = ["tests/test_triton_backend.py::test_refuses_what_it_does_not_serve_with_reasons",
+              "tests/test_triton_backend.py::test_fast_path_contiguous[softmax]"]
+    return big, small, certify, others
+
+
+def test_every_test_lands_in_exactly_one_shard():
+    big, small, certify, others = _ids()
+    ids = big + small + certify + others
+    shards = runner.deal(ids, 4)
+    dealt = [t for shard in shards for t in shard]
+    assert sorted(dealt) == sorted(ids)
+
+
+def test_the_slow_conformance_tests_go_to_different_shards_and_small_modules_stay_whole():
+    big, small, certify, others = _ids()
+    shards = runner.deal(big + small + certify + others, 5)
+    where = {t: i for i, shard in enumerate(shards) for t in shard}
+    assert len({where[t] for t in certify}) == 5  # one a shard
+    for m in range(3):  # a module's few tests share one process
+        assert len({where[t] for t in small if f"test_small_{m}.py" in t}) == 1
+    assert len({where[t] for t in others}) == 1  # the rest of the conformance tests' module stays whole
+    assert len({where[t] for t in big}) == 5  # a module past its share is dealt round-robin
