@@ -93,6 +93,27 @@ def test_precedence_user_cache_then_shipped_table_then_static_order(table, fake_
     assert "first in the static order" in decision().reason
 
 
+def test_a_table_raced_by_wall_time_does_not_decide_calls_timed_by_device_time(table, fake_timer, monkeypatch,
+                                                                              tmp_path):
+    """A table made with the default wall timing serves wall-timed calls only: with
+    ``timing="device"`` (code replayed in CUDA graphs) a call goes by the cards or its own race, and
+    a table exported under device timing serves such calls in turn."""
+    file, _ = table
+    assert decision().config_source == "shipped table"
+    dispatch.configure(timing="device")
+    assert decision().config_source != "shipped table"
+    device_file = file.with_name("cpu-device-table.json")
+    monkeypatch.setenv("DISPATCH_TIMING", "device")
+    rc = main(["tune", "--sweep", "softmax:float32:4x64", "--backends", "chunked,torch", "--device", "cpu",
+               "--export", str(device_file)])
+    assert rc == 0
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "another-fresh-cache"))
+    DISPATCHER.reset()
+    dispatch.configure(timing="device")
+    d = decision()
+    assert (d.backend, d.config_source) == ("chunked", "shipped table")
+
+
 def _rewrite(file, change):
     data = json.loads(file.read_text())
     change(data)
