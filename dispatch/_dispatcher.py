@@ -55,8 +55,9 @@ class Dispatcher:
         self.clear()
         self._quarantine.clear()
 
-    def selector(self) -> Selector:
-        return Selector(_plugins.registry(), default_cache(), _settings.settings())
+    def selector(self, scope: _settings.Scope | None = None) -> Selector:
+        """A selector with the settings in force in ``scope`` (its timing, where it sets one)."""
+        return Selector(_plugins.registry(), default_cache(), _settings.effective(scope))
 
     def function(self, op: str) -> OpFunction:
         """The op function of declared op ``op`` (made once)."""
@@ -119,7 +120,7 @@ class Dispatcher:
         beside the call, so it is neither tuned nor checked against the reference. It gets the
         cached or default choice (tuning off), is not kept as resolved (the next eager call
         resolves and checks it), and explain says so."""
-        selector = Selector(_plugins.registry(), default_cache(), attrs.evolve(_settings.settings(), autotune=False))
+        selector = Selector(_plugins.registry(), default_cache(), attrs.evolve(_settings.effective(), autotune=False))
         qkey = _bucket_key(spec)
         decision = selector.select(spec, forced, _settings.current_scope(), self._quarantine.get(qkey))
         decision = attrs.evolve(decision, reason=decision.reason + "; met first during CUDA-graph capture: "
@@ -180,7 +181,8 @@ class Dispatcher:
 
     def decide(self, spec: CallSpec, forced: str | None) -> Decision:
         qkey = _bucket_key(spec)
-        return self.selector().select(spec, forced, _settings.current_scope(), self._quarantine.get(qkey))
+        scope = _settings.current_scope()
+        return self.selector(scope).select(spec, forced, scope, self._quarantine.get(qkey))
 
     def backward_kernel(self, spec: CallSpec, forced: str | None) -> Callable:
         """The backward a call of ``spec`` gets, as its eager call gets it: the chosen backend's own

@@ -44,18 +44,22 @@ def _names(value: Iterable[str] | str | None) -> frozenset[str] | None:
 
 @frozen(cache_hash=True)
 class Scope:
-    """Backend constraints of one ``with dispatch.use(...)`` block (nested blocks are merged)."""
+    """Backend constraints of one ``with dispatch.use(...)`` block (nested blocks are merged), and the
+    timing its calls are raced by (None: the process-wide one)."""
 
     backend: str | None = field(default=None, validator=optional(instance_of(str)))
     allow: frozenset[str] | None = field(default=None, converter=_names)
     deny: frozenset[str] = field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
+    timing: str | None = field(default=None, validator=optional(in_(TIMINGS)))
 
     def inside(self, outer: Scope | None) -> Scope:
-        """This scope nested in ``outer``: the inner backend wins, allow lists intersect, deny lists add."""
+        """This scope nested in ``outer``: the inner backend and timing win, allow lists intersect,
+        deny lists add."""
         if outer is None:
             return self
         allow = self.allow if outer.allow is None else (outer.allow if self.allow is None else outer.allow & self.allow)
-        return Scope(backend=self.backend or outer.backend, allow=allow, deny=outer.deny | self.deny)
+        return Scope(backend=self.backend or outer.backend, allow=allow, deny=outer.deny | self.deny,
+                     timing=self.timing or outer.timing)
 
 
 def _flag(text: str | None, name: str) -> bool | None:
@@ -195,15 +199,28 @@ def reset() -> Settings:
     return settings()
 
 
+def effective(scope: Scope | None = _UNSET) -> Settings:
+    """The settings in force for a call made in ``scope`` (default: the current one): the
+    process-wide ones, with the scope's timing where it sets one."""
+    if scope is _UNSET:
+        scope = _scope.get()
+    current = settings()
+    if scope is None or scope.timing is None or scope.timing == current.timing:
+        return current
+    return attrs.evolve(current, timing=scope.timing)
+
+
 @contextlib.contextmanager
 def use(backend: str | None = None, *, allow: Iterable[str] | str | None = None,
-        deny: Iterable[str] | str | None = None) -> Iterator[Scope]:
-    """Within the block, force ``backend`` (if given) and filter backends by ``allow``/``deny``.
+        deny: Iterable[str] | str | None = None, timing: str | None = None) -> Iterator[Scope]:
+    """Within the block, force ``backend`` (if given), filter backends by ``allow``/``deny``, and race
+    calls by ``timing`` (``"wall"`` or ``"device"``, as :func:`configure`'s; None: the process-wide
+    one): ``use(timing="device")`` around code that a CUDA graph captures and replays.
 
-    Scopes nest (the innermost backend wins) and follow contextvars, so threads and asyncio
-    tasks each see their own.
+    Scopes nest (the innermost backend and timing win) and follow contextvars, so threads and
+    asyncio tasks each see their own.
     """
-    scope = Scope(backend=backend, allow=allow, deny=deny).inside(_scope.get())
+    scope = Scope(backend=backend, allow=allow, deny=deny, timing=timing).inside(_scope.get())
     token = _scope.set(scope)
     try:
         yield scope

@@ -17,12 +17,13 @@ class Explanation:
     decision: Decision
     hot: bool  # already resolved in this process (the call would be a lookup and a call)
     backward: str | None = None  # for a call autograd records: which backward its gradients take
+    timing: str = "wall"  # what the call is raced by where it is made (settings, or its use() block)
 
     def __str__(self) -> str:
         d = self.decision
         lines = [f"{d.spec.describe()}",
                  f"  bucket: {d.bucket}    policy: {d.policy}    autotune: {_settings.settings().autotune}    "
-                 f"timing: {_settings.settings().timing}",
+                 f"timing: {self.timing}",
                  "  candidates:"]
         for c in d.candidates:
             mark = "->" if c.name == d.backend else ("ok" if c.verdict.ok else "no")
@@ -69,11 +70,12 @@ def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation
     spec = fn.decl.spec(values)
     key = fn.call_key(values, backend)
     resolved = DISPATCHER.decisions.get(op, {}).get(key) if key is not None else None
+    timing = _settings.effective().timing
     if resolved is not None:
-        return Explanation(resolved, hot=True, backward=_backward(resolved))
+        return Explanation(resolved, hot=True, backward=_backward(resolved), timing=timing)
     _plugins.registry()
     decision = DISPATCHER.decide(spec, backend)
-    return Explanation(decision, hot=False, backward=_backward(decision))
+    return Explanation(decision, hot=False, backward=_backward(decision), timing=timing)
 
 
 def _backward(decision: Decision) -> str | None:

@@ -28,7 +28,7 @@ def tune_call(op: str, *args, backends: str | None = None, progress: bool = Fals
 
     decl = DISPATCHER.function(op).decl
     spec = decl.spec(decl.bind(*args, **kwargs))
-    settings = attrs.evolve(_settings.settings(), autotune=True, policy="measured")
+    settings = attrs.evolve(_settings.effective(), autotune=True, policy="measured")
     if backends:
         settings = attrs.evolve(settings, allow=backends)
     bar = None
@@ -53,7 +53,7 @@ def tune_call(op: str, *args, backends: str | None = None, progress: bool = Fals
     from ._dispatcher import DISPATCHER
 
     DISPATCHER.clear()  # calls resolved before the tune now see its decision
-    return Explanation(decision, hot=False)
+    return Explanation(decision, hot=False, timing=settings.timing)
 
 
 def tune_sweep(calls: Sequence[tuple[str, tuple, dict]], backends: str | None = None,
@@ -76,7 +76,7 @@ def tune_sweep(calls: Sequence[tuple[str, tuple, dict]], backends: str | None = 
                              **kwargs).decision
         registry = _plugins.registry().backends
         servers = {c.name: registry[c.name].info.version for c in decision.candidates if c.verdict.ok}
-        key = decision_key(decision.spec, servers, _settings.settings().timing)
+        key = decision_key(decision.spec, servers, _settings.effective().timing)
         value = default_cache().get(key) if len(servers) > 1 else None
         what = f"[{i}/{len(calls)}] {decision.spec.describe()}: {decision.backend}"
         if value is None:

@@ -217,6 +217,33 @@ def test_device_timing_drops_the_launch_from_the_estimate_and_keys_decisions_apa
         dispatch.configure(timing="gpu")
 
 
+def test_a_use_block_races_its_calls_by_its_own_timing_and_resolves_them_apart():
+    """``use(timing="device")`` around code a CUDA graph replays: its calls are decided by device time
+    (the launch left out), calls outside by the process's wall timing, each resolved under its own
+    key; an inner block's timing wins, and a bad one is refused naming the argument."""
+    dispatch.register(_costed("quick_launch", {"cpu": (2.0, 10.0)}))
+    dispatch.register(_costed("wide", {"cpu": (50.0, 1000.0)}))
+    dispatch.configure(allow=["quick_launch", "wide"])
+    x = torch.randn(2, 16)
+    want = torch.softmax(x, -1)
+    with dispatch.use(timing="device"):
+        inside = dispatch.explain("softmax", x)
+        torch.testing.assert_close(dispatch.softmax(x), want)
+        with dispatch.use(deny=["tilelang"]):  # a nested block without a timing keeps the outer one
+            assert dispatch.explain("softmax", x).decision.backend == "wide"
+        with dispatch.use(timing="wall"):
+            assert dispatch.explain("softmax", x).decision.backend == "quick_launch"
+    assert inside.decision.backend == "wide" and "timing: device" in str(inside)
+    outside = dispatch.explain("softmax", x)
+    assert outside.decision.backend == "quick_launch" and "timing: wall" in str(outside)
+    torch.testing.assert_close(dispatch.softmax(x), want)
+    with dispatch.use(timing="device"):  # resolved above under the block's key: still the device pick
+        assert dispatch.explain("softmax", x).hot and dispatch.explain("softmax", x).decision.backend == "wide"
+    with pytest.raises(ValueError, match="'timing' must be in"):
+        with dispatch.use(timing="gpu"):
+            pass
+
+
 def test_an_op_specific_cost_figure_overrides_the_device_types():
     info = dispatch.BackendInfo(name="costed", version="1", ops=("softmax",),
                                 costs={"cuda": (10.0, 1000.0), "cuda:softmax": (40.0, 2000.0)})

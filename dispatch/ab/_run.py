@@ -301,7 +301,7 @@ def _tune(run: _Run, case: _Case, settings: TuneSettings, report: Callable[[str]
     space = backend.tune_space(run.op, case.spec)
     if space is None or len(space.configs) < 2:
         return  # nothing to tune: config_for would not tune it either
-    selector = Selector(_plugins.registry(), default_cache(), _settings.settings())
+    selector = Selector(_plugins.registry(), default_cache(), _settings.effective())
     on_config = None if report is None else (lambda config: report(f"tuning {run.what} [{config}]"))
     selector.tune(backend, case.spec, settings, progress=on_config)
 
