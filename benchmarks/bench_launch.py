@@ -23,7 +23,10 @@ Medians over repeats. Writes ``launch.json`` and ``launch.md`` under ``--out``::
 
     python3 benchmarks/bench_launch.py --out DIR [--shapes 1x4096,32x4096,8x32000,16384x4096]
         [--dtype bfloat16] [--ops softmax,rms_norm,layer_norm] [--no-compile] [--no-graph] [--rounds 61]
-        [--python-key] [--grad]
+        [--python-key] [--device-timing] [--grad]
+
+``--device-timing`` adds dispatch's pick in a ``use(timing="device")`` block: the kernel chosen
+for code that CUDA graphs replay (its graph column is the one to read).
 """
 
 from __future__ import annotations
@@ -113,9 +116,11 @@ def op_args(op: str, x: torch.Tensor) -> tuple:
     return ((n,), w) if op == "rms_norm" else ((n,), w, torch.randn(n, device=x.device, dtype=x.dtype))
 
 
-def contenders(op: str, compile_too: bool, python_key: bool = False) -> dict:
+def contenders(op: str, compile_too: bool, python_key: bool = False, device_timing: bool = False) -> dict:
     """``{name: fn(x, *args)}``: torch, torch.compile'd torch, dispatch forced to each available
-    backend, and dispatch's own pick (and, with ``python_key``, its pick with the Python call key)."""
+    backend, and dispatch's own pick (and, with ``python_key``, its pick with the Python call key;
+    with ``device_timing``, its pick in a ``use(timing="device")`` block, the choice for code that
+    CUDA graphs replay: read its device time, as its wall time pays for entering the block)."""
     tfn = torch_op(op)
     out = {"torch": tfn}
     if compile_too:
@@ -131,6 +136,12 @@ def contenders(op: str, compile_too: bool, python_key: bool = False) -> dict:
 
         python_op = python_key_op(op)
         out["dispatch (pick, Python key)"] = python_op
+    if device_timing:
+        def device_pick(*a):
+            with dispatch.use(timing="device"):
+                return dispatch_op(*a)
+
+        out["dispatch (pick, device timing)"] = device_pick
     return out
 
 
@@ -186,6 +197,8 @@ def main() -> int:
                     help="time a training call: the op and torch.autograd.grad of its output for every input")
     ap.add_argument("--python-key", action="store_true",
                     help="also time dispatch's pick with the call key computed in Python")
+    ap.add_argument("--device-timing", action="store_true",
+                    help='also time dispatch\'s pick in a use(timing="device") block (for CUDA graphs)')
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
     # torch.compile'd functions of every op and shape share one wrapper's code object: without
@@ -206,7 +219,7 @@ def main() -> int:
             f.write(f"{meta['device']}, torch {meta['torch']}\n\n" + markdown(rows))
 
     for op in a.ops.split(","):
-        fns = contenders(op, not a.no_compile, a.python_key)
+        fns = contenders(op, not a.no_compile, a.python_key, a.device_timing)
         for shape in a.shapes.split(","):
             m, n = (int(v) for v in shape.split("x"))
             x = torch.randn(m, n, device="cuda").to(dtype)

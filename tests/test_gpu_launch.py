@@ -239,10 +239,12 @@ def test_launch_benchmark_runs_and_writes_its_table(tmp_path):
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_launch.py"
-    proc = subprocess.run([sys.executable, str(script), "--shapes", "1x4096", "--no-compile", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(script), "--shapes", "1x4096", "--no-compile", "--device-timing",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "dispatch[triton]" in (tmp_path / "launch.md").read_text() or "triton" not in dispatch.backends()
+    table = (tmp_path / "launch.md").read_text()
+    assert "dispatch[triton]" in table or "triton" not in dispatch.backends()
+    assert "dispatch (pick, device timing)" in table and "WRONG" not in table, table
     # the norms with their weight and bias, as training calls: every contender's input gradient
     # matches torch's (a wrong one is marked WRONG after a graph replay, or reported as an error)
     proc = subprocess.run([sys.executable, str(script), "--shapes", "8x512", "--ops", "rms_norm,layer_norm", "--grad",
