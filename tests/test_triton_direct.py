@@ -201,6 +201,7 @@ def test_a_captured_split_launch_gets_a_private_slot_buffer_that_holds_every_par
         return torch.zeros(n, dtype=dtype)
 
     monkeypatch.setattr(buffers, "_capturing", lambda: True)
+    monkeypatch.setattr(buffers, "_raw_stream", lambda index: 5)  # a side stream (torch captures on one)
     monkeypatch.setattr(buffers, "_captured_zeros", zeros)
     rows, programs_per_row = 4, 32
     a = buffers._split_slots(torch.device("cuda", 0), rows * programs_per_row)
@@ -363,6 +364,7 @@ def test_a_launcher_binds_each_stream_once_and_keeps_its_slot_buffer_when_the_sh
 
     streams = iter([5, 5, 6, 5])
     monkeypatch.setattr(buffers, "_raw_stream", lambda index: next(streams))
+    monkeypatch.setattr(buffers, "_capturing", lambda: False)
     monkeypatch.setattr(buffers, "_SLOTS", {})
     device = torch.device("cpu")
     current = buffers.per_stream(torch.device("cuda", 0), lambda key: buffers._slot_entry((device, key[1]), 10))
@@ -375,6 +377,33 @@ def test_a_launcher_binds_each_stream_once_and_keeps_its_slot_buffer_when_the_sh
     assert grown is not first and grown[0].numel() >= 64 + 2 * 100_000
     assert buffers._slot_entry((device, 5), 10) is grown  # later launchers share the grown one
     assert first[0].numel() >= 64 + 2 * 10 and first[1] == 0  # the bound one lives on, with its own count
+
+
+def test_on_torchs_default_stream_a_split_launch_never_asks_whether_a_graph_is_captured(monkeypatch):
+    """torch's default stream (the legacy stream, handle 0) can't be captured, so a split launch there
+    skips the capture check (about 0.3 us a call); on any other stream it asks, and while that stream
+    is capturing it is handed no stream-bound buffers (the captured launch takes private ones)."""
+    from dispatch_triton import buffers
+
+    def asked():
+        raise AssertionError("asked whether the default stream is capturing")
+
+    stream, capturing = [0], [asked]
+    monkeypatch.setattr(buffers, "_raw_stream", lambda index: stream[0])
+    monkeypatch.setattr(buffers, "_capturing", lambda: capturing[0]())
+    monkeypatch.setattr(buffers, "_SLOTS", {})
+    device = torch.device("cpu")
+    current = buffers.per_stream(torch.device("cuda", 0), lambda key: buffers._slot_entry((device, key[1]), 10))
+    on_default = current()
+    assert on_default is not None and current() is on_default
+    cuda = torch.device("cuda", 0)
+    assert buffers._stream_capturing((cuda, 0)) is False  # the module's own check, not asked either
+    stream[0], capturing[0] = 7, (lambda: True)
+    assert current() is None and buffers._stream_capturing((cuda, 7)) is True
+    capturing[0] = lambda: False
+    on_side = current()
+    assert on_side is not None and on_side is not on_default
+    assert buffers._stream_capturing((device, 7)) is False  # a CPU "stream" is never captured
 
 
 def test_a_slot_buffer_is_zeroed_every_epoch_reset_launches(monkeypatch):

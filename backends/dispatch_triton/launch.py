@@ -12,7 +12,6 @@ from dispatch.backend import placeholder  # stand-ins for absent optional tensor
 
 from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
 from .direct import DirectLaunch
-from . import buffers
 from .buffers import (_captured_zeros, _chunks_workspace, _lse_buffers, _lse_stream_buffers, _slot_entry, _slot_words,
                       _split_slots, _sync_buffer, _tick, _workspace_view, per_stream)
 from .jit import _interpreting, _softmax_kernel, fast_exp_of
@@ -346,12 +345,13 @@ class Launcher:
             current = per_stream(device, make)
 
             def launch(x, out):
-                if buffers._capturing():
+                bound = current()
+                if bound is None:  # captured: a workspace private to the captured launch
                     ws_g = torch.empty(2 * partials, dtype=torch.float32, device=device)
                     k1.launch(x, out, mask_arg, ws_g, sync, slots)
                     k2.launch(x, out, mask_arg, ws_g, sync, slots)
                     return
-                ws_s, merge = current()
+                ws_s, merge = bound
                 k1.launch(x, out, mask_arg, ws_s, sync, slots)
                 merge.launch(x, out)
 
@@ -369,10 +369,11 @@ class Launcher:
             current = per_stream(device, make)
 
             def launch(x, out):
-                if buffers._capturing():  # a slot buffer private to the captured launch
+                bound = current()
+                if bound is None:  # captured: a slot buffer private to the captured launch
                     k_graph.launch(x, out, mask_arg, ws, sync, _captured_zeros(words, torch.int64, device))
                     return
-                entry, k = current()
+                entry, k = bound
                 _tick(entry)
                 k.launch(x, out)
 
@@ -389,11 +390,12 @@ class Launcher:
             current = per_stream(device, make)
 
             def launch(x, out):
-                if buffers._capturing():
-                    sync_g, ws_g = _lse_buffers(device, M, partials)  # private to the captured launch
+                k = current()
+                if k is None:  # captured: counters and workspace private to the captured launch
+                    sync_g, ws_g = _lse_buffers(device, M, partials)
                     k_graph.launch(x, out, mask_arg, ws_g, sync_g, slots)
                     return
-                current().launch(x, out)
+                k.launch(x, out)
 
             self.direct, self._templates = [], (k_graph,)
         return grid, launch, None
