@@ -273,6 +273,28 @@ def test_a_key_met_first_during_capture_is_neither_tuned_nor_checked_and_explain
     assert "met first during CUDA-graph capture" not in dispatch.explain("softmax", x, -1).decision.reason
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_a_device_timing_block_warms_up_captures_and_replays_its_own_pick(op):
+    """``use(timing="device")`` around the warm-up and the capture: the block's key is decided by
+    device time, its graph replays torch's results on new inputs, and outside the block the same
+    call keeps its own (wall-time) resolution."""
+    x = _x((1, 32768), seed=7)
+    fn = lambda: getattr(dispatch, op)(x, -1)  # noqa: E731
+    with dispatch.use(timing="device"):
+        _warm(fn)
+        inside = dispatch.explain(op, x, -1)
+        graph, out = _capture(fn)
+    assert "timing: device" in str(inside) and inside.hot
+    for seed in (8, 9):
+        x.copy_(_x((1, 32768), seed=seed))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert mismatch(out, getattr(torch, op)(x, -1)) is None
+    outside = dispatch.explain(op, x, -1)
+    assert "timing: wall" in str(outside) and not outside.hot  # not resolved outside the block yet
+    assert mismatch(fn(), getattr(torch, op)(x, -1)) is None
+
+
 REDUCE_OVERHEAD_CASES = [(op, (32, 4096)) for op in OPS + ["rms_norm", "layer_norm"]] + [
     ("softmax", (4, 262144)), ("rms_norm", (4, 262144))]  # long rows: the split and cooperative paths' buffers
 
