@@ -118,7 +118,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 t.requires_grad_(True)
     if args.autotune:
         _settings.configure(autotune=True)
-    print(explain(args.op, *call_args, backend=args.backend, **call_kwargs))
+    with _settings.use(timing=args.timing):
+        print(explain(args.op, *call_args, backend=args.backend, **call_kwargs))
     return 0
 
 
@@ -159,9 +160,11 @@ def cmd_tune_sweep(args: argparse.Namespace) -> int:
     for op, dtype, shape in args.sweep:
         call_args, call_kwargs = _call(argparse.Namespace(**{**vars(args), "op": op, "dtype": dtype, "shape": shape}))
         calls.append((op, call_args, call_kwargs))
-    print(f"tuning {len(calls)} calls", file=sys.stderr)
+    timing = args.timing or _settings.effective().timing
+    print(f"tuning {len(calls)} calls ({timing} timing)", file=sys.stderr)
     try:
-        entries = tune_sweep(calls, backends=args.backends, report=lambda line: print(line, file=sys.stderr))
+        with _settings.use(timing=args.timing):
+            entries = tune_sweep(calls, backends=args.backends, report=lambda line: print(line, file=sys.stderr))
     except KeyboardInterrupt:
         print("interrupted: every finished decision is in the cache; the same command again measures only "
               "the calls left" + (f" (nothing was written to {args.export})" if args.export else ""), file=sys.stderr)
@@ -173,6 +176,8 @@ def cmd_tune_sweep(args: argparse.Namespace) -> int:
             raise ValueError(f"--export writes a table for one device; the sweep decided for "
                              f"{', '.join(sorted(devices)) or 'none (no call was raced)'}")
         command = "python -m dispatch " + shlex.join(args.argv)
+        if args.timing is None and timing != "wall":  # the timing came from the environment: say so
+            command = f"{_settings.ENV_TIMING}={timing} {command}"
         created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         count = write_table(args.export, devices.pop(), entries, command, created)
         print(f"wrote {count} decisions to {args.export}")
@@ -189,7 +194,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.op is None or args.shape is None:
         raise ValueError("tune needs an OP and --shape (e.g. tune softmax --shape 8x128), or --sweep")
     call_args, call_kwargs = _call(args)
-    print(tune_call(args.op, *call_args, backends=args.backends, progress=True, **call_kwargs))
+    with _settings.use(timing=args.timing):
+        print(tune_call(args.op, *call_args, backends=args.backends, progress=True, **call_kwargs))
     return 0
 
 
@@ -237,6 +243,12 @@ def _add_call_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto (default)")
 
 
+def _add_timing_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--timing", choices=_settings.TIMINGS, default=None,
+                   help=f"{what}: wall (what an eager call pays) or device (for code replayed in CUDA graphs); "
+                        f"default: {_settings.ENV_TIMING}, else wall")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dispatch", description=__doc__.splitlines()[0])
     parser.add_argument("--traceback", action="store_true", help="show the traceback of an error")
@@ -252,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--autotune", action="store_true", help="tune if the key is new")
     p.add_argument("--grad", action="store_true",
                    help="as a training call: the tensor arguments require grad (says which backward runs)")
+    _add_timing_arg(p, "the decision for calls raced by this timing")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("tune", help="tune every backend for a call (or a sweep of calls) and store the decision")
@@ -261,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tune many calls: OPS:DTYPES:SHAPES items ('/' between alternatives), or @FILE")
     p.add_argument("--export", default=None, metavar="FILE",
                    help="with --sweep: write its decisions as a decision table (e.g. dispatch/tables/<gpu>.json)")
+    _add_timing_arg(p, "race by this timing")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("cache", help="show, clear, export or import the decision cache")

@@ -114,6 +114,44 @@ def test_a_table_raced_by_wall_time_does_not_decide_calls_timed_by_device_time(t
     assert (d.backend, d.config_source) == ("chunked", "shipped table")
 
 
+
+def test_tune_races_and_exports_by_the_timing_it_is_given_and_says_which(table, fake_timer, monkeypatch, tmp_path,
+                                                                        capsys):
+    """``tune --timing device`` writes device-timing decisions, which serve device-timed calls and
+    not wall-timed ones; a table raced under ``DISPATCH_TIMING`` records it in its command, so that
+    the command reproduces the table; ``explain --timing`` shows the decision for that timing."""
+    file, _ = table
+    by_flag = file.with_name("cpu-by-flag.json")
+    argv = ["tune", "--sweep", "softmax:float32:4x64", "--backends", "chunked,torch", "--device", "cpu",
+            "--timing", "device", "--export", str(by_flag)]
+    assert main(argv) == 0
+    data = json.loads(by_flag.read_text())
+    assert {e["key"]["timing"] for e in data["entries"]} == {"device"}
+    assert data["command"] == "python -m dispatch " + " ".join(argv)
+    assert "(device timing)" in capsys.readouterr().err
+    file.unlink()  # only the device-timing table is left
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "cache-2"))
+    DISPATCHER.reset()
+    assert decision().config_source != "shipped table"  # a wall-timed call
+    assert main(["explain", "softmax", "--shape", "4x64", "--device", "cpu", "--timing", "device"]) == 0
+    shown = capsys.readouterr().out
+    assert "timing: device" in shown and "shipped table" in shown
+
+    by_env = file.with_name("cpu-by-env.json")
+    monkeypatch.setenv("DISPATCH_TIMING", "device")
+    dispatch.configure(timing="device")  # as a process started with the variable reads it
+    assert main(["tune", "--sweep", "softmax:float32:4x64", "--backends", "chunked,torch", "--device", "cpu",
+                 "--export", str(by_env)]) == 0
+    command = json.loads(by_env.read_text())["command"]
+    assert command.startswith("DISPATCH_TIMING=device python -m dispatch tune ")
+
+
+def test_a_timing_the_cli_does_not_know_is_refused_naming_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "--sweep", "softmax:float32:4x64", "--timing", "gpu"])
+    err = capsys.readouterr().err
+    assert "--timing" in err and "'gpu'" in err and "wall" in err and "device" in err
+
 def _rewrite(file, change):
     data = json.loads(file.read_text())
     change(data)
@@ -280,3 +318,20 @@ def test_of_two_tables_holding_one_key_the_first_by_name_serves_it(table):
     assert f"shipped decision ({first.name}" in str(dispatch.explain("softmax", torch.randn(*SHAPE), dim=-1))
     first.unlink()
     assert decision().backend == "chunked" and data["entries"]
+
+
+def test_every_table_the_package_ships_loads_whole_and_says_how_it_was_made():
+    """The tables under ``dispatch/tables`` are read without a rejected file or entry, each names the
+    command that made it, and the device-timing table's command says its timing (so rerunning it
+    makes the same kind of table)."""
+    from dispatch.autotune.tables import ShippedTables
+
+    shipped = Path(dispatch.__file__).parent / "tables"
+    files = sorted(shipped.glob("*.json"))
+    tables = ShippedTables(shipped)
+    assert files and len(tables) > 0 and tables.rejected == {}
+    for path in files:
+        data = json.loads(path.read_text())
+        timings = {entry["key"].get("timing", "wall") for entry in data["entries"]}
+        assert data["command"].split("python -m dispatch tune ")[0] in ("", "DISPATCH_TIMING=device "), path.name
+        assert (timings == {"device"}) == data["command"].startswith("DISPATCH_TIMING=device"), path.name
