@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
+import functools
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Callable
 
 import attrs
@@ -210,19 +210,39 @@ def effective(scope: Scope | None = _UNSET) -> Settings:
     return attrs.evolve(current, timing=scope.timing)
 
 
-@contextlib.contextmanager
-def use(backend: str | None = None, *, allow: Iterable[str] | str | None = None,
-        deny: Iterable[str] | str | None = None, timing: str | None = None) -> Iterator[Scope]:
+@functools.lru_cache(maxsize=256)
+def _nested(backend, allow, deny, timing, outer: Scope | None) -> Scope:
+    """The scope of a block with these (hashable) arguments inside ``outer``: one object per
+    combination, so entering a block costs a lookup, and call keys holding it compare by identity."""
+    return Scope(backend=backend, allow=allow, deny=deny, timing=timing).inside(outer)
+
+
+class use:  # noqa: N801 (used as a function: ``with dispatch.use(...)``)
     """Within the block, force ``backend`` (if given), filter backends by ``allow``/``deny``, and race
     calls by ``timing`` (``"wall"`` or ``"device"``, as :func:`configure`'s; None: the process-wide
     one): ``use(timing="device")`` around code that a CUDA graph captures and replays.
 
     Scopes nest (the innermost backend and timing win) and follow contextvars, so threads and
-    asyncio tasks each see their own.
+    asyncio tasks each see their own. ``with`` gives the block's :class:`Scope`; a bad argument
+    raises there (TypeError or ValueError naming it).
     """
-    scope = Scope(backend=backend, allow=allow, deny=deny, timing=timing).inside(_scope.get())
-    token = _scope.set(scope)
-    try:
-        yield scope
-    finally:
-        _scope.reset(token)
+
+    __slots__ = ("_args", "_tokens")
+
+    def __init__(self, backend: str | None = None, *, allow: Iterable[str] | str | None = None,
+                 deny: Iterable[str] | str | None = None, timing: str | None = None) -> None:
+        self._args = (backend, allow, deny, timing)
+        self._tokens: list[contextvars.Token] = []
+
+    def __enter__(self) -> Scope:
+        outer = _scope.get()
+        try:
+            scope = _nested(*self._args, outer)
+        except TypeError:  # an unhashable argument (a list of names), or a bad one: made and checked here
+            backend, allow, deny, timing = self._args
+            scope = Scope(backend=backend, allow=allow, deny=deny, timing=timing).inside(outer)
+        self._tokens.append(_scope.set(scope))
+        return scope
+
+    def __exit__(self, *exc) -> None:
+        _scope.reset(self._tokens.pop())

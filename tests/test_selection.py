@@ -94,6 +94,27 @@ def test_use_block_is_per_thread(chunked):
     assert seen == {"other": "chunked", "here": "torch"}
 
 
+
+def test_one_use_object_entered_again_and_within_itself_restores_each_outer_block(chunked):
+    x = torch.randn(4, 16)
+    forced = dispatch.use("torch")
+    with forced as scope:
+        assert scope.backend == "torch" and served_by("softmax", x) == "torch"
+        with dispatch.use("chunked"):
+            with forced:  # the same object inside another block: torch again, then chunked
+                assert served_by("softmax", x) == "torch"
+            assert served_by("softmax", x) == "chunked"
+        assert served_by("softmax", x) == "torch"
+    assert served_by("softmax", x) == "chunked"
+    with forced:  # and again after it was left
+        assert served_by("softmax", x) == "torch"
+    with dispatch.use(allow=["torch", "chunked"], deny={"chunked"}):  # unhashable and set arguments
+        assert served_by("softmax", x) == "torch"
+    with pytest.raises(TypeError, match="backend"):
+        with dispatch.use(3):
+            pass
+    assert served_by("softmax", x) == "chunked"  # a block that raised on entry left nothing behind
+
 def test_process_setting_and_allow_deny_lists(chunked):
     x = torch.randn(4, 16)
     dispatch.configure(backend="torch")
