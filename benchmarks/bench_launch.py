@@ -41,6 +41,7 @@ import time
 import torch
 
 import dispatch
+from dispatch.ab import torch_compiled
 from graph_timing import GRAPH_CALLS, graph_replay_us  # benchmarks/, beside this script
 
 
@@ -125,7 +126,7 @@ def contenders(op: str, compile_too: bool, python_key: bool = False, device_timi
     out = {"torch": tfn}
     if compile_too:
         # a Python function around torch's, as a model would call it (``torch.softmax`` is a builtin)
-        out["torch.compile"] = torch.compile(lambda *a: tfn(*a), dynamic=False)
+        out["torch.compile"] = torch_compiled(lambda *a: tfn(*a))
     dispatch_op = getattr(dispatch, op)
     for name, info in dispatch.backends().items():
         if info.available:
@@ -201,10 +202,6 @@ def main() -> int:
                     help='also time dispatch\'s pick in a use(timing="device") block (for CUDA graphs)')
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype)
-    # torch.compile'd functions of every op and shape share one wrapper's code object: without
-    # this, past 8 shapes dynamo stops compiling and runs torch eager under the compiled name
-    torch._dynamo.config.recompile_limit = 1024
-    torch._dynamo.config.accumulated_recompile_limit = 4096
     warm_up_host_and_gpu()
     rows = []
 

@@ -48,7 +48,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 import torch  # noqa: E402
 
 import dispatch  # noqa: E402
-from dispatch.ab import measure_copy_bandwidth  # noqa: E402
+from dispatch.ab import measure_copy_bandwidth, torch_compiled  # noqa: E402
 from dispatch.backend import TuneSettings, measure  # noqa: E402
 from dispatch.tolerance import mismatch  # noqa: E402
 
@@ -129,7 +129,7 @@ def _contenders(op: str, dim, compile_too: bool, kwargs: dict) -> dict:
     eager = getattr(torch, op)
     found = {"torch": lambda x: eager(x, dim, **kwargs)}
     if compile_too:
-        compiled = torch.compile(eager, dynamic=False)
+        compiled = torch_compiled(eager)
         found["torch.compile"] = lambda x: compiled(x, dim, **kwargs)
     ours = getattr(dispatch, op)
     for who, backend in DISPATCH_CONTENDERS.items():

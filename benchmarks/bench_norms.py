@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 
 import dispatch
-from dispatch.ab import measure_copy_bandwidth
+from dispatch.ab import measure_copy_bandwidth, torch_compiled
 from dispatch.backend import TuneSettings, measure, mismatch
 
 N_SWEEP = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
@@ -97,7 +97,7 @@ def _runners(op: str, backends: list[str], compiled: bool, auto: bool = True):
     out = {"torch eager": fn}
     if compiled:
         if op not in _COMPILED:
-            _COMPILED[op] = torch.compile(fn, dynamic=False)
+            _COMPILED[op] = torch_compiled(fn)
         out["torch.compile"] = _COMPILED[op]
     dispatch_fn = getattr(dispatch, op)
     for name in backends:
@@ -383,9 +383,6 @@ def main() -> int:
     import torch._functorch.config as functorch_config
 
     functorch_config.donated_buffer = False
-    # one compiled function per op serves every shape and dtype of the sweep: no recompile limit
-    torch._dynamo.config.recompile_limit = 1024
-    torch._dynamo.config.accumulated_recompile_limit = 4096
     settings = TuneSettings() if device.type == "cuda" else TuneSettings(warmup=2, rep=5)
     dispatch.configure(autotune=args.tune or not args.quick, policy="measured")
     if args.warm_only:  # compiles only: nothing timed, nothing tuned

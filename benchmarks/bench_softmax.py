@@ -32,7 +32,7 @@ import torch
 import dispatch
 from dispatch.ab import (bytes_moved, describe_error, gbps, interleaved_rounds, load_sweep, measure_copy_bandwidth,
                          median_round, merge_sweeps, parse_shard, pending, plot_sweep, save_sweep, sweep_markdown,
-                         take_shard)
+                         take_shard, torch_compiled)
 from dispatch.backend import TuneSettings, device_name, measure, mismatch
 
 N_SWEEP = [256, 1024, 4096, 16384, 65536, 262144]
@@ -163,7 +163,7 @@ def warm_worker(args) -> int:
         try:
             getattr(dispatch, op)(x, -1)
             if op in args.compile.split(","):  # fills inductor's on-disk graph cache
-                torch.compile(getattr(torch, op), dynamic=False)(x, -1)
+                torch_compiled(getattr(torch, op))(x, -1)
         except Exception as exc:  # the sweep itself reports errors; this only warms caches
             print(f"warm {op} {dtype_name} {m}x{n}: {type(exc).__name__}: {exc}", file=sys.stderr)
     return 0
@@ -224,7 +224,7 @@ def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
         for name in backends:
             runs[name] = (lambda name=name: getattr(dispatch, op)(x, -1, backend=name))
         if op in args.compile.split(","):
-            compiled = torch.compile(getattr(torch, op), dynamic=False)
+            compiled = torch_compiled(getattr(torch, op))
             runs["torch.compile"] = lambda: compiled(x, -1)
         checked = {}
         for name, fn in runs.items():  # each contender's result against torch's, once, before timing

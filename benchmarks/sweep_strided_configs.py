@@ -45,7 +45,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == [
 
 import torch  # noqa: E402
 
-from dispatch.ab import measure_copy_bandwidth  # noqa: E402
+from dispatch.ab import measure_copy_bandwidth, torch_compiled  # noqa: E402
 from dispatch.backend import TuneSettings, measure  # noqa: E402
 from dispatch_triton import strided as S  # noqa: E402
 
@@ -511,7 +511,7 @@ def main(argv=None) -> None:
         eager = getattr(torch, op)
         record("torch", None, lambda: eager(x, d))
         if args.compile and not smoke:
-            compiled = torch.compile(eager, dynamic=False)
+            compiled = torch_compiled(eager)
             record("torch.compile", None, lambda: compiled(x, d))
         default = S.default_config(p, device, x.element_size())
         for cfg, launcher in built:

@@ -7,12 +7,14 @@
 Long sweeps of many rows (split over GPUs, stopped and resumed, merged): ``take_shard``,
 ``pending``, ``load_sweep``/``save_sweep``, ``merge_sweeps``, ``interleaved_rounds``,
 ``sweep_markdown`` and ``plot_sweep``; ``benchmarks/bench_softmax.py`` is built on them.
+``torch_compiled``: torch.compile as a contender that is compiled for every shape or raises.
 """
 
 import json
 from pathlib import Path
 
 from ._result import STATUSES, BackendResult, Comparison, CopyBandwidth, bytes_moved, gbps
+from ._compiled import torch_compiled
 from ._run import compare, make_call, measure_copy_bandwidth
 from ._sweep import (CASE_FIELDS, describe_error, interleaved_rounds, load_sweep, median_round, merge_sweeps,
                      parse_shard, pending, row_key, save_sweep, take_shard)
@@ -27,4 +29,4 @@ def load(path: str | Path) -> Comparison:
 __all__ = ["CASE_FIELDS", "STATUSES", "BackendResult", "Comparison", "CopyBandwidth", "bytes_moved", "compare",
            "describe_error", "gbps", "geomean", "interleaved_rounds", "load", "load_sweep", "make_call",
            "measure_copy_bandwidth", "median_round", "merge_sweeps", "parse_shard", "pending",
-           "plot_sweep", "row_key", "save_sweep", "sweep_markdown", "take_shard"]
+           "plot_sweep", "row_key", "save_sweep", "sweep_markdown", "take_shard", "torch_compiled"]
