@@ -217,22 +217,25 @@ def _nested(backend, allow, deny, timing, outer: Scope | None) -> Scope:
     return Scope(backend=backend, allow=allow, deny=deny, timing=timing).inside(outer)
 
 
+_entered: contextvars.ContextVar[tuple] = contextvars.ContextVar("dispatch_entered", default=())
+
+
 class use:  # noqa: N801 (used as a function: ``with dispatch.use(...)``)
     """Within the block, force ``backend`` (if given), filter backends by ``allow``/``deny``, and race
     calls by ``timing`` (``"wall"`` or ``"device"``, as :func:`configure`'s; None: the process-wide
     one): ``use(timing="device")`` around code that a CUDA graph captures and replays.
 
     Scopes nest (the innermost backend and timing win) and follow contextvars, so threads and
-    asyncio tasks each see their own. ``with`` gives the block's :class:`Scope`; a bad argument
+    asyncio tasks each see their own; one ``use`` object may be entered again, within itself, and
+    by several threads or tasks at once. ``with`` gives the block's :class:`Scope`; a bad argument
     raises there (TypeError or ValueError naming it).
     """
 
-    __slots__ = ("_args", "_tokens")
+    __slots__ = ("_args",)
 
     def __init__(self, backend: str | None = None, *, allow: Iterable[str] | str | None = None,
                  deny: Iterable[str] | str | None = None, timing: str | None = None) -> None:
         self._args = (backend, allow, deny, timing)
-        self._tokens: list[contextvars.Token] = []
 
     def __enter__(self) -> Scope:
         outer = _scope.get()
@@ -241,8 +244,15 @@ class use:  # noqa: N801 (used as a function: ``with dispatch.use(...)``)
         except TypeError:  # an unhashable argument (a list of names), or a bad one: made and checked here
             backend, allow, deny, timing = self._args
             scope = Scope(backend=backend, allow=allow, deny=deny, timing=timing).inside(outer)
-        self._tokens.append(_scope.set(scope))
+        # the token that restores the outer scope, kept in this thread's or task's context
+        _entered.set((*_entered.get(), (self, _scope.set(scope))))
         return scope
 
     def __exit__(self, *exc) -> None:
-        _scope.reset(self._tokens.pop())
+        entered = _entered.get()
+        for i in range(len(entered) - 1, -1, -1):
+            if entered[i][0] is self:
+                _entered.set(entered[:i] + entered[i + 1:])
+                _scope.reset(entered[i][1])
+                return
+        raise RuntimeError("a dispatch.use() block was left in a thread or task that did not enter it")

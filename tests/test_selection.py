@@ -115,6 +115,32 @@ def test_one_use_object_entered_again_and_within_itself_restores_each_outer_bloc
             pass
     assert served_by("softmax", x) == "chunked"  # a block that raised on entry left nothing behind
 
+
+def test_one_use_object_shared_by_threads_gives_each_its_own_block(chunked):
+    """A ``use`` object made once (at module level, say) and entered by several threads at once:
+    each thread is served by the forced backend inside, and by its own choice outside."""
+    x = torch.randn(4, 16)
+    forced = dispatch.use("torch")
+    inside, errors = threading.Barrier(4), []
+
+    def worker():
+        try:
+            with forced:
+                inside.wait(timeout=30)  # all four threads inside the block at once
+                assert served_by("softmax", x) == "torch"
+                inside.wait(timeout=30)
+            assert served_by("softmax", x) == "chunked"
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert served_by("softmax", x) == "chunked"
+
 def test_process_setting_and_allow_deny_lists(chunked):
     x = torch.randn(4, 16)
     dispatch.configure(backend="torch")
