@@ -12,8 +12,9 @@ backends), then everything is timed with CUDA events and an L2 flush between rep
     python benchmarks/bench_softmax.py --shard 0/2 --out A ...  # every 2nd case (one GPU each)
     python benchmarks/bench_softmax.py --merge A/softmax_sweep.json,B/softmax_sweep.json --out DIR
 
-``tune s`` is the race of one call; with ``--warm`` it runs on warm compile caches (the cold-cache
-cost of a full tune is what benchmarks/bench_tune_time.py measures).
+``decided by`` is ``table`` where a shipped decision table held the call's key, else the seconds
+of its race; with ``--warm`` it runs on warm compile caches (the cold-cache cost of a full tune is
+what benchmarks/bench_tune_time.py measures).
 Writes <out>/softmax_sweep.json, .md and .png. Sharding, resume, merging, the interleaved timing
 rounds, the table and the plot are ``dispatch.ab``'s sweep functions; this script says what to measure.
 """
@@ -216,6 +217,7 @@ def sweep(args, device, settings, backends, copy_gbs, rows, checkpoint) -> None:
         row["tune_s"] = time.perf_counter() - start
         decision = dispatch.explain(op, x, -1).decision
         row["pick"] = decision.backend
+        row["pick_source"] = decision.config_source  # "shipped table" where no race ran
         row["pick_config"] = decision.config.as_dict()
         row["candidates"] = {c.name: {"ok": c.verdict.ok, "reason": c.verdict.reason,
                                       "raced_us": c.latency_us, "tune_s": c.tune_s, "note": c.note}

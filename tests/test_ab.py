@@ -352,6 +352,9 @@ def test_sweep_table_shows_gbs_or_time_per_call_and_flags_wrong_results(tmp_path
     assert f"{64 * 256 * 4 / 10.0 / 1e3:.0f} (50%)" in lines[("softmax", "bfloat16", "64x256")]
     assert "3.0 us WRONG" in lines[("softmax", "bfloat16", "1x256")]  # launch-bound: time per call
     assert "- softmax: **2.00x** over 2 shapes" in text and "- all ops: **2.00x** over 3 shapes" in text
+    assert lines[("softmax", "bfloat16", "64x256")].rstrip(" |").endswith("race 1.0 s")  # raced by its first call
+    shipped = sweep_markdown({}, [sweep_row(pick_source="shipped table")], ["dispatch", "torch"])
+    assert [line for line in shipped.splitlines() if "64x256" in line][0].rstrip(" |").endswith("table")
     png = plot_sweep(tmp_path / "t.png", {"copy_gbs": 100.0}, rows, per_call_rows=[1])
     assert png.read_bytes()[:4] == b"\x89PNG"
 

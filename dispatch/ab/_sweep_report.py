@@ -29,8 +29,9 @@ def sweep_markdown(meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], c
 
     A cell is GB/s (% of the copy bandwidth of the process that timed the row); rows whose M is
     in ``per_call_rows`` are launch-bound and show microseconds per call instead. ``pick`` is
-    dispatch's choice, ``pick/best`` its GB/s over the best passing backend's, ``tune s`` the
-    time of the first (racing) call. Below: the bf16 geometric-mean speedup of ``dispatch`` over
+    dispatch's choice, ``pick/best`` its GB/s over the best passing backend's, ``decided by`` where
+    the choice came from: a shipped decision table (``pick_source``), else the seconds of the first
+    (racing) call (``tune_s``). Below: the bf16 geometric-mean speedup of ``dispatch`` over
     ``baseline``, per op and over all. The page is headed ``<title> on <device>``. Written to
     ``path`` when given; returned.
     """
@@ -39,8 +40,9 @@ def sweep_markdown(meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], c
              f"Copy bandwidth measured in the same run: **{meta.get('copy_gbs', float('nan')):.0f} GB/s** (each "
              "row's % is of the copy measured in the run that timed it). "
              f"torch {meta.get('torch', '?')}. Command: `{meta.get('command', '?')}`", "",
-             "GB/s (and % of copy bandwidth); `pick` is dispatch's choice; `tune` is the time to race all backends.",
-             "", "| op | dtype | M x N | " + " | ".join(cols) + " | pick | pick/best | tune s |",
+             "GB/s (and % of copy bandwidth); `pick` is dispatch's choice; `decided by`: a shipped decision table, "
+             "or the seconds its first call took to race the backends.",
+             "", "| op | dtype | M x N | " + " | ".join(cols) + " | pick | pick/best | decided by |",
              "|" + "---|" * (len(cols) + 6)]
     for r in rows:
         per_call = r["M"] in per_call_rows
@@ -48,7 +50,7 @@ def sweep_markdown(meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], c
         pick = r["results"].get("dispatch", {}).get("gbs", float("nan"))
         best = r.get("best_gbs") or float("nan")
         lines.append(f"| {r['op']} | {r['dtype']} | {r['M']}x{r['N']} | " + " | ".join(cells)
-                     + f" | {r.get('pick', '?')} | {pick / best:.2f} | {r.get('tune_s', float('nan')):.1f} |")
+                     + f" | {r.get('pick', '?')} | {pick / best:.2f} | {_decided(r)} |")
     if per_call_rows:
         lines += ["", "Rows with M = " + ", ".join(map(str, sorted(per_call_rows)))
                   + " show time per call: they are launch-bound."]
@@ -104,3 +106,10 @@ def plot_sweep(path: str | Path, meta: Mapping[str, Any], rows: Sequence[Mapping
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
+
+
+def _decided(row: Mapping[str, Any]) -> str:
+    """Where a row's pick came from: ``table`` (a shipped decision), else its race's seconds."""
+    if row.get("pick_source") == "shipped table":
+        return "table"
+    return f"race {row.get('tune_s', float('nan')):.1f} s"
