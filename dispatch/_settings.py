@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import os
@@ -220,7 +221,7 @@ def _nested(backend, allow, deny, timing, outer: Scope | None) -> Scope:
 _entered: contextvars.ContextVar[tuple] = contextvars.ContextVar("dispatch_entered", default=())
 
 
-class use:  # noqa: N801 (used as a function: ``with dispatch.use(...)``)
+class use(contextlib.ContextDecorator):  # noqa: N801 (used as a function: ``with dispatch.use(...)``)
     """Within the block, force ``backend`` (if given), filter backends by ``allow``/``deny``, and race
     calls by ``timing`` (``"wall"`` or ``"device"``, as :func:`configure`'s; None: the process-wide
     one): ``use(timing="device")`` around code that a CUDA graph captures and replays.
@@ -228,7 +229,8 @@ class use:  # noqa: N801 (used as a function: ``with dispatch.use(...)``)
     Scopes nest (the innermost backend and timing win) and follow contextvars, so threads and
     asyncio tasks each see their own; one ``use`` object may be entered again, within itself, and
     by several threads or tasks at once. ``with`` gives the block's :class:`Scope`; a bad argument
-    raises there (TypeError or ValueError naming it).
+    raises there (TypeError or ValueError naming it). As a decorator (``@dispatch.use("torch")``)
+    it puts each call of the function in such a block.
     """
 
     __slots__ = ("_args",)

@@ -141,6 +141,20 @@ def test_one_use_object_shared_by_threads_gives_each_its_own_block(chunked):
     assert errors == []
     assert served_by("softmax", x) == "chunked"
 
+
+def test_use_as_a_decorator_puts_each_call_of_the_function_in_the_block(chunked):
+    x = torch.randn(4, 16)
+
+    @dispatch.use("torch")
+    def forward(t):
+        return served_by("softmax", t), dispatch.softmax(t, -1)
+
+    who, y = forward(x)
+    assert who == "torch" and chunked.calls == []
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    assert served_by("softmax", x) == "chunked"  # outside the function, the usual choice
+    assert forward(x)[0] == "torch"  # and again, call after call
+
 def test_process_setting_and_allow_deny_lists(chunked):
     x = torch.randn(4, 16)
     dispatch.configure(backend="torch")
