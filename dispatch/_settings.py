@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import os
@@ -221,7 +220,7 @@ def _nested(backend, allow, deny, timing, outer: Scope | None) -> Scope:
 _entered: contextvars.ContextVar[tuple] = contextvars.ContextVar("dispatch_entered", default=())
 
 
-class use(contextlib.ContextDecorator):  # noqa: N801 (used as a function: ``with dispatch.use(...)``)
+class use:  # noqa: N801 (used as a function: ``with dispatch.use(...)``)
     """Within the block, force ``backend`` (if given), filter backends by ``allow``/``deny``, and race
     calls by ``timing`` (``"wall"`` or ``"device"``, as :func:`configure`'s; None: the process-wide
     one): ``use(timing="device")`` around code that a CUDA graph captures and replays.
@@ -249,6 +248,14 @@ class use(contextlib.ContextDecorator):  # noqa: N801 (used as a function: ``wit
         # the token that restores the outer scope, kept in this thread's or task's context
         _entered.set((*_entered.get(), (self, _scope.set(scope))))
         return scope
+
+    def __call__(self, func: Callable) -> Callable:
+        """``func`` with each of its calls in this block."""
+        @functools.wraps(func)
+        def in_block(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+        return in_block
 
     def __exit__(self, *exc) -> None:
         entered = _entered.get()
