@@ -243,8 +243,7 @@ class use:  # noqa: N801 (used as a function: ``with dispatch.use(...)``)
         try:
             scope = _nested(*self._args, outer)
         except TypeError:  # an unhashable argument (a list of names), or a bad one: made and checked here
-            backend, allow, deny, timing = self._args
-            scope = Scope(backend=backend, allow=allow, deny=deny, timing=timing).inside(outer)
+            scope = _nested.__wrapped__(*self._args, outer)
         # the token that restores the outer scope, kept in this thread's or task's context
         _entered.set((*_entered.get(), (self, _scope.set(scope))))
         return scope

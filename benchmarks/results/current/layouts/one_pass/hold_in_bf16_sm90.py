@@ -1,15 +1,10 @@
 """Does holding a one-pass tile in x's own 2-byte dtype (its exp computed again for the output,
 nothing held in fp32) take fewer registers than holding it in fp32? A kernel of the bare one-pass
 tile both ways (``HOLD`` 1 and 0), built for sm_90 without a GPU, its registers and stack
-(spilled) bytes read back with Triton's ``cuobjdump``: ``python3 hold_in_bf16_sm90.py``. Nothing
-here runs: it asks the compiler only."""
+(spilled) bytes read back by ``registers_sm90.resources``: ``python3 hold_in_bf16_sm90.py``.
+Nothing here runs: it asks the compiler only."""
 
 from __future__ import annotations
-
-import os
-import re
-import subprocess
-import tempfile
 
 import triton
 import triton.language as tl
@@ -17,8 +12,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from dispatch_triton.jit import _exp
-
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+from registers_sm90 import resources  # beside this script
 
 
 @triton.jit
@@ -48,18 +42,6 @@ def hold_kernel(x_ptr, out_ptr, n_iblocks, sxo, sxr, soo, sor, OP: tl.constexpr,
         else:
             y = (v - safe[None, :]) - tl.log(s)[None, :]
     tl.store(out_ptr + o * soo + rr[:, None] * sor + cols[None, :], y.to(out_ptr.dtype.element_ty))
-
-
-def resources(cubin: bytes) -> tuple[int, int]:
-    """``(registers, stack bytes)`` of the one kernel in ``cubin``."""
-    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
-        f.write(cubin)
-    try:
-        out = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True,
-                             check=True).stdout
-    finally:
-        os.unlink(f.name)
-    return int(re.search(r"REG:(\d+)", out).group(1)), int(re.search(r"STACK:(\d+)", out).group(1))
 
 
 def main() -> None:
