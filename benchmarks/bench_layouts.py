@@ -24,7 +24,11 @@ Writes ``layouts.json``, ``layouts.md`` and ``layouts.png`` (when matplotlib is 
 
     python3 benchmarks/bench_layouts.py --out DIR [--families "few long rows,odd N"] [--cases rows_1x32000,...]
         [--dtypes bfloat16,float32] [--ops softmax,log_softmax,logsumexp] [--no-compile] [--no-tune]
-        [--device cpu]
+        [--device-timing] [--device cpu]
+
+``--device-timing`` adds dispatch's pick in a ``use(timing="device")`` block (the kernel chosen for
+code that CUDA graphs replay, by device time; the block is entered around the timing, not in it),
+with its own columns in the summary.
 
 ``--device cpu`` is a smoke test under the Triton interpreter: every case shrunk in proportion to at
 most 2048 elements (an odd dim kept odd), three repetitions, no tuning and no ``torch.compile``.
@@ -33,6 +37,7 @@ most 2048 elements (an odd dim kept odd), three repetitions, no tuning and no ``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -107,6 +112,7 @@ MULTI_DIM_OPS = ("logsumexp",)  # the ops that take several dims
 DTYPE_OPS = ("softmax", "log_softmax")  # the ops that take dtype=
 # contender -> the backend dispatch is forced to (None: its own pick)
 DISPATCH_CONTENDERS = {"dispatch": None, "dispatch[triton]": "triton", "dispatch[tilelang]": "tilelang"}
+DEVICE_PICK = "dispatch (device timing)"  # dispatch's pick in a use(timing="device") block (--device-timing)
 SMOKE_ELEMENTS = 2048
 FEW_ROWS_BOUND = 1.5  # few long rows: dispatch's time within this many times the launch floor
 
@@ -125,7 +131,7 @@ def _nbytes(x: torch.Tensor, out: torch.Tensor) -> int:
     return x.numel() * x.element_size() + out.numel() * out.element_size()
 
 
-def _contenders(op: str, dim, compile_too: bool, kwargs: dict) -> dict:
+def _contenders(op: str, dim, compile_too: bool, kwargs: dict, device_timing: bool = False) -> dict:
     eager = getattr(torch, op)
     found = {"torch": lambda x: eager(x, dim, **kwargs)}
     if compile_too:
@@ -134,13 +140,22 @@ def _contenders(op: str, dim, compile_too: bool, kwargs: dict) -> dict:
     ours = getattr(dispatch, op)
     for who, backend in DISPATCH_CONTENDERS.items():
         found[who] = lambda x, backend=backend: ours(x, dim, backend=backend, **kwargs)
+    if device_timing:  # called, timed and explained inside the block (see run), so entering it is not timed
+        found[DEVICE_PICK] = lambda x: ours(x, dim, **kwargs)
     return found
 
 
+def _scope(who: str):
+    """The block a contender runs in: ``use(timing="device")`` for :data:`DEVICE_PICK`, none for the rest."""
+    return dispatch.use(timing="device") if who == DEVICE_PICK else contextlib.nullcontext()
+
+
 def run(cases, dtypes, ops, compile_too: bool, device: torch.device, settings: TuneSettings, smoke: bool,
-        save=None) -> dict:
+        save=None, device_timing: bool = False) -> dict:
     """Every contender on every case, dtype and op; ``save(result)`` (if given) after each case and
-    dtype with the rows so far, so that a run stopped early leaves what it timed."""
+    dtype with the rows so far, so that a run stopped early leaves what it timed. ``device_timing``:
+    dispatch's pick in a ``use(timing="device")`` block as one more contender (:data:`DEVICE_PICK`),
+    the choice for code that CUDA graphs capture and replay."""
     start = time.time()
     copy = measure_copy_bandwidth(device, settings)
     one = torch.empty(1, device=device)
@@ -169,26 +184,15 @@ def run(cases, dtypes, ops, compile_too: bool, device: torch.device, settings: T
                 want = getattr(torch, op)(x, dim, **kwargs)
                 nbytes = _nbytes(x, want)
                 floor_us = nbytes / copy.gbps / 1e3 + launch_us
-                for who, fn in _contenders(op, dim, compile_too, kwargs).items():
+                for who, fn in _contenders(op, dim, compile_too, kwargs, device_timing).items():
                     row = {"case": name, "family": case.family, "shape": list(x.shape), "stride": list(x.stride()),
                            "dim": dim, "dtype": str(dtype).removeprefix("torch."), "op": op, "contender": who,
                            "bytes": nbytes, "launch_floor_us": floor_us}
                     if case.out_dtype is not None:
                         row["out_dtype"] = str(case.out_dtype).removeprefix("torch.")
                     try:
-                        got = fn(x)  # compiles / tunes here, before anything is timed
-                        row["max_abs_err"] = (got.float() - want.float()).abs().nan_to_num().max().item()
-                        if (why := mismatch(got, want)) is not None:
-                            row["mismatch"] = why
-                        timing = measure(partial(fn, x), device, settings)
-                        row.update(median_us=timing.median_us, spread_us=timing.spread_us,
-                                   gbps=nbytes / timing.median_us / 1e3, vs_floor=timing.median_us / floor_us)
-                        row["pct_of_copy"] = 100.0 * row["gbps"] / copy.gbps
-                        if who in DISPATCH_CONTENDERS:
-                            decision = dispatch.explain(op, x, dim, backend=DISPATCH_CONTENDERS[who], **kwargs).decision
-                            row["backend"] = decision.backend
-                            row["config"] = dict(decision.config.as_dict()) if decision.config else {}
-                            row["config_source"] = decision.config_source
+                        with _scope(who):
+                            _time(row, fn, x, want, op, dim, kwargs, device, settings, copy.gbps)
                     except Exception as exc:  # noqa: BLE001 - a contender that fails is reported, the rest run
                         row["error"] = f"{type(exc).__name__}: {exc}"
                     rows.append(row)
@@ -197,6 +201,25 @@ def run(cases, dtypes, ops, compile_too: bool, device: torch.device, settings: T
                 save(result(rows))
 
     return result(rows)
+
+
+def _time(row: dict, fn, x, want, op: str, dim, kwargs: dict, device, settings: TuneSettings, copy_gbps: float):
+    """One contender's call checked against torch's ``want``, timed, and (dispatch's) its backend and
+    config, into ``row``."""
+    got = fn(x)  # compiles / tunes here, before anything is timed
+    row["max_abs_err"] = (got.float() - want.float()).abs().nan_to_num().max().item()
+    if (why := mismatch(got, want)) is not None:
+        row["mismatch"] = why
+    timing = measure(partial(fn, x), device, settings)
+    row.update(median_us=timing.median_us, spread_us=timing.spread_us,
+               gbps=row["bytes"] / timing.median_us / 1e3, vs_floor=timing.median_us / row["launch_floor_us"])
+    row["pct_of_copy"] = 100.0 * row["gbps"] / copy_gbps
+    who = row["contender"]
+    if who in DISPATCH_CONTENDERS or who == DEVICE_PICK:
+        decision = dispatch.explain(op, x, dim, backend=DISPATCH_CONTENDERS.get(who), **kwargs).decision
+        row["backend"] = decision.backend
+        row["config"] = dict(decision.config.as_dict()) if decision.config else {}
+        row["config_source"] = decision.config_source
 
 
 def _line(row: dict) -> str:
@@ -222,12 +245,19 @@ def summary(rows: list[dict]) -> list[dict]:
                     "backend": ours["backend"], "dispatch_us": ours["median_us"], "best_torch": best["contender"],
                     "best_torch_us": best["median_us"], "ratio": ratio, "slower": ratio > 1.0,
                     "vs_floor": ours["vs_floor"], "mismatch": "mismatch" in ours})
+        if DEVICE_PICK in mine:
+            dev = mine[DEVICE_PICK]
+            out[-1].update(device_backend=dev["backend"], device_us=dev["median_us"], device_vs_floor=dev["vs_floor"],
+                           device_ratio=dev["median_us"] / best["median_us"], mismatch=out[-1]["mismatch"] or (
+                               "mismatch" in dev))
     return out
 
 
 def markdown(result: dict) -> str:
     how = result["settings"]
     flushed = how["flush_l2"] and result["device"] != "cpu (Triton interpreter)"
+    rows = summary(result["rows"])
+    device = any("device_us" in s for s in rows)
     lines = [f"# Layouts: {result['device']}, torch {result['torch']}", "",
              (f"Copy bandwidth (read + write): {result['copy_gbps']:.0f} GB/s; one launch: {result['launch_us']:.1f} "
               "us. GB/s = (bytes read + bytes written) / median time; floor = bytes / copy bandwidth + one launch; "
@@ -236,16 +266,28 @@ def markdown(result: dict) -> str:
               f"dispatch {'tuned' if result['tuned'] else 'untuned (default configs)'}."), "",
              "## dispatch's pick against the faster of torch eager and torch.compile", "",
              ("ratio = dispatch / torch (above 1: dispatch is slower). x floor: dispatch's time over the floor "
-              f"(few long rows: within {FEW_ROWS_BOUND}x is the target)."), "",
-             "| case | op | dtype | dispatch (backend) us | faster torch us | ratio | x floor | |",
-             "|---|---|---|---|---|---|---|---|"]
-    for s in summary(result["rows"]):
+              f"(few long rows: within {FEW_ROWS_BOUND}x is the target)."
+              + (" Device timing: dispatch's pick in a `use(timing=\"device\")` block (the choice for code "
+                 "replayed in CUDA graphs), its ratio to the faster torch and its time over the floor."
+                 if device else "")), ""]
+    if device:
+        lines += [("| case | op | dtype | dispatch (backend) us | faster torch us | ratio | x floor "
+                   "| device timing (backend) us | ratio | x floor | |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+    else:
+        lines += ["| case | op | dtype | dispatch (backend) us | faster torch us | ratio | x floor | |",
+                  "|---|---|---|---|---|---|---|---|"]
+    for s in rows:
+        few = s["family"] == "few long rows"
         flags = [f for f, on in (("**slower**", s["slower"]), ("**mismatch**", s["mismatch"]),
-                                 (f"**over {FEW_ROWS_BOUND}x floor**",
-                                  s["family"] == "few long rows" and s["vs_floor"] > FEW_ROWS_BOUND)) if on]
-        lines.append(f"| {s['case']} | {s['op']} | {s['dtype']} | {s['dispatch_us']:.1f} ({s['backend']}) | "
-                     f"{s['best_torch_us']:.1f} ({s['best_torch']}) | {s['ratio']:.3f} | {s['vs_floor']:.2f} | "
-                     f"{' '.join(flags)} |")
+                                 (f"**over {FEW_ROWS_BOUND}x floor**", few and s["vs_floor"] > FEW_ROWS_BOUND),
+                                 (f"**device timing over {FEW_ROWS_BOUND}x floor**",
+                                  few and s.get("device_vs_floor", 0) > FEW_ROWS_BOUND)) if on]
+        cells = (f"| {s['case']} | {s['op']} | {s['dtype']} | {s['dispatch_us']:.1f} ({s['backend']}) | "
+                 f"{s['best_torch_us']:.1f} ({s['best_torch']}) | {s['ratio']:.3f} | {s['vs_floor']:.2f} |")
+        if device:
+            cells += (f" {s['device_us']:.1f} ({s['device_backend']}) | {s['device_ratio']:.3f} | "
+                      f"{s['device_vs_floor']:.2f} |" if "device_us" in s else " | | |")
+        lines.append(f"{cells} {' '.join(flags)} |")
     for family in dict.fromkeys(r["family"] for r in result["rows"]):
         lines += ["", f"## {family}", "",
                   ("| case | shape / stride | dim | dtype | op | contender | us | GB/s | % of copy | x floor "
@@ -257,7 +299,7 @@ def markdown(result: dict) -> str:
             if "error" in r:
                 lines.append(f"{head} {r['contender']} | error: {r['error'][:80]} | | | | |")
                 continue
-            who = r["contender"] + (f" -> {r['backend']}" if r["contender"] == "dispatch" else "")
+            who = r["contender"] + (f" -> {r['backend']}" if r["contender"] in ("dispatch", DEVICE_PICK) else "")
             who += f" {r['config']}" if r.get("config") else ""
             err = f"{r['max_abs_err']:.2g}" + (" (mismatch)" if "mismatch" in r else "")
             lines.append(f"{head} {who} | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['pct_of_copy']:.1f} | "
@@ -327,6 +369,8 @@ def main(argv=None) -> None:
     parser.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)}")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument("--no-tune", action="store_true", help="dispatch runs the default config, untuned")
+    parser.add_argument("--device-timing", action="store_true",
+                        help='also dispatch\'s pick in a use(timing="device") block (code replayed in CUDA graphs)')
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a smoke test under the Triton interpreter (tiny shapes, untuned, no torch.compile)")
     args = parser.parse_args(argv)
@@ -352,7 +396,7 @@ def main(argv=None) -> None:
             f.write(markdown(result))
 
     result = run(cases, dtypes, ops, not (args.no_compile or smoke), torch.device(args.device), settings, smoke,
-                 save)
+                 save, args.device_timing)
     save(result)
     plotted = plot(os.path.join(args.out, "layouts.png"), result)
     print(f"wrote {args.out}/layouts.json, layouts.md{' and layouts.png' if plotted else ''}  "

@@ -82,3 +82,29 @@ def test_a_run_stopped_early_has_saved_every_case_it_finished():
     (first,) = saved
     assert {(r["case"], r["contender"]) for r in first["rows"]} == {("rows_4x50257", who) for who in CONTENDERS}
     assert first["copy_gbps"] > 0 and first["wall_s"] > 0
+
+
+def test_device_timing_adds_the_pick_made_in_a_device_timing_block(tmp_path):
+    proc = _bench("--cases", "rows_4x50257", "--dtypes", "float32", "--ops", "softmax", "--device-timing",
+                  "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "layouts.json").read_text())["rows"]
+    module = load("bench_layouts")
+    assert sorted(r["contender"] for r in rows) == sorted(CONTENDERS | {module.DEVICE_PICK})
+    device = next(r for r in rows if r["contender"] == module.DEVICE_PICK)
+    assert "error" not in device and "mismatch" not in device and device["backend"] in dispatch.backends()
+    text = (tmp_path / "layouts.md").read_text()
+    assert "| device timing (backend) us | ratio | x floor |" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("| rows_4x50257 | softmax | float32 |"))
+    assert f"{device['median_us']:.1f} ({device['backend']})" in line
+
+
+def test_the_device_timing_contender_is_resolved_under_device_timing():
+    import torch
+
+    module = load("bench_layouts")
+    x = torch.randn(4, 8)
+    with module._scope(module.DEVICE_PICK):
+        assert dispatch.explain("softmax", x, -1).timing == "device"
+    with module._scope("dispatch"):
+        assert dispatch.explain("softmax", x, -1).timing == dispatch.settings().timing
