@@ -37,9 +37,8 @@ squares about its own mean, ``sum d^2 - (sum d)^2 / n``. That difference cancels
 is farther from the part's mean than the part's spread (massive elements at two of those three
 places, a part far from the rest): there the part is summed again about its mean (a second
 reduction over the chunk in registers, a second walk), so it never loses more than a bit. The
-parts merge by Chan et al.'s rule, ``M2 = sum M2_p + sum n_p (mean_p - mean)^2``, applied pairwise
-to (count, mean, M2) in one reduction (``_merge_parts``), which subtracts no large sums. rms_norm
-needs only ``sum x^2``.
+parts merge by Chan et al.'s rule, ``M2 = sum M2_p + sum n_p (mean_p - mean)^2``, which subtracts
+nothing. rms_norm needs only ``sum x^2``.
 
 ``STATS`` (a call that records a gradient of long rows; see ``norm_backward.make_backward``'s
 ``saves``): every path also stores each row's rstd at ``st_ptr[row]`` and layer_norm's mean ``M``
@@ -94,27 +93,21 @@ def _st(ptrs, v, mask, EV: tl.constexpr):
 @triton.jit
 def _merge_parts(s, m2, n, IS_RMS: tl.constexpr):
     # (sum d, M2) of a row from its parts' sums ``s``, M2 about each part's own mean ``m2`` and
-    # element counts ``n`` (fp32 vectors; 0 where a lane holds no part): Chan et al.'s rule, the
-    # pairwise merge of (count, mean, M2) as one reduction (_chan), where the rule applied as
-    # written (the row's mean first, then each part's deviation from it) takes three, each a round
-    # through shared memory and a barrier that every program of a cooperative row waits on once a
-    # row. rms_norm: m2 is a part's sum x^2, added up.
+    # element counts ``n`` (fp32 vectors; 0 where a lane holds no part): Chan et al.'s rule. rms_norm:
+    # m2 is a part's sum x^2, added up.
     if IS_RMS:
         return tl.sum(s, 0), tl.sum(m2, 0)
-    mean = tl.where(n > 0, s / tl.maximum(n, 1.0), 0.0)
-    count, mean, m2 = tl.reduce((n, mean, m2), 0, _chan)
-    return mean * count, m2
+    total, dev = _part_devs(s, n)
+    return total, tl.sum(m2 + n * dev * dev, 0)
 
 
 @triton.jit
-def _chan(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
-    # two parts' (count, mean, M2) as one (Chan et al.): the mean moves by the parts' difference
-    # weighted by b's share, M2 gains that difference squared times n_a n_b / n; a part of count 0
-    # leaves the other as it is (and two of them give zeros)
-    n = n_a + n_b
-    f = n_b / tl.maximum(n, 1.0)
-    delta = mean_b - mean_a
-    return n, mean_a + delta * f, m2_a + m2_b + delta * delta * n_a * f
+def _part_devs(s, n):
+    # the row's sum of d from its parts' sums s (counts n), and each part's mean less the row's
+    # (0 where a lane holds no part)
+    total = tl.sum(s, 0)
+    mean = total / tl.maximum(tl.sum(n, 0), 1.0)
+    return total, tl.where(n > 0, s / tl.maximum(n, 1.0) - mean, 0.0)
 
 
 @triton.jit
