@@ -91,16 +91,23 @@ def _st(ptrs, v, mask, EV: tl.constexpr):
 
 
 @triton.jit
-def _merge_parts(s, m2, n, N, IS_RMS: tl.constexpr):
-    # (sum d, M2) of a row of N elements from its parts' sums ``s``, M2 about each part's own mean
-    # ``m2`` and element counts ``n`` (fp32 vectors; 0 where a lane holds no part; they add up to
-    # N): Chan et al.'s rule, in two reductions (the row's mean, then the parts' deviations from
-    # it). rms_norm: m2 is a part's sum x^2, added up.
+def _merge_parts(s, m2, n, IS_RMS: tl.constexpr):
+    # (sum d, M2) of a row from its parts' sums ``s``, M2 about each part's own mean ``m2`` and
+    # element counts ``n`` (fp32 vectors; 0 where a lane holds no part): Chan et al.'s rule. rms_norm:
+    # m2 is a part's sum x^2, added up.
     if IS_RMS:
         return tl.sum(s, 0), tl.sum(m2, 0)
-    total = tl.sum(s, 0)
-    dev = tl.where(n > 0, s / tl.maximum(n, 1.0) - total / tl.maximum(N, 1).to(tl.float32), 0.0)
+    total, dev = _part_devs(s, n)
     return total, tl.sum(m2 + n * dev * dev, 0)
+
+
+@triton.jit
+def _part_devs(s, n):
+    # the row's sum of d from its parts' sums s (counts n), and each part's mean less the row's
+    # (0 where a lane holds no part)
+    total = tl.sum(s, 0)
+    mean = total / tl.maximum(tl.sum(n, 0), 1.0)
+    return total, tl.where(n > 0, s / tl.maximum(n, 1.0) - mean, 0.0)
 
 
 @triton.jit
@@ -323,7 +330,7 @@ def _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl
         vals, jm = _await_words(slot_ptr, 64 + r64 * S * 2, S, tag, 2, CHUNKS_P2)
         a, b = tl.split(vals)
         n = tl.where(jm, _part_counts(tl.arange(0, CHUNKS_P2), N, BLOCK_N), 0.0)
-        s1, m2 = _merge_parts(a, b, n, N, IS_RMS)
+        s1, m2 = _merge_parts(a, b, n, IS_RMS)
         return _stats(s1, m2, zero, N, eps, IS_RMS)  # shift 0: the mean of d
 
 
@@ -449,7 +456,7 @@ def _norm_fwd(
                 j = tl.arange(0, SPLIT)
                 base = tl.cast(row, tl.int64) * SPLIT * 2
                 s1, s2 = _merge_parts(tl.load(ws_ptr + base + j * 2), tl.load(ws_ptr + base + j * 2 + 1),
-                                      _part_counts(j, N, per * BLOCK_N), N, IS_RMS)
+                                      _part_counts(j, N, per * BLOCK_N), IS_RMS)
             mean, rstd = _stats(s1, s2, shift, N, eps, IS_RMS)
             if STATS:
                 if seg == 0:  # PHASE 2: the row's first segment stores them
