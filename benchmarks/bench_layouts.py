@@ -344,7 +344,7 @@ def plot(path: str, result: dict) -> bool:
         ax.set_ylabel("% of copy")
         ax.grid(axis="y", lw=0.3)
         ax.set_title(f"{family} ({result['device']}, copy {result['copy_gbps']:.0f} GB/s)", fontsize=9)
-        ax.legend(fontsize=6, ncol=len(contenders) + 1)
+        ax.legend(fontsize=6, ncol=min(4, len(contenders) + 1), loc="upper left")  # rows of 4: fits 8 inches
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
