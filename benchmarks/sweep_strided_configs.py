@@ -22,7 +22,7 @@ thread pool (``StridedLauncher.compile``). Writes ``sweep.json`` and ``sweep.md`
 
     python3 benchmarks/sweep_strided_configs.py --out DIR [--quick] [--cases a,b] [--ops softmax,logsumexp]
         [--dtypes bfloat16[,float32]] [--compile] [--budget-s 200] [--device cpu]
-        [--grid split|flags|wide|one_pass|walk|tail|offsets]
+        [--grid split|flags|wide|one_pass|walk|tail|offsets|coop]
         [--dim1 64x256x56x56,...]
 
 ``--device cpu`` is a smoke test under the Triton interpreter: tiny shapes, two or three configs per
@@ -348,6 +348,34 @@ def walk_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> li
     return list(out.values())
 
 
+def coop_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
+    """softmax and log_softmax with R in tiles held by a group of programs that exchange their
+    columns' partials in one launch (``COOP``): 32-256 columns, tiles of 32 rows or more, as few
+    tiles a column block as hold R at 32-64 elements a thread (4-16 warps), no more than the SMs
+    nor a sixteenth of a tile's rows (each program reads the group's partials: 16 bytes a tile and
+    column), each with ``I32`` and without (``--grid coop``). The default first."""
+    default = S.default_config(p, device, itemsize)
+    out: dict[tuple, dict] = {_key(default): default}
+    if p.out_strides[1] == 0:  # logsumexp: COOP writes softmax and log_softmax only
+        return list(out.values())
+    fast = {} if S._interpreting() else dict(FAST_EXP=1)
+    sms = S._device_sms(device)
+    for bi in (32, 64, 128, 256):
+        if bi > max(32, S._np2(p.inner)):
+            continue
+        for br in (32, 64, 128, 256, 512, 1024):
+            tiles = -(-p.R // br)
+            # every program reads the group's 2 x tiles x bi partials: at most a quarter of its own tile's bytes
+            if tiles > sms or 16 * tiles > br or (tiles == 1 and br > 32) or br > 2 * S._np2(p.R):
+                continue
+            for w in (4, 8, 16):
+                if 32 <= bi * br // (32 * w) <= 64:
+                    cfg = dict(S._cfg(bi, br, w, tiles), COOP=1, EVEN=1, **fast)
+                    for c in (cfg, dict(cfg, I32=1)):
+                        out.setdefault(_key(c), c)
+    return list(out.values())
+
+
 def smoke_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
     default = S.default_config(p, device, itemsize)
     out = [default, dict(default, EVEN=1, PREFETCH=1, ACC_2D=1)]
@@ -359,7 +387,7 @@ def smoke_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> l
 # --grid, beside the default "variants"
 GRIDS = {"split": split_candidates, "flags": flag_candidates, "wide": wide_candidates,
          "one_pass": one_pass_candidates, "walk": walk_candidates, "tail": tail_candidates,
-         "offsets": offsets_candidates}
+         "offsets": offsets_candidates, "coop": coop_candidates}
 
 
 def _nbytes(x: torch.Tensor, out_numel: int) -> int:

@@ -282,6 +282,10 @@ VARIANT_CONFIGS = [
     ("one_pass_tail_even_i32", dict(ONE_PASS=1, EVEN=1, TAIL=1, I32=1)),
     ("keep_x", dict(KEEP_X=1)),
     ("keep_x_even_acc_2d", dict(KEEP_X=1, EVEN=1, ACC_2D=1, PREFETCH=1)),
+    # R in tiles held by programs that exchange their partials in one launch (softmax, log_softmax)
+    ("coop", dict(COOP=1)),
+    ("coop_even_i32", dict(COOP=1, EVEN=1, I32=1)),
+    ("fast_exp_coop", dict(FAST_EXP=1, COOP=1, EVEN=1)),
 ]
 
 
@@ -300,6 +304,9 @@ VARIANT_LAYOUTS = [
 
 
 def _variant(extra: dict, R: int, split: int = 1) -> dict:
+    if extra.get("COOP"):  # tiles of 8 rows (split 1) or 16: R = 40 in 5 tiles or 3, R = 19 in 3 or 2
+        br = 8 if split == 1 else 16
+        return dict(S._cfg(16, br, 2, -(-R // br)), **extra)
     if extra.get("TAIL"):
         head, tail = S.head_tail(R)
         return dict(S._cfg(16, head, 2), **dict(extra, TAIL=tail))
@@ -317,7 +324,7 @@ def test_each_variant_matches_torch_on_each_layout(vname, extra, name, shape, vi
     x = view(torch.randn(*shape, generator=g).to(DEV, dtype))
     d = dim % x.dim()
     splits = (1,) if extra.get("ONE_PASS") else (1, 2)
-    for op in OPS:
+    for op in OPS if not extra.get("COOP") else OPS[:2]:  # COOP: softmax and log_softmax
         for split in splits:
             got, want = _run(op, x, d, _variant(extra, x.shape[d], split))
             assert got.shape == want.shape and got.dtype == want.dtype
@@ -332,6 +339,8 @@ def test_each_variant_on_special_columns(op, vname, extra, split):
     # NaN and +inf late, NaN next to +inf, a column offset by -1000, a column of +inf twice
     if split > 1 and extra.get("ONE_PASS"):
         pytest.skip("ONE_PASS reads R in one program")
+    if extra.get("COOP") and op == "logsumexp":
+        pytest.skip("COOP writes softmax and log_softmax")
     _runs_here(extra)
     x = _special_columns(16)
     x[3, 6], x[30, 6] = INF, NAN
@@ -619,3 +628,30 @@ def test_variant_space_candidates_are_valid_and_correct():
     for cfg in S.variant_space(big):
         S.validate(cfg)
         assert cfg["BLOCK_I"] * cfg["BLOCK_R"] <= 16384
+
+
+def test_coop_tiles_meet_in_every_call_and_never_read_an_earlier_calls_partials():
+    # the same launcher on new inputs: each call's groups merge their own partials (words of the
+    # call before, left in the slot buffer, must not count); 5 tiles of 8 rows, 3 column blocks
+    p = S.plan("softmax", (40, 48), (48, 1), (0,))
+    cfg = dict(S._cfg(16, 8, 2, 5), COOP=1, EVEN=1)
+    launcher = S.StridedLauncher("softmax", p, torch.float32, (40, 48), DEV, cfg)
+    assert launcher.grid == (3 * 5,)
+    for seed in range(3):
+        x = torch.randn(40, 48, generator=torch.Generator().manual_seed(seed)).to(DEV) * (seed + 1)
+        torch.testing.assert_close(launcher.run(x), torch.softmax(x, 0), atol=1e-5, rtol=1e-5)
+
+
+def test_coop_configs_that_cannot_run_are_errors_naming_them():
+    p = S.plan("softmax", (40, 16), (16, 1), (0,))
+    with pytest.raises(ValueError, match="'COOP' holds a program's share of R in one tile: 'BLOCK_R' >= "
+                                         "cdiv\\(R, SPLIT_R\\) \\(got BLOCK_R 8, SPLIT_R 4, R 40: 10 rows a program\\)"):
+        S.StridedLauncher("softmax", p, torch.float32, (40, 16), DEV, dict(S._cfg(16, 8, 2, 4), COOP=1))
+    q = S.plan("logsumexp", (40, 16), (16, 1), (0,))
+    with pytest.raises(ValueError, match="'COOP' writes softmax and log_softmax"):
+        S.StridedLauncher("logsumexp", q, torch.float32, (16,), DEV, dict(S._cfg(16, 8, 2, 5), COOP=1))
+    with pytest.raises(ValueError, match="'COOP' .* not ONE_PASS, ACC_2D"):
+        S.StridedLauncher("softmax", p, torch.float32, (40, 16), DEV,
+                          dict(S._cfg(16, 8, 2, 5), COOP=1, ONE_PASS=1, ACC_2D=1))
+    with pytest.raises(ValueError, match="'COOP' must be 0 or 1 \\(got 2\\)"):
+        S.StridedLauncher("softmax", p, torch.float32, (40, 16), DEV, dict(S._cfg(16, 8, 2, 5), COOP=2))

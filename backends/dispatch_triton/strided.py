@@ -35,7 +35,8 @@ from .strided_configs import (  # noqa: F401 (re-exported: the configs this laun
     validate,
     variant_space,
 )
-from .strided_jit import _strided_finish, _strided_kernel, _strided_partials
+from .buffers import _split_slots
+from .strided_jit import _strided_coop, _strided_finish, _strided_kernel, _strided_partials
 
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
 
@@ -81,6 +82,13 @@ class StridedLauncher:
         tma = bool(int(config.get("TMA", 0)))
         fast_exp, reverse = bool(fast_exp_of(config)), bool(int(config.get("REVERSE", 0)))
         keep_x = bool(int(config.get("KEEP_X", 0))) and op != "logsumexp"  # logsumexp reads x once
+        coop = bool(int(config.get("COOP", 0)))
+        if coop and op == "logsumexp":
+            raise ValueError("'COOP' writes softmax and log_softmax from the tiles it holds; logsumexp reads x once "
+                             "anyway and shares R through its partials (leave COOP out)")
+        if coop and _cdiv(p.R, split) > br:
+            raise ValueError(f"'COOP' holds a program's share of R in one tile: 'BLOCK_R' >= cdiv(R, SPLIT_R) (got "
+                             f"BLOCK_R {br}, SPLIT_R {split}, R {p.R}: {_cdiv(p.R, split)} rows a program)")
         stages = int(config.get("num_stages", 3))  # of the TMA loop (tl.range), and the launch option
         if tma and (one_pass or p.x_strides[2] != 1 or bi > 256 or br > 256):
             raise ValueError("'TMA' reads (R, inner) tiles of at most 256 x 256 from an input whose inner dim is "
@@ -102,10 +110,14 @@ class StridedLauncher:
                 and p.inner % bi == 0)
         # 32-bit offsets within a slab where every one of the tile's fits (ONE_PASS only)
         n_ib = _cdiv(p.inner, bi)
-        i32 = bool(int(config.get("I32", 0))) and one_pass and all(
-            (br + tail - 1) * sr + (n_ib * bi - 1) * si < 2**31 for sr, si in
+        rows = _cdiv(p.R, br) * br if coop else br + tail  # a slab's rows that the tiles' offsets reach
+        i32 = bool(int(config.get("I32", 0))) and (one_pass or coop) and all(
+            (rows - 1) * sr + (n_ib * bi - 1) * si < 2**31 for sr, si in
             ((p.x_strides[1], p.x_strides[2]), (p.out_strides[1], p.out_strides[2])))
         device = torch.empty(0, device=device).device
+        if coop and device.type == "cuda" and _cdiv(p.R, br) > _device_sms(device):
+            raise ValueError(f"'COOP' needs the {_cdiv(p.R, br)} programs that share a column block resident at once; "
+                             f"this device has {_device_sms(device)} SMs: use a larger BLOCK_R")
         self.op, self.plan, self.config, self.device = op, p, dict(config), device
         out_shape = tuple(int(d) for d in out_shape)
         empty = torch.empty
@@ -132,7 +144,9 @@ class StridedLauncher:
             if "num_stages" in config:
                 options["num_stages"] = int(config["num_stages"])
             size = out_shape or ((),)
-            if n_splits == 1:
+            if coop:
+                run = self._coop(common, out_strides, options, direct, even, fast_exp, i32, size, out_dtype)
+            elif n_splits == 1:
                 k = DirectLaunch(_strided_kernel, self.grid, 2,
                                  dict(common, **out_strides, EVEN=even, ONE_PASS=one_pass, ACC_2D=acc_2d,
                                       PREFETCH=prefetch, TMA=tma, STAGES=stages, FAST_EXP=fast_exp, KEEP_X=keep_x,
@@ -196,6 +210,30 @@ class StridedLauncher:
         run.launcher = self
         self.run = run
 
+    def _coop(self, common: dict, out_strides: dict, options: dict, direct: bool, even: bool, fast_exp: bool,
+              i32: bool, size, out_dtype):
+        """``run(x)`` of the ``COOP`` path: one launch of a group of ``cdiv(R, BLOCK_R)`` programs per
+        column block, exchanging partials through the stream's slot buffer (one private to a launch
+        captured in a CUDA graph); under the interpreter two, publish then write."""
+        p, bi, br = self.plan, common["BLOCK_I"], common["BLOCK_R"]
+        tiles = _cdiv(p.R, br)
+        self.grid = (p.outer * _cdiv(p.inner, bi) * tiles,)
+        args = dict(common, **out_strides, SPLIT=tiles, SPLIT_P2=_np2(tiles), EVEN=even, FAST_EXP=fast_exp, I32=i32)
+        phases = (0,) if direct else (1, 2)
+        self.direct = tuple(DirectLaunch(_strided_coop, self.grid, 3, dict(args, PHASE=ph), options, enabled=direct)
+                            for ph in phases)
+        partials = self._coop_partials = self.grid[0] * bi  # (max, sum) pairs: every tile's columns
+        launches, empty, device = self.direct, torch.empty, self.device
+
+        def run(x):
+            out = empty(*size, dtype=out_dtype, device=device)
+            slots = _split_slots(device, partials)
+            for k in launches:
+                k.launch(x, out, slots)
+            return out
+
+        return run
+
     def compile(self, x: torch.Tensor) -> None:
         """Compile (and load) the kernels that ``run(x)`` launches, without launching them: safe
         from another thread, so that several launchers can be built at once (nothing under the
@@ -204,7 +242,9 @@ class StridedLauncher:
             return
         shape, dtype = self._out
         out = torch.empty(shape or (), dtype=dtype, device=self.device)
-        if len(self.direct) == 1:
+        if hasattr(self, "_coop_partials"):
+            self.direct[0].compile(x, out, torch.zeros(1, dtype=torch.int64, device=self.device))  # a slot buffer's dtype
+        elif len(self.direct) == 1:
             self.direct[0].compile(x, out)
         else:
             ws = torch.empty(self._ws_numel, dtype=torch.float32, device=self.device)

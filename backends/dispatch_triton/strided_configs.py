@@ -22,7 +22,8 @@ TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # :mod:`~dispatch_triton.strided_jit`. The tuned space holds EVEN, ONE_PASS, ACC_2D, PREFETCH and (on
 # a GPU) FAST_EXP and KEEP_X; benchmarks/sweep_strided_configs.py compares all of them on a GPU.
 VARIANTS = ("num_stages", "EVEN", "ONE_PASS", "TAIL", "I32", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE",
-            "KEEP_X")
+            "KEEP_X", "COOP")
+_COOP_ALONE = ("ONE_PASS", "TAIL", "ACC_2D", "PREFETCH", "TMA", "REVERSE", "KEEP_X")  # what COOP does not combine with
 _MAX_SPLIT_R = 128  # programs sharing one column block's R that split_for picks (the width of the partials merge)
 _MAX_SPLIT_R_CONFIG = 256  # the most a config may name (a merge of SPLIT_R x BLOCK_I partials per program)
 _TILE_MAX = 4096  # elements of a [BLOCK_R, BLOCK_I] tile held in registers
@@ -301,9 +302,14 @@ def validate(config: dict) -> tuple[int, int, int, int]:
         raise ValueError(f"'SPLIT_R' must be 1 to {_MAX_SPLIT_R_CONFIG} (got {split})")
     if "num_stages" in config and not 1 <= int(config["num_stages"]) <= 8:
         raise ValueError(f"'num_stages' must be 1 to 8 (got {config['num_stages']})")
-    for flag in ("EVEN", "ONE_PASS", "I32", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X"):
+    for flag in ("EVEN", "ONE_PASS", "I32", "ACC_2D", "PREFETCH", "TMA", "FAST_EXP", "REVERSE", "KEEP_X", "COOP"):
         if int(config.get(flag, 0)) not in (0, 1):
             raise ValueError(f"'{flag}' must be 0 or 1 (got {config[flag]})")
+    if int(config.get("COOP", 0)):
+        with_ = [f for f in _COOP_ALONE if int(config.get(f, 0))]
+        if with_:
+            raise ValueError(f"'COOP' holds one tile a program and reads it once: it takes EVEN, I32, FAST_EXP and "
+                             f"num_stages, not {', '.join(with_)}")
     if int(config.get("ONE_PASS", 0)) and split != 1:
         raise ValueError(f"'ONE_PASS' reads all of R in one program: 'SPLIT_R' must be 1 (got {split})")
     tail = int(config.get("TAIL", 0))

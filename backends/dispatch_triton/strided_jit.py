@@ -37,6 +37,11 @@ Variants, chosen by constexprs (the launcher's config; all off by default):
 * ``FAST_EXP`` (a GPU only: inline PTX): every exp of a tile element is one ``ex2.approx.ftz`` (a
   result below 2**-126 is 0), without ``tl.exp``'s scaling of inputs whose result is subnormal.
 * ``REVERSE`` (split R only): the finish takes its programs in the reverse of the partials' order.
+* ``COOP`` (softmax, log_softmax; :func:`_strided_coop`): ``R`` cut into ``SPLIT_R`` tiles of
+  ``BLOCK_R`` rows held by a group of programs in one launch, which exchange their columns'
+  partials and each write their tile from registers: x read once where ``R`` is too long for one
+  program's tile, with the tile's rows as wide as a cache line (``ONE_PASS`` over R = 1024 in bf16
+  holds 16 columns, 32-byte pieces of each row).
 * ``KEEP_X`` (softmax, log_softmax): the pass that reads ``x`` for the columns' stats marks its
   lines to stay in L2 before others (``evict_last``), and the pass that reads it again to write
   marks them to go first (``evict_first``) and writes the output with streaming stores (``.cs``),
@@ -52,6 +57,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .exchange import _await_words, _publish_words, _ticket
 from .jit import _exp, _ld
 
 
@@ -404,3 +410,60 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, r
         desc = _descriptor(x_ptr + xo, R, INNER, sxr, BLOCK_R, BLOCK_I, TMA)
         _write_pass(x_base, o_base, sxr, sor, start, stop, cmask, safe, 1.0 / s, tl.log(s), OP, BLOCK_R, EVEN,
                     PREFETCH, desc, c0, TMA, STAGES, FAST_EXP, KEEP_X)
+
+
+# -- R shared by programs that meet in one launch (COOP): x read once, whatever R -------------------
+
+@triton.jit
+def _strided_coop(x_ptr, out_ptr, slot_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr, sxi, soo2, soo, sor, soi,
+                  OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, SPLIT: tl.constexpr,
+                  SPLIT_P2: tl.constexpr, EVEN: tl.constexpr, FAST_EXP: tl.constexpr, I32: tl.constexpr,
+                  PHASE: tl.constexpr):
+    """softmax (``OP`` 0) or log_softmax (1) with ``R`` cut into ``SPLIT`` tiles of ``BLOCK_R`` rows, one
+    per program of a group that shares a column block: each holds its tile in registers, publishes
+    its columns' (max, sum of exp at that max) as tagged words (:mod:`~dispatch_triton.exchange`),
+    waits for the group's others, merges them (the same numbers on every program of the group) and
+    writes its tile from registers. A program's group and tile come from its ticket, taken in
+    dispatch order, so a group waits only on programs that are running or next to run. Words of
+    a group: the ``SPLIT`` tiles' maxes, then their sums, ``BLOCK_I`` each, from word
+    ``64 + group * 2 * SPLIT * BLOCK_I`` of the slot buffer. Under the interpreter, which runs
+    programs one after another, two launches: ``PHASE`` 1 publishes, ``PHASE`` 2 awaits (tag 1)
+    and writes."""
+    tid = tl.program_id(0)
+    tag = tid.to(tl.int64) * 0 + 1
+    if PHASE == 0:
+        tid, tag = _ticket(slot_ptr, tl.num_programs(0))
+    grp = tid // SPLIT
+    c = tid % SPLIT
+    o = (grp // n_iblocks).to(tl.int64)
+    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
+    xo = o2 * sxo2 + o1 * sxo
+    oo = o2 * soo2 + o1 * soo
+    cols = (grp % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
+    cmask = cols < INNER
+    rr = c * BLOCK_R + tl.arange(0, BLOCK_R)
+    mask = (rr < R)[:, None] & cmask[None, :]
+    x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
+    v = _load(_at(x_ptr + xo, x_base, rr, cols, sxr, sxi, I32), mask, float("-inf"), EVEN, 0)
+    k = tl.arange(0, BLOCK_I)
+    base = 64 + grp.to(tl.int64) * (2 * SPLIT * BLOCK_I)
+    if PHASE != 2:
+        m = tl.max(v, 0)
+        safe = tl.where(m == float("-inf"), 0.0, m)
+        s = tl.sum(_exp(v - safe[None, :], FAST_EXP), 0)  # NaN where the tile holds a NaN (or +inf)
+        _publish_words(slot_ptr, base + c * BLOCK_I, m, k, tag)
+        _publish_words(slot_ptr, base + (SPLIT + c) * BLOCK_I, s, k, tag)
+    if PHASE != 1:
+        pm, live = _await_words(slot_ptr, base, SPLIT, tag, BLOCK_I, SPLIT_P2)
+        ps, _ = _await_words(slot_ptr, base + SPLIT * BLOCK_I, SPLIT, tag, BLOCK_I, SPLIT_P2)
+        pm = tl.where(live[:, None], pm, float("-inf"))
+        big = tl.max(pm, 0)
+        safe = tl.where(big == float("-inf"), 0.0, big)
+        # a tile of -inf only adds 0; a NaN sum (NaN or +inf in the column) makes the column NaN, as torch
+        total = tl.sum(tl.where(ps == 0.0, 0.0, ps * tl.exp(pm - safe[None, :])), 0)
+        if OP == 0:
+            y = _exp(v - safe[None, :], FAST_EXP) * (1.0 / total)[None, :]
+        else:
+            y = (v - safe[None, :]) - tl.log(total)[None, :]  # the exact difference first, as torch
+        o_base = out_ptr + oo + cols.to(tl.int64)[None, :] * soi
+        _store(_at(out_ptr + oo, o_base, rr, cols, sor, soi, I32), y.to(out_ptr.dtype.element_ty), mask, EVEN)
