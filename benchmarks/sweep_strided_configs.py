@@ -350,10 +350,10 @@ def walk_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> li
 
 def coop_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> list[dict]:
     """softmax and log_softmax with R in tiles held by a group of programs that exchange their
-    columns' partials in one launch (``COOP``): 32-256 columns, tiles of 32 rows or more at 16-32
-    elements a thread (4-16 warps; a program holds three tiles), no more tiles a column block than
-    the SMs nor a sixteenth of a tile's rows (each program reads the group's partials: 16 bytes a
-    tile and column), each with ``I32`` and without (``--grid coop``). The default first."""
+    columns' partials in one launch (``COOP``): 32-256 columns, tiles of 32 rows or more, as few
+    tiles a column block as hold R at 32-64 elements a thread (4-16 warps), no more than the SMs
+    nor a sixteenth of a tile's rows (each program reads the group's partials: 16 bytes a tile and
+    column), each with ``I32`` and without (``--grid coop``). The default first."""
     default = S.default_config(p, device, itemsize)
     out: dict[tuple, dict] = {_key(default): default}
     if p.out_strides[1] == 0:  # logsumexp: COOP writes softmax and log_softmax only
@@ -369,7 +369,7 @@ def coop_candidates(p: S.StridedPlan, device: torch.device, itemsize: int) -> li
             if tiles > sms or 16 * tiles > br or (tiles == 1 and br > 32) or br > 2 * S._np2(p.R):
                 continue
             for w in (4, 8, 16):
-                if 16 <= bi * br // (32 * w) <= 32:  # three tiles in flight a program
+                if 32 <= bi * br // (32 * w) <= 64:
                     cfg = dict(S._cfg(bi, br, w, tiles), COOP=1, EVEN=1, **fast)
                     for c in (cfg, dict(cfg, I32=1)):
                         out.setdefault(_key(c), c)

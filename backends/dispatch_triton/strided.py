@@ -16,10 +16,8 @@ import torch
 from dispatch.backend import StridedPlan, strided_plan
 
 from .configs import _cdiv, _check_op, _device_sms, _np2  # noqa: F401 (_device_sms, _np2: re-exported)
-from .buffers import _split_slots
 from .direct import DirectLaunch
 from .jit import _interpreting, fast_exp_of
-from .launch import _occupancy_of, exchange_groups
 from .strided_configs import (  # noqa: F401 (re-exported: the configs this launcher takes)
     _MERGE_TILE,
     _ONE_PASS_MAX,
@@ -37,6 +35,7 @@ from .strided_configs import (  # noqa: F401 (re-exported: the configs this laun
     validate,
     variant_space,
 )
+from .buffers import _split_slots
 from .strided_jit import _strided_coop, _strided_finish, _strided_kernel, _strided_partials
 
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
@@ -116,6 +115,9 @@ class StridedLauncher:
             (rows - 1) * sr + (n_ib * bi - 1) * si < 2**31 for sr, si in
             ((p.x_strides[1], p.x_strides[2]), (p.out_strides[1], p.out_strides[2])))
         device = torch.empty(0, device=device).device
+        if coop and device.type == "cuda" and _cdiv(p.R, br) > _device_sms(device):
+            raise ValueError(f"'COOP' needs the {_cdiv(p.R, br)} programs that share a column block resident at once; "
+                             f"this device has {_device_sms(device)} SMs: use a larger BLOCK_R")
         self.op, self.plan, self.config, self.device = op, p, dict(config), device
         out_shape = tuple(int(d) for d in out_shape)
         empty = torch.empty
@@ -210,40 +212,23 @@ class StridedLauncher:
 
     def _coop(self, common: dict, out_strides: dict, options: dict, direct: bool, even: bool, fast_exp: bool,
               i32: bool, size, out_dtype):
-        """``run(x)`` of the ``COOP`` path: one launch of persistent programs in groups of
-        ``cdiv(R, BLOCK_R)``, exchanging partials through the stream's slot buffer (one private to a
-        launch captured in a CUDA graph); under the interpreter two, publish then write (two
-        groups, so the block loop runs). On a GPU the grid is sized at the first call, from the
-        compiled kernel: every program must be resident at once, as groups wait on each other."""
-        p, bi, br, w = self.plan, common["BLOCK_I"], common["BLOCK_R"], options["num_warps"]
-        tiles, n_blocks = _cdiv(p.R, br), p.outer * _cdiv(p.inner, bi)
-        args = dict(common, **out_strides, n_blocks=n_blocks, SPLIT=tiles, SPLIT_P2=_np2(tiles), EVEN=even,
-                    FAST_EXP=fast_exp, I32=i32)
-        partials = n_blocks * tiles * bi  # (max, sum) pairs: every tile's columns
-        empty, device, built = torch.empty, self.device, []
-        self.direct = ()
-        if not direct:
-            self.grid = (min(n_blocks, 2) * tiles,)
-            built.append(tuple(DirectLaunch(_strided_coop, self.grid, 3, dict(args, PHASE=ph), options, enabled=False)
-                               for ph in (1, 2)))
-            self.direct = built[0]
-
-        def launches(x, out, slots):
-            if not built:
-                probe = DirectLaunch(_strided_coop, (tiles,), 3, dict(args, PHASE=0), options)
-                cap = _device_sms(device) * _occupancy_of(probe.compile(x, out, slots), w)
-                if tiles > cap:
-                    raise ValueError(f"'COOP' needs the {tiles} programs sharing a column block resident at once; "
-                                     f"this device holds {cap} of this kernel: use a larger BLOCK_R or fewer warps")
-                self.grid = (exchange_groups(n_blocks, tiles, cap) * tiles,)
-                built.append((DirectLaunch(_strided_coop, self.grid, 3, dict(args, PHASE=0), options),))
-                self.direct = built[0]
-            return built[0]
+        """``run(x)`` of the ``COOP`` path: one launch of a group of ``cdiv(R, BLOCK_R)`` programs per
+        column block, exchanging partials through the stream's slot buffer (one private to a launch
+        captured in a CUDA graph); under the interpreter two, publish then write."""
+        p, bi, br = self.plan, common["BLOCK_I"], common["BLOCK_R"]
+        tiles = _cdiv(p.R, br)
+        self.grid = (p.outer * _cdiv(p.inner, bi) * tiles,)
+        args = dict(common, **out_strides, SPLIT=tiles, SPLIT_P2=_np2(tiles), EVEN=even, FAST_EXP=fast_exp, I32=i32)
+        phases = (0,) if direct else (1, 2)
+        self.direct = tuple(DirectLaunch(_strided_coop, self.grid, 3, dict(args, PHASE=ph), options, enabled=direct)
+                            for ph in phases)
+        partials = self._coop_partials = self.grid[0] * bi  # (max, sum) pairs: every tile's columns
+        launches, empty, device = self.direct, torch.empty, self.device
 
         def run(x):
             out = empty(*size, dtype=out_dtype, device=device)
             slots = _split_slots(device, partials)
-            for k in launches(x, out, slots):
+            for k in launches:
                 k.launch(x, out, slots)
             return out
 
@@ -253,11 +238,13 @@ class StridedLauncher:
         """Compile (and load) the kernels that ``run(x)`` launches, without launching them: safe
         from another thread, so that several launchers can be built at once (nothing under the
         Triton interpreter, which compiles nothing)."""
-        if _interpreting() or not self.direct or int(self.config.get("COOP", 0)):
-            return  # COOP: compiled at the first call, which sizes its grid from the compiled kernel (_coop)
+        if _interpreting() or not self.direct:
+            return
         shape, dtype = self._out
         out = torch.empty(shape or (), dtype=dtype, device=self.device)
-        if len(self.direct) == 1:
+        if hasattr(self, "_coop_partials"):
+            self.direct[0].compile(x, out, torch.zeros(1, dtype=torch.int64, device=self.device))  # a slot buffer's dtype
+        elif len(self.direct) == 1:
             self.direct[0].compile(x, out)
         else:
             ws = torch.empty(self._ws_numel, dtype=torch.float32, device=self.device)

@@ -38,10 +38,13 @@ Variants, chosen by constexprs (the launcher's config; all off by default):
   result below 2**-126 is 0), without ``tl.exp``'s scaling of inputs whose result is subnormal.
 * ``REVERSE`` (split R only): the finish takes its programs in the reverse of the partials' order.
 * ``COOP`` (softmax, log_softmax; :func:`_strided_coop`): ``R`` cut into ``SPLIT_R`` tiles of
-  ``BLOCK_R`` rows held by a group of persistent programs in one launch, which exchange their
-  columns' partials and each write their tile from registers, a block's exchange overlapped with
-  the next blocks' loads: x read once where ``R`` is too long for one program's tile, with rows
-  as wide as a cache line (``ONE_PASS`` over R = 1024 in bf16 holds 16 columns, 32-byte pieces).
+  ``BLOCK_R`` rows held by a group of programs in one launch, which exchange their columns'
+  partials and each write their tile from registers: x read once where ``R`` is too long for one
+  program's tile, with the tile's rows as wide as a cache line (``ONE_PASS`` over R = 1024 in bf16
+  holds 16 columns, 32-byte pieces of each row). Off by default: on an H200 every program waits
+  for its group with its tile held, and it ran bf16 softmax over dim 1 of 32 x 1024 x 64 x 64 in
+  237 us at best against ``ONE_PASS``'s 194, dim 0 of 4096 x 4096 in 43.5 against 36.3; only the
+  transposed 16384 x 4096 gained (121.4 against 125.9; ``sweep_strided_configs.py --grid coop``).
 * ``KEEP_X`` (softmax, log_softmax): the pass that reads ``x`` for the columns' stats marks its
   lines to stay in L2 before others (``evict_last``), and the pass that reads it again to write
   marks them to go first (``evict_first``) and writes the output with streaming stores (``.cs``),
@@ -415,102 +418,55 @@ def _strided_finish(x_ptr, out_ptr, ws_ptr, R, INNER, n_iblocks, outer1, sxo2, r
 # -- R shared by programs that meet in one launch (COOP): x read once, whatever R -------------------
 
 @triton.jit
-def _coop_tile(x_ptr, b, n_blocks, n_iblocks, outer1, sxo2, sxo, sxr, sxi, rr, rmask, R, INNER,
-               BLOCK_I: tl.constexpr, EVEN: tl.constexpr, I32: tl.constexpr):
-    """A program's tile of column block ``b`` (rows ``rr``), in fp32, -inf where masked off; past the
-    last block the last one again (in bounds, unmasked with ``EVEN``; never used)."""
-    b = tl.minimum(b, n_blocks - 1)
-    o = tl.cast(b // n_iblocks, tl.int64)
-    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
-    xo = o2 * sxo2 + o1 * sxo
-    cols = (b % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
-    mask = rmask[:, None] & (cols < INNER)[None, :]
-    x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
-    return _load(_at(x_ptr + xo, x_base, rr, cols, sxr, sxi, I32), mask, float("-inf"), EVEN, 0)
-
-
-@triton.jit
-def _coop_publish(slot_ptr, v, b, c, tag, SPLIT: tl.constexpr, BLOCK_I: tl.constexpr, FAST_EXP: tl.constexpr):
-    """The columns' (max, sum of exp at that max) of tile ``c`` of block ``b`` as tagged words: the
-    block's ``SPLIT`` maxes, then its sums, ``BLOCK_I`` words each, from word ``64 + b * 2 * SPLIT *
-    BLOCK_I``."""
-    m = tl.max(v, 0)
-    safe = tl.where(m == float("-inf"), 0.0, m)
-    s = tl.sum(_exp(v - safe[None, :], FAST_EXP), 0)  # NaN where the tile holds a NaN (or +inf)
-    base = 64 + tl.cast(b, tl.int64) * (2 * SPLIT * BLOCK_I)
-    k = tl.arange(0, BLOCK_I)
-    _publish_words(slot_ptr, base + c * BLOCK_I, m, k, tag)
-    _publish_words(slot_ptr, base + (SPLIT + c) * BLOCK_I, s, k, tag)
-
-
-@triton.jit
-def _coop_write(out_ptr, slot_ptr, v, b, tag, rr, rmask, n_iblocks, outer1, soo2, soo, sor, soi, INNER,
-                OP: tl.constexpr, BLOCK_I: tl.constexpr, SPLIT: tl.constexpr, SPLIT_P2: tl.constexpr,
-                EVEN: tl.constexpr, FAST_EXP: tl.constexpr, I32: tl.constexpr):
-    """Once the block's ``SPLIT`` tiles' words carry this launch's tag: their merge (the same numbers
-    on every program of the group), and softmax (``OP`` 0) or log_softmax (1) of the tile ``v``."""
-    base = 64 + tl.cast(b, tl.int64) * (2 * SPLIT * BLOCK_I)
-    pm, live = _await_words(slot_ptr, base, SPLIT, tag, BLOCK_I, SPLIT_P2)
-    ps, _ = _await_words(slot_ptr, base + SPLIT * BLOCK_I, SPLIT, tag, BLOCK_I, SPLIT_P2)
-    pm = tl.where(live[:, None], pm, float("-inf"))
-    big = tl.max(pm, 0)
-    safe = tl.where(big == float("-inf"), 0.0, big)
-    # a tile of -inf only adds 0; a NaN sum (NaN or +inf in the column) makes the column NaN, as torch
-    total = tl.sum(tl.where(ps == 0.0, 0.0, ps * tl.exp(pm - safe[None, :])), 0)
-    if OP == 0:
-        y = _exp(v - safe[None, :], FAST_EXP) * (1.0 / total)[None, :]
-    else:
-        y = (v - safe[None, :]) - tl.log(total)[None, :]  # the exact difference first, as torch
-    o = tl.cast(b // n_iblocks, tl.int64)
-    oo = (o // outer1) * soo2 + (o % outer1) * soo
-    cols = (b % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
-    mask = rmask[:, None] & (cols < INNER)[None, :]
-    o_base = out_ptr + oo + cols.to(tl.int64)[None, :] * soi
-    _store(_at(out_ptr + oo, o_base, rr, cols, sor, soi, I32), y.to(out_ptr.dtype.element_ty), mask, EVEN)
-
-
-@triton.jit
-def _strided_coop(x_ptr, out_ptr, slot_ptr, R, INNER, n_iblocks, n_blocks, outer1, sxo2, sxo, sxr, sxi, soo2, soo,
-                  sor, soi, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, SPLIT: tl.constexpr,
+def _strided_coop(x_ptr, out_ptr, slot_ptr, R, INNER, n_iblocks, outer1, sxo2, sxo, sxr, sxi, soo2, soo, sor, soi,
+                  OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr, SPLIT: tl.constexpr,
                   SPLIT_P2: tl.constexpr, EVEN: tl.constexpr, FAST_EXP: tl.constexpr, I32: tl.constexpr,
                   PHASE: tl.constexpr):
-    """softmax (``OP`` 0) or log_softmax (1) with ``R`` cut into ``SPLIT`` tiles of ``BLOCK_R`` rows:
-    persistent programs in groups of ``SPLIT``, a group walking column blocks ``g, g + G, ...``
-    (``G`` groups), each program holding one tile of a block in registers. Per block a program
-    publishes its tile's column partials (:func:`_coop_publish`), waits for its group's, and writes
-    its tile from registers (:func:`_coop_write`): x read once, whatever R. Pipelined as the norms'
-    cooperative path: the NEXT block's partials go out before this block's are awaited, so they
-    have had a whole block's time to arrive, and the block after next is loading meanwhile. A
-    program's group and tile come from its ticket, taken in dispatch order; every program of the
-    grid is resident at once (the launcher sizes it), as groups wait on each other to the end.
-    Under the interpreter, which runs programs one after another, two launches: ``PHASE`` 1
-    publishes, ``PHASE`` 2 awaits (tag 1) and writes."""
-    nprog = tl.num_programs(0)
+    """softmax (``OP`` 0) or log_softmax (1) with ``R`` cut into ``SPLIT`` tiles of ``BLOCK_R`` rows, one
+    per program of a group that shares a column block: each holds its tile in registers, publishes
+    its columns' (max, sum of exp at that max) as tagged words (:mod:`~dispatch_triton.exchange`),
+    waits for the group's others, merges them (the same numbers on every program of the group) and
+    writes its tile from registers. A program's group and tile come from its ticket, taken in
+    dispatch order, so a group waits only on programs that are running or next to run. Words of
+    a group: the ``SPLIT`` tiles' maxes, then their sums, ``BLOCK_I`` each, from word
+    ``64 + group * 2 * SPLIT * BLOCK_I`` of the slot buffer. Under the interpreter, which runs
+    programs one after another, two launches: ``PHASE`` 1 publishes, ``PHASE`` 2 awaits (tag 1)
+    and writes."""
     tid = tl.program_id(0)
     tag = tid.to(tl.int64) * 0 + 1
     if PHASE == 0:
-        tid, tag = _ticket(slot_ptr, nprog)
-    n_groups = nprog // SPLIT
+        tid, tag = _ticket(slot_ptr, tl.num_programs(0))
     grp = tid // SPLIT
     c = tid % SPLIT
+    o = (grp // n_iblocks).to(tl.int64)
+    o2, o1 = o // outer1, o % outer1  # the outer slice: two groups of kept dims at most
+    xo = o2 * sxo2 + o1 * sxo
+    oo = o2 * soo2 + o1 * soo
+    cols = (grp % n_iblocks) * BLOCK_I + tl.arange(0, BLOCK_I)
+    cmask = cols < INNER
     rr = c * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = rr < R
-    v = _coop_tile(x_ptr, grp, n_blocks, n_iblocks, outer1, sxo2, sxo, sxr, sxi, rr, rmask, R, INNER, BLOCK_I, EVEN,
-                   I32)
+    mask = (rr < R)[:, None] & cmask[None, :]
+    x_base = x_ptr + xo + cols.to(tl.int64)[None, :] * sxi
+    v = _load(_at(x_ptr + xo, x_base, rr, cols, sxr, sxi, I32), mask, float("-inf"), EVEN, 0)
+    k = tl.arange(0, BLOCK_I)
+    base = 64 + grp.to(tl.int64) * (2 * SPLIT * BLOCK_I)
     if PHASE != 2:
-        if grp < n_blocks:
-            _coop_publish(slot_ptr, v, grp, c, tag, SPLIT, BLOCK_I, FAST_EXP)
-    v_n = _coop_tile(x_ptr, grp + n_groups, n_blocks, n_iblocks, outer1, sxo2, sxo, sxr, sxi, rr, rmask, R, INNER,
-                     BLOCK_I, EVEN, I32)
-    for b in range(grp, n_blocks, n_groups):
-        nb = b + n_groups
-        if PHASE != 2:
-            if nb < n_blocks:
-                _coop_publish(slot_ptr, v_n, nb, c, tag, SPLIT, BLOCK_I, FAST_EXP)
-        v_nn = _coop_tile(x_ptr, nb + n_groups, n_blocks, n_iblocks, outer1, sxo2, sxo, sxr, sxi, rr, rmask, R,
-                          INNER, BLOCK_I, EVEN, I32)
-        if PHASE != 1:
-            _coop_write(out_ptr, slot_ptr, v, b, tag, rr, rmask, n_iblocks, outer1, soo2, soo, sor, soi, INNER, OP,
-                        BLOCK_I, SPLIT, SPLIT_P2, EVEN, FAST_EXP, I32)
-        v = v_n
-        v_n = v_nn
+        m = tl.max(v, 0)
+        safe = tl.where(m == float("-inf"), 0.0, m)
+        s = tl.sum(_exp(v - safe[None, :], FAST_EXP), 0)  # NaN where the tile holds a NaN (or +inf)
+        _publish_words(slot_ptr, base + c * BLOCK_I, m, k, tag)
+        _publish_words(slot_ptr, base + (SPLIT + c) * BLOCK_I, s, k, tag)
+    if PHASE != 1:
+        pm, live = _await_words(slot_ptr, base, SPLIT, tag, BLOCK_I, SPLIT_P2)
+        ps, _ = _await_words(slot_ptr, base + SPLIT * BLOCK_I, SPLIT, tag, BLOCK_I, SPLIT_P2)
+        pm = tl.where(live[:, None], pm, float("-inf"))
+        big = tl.max(pm, 0)
+        safe = tl.where(big == float("-inf"), 0.0, big)
+        # a tile of -inf only adds 0; a NaN sum (NaN or +inf in the column) makes the column NaN, as torch
+        total = tl.sum(tl.where(ps == 0.0, 0.0, ps * tl.exp(pm - safe[None, :])), 0)
+        if OP == 0:
+            y = _exp(v - safe[None, :], FAST_EXP) * (1.0 / total)[None, :]
+        else:
+            y = (v - safe[None, :]) - tl.log(total)[None, :]  # the exact difference first, as torch
+        o_base = out_ptr + oo + cols.to(tl.int64)[None, :] * soi
+        _store(_at(out_ptr + oo, o_base, rr, cols, sor, soi, I32), y.to(out_ptr.dtype.element_ty), mask, EVEN)
