@@ -110,3 +110,52 @@ def test_inf_runs_longer_than_any_chunk_at_size(op, backend):
     got = getattr(dispatch, op)(x, 0, backend=backend)
     why = mismatch(got, getattr(torch, op)(x, 0))
     assert why is None, why
+
+
+# COOP (R in tiles held by a group of programs that exchange their partials in one launch): at size,
+# with special columns, and replayed from a CUDA graph (whose captured launch takes a slot buffer
+# of its own, zeroed with every replay)
+COOP_CASES = [  # (shape, view, dim, config)
+    ((8, 1024, 64, 64), lambda t: t, 1, dict(BLOCK_I=32, BLOCK_R=512, SPLIT_R=2, num_warps=8)),
+    ((4096, 4096), lambda t: t, 0, dict(BLOCK_I=32, BLOCK_R=256, SPLIT_R=16, num_warps=4)),
+    ((16384, 4096), lambda t: t.t(), 0, dict(BLOCK_I=32, BLOCK_R=256, SPLIT_R=16, num_warps=4)),
+    ((3000, 512), lambda t: t, 0, dict(BLOCK_I=64, BLOCK_R=256, SPLIT_R=12, num_warps=8)),  # R = 3000: a ragged tile
+]
+
+
+def _coop(op, x, dim, config):
+    from dispatch_triton import strided as S
+
+    p = S.plan(op, x.shape, x.stride(), (dim,))
+    want = getattr(torch, op)(x, dim)
+    return S.StridedLauncher(op, p, want.dtype, want.shape, x.device, dict(config, COOP=1, FAST_EXP=1)), want
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", range(len(COOP_CASES)))
+def test_coop_at_size_eagerly_and_replayed_from_a_cuda_graph(case, dtype, op):
+    shape, view, dim, config = COOP_CASES[case]
+    x = view(torch.randn(*shape, device="cuda", dtype=dtype))
+    if case == 3:  # -inf over most of a column (longer than a tile), NaN and +inf late in others
+        x[:2500, :100] = float("-inf")
+        x[2999, 200], x[1234, 300] = float("nan"), float("inf")
+    launcher, want = _coop(op, x, dim, config)
+    before = x.clone()
+    why = mismatch(launcher.run(x), want)
+    assert why is None, why
+    torch.testing.assert_close(x, before, rtol=0, atol=0, equal_nan=True)  # the input untouched
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        launcher.run(x)  # warm-up on the capturing stream
+        with torch.cuda.graph(graph, stream=stream):
+            out = launcher.run(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    for seed in range(3):  # new inputs into the captured one; every replay merges its own partials
+        x.copy_(view(torch.randn(*shape, device="cuda", dtype=dtype, generator=torch.Generator("cuda").manual_seed(seed))))
+        graph.replay()
+        torch.cuda.synchronize()
+        why = mismatch(out, getattr(torch, op)(x, dim))
+        assert why is None, f"replay {seed}: {why}"
