@@ -17,8 +17,7 @@ same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_tr
   ``HINTS`` (the first read evict_last, so that the second finds x in L2); the split path
   (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the default's; the cooperative
   path (``COOP``: a group of programs holds a row's chunks and exchanges partials, one launch)
-  with chunks of 2048..16384 and ``HINTS`` (y stored evict_first) on or off, and for chunks of
-  4 and 8 warps with ``PERSIST`` (registers capped so that 5-6, or 3, programs fit an SM).
+  with chunks of 2048..16384 and ``HINTS`` (y stored evict_first) on or off.
 
 Every shape's default configuration (what a call gets with tuning off) is in its grid, marked.
 
@@ -170,9 +169,6 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
             if -(-n // cbn) <= NT._MAX_COOP_CHUNKS:
                 out.append(_cfg(cbn, 1, warps, coop=1))
                 out.append(_cfg(cbn, 1, warps, coop=1, hints=1))
-                # registers capped (maxnreg) for more programs a multiprocessor: more groups
-                for p in {4: (5, 6), 8: (3,)}.get(warps, ()):
-                    out.append(_cfg(cbn, 1, warps, persist=p, coop=1))
         nchunks = -(-n // 4096)
         base = NT._split_for(m, nchunks, device)
         if m <= NT._MAX_GRID_ROWS:

@@ -397,25 +397,6 @@ def test_cooperative_path(op, dtype, affine, m, n, bn):
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
-def test_cooperative_path_with_registers_capped_for_more_programs(op):
-    # COOP with PERSIST = 6: on a GPU compiled with maxnreg for 6 programs of 4 warps an SM, so the
-    # grid holds at least 6 a multiprocessor (in groups of a row's 8 chunks); the same numbers
-    m, n, bn = (1024 if DEV.type == "cuda" else 64), 8 * 256, 256  # on a GPU: more rows than groups
-    x = _t((m, n), F32, 7, 2.0, 5.0)
-    w, b = _t((n,), F32, 1), _t((n,), F32, 2)
-    cfg = dict(BLOCK_N=bn, ROWS=1, SPLIT=1, num_warps=4, num_stages=1, COOP=1, PERSIST=6)
-    launcher = N.NormLauncher(op, m, n, F32, n, DEV, cfg, 1e-5, True, op == "layer_norm", (m, n))
-    y = launcher.run(x, w, b if op == "layer_norm" else None)
-    ref = (F.rms_norm(x.double(), (n,), w.double(), 1e-5) if op == "rms_norm"
-           else F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5))
-    torch.testing.assert_close(y.double(), ref, **TOL[F32])
-    if DEV.type == "cuda":
-        assert launcher.direct[0].options["maxnreg"] == N._persist_regs(cfg) == 80
-        sms = torch.cuda.get_device_properties(DEV).multi_processor_count
-        assert launcher.direct[0].grid[0] >= min(m, 6 * sms // 8) * 8
-
-
-@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 def test_cooperative_path_strided_rows_far_from_zero(op):
     # rows that are slices of a wider tensor, values 1000 + O(0.01): a variance from the chunks'
     # sums of squares would cancel; the chunks' (mean, M2) pairs must not

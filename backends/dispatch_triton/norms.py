@@ -3,11 +3,10 @@ autotuner over the forward kernel and the backend's hooks (kernels in :mod:`disp
 the backward in :mod:`dispatch_triton.norm_backward`).
 
 A config is a dict: ``BLOCK_N`` (a power of two), ``ROWS`` (rows per tile, one-pass only),
-``SPLIT`` (programs per row, chunked only; a power of two), ``PERSIST`` (one-pass: 0 for a
+``SPLIT`` (programs per row, chunked only; a power of two), ``PERSIST`` (one-pass only: 0 for a
 program per tile, k for a persistent grid of k programs per multiprocessor that load the next tile
-while working on the current one; ``COOP``: k programs a multiprocessor at least, the kernel
-compiled with ``maxnreg`` for them, so that more groups fit), ``COOP`` (1: the cooperative path;
-``BLOCK_N`` is then a program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It is one-pass when
+while working on the current one), ``COOP`` (1: the cooperative path; ``BLOCK_N`` is then a
+program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It is one-pass when
 ``BLOCK_N`` covers the bucketed row length. Two optional keys of the chunked/split paths (0 when absent):
 ``PREFETCH`` (the next chunk's load in flight while the current one is reduced or written) and
 ``HINTS`` (L2 eviction hints; see :mod:`dispatch_triton.norm_kernels`).
@@ -262,7 +261,7 @@ class NormLauncher:
                     CHUNKS_P2=_np2(_cdiv(n, int(config["BLOCK_N"]))) if is_coop else 0)
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
-        if device.type == "cuda" and int(config.get("PERSIST", 0)) and (one_pass(config, n) or is_coop):
+        if device.type == "cuda" and int(config.get("PERSIST", 0)) and one_pass(config, n):
             options["maxnreg"] = _persist_regs(config)
         enabled = not _interpreting()
         split = int(config["SPLIT"])
