@@ -272,7 +272,7 @@ def markdown(result: dict) -> str:
                  if device else "")), ""]
     if device:
         lines += [("| case | op | dtype | dispatch (backend) us | faster torch us | ratio | x floor "
-                   "| device timing (backend) us | ratio | x floor | |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+                   "| device timing (backend) us | ratio | x floor | |"), "|---" * 11 + "|"]
     else:
         lines += ["| case | op | dtype | dispatch (backend) us | faster torch us | ratio | x floor | |",
                   "|---|---|---|---|---|---|---|---|"]

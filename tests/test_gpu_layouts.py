@@ -154,7 +154,8 @@ def test_coop_at_size_eagerly_and_replayed_from_a_cuda_graph(case, dtype, op):
             out = launcher.run(x)
     torch.cuda.current_stream().wait_stream(stream)
     for seed in range(3):  # new inputs into the captured one; every replay merges its own partials
-        x.copy_(view(torch.randn(*shape, device="cuda", dtype=dtype, generator=torch.Generator("cuda").manual_seed(seed))))
+        g = torch.Generator("cuda").manual_seed(seed)
+        x.copy_(view(torch.randn(*shape, device="cuda", dtype=dtype, generator=g)))
         graph.replay()
         torch.cuda.synchronize()
         why = mismatch(out, getattr(torch, op)(x, dim))

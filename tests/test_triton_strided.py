@@ -644,8 +644,8 @@ def test_coop_tiles_meet_in_every_call_and_never_read_an_earlier_calls_partials(
 
 def test_coop_configs_that_cannot_run_are_errors_naming_them():
     p = S.plan("softmax", (40, 16), (16, 1), (0,))
-    with pytest.raises(ValueError, match="'COOP' holds a program's share of R in one tile: 'BLOCK_R' >= "
-                                         "cdiv\\(R, SPLIT_R\\) \\(got BLOCK_R 8, SPLIT_R 4, R 40: 10 rows a program\\)"):
+    with pytest.raises(ValueError, match="'COOP' holds a program's share of R in one tile: 'BLOCK_R' >= cdiv"
+                                         "\\(R, SPLIT_R\\) \\(got BLOCK_R 8, SPLIT_R 4, R 40: 10 rows a program\\)"):
         S.StridedLauncher("softmax", p, torch.float32, (40, 16), DEV, dict(S._cfg(16, 8, 2, 4), COOP=1))
     q = S.plan("logsumexp", (40, 16), (16, 1), (0,))
     with pytest.raises(ValueError, match="'COOP' writes softmax and log_softmax"):

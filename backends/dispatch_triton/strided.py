@@ -15,6 +15,7 @@ import torch
 
 from dispatch.backend import StridedPlan, strided_plan
 
+from .buffers import _split_slots
 from .configs import _cdiv, _check_op, _device_sms, _np2  # noqa: F401 (_device_sms, _np2: re-exported)
 from .direct import DirectLaunch
 from .jit import _interpreting, fast_exp_of
@@ -35,7 +36,6 @@ from .strided_configs import (  # noqa: F401 (re-exported: the configs this laun
     validate,
     variant_space,
 )
-from .buffers import _split_slots
 from .strided_jit import _strided_coop, _strided_finish, _strided_kernel, _strided_partials
 
 _OP_CODE = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
@@ -222,7 +222,7 @@ class StridedLauncher:
         phases = (0,) if direct else (1, 2)
         self.direct = tuple(DirectLaunch(_strided_coop, self.grid, 3, dict(args, PHASE=ph), options, enabled=direct)
                             for ph in phases)
-        partials = self._coop_partials = self.grid[0] * bi  # (max, sum) pairs: every tile's columns
+        partials = self.grid[0] * bi  # (max, sum) pairs: every tile's columns
         launches, empty, device = self.direct, torch.empty, self.device
 
         def run(x):
@@ -242,8 +242,8 @@ class StridedLauncher:
             return
         shape, dtype = self._out
         out = torch.empty(shape or (), dtype=dtype, device=self.device)
-        if hasattr(self, "_coop_partials"):
-            self.direct[0].compile(x, out, torch.zeros(1, dtype=torch.int64, device=self.device))  # a slot buffer's dtype
+        if int(self.config.get("COOP", 0)):  # a stand-in of the slot buffer's dtype
+            self.direct[0].compile(x, out, torch.zeros(1, dtype=torch.int64, device=self.device))
         elif len(self.direct) == 1:
             self.direct[0].compile(x, out)
         else:
