@@ -1,18 +1,16 @@
 """Does holding a one-pass tile in x's own 2-byte dtype (its exp computed again for the output,
 nothing held in fp32) take fewer registers than holding it in fp32? A kernel of the bare one-pass
 tile both ways (``HOLD`` 1 and 0), built for sm_90 without a GPU, its registers and stack
-(spilled) bytes read back by ``registers_sm90.resources``: ``python3 hold_in_bf16_sm90.py``.
+(spilled) bytes read back by ``registers_sm90.sm90_resources``: ``python3 hold_in_bf16_sm90.py``.
 Nothing here runs: it asks the compiler only."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 from dispatch_triton.jit import _exp
-from registers_sm90 import resources  # beside this script
+from registers_sm90 import sm90_resources  # beside this script
 
 
 @triton.jit
@@ -53,10 +51,7 @@ def main() -> None:
         for hold in (0, 1):
             for bi, br, warps in ((16, 1024, 8), (32, 1024, 16), (32, 1024, 8), (64, 1024, 16)):
                 consts = dict(OP=op, BLOCK_R=br, BLOCK_I=bi, HOLD=hold, FAST_EXP=1)
-                sig = {a: "constexpr" if a in consts else io.get(a, "i32") for a in hold_kernel.arg_names}
-                kernel = triton.compile(ASTSource(fn=hold_kernel, signature=sig, constexprs=consts),
-                                        target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-                regs, stack = resources(kernel.asm["cubin"])
+                regs, stack = sm90_resources(hold_kernel, consts, warps, io)
                 print(f"| {name} | {'bf16' if hold else 'fp32'} | {bi} x {br} | {warps} | "
                       f"{bi * br // (32 * warps)} | {regs} | {stack} |", flush=True)
 

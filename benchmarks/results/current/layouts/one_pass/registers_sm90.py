@@ -34,6 +34,15 @@ def resources(cubin: bytes) -> tuple[int, int]:
     return int(re.search(r"REG:(\d+)", out).group(1)), int(re.search(r"STACK:(\d+)", out).group(1))
 
 
+def sm90_resources(fn, consts: dict, warps: int, io: dict) -> tuple[int, int]:
+    """``(registers, stack bytes)`` of the Triton kernel ``fn`` built for sm_90 with the constexprs
+    ``consts`` at ``warps`` warps (``io``: the pointer arguments' types; every other argument i32)."""
+    sig = {a: "constexpr" if a in consts else io.get(a, "i32") for a in fn.arg_names}
+    kernel = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
+                            target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    return resources(kernel.asm["cubin"])
+
+
 def main() -> None:
     print(f"triton {triton.__version__}, sm_90, bf16 in and out, FAST_EXP, EVEN, I32")
     print("| op | BLOCK_I x BLOCK_R | warps | elements a thread | registers | stack bytes | programs an SM |")
@@ -43,10 +52,7 @@ def main() -> None:
         for bi, br, warps in TILES:
             consts = dict(OP=op, BLOCK_R=br, BLOCK_I=bi, ONE_PASS=1, EVEN=1, ACC_2D=0, PREFETCH=0, TMA=0, STAGES=1,
                           FAST_EXP=1, KEEP_X=0, I32=1, TAIL=0)
-            sig = {a: "constexpr" if a in consts else io.get(a, "i32") for a in fn.arg_names}
-            kernel = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
-                                    target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-            regs, stack = resources(kernel.asm["cubin"])
+            regs, stack = sm90_resources(fn, consts, warps, io)
             print(f"| {name} | {bi} x {br} | {warps} | {bi * br // (32 * warps)} | {regs} | {stack} | "
                   f"{65536 // (32 * warps * regs)} |", flush=True)
 
