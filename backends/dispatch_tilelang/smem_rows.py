@@ -1,0 +1,161 @@
+"""Long-row softmax / log_softmax / logsumexp in TileLang for CUDA, each CTA's chunk held in shared memory.
+
+A row is cut into ``cluster`` chunks of ``tile_n`` columns, one CTA each, the CTAs of a row one
+thread-block cluster (sm_90+). A CTA copies its chunk into shared memory with ``cp.async`` (the
+bytes in flight hold no registers), then walks it there three times: the max, the sum of
+``exp(x - max)``, the output. The chunks' (max, sum) pairs travel to every peer with
+``cp.async.bulk`` into distributed shared memory, each completing on the peer's mbarrier, so a CTA
+waits only for the pairs it needs. The register-resident family (``cuda_kernels``, ``tile_n > 0``)
+holds the chunk in registers, 16-32 values a thread, which caps the bytes an SM has in flight;
+here shared memory caps them (up to 7 chunks of 32 KB an SM).
+
+``M`` is dynamic (rows on ``blockIdx.x``), ``N`` static; dense rows only.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+
+import functools
+
+import tilelang
+import tilelang.language as T
+
+from ._numerics import F32, exp_fast, log_normalizer, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+MAX_CLUSTER = 16
+SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
+
+
+def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, threads: int) -> str | None:
+    """Why this (tile_n, cluster, threads) cannot run, or None."""
+    vec = 16 // DTYPE_BYTES[dtype]
+    if n_cols % vec:
+        return f"rows of {n_cols} are not a whole number of {vec}-element vectors"
+    if threads % 32 or not 32 <= threads <= 1024:
+        return f"threads must be a multiple of 32 in [32, 1024] (got {threads})"
+    if not 1 <= cluster <= MAX_CLUSTER:
+        return f"cluster must be in [1, {MAX_CLUSTER}] (got {cluster})"
+    if tile_n <= 0 or tile_n % (vec * threads):
+        return f"tile_n={tile_n} must be a positive multiple of {vec} x {threads} threads"
+    if cluster * tile_n < n_cols:
+        return f"cluster x tile_n = {cluster * tile_n} does not cover a row of {n_cols}"
+    if (cluster - 1) * tile_n >= n_cols:
+        return f"a cluster of {cluster} chunks of {tile_n} leaves its last CTA nothing of a row of {n_cols}"
+    if tile_n * DTYPE_BYTES[dtype] > SMEM_BYTES:
+        return f"a chunk of {tile_n} {dtype} exceeds {SMEM_BYTES} bytes of shared memory"
+    return None
+
+
+def _layout(threads: int, vec: int):
+    """Thread ``t`` owns the ``t``-th 16-byte vector of a (1, vec * threads) sub-tile."""
+    return T.Fragment((1, vec * threads), forward_thread_fn=lambda i, j: j // vec, forward_index_fn=lambda i, j: j % vec)
+
+
+def _stat_layout(threads: int):
+    return T.Fragment((1,), forward_thread_fn=lambda i, rep: rep, replicate=threads, forward_index_fn=lambda i: 0)
+
+
+@functools.lru_cache(maxsize=None)
+def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
+    """The ``@tilelang.jit`` program (tunable ``threads``) of one (op, N, dtypes, tile_n, cluster)."""
+    target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
+    N, C, TILE = n_cols, cluster, tile_n
+    vec = 16 // DTYPE_BYTES[in_dtype]
+    lse = op == "logsumexp"
+    log = op == "log_softmax"
+
+    @tilelang.jit(target=target, out_idx=[1])
+    def smem_rows(threads):
+        reason = check_launch(N, in_dtype, TILE, C, threads)
+        if reason is not None:
+            raise ValueError(reason)
+        SUB = vec * threads
+        NS = TILE // SUB
+        M = T.dynamic("m")
+        y_shape = (M,) if lse else (M, N)
+
+        @T.prim_func
+        def main(x: T.Tensor((M, N), in_dtype), y: T.Tensor(y_shape, out_dtype)):
+            with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
+                xs = T.alloc_shared((1, TILE), in_dtype)
+                xf = T.alloc_fragment((1, SUB), F32)
+                acc = T.alloc_fragment((1, SUB), F32)
+                m = T.alloc_fragment((1,), F32)
+                s = T.alloc_fragment((1,), F32)
+                sh = T.alloc_fragment((1,), F32)
+                gm = T.alloc_fragment((1,), F32)
+                gs = T.alloc_fragment((1,), F32)
+                gsh = T.alloc_fragment((1,), F32)
+                fin = T.alloc_fragment((1,), F32)
+                layouts = {xf: _layout(threads, vec), acc: _layout(threads, vec)}
+                for stat in (m, s, sh, gm, gs, gsh, fin):
+                    layouts[stat] = _stat_layout(threads)
+                T.annotate_layout(layouts)
+                if C > 1:
+                    # Live from the start, so that nothing else shares their shared memory while
+                    # peers may copy into `peers`; the barrier counts one copy from each peer.
+                    mine = T.alloc_shared((4,), F32)
+                    peers = T.alloc_shared((C, 4), F32)
+                    got = T.alloc_cluster_barrier([C])
+                    mine[2] = 0.0
+                    peers[cx, 2] = 0.0
+                base = cx * TILE
+
+                T.copy(x[bx, base], xs, prefer_instruction="cp_async")
+
+                T.fill(acc, neg_inf())
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(1, SUB):
+                        acc[i, j] = T.max(acc[i, j], T.if_then_else(base + k * SUB + j < N,
+                                                                    T.cast(xs[i, k * SUB + j], F32), neg_inf()))
+                T.reduce_max(acc, m, dim=1)
+                for i in T.Parallel(1):
+                    sh[i] = safe_max(m[i])
+                T.fill(acc, 0.0)
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(1, SUB):
+                        acc[i, j] += T.if_then_else(base + k * SUB + j < N,
+                                                    exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
+                T.reduce_sum(acc, s, dim=1)
+
+                if C > 1:
+                    mine[0] = m[0]
+                    mine[1] = s[0]
+                    for r in T.unroll(C):
+                        T.copy_cluster(mine, peers[cx, :], dst_block=r, remote_barrier=got[0])
+                    T.mbarrier_wait_parity(got[0], 0)
+                    T.cluster_arrive_relaxed()  # past the wait: every copy out of `mine` has landed
+                    for i in T.Parallel(1):
+                        gm[i] = neg_inf()
+                        for r in T.unroll(C):
+                            gm[i] = T.max(gm[i], peers[r, 0])
+                        gsh[i] = safe_max(gm[i])
+                        gs[i] = 0.0
+                        for r in T.unroll(C):
+                            gs[i] += rescale(peers[r, 1], safe_max(peers[r, 0]), gsh[i])
+                else:
+                    for i in T.Parallel(1):
+                        gm[i] = m[i]
+                        gs[i] = s[i]
+                        gsh[i] = sh[i]
+
+                if lse:
+                    if cx == 0:
+                        y[bx] = T.cast(logsumexp_value(gm[0], gs[0]), out_dtype)
+                else:
+                    for i in T.Parallel(1):
+                        fin[i] = log_normalizer(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
+                    for k in T.serial(NS):
+                        for i, j in T.Parallel(1, SUB):
+                            if base + k * SUB + j < N:
+                                if log:
+                                    y[bx, base + k * SUB + j] = T.cast(T.cast(xs[i, k * SUB + j], F32) - fin[i], out_dtype)
+                                else:
+                                    y[bx, base + k * SUB + j] = T.cast(
+                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)
+                if C > 1:
+                    T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
+
+        return main
+
+    return smem_rows
