@@ -179,9 +179,14 @@ def test_config_spaces_are_valid_deterministic_default_first(target, n_cols, dty
     assert len({tuple(sorted(c.items())) for c in space}) == len(space)
     for cfg in space:
         assert C.validate_config("softmax", n_cols, dtype, cfg, target) is None, cfg
-        assert set(cfg) == set(C.JIT_PARAMS[target] + C.BUILD_KEYS[target])
+        # every key, but ``smem``, present only where a config sets it
+        assert set(C.JIT_PARAMS[target] + C.BUILD_KEYS[target]) - set(cfg) <= {"smem"}
+        assert set(cfg) <= set(C.JIT_PARAMS[target] + C.BUILD_KEYS[target])
     if target == "cuda":
         for cfg in space:
+            if cfg.get("smem"):  # the chunk sits in shared memory, 8 values a thread at a time
+                assert cfg["tile_n"] * C.DTYPE_BYTES[dtype] <= C.SMEM_MAX_BYTES, cfg
+                continue
             if cfg["tile_n"] == 0:
                 per_thread = C.cuda_kernels.tile_width(n_cols, dtype, 0, cfg["block_m"], cfg["threads"]) * cfg["block_m"] // cfg["threads"]
             else:
@@ -235,7 +240,7 @@ def test_config_space_prunes_rows_and_groups_into_families():
     for key, group in fams.items():
         assert all(C.split_config(c, "cuda")[1] == dict(key) for c in group)
     assert C.split_config({"block_m": 2, "threads": 256, "tile_n": 0, "cluster": 1}, "cuda") == (
-        {"block_m": 2, "threads": 256}, {"tile_n": 0, "cluster": 1})
+        {"block_m": 2, "threads": 256}, {"tile_n": 0, "cluster": 1, "smem": 0})
 
 
 def test_jit_program_has_required_tunables_only():

@@ -150,9 +150,9 @@ def _row_stride(spec: CallSpec) -> int:
 def _space(op: str, spec: CallSpec) -> tuple[list[dict], dict]:
     from .configs import config_space, default_config, families
 
-    target, n = _target(spec), spec.reduced_size
-    configs = config_space(op, spec.rows, n, spec.dtype, target)
-    default = default_config(op, spec.rows, n, spec.dtype, target)
+    target, n, stride = _target(spec), spec.reduced_size, _row_stride(spec)
+    configs = config_space(op, spec.rows, n, spec.dtype, target, stride)
+    default = default_config(op, spec.rows, n, spec.dtype, target, stride)
     if target == "cuda":  # the default's family (it comes first), one compile for all
         configs = next(iter(families(configs, target).values()))[:MAX_CUDA_CANDIDATES]
     return configs, default

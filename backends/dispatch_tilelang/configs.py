@@ -1,8 +1,9 @@
 """Config spaces and default configs of the TileLang row kernels, pruned by row length, dtype and target.
 
 A config is a flat dict. On ``"cuda"``: ``block_m`` and ``threads`` are JIT (tunable)
-parameters; ``tile_n`` and ``cluster`` are build-time keys that pick the kernel family (see
-``cuda_kernels``). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
+parameters; ``tile_n``, ``cluster`` and ``smem`` are build-time keys that pick the kernel family
+(see ``cuda_kernels``; ``smem: 1``, present only where set, the chunk-in-shared-memory family of
+``smem_rows``). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
 key (see ``cpu_kernels``). Every list is in a deterministic order, and every config in it is
 one ``cuda_kernels.check_launch`` / ``check_cpu_config`` accepts.
 
@@ -22,7 +23,7 @@ from typing import Any
 
 from dispatch.backend import unique_configs
 
-from . import cuda_kernels
+from . import cuda_kernels, smem_rows
 from .availability import _check_op, _check_target, dtype_name
 
 DTYPE_BYTES = cuda_kernels.DTYPE_BYTES
@@ -36,13 +37,16 @@ ROW_FAMILY_MAX_COLS = 1024 * MAX_ELEMS_PER_THREAD
 CPU_MAX_TILE_ELEMS = 32768
 CPU_ROW_FAMILY_MAX_COLS = 8192
 CPU_TILE_CHOICES = (512, 2048)
+# The chunk-in-shared-memory family's chunks in the config space, and the longest row its default serves.
+SMEM_MIN_BYTES, SMEM_MAX_BYTES = 16 << 10, 64 << 10
+SMEM_MIN_COLS, SMEM_MAX_COLS = 16384, 262144  # the 2-byte rows its default serves
 # The most rows a CUDA CTA of the whole-row family holds (the tuned space's largest).
 MAX_BLOCK_M = 32
 
 #: Tunable JIT parameters of every program ``build.jit_program`` returns, per target (required, no defaults).
 JIT_PARAMS: dict[str, tuple[str, ...]] = {"cuda": ("block_m", "threads"), "c": ("block_m",)}
 #: Config keys that choose the kernel family at build time; stripped before TileLang sees a config.
-BUILD_KEYS: dict[str, tuple[str, ...]] = {"cuda": ("tile_n", "cluster"), "c": ("tile_n",)}
+BUILD_KEYS: dict[str, tuple[str, ...]] = {"cuda": ("tile_n", "cluster", "smem"), "c": ("tile_n",)}
 #: Config keys an autotuner varies within one family.
 TUNABLES: dict[str, tuple[str, ...]] = JIT_PARAMS
 #: JIT parameter name -> config key, where they differ (here they never do).
@@ -127,23 +131,78 @@ def _split_rank(cfg: dict, n_cols: int) -> tuple:
     return (not looped, (cfg["threads"], per_thread) != (512, 16), cfg["cluster"], -cfg["threads"])
 
 
+def _cuda_smem_configs(n_cols: int, dtype: str) -> list[dict]:
+    """Chunk-in-shared-memory configs (``smem_rows``): a row in 1-16 chunks (one CTA each, a cluster
+    where more than one) of 16-64 KB, 128 or 256 threads, at most 1/8 of the covered row padding."""
+    size = DTYPE_BYTES[dtype]
+    clusters = (1, 2, 4, 8, 16) if cuda_supports_clusters() else (1,)
+    out = []
+    for cluster in clusters:
+        for threads in (256, 128):
+            step = (16 // size) * threads
+            tile = -(-(-(-n_cols // cluster)) // step) * step
+            if SMEM_MIN_BYTES <= tile * size <= SMEM_MAX_BYTES and (cluster * tile - n_cols) * 8 <= cluster * tile \
+                    and smem_rows.check_launch(n_cols, dtype, tile, cluster, 1, threads) is None:
+                out.append(_smem_config(tile, cluster, threads))
+    return out
+
+
+def _smem_config(tile_n: int, cluster: int, threads: int = 256) -> dict:
+    return {"block_m": 1, "threads": threads, "tile_n": tile_n, "cluster": cluster, "smem": 1}
+
+
 def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str) -> list[dict]:
-    """Candidate CUDA configs: the default first, whole-row ones while a row fits a CTA, cluster-split ones from 8K columns."""
+    """Candidate CUDA configs: the default first, whole-row ones while a row fits a CTA, cluster-split
+    and chunk-in-shared-memory ones from 8K columns."""
     configs = [cuda_default_config(op, n_rows, n_cols, dtype)]
     if n_cols <= ROW_FAMILY_MAX_COLS:
         configs += _cuda_row_configs(n_rows, n_cols, dtype)
     if n_cols >= 8192:
-        configs += _cuda_split_configs(n_cols, dtype)
+        configs += _cuda_split_configs(n_cols, dtype) + _cuda_smem_configs(n_cols, dtype)
     return unique_configs(configs)
 
 
-def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:
+def _smem_default(n_cols: int, dtype: str) -> dict | None:
+    """The chunk-in-shared-memory default, where it led on the H200 (bf16 softmax, us; the register
+    families' default and Triton's in brackets; benchmarks/results/current/rows_kernels/smem_rows/):
+
+    * rows of 16K-32K: one CTA's chunk (2048 x 16384: 38.3 [41.2, 44.2]; 2048 x 32768: 73.1 [97.3, 83.7]);
+    * up to 128K: chunks of 16K columns a cluster (1024 x 65536: 88.8 [106.6, 88.0]; 512 x 131072:
+      87.3 [118.2, 95.0]);
+    * up to 256K: eight chunks (256 x 262144: 94.3 [110.6, 98.0]).
+
+    The best of them had each thread copy 256 bytes (16 vectors); fp32 rows (at best level with
+    the register families) and odd rows (no 16-byte copies) keep the register families."""
+    if DTYPE_BYTES[dtype] != 2 or n_cols % 8 or not SMEM_MIN_COLS <= n_cols <= SMEM_MAX_COLS:
+        return None
+    if n_cols <= 32768:
+        cluster = 1
+    elif n_cols <= 131072:
+        cluster = _pow2_ceil(-(-n_cols // 16384))
+    else:
+        cluster = 8
+    if cluster > 1 and not cuda_supports_clusters():
+        return None
+    share = -(-n_cols // cluster)
+    threads = 128 if share * 2 <= (32 << 10) else 256
+    step = 8 * threads
+    tile = -(-share // step) * step
+    if smem_rows.check_launch(n_cols, dtype, tile, cluster, 1, threads) is not None:
+        return None
+    return _smem_config(tile, cluster, threads)
+
+
+def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str, dense: bool = True) -> dict:
     """A good untuned CUDA config: ~16-32 fp32 per thread, rows too short for a warp at two vectors a
     thread a part of a warp each in CTAs of 128 threads, long rows cluster-split.
 
     Short rows (H200, bf16 and fp32, N = 64..256, benchmarks/results/current/short_rows/): a warp a
     row padded them (bf16 N = 64 is a quarter of a 256-wide tile) and ran at 1084-3637 GB/s bf16;
-    two vectors a thread and 128 threads a CTA ran at 3875-3894, the best of every row config."""
+    two vectors a thread and 128 threads a CTA ran at 3875-3894, the best of every row config.
+    2-byte rows of 16K-256K (dense, a multiple of 8): the chunk-in-shared-memory family (``_smem_default``)."""
+    smem = _smem_default(n_cols, dtype) if dense else None
+    if smem is not None:
+        return smem
     if n_cols <= ROW_FAMILY_MAX_COLS:
         vec = cuda_kernels.vector_width(n_cols, dtype)
         tpr = min(1024, max(32, _pow2_ceil(-(-n_cols // 32))))
@@ -203,20 +262,28 @@ def cpu_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:
 # -------------------------------------------------------------------------------- lookup
 
 
-def config_space(op: str, n_rows: int, n_cols: int, dtype: Any, target: str) -> list[dict]:
-    """Candidate configs for ``op`` on ``(n_rows, n_cols)`` inputs of ``dtype``: the default first, deterministic order."""
+def config_space(op: str, n_rows: int, n_cols: int, dtype: Any, target: str, row_stride: int = 0) -> list[dict]:
+    """Candidate configs for ``op`` on ``(n_rows, n_cols)`` inputs of ``dtype`` (rows ``row_stride``
+    apart, 0 dense: strided rows leave out the chunk-in-shared-memory family): the default first,
+    deterministic order."""
     _check_op(op)
     _check_target(target)
-    lookup = cuda_config_space if target == "cuda" else cpu_config_space
-    return lookup(op, n_rows, max(1, n_cols), dtype_name(dtype))
+    if target == "cuda":
+        configs = cuda_config_space(op, n_rows, max(1, n_cols), dtype_name(dtype))
+        if row_stride:
+            configs = [default_config(op, n_rows, n_cols, dtype, target, row_stride)] + configs
+            configs = unique_configs([c for c in configs if not c.get("smem")])
+        return configs
+    return cpu_config_space(op, n_rows, max(1, n_cols), dtype_name(dtype))
 
 
-def default_config(op: str, n_rows: int, n_cols: int, dtype: Any, target: str) -> dict:
+def default_config(op: str, n_rows: int, n_cols: int, dtype: Any, target: str, row_stride: int = 0) -> dict:
     """The config to use untuned (the first entry of ``config_space``)."""
     _check_op(op)
     _check_target(target)
-    lookup = cuda_default_config if target == "cuda" else cpu_default_config
-    return lookup(op, n_rows, max(1, n_cols), dtype_name(dtype))
+    if target == "cuda":
+        return cuda_default_config(op, n_rows, max(1, n_cols), dtype_name(dtype), dense=not row_stride)
+    return cpu_default_config(op, n_rows, max(1, n_cols), dtype_name(dtype))
 
 
 def split_config(config: Mapping[str, Any], target: str) -> tuple[dict, dict]:
@@ -226,6 +293,7 @@ def split_config(config: Mapping[str, Any], target: str) -> tuple[dict, dict]:
     build = {"tile_n": int(config.pop("tile_n", 0))}
     if target == "cuda":
         build["cluster"] = int(config.pop("cluster", 1))
+        build["smem"] = int(config.pop("smem", 0))
     unknown = set(config) - set(JIT_PARAMS[target])
     if unknown:
         raise ValueError(f"unknown config key(s) {sorted(unknown)} for target {target!r}; expected {JIT_PARAMS[target] + BUILD_KEYS[target]}")
@@ -255,5 +323,12 @@ def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, An
         return check_cpu_config(n_cols, {**jit_kwargs, **build})
     if build["cluster"] > 1 and not cuda_supports_clusters():
         return "thread-block clusters (cluster > 1) need an sm_90+ GPU"
+    if build["smem"] not in (0, 1):
+        return f"smem must be 0 or 1 (got {build['smem']})"
+    if build["smem"]:
+        if row_stride:
+            return f"the chunk-in-shared-memory family (smem=1) reads dense rows only (got row_stride={row_stride})"
+        return smem_rows.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"],
+                                      jit_kwargs["block_m"], jit_kwargs["threads"])
     return cuda_kernels.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"],
                                      jit_kwargs["block_m"], jit_kwargs["threads"], row_stride)

@@ -122,7 +122,7 @@ def _fragment_layout(block_m: int, tile: int, tpr: int, vec: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            row_stride: int = 0, exchange: str = "sync", stage: bool = False):
+            row_stride: int = 0):
     """The ``@tilelang.jit`` program (tunables ``block_m``, ``threads``) for one CUDA kernel family.
 
     ``arch`` (e.g. ``"sm_90"``) pins the target; None lets TileLang read it off the current device.
@@ -136,7 +136,6 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     vec = vector_width(N, in_dtype, S)
     lse = op == "logsumexp"
     log = op == "log_softmax"
-    mbar = exchange == "mbar" and C > 1
 
     @tilelang.jit(target=target, out_idx=[1])
     def cuda_rowwise(block_m, threads):
@@ -168,34 +167,18 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 for stat in (m, s, tm, ts, shift, fin, gm, gs, gshift):
                     layouts[stat] = _row_stat_layout(block_m, tpr)
                 T.annotate_layout(layouts)
-                if mbar:
-                    # Buffers the peers write into, live from the start so that nothing shares
-                    # their shared memory; the barrier counts one copy from each peer.
-                    mine = T.alloc_shared((4, block_m), F32)
-                    peers = T.alloc_shared((C, 4, block_m), F32)
-                    got = T.alloc_cluster_barrier([C])
-                    for i in T.Parallel(block_m):
-                        mine[2, i] = 0.0
-                        peers[cx, 2, i] = 0.0
                 T.fill(m, neg_inf())
                 T.fill(s, 0.0)
                 T.fill(shift, 0.0)
 
                 # Pass 1: this CTA's share of the row, max and sum of exp(x - safe(max)).
-                if stage:
-                    xs = T.alloc_shared((block_m, TILE), in_dtype)
                 for t in T.serial(NT):
-                    if stage:
-                        T.copy(x[bx * block_m, (cx * NT + t) * TILE], xs)
-                        for i, j in T.Parallel(block_m, TILE):
-                            xf[i, j] = T.if_then_else((cx * NT + t) * TILE + j < N, T.cast(xs[i, j], F32), neg_inf())
-                    else:
-                        for i, j in T.Parallel(block_m, TILE):
-                            xf[i, j] = T.if_then_else(
-                                bx * block_m + i < M and (cx * NT + t) * TILE + j < N,
-                                T.cast(x[bx * block_m + i, (cx * NT + t) * TILE + j], F32),
-                                neg_inf(),
-                            )
+                    for i, j in T.Parallel(block_m, TILE):
+                        xf[i, j] = T.if_then_else(
+                            bx * block_m + i < M and (cx * NT + t) * TILE + j < N,
+                            T.cast(x[bx * block_m + i, (cx * NT + t) * TILE + j], F32),
+                            neg_inf(),
+                        )
                     T.reduce_max(xf, tm, dim=1)
                     for i in T.Parallel(block_m):
                         tm[i] = T.max(m[i], tm[i])
@@ -214,23 +197,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                         shift[i] = ts[i]
 
                 # Combine the cluster's partial (max, sum) pairs through distributed shared memory.
-                if mbar:
-                    for i in T.Parallel(block_m):
-                        mine[0, i] = m[i]
-                        mine[1, i] = s[i]
-                    for r in T.unroll(C):
-                        T.copy_cluster(mine, peers[cx, :, :], dst_block=r, remote_barrier=got[0])
-                    T.mbarrier_wait_parity(got[0], 0)
-                    T.cluster_arrive_relaxed()  # past the wait: every copy out of this CTA's `mine` has landed
-                    for i in T.Parallel(block_m):
-                        gm[i] = neg_inf()
-                        for r in T.unroll(C):
-                            gm[i] = T.max(gm[i], peers[r, 0, i])
-                        gshift[i] = safe_max(gm[i])
-                        gs[i] = 0.0
-                        for r in T.unroll(C):
-                            gs[i] += rescale(peers[r, 1, i], safe_max(peers[r, 0, i]), gshift[i])
-                elif C > 1:
+                if C > 1:
                     mine = T.alloc_shared((2, block_m), F32)
                     peers = T.alloc_shared((C, 2, block_m), F32)
                     for i in T.Parallel(block_m):
@@ -292,8 +259,6 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                                     y[bx * block_m + i, (cx * NT + t) * TILE + j] = T.cast(exp_fast(xf[i, j] - gshift[i]) * fin[i], out_dtype)
                                 else:
                                     y[bx * block_m + i, (cx * NT + t) * TILE + j] = T.cast(xf[i, j] * fin[i], out_dtype)
-                if mbar:
-                    T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
 
         return main
 

@@ -26,9 +26,11 @@ MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
 
 
-def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, threads: int) -> str | None:
-    """Why this (tile_n, cluster, threads) cannot run, or None."""
+def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int) -> str | None:
+    """Why this (tile_n, cluster, block_m, threads) cannot run, or None."""
     vec = 16 // DTYPE_BYTES[dtype]
+    if block_m != 1:
+        return f"the shared-memory family holds one row's chunk a CTA: block_m must be 1 (got {block_m})"
     if n_cols % vec:
         return f"rows of {n_cols} are not a whole number of {vec}-element vectors"
     if threads % 32 or not 32 <= threads <= 1024:
@@ -57,7 +59,8 @@ def _stat_layout(threads: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
-    """The ``@tilelang.jit`` program (tunable ``threads``) of one (op, N, dtypes, tile_n, cluster)."""
+    """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
+    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[in_dtype]
@@ -65,8 +68,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     log = op == "log_softmax"
 
     @tilelang.jit(target=target, out_idx=[1])
-    def smem_rows(threads):
-        reason = check_launch(N, in_dtype, TILE, C, threads)
+    def smem_rows(block_m, threads):
+        reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
         SUB = vec * threads

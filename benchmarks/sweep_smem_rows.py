@@ -1,0 +1,125 @@
+"""TileLang's chunk-in-shared-memory row kernels (``smem_rows``) against the other row kernels (one GPU).
+
+For each shape: every chunk-in-shared-memory config of the TileLang config space, TileLang's
+register families' default (what served before, ``default_config`` for strided rows), TileLang's
+and Triton's defaults through dispatch, torch, and a copy of the same bytes, timed with
+``triton.testing.do_bench`` (L2 flushed, median) in interleaved rounds. Every kernel's output is
+checked against torch first, on the benchmark input and on rows of -inf, +inf and NaN.
+
+    python3 benchmarks/sweep_smem_rows.py --out out/smem_rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "backends"))
+
+SHAPES = {"bfloat16": "2048x16384,2097x32000,2048x32768,1024x65536,512x131072,256x151936,256x262144,8x128256,1x262144",
+          "float32": "2048x16384,1024x32768,1024x65536"}
+
+
+def edge_rows(torch, m, n, dtype, seg):
+    x = torch.randn(m, n) * 3
+    x[0] = -float("inf")
+    x[1, n // 3] = float("inf")
+    x[2, n // 2] = float("nan")
+    x[3, : min(n - 1, seg + 7)] = -float("inf")
+    x[4, n // 2:] = -float("inf")
+    return x.to(dtype).cuda()
+
+
+def check(torch, y, op, x):
+    xf = x.float()
+    want = (torch.logsumexp(xf, -1) if op == "logsumexp" else getattr(torch, op)(xf, -1)).to(x.dtype)
+    tol = (1e-5, 1e-5) if x.dtype == torch.float32 else (1.6e-2, 1e-2)
+    torch.testing.assert_close(y, want, rtol=tol[0], atol=tol[1], equal_nan=True)
+    assert torch.equal(torch.isnan(y), torch.isnan(want))
+
+
+def label(cfg: dict) -> str:
+    fam = "smem" if cfg.get("smem") else ("row" if cfg["tile_n"] == 0 else "split")
+    return f"tilelang {fam} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--ops", default="softmax")
+    ap.add_argument("--shapes", default="", help="M x N list for every dtype (default: SHAPES per dtype)")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    import torch
+    import triton.testing
+
+    import dispatch
+    from dispatch_tilelang import build as B, configs as C
+
+    cases = []
+    for dtype in args.dtypes.split(","):
+        for shape in (args.shapes or SHAPES[dtype]).split(","):
+            m, n = map(int, shape.split("x"))
+            for op in args.ops.split(","):
+                cfgs = [c for c in C.config_space(op, m, n, dtype, "cuda") if c.get("smem")]
+                cfgs.append(C.default_config(op, m, n, dtype, "cuda", row_stride=n + 8))  # the register default
+                cases.append((op, m, n, dtype, cfgs))
+    t0 = time.time()
+    for op, m, n, dtype, cfgs in cases:
+        failed = B.build_all(op, m, n, dtype, dtype, cfgs, "cuda")
+        for cfg, why in failed:
+            print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
+    print(f"built in {time.time() - t0:.0f} s", flush=True)
+
+    lines = ["| op | dtype | M x N | kernel | us | GB/s | % of copy |", "|---|---|---|---|---|---|---|"]
+    records = []
+    for op, m, n, dtype, cfgs in cases:
+        tdt = getattr(torch, dtype)
+        x = torch.randn(m, n, device="cuda").to(tdt)
+        y = torch.empty_like(x)
+        tfn = torch.logsumexp if op == "logsumexp" else getattr(torch, op)
+        dop = getattr(dispatch, op)
+        fns = {"copy": lambda: y.copy_(x), "torch": lambda: tfn(x, -1),
+               "triton (default)": lambda: dop(x, -1, backend="triton"),
+               "tilelang (default)": lambda: dop(x, -1, backend="tilelang")}
+        default = C.default_config(op, m, n, dtype, "cuda")
+        for cfg in cfgs:
+            try:
+                k = B.build(op, m, n, dtype, dtype, cfg, "cuda")
+                e = edge_rows(torch, 7, n, tdt, cfg["tile_n"])
+                check(torch, k(e), op, e)
+                check(torch, k(x), op, x)
+            except Exception as exc:  # noqa: BLE001
+                print("FAIL", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
+                continue
+            fns[label(cfg) + (" (default)" if cfg == default else "")] = (lambda k=k: k(x))
+        for name in ("triton (default)", "tilelang (default)"):
+            check(torch, fns[name](), op, x)
+        times = {k: [] for k in fns}
+        for _ in range(args.rounds):
+            for k, f in fns.items():
+                times[k].append(triton.testing.do_bench(f, warmup=10, rep=50) * 1e3)
+        nbytes = (x.numel() + (m if op == "logsumexp" else x.numel())) * x.element_size()
+        copy_us = statistics.median(times["copy"]) * (nbytes / (2 * x.numel() * x.element_size()))
+        for k, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
+            us = statistics.median(ts)
+            lines.append(f"| {op} | {dtype} | {m}x{n} | {k} | {us:.1f} | {nbytes / us / 1e3:.0f} | "
+                         f"{100 * copy_us / us:.0f}% |")
+            records.append({"op": op, "shape": f"{m}x{n}", "dtype": dtype, "name": k, "us": ts})
+        print("\n".join(lines[-len(times):]), flush=True)
+    with open(os.path.join(args.out, "smem_rows.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(args.out, "smem_rows.json"), "w") as f:
+        json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""On a CUDA device (sm_90+): TileLang's chunk-in-shared-memory row kernels (``smem_rows``) against
+torch, on rows of -inf, +inf and NaN, a chunk of -inf, padded last chunks, clusters of 1 to 16,
+eagerly, through dispatch, and replayed from a CUDA graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+pytest.importorskip("tilelang")
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+    pytest.skip("needs an sm_90+ GPU", allow_module_level=True)
+
+import dispatch  # noqa: E402
+from dispatch_tilelang import build as B, configs as C  # noqa: E402
+
+OPS = ("softmax", "log_softmax", "logsumexp")
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+
+
+def smem(tile_n, cluster, threads=256):
+    return {"block_m": 1, "threads": threads, "tile_n": tile_n, "cluster": cluster, "smem": 1}
+
+
+CASES = [  # (n_cols, dtypes, config)
+    (32768, (torch.bfloat16, torch.float16), smem(32768, 1)),
+    (16392, (torch.bfloat16,), smem(18432, 1)),  # one CTA, its chunk padded
+    (32768, (torch.float32,), smem(16384, 2, threads=128)),
+    (65536, (torch.bfloat16,), smem(16384, 4)),
+    (151936, (torch.bfloat16, torch.float16), smem(20480, 8)),  # a vocabulary's rows, the last chunk padded
+    (262144, (torch.bfloat16,), smem(32768, 8)),
+    (262144, (torch.bfloat16,), smem(16384, 16, threads=128)),  # a non-portable cluster
+]
+
+
+def edge_rows(m, n, dtype, seg):
+    x = torch.randn(m, n) * 3
+    inf = float("inf")
+    x[0] = -inf
+    x[1, n // 3] = inf
+    x[2, n // 2] = float("nan")
+    x[3, : min(n - 1, seg + 7)] = -inf  # the first chunk all -inf
+    x[4, n // 2:] = -inf
+    x[5] *= 40
+    x[6] = -inf
+    x[6, n - 1] = 1.0
+    return x.to(dtype).cuda()
+
+
+def reference(op, x):
+    xf = x.float()
+    y = torch.logsumexp(xf, -1) if op == "logsumexp" else getattr(torch, op)(xf, -1)
+    return y.to(x.dtype)
+
+
+def check(op, y, x):
+    want = reference(op, x)
+    torch.testing.assert_close(y, want, rtol=TOL[x.dtype][0], atol=TOL[x.dtype][1], equal_nan=True)
+    assert torch.equal(torch.isnan(y), torch.isnan(want))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("n_cols,dtypes,cfg", CASES, ids=lambda v: str(v) if isinstance(v, int) else None)
+def test_matches_torch_on_edge_rows(op, n_cols, dtypes, cfg):
+    for dtype in dtypes:
+        assert C.validate_config(op, n_cols, dtype, cfg, "cuda") is None
+        k = B.build(op, 7, n_cols, dtype, dtype, cfg, "cuda")
+        for m in (7, 1, 33):
+            x = edge_rows(max(m, 7), n_cols, dtype, cfg["tile_n"])[:m].contiguous()
+            before = x.clone()
+            check(op, k(x), x)
+            assert torch.equal(x.nan_to_num(), before.nan_to_num())  # the input untouched
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_dispatch_default_runs_it_and_matches_torch(op):
+    x = torch.randn(64, 32000, device="cuda", dtype=torch.bfloat16)  # a 32000-word vocabulary
+    assert C.default_config(op, 64, 32000, torch.bfloat16, "cuda").get("smem") == 1
+    check(op, getattr(dispatch, op)(x, -1, backend="tilelang"), x)
+
+
+def test_replays_from_a_cuda_graph_with_new_inputs():
+    cfg = smem(32768, 8)
+    k = B.build("softmax", 4, 262144, torch.bfloat16, torch.bfloat16, cfg, "cuda")
+    x = torch.randn(4, 262144, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        k(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = k(x)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x) * 4)
+        graph.replay()
+        torch.cuda.synchronize()
+        check("softmax", out, x)

@@ -1,0 +1,103 @@
+"""The chunk-in-shared-memory family of TileLang's CUDA row kernels (``smem_rows``, config ``smem: 1``):
+which configs it takes and refuses (and why), where it is the default, and its sm_90 build.
+
+The kernels themselves run on a GPU only (``tests/test_gpu_tilelang_smem.py``); the C target has
+no shared memory to stage a chunk in and never sees the key.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+pytest.importorskip("tilelang")
+
+from dispatch_tilelang import build as B, configs as C  # noqa: E402
+
+
+def smem(tile_n, cluster, threads=256, block_m=1):
+    return {"block_m": block_m, "threads": threads, "tile_n": tile_n, "cluster": cluster, "smem": 1}
+
+
+@pytest.mark.parametrize("n_cols,dtype,cfg,why", [
+    (32768, "bfloat16", smem(32768, 1, block_m=2), "block_m must be 1 (got 2)"),
+    (32001, "bfloat16", smem(34816, 1), "rows of 32001 are not a whole number of 8-element vectors"),
+    (65536, "bfloat16", smem(16384, 2), "cluster x tile_n = 32768 does not cover a row of 65536"),
+    (65536, "bfloat16", smem(16384, 8), "leaves its last CTA nothing"),
+    (262144, "float32", smem(65536, 4), "exceeds 204800 bytes of shared memory"),
+    (32768, "bfloat16", smem(32000, 1), "tile_n=32000 must be a positive multiple of 8 x 256 threads"),
+    (32768, "bfloat16", smem(32768, 1, threads=48), "threads must be a multiple of 32"),
+    (262144, "bfloat16", smem(8192, 32), "cluster must be in [1, 16] (got 32)"),
+    (32768, "bfloat16", {**smem(32768, 1), "smem": 2}, "smem must be 0 or 1 (got 2)"),
+])
+def test_refused_configs_say_which_value_and_what_would_work(n_cols, dtype, cfg, why):
+    assert why in C.validate_config("softmax", n_cols, dtype, cfg, "cuda")
+
+
+def test_strided_rows_are_refused_and_never_get_the_family():
+    cfg = smem(32768, 1)
+    assert C.validate_config("softmax", 32768, "bfloat16", cfg, "cuda") is None
+    assert "dense rows only (got row_stride=33000)" in C.validate_config("softmax", 32768, "bfloat16", cfg, "cuda",
+                                                                         row_stride=33000)
+    assert C.default_config("softmax", 64, 32768, "bfloat16", "cuda").get("smem") == 1
+    strided = C.default_config("softmax", 64, 32768, "bfloat16", "cuda", row_stride=33000)
+    assert not strided.get("smem") and C.validate_config("softmax", 32768, "bfloat16", strided, "cuda", 33000) is None
+    assert not any(c.get("smem") for c in C.config_space("softmax", 64, 32768, "bfloat16", "cuda", row_stride=33000))
+    with pytest.raises(ValueError, match="dense rows only"):
+        B.jit_program("softmax", 32768, "bfloat16", "bfloat16", "cuda", cfg, row_stride=33000)
+
+
+def test_the_c_target_never_takes_the_key():
+    why = C.validate_config("softmax", 32768, "float32", {"block_m": 1, "tile_n": 2048, "smem": 1}, "c")
+    assert "unknown config key(s) ['smem']" in why
+
+
+@pytest.mark.parametrize("n_cols,dtype,want", [
+    (8192, "bfloat16", None),  # whole-row family: held in registers at copy speed
+    (16384, "bfloat16", (16384, 1)),
+    (16392, "bfloat16", (18432, 1)),
+    (32000, "bfloat16", (32768, 1)),  # a 32000-word vocabulary
+    (32768, "float16", (32768, 1)),
+    (65536, "bfloat16", (16384, 4)),
+    (131072, "bfloat16", (16384, 8)),
+    (151936, "bfloat16", (20480, 8)),
+    (262144, "bfloat16", (32768, 8)),
+    (524288, "bfloat16", None),  # past the family's rule
+    (30001, "bfloat16", None),  # odd rows: no 16-byte copies
+    (32768, "float32", None),
+    (262144, "float32", None),
+])
+def test_default_takes_the_family_where_it_led(n_cols, dtype, want):
+    cfg = C.default_config("softmax", 256, n_cols, dtype, "cuda")
+    assert C.validate_config("softmax", n_cols, dtype, cfg, "cuda") is None
+    got = (cfg["tile_n"], cfg["cluster"]) if cfg.get("smem") else None
+    assert got == want, cfg
+    if want:
+        assert cfg["tile_n"] * cfg["cluster"] >= n_cols  # one read of the row
+
+
+def test_space_offers_the_family_next_to_the_register_ones():
+    space = C.config_space("softmax", 1024, 65536, "bfloat16", "cuda")
+    fams = C.families(space, "cuda")
+    assert any(k for k in fams if dict(k)["smem"] == 1) and any(k for k in fams if dict(k)["smem"] == 0)
+    for cfg in space:
+        assert C.validate_config("softmax", 65536, "bfloat16", cfg, "cuda") is None, cfg
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange(monkeypatch):
+    """One CTA: the chunk copied with cp.async, no cluster. Eight: each chunk's (max, sum) copied
+    into every peer, completing on the peer's mbarrier, and a cluster barrier before leaving."""
+    monkeypatch.setenv("DISPATCH_TILELANG_CUDA_ARCH", "sm_90")
+    jobs = [("softmax", 32768, "bfloat16", smem(32768, 1)), ("log_softmax", 262144, "bfloat16", smem(32768, 8)),
+            ("logsumexp", 151936, "float16", smem(20480, 8))]
+    srcs = []
+    for op, n, dt, cfg in jobs:  # one at a time: see build._TRACE_LOCK
+        jit, build = C.split_config(cfg, "cuda")
+        srcs.append(B.jit_program(op, n, dt, dt, "cuda", build)(**jit).get_kernel_source())
+    one, eight, padded = srcs
+    assert "cp_async_gs<16>" in one and "cluster" not in one
+    for src in (eight, padded):
+        assert "tma_store_cluster" in src and ".wait(0)" in src and "cluster_wait" in src
+    assert "cp_async_gs_conditional<16>" in padded  # the last chunk's columns past N are not read
