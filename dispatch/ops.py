@@ -136,9 +136,12 @@ def _logsumexp_backward(spec: CallSpec):
 
 def reduction_bucket(spec: CallSpec) -> str:
     """``"M<=m,N<=n,layout"``: rows M to the next power of 4, the reduced length N to the next power
-    of 2 (so dynamic shapes don't re-tune); layout is lastdim, dim<k> or dims<...>of<rank>."""
+    of 2 (so dynamic shapes don't re-tune); layout is lastdim, dim<k> or dims<...>of<rank>. Rows of
+    the last dim whose bytes are not a multiple of 16 (bf16 rows of 30001) are ``lastdim,unaligned``:
+    the kernels' 16-byte copies don't serve them, so a decision raced on such rows (or on aligned
+    ones) never serves the others."""
     if spec.last_dim_contiguous:
-        layout = "lastdim"
+        layout = "lastdim" + (",unaligned" if spec.reduced_size * spec.dtype.itemsize % 16 else "")
     elif len(spec.dims) == 1:
         layout = f"dim{spec.dims[0] - spec.ndim}"
     else:

@@ -468,3 +468,18 @@ def test_a_grad_cost_figure_sends_recorded_calls_elsewhere_and_keeps_them_apart(
     y = dispatch.softmax(x, -1)
     y.sum().backward()
     torch.testing.assert_close(x.grad, torch.zeros_like(x), atol=1e-6, rtol=0)  # d(sum softmax)/dx = 0
+
+
+def test_rows_whose_bytes_are_not_a_multiple_of_16_get_a_bucket_of_their_own():
+    """A decision raced on bf16 rows of 30001 (no 16-byte copies: other kernels, other speeds) must
+    not serve rows of 32768 of the same power-of-two bucket, nor the other way round."""
+    from dispatch._keys import shape_bucket
+    from dispatch.backend import spec_of
+
+    def bucket(shape, dtype=torch.bfloat16, dim=-1):
+        return shape_bucket(spec_of("softmax", torch.empty(shape, dtype=dtype), dim))
+
+    assert bucket((2048, 32768)) == bucket((2097, 32000)) == "M<=4096,N<=32768,lastdim"
+    assert bucket((2048, 30001)) == bucket((2048, 30004)) == "M<=4096,N<=32768,lastdim,unaligned"
+    assert bucket((2048, 30004), torch.float32) == "M<=4096,N<=32768,lastdim"  # 16-byte rows in fp32
+    assert bucket((64, 30001, 3), dim=1) == "M<=256,N<=32768,dim-2"  # 192 columns, not rows: unchanged

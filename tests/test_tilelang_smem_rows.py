@@ -22,7 +22,7 @@ def smem(tile_n, cluster, threads=256, block_m=1):
 
 @pytest.mark.parametrize("n_cols,dtype,cfg,why", [
     (32768, "bfloat16", smem(32768, 1, block_m=2), "block_m must be 1 (got 2)"),
-    (32001, "bfloat16", smem(34816, 1), "rows of 32001 are not a whole number of 8-element vectors"),
+    (32001, "bfloat16", smem(34816, 1), "rows of 32001 are not a whole number of 8-element (16-byte) vectors"),
     (65536, "bfloat16", smem(16384, 2), "cluster x tile_n = 32768 does not cover a row of 65536"),
     (65536, "bfloat16", smem(16384, 8), "leaves its last CTA nothing"),
     (262144, "float32", smem(65536, 4), "exceeds 204800 bytes of shared memory"),
@@ -46,6 +46,16 @@ def test_strided_rows_are_refused_and_never_get_the_family():
     assert not any(c.get("smem") for c in C.config_space("softmax", 64, 32768, "bfloat16", "cuda", row_stride=33000))
     with pytest.raises(ValueError, match="dense rows only"):
         B.jit_program("softmax", 32768, "bfloat16", "bfloat16", "cuda", cfg, row_stride=33000)
+
+
+def test_a_cast_never_gets_the_family():
+    """softmax(x, -1, dtype=torch.float32) of bf16 rows: the family writes its input's dtype only."""
+    assert C.default_config("softmax", 64, 32768, "bfloat16", "cuda", out_dtype="bfloat16").get("smem") == 1
+    cast = C.default_config("softmax", 64, 32768, "bfloat16", "cuda", out_dtype="float32")
+    assert not cast.get("smem") and C.validate_config("softmax", 32768, "bfloat16", cast, "cuda") is None
+    assert not any(c.get("smem") for c in C.config_space("softmax", 64, 32768, "bfloat16", "cuda", out_dtype="float32"))
+    with pytest.raises(ValueError, match=r"writes its input's dtype \(got bfloat16 -> float32\)"):
+        B.jit_program("softmax", 32768, "bfloat16", "float32", "cuda", smem(32768, 1))
 
 
 def test_the_c_target_never_takes_the_key():

@@ -69,9 +69,13 @@ def dispatch_backend_info() -> BackendInfo:
         # softmax/log_softmax 1674-1954 GB/s (Triton's 2712-3179), logsumexp 1996-2650 (Triton's 1490-2389
         # then, benchmarks/results/current/layouts/tilelang_dim.md; 1860-3100 since, and ranked above this
         # figure on its card: benchmarks/results/current/layouts/two_tiles/)
-        # rows longer than 16K (a row over a cluster): 1560-2820 GB/s bf16 with many rows, 1600-1650
-        # at odd lengths (2048x30001, 1335x50257, 8192x50257; 2048x32768: 2820), behind Triton's
-        # split rows at every such shape measured (benchmarks/results/current/rows_kernels/odd_rows/)
+        # rows longer than 16K: the register-resident cluster family 1560-2820 GB/s bf16 with many
+        # rows, 1600-1650 at odd lengths (2048x30001, 1335x50257, 8192x50257), behind Triton's split
+        # rows at every such shape measured (benchmarks/results/current/rows_kernels/odd_rows/); the
+        # chunk-in-shared-memory family, the default for aligned 2-byte rows of 16K-256K, 2850-3700
+        # (level with Triton or up to 14% ahead, benchmarks/results/current/rows_kernels/smem_rows/).
+        # One figure can't tell those apart (fp32 and odd rows keep the first), so it stays the
+        # first's; the shipped tables decide the aligned rows they cover
         # rows written in another dtype than read (softmax(x, -1, dtype=torch.float32) of bf16 or fp16
         # x): level with Triton at N = 256, 6-10% behind at 1024, 21-24% at 4096 (2800 against 3680 GB/s)
         # (benchmarks/results/current/cast_rows/)
@@ -151,8 +155,8 @@ def _space(op: str, spec: CallSpec) -> tuple[list[dict], dict]:
     from .configs import config_space, default_config, families
 
     target, n, stride = _target(spec), spec.reduced_size, _row_stride(spec)
-    configs = config_space(op, spec.rows, n, spec.dtype, target, stride)
-    default = default_config(op, spec.rows, n, spec.dtype, target, stride)
+    configs = config_space(op, spec.rows, n, spec.dtype, target, stride, spec.out_dtype)
+    default = default_config(op, spec.rows, n, spec.dtype, target, stride, spec.out_dtype)
     if target == "cuda":  # the default's family (it comes first), one compile for all
         configs = next(iter(families(configs, target).values()))[:MAX_CUDA_CANDIDATES]
     return configs, default

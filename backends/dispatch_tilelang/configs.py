@@ -192,17 +192,18 @@ def _smem_default(n_cols: int, dtype: str) -> dict | None:
     return _smem_config(tile, cluster, threads)
 
 
-def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str, dense: bool = True) -> dict:
+def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str, smem: bool = True) -> dict:
     """A good untuned CUDA config: ~16-32 fp32 per thread, rows too short for a warp at two vectors a
     thread a part of a warp each in CTAs of 128 threads, long rows cluster-split.
 
     Short rows (H200, bf16 and fp32, N = 64..256, benchmarks/results/current/short_rows/): a warp a
     row padded them (bf16 N = 64 is a quarter of a 256-wide tile) and ran at 1084-3637 GB/s bf16;
     two vectors a thread and 128 threads a CTA ran at 3875-3894, the best of every row config.
-    2-byte rows of 16K-256K (dense, a multiple of 8): the chunk-in-shared-memory family (``_smem_default``)."""
-    smem = _smem_default(n_cols, dtype) if dense else None
-    if smem is not None:
-        return smem
+    2-byte rows of 16K-256K (a multiple of 8; with ``smem``, dense rows written in their own dtype):
+    the chunk-in-shared-memory family (``_smem_default``)."""
+    chunked = _smem_default(n_cols, dtype) if smem else None
+    if chunked is not None:
+        return chunked
     if n_cols <= ROW_FAMILY_MAX_COLS:
         vec = cuda_kernels.vector_width(n_cols, dtype)
         tpr = min(1024, max(32, _pow2_ceil(-(-n_cols // 32))))
@@ -262,28 +263,36 @@ def cpu_default_config(op: str, n_rows: int, n_cols: int, dtype: str) -> dict:
 # -------------------------------------------------------------------------------- lookup
 
 
-def config_space(op: str, n_rows: int, n_cols: int, dtype: Any, target: str, row_stride: int = 0) -> list[dict]:
-    """Candidate configs for ``op`` on ``(n_rows, n_cols)`` inputs of ``dtype`` (rows ``row_stride``
-    apart, 0 dense: strided rows leave out the chunk-in-shared-memory family): the default first,
-    deterministic order."""
+def config_space(op: str, n_rows: int, n_cols: int, dtype: Any, target: str, row_stride: int = 0,
+                 out_dtype: Any = None) -> list[dict]:
+    """Candidate configs for ``op`` on ``(n_rows, n_cols)`` inputs of ``dtype``: the default first,
+    deterministic order. Rows ``row_stride`` apart (0: dense) and an output of another dtype than
+    the input's (``out_dtype``; None: the same) leave out the chunk-in-shared-memory family."""
     _check_op(op)
     _check_target(target)
     if target == "cuda":
         configs = cuda_config_space(op, n_rows, max(1, n_cols), dtype_name(dtype))
-        if row_stride:
-            configs = [default_config(op, n_rows, n_cols, dtype, target, row_stride)] + configs
+        if not _smem_serves(dtype, row_stride, out_dtype):
+            configs = [default_config(op, n_rows, n_cols, dtype, target, row_stride, out_dtype)] + configs
             configs = unique_configs([c for c in configs if not c.get("smem")])
         return configs
     return cpu_config_space(op, n_rows, max(1, n_cols), dtype_name(dtype))
 
 
-def default_config(op: str, n_rows: int, n_cols: int, dtype: Any, target: str, row_stride: int = 0) -> dict:
+def default_config(op: str, n_rows: int, n_cols: int, dtype: Any, target: str, row_stride: int = 0,
+                   out_dtype: Any = None) -> dict:
     """The config to use untuned (the first entry of ``config_space``)."""
     _check_op(op)
     _check_target(target)
     if target == "cuda":
-        return cuda_default_config(op, n_rows, max(1, n_cols), dtype_name(dtype), dense=not row_stride)
+        return cuda_default_config(op, n_rows, max(1, n_cols), dtype_name(dtype),
+                                   smem=_smem_serves(dtype, row_stride, out_dtype))
     return cpu_default_config(op, n_rows, max(1, n_cols), dtype_name(dtype))
+
+
+def _smem_serves(dtype: Any, row_stride: int, out_dtype: Any) -> bool:
+    """The chunk-in-shared-memory family reads dense rows and writes its input's dtype."""
+    return not row_stride and (out_dtype is None or dtype_name(out_dtype) == dtype_name(dtype))
 
 
 def split_config(config: Mapping[str, Any], target: str) -> tuple[dict, dict]:

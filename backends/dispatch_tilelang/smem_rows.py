@@ -20,8 +20,8 @@ import tilelang
 import tilelang.language as T
 
 from ._numerics import F32, exp_fast, log_normalizer, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+from .cuda_kernels import DTYPE_BYTES
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
 
@@ -32,7 +32,8 @@ def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: in
     if block_m != 1:
         return f"the shared-memory family holds one row's chunk a CTA: block_m must be 1 (got {block_m})"
     if n_cols % vec:
-        return f"rows of {n_cols} are not a whole number of {vec}-element vectors"
+        return (f"rows of {n_cols} are not a whole number of {vec}-element (16-byte) vectors, which this family "
+                "copies; the register families (smem=0) serve them")
     if threads % 32 or not 32 <= threads <= 1024:
         return f"threads must be a multiple of 32 in [32, 1024] (got {threads})"
     if not 1 <= cluster <= MAX_CLUSTER:
@@ -40,11 +41,14 @@ def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: in
     if tile_n <= 0 or tile_n % (vec * threads):
         return f"tile_n={tile_n} must be a positive multiple of {vec} x {threads} threads"
     if cluster * tile_n < n_cols:
-        return f"cluster x tile_n = {cluster * tile_n} does not cover a row of {n_cols}"
+        return (f"cluster x tile_n = {cluster * tile_n} does not cover a row of {n_cols}: "
+                "a larger cluster or tile_n would")
     if (cluster - 1) * tile_n >= n_cols:
-        return f"a cluster of {cluster} chunks of {tile_n} leaves its last CTA nothing of a row of {n_cols}"
+        return (f"a cluster of {cluster} chunks of {tile_n} leaves its last CTA nothing of a row of {n_cols}: "
+                "a smaller cluster or tile_n would")
     if tile_n * DTYPE_BYTES[dtype] > SMEM_BYTES:
-        return f"a chunk of {tile_n} {dtype} exceeds {SMEM_BYTES} bytes of shared memory"
+        return (f"a chunk of {tile_n} {dtype} exceeds {SMEM_BYTES} bytes of shared memory: "
+                "a larger cluster would split it")
     return None
 
 
