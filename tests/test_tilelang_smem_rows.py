@@ -111,3 +111,13 @@ def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange(monkeypatch):
     for src in (eight, padded):
         assert "tma_store_cluster" in src and ".wait(0)" in src and "cluster_wait" in src
     assert "cp_async_gs_conditional<16>" in padded  # the last chunk's columns past N are not read
+
+
+def test_gpus_older_than_sm90_keep_the_register_families(monkeypatch):
+    """Measured on an H200 only: an sm_80 GPU is neither offered the family nor defaulted to it,
+    and a config that names it is refused with the reason."""
+    monkeypatch.setattr(C, "cuda_supports_clusters", lambda: False)
+    cfg = C.default_config("softmax", 64, 32768, "bfloat16", "cuda")
+    assert not cfg.get("smem") and C.validate_config("softmax", 32768, "bfloat16", cfg, "cuda") is None
+    assert not any(c.get("smem") for c in C.config_space("softmax", 64, 32768, "bfloat16", "cuda"))
+    assert "runs on sm_90+ GPUs" in C.validate_config("softmax", 32768, "bfloat16", smem(32768, 1), "cuda")

@@ -134,8 +134,10 @@ def _split_rank(cfg: dict, n_cols: int) -> tuple:
 def _cuda_smem_configs(n_cols: int, dtype: str) -> list[dict]:
     """Chunk-in-shared-memory configs (``smem_rows``): a row in 1-16 chunks (one CTA each, a cluster
     where more than one) of 16-64 KB, 128 or 256 threads, at most 1/8 of the covered row padding."""
+    if not cuda_supports_clusters():  # measured on sm_90 only, where its exchange runs
+        return []
     size = DTYPE_BYTES[dtype]
-    clusters = (1, 2, 4, 8, 16) if cuda_supports_clusters() else (1,)
+    clusters = (1, 2, 4, 8, 16)
     out = []
     for cluster in clusters:
         for threads in (256, 128):
@@ -172,8 +174,11 @@ def _smem_default(n_cols: int, dtype: str) -> dict | None:
     * up to 256K: eight chunks (256 x 262144: 94.3 [110.6, 98.0]).
 
     The best of them had each thread copy 256 bytes (16 vectors); fp32 rows (at best level with
-    the register families) and odd rows (no 16-byte copies) keep the register families."""
+    the register families), odd rows (no 16-byte copies) and GPUs older than sm_90 (not measured)
+    keep the register families."""
     if DTYPE_BYTES[dtype] != 2 or n_cols % 8 or not SMEM_MIN_COLS <= n_cols <= SMEM_MAX_COLS:
+        return None
+    if not cuda_supports_clusters():
         return None
     if n_cols <= 32768:
         cluster = 1
@@ -181,8 +186,6 @@ def _smem_default(n_cols: int, dtype: str) -> dict | None:
         cluster = _pow2_ceil(-(-n_cols // 16384))
     else:
         cluster = 8
-    if cluster > 1 and not cuda_supports_clusters():
-        return None
     share = -(-n_cols // cluster)
     threads = 128 if share * 2 <= (32 << 10) else 256
     step = 8 * threads
@@ -335,6 +338,8 @@ def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, An
     if build["smem"] not in (0, 1):
         return f"smem must be 0 or 1 (got {build['smem']})"
     if build["smem"]:
+        if not cuda_supports_clusters():
+            return "the chunk-in-shared-memory family (smem=1) runs on sm_90+ GPUs (it was measured there only)"
         if row_stride:
             return f"the chunk-in-shared-memory family (smem=1) reads dense rows only (got row_stride={row_stride})"
         return smem_rows.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"],
