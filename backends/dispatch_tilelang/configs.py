@@ -137,30 +137,32 @@ def _cuda_smem_configs(n_cols: int, dtype: str) -> list[dict]:
     if not cuda_supports_clusters():  # measured on sm_90 only, where its exchange runs
         return []
     size = DTYPE_BYTES[dtype]
-    clusters = (1, 2, 4, 8, 16)
     out = []
-    for cluster in clusters:
+    for cluster in (1, 2, 4, 8, 16):
         for threads in (256, 128):
-            step = (16 // size) * threads
-            tile = -(-(-(-n_cols // cluster)) // step) * step
+            cfg = _smem_config(n_cols, dtype, cluster, threads)
+            tile = cfg["tile_n"]
             if SMEM_MIN_BYTES <= tile * size <= SMEM_MAX_BYTES and (cluster * tile - n_cols) * 8 <= cluster * tile \
                     and smem_rows.check_launch(n_cols, dtype, tile, cluster, 1, threads) is None:
-                out.append(_smem_config(tile, cluster, threads))
+                out.append(cfg)
     return out
 
 
-def _smem_config(tile_n: int, cluster: int, threads: int = 256) -> dict:
-    return {"block_m": 1, "threads": threads, "tile_n": tile_n, "cluster": cluster, "smem": 1}
+def _smem_config(n_cols: int, dtype: str, cluster: int, threads: int) -> dict:
+    """The config of a row in ``cluster`` chunks, each its share of the row rounded up to a vector a thread."""
+    step = (16 // DTYPE_BYTES[dtype]) * threads
+    tile = -(-(-(-n_cols // cluster)) // step) * step
+    return {"block_m": 1, "threads": threads, "tile_n": tile, "cluster": cluster, "smem": 1}
 
 
-def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str) -> list[dict]:
+def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str, smem: bool = True) -> list[dict]:
     """Candidate CUDA configs: the default first, whole-row ones while a row fits a CTA, cluster-split
-    and chunk-in-shared-memory ones from 8K columns."""
-    configs = [cuda_default_config(op, n_rows, n_cols, dtype)]
+    and (with ``smem``: dense rows written in their own dtype) chunk-in-shared-memory ones from 8K columns."""
+    configs = [cuda_default_config(op, n_rows, n_cols, dtype, smem)]
     if n_cols <= ROW_FAMILY_MAX_COLS:
         configs += _cuda_row_configs(n_rows, n_cols, dtype)
     if n_cols >= 8192:
-        configs += _cuda_split_configs(n_cols, dtype) + _cuda_smem_configs(n_cols, dtype)
+        configs += _cuda_split_configs(n_cols, dtype) + (_cuda_smem_configs(n_cols, dtype) if smem else [])
     return unique_configs(configs)
 
 
@@ -186,13 +188,9 @@ def _smem_default(n_cols: int, dtype: str) -> dict | None:
         cluster = _pow2_ceil(-(-n_cols // 16384))
     else:
         cluster = 8
-    share = -(-n_cols // cluster)
-    threads = 128 if share * 2 <= (32 << 10) else 256
-    step = 8 * threads
-    tile = -(-share // step) * step
-    if smem_rows.check_launch(n_cols, dtype, tile, cluster, 1, threads) is not None:
-        return None
-    return _smem_config(tile, cluster, threads)
+    threads = 128 if -(-n_cols // cluster) * 2 <= (32 << 10) else 256
+    cfg = _smem_config(n_cols, dtype, cluster, threads)
+    return cfg if smem_rows.check_launch(n_cols, dtype, cfg["tile_n"], cluster, 1, threads) is None else None
 
 
 def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str, smem: bool = True) -> dict:
@@ -274,11 +272,7 @@ def config_space(op: str, n_rows: int, n_cols: int, dtype: Any, target: str, row
     _check_op(op)
     _check_target(target)
     if target == "cuda":
-        configs = cuda_config_space(op, n_rows, max(1, n_cols), dtype_name(dtype))
-        if not _smem_serves(dtype, row_stride, out_dtype):
-            configs = [default_config(op, n_rows, n_cols, dtype, target, row_stride, out_dtype)] + configs
-            configs = unique_configs([c for c in configs if not c.get("smem")])
-        return configs
+        return cuda_config_space(op, n_rows, max(1, n_cols), dtype_name(dtype), _smem_serves(dtype, row_stride, out_dtype))
     return cpu_config_space(op, n_rows, max(1, n_cols), dtype_name(dtype))
 
 

@@ -20,7 +20,7 @@ import tilelang
 import tilelang.language as T
 
 from ._numerics import F32, exp_fast, log_normalizer, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
-from .cuda_kernels import DTYPE_BYTES
+from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
 
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
@@ -50,15 +50,6 @@ def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: in
         return (f"a chunk of {tile_n} {dtype} exceeds {SMEM_BYTES} bytes of shared memory: "
                 "a larger cluster would split it")
     return None
-
-
-def _layout(threads: int, vec: int):
-    """Thread ``t`` owns the ``t``-th 16-byte vector of a (1, vec * threads) sub-tile."""
-    return T.Fragment((1, vec * threads), forward_thread_fn=lambda i, j: j // vec, forward_index_fn=lambda i, j: j % vec)
-
-
-def _stat_layout(threads: int):
-    return T.Fragment((1,), forward_thread_fn=lambda i, rep: rep, replicate=threads, forward_index_fn=lambda i: 0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -94,9 +85,10 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 gs = T.alloc_fragment((1,), F32)
                 gsh = T.alloc_fragment((1,), F32)
                 fin = T.alloc_fragment((1,), F32)
-                layouts = {xf: _layout(threads, vec), acc: _layout(threads, vec)}
+                # one row a CTA: thread t owns the t-th 16-byte vector of a sub-tile; stats in every thread
+                layouts = {xf: _fragment_layout(1, SUB, threads, vec), acc: _fragment_layout(1, SUB, threads, vec)}
                 for stat in (m, s, sh, gm, gs, gsh, fin):
-                    layouts[stat] = _stat_layout(threads)
+                    layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
                 if C > 1:
                     # Live from the start, so that nothing else shares their shared memory while
