@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from attrs import field, frozen
 
@@ -71,8 +71,8 @@ def static_order(backends: Sequence[Backend], device_type: str) -> list[Backend]
     return sorted(backends, key=lambda b: (-b.info.rank(device_type), b.name))
 
 
-def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
-                      timing: str = "wall") -> tuple[list[Backend], dict[str, float]]:
+def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec, timing: str = "wall",
+                      cards: Mapping[str, str] | None = None) -> tuple[list[Backend], dict[str, float]]:
     """``servers`` ordered by estimated cost when every one's card has figures for the device type
     (ties keep the static order), with the estimates; else unchanged, with no estimates.
 
@@ -80,7 +80,8 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
     bandwidth (plus, where the card says so, a cost per element of one row): the host decides small
     calls (where torch's launch is cheapest) and bandwidth decides large ones, without measuring
     anything. With ``timing="device"`` (code under CUDA graphs, where nothing is launched from the
-    host per call) the launch is not counted.
+    host per call) the launch is not counted. ``cards``: each backend's verdict's ``card`` for the
+    call (the figures of its card that apply, :class:`Verdict`).
     """
     if len(servers) < 2:
         return list(servers), {}
@@ -90,7 +91,8 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec,
     strided = not (getattr(spec, "reads_rows", True) and spec.input.dense)  # only reductions have dims
     cast = spec.out_dtype != spec.dtype
     estimates = {b.name: b.info.estimate_us(spec.device.type, nbytes, launch=timing == "wall", op=spec.op,
-                                            grad=spec.requires_grad, strided=strided, row_size=row_size, cast=cast)
+                                            grad=spec.requires_grad, strided=strided, row_size=row_size, cast=cast,
+                                            card=(cards or {}).get(b.name, ""))
                  for b in servers}
     if any(e is None for e in estimates.values()):
         return list(servers), {}
@@ -172,7 +174,8 @@ class Selector(Tuner):
         if may_race:  # a new key, or a cached race that noise may have decided (raced once more)
             return self._race(spec, servers, candidates, bucket, dkey, rerace=cached is not None)
         notes: dict[str, str] = {}
-        servers, estimates = by_estimated_cost(servers, spec, self.settings.timing)
+        servers, estimates = by_estimated_cost(servers, spec, self.settings.timing,
+                                               {c.name: c.verdict.card for c in candidates})
         for backend in servers:
             try:
                 config, source, tune = self.config_for(backend, spec)

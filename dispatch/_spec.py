@@ -222,14 +222,22 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 @frozen
 class Verdict:
-    """A backend's answer to "can you serve this call?": never an exception, always a reason."""
+    """A backend's answer to "can you serve this call?": never an exception, always a reason.
+
+    ``card`` (a yes only) names the figures of the backend's card that estimate this call's cost
+    where its kernel for it is not the one its other figures describe: ``card="tiles"`` makes
+    ``"<device type>:<op>:tiles"`` and ``"<device type>:tiles"`` come first
+    (:meth:`BackendInfo.estimate_us`)."""
 
     ok: bool = field(validator=instance_of(bool))
     reason: str = field(default="", validator=instance_of(str))
+    card: str = field(default="", validator=instance_of(str))
 
     @classmethod
-    def yes(cls, reason: str = "serves this call") -> Verdict:
-        return cls(True, reason)
+    def yes(cls, reason: str = "serves this call", card: str = "") -> Verdict:
+        if card and not card.isidentifier():
+            raise ValueError(f"'card' must name a card's figures with an identifier like 'tiles' (got {card!r})")
+        return cls(True, reason, card)
 
     @classmethod
     def no(cls, reason: str) -> Verdict:
@@ -269,7 +277,8 @@ class BackendInfo:
             raise ValueError(f"'name' must be an identifier like 'triton' (got {value!r})")
 
     def estimate_us(self, device_type: str, nbytes: int, launch: bool = True, op: str | None = None,
-                    grad: bool = False, strided: bool = False, row_size: int = 0, cast: bool = False) -> float | None:
+                    grad: bool = False, strided: bool = False, row_size: int = 0, cast: bool = False,
+                    card: str = "") -> float | None:
         """What a call moving ``nbytes`` costs on ``device_type`` by the card's ``costs``: launch us
         (when ``launch``) + bytes / GB/s, or + ``row_size`` x the third figure (ns per element of a
         row) when there is one and that is longer: a kernel that gives each row to one block takes
@@ -286,8 +295,12 @@ class BackendInfo:
         For a call whose output dtype is not its input's (``cast``: ``softmax(x, -1, dtype=torch.float32)``
         of bf16 ``x``), a ``"<device type>:<op>:cast"`` entry comes after the op's long-row one and before
         the op's, and a ``"<device type>:cast"`` one after ``"<device type>:long"`` and before the device
-        type's: a backend whose kernels convert slower than they copy says so there."""
+        type's: a backend whose kernels convert slower than they copy says so there. A verdict's
+        ``card`` (the call's kernel family, named by the backend) puts ``"<device type>:<op>:<card>"``
+        and ``"<device type>:<card>"`` before all of these but the grad entry."""
         keys = [f"{device_type}:{op}:grad"] if grad and op is not None else []
+        if card:
+            keys += ([f"{device_type}:{op}:{card}"] if op is not None else []) + [f"{device_type}:{card}"]
         if strided:
             keys += ([f"{device_type}:{op}:strided"] if op is not None else []) + [f"{device_type}:strided"]
         long = row_size > LONG_ROW and not strided

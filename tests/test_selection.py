@@ -314,6 +314,24 @@ def test_an_op_specific_cost_figure_overrides_the_device_types():
     assert info.estimate_us("cpu", 1) is None
 
 
+def test_a_verdicts_card_names_the_figures_that_estimate_its_call():
+    """A backend whose kernel for a call is another family than its plain figures describe says so
+    in its verdict; those figures then come before the strided, long-row and plain ones (but not
+    before the grad ones), and a backend that names none keeps its own."""
+    info = dispatch.BackendInfo(name="costed", version="1", ops=("softmax", "logsumexp"),
+                                costs={"cuda": (10.0, 1000.0), "cuda:strided": (10.0, 500.0),
+                                       "cuda:tiles": (10.0, 2000.0), "cuda:logsumexp:tiles": (10.0, 4000.0),
+                                       "cuda:softmax:grad": (100.0, 100.0)})
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", strided=True) == 10.0 + 4.0
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", strided=True, card="tiles") == 10.0 + 1.0
+    assert info.estimate_us("cuda", 2_000_000, op="logsumexp", strided=True, card="tiles") == 10.0 + 0.5
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", grad=True, card="tiles") == 100.0 + 20.0
+    assert info.estimate_us("cuda", 2_000_000, op="softmax", card="unknown") == 10.0 + 2.0  # no such figures
+    assert dispatch.Verdict.yes("serves", card="tiles").card == "tiles" and dispatch.Verdict.no("no").card == ""
+    with pytest.raises(ValueError, match="'card' must name a card's figures with an identifier"):
+        dispatch.Verdict.yes("serves", card="tiles:x")
+
+
 def test_a_row_cost_figure_sends_few_long_rows_to_the_backend_that_splits_them():
     """A card's third figure (ns per element of a row) is a floor under bandwidth: a backend that gives
     each row to one block takes a row's time however few the rows, so it loses long rows and keeps

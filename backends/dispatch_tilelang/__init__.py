@@ -76,13 +76,18 @@ def dispatch_backend_info() -> BackendInfo:
         # (level with Triton or up to 14% ahead, benchmarks/results/current/rows_kernels/smem_rows/).
         # One figure can't tell those apart (fp32 and odd rows keep the first), so it stays the
         # first's; the shipped tables decide the aligned rows they cover
+        # over a leading dim of a contiguous input whose inner extent is a whole number of 32 bytes (sm_90+):
+        # tiles in shared memory (verdict card "tiles"), bf16 softmax 2130-3500 GB/s at the default
+        # (Triton's strided kernel 1790-3490), logsumexp level with Triton's or a little behind
+        # (benchmarks/results/current/layouts/smem_cols/)
         # rows written in another dtype than read (softmax(x, -1, dtype=torch.float32) of bf16 or fp16
         # x): level with Triton at N = 256, 6-10% behind at 1024, 21-24% at 4096 (2800 against 3680 GB/s)
         # (benchmarks/results/current/cast_rows/)
         costs={"cuda": (13.5, 3800.0), "cuda:long": (13.5, 2000.0), "cuda:cast": (13.5, 3000.0),
                "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
                "cuda:softmax:strided": (13.5, 1800.0), "cuda:log_softmax:strided": (13.5, 1800.0),
-               "cuda:logsumexp:strided": (13.5, 2300.0)},
+               "cuda:logsumexp:strided": (13.5, 2300.0), "cuda:tiles": (13.5, 2900.0),
+               "cuda:logsumexp:tiles": (13.5, 2300.0)},
         versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
         description="TileLang programs: row-block, tiled and cluster-split softmax family",
         available=available)

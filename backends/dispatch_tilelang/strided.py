@@ -29,8 +29,9 @@ from dispatch.backend import StridedPlan, StridedStep, Verdict, logsumexp_steps,
 from .availability import dtype_name
 
 TUNABLES = {"cuda": ("threads",), "c": ("block_i",)}
-BUILD_KEYS = {"cuda": ("block_r",), "c": ("block_r",)}
+BUILD_KEYS = {"cuda": ("block_r", "smem", "block_i", "tile_r", "cluster"), "c": ("block_r",)}
 MIN_CUDA_COLUMNS = 16384  # 128 programs of 128 threads: about one per SM of an H200
+TILES_CARD = "tiles"  # the card figures of calls the tiles in shared memory serve by default
 
 
 def _np2(n: int) -> int:
@@ -89,6 +90,9 @@ def check(spec, target: str) -> Verdict:
     if isinstance(p, str):
         return Verdict.no(p)
     if not isinstance(p, tuple):
+        if _tiles_default(p, target, spec.dtype) is not None:
+            return Verdict.yes(f"read in place: tiles of the ({p.outer}, {p.R}, {p.inner}) view in shared memory, a "
+                               "cluster of CTAs a column tile", card=TILES_CARD)
         why = _refusal(p, target)
         return Verdict.no(why) if why else Verdict.yes("read in place, a column of the (outer, R, inner) view per "
                                                        "thread")
@@ -111,23 +115,66 @@ def config_space(spec, target: str) -> list[dict]:
     p = plan_of(spec)
     if isinstance(p, tuple) and row_view(p[0].plan, target):
         return [_default(p[0].plan, target)]
-    return _space(_first(p), target)
+    return _space(_first(p), target, spec.dtype if not isinstance(p, tuple) else None)
 
 
-def _space(p: StridedPlan, target: str) -> list[dict]:
+def _space(p: StridedPlan, target: str, dtype: torch.dtype | None = None) -> list[dict]:
     from .strided_kernels import BLOCK_RS, THREADS
 
+    tiles = []
+    key = tile_view(p, target, dtype) if dtype is not None else None
+    if key is not None:
+        from .smem_cols import configs
+
+        tiles = [{"smem": 1, **c} for c in configs(key, dtype_name(dtype))]
     r = max(1, p.R)
     rs = [b for b in BLOCK_RS if b <= _np2(r)] or [BLOCK_RS[0]]
     if target == "cuda":
-        return [{"block_r": b, "threads": t} for t in THREADS for b in reversed(rs)]
+        columns = [] if tiles and _refusal(p, target) else [{"block_r": b, "threads": t} for t in THREADS
+                                                             for b in reversed(rs)]
+        return tiles + columns
     return [{"block_r": b, "block_i": 8} for b in reversed(rs)]
 
 
 def default_config(spec, target: str) -> dict:
-    """16 values of R a thread at a time (all of R when it fits), 128 threads: more programs for a
-    small ``inner``."""
-    return _default(_first(plan_of(spec)), target)
+    """Where :func:`tile_view` takes the call, the tiles in shared memory
+    (:func:`.smem_cols.default_config`); else a column a thread, 16 values of R at a time (all of R
+    when it fits), 128 threads: more programs for a small ``inner``."""
+    p = plan_of(spec)
+    if not isinstance(p, tuple):
+        tiles = _tiles_default(p, target, spec.dtype)
+        if tiles is not None:
+            return tiles
+    return _default(_first(p), target)
+
+
+def _tiles_default(p: StridedPlan, target: str, dtype: torch.dtype) -> dict | None:
+    key = tile_view(p, target, dtype)
+    if key is None:
+        return None
+    from .smem_cols import default_config as tiles_default
+
+    cfg = tiles_default(key, dtype_name(dtype))
+    return None if cfg is None else {"smem": 1, **cfg}
+
+
+def tile_view(p: StridedPlan, target: str, dtype: torch.dtype) -> tuple[int, int, int] | None:
+    """``(outer, R, inner)`` where the tiles-in-shared-memory kernels (:mod:`.smem_cols`) can read the
+    plan: CUDA sm_90+ (clusters), a contiguous input and output, ``inner`` a whole number of
+    32 bytes; else None."""
+    from .configs import cuda_supports_clusters
+
+    outer, R, inner = p.outer, p.R, p.inner
+    if target != "cuda" or p.outer1 or min(outer, R, inner) < 1 or inner * dtype.itemsize % 32:
+        return None
+    if p.x_strides[1:] != (inner, 1) or (outer > 1 and p.x_strides[0] != R * inner):
+        return None
+    out = p.out_strides
+    if out[2] != 1 or (outer > 1 and out[0] != (inner if out[1] == 0 else R * inner)) or out[1] not in (0, inner):
+        return None
+    if outer * R * inner > 2**31 - 1 or not cuda_supports_clusters():
+        return None
+    return outer, R, inner
 
 
 def _default(p: StridedPlan, target: str) -> dict:
@@ -159,7 +206,13 @@ def build(op: str, key: tuple, in_dtype: str, out_dtype: str, target: str, confi
                 arch = os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None if target == "cuda" else None
                 jit = {k: int(v) for k, v in config.items() if k in TUNABLES[target]}
                 with PARSE_LOCK:  # TileLang parses kernel sources with ast (see build._TRACE_LOCK)
-                    made = program(op, key, in_dtype, out_dtype, target, int(config["block_r"]), arch)
+                    if config.get("smem"):
+                        from . import smem_cols
+
+                        made = smem_cols.program(op, key, in_dtype, out_dtype, int(config["block_i"]),
+                                                 int(config["tile_r"]), int(config["cluster"]), arch)
+                    else:
+                        made = program(op, key, in_dtype, out_dtype, target, int(config["block_r"]), arch)
                 kernel = _BUILT[cache_key] = made(**jit)
     return kernel
 
@@ -222,6 +275,8 @@ def _plan_run(op: str, p: StridedPlan, in_dtype: torch.dtype, out_dtype: torch.d
             out = torch.empty(out_shape, dtype=out_dtype, device=x.device)
             return out.fill_(fill) if fill is not None and out.numel() else out
         return run_empty
+    if cfg.get("smem"):
+        return _tiles_run(op, p, in_dtype, out_dtype, out_shape, target, cfg)
     key = plan_key(p)
     compiled = build(op, key, dtype_name(in_dtype), dtype_name(out_dtype), target, cfg)
     flat = (input_span(key),)
@@ -232,5 +287,33 @@ def _plan_run(op: str, p: StridedPlan, in_dtype: torch.dtype, out_dtype: torch.d
         view = x.as_strided(flat, (1,))
         y = compiled(view.view(torch.int16) if bits_in else view)
         return (y.view(torch.bfloat16) if bits_out else y).view(out_shape)
+
+    return run
+
+
+def _tiles_run(op: str, p: StridedPlan, in_dtype: torch.dtype, out_dtype: torch.dtype, out_shape: tuple,
+               target: str, cfg: dict):
+    """``run(x)`` of a plan the tiles-in-shared-memory kernels read: ``x`` viewed as ``(outer, R, inner)``
+    (copied first where it starts mid-vector: the kernels copy 16 bytes at a time)."""
+    from .smem_cols import check_launch
+
+    key = tile_view(p, target, in_dtype)
+    if key is None:
+        raise ValueError(f"config {cfg}: the tiles in shared memory (smem=1) read a contiguous input reduced over a "
+                         f"dim whose inner extent is a whole number of 32 bytes on sm_90+; this call's (outer, R, "
+                         f"inner) view {(p.outer, p.R, p.inner)} with strides {p.x_strides} is not one (smem=0 "
+                         "configs serve it)")
+    why = check_launch(key, dtype_name(in_dtype), int(cfg["block_i"]), int(cfg["tile_r"]), int(cfg["cluster"]),
+                       int(cfg["threads"]))
+    if why is not None:
+        raise ValueError(f"config {cfg} for {key}: {why}")
+    compiled = build(op, key, dtype_name(in_dtype), dtype_name(out_dtype), target, cfg)
+
+    strides = (key[1] * key[2], key[2], 1)
+
+    def run(x):
+        if x.data_ptr() & 15:
+            x = x.clone()  # dense as x was, and aligned
+        return compiled(x.as_strided(key, strides)).view(out_shape)
 
     return run

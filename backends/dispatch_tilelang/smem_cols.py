@@ -1,0 +1,251 @@
+"""softmax / log_softmax / logsumexp over a dim that is not the last, in TileLang for CUDA: tiles in shared memory.
+
+The input is a contiguous ``(outer, R, inner)`` tensor reduced over ``R`` (dim 1 of (B, C, H, W)
+is ``(B, C, H*W)``; dim 0 of a matrix is ``(1, R, N)``). A CTA takes ``block_i`` consecutive
+columns of one ``o`` and a chunk of ``tile_r`` values of ``R``: a ``tile_r x block_i`` tile whose
+rows are ``block_i`` adjacent elements (128 bytes for 64 bf16), copied into shared memory with
+``cp.async`` and walked there three times, as :mod:`.smem_rows` walks a row's chunk. Where ``R``
+is longer than one chunk, the ``cluster`` CTAs of a column tile are one thread-block cluster
+(sm_90+) and trade their columns' (max, sum) through distributed shared memory.
+
+A thread owns one 16-byte vector of a tile row; the threads of a column vector reduce its values
+together (TileLang's all-reduce over the threads ``block_i / vec`` apart).
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+
+import functools
+
+import tilelang
+import tilelang.language as T
+
+from ._numerics import F32, exp_fast, log_normalizer, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+from .cuda_kernels import DTYPE_BYTES
+
+MAX_CLUSTER = 16
+SMEM_BYTES = 200 * 1024
+UNROLL = 2  # tile rows a thread holds a step: two 16-byte vectors in flight from shared memory
+TILE_BYTES = 64 * 1024  # the largest tile the configs offer: three CTAs an SM
+MIN_CTAS = 1024  # R is cut finer (a larger cluster) while the grid has fewer CTAs than this
+MIN_TILES = 256  # column tiles of 128-byte rows, or narrower tiles
+MIN_R = 128  # the default's shortest R (measured from 256 up)
+
+
+def check_launch(key: tuple, dtype: str, block_i: int, tile_r: int, cluster: int, threads: int) -> str | None:
+    """Why this (block_i, tile_r, cluster, threads) cannot run on ``(outer, R, inner)``, or None."""
+    _, R, inner = key
+    vec = 16 // DTYPE_BYTES[dtype]
+    if inner % vec:
+        return (f"columns come in rows of {inner} elements, not a whole number of {vec}-element (16-byte) vectors, "
+                "which this family copies")
+    if block_i % vec or block_i <= 0 or inner % block_i:
+        return f"block_i={block_i} must be a multiple of {vec} that divides the {inner} columns"
+    if threads % 32 or not 32 <= threads <= 1024:
+        return f"threads must be a multiple of 32 in [32, 1024] (got {threads})"
+    lanes = block_i // vec
+    if threads % lanes:
+        return f"threads={threads} must be a multiple of block_i / {vec} = {lanes}"
+    step = UNROLL * threads // lanes
+    if tile_r <= 0 or tile_r % step:
+        return f"tile_r={tile_r} must be a positive multiple of {step} ({UNROLL} x threads / (block_i / {vec}))"
+    if not 1 <= cluster <= MAX_CLUSTER:
+        return f"cluster must be in [1, {MAX_CLUSTER}] (got {cluster})"
+    if cluster * tile_r < R:
+        return f"cluster x tile_r = {cluster * tile_r} does not cover R = {R}: a larger cluster or tile_r would"
+    if (cluster - 1) * tile_r >= R:
+        return f"a cluster of {cluster} chunks of {tile_r} leaves its last CTA nothing of R = {R}"
+    if tile_r * block_i * DTYPE_BYTES[dtype] > SMEM_BYTES:
+        return f"a {tile_r} x {block_i} tile of {dtype} exceeds {SMEM_BYTES} bytes of shared memory"
+    return None
+
+
+def _tile_layout(rows: int, block_i: int, lanes: int, vec: int, groups: int):
+    """Thread ``t`` holds vector ``t % lanes`` of tile rows ``t // lanes``, ``t // lanes + groups``, ..."""
+    return T.Fragment((rows, block_i), forward_thread_fn=lambda i, j: (i % groups) * lanes + j // vec,
+                      forward_index_fn=lambda i, j: (i // groups) * vec + j % vec)
+
+
+def _column_layout(block_i: int, lanes: int, vec: int, groups: int):
+    """A column's scalar in every thread that holds a vector of that column."""
+    return T.Fragment((block_i,), forward_thread_fn=lambda j, rep: rep * lanes + j // vec, replicate=groups,
+                      forward_index_fn=lambda j: j % vec)
+
+
+@functools.lru_cache(maxsize=None)
+def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, tile_r: int, cluster: int,
+            arch: str | None = None):
+    """The ``@tilelang.jit`` program (tunable ``threads``) of one (op, (outer, R, inner), dtypes, tile)."""
+    target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
+    outer, R, inner = key
+    BI, TR, C = block_i, tile_r, cluster
+    vec = 16 // DTYPE_BYTES[in_dtype]
+    lanes = BI // vec
+    NI = inner // BI
+    lse = op == "logsumexp"
+    log = op == "log_softmax"
+
+    @tilelang.jit(target=target, out_idx=[1])
+    def smem_cols(threads):
+        reason = check_launch(key, in_dtype, BI, TR, C, threads)
+        if reason is not None:
+            raise ValueError(reason)
+        G = threads // lanes
+        SR = UNROLL * G
+        NS = TR // SR
+        y_shape = (outer, inner) if lse else (outer, R, inner)
+
+        @T.prim_func
+        def main(x: T.Tensor((outer, R, inner), in_dtype), y: T.Tensor(y_shape, out_dtype)):
+            with T.Kernel(outer * NI, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
+                xs = T.alloc_shared((TR, BI), in_dtype)
+                acc = T.alloc_fragment((SR, BI), F32)
+                m = T.alloc_fragment((BI,), F32)
+                s = T.alloc_fragment((BI,), F32)
+                sh = T.alloc_fragment((BI,), F32)
+                gsh = T.alloc_fragment((BI,), F32)
+                fin = T.alloc_fragment((BI,), F32)
+                layouts = {acc: _tile_layout(SR, BI, lanes, vec, G)}
+                for stat in (m, s, sh, gsh, fin):
+                    layouts[stat] = _column_layout(BI, lanes, vec, G)
+                T.annotate_layout(layouts)
+                if C > 1:
+                    # live from the start (see smem_rows): peers copy into `peers` at any time, and `cs` must not
+                    # share its bytes
+                    mine = T.alloc_shared((2, BI), F32)
+                    peers = T.alloc_shared((C, 2, BI), F32)
+                    got = T.alloc_cluster_barrier([C])
+                    cs = T.alloc_shared((2, BI), F32)  # each column's shift and factor, merged
+                    g = T.alloc_local((3,), F32)  # a column's max, shift, sum
+                    peers[cx, 0, 0] = 0.0
+                    cs[0, 0] = 0.0
+                bo = bx // NI
+                i0 = (bx % NI) * BI
+                r0 = cx * TR
+
+                T.copy(x[bo, r0:r0 + TR, i0:i0 + BI], xs, prefer_instruction="cp_async")
+
+                T.fill(acc, neg_inf())
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(SR, BI):
+                        acc[i, j] = T.max(acc[i, j], T.if_then_else(r0 + k * SR + i < R,
+                                                                    T.cast(xs[k * SR + i, j], F32), neg_inf()))
+                T.reduce_max(acc, m, dim=0, batch=vec)
+                for j in T.Parallel(BI):
+                    sh[j] = safe_max(m[j])
+                T.fill(acc, 0.0)
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(SR, BI):
+                        acc[i, j] += T.if_then_else(r0 + k * SR + i < R,
+                                                    exp_fast(T.cast(xs[k * SR + i, j], F32) - sh[j]), 0.0)
+                T.reduce_sum(acc, s, dim=0, batch=vec)
+
+                if C > 1:
+                    for j in T.Parallel(BI):
+                        mine[0, j] = m[j]
+                        mine[1, j] = s[j]
+                    for r in T.unroll(C):
+                        T.copy_cluster(mine, peers[cx, :, :], dst_block=r, remote_barrier=got[0])
+                    T.mbarrier_wait_parity(got[0], 0)
+                    T.cluster_arrive_relaxed()  # past the wait: every copy out of `mine` has landed
+                    # A column's merge once, by thread j (not by each of the `G` threads that hold the
+                    # column: their C steps of exp each would outweigh a short tile's own work).
+                    tx = T.get_thread_binding(0)
+                    if tx < BI:
+                        g[0] = neg_inf()
+                        for r in T.unroll(C):
+                            g[0] = T.max(g[0], peers[r, 0, tx])
+                        g[1] = safe_max(g[0])
+                        g[2] = 0.0
+                        for r in T.unroll(C):
+                            g[2] += rescale(peers[r, 1, tx], safe_max(peers[r, 0, tx]), g[1])
+                        if lse:
+                            if cx == 0:
+                                y[bo, i0 + tx] = T.cast(logsumexp_value(g[0], g[2]), out_dtype)
+                        else:
+                            cs[0, tx] = g[1]
+                            cs[1, tx] = log_normalizer(g[0], g[2]) if log else softmax_scale(g[0], g[2])
+                    if not lse:
+                        for j in T.Parallel(BI):
+                            gsh[j] = cs[0, j]
+                            fin[j] = cs[1, j]
+                else:
+                    for j in T.Parallel(BI):
+                        gsh[j] = sh[j]
+                        if lse:
+                            y[bo, i0 + j] = T.cast(logsumexp_value(m[j], s[j]), out_dtype)
+                        else:
+                            fin[j] = log_normalizer(m[j], s[j]) if log else softmax_scale(m[j], s[j])
+
+                if not lse:
+                    for k in T.serial(NS):
+                        for i, j in T.Parallel(SR, BI):
+                            if r0 + k * SR + i < R:
+                                if log:
+                                    y[bo, r0 + k * SR + i, i0 + j] = T.cast(T.cast(xs[k * SR + i, j], F32) - fin[j],
+                                                                            out_dtype)
+                                else:
+                                    y[bo, r0 + k * SR + i, i0 + j] = T.cast(
+                                        exp_fast(T.cast(xs[k * SR + i, j], F32) - gsh[j]) * fin[j], out_dtype)
+                if C > 1:
+                    T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
+
+        return main
+
+    return smem_cols
+
+
+def tile_configs(key: tuple, dtype: str, threads: int = 128) -> list[dict]:
+    """The configs of ``(outer, R, inner)`` with tiles of at most :data:`TILE_BYTES`: for tile rows
+    of 128, 64 and 32 bytes that divide a row of ``inner``, ``R`` cut into the fewest chunks
+    (a power-of-two cluster) that keep a tile under the cap, then into twice as many while the
+    grid has fewer than :data:`MIN_CTAS` CTAs."""
+    outer, R, inner = key
+    size = DTYPE_BYTES[dtype]
+    out = []
+    for row_bytes in (128, 64, 32):
+        bi = row_bytes // size
+        if bi < 16 // size or inner % bi:
+            continue
+        step = UNROLL * threads // (bi // (16 // size))
+        c = 1
+        while c < MAX_CLUSTER and R * row_bytes > c * TILE_BYTES:
+            c *= 2
+        while c < MAX_CLUSTER and outer * (inner // bi) * c < MIN_CTAS and R * row_bytes > 2 * c * 8192:
+            c *= 2
+        tr = -(-(-(-R // c)) // step) * step
+        if check_launch(key, dtype, bi, tr, c, threads) is None and tr * row_bytes <= TILE_BYTES:
+            out.append({"block_i": bi, "tile_r": tr, "cluster": c, "threads": threads})
+    return out
+
+
+def default_config(key: tuple, dtype: str) -> dict | None:
+    """Tile rows of 128 bytes where the grid has :data:`MIN_TILES` column tiles or more at that
+    width, else of 64 (else the widest that divides a row); 128 threads. None where ``R`` is
+    shorter than :data:`MIN_R` or no tile fits (``R`` too long for 16 chunks of :data:`TILE_BYTES`,
+    rows not a whole number of 32 bytes)."""
+    outer, R, inner = key
+    configs = tile_configs(key, dtype)
+    if R < MIN_R or not configs:
+        return None
+    size = DTYPE_BYTES[dtype]
+    by_width = {c["block_i"] * size: c for c in configs}
+    wide = by_width.get(128)
+    if wide is not None and outer * (inner // wide["block_i"]) >= MIN_TILES:
+        return wide
+    return by_width.get(64) or configs[0]
+
+
+def configs(key: tuple, dtype: str) -> list[dict]:
+    """What a tune times: the tiles of :func:`tile_configs` at 128 and 256 threads, and each one's
+    neighbours with half and twice its cluster."""
+    out = []
+    for threads in (128, 256):
+        for cfg in tile_configs(key, dtype, threads):
+            for c in (cfg["cluster"] // 2, cfg["cluster"], cfg["cluster"] * 2):
+                step = UNROLL * threads // (cfg["block_i"] * DTYPE_BYTES[dtype] // 16)
+                tr = -(-(-(-key[1] // max(c, 1))) // step) * step
+                near = {**cfg, "cluster": c, "tile_r": tr}
+                if c >= 1 and near not in out and tr * cfg["block_i"] * DTYPE_BYTES[dtype] <= TILE_BYTES \
+                        and check_launch(key, dtype, cfg["block_i"], tr, c, threads) is None:
+                    out.append(near)
+    return out

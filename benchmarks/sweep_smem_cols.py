@@ -1,0 +1,173 @@
+"""TileLang's tiles-in-shared-memory kernels over a dim that is not the last (``smem_cols``), one GPU.
+
+For each case, a contiguous tensor reduced over one of its leading dims: every config of
+``smem_cols.configs``, TileLang's and Triton's defaults through dispatch, torch, and a copy of
+the same bytes, timed with ``triton.testing.do_bench`` (L2 flushed, median) in interleaved rounds.
+Every kernel's output is checked against torch first, on the benchmark input and on an input
+whose columns hold -inf, +inf and NaN.
+
+    python3 benchmarks/sweep_smem_cols.py --out out/smem_cols
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "backends"))
+
+# shape:dim
+CASES = "32x1024x64x64:1,64x256x56x56:1,4096x4096:0,32x2048x2048:1,8x4096x1024:1"
+
+
+def view3(shape, dim):
+    outer = 1
+    for s in shape[:dim]:
+        outer *= s
+    inner = 1
+    for s in shape[dim + 1:]:
+        inner *= s
+    return outer, shape[dim], inner
+
+
+def edge_input(torch, shape, dim, dtype):
+    x = torch.randn(shape) * 3
+    o, r, i = view3(shape, dim)
+    v = x.view(o, r, i)
+    v[0, :, 0] = -float("inf")
+    v[0, r // 3, 1] = float("inf")
+    v[0, r // 2, 2] = float("nan")
+    v[0, : r - 1, 3] = -float("inf")
+    v[-1, r // 2:, -1] = -float("inf")
+    return x.to(dtype).cuda()
+
+
+def reference(torch, op, x, dim):
+    xf = x.float()
+    return (torch.logsumexp(xf, dim) if op == "logsumexp" else getattr(torch, op)(xf, dim)).to(x.dtype)
+
+
+def check(torch, y, op, x, dim):
+    want = reference(torch, op, x, dim)
+    tol = (1e-5, 1e-5) if x.dtype == torch.float32 else (1.6e-2, 1e-2)
+    torch.testing.assert_close(y.view(want.shape), want, rtol=tol[0], atol=tol[1], equal_nan=True)
+    assert torch.equal(torch.isnan(y.view(want.shape)), torch.isnan(want))
+
+
+def label(cfg: dict) -> str:
+    return f"smem_cols i{cfg['block_i']} r{cfg['tile_r']} c{cfg['cluster']} t{cfg['threads']}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dtypes", default="bfloat16")
+    ap.add_argument("--ops", default="softmax")
+    ap.add_argument("--cases", default=CASES, help="shape:dim list, e.g. 32x1024x64x64:1")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=12)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    import tilelang
+    import torch
+    import triton.testing
+
+    import dispatch
+    from dispatch_tilelang import smem_cols
+
+    cases = []
+    for dtype in args.dtypes.split(","):
+        for case in args.cases.split(","):
+            shape_s, dim_s = case.split(":")
+            shape, dim = tuple(map(int, shape_s.split("x"))), int(dim_s)
+            for op in args.ops.split(","):
+                cases.append((op, shape, dim, dtype, smem_cols.configs(view3(shape, dim), dtype)))
+
+    lock = threading.Lock()
+    kernels = {}
+
+    def build(op, key, dtype, cfg):
+        with lock:
+            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], cfg["tile_r"], cfg["cluster"])
+            prim = prog.get_tir(threads=cfg["threads"])
+        return tilelang.compile(prim, out_idx=[1], target=prog.target)
+
+    t0 = time.time()
+    jobs = {}
+    with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
+        for op, shape, dim, dtype, cfgs in cases:
+            key = view3(shape, dim)
+            for cfg in cfgs:
+                jobs[(op, key, dtype, label(cfg))] = pool.submit(build, op, key, dtype, cfg)
+        for k, fut in jobs.items():
+            try:
+                kernels[k] = fut.result()
+            except Exception as exc:  # noqa: BLE001
+                print("BUILD FAIL", k, f"{type(exc).__name__}: {exc}"[:600], flush=True)
+    print(f"built {len(kernels)} of {len(jobs)} in {time.time() - t0:.0f} s", flush=True)
+
+    lines = ["| op | dtype | shape, dim | kernel | us | GB/s | % of copy |", "|---|---|---|---|---|---|---|"]
+    records = []
+    for op, shape, dim, dtype, cfgs in cases:
+        key = view3(shape, dim)
+        tdt = getattr(torch, dtype)
+        x = torch.randn(shape, device="cuda").to(tdt)
+        e = edge_input(torch, shape, dim, tdt)
+        y = torch.empty_like(x)
+        tfn = torch.logsumexp if op == "logsumexp" else getattr(torch, op)
+        dop = getattr(dispatch, op)
+        fns = {"copy": lambda: y.copy_(x), "torch": lambda: tfn(x, dim),
+               "triton (default)": lambda: dop(x, dim, backend="triton")}
+        try:
+            check(torch, dop(x, dim, backend="tilelang"), op, x, dim)
+            fns["tilelang (default)"] = lambda: dop(x, dim, backend="tilelang")
+        except Exception as exc:  # noqa: BLE001
+            print("tilelang default:", f"{type(exc).__name__}: {exc}"[:300], flush=True)
+        check(torch, fns["triton (default)"](), op, x, dim)
+        for cfg in cfgs:
+            k = kernels.get((op, key, dtype, label(cfg)))
+            if k is None:
+                continue
+            try:
+                check(torch, k(e.view(key)), op, e, dim)
+                check(torch, k(x.view(key)), op, x, dim)
+                xs = x.clone()
+                k(x.view(key))
+                assert torch.equal(xs, x), "input changed"
+            except Exception as exc:  # noqa: BLE001
+                print("FAIL", op, shape, dim, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
+                continue
+            fns[label(cfg)] = (lambda k=k: k(x.view(key)))
+        times = {k: [] for k in fns}
+        for _ in range(args.rounds):
+            for k, f in fns.items():
+                times[k].append(triton.testing.do_bench(f, warmup=10, rep=50) * 1e3)
+        nbytes = (x.numel() + (x.numel() // key[1] if op == "logsumexp" else x.numel())) * x.element_size()
+        copy_bytes = 2 * x.numel() * x.element_size()
+        copy_us = statistics.median(times["copy"]) * (nbytes / copy_bytes)
+        case = f"{'x'.join(map(str, shape))}, dim {dim}"
+        for k, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
+            us = statistics.median(ts)
+            if k == "copy":
+                lines.append(f"| {op} | {dtype} | {case} | copy of x | {us:.1f} | {copy_bytes / us / 1e3:.0f} | - |")
+                continue
+            lines.append(f"| {op} | {dtype} | {case} | {k} | {us:.1f} | {nbytes / us / 1e3:.0f} | "
+                         f"{100 * copy_us / us:.0f}% |")
+            records.append({"op": op, "shape": list(shape), "dim": dim, "dtype": dtype, "name": k, "us": ts})
+        print("\n".join(lines[-len(times):]), flush=True)
+    with open(os.path.join(args.out, "smem_cols.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(args.out, "smem_cols.json"), "w") as f:
+        json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
