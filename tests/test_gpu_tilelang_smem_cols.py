@@ -58,7 +58,7 @@ def test_default_tiles_match_torch_and_leave_the_input(op, dtype, shape, dim):
     before = x.clone()
     y = getattr(dispatch, op)(x, dim, backend="tilelang")
     check(y, reference(op, x, dim))
-    assert torch.equal(x, before)
+    assert torch.equal(x.view(torch.uint8), before.view(torch.uint8))  # bit for bit: x holds NaNs
 
 
 @pytest.mark.parametrize("op", OPS)

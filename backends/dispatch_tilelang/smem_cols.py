@@ -19,7 +19,7 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import F32, exp_fast, log_normalizer, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+from ._numerics import F32, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
 from .cuda_kernels import DTYPE_BYTES
 
 MAX_CLUSTER = 16
@@ -163,7 +163,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                                 y[bo, i0 + tx] = T.cast(logsumexp_value(g[0], g[2]), out_dtype)
                         else:
                             cs[0, tx] = g[1]
-                            cs[1, tx] = log_normalizer(g[0], g[2]) if log else softmax_scale(g[0], g[2])
+                            cs[1, tx] = log_sum(g[0], g[2]) if log else softmax_scale(g[0], g[2])
                     if not lse:
                         for j in T.Parallel(BI):
                             gsh[j] = cs[0, j]
@@ -174,15 +174,15 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                         if lse:
                             y[bo, i0 + j] = T.cast(logsumexp_value(m[j], s[j]), out_dtype)
                         else:
-                            fin[j] = log_normalizer(m[j], s[j]) if log else softmax_scale(m[j], s[j])
+                            fin[j] = log_sum(m[j], s[j]) if log else softmax_scale(m[j], s[j])
 
                 if not lse:
                     for k in T.serial(NS):
                         for i, j in T.Parallel(SR, BI):
                             if r0 + k * SR + i < R:
                                 if log:
-                                    y[bo, r0 + k * SR + i, i0 + j] = T.cast(T.cast(xs[k * SR + i, j], F32) - fin[j],
-                                                                            out_dtype)
+                                    y[bo, r0 + k * SR + i, i0 + j] = T.cast(
+                                        (T.cast(xs[k * SR + i, j], F32) - gsh[j]) - fin[j], out_dtype)
                                 else:
                                     y[bo, r0 + k * SR + i, i0 + j] = T.cast(
                                         exp_fast(T.cast(xs[k * SR + i, j], F32) - gsh[j]) * fin[j], out_dtype)
