@@ -10,7 +10,9 @@ seeded required tunables and ``do_not_specialize``. On the CPU, dispatch's own s
 The softmax family over the last, unit-stride dim runs the row kernels (so does logsumexp over
 trailing dims dense among themselves, read as one: ``CallSpec.reads_rows``): dense rows on both
 targets, and on CUDA rows one stride apart too (a slice ``x[:, :n]`` of wider rows, read in place
-by a kernel of that stride); every other layout runs the column kernels of :mod:`.strided`.
+by a kernel of that stride); every other layout runs the kernels of :mod:`.strided`: on CUDA sm_90+
+tiles in shared memory over a leading dim of a contiguous input (:mod:`.smem_cols`), else a
+column a thread.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ MAX_CUDA_CANDIDATES = 2
 _KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
                    "dispatch_tilelang.configs", "dispatch_tilelang._numerics", "dispatch_tilelang.norms",
                    "dispatch_tilelang.norm_kernels", "dispatch_tilelang.norm_backward",
-                   "dispatch_tilelang.strided", "dispatch_tilelang.strided_kernels")
+                   "dispatch_tilelang.strided", "dispatch_tilelang.strided_kernels", "dispatch_tilelang.smem_rows",
+                   "dispatch_tilelang.smem_cols")
 
 
 def _quiet_compiler_logs() -> None:

@@ -87,15 +87,10 @@ def softmax_scale(m, s):
     return T.if_then_else(row_is_nan_for_softmax(m, s), nan(), T.float32(1) / s)
 
 
-def log_normalizer(m, s):
-    """``safe(m) + log(s)``: ``x - log_normalizer`` is log_softmax (NaN for a NaN row)."""
-    return T.if_then_else(row_is_nan_for_softmax(m, s), nan(), safe_max(m) + T.log(s))
-
-
 def log_sum(m, s):
-    """``log(s)``, NaN for a NaN row: ``(x - safe(m)) - log_sum`` is log_softmax, rounded as torch rounds
-    it (``x - log_normalizer`` rounds ``safe(m) + log(s)`` first: off by up to half an ulp of ``m``,
-    3e-5 where fp32 rows reach 400)."""
+    """``log(s)``, NaN for a NaN row: ``(x - safe(m)) - log_sum`` is log_softmax, in torch's order
+    (``x - (safe(m) + log(s))`` rounds the sum first: off by up to half an ulp of ``m``, 3e-5
+    where fp32 rows reach 400, three times the fp32 tolerance next to the row's max)."""
     return T.if_then_else(row_is_nan_for_softmax(m, s), nan(), T.log(s))
 
 

@@ -27,7 +27,7 @@ from ._numerics import (
     F32,
     bf16_bits_to_f32,
     f32_to_bf16_bits,
-    log_normalizer,
+    log_sum,
     logsumexp_value,
     neg_inf,
     rescale,
@@ -111,7 +111,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int):
                             y[bx * block_m + i] = _store(logsumexp_value(m[i], s[i]), out_dtype)
                 else:
                     for i in T.serial(block_m):
-                        fin[i] = log_normalizer(m[i], s[i]) if log else softmax_scale(m[i], s[i])
+                        fin[i] = log_sum(m[i], s[i]) if log else softmax_scale(m[i], s[i])
                     for t in T.serial(NT):
                         if NT > 1:
                             for i, j in T.grid(block_m, TILE):
@@ -123,7 +123,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int):
                         for i, j in T.grid(block_m, TILE):
                             if bx * block_m + i < M and t * TILE + j < N:
                                 if log:
-                                    y[bx * block_m + i, t * TILE + j] = _store(xt[i, j] - fin[i], out_dtype)
+                                    y[bx * block_m + i, t * TILE + j] = _store((xt[i, j] - shift[i]) - fin[i],
+                                                                               out_dtype)
                                 elif NT > 1:
                                     y[bx * block_m + i, t * TILE + j] = _store(T.exp(xt[i, j] - shift[i]) * fin[i], out_dtype)
                                 else:

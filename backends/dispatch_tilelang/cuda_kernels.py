@@ -40,7 +40,7 @@ import tilelang.language as T
 from ._numerics import (
     F32,
     exp_fast,
-    log_normalizer,
+    log_sum,
     logsumexp_value,
     nan,
     neg_inf,
@@ -233,7 +233,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 else:
                     for i in T.Parallel(block_m):
                         if log:
-                            fin[i] = log_normalizer(gm[i], gs[i])
+                            fin[i] = log_sum(gm[i], gs[i])
                         elif NT > 1:
                             fin[i] = softmax_scale(gm[i], gs[i])
                         else:
@@ -254,7 +254,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                         for i, j in T.Parallel(block_m, TILE):
                             if bx * block_m + i < M and (cx * NT + t) * TILE + j < N:
                                 if log:
-                                    y[bx * block_m + i, (cx * NT + t) * TILE + j] = T.cast(xf[i, j] - fin[i], out_dtype)
+                                    y[bx * block_m + i, (cx * NT + t) * TILE + j] = T.cast(
+                                        (xf[i, j] - gshift[i]) - fin[i], out_dtype)
                                 elif NT > 1:
                                     y[bx * block_m + i, (cx * NT + t) * TILE + j] = T.cast(exp_fast(xf[i, j] - gshift[i]) * fin[i], out_dtype)
                                 else:

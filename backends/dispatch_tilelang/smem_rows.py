@@ -19,7 +19,7 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import F32, exp_fast, log_normalizer, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+from ._numerics import F32, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
 
 MAX_CLUSTER = 16
@@ -143,12 +143,13 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                         y[bx] = T.cast(logsumexp_value(gm[0], gs[0]), out_dtype)
                 else:
                     for i in T.Parallel(1):
-                        fin[i] = log_normalizer(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
+                        fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
                     for k in T.serial(NS):
                         for i, j in T.Parallel(1, SUB):
                             if base + k * SUB + j < N:
                                 if log:
-                                    y[bx, base + k * SUB + j] = T.cast(T.cast(xs[i, k * SUB + j], F32) - fin[i], out_dtype)
+                                    y[bx, base + k * SUB + j] = T.cast(
+                                        (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
                                 else:
                                     y[bx, base + k * SUB + j] = T.cast(
                                         exp_fast(T.cast(xs[i, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)

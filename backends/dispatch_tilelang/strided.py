@@ -1,9 +1,11 @@
 """The TileLang backend's calls over a dim that is not unit-stride: which it serves, their configs, their kernel.
 
 A call is served when its plan (:func:`dispatch.backend.strided_plan`) exists: the input is read
-in place, through a flat view of its span, by the column kernels of :mod:`.strided_kernels`.
-On CUDA the reduced dim must not be the unit-stride one (a column per thread would put a whole
-row on each thread, every load of a warp in another row): rows one stride apart, a slice
+in place, through a flat view of its span, by the column kernels of :mod:`.strided_kernels`, or
+on CUDA sm_90+, where the input is contiguous over a leading dim (:func:`tile_view`), by the
+tiles in shared memory of :mod:`.smem_cols` (its verdict then names the card's ``"tiles"``
+figures). For the column kernels, on CUDA the reduced dim must not be the unit-stride one (a
+column per thread would put a whole row on each thread, every load of a warp in another row): rows one stride apart, a slice
 ``x[:, :n]`` of wider rows, go to the row kernels instead, so what is refused here is a
 unit-stride reduced dim whose rows don't collapse to one stride (leading dims permuted, the
 unit-stride dim not the last one, dims reduced together, broadcast or overlapping rows). There
@@ -122,24 +124,22 @@ def _space(p: StridedPlan, target: str, dtype: torch.dtype | None = None) -> lis
     from .strided_kernels import BLOCK_RS, THREADS
 
     tiles = []
-    key = tile_view(p, target, dtype) if dtype is not None else None
-    if key is not None:
-        from .smem_cols import configs
+    if dtype is not None and _tiles_default(p, target, dtype) is not None:  # then the column kernels are not
+        from .smem_cols import configs                                     # offered: 1.5-2x slower where measured
 
-        tiles = [{"smem": 1, **c} for c in configs(key, dtype_name(dtype))]
+        tiles = [{"smem": 1, **c} for c in configs(tile_view(p, target, dtype), dtype_name(dtype))]
     r = max(1, p.R)
     rs = [b for b in BLOCK_RS if b <= _np2(r)] or [BLOCK_RS[0]]
     if target == "cuda":
-        columns = [] if tiles and _refusal(p, target) else [{"block_r": b, "threads": t} for t in THREADS
-                                                             for b in reversed(rs)]
-        return tiles + columns
+        return tiles or [{"block_r": b, "threads": t} for t in THREADS for b in reversed(rs)]
     return [{"block_r": b, "block_i": 8} for b in reversed(rs)]
 
 
 def default_config(spec, target: str) -> dict:
-    """Where :func:`tile_view` takes the call, the tiles in shared memory
-    (:func:`.smem_cols.default_config`); else a column a thread, 16 values of R at a time (all of R
-    when it fits), 128 threads: more programs for a small ``inner``."""
+    """Where :func:`tile_view` takes the call and :func:`.smem_cols.default_config` has a tile for
+    it, the tiles in shared memory (then the space holds tiles only); else a column a thread, 16
+    values of R at a time (all of R when it fits), 128 threads: more programs for a small
+    ``inner``."""
     p = plan_of(spec)
     if not isinstance(p, tuple):
         tiles = _tiles_default(p, target, spec.dtype)

@@ -18,7 +18,7 @@ import functools
 
 import tilelang
 
-from ._numerics import F32, log_normalizer, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+from ._numerics import F32, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
 
 MAX_SPAN = 2**31 - 1
 BLOCK_RS = (8, 16, 32)
@@ -123,18 +123,19 @@ def _cuda_program(op, key, in_dtype, out_dtype, BR, arch):
                     if lse:
                         y[y_at(bo, 0, col)] = T.cast(logsumexp_value(st[0], st[1]), out_dtype)
                     else:
-                        st[4] = log_normalizer(st[0], st[1]) if log else softmax_scale(st[0], st[1])
+                        st[4] = log_sum(st[0], st[1]) if log else softmax_scale(st[0], st[1])
                         if NT == 1:
                             for r in T.unroll(BR):
                                 if r < R:
                                     if log:
-                                        y[y_at(bo, r, col)] = T.cast(v[r] - st[4], out_dtype)
+                                        y[y_at(bo, r, col)] = T.cast((v[r] - st[2]) - st[4], out_dtype)
                                     else:
                                         y[y_at(bo, r, col)] = T.cast(T.exp(v[r] - st[2]) * st[4], out_dtype)
                         else:
                             for r in T.serial(R):
                                 if log:
-                                    y[y_at(bo, r, col)] = T.cast(T.cast(x[x_at(bo, r, col)], F32) - st[4], out_dtype)
+                                    y[y_at(bo, r, col)] = T.cast(
+                                        (T.cast(x[x_at(bo, r, col)], F32) - st[2]) - st[4], out_dtype)
                                 else:
                                     y[y_at(bo, r, col)] = T.cast(
                                         T.exp(T.cast(x[x_at(bo, r, col)], F32) - st[2]) * st[4], out_dtype)
@@ -173,11 +174,11 @@ def _c_program(op, key, in_dtype, out_dtype, BR):
                         if lse:
                             y[y_at(bo, 0, bi * block_i + c)] = _store(logsumexp_value(st[0], st[1]), out_dtype)
                         else:
-                            st[4] = log_normalizer(st[0], st[1]) if log else softmax_scale(st[0], st[1])
+                            st[4] = log_sum(st[0], st[1]) if log else softmax_scale(st[0], st[1])
                             for r in T.serial(R):
                                 if log:
                                     y[y_at(bo, r, bi * block_i + c)] = _store(
-                                        _load(x[x_at(bo, r, bi * block_i + c)], in_dtype) - st[4], out_dtype)
+                                        (_load(x[x_at(bo, r, bi * block_i + c)], in_dtype) - st[2]) - st[4], out_dtype)
                                 else:
                                     y[y_at(bo, r, bi * block_i + c)] = _store(
                                         T.exp(_load(x[x_at(bo, r, bi * block_i + c)], in_dtype) - st[2]) * st[4],
