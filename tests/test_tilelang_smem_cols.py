@@ -59,6 +59,16 @@ def test_other_strided_calls_keep_the_column_kernels(x, dim, why):
     assert strided.check(spec, "cuda").card == "", why
 
 
+def test_a_cast_keeps_the_column_kernels():
+    """softmax(x, dim, dtype=torch.float32) of bf16 x: the tiles were measured and tested writing
+    their input's dtype only."""
+    x = meta(32, 1024, 64, 64)
+    spec = attrs.evolve(cuda_spec("softmax", x, 1), out_dtype=torch.float32)
+    assert spec.out_dtype == torch.float32
+    assert not strided.default_config(spec, "cuda").get("smem")
+    assert not any(c.get("smem") for c in strided.config_space(spec, "cuda"))
+
+
 def test_the_c_target_and_old_gpus_never_get_tiles(monkeypatch):
     x = torch.randn(16, 256, 64)
     assert not any(c.get("smem") for c in strided.config_space(spec_of("softmax", x, 1), "c"))

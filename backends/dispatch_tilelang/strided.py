@@ -92,7 +92,7 @@ def check(spec, target: str) -> Verdict:
     if isinstance(p, str):
         return Verdict.no(p)
     if not isinstance(p, tuple):
-        if _tiles_default(p, target, spec.dtype) is not None:
+        if _tiles_default(p, target, spec.dtype, spec.out_dtype) is not None:
             return Verdict.yes(f"read in place: tiles of the ({p.outer}, {p.R}, {p.inner}) view in shared memory, a "
                                "cluster of CTAs a column tile", card=TILES_CARD)
         why = _refusal(p, target)
@@ -117,14 +117,17 @@ def config_space(spec, target: str) -> list[dict]:
     p = plan_of(spec)
     if isinstance(p, tuple) and row_view(p[0].plan, target):
         return [_default(p[0].plan, target)]
-    return _space(_first(p), target, spec.dtype if not isinstance(p, tuple) else None)
+    if isinstance(p, tuple):
+        return _space(p[0].plan, target)
+    return _space(p, target, spec.dtype, spec.out_dtype)
 
 
-def _space(p: StridedPlan, target: str, dtype: torch.dtype | None = None) -> list[dict]:
+def _space(p: StridedPlan, target: str, dtype: torch.dtype | None = None,
+           out_dtype: torch.dtype | None = None) -> list[dict]:
     from .strided_kernels import BLOCK_RS, THREADS
 
     tiles = []
-    if dtype is not None and _tiles_default(p, target, dtype) is not None:  # then the column kernels are not
+    if dtype is not None and _tiles_default(p, target, dtype, out_dtype) is not None:  # then the column kernels are not
         from .smem_cols import configs                                     # offered: 1.5-2x slower where measured
 
         tiles = [{"smem": 1, **c} for c in configs(tile_view(p, target, dtype), dtype_name(dtype))]
@@ -142,15 +145,15 @@ def default_config(spec, target: str) -> dict:
     ``inner``."""
     p = plan_of(spec)
     if not isinstance(p, tuple):
-        tiles = _tiles_default(p, target, spec.dtype)
+        tiles = _tiles_default(p, target, spec.dtype, spec.out_dtype)
         if tiles is not None:
             return tiles
     return _default(_first(p), target)
 
 
-def _tiles_default(p: StridedPlan, target: str, dtype: torch.dtype) -> dict | None:
+def _tiles_default(p: StridedPlan, target: str, dtype: torch.dtype, out_dtype: torch.dtype) -> dict | None:
     key = tile_view(p, target, dtype)
-    if key is None:
+    if key is None or out_dtype != dtype:  # casts: measured and tested in the input's dtype only
         return None
     from .smem_cols import default_config as tiles_default
 
