@@ -1,7 +1,8 @@
 """What the kernel config sweeps share (``sweep_norm_configs.py``, ``sweep_norm_backward.py``): their
 timing options, the compile processes that fill Triton's disk cache before anything is timed, the
 run's header (device, copy bandwidth, how it was timed), the results files, a second timing
-after an L2 flush that leaves no dirty line, and the norm statistics a backward is handed."""
+after an L2 flush that leaves no dirty line, and the norm statistics a backward is handed. The
+shared-memory sweeps (``sweep_smem_rows.py``, ``sweep_smem_cols.py``) share :func:`race_table`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,30 @@ import torch
 
 from dispatch.ab import measure_copy_bandwidth
 from dispatch.backend import TuneSettings
+
+
+def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, prefix: str) -> tuple[list[str], dict]:
+    """Time ``fns`` (name -> callable; ``"copy"``, a copy of the input, among them) in ``rounds``
+    interleaved rounds of ``triton.testing.do_bench`` (L2 flushed, median); returns the markdown
+    rows (``prefix`` + kernel, us, GB/s of ``nbytes``, % of a copy of ``nbytes``), fastest first,
+    and each name's times in us. The copy's row is of its own bytes (``copy_bytes``), with no %."""
+    import statistics
+
+    import triton.testing
+
+    times = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            times[k].append(triton.testing.do_bench(f, warmup=10, rep=50) * 1e3)
+    copy_us = statistics.median(times["copy"]) * (nbytes / copy_bytes)  # a copy of the op's bytes
+    lines = []
+    for k, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
+        us = statistics.median(ts)
+        if k == "copy":
+            lines.append(f"{prefix} | copy of x | {us:.1f} | {copy_bytes / us / 1e3:.0f} | - |")
+        else:
+            lines.append(f"{prefix} | {k} | {us:.1f} | {nbytes / us / 1e3:.0f} | {100 * copy_us / us:.0f}% |")
+    return lines, times
 
 
 def add_arguments(parser: argparse.ArgumentParser, out: str) -> None:

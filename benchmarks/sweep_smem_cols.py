@@ -15,13 +15,14 @@ import argparse
 import concurrent.futures
 import json
 import os
-import statistics
 import sys
 import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
+
+from sweep_harness import race_table  # noqa: E402
 
 # shape:dim
 CASES = "32x1024x64x64:1,64x256x56x56:1,4096x4096:0,32x2048x2048:1,8x4096x1024:1"
@@ -78,7 +79,6 @@ def main() -> None:
 
     import tilelang
     import torch
-    import triton.testing
 
     import dispatch
     from dispatch_tilelang import smem_cols
@@ -146,23 +146,14 @@ def main() -> None:
                 print("FAIL", op, shape, dim, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
                 continue
             fns[label(cfg)] = (lambda k=k: k(x.view(key)))
-        times = {k: [] for k in fns}
-        for _ in range(args.rounds):
-            for k, f in fns.items():
-                times[k].append(triton.testing.do_bench(f, warmup=10, rep=50) * 1e3)
         nbytes = (x.numel() + (x.numel() // key[1] if op == "logsumexp" else x.numel())) * x.element_size()
-        copy_bytes = 2 * x.numel() * x.element_size()
-        copy_us = statistics.median(times["copy"]) * (nbytes / copy_bytes)
+        copy_bytes = 2 * x.numel() * x.element_size()  # the copy reads x and writes it
         case = f"{'x'.join(map(str, shape))}, dim {dim}"
-        for k, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
-            us = statistics.median(ts)
-            if k == "copy":
-                lines.append(f"| {op} | {dtype} | {case} | copy of x | {us:.1f} | {copy_bytes / us / 1e3:.0f} | - |")
-                continue
-            lines.append(f"| {op} | {dtype} | {case} | {k} | {us:.1f} | {nbytes / us / 1e3:.0f} | "
-                         f"{100 * copy_us / us:.0f}% |")
-            records.append({"op": op, "shape": list(shape), "dim": dim, "dtype": dtype, "name": k, "us": ts})
-        print("\n".join(lines[-len(times):]), flush=True)
+        rows, times = race_table(fns, args.rounds, nbytes, copy_bytes, f"| {op} | {dtype} | {case}")
+        lines += rows
+        records += [{"op": op, "shape": list(shape), "dim": dim, "dtype": dtype, "name": k, "us": ts}
+                    for k, ts in times.items() if k != "copy"]
+        print("\n".join(rows), flush=True)
     with open(os.path.join(args.out, "smem_cols.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(args.out, "smem_cols.json"), "w") as f:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
+
+from sweep_harness import race_table  # noqa: E402
 
 SHAPES = {"bfloat16": "2048x16384,2097x32000,2048x32768,1024x65536,512x131072,256x151936,256x262144,8x128256,1x262144",
           "float32": "2048x16384,1024x32768,1024x65536"}
@@ -59,7 +60,6 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
 
     import torch
-    import triton.testing
 
     import dispatch
     from dispatch_tilelang import build as B, configs as C
@@ -103,22 +103,13 @@ def main() -> None:
             fns[label(cfg) + (" (default)" if cfg == default else "")] = (lambda k=k: k(x))
         for name in ("triton (default)", "tilelang (default)"):
             check(torch, fns[name](), op, x)
-        times = {k: [] for k in fns}
-        for _ in range(args.rounds):
-            for k, f in fns.items():
-                times[k].append(triton.testing.do_bench(f, warmup=10, rep=50) * 1e3)
         nbytes = (x.numel() + (m if op == "logsumexp" else x.numel())) * x.element_size()
         copy_bytes = 2 * x.numel() * x.element_size()  # the copy reads x and writes it
-        copy_us = statistics.median(times["copy"]) * (nbytes / copy_bytes)  # a copy of the op's bytes
-        for k, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
-            us = statistics.median(ts)
-            if k == "copy":  # its own bytes; the % column is against the op's (logsumexp writes a column)
-                lines.append(f"| {op} | {dtype} | {m}x{n} | copy of x | {us:.1f} | {copy_bytes / us / 1e3:.0f} | - |")
-                continue
-            lines.append(f"| {op} | {dtype} | {m}x{n} | {k} | {us:.1f} | {nbytes / us / 1e3:.0f} | "
-                         f"{100 * copy_us / us:.0f}% |")
-            records.append({"op": op, "shape": f"{m}x{n}", "dtype": dtype, "name": k, "us": ts})
-        print("\n".join(lines[-len(times):]), flush=True)
+        rows, times = race_table(fns, args.rounds, nbytes, copy_bytes, f"| {op} | {dtype} | {m}x{n}")
+        lines += rows
+        records += [{"op": op, "shape": f"{m}x{n}", "dtype": dtype, "name": k, "us": ts}
+                    for k, ts in times.items() if k != "copy"]
+        print("\n".join(rows), flush=True)
     with open(os.path.join(args.out, "smem_rows.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(args.out, "smem_rows.json"), "w") as f:
