@@ -63,7 +63,7 @@ def check(torch, y, op, x, dim):
 
 
 def label(cfg: dict) -> str:
-    return f"smem_cols i{cfg['block_i']} r{cfg['tile_r']} c{cfg['cluster']} t{cfg['threads']}"
+    return f"smem_cols i{cfg['block_i']} c{cfg['cluster']} t{cfg['threads']}"
 
 
 def main() -> None:
@@ -96,7 +96,8 @@ def main() -> None:
 
     def build(op, key, dtype, cfg):
         with lock:
-            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], cfg["tile_r"], cfg["cluster"])
+            rows = smem_cols.tile_rows(key[1], dtype, cfg["block_i"], cfg["cluster"], cfg["threads"])
+            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"])
             prim = prog.get_tir(threads=cfg["threads"])
         return tilelang.compile(prim, out_idx=[1], target=prog.target)
 

@@ -139,15 +139,18 @@ def reduction_bucket(spec: CallSpec) -> str:
     of 2 (so dynamic shapes don't re-tune); layout is lastdim, dim<k> or dims<...>of<rank>. Rows of
     the last dim whose bytes are not a multiple of 16 (bf16 rows of 30001) are ``lastdim,unaligned``:
     the kernels' 16-byte copies don't serve them, so a decision raced on such rows (or on aligned
-    ones) never serves the others."""
+    ones) never serves the others. A non-contiguous input (a slice, a transposed or permuted view)
+    adds ``,strided``: a config raced on a contiguous input may name a kernel that reads only such
+    inputs (TileLang's shared-memory families), and a strided call must not be handed it."""
     if spec.last_dim_contiguous:
         layout = "lastdim" + (",unaligned" if spec.reduced_size * spec.dtype.itemsize % 16 else "")
     elif len(spec.dims) == 1:
         layout = f"dim{spec.dims[0] - spec.ndim}"
     else:
         layout = "dims" + "".join(str(d) for d in spec.dims) + f"of{spec.ndim}"
+    strided = "" if spec.input.dense else ",strided"
     keepdim = ",keepdim" if spec.attrs.get("keepdim") else ""
-    return f"M<={_next_pow4(spec.rows)},N<={_next_pow2(spec.reduced_size)},{layout}{keepdim}"
+    return f"M<={_next_pow4(spec.rows)},N<={_next_pow2(spec.reduced_size)},{layout}{strided}{keepdim}"
 
 
 def reduction_bytes(spec: CallSpec) -> int:

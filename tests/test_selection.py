@@ -501,3 +501,22 @@ def test_rows_whose_bytes_are_not_a_multiple_of_16_get_a_bucket_of_their_own():
     assert bucket((2048, 30001)) == bucket((2048, 30004)) == "M<=4096,N<=32768,lastdim,unaligned"
     assert bucket((2048, 30004), torch.float32) == "M<=4096,N<=32768,lastdim"  # 16-byte rows in fp32
     assert bucket((64, 30001, 3), dim=1) == "M<=256,N<=32768,dim-2"  # 192 columns, not rows: unchanged
+
+
+def test_a_non_contiguous_input_gets_a_bucket_of_its_own():
+    """A decision raced on a contiguous input may name a kernel that reads only contiguous inputs
+    (TileLang's tiles over a leading dim, its chunk-in-shared-memory rows): a slice or a permuted
+    view of the same sizes must not be handed it."""
+    from dispatch._keys import shape_bucket
+    from dispatch.backend import spec_of
+
+    def bucket(x, dim):
+        return shape_bucket(spec_of("softmax", x, dim))
+
+    dense = torch.empty(8, 256, 64, 64, dtype=torch.bfloat16)
+    assert bucket(dense, 1) == "M<=65536,N<=256,dim-3"
+    assert bucket(torch.empty(8, 256, 64, 128, dtype=torch.bfloat16)[..., ::2], 1) == "M<=65536,N<=256,dim-3,strided"
+    channels_last = dense.contiguous(memory_format=torch.channels_last)
+    assert bucket(channels_last, 1) == "M<=65536,N<=256,dim-3,strided"
+    assert bucket(torch.empty(2048, 32768, dtype=torch.bfloat16)[:, :32000], -1) == "M<=4096,N<=32768,lastdim,strided"
+    assert bucket(torch.empty(2048, 32000, dtype=torch.bfloat16), -1) == "M<=4096,N<=32768,lastdim"

@@ -41,10 +41,11 @@ def test_a_contiguous_input_over_a_leading_dim_gets_tiles_and_their_card(x, dim)
         assert verdict.ok and verdict.card == "tiles" and "tiles" in verdict.reason, (op, verdict)
         cfg = strided.default_config(spec, "cuda")
         assert cfg["smem"] == 1 and cfg in strided.config_space(spec, "cuda")
-        # the tiles cover R, and a tile stays within the 64 KB a CTA is offered
+        # the tiles cover R, every CTA holds some of it, and a tile stays within the 64 KB a CTA is offered
         R = x.shape[dim]
-        assert cfg["cluster"] * cfg["tile_r"] >= R > (cfg["cluster"] - 1) * cfg["tile_r"]
-        assert cfg["tile_r"] * cfg["block_i"] * x.element_size() <= 64 * 1024
+        rows = smem_cols.tile_rows(R, str(x.dtype).split(".")[1], cfg["block_i"], cfg["cluster"], cfg["threads"])
+        assert cfg["cluster"] * rows >= R > (cfg["cluster"] - 1) * rows
+        assert rows * cfg["block_i"] * x.element_size() <= 64 * 1024
 
 
 @pytest.mark.parametrize("x,dim,why", [
@@ -80,24 +81,38 @@ def test_the_c_target_and_old_gpus_never_get_tiles(monkeypatch):
     assert strided.check(spec, "cuda").card == ""
 
 
-@pytest.mark.parametrize("cfg,why", [
-    (dict(block_i=60, tile_r=512, cluster=2, threads=128), "block_i=60 must be a multiple of 8"),
-    (dict(block_i=64, tile_r=500, cluster=2, threads=128), "tile_r=500 must be a positive multiple of 32"),
-    (dict(block_i=64, tile_r=256, cluster=2, threads=128), "cluster x tile_r = 512 does not cover R = 1024"),
-    (dict(block_i=64, tile_r=512, cluster=4, threads=128), "leaves its last CTA nothing of R = 1024"),
-    (dict(block_i=64, tile_r=1024, cluster=32, threads=128), "cluster must be in [1, 16] (got 32)"),
-    (dict(block_i=512, tile_r=1024, cluster=1, threads=96), "threads=96 must be a multiple of block_i / 8 = 64"),
+@pytest.mark.parametrize("key,cfg,why", [
+    ((32, 1024, 4096), dict(block_i=60, cluster=2, threads=128), "block_i=60 must be a multiple of 8"),
+    ((32, 1024, 4096), dict(block_i=64, cluster=32, threads=128), "cluster must be in [1, 16] (got 32)"),
+    ((32, 1024, 4096), dict(block_i=512, cluster=1, threads=96), "threads=96 must be a multiple of block_i / 8 = 64"),
+    ((32, 1000, 96), dict(block_i=64, cluster=1, threads=128), "block_i=64 must be a multiple of 8 that divides the 96"),
+    ((4, 65536, 4096), dict(block_i=64, cluster=2, threads=128), "exceeds 204800 bytes of shared memory"),
+    ((32, 1024, 4100), dict(block_i=64, cluster=2, threads=128), "not a whole number of 8-element (16-byte) vectors"),
+    ((32, 1024, 4096), dict(block_i=64, threads=128), "must give block_i, cluster and threads as ints"),
 ])
-def test_refused_tiles_say_which_value_and_what_would_work(cfg, why):
-    assert why in smem_cols.check_launch((32, 1024, 4096), "bfloat16", cfg["block_i"], cfg["tile_r"], cfg["cluster"],
-                                         cfg["threads"])
+def test_refused_tiles_say_which_value_and_what_would_work(key, cfg, why):
+    assert why in smem_cols.check_config(key, "bfloat16", cfg)
+
+
+def test_a_config_tuned_on_one_r_serves_every_r_of_its_bucket():
+    """Decisions are kept per bucket (R up to the next power of two): the tile's rows are derived
+    from R, not tuned, so the config tuned at the top of a bucket runs at its bottom too (the last
+    CTAs of a cluster then hold nothing of R, which the kernel allows)."""
+    for key, dtype in (((1, 4096, 4096), "bfloat16"), ((32, 1024, 4096), "float32"), ((8, 150, 16384), "bfloat16")):
+        top = smem_cols.default_config(key, dtype)
+        for R in range(key[1] // 2 + 1, key[1] + 1):
+            assert smem_cols.check_config((key[0], R, key[2]), dtype, top) is None, (key, R, top)
+    # the space itself offers no config that leaves a CTA empty
+    for cfg in smem_cols.configs((1, 2049, 4096), "bfloat16"):
+        rows = smem_cols.tile_rows(2049, "bfloat16", cfg["block_i"], cfg["cluster"], cfg["threads"])
+        assert (cfg["cluster"] - 1) * rows < 2049, cfg
 
 
 def test_a_tiles_config_on_a_call_they_cannot_read_is_refused_by_name():
     x = torch.randn(8, 256, 64)[..., ::2]  # not contiguous
     spec = spec_of("softmax", x, 1)
     p = strided.plan_of(spec)
-    cfg = {"smem": 1, "block_i": 32, "tile_r": 256, "cluster": 1, "threads": 128}
+    cfg = {"smem": 1, "block_i": 32, "cluster": 1, "threads": 128}
     with pytest.raises(ValueError, match="smem=0 configs serve it"):
         strided._tiles_run("softmax", p, x.dtype, x.dtype, tuple(x.shape), "cuda", cfg)
 

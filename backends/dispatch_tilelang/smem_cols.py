@@ -52,8 +52,6 @@ def check_launch(key: tuple, dtype: str, block_i: int, tile_r: int, cluster: int
         return f"cluster must be in [1, {MAX_CLUSTER}] (got {cluster})"
     if cluster * tile_r < R:
         return f"cluster x tile_r = {cluster * tile_r} does not cover R = {R}: a larger cluster or tile_r would"
-    if (cluster - 1) * tile_r >= R:
-        return f"a cluster of {cluster} chunks of {tile_r} leaves its last CTA nothing of R = {R}"
     if tile_r * block_i * DTYPE_BYTES[dtype] > SMEM_BYTES:
         return f"a {tile_r} x {block_i} tile of {dtype} exceeds {SMEM_BYTES} bytes of shared memory"
     return None
@@ -194,6 +192,35 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
     return smem_cols
 
 
+def tile_rows(R: int, dtype: str, block_i: int, cluster: int, threads: int) -> int:
+    """The rows of ``R`` a CTA holds: a ``cluster``-th of ``R``, rounded up to the rows that
+    ``threads`` walk in a step. Derived, not tuned: a config (``block_i``, ``cluster``,
+    ``threads``) tuned on one ``R`` serves every ``R`` of its bucket."""
+    step = UNROLL * threads // (block_i // (16 // DTYPE_BYTES[dtype]))
+    return -(-(-(-R // cluster)) // step) * step
+
+
+def check_config(key: tuple, dtype: str, cfg: dict) -> str | None:
+    """Why ``cfg`` (``block_i``, ``cluster``, ``threads``) cannot run on ``(outer, R, inner)``, or None."""
+    try:
+        bi, c, threads = int(cfg["block_i"]), int(cfg["cluster"]), int(cfg["threads"])
+    except (KeyError, TypeError, ValueError):
+        return f"config {cfg} must give block_i, cluster and threads as ints"
+    if bi <= 0 or c <= 0 or threads <= 0 or (bi // (16 // DTYPE_BYTES[dtype])) <= 0:
+        return f"config {cfg}: block_i, cluster and threads must be positive (block_i a multiple of 16 bytes)"
+    tr = tile_rows(key[1], dtype, bi, c, threads) if threads % (bi // (16 // DTYPE_BYTES[dtype])) == 0 else 0
+    return check_launch(key, dtype, bi, tr or threads, c, threads)
+
+
+def _fits(key: tuple, dtype: str, bi: int, c: int, threads: int) -> bool:
+    """A config the space offers: it runs, its tile within :data:`TILE_BYTES`, every CTA given
+    rows of ``R`` (a config tuned on a longer ``R`` of the bucket may leave the last CTAs none:
+    they load nothing, write nothing, and pass (-inf, 0) to the merge)."""
+    tr = tile_rows(key[1], dtype, bi, c, threads)
+    return (check_launch(key, dtype, bi, tr, c, threads) is None and tr * bi * DTYPE_BYTES[dtype] <= TILE_BYTES
+            and (c - 1) * tr < key[1])
+
+
 def tile_configs(key: tuple, dtype: str, threads: int = 128) -> list[dict]:
     """The configs of ``(outer, R, inner)`` with tiles of at most :data:`TILE_BYTES`: for tile rows
     of 128, 64 and 32 bytes that divide a row of ``inner``, ``R`` cut into the fewest chunks
@@ -206,15 +233,13 @@ def tile_configs(key: tuple, dtype: str, threads: int = 128) -> list[dict]:
         bi = row_bytes // size
         if bi < 16 // size or inner % bi:
             continue
-        step = UNROLL * threads // (bi // (16 // size))
         c = 1
         while c < MAX_CLUSTER and R * row_bytes > c * TILE_BYTES:
             c *= 2
         while c < MAX_CLUSTER and outer * (inner // bi) * c < MIN_CTAS and R * row_bytes > 2 * c * 8192:
             c *= 2
-        tr = -(-(-(-R // c)) // step) * step
-        if check_launch(key, dtype, bi, tr, c, threads) is None and tr * row_bytes <= TILE_BYTES:
-            out.append({"block_i": bi, "tile_r": tr, "cluster": c, "threads": threads})
+        if _fits(key, dtype, bi, c, threads):
+            out.append({"block_i": bi, "cluster": c, "threads": threads})
     return out
 
 
@@ -242,10 +267,7 @@ def configs(key: tuple, dtype: str) -> list[dict]:
     for threads in (128, 256):
         for cfg in tile_configs(key, dtype, threads):
             for c in (cfg["cluster"] // 2, cfg["cluster"], cfg["cluster"] * 2):
-                step = UNROLL * threads // (cfg["block_i"] * DTYPE_BYTES[dtype] // 16)
-                tr = -(-(-(-key[1] // max(c, 1))) // step) * step
-                near = {**cfg, "cluster": c, "tile_r": tr}
-                if c >= 1 and near not in out and tr * cfg["block_i"] * DTYPE_BYTES[dtype] <= TILE_BYTES \
-                        and check_launch(key, dtype, cfg["block_i"], tr, c, threads) is None:
+                near = {**cfg, "cluster": c}
+                if c >= 1 and near not in out and _fits(key, dtype, cfg["block_i"], c, threads):
                     out.append(near)
     return out

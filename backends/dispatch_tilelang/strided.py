@@ -31,7 +31,7 @@ from dispatch.backend import StridedPlan, StridedStep, Verdict, logsumexp_steps,
 from .availability import dtype_name
 
 TUNABLES = {"cuda": ("threads",), "c": ("block_i",)}
-BUILD_KEYS = {"cuda": ("block_r", "smem", "block_i", "tile_r", "cluster"), "c": ("block_r",)}
+BUILD_KEYS = {"cuda": ("block_r", "smem", "block_i", "cluster"), "c": ("block_r",)}
 MIN_CUDA_COLUMNS = 16384  # 128 programs of 128 threads: about one per SM of an H200
 TILES_CARD = "tiles"  # the card figures of calls the tiles in shared memory serve by default
 
@@ -298,7 +298,7 @@ def _tiles_run(op: str, p: StridedPlan, in_dtype: torch.dtype, out_dtype: torch.
                target: str, cfg: dict):
     """``run(x)`` of a plan the tiles-in-shared-memory kernels read: ``x`` viewed as ``(outer, R, inner)``
     (copied first where it starts mid-vector: the kernels copy 16 bytes at a time)."""
-    from .smem_cols import check_launch
+    from .smem_cols import check_config, tile_rows
 
     key = tile_view(p, target, in_dtype)
     if key is None:
@@ -306,11 +306,12 @@ def _tiles_run(op: str, p: StridedPlan, in_dtype: torch.dtype, out_dtype: torch.
                          f"dim whose inner extent is a whole number of 32 bytes on sm_90+; this call's (outer, R, "
                          f"inner) view {(p.outer, p.R, p.inner)} with strides {p.x_strides} is not one (smem=0 "
                          "configs serve it)")
-    why = check_launch(key, dtype_name(in_dtype), int(cfg["block_i"]), int(cfg["tile_r"]), int(cfg["cluster"]),
-                       int(cfg["threads"]))
+    dtype = dtype_name(in_dtype)
+    why = check_config(key, dtype, cfg)
     if why is not None:
-        raise ValueError(f"config {cfg} for {key}: {why}")
-    compiled = build(op, key, dtype_name(in_dtype), dtype_name(out_dtype), target, cfg)
+        raise ValueError(f"config {cfg} for the (outer, R, inner) view {key}: {why}")
+    rows = tile_rows(key[1], dtype, int(cfg["block_i"]), int(cfg["cluster"]), int(cfg["threads"]))
+    compiled = build(op, key, dtype, dtype_name(out_dtype), target, {**cfg, "tile_r": rows})
 
     strides = (key[1] * key[2], key[2], 1)
 
