@@ -121,3 +121,28 @@ def test_gpus_older_than_sm90_keep_the_register_families(monkeypatch):
     assert not cfg.get("smem") and C.validate_config("softmax", 32768, "bfloat16", cfg, "cuda") is None
     assert not any(c.get("smem") for c in C.config_space("softmax", 64, 32768, "bfloat16", "cuda"))
     assert "runs on sm_90+ GPUs" in C.validate_config("softmax", 32768, "bfloat16", smem(32768, 1), "cuda")
+
+
+def test_a_shipped_decision_serves_every_row_length_of_its_bucket():
+    """A decision is kept per bucket (N up to the next power of two): the shipped chunk-in-shared-memory
+    configs, raced at the top of their buckets, run on every N of the bucket, each chunk refit to
+    the row (a Qwen vocabulary of 151936 under the decision raced at 262144 once left three of eight
+    CTAs nothing, and was refused), and are exactly the raced config at the raced length."""
+    import json
+    from pathlib import Path
+
+    import dispatch
+
+    tables = Path(dispatch.__file__).parent / "tables"
+    shipped = [e for f in sorted(tables.glob("*.json")) for e in json.loads(f.read_text())["entries"]
+               if e["value"]["backend"] == "tilelang" and e["value"]["config"].get("smem")]
+    assert shipped, "the shipped tables hold chunk-in-shared-memory decisions"
+    for entry in shipped:
+        key, cfg = entry["key"], entry["value"]["config"]
+        top = int(key["bucket"].split("N<=")[1].split(",")[0])
+        assert C.fit_config(top, key["dtype"], cfg) == cfg
+        for n in (top // 2 + 8, 151936, 3 * top // 4, top - 8):
+            if top // 2 < n <= top:
+                fitted = C.fit_config(n, key["dtype"], cfg)
+                assert C.validate_config(key["op"], n, key["dtype"], fitted, "cuda") is None, (key["bucket"], n)
+                assert fitted["cluster"] == cfg["cluster"] and fitted["threads"] == cfg["threads"]

@@ -27,7 +27,7 @@ from typing import Any
 from dispatch.backend import PARSE_LOCK
 
 from .availability import DTYPES, _check_op, _check_target, dtype_name, supports
-from .configs import BUILD_KEYS, split_config, validate_config
+from .configs import BUILD_KEYS, fit_config, split_config, validate_config
 
 
 def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str,
@@ -180,6 +180,7 @@ def build(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, conf
         ok, reason = supports(op, name, target)
         if not ok:
             raise ValueError(reason)
+    config = fit_config(n_cols, ins, config)  # a shared-memory chunk sized to this row
     key = _build_key(op, n_cols, ins, outs, config, target, row_stride)
     hit = _BUILT.get(key)
     if hit is not None:
