@@ -22,8 +22,8 @@ import os
 import torch
 
 import dispatch
-from dispatch.backend import (BackendInfo, CallSpec, Config, Failure, TuneError, TuneResult, TuneSpace, Verdict,
-                              dist_version, dtype_name, hookimpl, measure, pick_winner, source_hash)
+from dispatch.backend import (LONG_ROW, BackendInfo, CallSpec, Config, Failure, TuneError, TuneResult, TuneSpace,
+                              Verdict, dist_version, dtype_name, hookimpl, measure, pick_winner, source_hash)
 
 NAME = "tilelang"
 OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
@@ -83,6 +83,9 @@ def dispatch_backend_info() -> BackendInfo:
         # tiles in shared memory (verdict card "tiles"), bf16 softmax 2130-3500 GB/s at the default
         # (Triton's strided kernel 1790-3490), logsumexp level with Triton's or a little behind
         # (benchmarks/results/current/layouts/smem_cols/)
+        # rows one stride apart (a slice x[:, :n] of wider rows), up to 16K: softmax 3820 GB/s bf16 (Triton's
+        # strided rows 3580), logsumexp 2870 (Triton's 3570) at 16384 rows of 4000 in rows of 4096
+        # (benchmarks/results/current/layouts/strided_rows_tilelang.md; verdict card "rows")
         # rows written in another dtype than read (softmax(x, -1, dtype=torch.float32) of bf16 or fp16
         # x): level with Triton at N = 256, 6-10% behind at 1024, 21-24% at 4096 (2800 against 3680 GB/s)
         # (benchmarks/results/current/cast_rows/)
@@ -90,7 +93,8 @@ def dispatch_backend_info() -> BackendInfo:
                "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
                "cuda:softmax:strided": (13.5, 1800.0), "cuda:log_softmax:strided": (13.5, 1800.0),
                "cuda:logsumexp:strided": (13.5, 2300.0), "cuda:tiles": (13.5, 2900.0),
-               "cuda:logsumexp:tiles": (13.5, 2300.0)},
+               "cuda:logsumexp:tiles": (13.5, 2300.0), "cuda:rows": (13.5, 3600.0),
+               "cuda:logsumexp:rows": (13.5, 2000.0)},
         versions={"tilelang": version or "none", "kernels": source_hash(*_KERNEL_MODULES)},
         description="TileLang programs: row-block, tiled and cluster-split softmax family",
         available=available)
@@ -127,7 +131,10 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
     stride = _row_stride(spec)
     dims = "" if spec.last_dim_contiguous else f"dims {list(spec.dims)} read as rows of {spec.reduced_size}, "
     if stride:
-        return Verdict.yes(f"{dims}rows {stride} elements apart, read in place by the row kernels")
+        # rows of up to LONG_ROW held whole in registers: their own card figures (the register families
+        # on longer rows are what "cuda:long" says)
+        card = "rows" if target == "cuda" and spec.reduced_size <= LONG_ROW else ""
+        return Verdict.yes(f"{dims}rows {stride} elements apart, read in place by the row kernels", card=card)
     return Verdict.yes(f"{dims}read by the row kernels") if dims else Verdict.yes()
 
 
