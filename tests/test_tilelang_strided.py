@@ -183,8 +183,10 @@ def test_the_cards_rank_strided_calls_by_their_own_figures_on_cuda():
     if len(servers) < 2:
         pytest.skip("needs both GPU backends loaded")
     x = torch.empty(32, 256, 64, 64, device="meta")
-    # as measured over dim 1 on an H200: Triton's strided kernel ahead for the three ops (logsumexp: its
-    # wide column blocks and two tiles; TileLang's column kernel 5% ahead on the sliced case only)
+    # the column kernels' figures (no card named: what a call the tiles in shared memory don't take
+    # gets), as measured over dim 1 on an H200: Triton's strided kernel ahead for the three ops
+    # (logsumexp: its wide column blocks and two tiles; TileLang's column kernel 5% ahead on the
+    # sliced case only); the tiles' figures: tests/test_tilelang_smem_cols.py
     for op, first in (("softmax", "triton"), ("logsumexp", "triton")):
         ordered, _ = by_estimated_cost(servers, _cuda_spec(op, x, 1))
         assert ordered[0].name == first, op
