@@ -174,8 +174,8 @@ class Selector(Tuner):
         if may_race:  # a new key, or a cached race that noise may have decided (raced once more)
             return self._race(spec, servers, candidates, bucket, dkey, rerace=cached is not None)
         notes: dict[str, str] = {}
-        servers, estimates = by_estimated_cost(servers, spec, self.settings.timing,
-                                               {c.name: c.verdict.card for c in candidates})
+        cards = {c.name: c.verdict.card for c in candidates if c.verdict.card}
+        servers, estimates = by_estimated_cost(servers, spec, self.settings.timing, cards)
         for backend in servers:
             try:
                 config, source, tune = self.config_for(backend, spec)
@@ -186,7 +186,9 @@ class Selector(Tuner):
                 why = "the only backend that serves this call"
             elif estimates:
                 why = (f"lowest estimated cost on {spec.device.type} (launch + bytes moved / bandwidth, from the "
-                       "backends' cards): " + ", ".join(f"{b.name} {estimates[b.name]:.1f} us" for b in servers))
+                       "backends' cards): " + ", ".join(f"{b.name} {estimates[b.name]:.1f} us"
+                                                        + (f" ('{cards[b.name]}' figures)" if b.name in cards else "")
+                                                        for b in servers))
             else:
                 why = (f"first in the static order for {spec.device.type} "
                        f"({', '.join(b.name for b in servers)}; priority {backend.info.rank(spec.device.type)})")

@@ -331,6 +331,24 @@ def test_a_verdicts_card_names_the_figures_that_estimate_its_call():
     with pytest.raises(ValueError, match="'card' must name a card's figures with an identifier"):
         dispatch.Verdict.yes("serves", card="tiles:x")
 
+    # through dispatch: the backend whose verdict names its fast family's figures for wide rows wins
+    # those calls, the other keeps the rest, and the reason says which figures decided
+    plugin = _costed("two_families", {"cpu": (5.0, 100.0), "cpu:wide": (5.0, 10000.0)})
+
+    @dispatch.hookimpl
+    def dispatch_check(op, spec):
+        return dispatch.Verdict.yes("wide rows: the fast family" if spec.reduced_size >= 1024 else "narrow rows",
+                                    card="wide" if spec.reduced_size >= 1024 else "")
+
+    plugin.dispatch_check = dispatch_check
+    dispatch.register(plugin)
+    dispatch.register(_costed("plain", {"cpu": (5.0, 1000.0)}))
+    dispatch.configure(allow=["two_families", "plain"])
+    wide = dispatch.explain("softmax", torch.randn(256, 1024)).decision
+    narrow = dispatch.explain("softmax", torch.randn(1024, 256)).decision  # the same bytes
+    assert wide.backend == "two_families" and "two_families 5.2 us ('wide' figures)" in wide.reason, wide.reason
+    assert narrow.backend == "plain", narrow.reason
+
 
 def test_a_row_cost_figure_sends_few_long_rows_to_the_backend_that_splits_them():
     """A card's third figure (ns per element of a row) is a floor under bandwidth: a backend that gives

@@ -5,12 +5,12 @@ in place, through a flat view of its span, by the column kernels of :mod:`.strid
 on CUDA sm_90+, where the input is contiguous over a leading dim (:func:`tile_view`), by the
 tiles in shared memory of :mod:`.smem_cols` (its verdict then names the card's ``"tiles"``
 figures). For the column kernels, on CUDA the reduced dim must not be the unit-stride one (a
-column per thread would put a whole row on each thread, every load of a warp in another row): rows one stride apart, a slice
-``x[:, :n]`` of wider rows, go to the row kernels instead, so what is refused here is a
-unit-stride reduced dim whose rows don't collapse to one stride (leading dims permuted, the
-unit-stride dim not the last one, dims reduced together, broadcast or overlapping rows). There
-must also be columns enough to fill the GPU (:data:`MIN_CUDA_COLUMNS`); the C target serves
-every plan (strided rows included: its row kernels take dense rows only).
+column per thread would put a whole row on each thread, every load of a warp in another row):
+rows one stride apart, a slice ``x[:, :n]`` of wider rows, go to the row kernels instead, so what
+is refused here is a unit-stride reduced dim whose rows don't collapse to one stride (leading
+dims permuted, the unit-stride dim not the last one, dims reduced together, broadcast or
+overlapping rows). There must also be columns enough to fill the GPU (:data:`MIN_CUDA_COLUMNS`);
+the C target serves every plan (strided rows included: its row kernels take dense rows only).
 
 logsumexp over reduced dims that don't collapse to one dim runs in steps
 (:func:`dispatch.backend.logsumexp_steps`): the first step's kernel reads the input in place, each
@@ -126,9 +126,9 @@ def _space(p: StridedPlan, target: str, dtype: torch.dtype | None = None,
            out_dtype: torch.dtype | None = None) -> list[dict]:
     from .strided_kernels import BLOCK_RS, THREADS
 
-    tiles = []
-    if dtype is not None and _tiles_default(p, target, dtype, out_dtype) is not None:  # then the column kernels are not
-        from .smem_cols import configs                                     # offered: 1.5-2x slower where measured
+    tiles = []  # where the tiles are the default, the column kernels (1.5-2x slower where measured) are not offered
+    if dtype is not None and _tiles_default(p, target, dtype, out_dtype) is not None:
+        from .smem_cols import configs
 
         tiles = [{"smem": 1, **c} for c in configs(tile_view(p, target, dtype), dtype_name(dtype))]
     r = max(1, p.R)
