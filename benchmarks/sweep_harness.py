@@ -21,11 +21,12 @@ from dispatch.ab import measure_copy_bandwidth
 from dispatch.backend import TuneSettings
 
 
-def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, prefix: str) -> tuple[list[str], dict]:
+def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, case: dict, label: str) -> list[dict]:
     """Time ``fns`` (name -> callable; ``"copy"``, a copy of the input, among them) in ``rounds``
-    interleaved rounds of ``triton.testing.do_bench`` (L2 flushed, median); returns the markdown
-    rows (``prefix`` + kernel, us, GB/s of ``nbytes``, % of a copy of ``nbytes``), fastest first,
-    and each name's times in us. The copy's row is of its own bytes (``copy_bytes``), with no %."""
+    interleaved rounds of ``triton.testing.do_bench`` (L2 flushed, median). One row a name, fastest
+    first: ``case``'s fields, the name, its times in us, and its markdown line (``label``, the
+    kernel, us, GB/s of ``nbytes``, % of a copy of ``nbytes``; the copy's of its own bytes,
+    ``copy_bytes``, with no %), which :func:`write_race_markdown` writes."""
     import statistics
 
     import triton.testing
@@ -35,14 +36,21 @@ def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, prefix: str
         for k, f in fns.items():
             times[k].append(triton.testing.do_bench(f, warmup=10, rep=50) * 1e3)
     copy_us = statistics.median(times["copy"]) * (nbytes / copy_bytes)  # a copy of the op's bytes
-    lines = []
+    rows = []
     for k, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
         us = statistics.median(ts)
         if k == "copy":
-            lines.append(f"{prefix} | copy of x | {us:.1f} | {copy_bytes / us / 1e3:.0f} | - |")
+            line = f"{label} | copy of x | {us:.1f} | {copy_bytes / us / 1e3:.0f} | - |"
         else:
-            lines.append(f"{prefix} | {k} | {us:.1f} | {nbytes / us / 1e3:.0f} | {100 * copy_us / us:.0f}% |")
-    return lines, times
+            line = f"{label} | {k} | {us:.1f} | {nbytes / us / 1e3:.0f} | {100 * copy_us / us:.0f}% |"
+        rows.append({**case, "name": k, "us": ts, "line": line})
+    return rows
+
+
+def write_race_markdown(path, meta: dict, rows: list) -> None:
+    """The table of :func:`race_table`'s rows, under ``meta["columns"]`` (the case's column names)."""
+    head = f"| {meta['columns']} | kernel | us | GB/s | % of copy |"
+    path.write_text("\n".join([head, "|---" * head.count(" | ") + "|---|"] + [r["line"] for r in rows]) + "\n")
 
 
 def add_arguments(parser: argparse.ArgumentParser, out: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import os
 import sys
 import threading
@@ -22,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import race_table  # noqa: E402
+from sweep_harness import race_table, saver, write_race_markdown  # noqa: E402
 
 # shape:dim
 CASES = "32x1024x64x64:1,64x256x56x56:1,4096x4096:0,32x2048x2048:1,8x4096x1024:1"
@@ -75,7 +74,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=12)
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
 
     import tilelang
     import torch
@@ -115,8 +113,9 @@ def main() -> None:
                 print("BUILD FAIL", k, f"{type(exc).__name__}: {exc}"[:600], flush=True)
     print(f"built {len(kernels)} of {len(jobs)} in {time.time() - t0:.0f} s", flush=True)
 
-    lines = ["| op | dtype | shape, dim | kernel | us | GB/s | % of copy |", "|---|---|---|---|---|---|---|"]
     records = []
+    save = saver(args.out, "smem_cols", {"command": " ".join(sys.argv), "columns": "op | dtype | shape, dim"}, records,
+                 write_race_markdown)
     for op, shape, dim, dtype, cfgs in cases:
         key = view3(shape, dim)
         tdt = getattr(torch, dtype)
@@ -150,15 +149,11 @@ def main() -> None:
         nbytes = (x.numel() + (x.numel() // key[1] if op == "logsumexp" else x.numel())) * x.element_size()
         copy_bytes = 2 * x.numel() * x.element_size()  # the copy reads x and writes it
         case = f"{'x'.join(map(str, shape))}, dim {dim}"
-        rows, times = race_table(fns, args.rounds, nbytes, copy_bytes, f"| {op} | {dtype} | {case}")
-        lines += rows
-        records += [{"op": op, "shape": list(shape), "dim": dim, "dtype": dtype, "name": k, "us": ts}
-                    for k, ts in times.items() if k != "copy"]
-        print("\n".join(rows), flush=True)
-    with open(os.path.join(args.out, "smem_cols.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(args.out, "smem_cols.json"), "w") as f:
-        json.dump(records, f, indent=1)
+        rows = race_table(fns, args.rounds, nbytes, copy_bytes,
+                          {"op": op, "shape": list(shape), "dim": dim, "dtype": dtype}, f"| {op} | {dtype} | {case}")
+        records += rows
+        save()
+        print("\n".join(r["line"] for r in rows), flush=True)
 
 
 if __name__ == "__main__":

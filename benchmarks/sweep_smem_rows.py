@@ -12,7 +12,6 @@ checked against torch first, on the benchmark input and on rows of -inf, +inf an
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -20,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import race_table  # noqa: E402
+from sweep_harness import race_table, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "2048x16384,2097x32000,2048x32768,1024x65536,512x131072,256x151936,256x262144,8x128256,1x262144",
           "float32": "2048x16384,1024x32768,1024x65536"}
@@ -57,7 +56,6 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="M x N list for every dtype (default: SHAPES per dtype)")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
 
     import torch
 
@@ -79,8 +77,9 @@ def main() -> None:
             print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
 
-    lines = ["| op | dtype | M x N | kernel | us | GB/s | % of copy |", "|---|---|---|---|---|---|---|"]
     records = []
+    save = saver(args.out, "smem_rows", {"command": " ".join(sys.argv), "columns": "op | dtype | M x N"}, records,
+                 write_race_markdown)
     for op, m, n, dtype, cfgs in cases:
         tdt = getattr(torch, dtype)
         x = torch.randn(m, n, device="cuda").to(tdt)
@@ -105,15 +104,11 @@ def main() -> None:
             check(torch, fns[name](), op, x)
         nbytes = (x.numel() + (m if op == "logsumexp" else x.numel())) * x.element_size()
         copy_bytes = 2 * x.numel() * x.element_size()  # the copy reads x and writes it
-        rows, times = race_table(fns, args.rounds, nbytes, copy_bytes, f"| {op} | {dtype} | {m}x{n}")
-        lines += rows
-        records += [{"op": op, "shape": f"{m}x{n}", "dtype": dtype, "name": k, "us": ts}
-                    for k, ts in times.items() if k != "copy"]
-        print("\n".join(rows), flush=True)
-    with open(os.path.join(args.out, "smem_rows.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(args.out, "smem_rows.json"), "w") as f:
-        json.dump(records, f, indent=1)
+        rows = race_table(fns, args.rounds, nbytes, copy_bytes, {"op": op, "shape": f"{m}x{n}", "dtype": dtype},
+                          f"| {op} | {dtype} | {m}x{n}")
+        records += rows
+        save()
+        print("\n".join(r["line"] for r in rows), flush=True)
 
 
 if __name__ == "__main__":

@@ -168,8 +168,7 @@ def fit_config(n_cols: int, dtype: Any, config: Mapping[str, Any]) -> dict:
 
 def _smem_config(n_cols: int, dtype: str, cluster: int, threads: int) -> dict:
     """The config of a row in ``cluster`` chunks, each its share of the row rounded up to a vector a thread."""
-    step = (16 // DTYPE_BYTES[dtype]) * threads
-    tile = -(-(-(-n_cols // cluster)) // step) * step
+    tile = cuda_kernels.share(n_cols, cluster, (16 // DTYPE_BYTES[dtype]) * threads)
     return {"block_m": 1, "threads": threads, "tile_n": tile, "cluster": cluster, "smem": 1}
 
 

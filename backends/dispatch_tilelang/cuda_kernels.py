@@ -52,6 +52,13 @@ from ._numerics import (
 from .norm_kernels import x_type
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def share(n: int, parts: int, step: int) -> int:
+    """``n`` cut into ``parts``, one part rounded up to a multiple of ``step`` (a chunk of a row or of ``R``)."""
+    return -(-(-(-n // parts)) // step) * step
+
+
 # Portable cluster size. TileLang's launcher also allows non-portable 16, but no cluster-16 kernel
 # has been verified on a GPU yet.
 MAX_CLUSTER = 8

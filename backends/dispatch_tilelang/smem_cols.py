@@ -20,7 +20,7 @@ import tilelang
 import tilelang.language as T
 
 from ._numerics import F32, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
-from .cuda_kernels import DTYPE_BYTES
+from .cuda_kernels import DTYPE_BYTES, share
 
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024
@@ -45,7 +45,7 @@ def check_launch(key: tuple, dtype: str, block_i: int, tile_r: int, cluster: int
     lanes = block_i // vec
     if threads % lanes:
         return f"threads={threads} must be a multiple of block_i / {vec} = {lanes}"
-    step = UNROLL * threads // lanes
+    step = _step(dtype, block_i, threads)
     if tile_r <= 0 or tile_r % step:
         return f"tile_r={tile_r} must be a positive multiple of {step} ({UNROLL} x threads / (block_i / {vec}))"
     if not 1 <= cluster <= MAX_CLUSTER:
@@ -196,8 +196,12 @@ def tile_rows(R: int, dtype: str, block_i: int, cluster: int, threads: int) -> i
     """The rows of ``R`` a CTA holds: a ``cluster``-th of ``R``, rounded up to the rows that
     ``threads`` walk in a step. Derived, not tuned: a config (``block_i``, ``cluster``,
     ``threads``) tuned on one ``R`` serves every ``R`` of its bucket."""
-    step = UNROLL * threads // (block_i // (16 // DTYPE_BYTES[dtype]))
-    return -(-(-(-R // cluster)) // step) * step
+    return share(R, cluster, _step(dtype, block_i, threads))
+
+
+def _step(dtype: str, block_i: int, threads: int) -> int:
+    """The tile rows ``threads`` walk in a step: :data:`UNROLL` rows a thread, ``block_i / vec`` threads a row."""
+    return UNROLL * threads // (block_i // (16 // DTYPE_BYTES[dtype]))
 
 
 def check_config(key: tuple, dtype: str, cfg: dict) -> str | None:
@@ -206,10 +210,9 @@ def check_config(key: tuple, dtype: str, cfg: dict) -> str | None:
         bi, c, threads = int(cfg["block_i"]), int(cfg["cluster"]), int(cfg["threads"])
     except (KeyError, TypeError, ValueError):
         return f"config {cfg} must give block_i, cluster and threads as ints"
-    if bi <= 0 or c <= 0 or threads <= 0 or (bi // (16 // DTYPE_BYTES[dtype])) <= 0:
+    if c <= 0 or threads <= 0 or bi * DTYPE_BYTES[dtype] < 16:
         return f"config {cfg}: block_i, cluster and threads must be positive (block_i a multiple of 16 bytes)"
-    tr = tile_rows(key[1], dtype, bi, c, threads) if threads % (bi // (16 // DTYPE_BYTES[dtype])) == 0 else 0
-    return check_launch(key, dtype, bi, tr or threads, c, threads)
+    return check_launch(key, dtype, bi, tile_rows(key[1], dtype, bi, c, threads), c, threads)
 
 
 def _fits(key: tuple, dtype: str, bi: int, c: int, threads: int) -> bool:
