@@ -4,7 +4,7 @@
 max, 3e-5 where a row reaches 400, three times the tolerance near the row's max, where the result
 is about 0. torch computes ``(x - max) - log(sum)``; so must a kernel that claims parity with it.
 Rows and leading dims, each kernel family a backend runs on this machine (Triton interpreted,
-TileLang's C target: the same formulas as their CUDA kernels).
+TileLang's C target: the same formulas as their CUDA kernels); on a GPU, their CUDA kernels.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ def test_log_softmax_of_large_values_rounds_as_torch(backend, shape, dim):
     require_backend(backend)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(shape, generator=gen) * 120  # maxima of about 400 in every row
+    if torch.cuda.is_available():
+        x = x.cuda()
     want = torch.log_softmax(x.double(), dim).float()
+    assert (x.abs().amax() > 300).item()
     y = dispatch.log_softmax(x, dim, backend=backend)
     rtol, atol = tolerance(torch.float32)
     torch.testing.assert_close(y, want, rtol=rtol, atol=atol)
