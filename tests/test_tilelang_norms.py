@@ -147,7 +147,10 @@ def test_cuda_config_space_fits_the_registers(n):
     space = N.config_space(64, n, "cuda")
     assert space and N.default_config(64, n, "cuda") in space
     for cfg in space:
-        assert cuda_check(n, cfg["block_m"], cfg["threads"]) is None and cfg["tile_n"] == 0
+        if cfg.get("smem"):  # the chunk-in-shared-memory family (tests/test_tilelang_smem_norms.py)
+            assert n >= N.SMEM_MIN_N and N.smem_refusal(n, "float32", 0, cfg) is None
+        else:
+            assert cuda_check(n, cfg["block_m"], cfg["threads"]) is None and cfg["tile_n"] == 0
 
 
 @pytest.mark.parametrize("n", [32769, 50257, 262144, 1 << 20])
@@ -158,7 +161,9 @@ def test_cuda_rows_past_the_registers_are_walked_in_chunks_by_a_cta_each(n):
     space = N.config_space(2, n, "cuda")
     assert space and N.default_config(2, n, "cuda") == space[0]
     for cfg in space:
-        assert cfg["block_m"] == 1 and cfg["tile_n"] > 0 and chunked_check(cfg["tile_n"], 1, cfg["threads"]) is None
+        assert cfg["block_m"] == 1 and cfg["tile_n"] > 0
+        assert (N.smem_refusal(n, "float32", 0, cfg) if cfg.get("smem") else
+                chunked_check(cfg["tile_n"], 1, cfg["threads"])) is None
     assert chunked_check(8192, 2, 512) and chunked_check(8192, 1, 96) and chunked_check(1000, 1, 512)
 
 

@@ -40,7 +40,7 @@ _KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", 
                    "dispatch_tilelang.configs", "dispatch_tilelang._numerics", "dispatch_tilelang.norms",
                    "dispatch_tilelang.norm_kernels", "dispatch_tilelang.norm_backward",
                    "dispatch_tilelang.strided", "dispatch_tilelang.strided_kernels", "dispatch_tilelang.smem_rows",
-                   "dispatch_tilelang.smem_cols")
+                   "dispatch_tilelang.smem_cols", "dispatch_tilelang.smem_norms")
 
 
 def _quiet_compiler_logs() -> None:
@@ -184,11 +184,10 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
     target = _target(spec)
     if op in NORM_OPS:
         from . import norms
-        from dispatch.norms import norm_rows, norm_size
 
-        m, n = norm_rows(spec), norm_size(spec)
-        return TuneSpace(configs=norms.config_space(m, n, target), default=norms.default_config(m, n, target),
-                         tunables=norms.TUNABLES[target], build_keys=norms.BUILD_KEYS[target])
+        configs, default = norms.space(spec, target)
+        return TuneSpace(configs=configs, default=default, tunables=norms.TUNABLES[target],
+                         build_keys=norms.BUILD_KEYS[target])
     if not _rows(spec):
         from . import strided
 

@@ -233,27 +233,33 @@ def build_all(op: str, n_rows: int, n_cols: int, in_dtype: Any, out_dtype: Any, 
         if reason is not None:
             raise ValueError(reason)
         jit_kwargs, build_keys = split_config(cfg, target)
-        with _TRACE_LOCK:
-            program = jit_program(op, n_cols, ins, outs, target, build_keys, row_stride)
-            get_tir = getattr(program, "get_tir", None)
-            prim = get_tir(**jit_kwargs) if callable(get_tir) else None
-            if prim is None:  # a TileLang without get_tir: made, traced and compiled in one call
-                kernel = program(**jit_kwargs)
-        if prim is not None:
-            import tilelang
-
-            kernel = tilelang.compile(prim, out_idx=getattr(program, "out_idx", None),
-                                      execution_backend=getattr(program, "execution_backend", None),
-                                      target=getattr(program, "target", None),
-                                      target_host=getattr(program, "target_host", None),
-                                      verbose=getattr(program, "verbose", None),
-                                      pass_configs=getattr(program, "pass_configs", None),
-                                      **({"compile_flags": program.compile_flags}
-                                         if getattr(program, "compile_flags", None) else {}))
+        kernel = compile_program(lambda: jit_program(op, n_cols, ins, outs, target, build_keys, row_stride), jit_kwargs)
         adopt(op, n_cols, ins, outs, cfg, target, kernel, row_stride)
 
     report = compile_all([Config.of(c) for c in configs], one, workers)
     return [(f.config.as_dict(), f.reason) for f in report.failures]
+
+
+def compile_program(make_program, jit_kwargs: Mapping[str, Any]) -> Any:
+    """The kernel of ``make_program()`` (a ``@tilelang.jit`` program) at ``jit_kwargs``: the program
+    made and traced under the trace lock, compiled outside it (TileLang's lowering releases the GIL
+    and ``nvcc`` is a subprocess, so compiles on threads overlap)."""
+    with _TRACE_LOCK:
+        program = make_program()
+        get_tir = getattr(program, "get_tir", None)
+        prim = get_tir(**jit_kwargs) if callable(get_tir) else None
+        if prim is None:  # a TileLang without get_tir: made, traced and compiled in one call
+            return program(**jit_kwargs)
+    import tilelang
+
+    return tilelang.compile(prim, out_idx=getattr(program, "out_idx", None),
+                            execution_backend=getattr(program, "execution_backend", None),
+                            target=getattr(program, "target", None),
+                            target_host=getattr(program, "target_host", None),
+                            verbose=getattr(program, "verbose", None),
+                            pass_configs=getattr(program, "pass_configs", None),
+                            **({"compile_flags": program.compile_flags}
+                               if getattr(program, "compile_flags", None) else {}))
 
 
 def _build_key(op: str, n_cols: int, ins: str, outs: str, config: Mapping[str, Any], target: str,

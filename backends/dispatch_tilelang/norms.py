@@ -3,9 +3,13 @@
 A config is a dict. C target: ``block_m`` (tunable JIT parameter) and ``tile_n`` (build key: 0 =
 whole row in one tile). CUDA: ``block_m`` and ``threads`` (tunable JIT parameters) and ``tile_n``
 (build key: 0 = whole rows in registers, up to 32768 elements; longer rows, up to ``MAX_N``: a CTA
-per row walking it in ``tile_n`` chunks, ``block_m`` 1). Rows may be ``row_stride`` elements apart
+per row walking it in ``tile_n`` chunks, ``block_m`` 1). With ``smem: 1`` (and ``cluster``, build
+keys present only there; sm_90+, dense rows a whole number of 16-byte vectors): a row in
+``cluster`` chunks of ``tile_n`` held in shared memory, one CTA each, exchanging their partial
+statistics in the cluster (:mod:`.smem_norms`); ``tile_n`` is then the cluster's share of the
+call's row, whatever row the config was chosen on. Rows may be ``row_stride`` elements apart
 (a slice of wider rows): they are read in place, through a strided view, by a kernel of that
-stride. Programs are in :mod:`dispatch_tilelang.norm_kernels`.
+stride. Programs are in :mod:`dispatch_tilelang.norm_kernels` and :mod:`.smem_norms`.
 """
 
 from __future__ import annotations
@@ -17,13 +21,16 @@ import torch
 NORM_OPS = ("rms_norm", "layer_norm")
 DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 TUNABLES = {"cuda": ("block_m", "threads"), "c": ("block_m",)}
-BUILD_KEYS = {"cuda": ("tile_n",), "c": ("tile_n",)}
+BUILD_KEYS = {"cuda": ("tile_n", "cluster", "smem"), "c": ("tile_n",)}
 CUDA_MAX_N = 1024 * 32  # whole rows in registers: 1024 threads x 32 values
 MAX_N = 1 << 20  # longest row served (CUDA: in chunks past CUDA_MAX_N)
 CUDA_TILES = (8192, 4096)  # the chunks of rows past CUDA_MAX_N (default first)
 CPU_ONE_TILE_MAX_N = 8192
 CPU_TILE = 2048
 CPU_MAX_TILE_ELEMS = 16384  # two (block_m, tile) fp32 tiles on the stack
+SMEM_MIN_N = 4096  # the chunk-in-shared-memory configs, from rows of this length
+SMEM_CLUSTERS = (1, 2, 4, 8, 16)
+SMEM_CHUNK_BYTES = (8 << 10, 64 << 10)  # a chunk's bytes in the config space (smallest, largest)
 
 
 def _np2(n: int) -> int:
@@ -51,7 +58,17 @@ def check(spec, target: str):
     refusal = norm_layout_refusal(spec)
     if refusal is not None:
         return Verdict.no(refusal)
+    if target == "cuda" and space(spec, target)[1].get("smem") == 1:
+        return Verdict.yes("rows in shared memory, a cluster of CTAs a row", card="smem")
     return Verdict.yes()
+
+
+def space(spec, target: str) -> tuple[list[dict], dict]:
+    """The call's config space and its default (the space's first)."""
+    from dispatch.backend import norm_rows, norm_size
+
+    configs = config_space(norm_rows(spec), norm_size(spec), target, DTYPES[spec.dtype], row_stride(spec))
+    return configs, dict(configs[0])
 
 
 def row_stride(spec) -> int:
@@ -63,7 +80,53 @@ def row_stride(spec) -> int:
     return 0 if stride is None or stride == n or norm_rows(spec) <= 1 else int(stride)
 
 
-def config_space(m: int, n: int, target: str) -> list[dict]:
+def smem_config(n: int, dtype: str, cluster: int, threads: int) -> dict:
+    """The chunk-in-shared-memory config of rows of ``n`` in ``cluster`` chunks: each the cluster's
+    share of the row, rounded up to a 16-byte vector a thread."""
+    from .cuda_kernels import DTYPE_BYTES, share
+
+    tile = share(n, cluster, (16 // DTYPE_BYTES[dtype]) * threads)
+    return {"block_m": 1, "threads": threads, "tile_n": tile, "cluster": cluster, "smem": 1}
+
+
+def smem_refusal(n: int, dtype: str, stride: int, config: dict | None = None) -> str | None:
+    """Why the chunk-in-shared-memory family cannot serve rows of ``n`` (with ``config``, that
+    config), or None."""
+    from .configs import cuda_supports_clusters
+    from .cuda_kernels import DTYPE_BYTES
+    from .smem_rows import check_launch
+
+    if not cuda_supports_clusters():
+        return "the chunk-in-shared-memory norms (smem=1) run on sm_90+ GPUs (thread-block clusters)"
+    if stride:
+        return f"the chunk-in-shared-memory norms (smem=1) read dense rows only (got rows {stride} elements apart)"
+    vec = 16 // DTYPE_BYTES[dtype]
+    if n % vec:
+        return (f"the chunk-in-shared-memory norms (smem=1) copy 16-byte vectors: rows of {n} are not a whole "
+                f"number of {vec}-element vectors")
+    if config is None:
+        return None
+    return check_launch(n, dtype, int(config["tile_n"]), int(config["cluster"]), int(config["block_m"]),
+                        int(config["threads"]))
+
+
+def _smem_configs(n: int, dtype: str) -> list[dict]:
+    """Chunk-in-shared-memory configs: a row in 1-16 chunks of 8-64 KB, 128 or 256 threads, at most
+    1/8 of the covered row padding."""
+    from .cuda_kernels import DTYPE_BYTES
+
+    out = []
+    for cluster in SMEM_CLUSTERS:
+        for threads in (256, 128):
+            cfg = smem_config(n, dtype, cluster, threads)
+            tile = cfg["tile_n"]
+            if SMEM_CHUNK_BYTES[0] <= tile * DTYPE_BYTES[dtype] <= SMEM_CHUNK_BYTES[1] \
+                    and (cluster * tile - n) * 8 <= cluster * tile and smem_refusal(n, dtype, 0, cfg) is None:
+                out.append(cfg)
+    return out
+
+
+def config_space(m: int, n: int, target: str, dtype: str = "float32", stride: int = 0) -> list[dict]:
     """Candidates, default first, deterministic."""
     from .norm_kernels import cuda_check
 
@@ -75,32 +138,53 @@ def config_space(m: int, n: int, target: str) -> list[dict]:
             if bm * max(width, 1) <= CPU_MAX_TILE_ELEMS and (bm == 1 or bm <= _np2(max(m, 1))):
                 out.append({"block_m": bm, "tile_n": tile})
         return out or [{"block_m": 1, "tile_n": tile}]
+    smem = _smem_configs(n, dtype) if n >= SMEM_MIN_N and smem_refusal(n, dtype, stride) is None else []
+    default = _smem_default(m, n, dtype, smem)
     if n > CUDA_MAX_N:  # a CTA per row, walking it in chunks
         from .norm_kernels import chunked_check
 
-        return [{"block_m": 1, "threads": threads, "tile_n": tile} for tile in CUDA_TILES
-                for threads in (512, 1024, 256) if chunked_check(tile, 1, threads) is None]
-    vec_need = max(n, 1)
-    for per in (8, 16, 32):
-        tpr = _np2(_cdiv(vec_need, per))
-        for threads in (128, 256, 512, 1024):
-            if tpr > threads:
-                continue
-            bm = threads // tpr
-            if cuda_check(n, bm, threads) is None and bm <= max(1, 4 * _np2(max(m, 1))):
-                cfg = {"block_m": bm, "threads": threads, "tile_n": 0}
-                if cfg not in out:
-                    out.append(cfg)
+        out = [{"block_m": 1, "threads": threads, "tile_n": tile} for tile in CUDA_TILES
+               for threads in (512, 1024, 256) if chunked_check(tile, 1, threads) is None]
+    else:
+        vec_need = max(n, 1)
+        for per in (8, 16, 32):
+            tpr = _np2(_cdiv(vec_need, per))
+            for threads in (128, 256, 512, 1024):
+                if tpr > threads:
+                    continue
+                bm = threads // tpr
+                if cuda_check(n, bm, threads) is None and bm <= max(1, 4 * _np2(max(m, 1))):
+                    cfg = {"block_m": bm, "threads": threads, "tile_n": 0}
+                    if cfg not in out:
+                        out.append(cfg)
+        for cfg in out:  # 16 values per thread, 256-512 threads: the softmax kernels' sweet spot
+            if cfg["threads"] in (256, 512) and _cdiv(n, cfg["threads"] // cfg["block_m"]) <= 16:
+                out.remove(cfg)
+                out.insert(0, cfg)
+                break
+    out += [c for c in smem if c not in out]
+    if default is not None:
+        out.remove(default)
+        out.insert(0, default)
     return out
 
 
-def default_config(m: int, n: int, target: str) -> dict:
-    space = config_space(m, n, target)
-    if target == "cuda" and n <= CUDA_MAX_N:
-        for cfg in space:  # 16 values per thread, 256-512 threads: the softmax kernels' sweet spot
-            if cfg["threads"] in (256, 512) and _cdiv(n, cfg["threads"] // cfg["block_m"]) <= 16:
-                return dict(cfg)
-    return dict(space[0])
+def _smem_default(m: int, n: int, dtype: str, smem: list[dict]) -> dict | None:
+    """The chunk-in-shared-memory config that serves by default, or None (the other families)."""
+    return None
+
+
+def default_config(m: int, n: int, target: str, dtype: str = "float32", stride: int = 0) -> dict:
+    return dict(config_space(m, n, target, dtype, stride)[0])
+
+
+def fit(n: int, dtype: str, config: dict) -> dict:
+    """``config`` for rows of ``n``: a chunk-in-shared-memory config's ``tile_n`` is its cluster's
+    share of the row (:func:`smem_config`), so that a config chosen on another row of the bucket
+    leaves no CTA with nothing of this one; other configs as they are."""
+    if config.get("smem") != 1:
+        return config
+    return {**config, "tile_n": smem_config(n, dtype, int(config["cluster"]), int(config["threads"]))["tile_n"]}
 
 
 # -- compiled kernels ---------------------------------------------------------------------------
@@ -109,14 +193,23 @@ _BUILT: dict[tuple, object] = {}
 _LOCK = threading.Lock()
 
 
-def _program(op, n, dtype, has_weight, has_bias, eps, target, stride, tile_n):
+def _program(op, n, dtype, has_weight, has_bias, eps, target, stride, config):
+    """The ``@tilelang.jit`` program of ``config``'s family (its build keys)."""
     from . import norm_kernels
 
+    tile_n = int(config.get("tile_n", 0))
     if target == "c":
         return norm_kernels.cpu_program(op, n, dtype, has_weight, has_bias, eps, tile_n, stride)
     import os
 
     arch = os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None
+    if config.get("smem") == 1:
+        from . import smem_norms
+
+        reason = smem_refusal(n, dtype, stride, config)
+        if reason is not None:
+            raise ValueError(reason)
+        return smem_norms.program(op, n, dtype, has_weight, has_bias, eps, tile_n, int(config["cluster"]), arch)
     if tile_n > 0:
         return norm_kernels.cuda_chunked_program(op, n, dtype, has_weight, has_bias, eps, tile_n, arch, stride)
     return norm_kernels.cuda_program(op, n, dtype, has_weight, has_bias, eps, arch, stride)
@@ -132,10 +225,31 @@ def build(op: str, n: int, dtype: str, has_weight: bool, has_bias: bool, eps: fl
             kernel = _BUILT.get(key)
             if kernel is None:
                 jit = {k: v for k, v in config.items() if k in TUNABLES[target]}
-                tile = int(config.get("tile_n", 0))
-                kernel = _program(op, n, dtype, has_weight, has_bias, eps, target, stride, tile)(**jit)
+                kernel = _program(op, n, dtype, has_weight, has_bias, eps, target, stride, config)(**jit)
                 _BUILT[key] = kernel
     return kernel
+
+
+def build_all(op: str, n: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, target: str, stride: int,
+              configs: list[dict], workers: int | None = None) -> list[tuple[dict, str]]:
+    """Build every config at once, the compiles overlapping on a thread pool
+    (:func:`dispatch_tilelang.build.compile_program`); the kernels land where :func:`build` finds
+    them. Returns ``(config, reason)`` for each config that failed."""
+    from dispatch.backend import Config, compile_all
+
+    from .build import compile_program
+
+    parts = (op, n, dtype, has_weight, has_bias, eps, target, stride)
+
+    def one(config: Config) -> None:
+        cfg = config.as_dict()
+        if (*parts, tuple(sorted(cfg.items()))) in _BUILT:
+            return
+        jit = {k: v for k, v in cfg.items() if k in TUNABLES[target]}
+        adopt(parts, cfg, compile_program(lambda: _program(*parts, cfg), jit))
+
+    report = compile_all([Config.of(c) for c in configs], one, workers)
+    return [(f.config.as_dict(), f.reason) for f in report.failures]
 
 
 def adopt(key_parts: tuple, config: dict, kernel) -> None:
@@ -179,7 +293,7 @@ def kernel(spec, config, target: str):
 
     parts = _parts(spec, target)
     n, m = parts[1], norm_rows(spec)
-    cfg = dict(config.as_dict()) if config else default_config(m, n, target)
+    cfg = fit(n, parts[2], dict(config.as_dict())) if config else default_config(m, n, target, parts[2], parts[-1])
     dtype, out_shape = spec.dtype, spec.out_shape
     if m == 0 or n == 0:
         def run_empty(x, weight=None, bias=None):
@@ -234,9 +348,10 @@ def native_tune(spec, space, example, settings):
             return F.rms_norm(a.float(), (n,), wf, eps).to(a.dtype)
         return F.layer_norm(a.float(), (n,), wf, b.float() if has_b else None, eps).to(a.dtype)
 
-    tile = int(space.default.as_dict().get("tile_n", 0))  # one program: the default's chunk (a build key)
-    configs = [c.as_dict() for c in space.configs if int(c.as_dict().get("tile_n", 0)) == tile]
-    program = _program(*parts, tile)
+    default = space.default.as_dict()  # one program: the default's family (its build keys)
+    configs = [c.as_dict() for c in space.configs
+               if all(c.as_dict().get(k) == default.get(k) for k in BUILD_KEYS[target])]
+    program = _program(*parts, default)
     best, _, tuned = tune_native(program, configs, space.default.as_dict(), space.tunables, space.aliases,
                                  settings.warmup, settings.rep, inputs=inputs, ref_prog=ref_prog, return_kernel=True)
     adopt(parts, best, tuned)

@@ -1,0 +1,142 @@
+"""rms_norm and layer_norm forward in TileLang for CUDA, each CTA's chunk of a row held in shared memory.
+
+The row layout of :mod:`.smem_rows` with the statistics of a norm: a row is cut into ``cluster``
+chunks of ``tile_n`` columns, one CTA each, the CTAs of a row one thread-block cluster (sm_90+).
+A CTA copies its chunk into shared memory with ``cp.async`` and walks it there:
+
+* rms_norm: the sum of squares; one exchange; the output.
+* layer_norm: the chunk's sum, then its squares about the chunk's own mean (two walks of shared
+  memory, so no element far from the rest costs precision); one exchange of (sum, M2); the row's
+  mean and M2 merged from the chunks by Chan et al.'s rule, ``M2 = sum_r M2_r + n_r (mean_r -
+  mean)^2``, with each chunk's count ``n_r`` a constant; the output.
+
+The exchange is :mod:`.smem_rows`': each chunk's two words go to every peer with ``cp.async.bulk``
+into distributed shared memory, completing on the peer's mbarrier. The row is read from HBM once
+and written once; ``w`` and ``b`` are read by every row (from L2 past the first).
+
+``y = (x - mean) * rstd [* w] [+ b]`` in fp32, rounded once to x's dtype; ``M`` is dynamic (rows
+on ``blockIdx.x``), ``N`` static, dense rows only; an absent weight or bias is a build-time choice.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+
+import functools
+
+import tilelang
+import tilelang.language as T
+
+from ._numerics import F32
+from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
+from .norm_kernels import _affine
+from .smem_rows import check_launch
+
+
+@functools.lru_cache(maxsize=None)
+def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int,
+            cluster: int, arch: str | None = None):
+    """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
+    dtype, weight/bias present, eps, tile_n, cluster); ``arch`` pins the target as in
+    ``cuda_kernels.program``."""
+    target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
+    N, C, TILE = n_cols, cluster, tile_n
+    vec = 16 // DTYPE_BYTES[dtype]
+    rms = op == "rms_norm"
+
+    @tilelang.jit(target=target, out_idx=[3])
+    def smem_norm(block_m, threads):
+        reason = check_launch(N, dtype, TILE, C, block_m, threads)
+        if reason is not None:
+            raise ValueError(reason)
+        SUB = vec * threads
+        NS = TILE // SUB
+        M = T.dynamic("m")
+
+        @T.prim_func
+        def main(x: T.Tensor((M, N), dtype), w: T.Tensor((N,), dtype), b: T.Tensor((N,), dtype),
+                 y: T.Tensor((M, N), dtype)):
+            with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
+                xs = T.alloc_shared((1, TILE), dtype)
+                acc = T.alloc_fragment((1, SUB), F32)
+                s = T.alloc_fragment((1,), F32)
+                q = T.alloc_fragment((1,), F32)
+                mu = T.alloc_fragment((1,), F32)
+                mean = T.alloc_fragment((1,), F32)
+                m2 = T.alloc_fragment((1,), F32)
+                rstd = T.alloc_fragment((1,), F32)
+                layouts = {acc: _fragment_layout(1, SUB, threads, vec)}
+                for stat in (s, q, mu, mean, m2, rstd):
+                    layouts[stat] = _row_stat_layout(1, threads)
+                T.annotate_layout(layouts)
+                if C > 1:
+                    # Live from the start, so that nothing else shares their shared memory while
+                    # peers may copy into `peers`; the barrier counts one copy from each peer.
+                    mine = T.alloc_shared((4,), F32)
+                    peers = T.alloc_shared((C, 4), F32)
+                    got = T.alloc_cluster_barrier([C])
+                    mine[2] = 0.0
+                    peers[cx, 2] = 0.0
+                base = cx * TILE
+
+                T.copy(x[bx, base], xs, prefer_instruction="cp_async")
+
+                if rms:
+                    for i in T.Parallel(1):
+                        s[i] = 0.0
+                        mu[i] = 0.0
+                else:  # the chunk's sum and mean (its count: the row's rest, at most TILE)
+                    T.fill(acc, 0.0)
+                    for k in T.serial(NS):
+                        for i, j in T.Parallel(1, SUB):
+                            acc[i, j] += T.if_then_else(base + k * SUB + j < N, T.cast(xs[i, k * SUB + j], F32), 0.0)
+                    T.reduce_sum(acc, s, dim=1)
+                    for i in T.Parallel(1):
+                        mu[i] = s[i] / T.cast(T.min(N - base, TILE), F32)
+                T.fill(acc, 0.0)
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(1, SUB):
+                        acc[i, j] += T.if_then_else(
+                            base + k * SUB + j < N,
+                            (T.cast(xs[i, k * SUB + j], F32) - mu[i]) * (T.cast(xs[i, k * SUB + j], F32) - mu[i]),
+                            0.0)
+                T.reduce_sum(acc, q, dim=1)
+
+                if C > 1:
+                    mine[0] = s[0]
+                    mine[1] = q[0]
+                    for r in T.unroll(C):
+                        T.copy_cluster(mine, peers[cx, :], dst_block=r, remote_barrier=got[0])
+                    T.mbarrier_wait_parity(got[0], 0)
+                    T.cluster_arrive_relaxed()  # past the wait: every copy out of `mine` has landed
+                    for i in T.Parallel(1):
+                        mean[i] = 0.0
+                        m2[i] = 0.0
+                        if not rms:
+                            for r in T.unroll(C):
+                                mean[i] += peers[r, 0]
+                            mean[i] = mean[i] / T.float32(N)
+                        for r in T.unroll(C):  # unrolled: each chunk's count folds to a constant
+                            if rms:
+                                m2[i] += peers[r, 1]
+                            else:
+                                m2[i] += peers[r, 1] + T.cast(T.min(N - r * TILE, TILE), F32) * (
+                                    (peers[r, 0] / T.cast(T.min(N - r * TILE, TILE), F32) - mean[i])
+                                    * (peers[r, 0] / T.cast(T.min(N - r * TILE, TILE), F32) - mean[i]))
+                else:
+                    for i in T.Parallel(1):
+                        mean[i] = mu[i]
+                        m2[i] = q[i]
+                for i in T.Parallel(1):
+                    rstd[i] = T.rsqrt(m2[i] / T.float32(N) + T.float32(eps))
+
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(1, SUB):
+                        if base + k * SUB + j < N:
+                            y[bx, base + k * SUB + j] = T.cast(
+                                _affine((T.cast(xs[i, k * SUB + j], F32) - mean[i]) * rstd[i], w, b,
+                                        base + k * SUB + j, has_weight, has_bias), dtype)
+                if C > 1:
+                    T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
+
+        return main
+
+    return smem_norm

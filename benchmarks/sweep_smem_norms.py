@@ -1,0 +1,131 @@
+"""TileLang's chunk-in-shared-memory norms (``smem_norms``) against the other norm kernels (one GPU).
+
+For each case (op, dtype, M x N; rms_norm with a weight, layer_norm with a weight and a bias):
+every chunk-in-shared-memory config of the TileLang norm space, the default of TileLang's other
+families, Triton's and TileLang's defaults through dispatch (forced, tuning off), torch eager,
+and a copy of the input, timed with ``triton.testing.do_bench`` (L2 flushed, median) in
+interleaved rounds. Every kernel's output is checked against torch in float64 first, on the
+benchmark input and on rows far from zero with one massive element each.
+
+    python3 benchmarks/sweep_smem_norms.py --out out/smem_norms
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "backends"))
+
+from sweep_harness import race_table, saver, write_race_markdown  # noqa: E402
+
+SHAPES = {"bfloat16": "4096x4096,2048x8192,1024x16384,512x32768,256x65536,128x131072,32x151936,64x262144,4x262144",
+          "float32": "1024x16384,256x65536,64x262144"}
+EPS = 1e-5
+
+
+def reference(torch, op, x, w, b):
+    xd, wd = x.double(), w.double()
+    if op == "rms_norm":
+        return torch.nn.functional.rms_norm(xd, (x.shape[-1],), wd, EPS)
+    return torch.nn.functional.layer_norm(xd, (x.shape[-1],), wd, b.double(), EPS)
+
+
+def check(torch, y, op, x, w, b):
+    from dispatch.tolerance import tolerance
+
+    rtol, atol = tolerance(x.dtype)
+    torch.testing.assert_close(y.double(), reference(torch, op, x, w, b).to(x.dtype).double(), rtol=rtol, atol=atol)
+
+
+def hard_rows(torch, m, n, dtype):
+    """Rows far from zero, one element of each massive (3e4 in rows of N(1000, 1))."""
+    x = torch.randn(m, n) + 1000
+    x[:, n // 3] = 3e4
+    return x.to(dtype).cuda()
+
+
+def label(cfg: dict) -> str:
+    if cfg.get("smem"):
+        return f"tilelang smem c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}"
+    return f"tilelang {'chunks' if cfg['tile_n'] else 'rows'} t{cfg['threads']} tile{cfg['tile_n']}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--ops", default="rms_norm,layer_norm")
+    ap.add_argument("--shapes", default="", help="M x N list for every dtype (default: SHAPES per dtype)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--time-limit", type=float, default=0, help="seconds after which no case is begun (0: none)")
+    args = ap.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+
+    import dispatch
+    from dispatch_tilelang import norms as NM
+
+    cases = []
+    for dtype in args.dtypes.split(","):
+        for shape in (args.shapes or SHAPES[dtype]).split(","):
+            m, n = map(int, shape.split("x"))
+            for op in args.ops.split(","):
+                space = NM.config_space(m, n, "cuda", dtype)
+                cfgs = [c for c in space if c.get("smem")]
+                others = [c for c in space if not c.get("smem")]
+                cfgs.append(others[0])  # the other families' default
+                cases.append((op, m, n, dtype, cfgs, space[0]))
+    t0 = time.time()
+    for op, m, n, dtype, cfgs, _ in cases:
+        for cfg, why in NM.build_all(op, n, dtype, True, op == "layer_norm", EPS, "cuda", 0, cfgs):
+            print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
+    print(f"built in {time.time() - t0:.0f} s", flush=True)
+
+    records = []
+    save = saver(args.out, "smem_norms", {"command": " ".join(sys.argv), "columns": "op | dtype | M x N"}, records,
+                 write_race_markdown)
+    t0 = time.time()
+    for op, m, n, dtype, cfgs, default in cases:
+        if args.time_limit and time.time() - t0 > args.time_limit:
+            print("time limit: stopped before", op, dtype, m, n, flush=True)
+            break
+        tdt = getattr(torch, dtype)
+        x = torch.randn(m, n, device="cuda").to(tdt)
+        w = (torch.rand(n, device="cuda") + 0.5).to(tdt)
+        b = (torch.randn(n, device="cuda")).to(tdt) if op == "layer_norm" else None
+        y = torch.empty_like(x)
+        wb = (w,) if b is None else (w, b)
+        dop, top = getattr(dispatch, op), getattr(F, op)
+        fns = {"copy": lambda: y.copy_(x), "torch": lambda: top(x, (n,), *wb, EPS),
+               "triton (default)": lambda: dop(x, (n,), *wb, EPS, backend="triton"),
+               "tilelang (default)": lambda: dop(x, (n,), *wb, EPS, backend="tilelang")}
+        hard = hard_rows(torch, 5, n, tdt)
+        for cfg in cfgs:
+            try:
+                k = NM.build(op, n, dtype, True, b is not None, EPS, "cuda", 0, cfg)
+                bb = w if b is None else b  # the kernel's bias slot (unread without a bias)
+                check(torch, k(hard, w, bb), op, hard, w, b)
+                check(torch, k(x, w, bb), op, x, w, b)
+            except Exception as exc:  # noqa: BLE001
+                print("FAIL", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
+                continue
+            fns[label(cfg) + (" (default)" if cfg == default else "")] = (lambda k=k, bb=bb: k(x, w, bb))
+        for name in ("triton (default)", "tilelang (default)"):
+            check(torch, fns[name](), op, x, w, b)
+        params = len(wb) * n * x.element_size()
+        nbytes = 2 * x.numel() * x.element_size() + params
+        copy_bytes = 2 * x.numel() * x.element_size()
+        rows = race_table(fns, args.rounds, nbytes, copy_bytes, {"op": op, "shape": f"{m}x{n}", "dtype": dtype},
+                          f"| {op} | {dtype} | {m}x{n}")
+        records += rows
+        save()
+        print("\n".join(r["line"] for r in rows), flush=True)
+
+
+if __name__ == "__main__":
+    main()
