@@ -169,8 +169,12 @@ def _same_shape(spec: CallSpec):
 
 def norm_bucket(spec: CallSpec) -> str:
     """``"M<=m,N<=n,<layout>,weight,bias"``: rows M to the next power of 4, normalized size N to the
-    next power of 2, the layout (dense rows or strided), and which of weight/bias are present."""
-    layout = "rows" if norm_dims_contiguous(spec) and norm_row_stride(spec) is not None else "strided"
+    next power of 2, the layout (``rows``: dense rows; ``rows_apart``: rows one stride apart, a slice
+    of wider rows; else ``strided``), and which of weight/bias are present. Dense rows and rows
+    apart have buckets of their own: a kernel that reads dense rows only (TileLang's rows in shared
+    memory) may win the one and must not be handed the other."""
+    stride = norm_row_stride(spec) if norm_dims_contiguous(spec) else None
+    layout = "strided" if stride is None else ("rows" if stride == norm_size(spec) else "rows_apart")
     parts = [f"M<={_next_pow4(norm_rows(spec))}", f"N<={_next_pow2(norm_size(spec))}", layout,
              f"k={len(spec.normalized_shape)}"]
     parts += [t.name for t in spec.tensors[1:] if t.present]

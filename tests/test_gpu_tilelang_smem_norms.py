@@ -74,8 +74,10 @@ def test_every_config_of_the_space_matches_torch(op, n):
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("weight,bias", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("weight,bias", [(False, False), (True, False), (True, True), (False, True)])
 def test_each_dtype_with_and_without_weight_and_bias(op, dtype, weight, bias):
+    if op == "rms_norm" and bias:
+        pytest.skip("rms_norm has no bias")
     n = 40000
     cfg = NM.smem_config(n, DT[dtype], 4, 128)
     assert NM.smem_refusal(n, DT[dtype], 0, cfg) is None
@@ -91,6 +93,8 @@ def test_through_dispatch_with_leading_dims_and_a_graph_replay(op):
     w, b = params(n, torch.bfloat16, True, True)
     args = (w,) if op == "rms_norm" else (w, b)
     fn = getattr(dispatch, op)
+    d = dispatch.explain(op, x, (n,), *args, EPS, backend="tilelang").decision
+    assert d.config.as_dict().get("smem") == 1, d
     check(fn(x, (n,), *args, EPS, backend="tilelang").reshape(-1, n), op, x.reshape(-1, n), w,
           None if op == "rms_norm" else b)
     graph = torch.cuda.CUDAGraph()

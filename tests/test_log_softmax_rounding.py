@@ -27,6 +27,9 @@ def test_log_softmax_of_large_values_rounds_as_torch(backend, shape, dim):
         x = x.cuda()
     want = torch.log_softmax(x.double(), dim).float()
     assert (x.abs().amax() > 300).item()
-    y = dispatch.log_softmax(x, dim, backend=backend)
+    try:
+        y = dispatch.log_softmax(x, dim, backend=backend)
+    except dispatch.BackendRefusedError as refused:  # on a GPU: a layout the backend's CUDA kernels leave
+        pytest.skip(str(refused))
     rtol, atol = tolerance(torch.float32)
     torch.testing.assert_close(y, want, rtol=rtol, atol=atol)

@@ -158,6 +158,11 @@ def test_declarations_bucket_bytes_and_sample():
     assert args[2] is None
     strided = spec_of("rms_norm", torch.ones(8, 4).t(), (8,))
     assert "strided" in decl.bucket(strided)
+    # rows of a wider buffer get a bucket of their own, apart from dense rows of the same sizes
+    apart = spec_of("layer_norm", torch.ones(5, 3, 1200)[..., :1000], (1000,), torch.ones(1000), None)
+    assert decl.bucket(apart) == "M<=16,N<=1024,rows_apart,k=1,weight"
+    one_row = spec_of("layer_norm", torch.ones(1, 1200)[:, :1000], (1000,), torch.ones(1000), None)
+    assert decl.bucket(one_row) == "M<=1,N<=1024,rows,k=1,weight"
 
 
 def test_public_names():

@@ -146,3 +146,19 @@ def test_a_shipped_decision_serves_every_row_length_of_its_bucket():
                 fitted = C.fit_config(n, key["dtype"], cfg)
                 assert C.validate_config(key["op"], n, key["dtype"], fitted, "cuda") is None, (key["bucket"], n)
                 assert fitted["cluster"] == cfg["cluster"] and fitted["threads"] == cfg["threads"]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("top", [32768, 262144])
+def test_any_config_of_the_space_tuned_at_the_top_of_a_bucket_serves_its_bottom(dtype, top):
+    """A tuned config is kept for its bucket too: refit to a row just past the bucket's half, four
+    chunks of 8192 (tuned at 32768) became chunks of 6144, and the last of 4 CTAs started past a
+    row of 16392 (refused, so the call faulted); the cluster is now halved until every CTA has
+    columns."""
+    vec = 16 // (4 if dtype == "float32" else 2)
+    for cfg in [c for c in C.config_space("softmax", 256, top, dtype, "cuda") if c.get("smem")]:
+        assert C.fit_config(top, dtype, cfg) == cfg
+        for n in range(top // 2 + vec, top + 1, vec * 211):
+            fitted = C.fit_config(n, dtype, cfg)
+            assert C.validate_config("softmax", n, dtype, fitted, "cuda") is None, (cfg, n, fitted)
+            assert fitted["threads"] == cfg["threads"] and fitted["cluster"] <= cfg["cluster"]

@@ -149,11 +149,12 @@ def _cuda_smem_configs(n_cols: int, dtype: str) -> list[dict]:
 
 
 def fit_config(n_cols: int, dtype: Any, config: Mapping[str, Any]) -> dict:
-    """``config`` for rows of ``n_cols``: a chunk-in-shared-memory config's ``tile_n`` is its
-    ``cluster``'s share of the row (:func:`_smem_config`), whatever row it was raced or tuned on, so
-    that a decision kept for a bucket (N up to the next power of two) serves every N of it without
-    a CTA left with nothing of the row; the same ``tile_n`` on the row it was made for. Other
-    configs, and values that validation refuses anyway, are returned as they are."""
+    """``config`` for rows of ``n_cols``: a chunk-in-shared-memory config's chunk is its cluster's
+    share of the row (``smem_rows.fit_chunk``; the cluster halved where the share, rounded up,
+    would leave a CTA nothing of the row), whatever row it was raced or tuned on, so that a
+    decision kept for a bucket (N up to the next power of two) serves every N of it; the same
+    config on the row it was made for. Other configs, and values that validation refuses anyway,
+    are returned as they are."""
     config = dict(config)
     if config.get("smem") != 1 or n_cols <= 0:
         return config
@@ -162,7 +163,7 @@ def fit_config(n_cols: int, dtype: Any, config: Mapping[str, Any]) -> dict:
     except (KeyError, TypeError, ValueError):
         return config
     if 1 <= cluster <= smem_rows.MAX_CLUSTER and threads > 0 and DTYPE_BYTES.get(dtype_name(dtype)):
-        config["tile_n"] = _smem_config(n_cols, dtype_name(dtype), cluster, threads)["tile_n"]
+        config["tile_n"], config["cluster"] = smem_rows.fit_chunk(n_cols, dtype_name(dtype), cluster, threads)
     return config
 
 

@@ -58,8 +58,13 @@ def check(spec, target: str):
     refusal = norm_layout_refusal(spec)
     if refusal is not None:
         return Verdict.no(refusal)
-    if target == "cuda" and space(spec, target)[1].get("smem") == 1:
-        return Verdict.yes("rows in shared memory, a cluster of CTAs a row", card="smem")
+    if target == "cuda":
+        from dispatch.backend import norm_rows
+
+        config = space(spec, target)[1]
+        card = smem_card(norm_rows(spec), n, config, DTYPES[spec.dtype])
+        if config.get("smem") == 1:
+            return Verdict.yes(f"rows in shared memory, {config['cluster']} CTAs a row", card=card)
     return Verdict.yes()
 
 
@@ -170,8 +175,41 @@ def config_space(m: int, n: int, target: str, dtype: str = "float32", stride: in
 
 
 def _smem_default(m: int, n: int, dtype: str, smem: list[dict]) -> dict | None:
-    """The chunk-in-shared-memory config that serves by default, or None (the other families)."""
+    """The chunk-in-shared-memory config that serves by default, or None (the other families). It
+    took less time than TileLang's other families at every row of 4K-256K measured (H200, rms_norm
+    and layer_norm, bf16 and fp32; benchmarks/results/current/norms/smem_norms/): a row of up to
+    64 KB in one CTA (128 threads up to 8 KB, else 256); longer rows in 8 chunks up to 256 KB, 16
+    beyond (128 threads, 2-byte rows of 16 chunks 256: the faster there, and with few rows). The
+    first of these that the row allows (no CTA left without columns), or None."""
+    from .cuda_kernels import DTYPE_BYTES
+
+    if not smem:
+        return None
+    size = DTYPE_BYTES[dtype]
+    nbytes = n * size
+    if nbytes <= 64 << 10:
+        wanted = [(1, 128 if nbytes <= 8 << 10 else 256)]
+    elif nbytes <= 256 << 10:
+        wanted = [(8, 128), (4, 128), (16, 128)]
+    else:
+        wanted = [(16, 256 if size == 2 else 128), (8, 256 if size == 2 else 128)]
+    for cluster, threads in wanted:
+        cfg = smem_config(n, dtype, cluster, threads)
+        if cfg in smem:
+            return cfg
     return None
+
+
+def smem_card(m: int, n: int, config: dict, dtype: str) -> str:
+    """The verdict card of a call served by ``config``: ``"smem"`` where the chunk-in-shared-memory
+    kernels took less time than Triton's on the H200: 2-byte rows longer than 16K with at least 512
+    CTAs (rows x cluster; with fewer, 4 x 262144 and 32 x 151936, Triton's were the faster; rows
+    of up to 16K and fp32 rows were level or behind); else none."""
+    from .cuda_kernels import DTYPE_BYTES
+
+    if config.get("smem") == 1 and DTYPE_BYTES[dtype] == 2 and n > 16384 and m * int(config["cluster"]) >= 512:
+        return "smem"
+    return ""
 
 
 def default_config(m: int, n: int, target: str, dtype: str = "float32", stride: int = 0) -> dict:
@@ -179,12 +217,16 @@ def default_config(m: int, n: int, target: str, dtype: str = "float32", stride: 
 
 
 def fit(n: int, dtype: str, config: dict) -> dict:
-    """``config`` for rows of ``n``: a chunk-in-shared-memory config's ``tile_n`` is its cluster's
-    share of the row (:func:`smem_config`), so that a config chosen on another row of the bucket
-    leaves no CTA with nothing of this one; other configs as they are."""
+    """``config`` for rows of ``n``: a chunk-in-shared-memory config's chunk is its cluster's share of
+    the row (``smem_rows.fit_chunk``: the cluster halved where the share would leave a CTA nothing
+    of the row), so that a config chosen on another row of the bucket serves this one; other
+    configs as they are."""
     if config.get("smem") != 1:
         return config
-    return {**config, "tile_n": smem_config(n, dtype, int(config["cluster"]), int(config["threads"]))["tile_n"]}
+    from .smem_rows import fit_chunk
+
+    tile, cluster = fit_chunk(n, dtype, int(config["cluster"]), int(config["threads"]))
+    return {**config, "tile_n": tile, "cluster": cluster}
 
 
 # -- compiled kernels ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import tilelang
 import tilelang.language as T
 
 from ._numerics import F32, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
-from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
+from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
@@ -50,6 +50,19 @@ def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: in
         return (f"a chunk of {tile_n} {dtype} exceeds {SMEM_BYTES} bytes of shared memory: "
                 "a larger cluster would split it")
     return None
+
+
+def fit_chunk(n_cols: int, dtype: str, cluster: int, threads: int) -> tuple[int, int]:
+    """``(tile_n, cluster)`` of rows of ``n_cols`` for a config of ``cluster`` chunks at ``threads``: each
+    chunk the cluster's share of the row, rounded up to a vector a thread; where that rounding
+    would leave the last CTA nothing of the row (a config chosen at the top of a bucket, run near
+    its bottom), the cluster halved until it does not."""
+    step = (16 // DTYPE_BYTES[dtype]) * threads
+    tile = share(n_cols, cluster, step)
+    while cluster > 1 and (cluster - 1) * tile >= n_cols:
+        cluster //= 2
+        tile = share(n_cols, cluster, step)
+    return tile, cluster
 
 
 @functools.lru_cache(maxsize=None)
