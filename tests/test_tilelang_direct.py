@@ -113,3 +113,70 @@ def test_another_adapter_stays_on_the_adapters_call(cpu_armed):
     run = direct.call_path(compiled, 4, 8, (4, 8), True)
     assert torch.equal(run(rows()), rows() * 2)
     assert run.path.state == "adapter only" and "not tvm-ffi" in run.path.why
+
+
+class FakeNormExecutable:
+    """A tvm-ffi executable of ``y = x * w + b`` (three inputs, then the output), either ABI."""
+
+    def __init__(self, abi, wrong=False):
+        self.abi, self.wrong, self.calls = abi, wrong, []
+
+    def __call__(self, x, w, b, last):
+        self.calls.append((x.data_ptr(), w.data_ptr(), b.data_ptr()))
+        y = x * w + b + (1 if self.wrong else 0)
+        if self.abi == "callee":
+            return y
+        last.copy_(y)
+
+
+def norm_path(abi, wrong=False, m=4, n=8):
+    adapter = TVMFFIKernelAdapter()
+    adapter.result_idx, adapter.params = [3], ["x", "w", "b", "y"]
+    adapter._ffi_callee_allocated_output_abi = abi == "callee"
+    exe = FakeNormExecutable(abi, wrong)
+    adapter._get_executable = lambda: exe
+    kernel = type("JITKernel", (), {"adapter": adapter, "calls": 0})()
+    kernel_call = lambda x, w, b: x * w + b  # noqa: E731 - the adapter's call
+    type(kernel).__call__ = lambda self, *a: (setattr(self, "calls", self.calls + 1), kernel_call(*a))[1]
+    from dispatch_tilelang.norms import aligned
+
+    ones, zeros = torch.ones(n), torch.zeros(n)
+
+    def prepare(x, weight=None, bias=None):  # as dispatch_tilelang.norms.kernel's: stand-ins, aligned
+        args = (x.reshape(m, n), ones if weight is None else weight, zeros if bias is None else bias)
+        return tuple(aligned(a) for a in args)
+
+    path = direct.NormCallPath(kernel, "cuda", m, n, (m, n), torch.float32, prepare)
+    return path.run, kernel, exe
+
+
+@pytest.mark.parametrize("abi", ["caller", "callee"])
+def test_a_norm_kernel_is_called_through_its_executable_once_checked(cpu_armed, abi):
+    run, kernel, exe = norm_path(abi)
+    x, w, b = rows(), torch.arange(8.0), torch.full((8,), 0.5)
+    assert torch.equal(run(x, w, b), x * w + b) and run.path.state == "direct"
+    calls = kernel.calls
+    exe.calls.clear()
+    assert torch.equal(run(x, w, b), x * w + b) and torch.equal(run(x), x)  # absent: the stand-ins
+    assert kernel.calls == calls and len(exe.calls) == 2
+
+
+def test_a_norm_call_hands_over_aligned_copies_and_leaves_the_users_tensors(cpu_armed):
+    run, _, exe = norm_path("caller")
+    run(rows(), torch.ones(8), torch.zeros(8))
+    w = torch.arange(9.0)[1:]  # 4 bytes past an aligned start
+    x = rows(offset=1)
+    before = (x.clone(), w.clone())
+    exe.calls.clear()
+    assert torch.equal(run(x, w), x * w)
+    assert exe.calls and all(p % 16 == 0 for p in exe.calls[0])
+    assert torch.equal(x, before[0]) and torch.equal(w, before[1])
+
+
+def test_a_norm_executable_that_disagrees_is_never_used(cpu_armed):
+    run, kernel, exe = norm_path("callee", wrong=True)
+    x = rows()
+    run(x)
+    assert run.path.state == "adapter only" and "differs" in run.path.why
+    exe.calls.clear()
+    assert torch.equal(run(x), x) and exe.calls == []

@@ -30,19 +30,20 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def executable_of(jit_kernel):
+def executable_of(jit_kernel, inputs: int = 1):
     """``(executable, abi, why_not)``: the kernel's tvm-ffi executable, how it takes its output, or
-    None and why not.
+    None and why not. The kernel takes ``inputs`` tensors, then its one output.
 
-    ``abi`` is ``"caller"`` (called as ``executable(x, out)``, the output allocated here) or
-    ``"callee"`` (called as ``executable(x, anchor)``, returning the output it allocated through
-    torch's allocator, ``anchor`` a tensor on the device, as TileLang's adapter calls it).
+    ``abi`` is ``"caller"`` (called as ``executable(*inputs, out)``, the output allocated here) or
+    ``"callee"`` (called as ``executable(*inputs, anchor)``, returning the output it allocated
+    through torch's allocator, ``anchor`` a tensor on the device, as TileLang's adapter calls it).
     """
     adapter = getattr(jit_kernel, "adapter", None)
     if adapter is None or type(adapter).__name__ != "TVMFFIKernelAdapter":
         return None, "", f"adapter {type(adapter).__name__} is not tvm-ffi"
-    if list(getattr(adapter, "result_idx", ())) != [1] or len(adapter.params) != 2:
-        return None, "", f"parameters {adapter.params} with outputs {adapter.result_idx}, not (input, output)"
+    if list(getattr(adapter, "result_idx", ())) != [inputs] or len(adapter.params) != inputs + 1:
+        return None, "", (f"parameters {adapter.params} with outputs {adapter.result_idx}, not {inputs} "
+                          "input(s) and an output")
     abi = "callee" if getattr(adapter, "_ffi_callee_allocated_output_abi", False) else "caller"
     try:
         return adapter._get_executable(), abi, ""
@@ -133,10 +134,10 @@ class CallPath:
         direct path arms on, not while a graph is captured) the check that arms ``direct``."""
         adapter = self._adapter
 
-        def call(x: torch.Tensor) -> torch.Tensor:
-            out = adapter(x)
+        def call(x: torch.Tensor, *rest) -> torch.Tensor:
+            out = adapter(x, *rest)
             if self.state == "adapter" and x.device.type in ARM_DEVICES and not _capturing():
-                self._check(direct, x, out)
+                self._check(direct, (x, *rest), out)
                 armed[0] = self.state == "direct"
             return out
 
@@ -165,14 +166,50 @@ class CallPath:
         run.path = self  # type: ignore[attr-defined]
         return run
 
-    def _check(self, direct, x: torch.Tensor, expected: torch.Tensor) -> None:
+    def _check(self, direct, args: tuple, expected: torch.Tensor) -> None:
         """Arm the executable's call if it gives what the adapter's gave (once; it synchronizes)."""
         try:
-            ok = torch.allclose(direct(x).float(), expected.float(), rtol=1e-2, atol=1e-3, equal_nan=True)
+            ok = torch.allclose(direct(*args).float(), expected.float(), rtol=1e-2, atol=1e-3, equal_nan=True)
             why = "" if ok else "the executable's output differs from the adapter's"
         except Exception as exc:  # noqa: BLE001 - stay on the adapter's call
             ok, why = False, f"{type(exc).__name__}: {exc}"
         self.state, self.why = ("direct", "") if ok else ("adapter only", why)
+
+
+class NormCallPath(CallPath):
+    """``run(x, weight, bias)`` of a norm kernel (:mod:`dispatch_tilelang.norms`): ``prepare`` gives
+    the kernel's three inputs (rows, weight or its stand-in, bias or its stand-in; each 16-byte
+    aligned); the adapter's call first, then, once checked, the executable's (a ``JITKernel``
+    call costs some 10 us of host time per call, more than a long row's kernel saves)."""
+
+    def __init__(self, jit_kernel, target: str, m: int, n: int, out_shape: tuple[int, ...], out_dtype, prepare):
+        self.jit_kernel, self.m, self.n, self.out_shape = jit_kernel, m, n, tuple(out_shape)
+        self.prepare = prepare
+        self.executable, self.abi, self.why = executable_of(jit_kernel, inputs=3)
+        if target != "cuda" and self.executable is not None:
+            self.executable, self.why = None, f"target {target!r}: bf16 travels as int16 bit patterns there"
+        self.state = "adapter" if self.executable is not None else "adapter only"
+        exe = entry_of(self.executable) if self.executable is not None else None
+        empty, kernel_shape, out_shape, callee, armed = torch.empty, (m, n), self.out_shape, self.abi == "callee", [False]
+
+        def direct(x, weight=None, bias=None):
+            a, w, b = prepare(x, weight, bias)
+            if callee:
+                return exe(a, w, b, a).view(out_shape)
+            out = empty(kernel_shape, dtype=out_dtype, device=x.device)
+            exe(a, w, b, out)
+            return out.view(out_shape)
+
+        until_armed = self._until_armed(direct, armed)
+
+        def run(x, weight=None, bias=None):
+            return direct(x, weight, bias) if armed[0] else until_armed(x, weight, bias)
+
+        run.path = self  # type: ignore[attr-defined]
+        self.run = run
+
+    def _adapter(self, x, weight=None, bias=None):
+        return self.jit_kernel(*self.prepare(x, weight, bias)).view(self.out_shape)
 
 
 def _strided_rows(m: int, n: int, row_stride: int):
