@@ -67,8 +67,8 @@ def dispatch_backend_info() -> BackendInfo:
         # measured on a slower host start, 13.5 against torch's 12.5), ~3800 GB/s on bandwidth rows
         # rms_norm/layer_norm: never the estimated-cost choice (a huge launch figure), nor under autograd
         # (long rows' backward is the reference's), except layer_norm on card "smem": 2-byte rows longer
-        # than 16K in shared memory with >= 512 CTAs, H200 bf16 2010-2460 GB/s at 512x32768 to
-        # 64x262144, 8-21% less time than Triton's kernel (1716-2196 there), so ranked above Triton's
+        # than 16K in shared memory with >= 512 CTAs, H200 bf16 1990-2460 GB/s at 512x32768 to
+        # 64x262144, 6-21% less time than Triton's kernel (1716-2196 there), so ranked above Triton's
         # layer_norm figure (benchmarks/results/current/norms/smem_norms/); rms_norm's were level
         # with Triton's or behind but at 512x32768, and keep no figure
         # over a dim that is not unit-stride (a column per thread), bf16 over dim 1 of (B, C, H, W):
