@@ -21,6 +21,7 @@ import tilelang.language as T
 
 from ._numerics import F32, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
 from .cuda_kernels import DTYPE_BYTES, share
+from .smem_rows import trade_words
 
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024
@@ -77,6 +78,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
     outer, R, inner = key
     BI, TR, C = block_i, tile_r, cluster
     vec = 16 // DTYPE_BYTES[in_dtype]
+    trade = trade_words(C)
     lanes = BI // vec
     NI = inner // BI
     lse = op == "logsumexp"
@@ -141,10 +143,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                     for j in T.Parallel(BI):
                         mine[0, j] = m[j]
                         mine[1, j] = s[j]
-                    for r in T.unroll(C):
-                        T.copy_cluster(mine, peers[cx, :, :], dst_block=r, remote_barrier=got[0])
-                    T.mbarrier_wait_parity(got[0], 0)
-                    T.cluster_arrive_relaxed()  # past the wait: every copy out of `mine` has landed
+                    trade(mine, peers[cx, :, :], got)
                     # A column's merge once, by thread j (not by each of the `G` threads that hold the
                     # column: their C steps of exp each would outweigh a short tile's own work).
                     tx = T.get_thread_binding(0)

@@ -28,7 +28,7 @@ import tilelang.language as T
 from ._numerics import F32
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
 from .norm_kernels import _affine
-from .smem_rows import check_launch
+from .smem_rows import check_launch, trade_words
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,6 +41,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[dtype]
     rms = op == "rms_norm"
+    trade = trade_words(C)
 
     @tilelang.jit(target=target, out_idx=[3])
     def smem_norm(block_m, threads):
@@ -103,10 +104,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                 if C > 1:
                     mine[0] = s[0]
                     mine[1] = q[0]
-                    for r in T.unroll(C):
-                        T.copy_cluster(mine, peers[cx, :], dst_block=r, remote_barrier=got[0])
-                    T.mbarrier_wait_parity(got[0], 0)
-                    T.cluster_arrive_relaxed()  # past the wait: every copy out of `mine` has landed
+                    trade(mine, peers[cx, :], got)
                     for i in T.Parallel(1):
                         mean[i] = 0.0
                         m2[i] = 0.0

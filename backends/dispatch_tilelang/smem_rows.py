@@ -65,6 +65,26 @@ def fit_chunk(n_cols: int, dtype: str, cluster: int, threads: int) -> tuple[int,
     return tile, cluster
 
 
+def trade_words(cluster: int):
+    """A TileLang macro, ``trade(mine, slot, got)``: this CTA of a cluster of ``cluster`` sends its
+    words ``mine`` into ``slot`` (its own place in ``peers``, e.g. ``peers[cx, :]``) of every CTA of
+    the cluster, itself included, with ``cp.async.bulk``, each copy completing on the receiver's
+    mbarrier ``got[0]``; then waits until every peer's words have landed in its own ``peers``. The
+    kernel allocates ``mine``, ``peers`` and ``got`` (a cluster barrier of ``cluster`` arrivals) at
+    its start, and calls ``T.cluster_wait()`` before it ends, so that no CTA leaves while a copy out
+    of its ``mine`` may be in flight. The exchange of every shared-memory family (``smem_rows``,
+    ``smem_cols``, ``smem_norms``)."""
+
+    @T.macro
+    def trade(mine, slot, got):
+        for r in T.unroll(cluster):
+            T.copy_cluster(mine, slot, dst_block=r, remote_barrier=got[0])
+        T.mbarrier_wait_parity(got[0], 0)
+        T.cluster_arrive_relaxed()  # past the wait: every copy out of `mine` has landed
+
+    return trade
+
+
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
@@ -74,6 +94,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     vec = 16 // DTYPE_BYTES[in_dtype]
     lse = op == "logsumexp"
     log = op == "log_softmax"
+    trade = trade_words(C)
 
     @tilelang.jit(target=target, out_idx=[1])
     def smem_rows(block_m, threads):
@@ -133,10 +154,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 if C > 1:
                     mine[0] = m[0]
                     mine[1] = s[0]
-                    for r in T.unroll(C):
-                        T.copy_cluster(mine, peers[cx, :], dst_block=r, remote_barrier=got[0])
-                    T.mbarrier_wait_parity(got[0], 0)
-                    T.cluster_arrive_relaxed()  # past the wait: every copy out of `mine` has landed
+                    trade(mine, peers[cx, :], got)
                     for i in T.Parallel(1):
                         gm[i] = neg_inf()
                         for r in T.unroll(C):
