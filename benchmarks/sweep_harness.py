@@ -2,7 +2,8 @@
 timing options, the compile processes that fill Triton's disk cache before anything is timed, the
 run's header (device, copy bandwidth, how it was timed), the results files, a second timing
 after an L2 flush that leaves no dirty line, and the norm statistics a backward is handed. The
-shared-memory sweeps (``sweep_smem_rows.py``, ``sweep_smem_cols.py``) share :func:`race_table`."""
+shared-memory sweeps (``sweep_smem_rows.py``, ``sweep_smem_cols.py``, ``sweep_smem_norms.py``) share
+:func:`race_table`, and those over rows their options (:func:`race_arguments`) and cases (:func:`row_cases`)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,28 @@ def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, case: dict,
             line = f"{label} | {k} | {us:.1f} | {nbytes / us / 1e3:.0f} | {100 * copy_us / us:.0f}% |"
         rows.append({**case, "name": k, "us": ts, "line": line})
     return rows
+
+
+def race_arguments(ops: str, dtypes: str) -> argparse.ArgumentParser:
+    """The options of a shared-memory race over rows (``sweep_smem_rows.py``, ``sweep_smem_norms.py``):
+    ``--out``, ``--dtypes``, ``--ops``, ``--shapes`` (``M x N`` for every dtype) and ``--rounds``."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dtypes", default=dtypes)
+    ap.add_argument("--ops", default=ops)
+    ap.add_argument("--shapes", default="", help="M x N list for every dtype (default: the script's per dtype)")
+    ap.add_argument("--rounds", type=int, default=3)
+    return ap
+
+
+def row_cases(args, shapes: dict) -> list[tuple[str, int, int, str]]:
+    """``(op, M, N, dtype)`` of every op, dtype and shape (``args.shapes``, else ``shapes[dtype]``)."""
+    out = []
+    for dtype in args.dtypes.split(","):
+        for shape in (args.shapes or shapes[dtype]).split(","):
+            m, n = map(int, shape.split("x"))
+            out += [(op, m, n, dtype) for op in args.ops.split(",")]
+    return out
 
 
 def write_race_markdown(path, meta: dict, rows: list) -> None:

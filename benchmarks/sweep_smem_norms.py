@@ -12,7 +12,6 @@ benchmark input and on rows far from zero with one massive element each.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -20,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import race_table, saver, write_race_markdown  # noqa: E402
+from sweep_harness import race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "4096x4096,2048x8192,1024x16384,512x32768,256x65536,128x131072,32x151936,64x262144,4x262144",
           "float32": "1024x16384,256x65536,64x262144"}
@@ -55,12 +54,7 @@ def label(cfg: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--dtypes", default="bfloat16,float32")
-    ap.add_argument("--ops", default="rms_norm,layer_norm")
-    ap.add_argument("--shapes", default="", help="M x N list for every dtype (default: SHAPES per dtype)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = race_arguments("rms_norm,layer_norm", "bfloat16,float32")
     ap.add_argument("--time-limit", type=float, default=0, help="seconds after which no case is begun (0: none)")
     args = ap.parse_args()
 
@@ -71,15 +65,11 @@ def main() -> None:
     from dispatch_tilelang import norms as NM
 
     cases = []
-    for dtype in args.dtypes.split(","):
-        for shape in (args.shapes or SHAPES[dtype]).split(","):
-            m, n = map(int, shape.split("x"))
-            for op in args.ops.split(","):
-                space = NM.config_space(m, n, "cuda", dtype)
-                cfgs = [c for c in space if c.get("smem")]
-                others = [c for c in space if not c.get("smem")]
-                cfgs.append(others[0])  # the other families' default
-                cases.append((op, m, n, dtype, cfgs, space[0]))
+    for op, m, n, dtype in row_cases(args, SHAPES):
+        space = NM.config_space(m, n, "cuda", dtype)
+        cfgs = [c for c in space if c.get("smem")]
+        cfgs.append([c for c in space if not c.get("smem")][0])  # the other families' default
+        cases.append((op, m, n, dtype, cfgs, space[0]))
     t0 = time.time()
     for op, m, n, dtype, cfgs, _ in cases:
         for cfg, why in NM.build_all(op, n, dtype, True, op == "layer_norm", EPS, "cuda", 0, cfgs):

@@ -11,7 +11,6 @@ checked against torch first, on the benchmark input and on rows of -inf, +inf an
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -19,7 +18,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import race_table, saver, write_race_markdown  # noqa: E402
+from sweep_harness import race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "2048x16384,2097x32000,2048x32768,1024x65536,512x131072,256x151936,256x262144,8x128256,1x262144",
           "float32": "2048x16384,1024x32768,1024x65536"}
@@ -49,13 +48,7 @@ def label(cfg: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--dtypes", default="bfloat16,float32")
-    ap.add_argument("--ops", default="softmax")
-    ap.add_argument("--shapes", default="", help="M x N list for every dtype (default: SHAPES per dtype)")
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+    args = race_arguments("softmax", "bfloat16,float32").parse_args()
 
     import torch
 
@@ -63,13 +56,10 @@ def main() -> None:
     from dispatch_tilelang import build as B, configs as C
 
     cases = []
-    for dtype in args.dtypes.split(","):
-        for shape in (args.shapes or SHAPES[dtype]).split(","):
-            m, n = map(int, shape.split("x"))
-            for op in args.ops.split(","):
-                cfgs = [c for c in C.config_space(op, m, n, dtype, "cuda") if c.get("smem")]
-                cfgs.append(C.default_config(op, m, n, dtype, "cuda", row_stride=n + 8))  # the register default
-                cases.append((op, m, n, dtype, cfgs))
+    for op, m, n, dtype in row_cases(args, SHAPES):
+        cfgs = [c for c in C.config_space(op, m, n, dtype, "cuda") if c.get("smem")]
+        cfgs.append(C.default_config(op, m, n, dtype, "cuda", row_stride=n + 8))  # the register default
+        cases.append((op, m, n, dtype, cfgs))
     t0 = time.time()
     for op, m, n, dtype, cfgs in cases:
         failed = B.build_all(op, m, n, dtype, dtype, cfgs, "cuda")
