@@ -98,3 +98,15 @@ def test_replays_from_a_cuda_graph_with_new_inputs():
         graph.replay()
         torch.cuda.synchronize()
         check("softmax", out, x)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_config_from_the_top_of_a_bucket_at_its_bottom(op):
+    """Four chunks of 8192 (a config of rows of 32768) on rows of 16392: refit, the cluster halves
+    (four chunks of 6144 would leave the last CTA past the row)."""
+    cfg = smem(8192, 4)
+    fitted = C.fit_config(16392, torch.bfloat16, cfg)
+    assert fitted["cluster"] == 2, fitted
+    k = B.build(op, 9, 16392, torch.bfloat16, torch.bfloat16, cfg, "cuda")
+    x = edge_rows(9, 16392, torch.bfloat16, fitted["tile_n"])
+    check(op, k(x), x)

@@ -107,3 +107,16 @@ def test_dispatch_picks_the_tiles_for_softmax_over_a_leading_dim():
 
 def test_the_launch_check_holds_on_the_device():
     assert smem_cols.check_launch((2, 4096, 256), "bfloat16", 64, 256, 16, 128) is None
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_config_from_a_longer_R_leaves_its_last_ctas_empty_and_right(op):
+    """16 CTAs of 160 rows (a config of R = 4096) over R = 2049: the last three hold no row of R;
+    they load nothing, write nothing, and add (-inf, 0) to each column's merge."""
+    shape, dim = (2049, 4096), 0
+    cfg = {"smem": 1, "block_i": 64, "cluster": 16, "threads": 128}
+    assert smem_cols.tile_rows(2049, "bfloat16", 64, 16, 128) * 15 >= 2049
+    x = edge_input(shape, dim, torch.bfloat16)
+    spec = spec_of(op, x, dim)
+    run = strided.kernel(spec, dispatch.backend.Config.of(cfg), "cuda")
+    check(run(x), reference(op, x, dim))

@@ -104,3 +104,19 @@ def test_through_dispatch_with_leading_dims_and_a_graph_replay(op):
         x.copy_(torch.randn_like(x) * 4 + 3)
         graph.replay()
         check(y.reshape(-1, n), op, x.reshape(-1, n), w, None if op == "rms_norm" else b)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_a_config_from_the_top_of_a_bucket_at_its_bottom(op):
+    """The default of rows of 65536 (8 chunks, 128 threads) on rows of 32776: refit, the cluster
+    halves (8 chunks of 5120 would leave the last CTA past the row)."""
+    from dispatch.backend import Config, spec_of
+
+    n = 32776
+    cfg = NM.default_config(64, 65536, "cuda", "bfloat16")
+    assert NM.fit(n, "bfloat16", cfg)["cluster"] == cfg["cluster"] // 2
+    x = rows(7, n, torch.bfloat16, hard=True)
+    w, b = params(n, torch.bfloat16, True, op == "layer_norm")
+    args = ((n,), w) + ((b,) if b is not None else ())
+    run = NM.kernel(spec_of(op, x, *args), Config.of(cfg), "cuda")
+    check(run(x, w, b), op, x, w, b)
