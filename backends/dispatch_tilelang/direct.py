@@ -17,6 +17,8 @@ strides ``(row_stride, 1)``, the strides its executable checks; a misaligned one
 rows of the same stride (:func:`~dispatch_tilelang.norms.aligned`).
 The direct call is used after a first eager call has shown that it gives what the adapter's
 call gives; where the adapter is not tvm-ffi, or the check fails, calls go through the adapter.
+The norm kernels (three inputs: rows, weight, bias; then the output) take the same path through
+:class:`NormCallPath`.
 """
 
 from __future__ import annotations
