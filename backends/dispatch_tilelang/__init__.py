@@ -38,7 +38,8 @@ MAX_CUDA_CANDIDATES = 2
 
 _KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", "dispatch_tilelang.cpu_kernels",
                    "dispatch_tilelang.configs", "dispatch_tilelang._numerics", "dispatch_tilelang.norms",
-                   "dispatch_tilelang.norm_configs", "dispatch_tilelang.norm_kernels", "dispatch_tilelang.norm_backward",
+                   "dispatch_tilelang.norm_configs", "dispatch_tilelang.norm_kernels",
+                   "dispatch_tilelang.norm_backward",
                    "dispatch_tilelang.strided", "dispatch_tilelang.strided_kernels", "dispatch_tilelang.smem_rows",
                    "dispatch_tilelang.smem_cols", "dispatch_tilelang.smem_norms")
 

@@ -192,7 +192,8 @@ class NormCallPath(CallPath):
             self.executable, self.why = None, f"target {target!r}: bf16 travels as int16 bit patterns there"
         self.state = "adapter" if self.executable is not None else "adapter only"
         exe = entry_of(self.executable) if self.executable is not None else None
-        empty, kernel_shape, out_shape, callee, armed = torch.empty, (m, n), self.out_shape, self.abi == "callee", [False]
+        empty, kernel_shape, out_shape = torch.empty, (m, n), self.out_shape
+        callee, armed = self.abi == "callee", [False]
 
         def direct(x, weight=None, bias=None):
             a, w, b = prepare(x, weight, bias)
