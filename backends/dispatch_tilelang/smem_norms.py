@@ -28,7 +28,7 @@ import tilelang.language as T
 from ._numerics import F32
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
 from .norm_kernels import _affine
-from .smem_rows import check_launch, trade_words
+from .smem_rows import check_launch, row_words, trade_words
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,7 +41,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[dtype]
     rms = op == "rms_norm"
-    trade = trade_words(C)
+    trade, words = trade_words(C), row_words(C)
 
     @tilelang.jit(target=target, out_idx=[3])
     def smem_norm(block_m, threads):
@@ -69,13 +69,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
                 if C > 1:
-                    # Live from the start, so that nothing else shares their shared memory while
-                    # peers may copy into `peers`; the barrier counts one copy from each peer.
-                    mine = T.alloc_shared((4,), F32)
-                    peers = T.alloc_shared((C, 4), F32)
-                    got = T.alloc_cluster_barrier([C])
-                    mine[2] = 0.0
-                    peers[cx, 2] = 0.0
+                    mine, peers, got = words(cx)
                 base = cx * TILE
 
                 T.copy(x[bx, base], xs, prefer_instruction="cp_async")

@@ -85,6 +85,24 @@ def trade_words(cluster: int):
     return trade
 
 
+def row_words(cluster: int):
+    """A TileLang macro, ``mine, peers, got = words(cx)``: the shared memory of a row's exchange (this
+    CTA's two words, every peer's, and the barrier that counts one copy from each), allocated at
+    the kernel's start and touched there, so that nothing else shares their bytes while peers may
+    copy into ``peers`` (:func:`trade_words` trades them)."""
+
+    @T.macro
+    def words(cx):
+        mine = T.alloc_shared((4,), F32)
+        peers = T.alloc_shared((cluster, 4), F32)
+        got = T.alloc_cluster_barrier([cluster])
+        mine[2] = 0.0
+        peers[cx, 2] = 0.0
+        return mine, peers, got
+
+    return words
+
+
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
@@ -94,7 +112,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     vec = 16 // DTYPE_BYTES[in_dtype]
     lse = op == "logsumexp"
     log = op == "log_softmax"
-    trade = trade_words(C)
+    trade, words = trade_words(C), row_words(C)
 
     @tilelang.jit(target=target, out_idx=[1])
     def smem_rows(block_m, threads):
@@ -125,13 +143,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
                 if C > 1:
-                    # Live from the start, so that nothing else shares their shared memory while
-                    # peers may copy into `peers`; the barrier counts one copy from each peer.
-                    mine = T.alloc_shared((4,), F32)
-                    peers = T.alloc_shared((C, 4), F32)
-                    got = T.alloc_cluster_barrier([C])
-                    mine[2] = 0.0
-                    peers[cx, 2] = 0.0
+                    mine, peers, got = words(cx)
                 base = cx * TILE
 
                 T.copy(x[bx, base], xs, prefer_instruction="cp_async")
