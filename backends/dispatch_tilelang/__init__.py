@@ -41,7 +41,8 @@ _KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", 
                    "dispatch_tilelang.norm_configs", "dispatch_tilelang.norm_kernels",
                    "dispatch_tilelang.norm_backward",
                    "dispatch_tilelang.strided", "dispatch_tilelang.strided_kernels", "dispatch_tilelang.smem_rows",
-                   "dispatch_tilelang.smem_cols", "dispatch_tilelang.smem_norms")
+                   "dispatch_tilelang.smem_cols", "dispatch_tilelang.smem_norms",
+                   "dispatch_tilelang.smem_norm_backward")
 
 
 def _quiet_compiler_logs() -> None:

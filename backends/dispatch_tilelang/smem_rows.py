@@ -65,21 +65,35 @@ def fit_chunk(n_cols: int, dtype: str, cluster: int, threads: int) -> tuple[int,
     return tile, cluster
 
 
-def trade_words(cluster: int):
-    """A TileLang macro, ``trade(mine, slot, got)``: this CTA of a cluster of ``cluster`` sends its
+def swap_words(cluster: int):
+    """A TileLang macro, ``swap(mine, slot, got, parity)``: this CTA of a cluster of ``cluster`` sends its
     words ``mine`` into ``slot`` (its own place in ``peers``, e.g. ``peers[cx, :]``) of every CTA of
-    the cluster, itself included, with ``cp.async.bulk``, each copy completing on the receiver's
-    mbarrier ``got[0]``; then waits until every peer's words have landed in its own ``peers``. The
-    kernel allocates ``mine``, ``peers`` and ``got`` (a cluster barrier of ``cluster`` arrivals) at
-    its start, and calls ``T.cluster_wait()`` before it ends, so that no CTA leaves while a copy out
-    of its ``mine`` may be in flight. The exchange of every shared-memory family (``smem_rows``,
-    ``smem_cols``, ``smem_norms``)."""
+    the cluster, itself included, with ``cp.async.bulk``, each copy arriving on the receiver's
+    mbarrier ``got[0]`` (a cluster barrier of ``cluster`` arrivals); then waits for the barrier's
+    phase ``parity`` (0 for a kernel's first exchange, then alternating): every peer's words have
+    landed in its own ``peers``. The caller keeps a peer from sending again before this CTA has
+    read them (:func:`trade_words` for a single exchange; a cluster barrier a round in a loop)."""
+
+    @T.macro
+    def swap(mine, slot, got, parity):
+        for r in T.unroll(cluster):
+            T.copy_cluster(mine, slot, dst_block=r, remote_barrier=got[0])
+        T.mbarrier_wait_parity(got[0], parity)
+
+    return swap
+
+
+def trade_words(cluster: int):
+    """A TileLang macro, ``trade(mine, slot, got)``: a kernel's one exchange (:func:`swap_words`, phase
+    0), then a relaxed cluster arrive. The kernel allocates ``mine``, ``peers`` and ``got`` at its
+    start (:func:`row_words`) and calls ``T.cluster_wait()`` before it ends, so that no CTA leaves
+    while a copy out of its ``mine`` may be in flight. The exchange of every shared-memory family
+    (``smem_rows``, ``smem_cols``, ``smem_norms``)."""
+    swap = swap_words(cluster)
 
     @T.macro
     def trade(mine, slot, got):
-        for r in T.unroll(cluster):
-            T.copy_cluster(mine, slot, dst_block=r, remote_barrier=got[0])
-        T.mbarrier_wait_parity(got[0], 0)
+        swap(mine, slot, got, 0)
         T.cluster_arrive_relaxed()  # past the wait: every copy out of `mine` has landed
 
     return trade

@@ -1,0 +1,359 @@
+"""rms_norm and layer_norm backward in TileLang for CUDA, for rows too long for one CTA's registers.
+
+The row layout of :mod:`.smem_norms`: a row in ``cluster`` chunks of ``tile_n`` columns, one CTA
+each, the CTAs of a row one thread-block cluster (sm_90+). The grid is persistent over rows: ``P``
+clusters (the partials' rows), cluster ``p`` taking rows ``p, p + P, ...``. For each row a CTA
+copies its chunks of ``x`` and ``dy`` into shared memory with ``cp.async`` and walks them there:
+
+* layer_norm: the chunk's sum of ``x`` (its mean ``mu_r``), then ``sum (x - mu_r)^2``, ``sum g`` and
+  ``sum g (x - mu_r)`` with ``g = dy * w``; one exchange of the four words over distributed
+  shared memory; the row's mean, ``M2 = sum_r M2_r + n_r (mu_r - mean)^2`` (Chan et al.) and
+  ``sum g (x - mean) = sum_r [sum_r g (x - mu_r) + (mu_r - mean) sum_r g]``, exact algebra with
+  no cancellation of large terms;
+* rms_norm: ``sum x^2`` and ``sum g x``; one exchange of two words;
+
+then ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` (no ``mean(g)`` for rms_norm), written once, and
+the chunk's ``dy * xhat`` and ``dy`` added to the CTA's dweight / dbias accumulators (registers,
+``tile_n / threads`` each). After its last row a CTA writes its accumulators to row ``p`` of the
+fp32 partials ``(P, N)``; the host reduces them over ``P`` in a fixed order (deterministic). ``x``
+and ``dy`` are read once and ``dx`` written once; ``w``'s chunk is copied into shared memory once
+a CTA.
+
+The exchange's mbarrier completes once a row: the row ``i`` of a cluster waits on parity ``i % 2``,
+and a cluster barrier after each row (arrive once a CTA has read its peers' words, wait before
+its next send) keeps a fast CTA from overwriting words a slow peer has not read.
+"""
+
+# No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
+
+import functools
+import os
+import threading
+
+import tilelang
+import tilelang.language as T
+
+from ._numerics import F32
+from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
+from .smem_rows import check_launch, row_words, swap_words
+
+MAX_ACC_PER_THREAD = 32  # dweight (and dbias) values a thread accumulates in registers
+SMEM_BYTES = 208 * 1024  # a CTA's chunks (sm_90: 227 KB a CTA at most)
+
+
+def check_backward(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int,
+                   ahead: bool = False) -> str | None:
+    """Why this (tile_n, cluster, block_m, threads, ahead) cannot run the backward, or None."""
+    reason = check_launch(n_cols, dtype, tile_n, cluster, block_m, threads)
+    if reason is not None:
+        return reason
+    if tile_n // threads > MAX_ACC_PER_THREAD:
+        return (f"a chunk of {tile_n} over {threads} threads is {tile_n // threads} accumulators a thread, over "
+                f"{MAX_ACC_PER_THREAD}: more threads or a larger cluster would hold it")
+    chunks = 5 if ahead else 3  # x and dy (two of each ahead) and w
+    if chunks * tile_n * DTYPE_BYTES[dtype] > SMEM_BYTES:
+        return (f"{chunks} chunks of {tile_n} {dtype} (x, dy{' twice' if ahead else ''} and w) exceed "
+                f"{SMEM_BYTES // 1024} KB of shared memory: a larger cluster would split them")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int,
+            cluster: int, ahead: bool = False, blocks: int = 1, arch: str | None = None):
+    """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
+    dtype, weight/bias present, eps, tile_n, cluster): ``main(x, w, dy, dx, pw, pb)``, every tensor
+    preallocated; the grid is ``pw``'s rows ``P`` (1 <= P <= M) by ``cluster``. ``pb`` is written
+    for layer_norm with a bias only, ``pw`` with a weight only. ``ahead``: two buffers of ``x`` and ``dy``
+    a CTA, the next row's copy in flight while this row is walked. ``blocks`` > 1: the compiler
+    keeps a thread's registers few enough for that many CTAs an SM (``__launch_bounds__``)."""
+    target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
+    N, C, TILE = n_cols, cluster, tile_n
+    vec = 16 // DTYPE_BYTES[dtype]
+    rms = op == "rms_norm"
+    want_b = has_bias and not rms
+    swap, words = swap_words(C), row_words(C)
+
+    @tilelang.jit(target=target, out_idx=None)
+    def smem_norm_bwd(block_m, threads):
+        reason = check_backward(N, dtype, TILE, C, block_m, threads, ahead)
+        if reason is not None:
+            raise ValueError(reason)
+        SUB = vec * threads
+        NS = TILE // SUB
+        S = 2 if ahead else 1
+        M = T.dynamic("m")
+        P = T.dynamic("p")
+
+        @T.prim_func
+        def main(x: T.Tensor((M, N), dtype), w: T.Tensor((N,), dtype), dy: T.Tensor((M, N), dtype),
+                 dx: T.Tensor((M, N), dtype), pw: T.Tensor((P, N), F32), pb: T.Tensor((P, N), F32)):
+            with T.Kernel(P, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
+                if blocks > 1:
+                    T.annotate_min_blocks_per_sm(blocks)
+                xs = T.alloc_shared((S, TILE), dtype)
+                gs = T.alloc_shared((S, TILE), dtype)
+                ws = T.alloc_shared((TILE,), dtype)
+                a0 = T.alloc_fragment((1, SUB), F32)
+                a1 = T.alloc_fragment((1, SUB), F32)
+                a2 = T.alloc_fragment((1, SUB), F32)
+                aw = T.alloc_fragment((1, TILE), F32)
+                ab = T.alloc_fragment((1, TILE), F32)
+                s = T.alloc_fragment((1,), F32)
+                mu = T.alloc_fragment((1,), F32)
+                q = T.alloc_fragment((1,), F32)
+                sg = T.alloc_fragment((1,), F32)
+                sgx = T.alloc_fragment((1,), F32)
+                mean = T.alloc_fragment((1,), F32)
+                rstd = T.alloc_fragment((1,), F32)
+                c1 = T.alloc_fragment((1,), F32)
+                c2 = T.alloc_fragment((1,), F32)
+                layouts = {a: _fragment_layout(1, SUB, threads, vec) for a in (a0, a1, a2)}
+                layouts[aw] = _fragment_layout(1, TILE, threads, vec)
+                layouts[ab] = _fragment_layout(1, TILE, threads, vec)
+                for stat in (s, mu, q, sg, sgx, mean, rstd, c1, c2):
+                    layouts[stat] = _row_stat_layout(1, threads)
+                T.annotate_layout(layouts)
+                if C > 1:
+                    mine, peers, got = words(cx)
+                base = cx * TILE
+                count = T.min(N - base, TILE)  # this chunk's columns
+
+                if has_weight:
+                    T.copy(w[base], ws, prefer_instruction="cp_async")
+                T.fill(aw, 0.0)
+                T.fill(ab, 0.0)
+
+                R = T.ceildiv(M - bx, P)  # this cluster's rows
+                if ahead:
+                    T.async_copy(x[bx, base], xs[0, :])
+                    T.async_copy(dy[bx, base], gs[0, :])
+                for i in T.serial(R):
+                    row = bx + i * P
+                    u = i % S  # this row's buffer
+                    if ahead:
+                        if i + 1 < R:  # the next row's copies in flight; this row's landed
+                            T.async_copy(x[row + P, base], xs[(i + 1) % S, :])
+                            T.async_copy(dy[row + P, base], gs[(i + 1) % S, :])
+                            T.ptx_wait_group(2)
+                        else:
+                            T.ptx_wait_group(0)
+                    else:
+                        T.async_copy(x[row, base], xs[0, :])  # both copies in flight, then one wait
+                        T.async_copy(dy[row, base], gs[0, :])
+                        T.ptx_wait_group(0)
+
+                    if rms:
+                        for r in T.Parallel(1):
+                            mu[r] = 0.0
+                            s[r] = 0.0
+                            sg[r] = 0.0
+                    else:  # the chunk's sum and mean
+                        T.fill(a0, 0.0)
+                        for k in T.serial(NS):
+                            for r, j in T.Parallel(1, SUB):
+                                a0[r, j] += T.if_then_else(base + k * SUB + j < N, T.cast(xs[u, k * SUB + j], F32), 0.0)
+                        T.reduce_sum(a0, s, dim=1)
+                        for r in T.Parallel(1):
+                            mu[r] = s[r] / T.cast(count, F32)
+                    T.fill(a0, 0.0)
+                    T.fill(a1, 0.0)
+                    T.fill(a2, 0.0)
+                    for k in T.serial(NS):
+                        for r, j in T.Parallel(1, SUB):
+                            if base + k * SUB + j < N:
+                                if has_weight:
+                                    a1[r, j] += T.cast(gs[u, k * SUB + j], F32) * T.cast(ws[k * SUB + j], F32)
+                                    a2[r, j] += (T.cast(gs[u, k * SUB + j], F32) * T.cast(ws[k * SUB + j], F32)
+                                                 * (T.cast(xs[u, k * SUB + j], F32) - mu[r]))
+                                else:
+                                    a1[r, j] += T.cast(gs[u, k * SUB + j], F32)
+                                    a2[r, j] += T.cast(gs[u, k * SUB + j], F32) * (T.cast(xs[u, k * SUB + j], F32) - mu[r])
+                                a0[r, j] += ((T.cast(xs[u, k * SUB + j], F32) - mu[r])
+                                             * (T.cast(xs[u, k * SUB + j], F32) - mu[r]))
+                    T.reduce_sum(a0, q, dim=1)
+                    T.reduce_sum(a2, sgx, dim=1)
+                    if not rms:
+                        T.reduce_sum(a1, sg, dim=1)
+
+                    if C > 1:
+                        mine[0] = s[0]
+                        mine[1] = q[0]
+                        mine[2] = sg[0]
+                        mine[3] = sgx[0]
+                        swap(mine, peers[cx, :], got, i % 2)
+                        for r in T.Parallel(1):
+                            mean[r] = 0.0
+                            q[r] = 0.0
+                            sg[r] = 0.0
+                            sgx[r] = 0.0
+                            if not rms:
+                                for p in T.unroll(C):
+                                    mean[r] += peers[p, 0]
+                                mean[r] = mean[r] / T.float32(N)
+                            for p in T.unroll(C):  # unrolled: each chunk's count folds to a constant
+                                if rms:
+                                    q[r] += peers[p, 1]
+                                    sgx[r] += peers[p, 3]
+                                else:
+                                    q[r] += peers[p, 1] + T.cast(T.min(N - p * TILE, TILE), F32) * (
+                                        (peers[p, 0] / T.cast(T.min(N - p * TILE, TILE), F32) - mean[r])
+                                        * (peers[p, 0] / T.cast(T.min(N - p * TILE, TILE), F32) - mean[r]))
+                                    sg[r] += peers[p, 2]
+                                    sgx[r] += peers[p, 3] + (
+                                        peers[p, 0] / T.cast(T.min(N - p * TILE, TILE), F32) - mean[r]) * peers[p, 2]
+                        T.cluster_arrive()  # this CTA has read its peers' words of row i
+                    else:
+                        for r in T.Parallel(1):
+                            mean[r] = mu[r]
+                    for r in T.Parallel(1):
+                        rstd[r] = T.rsqrt(q[r] / T.float32(N) + T.float32(eps))
+                        c1[r] = rstd[r] * sgx[r] / T.float32(N)
+                        c2[r] = sg[r] / T.float32(N)
+
+                    for k in T.serial(NS):
+                        for r, j in T.Parallel(1, SUB):
+                            if base + k * SUB + j < N:
+                                if has_weight:
+                                    dx[row, base + k * SUB + j] = T.cast(rstd[r] * (
+                                        T.cast(gs[u, k * SUB + j], F32) * T.cast(ws[k * SUB + j], F32) - c2[r]
+                                        - (T.cast(xs[u, k * SUB + j], F32) - mean[r]) * rstd[r] * c1[r]), dtype)
+                                    aw[r, k * SUB + j] += (T.cast(gs[u, k * SUB + j], F32)
+                                                           * (T.cast(xs[u, k * SUB + j], F32) - mean[r]) * rstd[r])
+                                else:
+                                    dx[row, base + k * SUB + j] = T.cast(rstd[r] * (
+                                        T.cast(gs[u, k * SUB + j], F32) - c2[r]
+                                        - (T.cast(xs[u, k * SUB + j], F32) - mean[r]) * rstd[r] * c1[r]), dtype)
+                                if want_b:
+                                    ab[r, k * SUB + j] += T.cast(gs[u, k * SUB + j], F32)
+                    if C > 1:
+                        T.cluster_wait()  # every peer has read this row's words: the next send may land
+
+                for k in T.serial(NS):
+                    for r, j in T.Parallel(1, SUB):
+                        if base + k * SUB + j < N:
+                            if has_weight:
+                                pw[bx, base + k * SUB + j] = aw[r, k * SUB + j]
+                            if want_b:
+                                pb[bx, base + k * SUB + j] = ab[r, k * SUB + j]
+
+        return main
+
+    return smem_norm_bwd
+
+
+# -- host side: configs and the backward of one call shape ---------------------------------------
+
+CLUSTERS = (1, 2, 4, 8, 16)
+THREADS = (256, 512, 128)
+
+
+def refusal(n: int, dtype: str) -> str | None:
+    """Why this family cannot take the backward of rows of ``n``, or None."""
+    from .norm_configs import smem_refusal
+
+    return smem_refusal(n, dtype, 0) or (None if configs(n, dtype) else
+                                         f"no (cluster, threads) of this family holds rows of {n} {dtype}")
+
+
+def configs(n: int, dtype: str) -> list[dict]:
+    """Every (cluster, threads) that holds rows of ``n``, fewest chunks first, then ``threads`` in
+    :data:`THREADS` order; ``tile_n`` the cluster's share of the row (``fit_chunk``); the next
+    row's copy in flight (``ahead``) where it fits; registers for one CTA an SM (``blocks``), a
+    persistent grid of two clusters' CTAs an SM (``per_sm``)."""
+    from .smem_rows import fit_chunk
+
+    out = []
+    for cluster in CLUSTERS:
+        for threads in THREADS:
+            tile, c = fit_chunk(n, dtype, cluster, threads)
+            if c != cluster or check_backward(n, dtype, tile, c, 1, threads) is not None:
+                continue
+            ahead = int(check_backward(n, dtype, tile, c, 1, threads, True) is None)
+            cfg = {"block_m": 1, "threads": threads, "tile_n": tile, "cluster": c, "ahead": ahead, "blocks": 1,
+                   "per_sm": 2}
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
+def default_config(n: int, dtype: str) -> dict | None:
+    """The config a backward of rows of ``n`` runs, or None where none holds them. On an H200
+    (benchmarks/results/current/norms/smem_norm_backward/) the fastest were: rows of up to 32K in
+    the fewest chunks (256 threads up to chunks of 8192, else 512), longer rows in chunks of 8192
+    at 256 threads (262144: 16 chunks of 16384 at 512), the next row's copy in flight wherever it fit."""
+    found = configs(n, dtype)
+    if not found:
+        return None
+    for cfg in found:
+        small = cfg["tile_n"] <= 8192
+        if (cfg["threads"] == 256) == small and (n <= 32768 or cfg["tile_n"] <= 8192 or cfg["cluster"] == 16):
+            return dict(cfg)
+    return dict(found[0])
+
+
+_BUILT: dict[tuple, object] = {}
+_LOCK = threading.Lock()
+
+
+def build(op: str, n: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, config: dict):
+    """The compiled kernel of ``config`` (built once a process; threads may build different ones at once)."""
+    from .build import compile_program
+
+    arch = os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None
+    key = (op, n, dtype, has_weight, has_bias, eps, arch, *(int(config[k]) for k in ("tile_n", "cluster", "threads")),
+           bool(config.get("ahead")), int(config.get("blocks", 1)))
+    kernel = _BUILT.get(key)
+    if kernel is None:
+        kernel = compile_program(
+            lambda: program(op, n, dtype, has_weight, has_bias, eps, int(config["tile_n"]), int(config["cluster"]),
+                            bool(config.get("ahead")), int(config.get("blocks", 1)), arch),
+            {"block_m": 1, "threads": int(config["threads"])})
+        with _LOCK:
+            kernel = _BUILT.setdefault(key, kernel)
+    return kernel
+
+
+def _sm_count(device) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def make(op: str, m: int, n: int, dtype, has_weight: bool, has_bias: bool, eps: float, config: dict | None = None):
+    """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` of rows of
+    ``n`` (CUDA, sm_90+), with ``config`` (default: :func:`default_config`)."""
+    import torch
+
+    from dispatch.backend import placeholder
+
+    from .norms import DTYPES, aligned
+
+    name = DTYPES[dtype]
+    cfg = dict(config or default_config(n, name))
+    is_rms = op == "rms_norm"
+    kernel = None
+
+    def compiled():
+        nonlocal kernel
+        if kernel is None:
+            kernel = build(op, n, name, has_weight, has_bias and not is_rms, eps, cfg)
+        return kernel
+
+    def backward(grad, x, weight, *rest):
+        bias = rest[0] if len(rest) == 2 else None
+        dx = torch.empty(x.shape, dtype=dtype, device=x.device)
+        if m == 0:
+            dw = torch.zeros_like(weight) if weight is not None else None
+            db = torch.zeros_like(bias) if bias is not None else None
+            return (dx, dw) if is_rms else (dx, dw, db)
+        p = min(m, max(1, -(-int(cfg.get("per_sm", 2)) * _sm_count(x.device) // int(cfg["cluster"]))))
+        pw = torch.empty((p, n), dtype=torch.float32, device=x.device)
+        pb = torch.empty((p, n), dtype=torch.float32, device=x.device) if bias is not None and has_bias else pw
+        w = weight.reshape(n) if weight is not None else placeholder(x, dtype, (n,))
+        args = [aligned(a) for a in (x.reshape(m, n).contiguous(), w, grad.reshape(m, n).contiguous(), dx.view(m, n))]
+        compiled()(*args, pw, pb)
+        dw = pw.sum(0).to(dtype).view(weight.shape) if weight is not None else None  # stage two, fixed order
+        db = pb.sum(0).to(dtype).view(bias.shape) if bias is not None and has_bias else None
+        return (dx, dw) if is_rms else (dx, dw, db)
+
+    return backward
