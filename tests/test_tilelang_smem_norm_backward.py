@@ -4,6 +4,7 @@ and its sm_90 build has the exchange it needs (the kernels run in tests/test_gpu
 
 from __future__ import annotations
 
+import inspect
 import random
 
 import pytest
@@ -69,3 +70,30 @@ def test_the_sm90_build(op, n, dtype, weight, bias, ahead):
     assert ("& 1))" in src) == clustered  # the exchange's barrier waits on the row's parity
     assert ("cp_async_wait<2>" in src) == ahead  # this row landed, the next one's copies in flight
     assert ("&(w[" in src) == weight and ("pb + " in src) == bias  # an absent tensor is neither read nor written
+
+
+def _program(name):
+    from dispatch_tilelang import smem_cols, smem_norms, smem_rows
+
+    return {
+        "smem_rows": lambda: smem_rows.program("softmax", 65536, "bfloat16", "bfloat16", 8192, 8, arch="sm_90"),
+        "smem_norms": lambda: smem_norms.program("layer_norm", 65536, "bfloat16", True, True, 1e-5, 8192, 8,
+                                                 arch="sm_90"),
+        "smem_norm_backward": lambda: SB.program("layer_norm", 65536, "bfloat16", True, True, 1e-5, 8192, 8, True,
+                                                 arch="sm_90"),
+        "smem_cols": lambda: smem_cols.program("softmax", (4, 1024, 64), "bfloat16", "bfloat16", 64, 128, 8,
+                                               arch="sm_90"),
+    }[name]()
+
+
+@pytest.mark.parametrize("name", ["smem_rows", "smem_norms", "smem_norm_backward", "smem_cols"])
+def test_tilelangs_autotuner_can_key_every_shared_memory_program(name):
+    """TileLang's autotuner keys a tune by the JIT function's free variables and refuses any that is
+    not an int, float, str, bool or None: a macro made outside the function (the cluster exchange)
+    failed every native tune of these families with "Cell contents Macro(...) is not serializable"."""
+    fn = _program(name).func
+    params = set(inspect.signature(fn).parameters)
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    bad = {k: type(c.cell_contents).__name__ for k, c in cells.items()
+           if k not in params and not isinstance(c.cell_contents, (int, float, str, bool, type(None)))}
+    assert not bad, f"{name}: free variables TileLang's autotuner cannot key: {bad}"

@@ -78,7 +78,6 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
     outer, R, inner = key
     BI, TR, C = block_i, tile_r, cluster
     vec = 16 // DTYPE_BYTES[in_dtype]
-    trade = trade_words(C)
     lanes = BI // vec
     NI = inner // BI
     lse = op == "logsumexp"
@@ -86,7 +85,9 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
 
     @tilelang.jit(target=target, out_idx=[1])
     def smem_cols(threads):
-        reason = check_launch(key, in_dtype, BI, TR, C, threads)
+        # a tuple or a macro among the free variables would fail TileLang's autotuner: made here
+        trade = trade_words(C)
+        reason = check_launch((outer, R, inner), in_dtype, BI, TR, C, threads)
         if reason is not None:
             raise ValueError(reason)
         G = threads // lanes

@@ -71,10 +71,9 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
     vec = 16 // DTYPE_BYTES[dtype]
     rms = op == "rms_norm"
     want_b = has_bias and not rms
-    swap, words = swap_words(C), row_words(C)
-
     @tilelang.jit(target=target, out_idx=None)
     def smem_norm_bwd(block_m, threads):
+        swap, words = swap_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
         reason = check_backward(N, dtype, TILE, C, block_m, threads, ahead)
         if reason is not None:
             raise ValueError(reason)
@@ -167,7 +166,8 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                                                  * (T.cast(xs[u, k * SUB + j], F32) - mu[r]))
                                 else:
                                     a1[r, j] += T.cast(gs[u, k * SUB + j], F32)
-                                    a2[r, j] += T.cast(gs[u, k * SUB + j], F32) * (T.cast(xs[u, k * SUB + j], F32) - mu[r])
+                                    a2[r, j] += (T.cast(gs[u, k * SUB + j], F32)
+                                                 * (T.cast(xs[u, k * SUB + j], F32) - mu[r]))
                                 a0[r, j] += ((T.cast(xs[u, k * SUB + j], F32) - mu[r])
                                              * (T.cast(xs[u, k * SUB + j], F32) - mu[r]))
                     T.reduce_sum(a0, q, dim=1)

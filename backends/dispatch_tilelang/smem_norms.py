@@ -41,10 +41,9 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[dtype]
     rms = op == "rms_norm"
-    trade, words = trade_words(C), row_words(C)
-
     @tilelang.jit(target=target, out_idx=[3])
     def smem_norm(block_m, threads):
+        trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
         reason = check_launch(N, dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
