@@ -45,6 +45,7 @@ def test_the_default_follows_the_measured_shapes():
     assert [(pick[n]["cluster"], pick[n]["threads"]) for n in sorted(pick)] == \
         [(1, 256), (1, 512), (2, 512), (8, 256), (16, 256), (16, 512)]
     assert all(cfg["ahead"] for cfg in pick.values())
+    assert [pick[n]["per_sm"] for n in sorted(pick)] == [2, 1, 1, 2, 2, 2]  # 512 threads, < 16 chunks: one CTA an SM
     assert not SB.default_config(262144, "float32")["ahead"]  # five 64 KB chunks do not fit
 
 
