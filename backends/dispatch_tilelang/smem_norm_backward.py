@@ -35,6 +35,7 @@ import tilelang.language as T
 
 from ._numerics import F32
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
+from .smem_norms import chan_term, chunk_count
 from .smem_rows import check_launch, row_words, swap_words
 
 MAX_ACC_PER_THREAD = 32  # dweight (and dbias) values a thread accumulates in registers
@@ -195,12 +196,10 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                                     q[r] += peers[p, 1]
                                     sgx[r] += peers[p, 3]
                                 else:
-                                    q[r] += peers[p, 1] + T.cast(T.min(N - p * TILE, TILE), F32) * (
-                                        (peers[p, 0] / T.cast(T.min(N - p * TILE, TILE), F32) - mean[r])
-                                        * (peers[p, 0] / T.cast(T.min(N - p * TILE, TILE), F32) - mean[r]))
+                                    q[r] += chan_term(peers, p, mean[r], N, TILE)
                                     sg[r] += peers[p, 2]
                                     sgx[r] += peers[p, 3] + (
-                                        peers[p, 0] / T.cast(T.min(N - p * TILE, TILE), F32) - mean[r]) * peers[p, 2]
+                                        peers[p, 0] / chunk_count(N, TILE, p) - mean[r]) * peers[p, 2]
                         T.cluster_arrive()  # this CTA has read its peers' words of row i
                     else:
                         for r in T.Parallel(1):

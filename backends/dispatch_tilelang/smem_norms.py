@@ -31,6 +31,19 @@ from .norm_kernels import _affine
 from .smem_rows import check_launch, row_words, trade_words
 
 
+def chunk_count(n: int, tile: int, r):
+    """The columns (fp32) of chunk ``r`` of a row of ``n`` cut in chunks of ``tile``."""
+    return T.cast(T.min(n - r * tile, tile), F32)
+
+
+def chan_term(peers, r, mean, n: int, tile: int):
+    """Chunk ``r``'s share of its row's M2 (Chan et al.): the chunk's own M2 (``peers[r, 1]``) plus
+    its count times the square of its mean's distance from the row's ``mean`` (the chunk's sum is
+    ``peers[r, 0]``)."""
+    return peers[r, 1] + chunk_count(n, tile, r) * (
+        (peers[r, 0] / chunk_count(n, tile, r) - mean) * (peers[r, 0] / chunk_count(n, tile, r) - mean))
+
+
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int,
             cluster: int, arch: str | None = None):
@@ -109,9 +122,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                             if rms:
                                 m2[i] += peers[r, 1]
                             else:
-                                m2[i] += peers[r, 1] + T.cast(T.min(N - r * TILE, TILE), F32) * (
-                                    (peers[r, 0] / T.cast(T.min(N - r * TILE, TILE), F32) - mean[i])
-                                    * (peers[r, 0] / T.cast(T.min(N - r * TILE, TILE), F32) - mean[i]))
+                                m2[i] += chan_term(peers, r, mean[i], N, TILE)
                 else:
                     for i in T.Parallel(1):
                         mean[i] = mu[i]
