@@ -1,4 +1,4 @@
-"""rms_norm and layer_norm backward in TileLang for CUDA, for rows too long for one CTA's registers.
+"""rms_norm and layer_norm backward in TileLang for CUDA (sm_90+), a row's chunks of ``x`` and ``dy`` in shared memory.
 
 The row layout of :mod:`.smem_norms`: a row in ``cluster`` chunks of ``tile_n`` columns, one CTA
 each, the CTAs of a row one thread-block cluster (sm_90+). The grid is persistent over rows: ``P``
@@ -72,6 +72,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
     vec = 16 // DTYPE_BYTES[dtype]
     rms = op == "rms_norm"
     want_b = has_bias and not rms
+
     @tilelang.jit(target=target, out_idx=None)
     def smem_norm_bwd(block_m, threads):
         swap, words = swap_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
@@ -314,6 +315,7 @@ def build(op: str, n: int, dtype: str, has_weight: bool, has_bias: bool, eps: fl
     return kernel
 
 
+@functools.lru_cache(maxsize=None)
 def _sm_count(device) -> int:
     import torch
 
