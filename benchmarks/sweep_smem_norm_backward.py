@@ -79,8 +79,8 @@ def main() -> None:
     cases = [(op, m, n, dtype, variants(n, dtype)) for op, m, n, dtype in row_cases(args, SHAPES)]
     t0 = time.time()
     jobs = [(op, n, dtype, cfg) for op, _, n, dtype, cfgs in cases for cfg in cfgs]
-    jobs = list({(op, n, dtype, *(cfg[k] for k in ("tile_n", "cluster", "threads", "ahead", "blocks"))): (op, n, dtype, cfg)
-                 for op, n, dtype, cfg in jobs}.values())
+    built = ("tile_n", "cluster", "threads", "ahead", "blocks")  # per_sm is the grid's, not the build's
+    jobs = list({(op, n, dtype, *(cfg[k] for k in built)): (op, n, dtype, cfg) for op, n, dtype, cfg in jobs}.values())
 
     def one(job):
         try:
@@ -120,7 +120,6 @@ def main() -> None:
             fns["triton (dispatch's backward)"] = tri
         else:
             print("FAIL triton", op, m, n, dtype, why, flush=True)
-        leaves = [t.detach().requires_grad_() for t in (x, w) + extra]
         fns["torch eager"] = eager_call(op, inp)
         if TB.serves(n, "cuda"):
             reg = TB.make_backward(op, m, n, tdt, True, b is not None, EPS, "cuda")
@@ -129,20 +128,18 @@ def main() -> None:
                 fns["tilelang registers"] = lambda reg=reg: reg(dy, x, w, *extra, None)
             else:
                 print("FAIL tilelang registers", op, m, n, dtype, why, flush=True)
-        for cfg in cfgs:
-            for c in (cfg,):
-                try:
-                    bwd = SB.make(op, m, n, tdt, True, b is not None, EPS, c)
-                    hb = SB.make(op, 5, n, tdt, True, b is not None, EPS, c)
-                    why = (grad_check(bwd(dy, x, w, *extra, None), refs["plain"], tdt)
-                           or grad_check(hb(hard["dy"], hard["x"], w, *extra, None), refs["hard"], tdt))
-                except Exception as exc:  # noqa: BLE001
-                    why = f"{type(exc).__name__}: {exc}"[:400]
-                if why is not None:
-                    print("FAIL", op, m, n, dtype, label(c), why, flush=True)
-                    continue
-                fns[label(c)] = lambda bwd=bwd: bwd(dy, x, w, *extra, None)
-        del leaves
+        for c in cfgs:
+            try:
+                bwd = SB.make(op, m, n, tdt, True, b is not None, EPS, c)
+                hb = SB.make(op, 5, n, tdt, True, b is not None, EPS, c)
+                why = (grad_check(bwd(dy, x, w, *extra, None), refs["plain"], tdt)
+                       or grad_check(hb(hard["dy"], hard["x"], w, *extra, None), refs["hard"], tdt))
+            except Exception as exc:  # noqa: BLE001
+                why = f"{type(exc).__name__}: {exc}"[:400]
+            if why is not None:
+                print("FAIL", op, m, n, dtype, label(c), why, flush=True)
+                continue
+            fns[label(c)] = lambda bwd=bwd: bwd(dy, x, w, *extra, None)
         nbytes = 3 * x.numel() * x.element_size() + (2 + len(extra) * 2) * n * x.element_size()
         copy_bytes = 2 * x.numel() * x.element_size()
         rows = race_table(fns, args.rounds, nbytes, copy_bytes, {"op": op, "shape": f"{m}x{n}", "dtype": dtype},
