@@ -54,6 +54,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[dtype]
     rms = op == "rms_norm"
+
     @tilelang.jit(target=target, out_idx=[3])
     def smem_norm(block_m, threads):
         trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables

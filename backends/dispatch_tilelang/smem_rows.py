@@ -126,6 +126,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     vec = 16 // DTYPE_BYTES[in_dtype]
     lse = op == "logsumexp"
     log = op == "log_softmax"
+
     @tilelang.jit(target=target, out_idx=[1])
     def smem_rows(block_m, threads):
         trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
