@@ -217,13 +217,9 @@ def _config(n: int, target: str) -> dict:
 def make_backward(op: str, m: int, n: int, dtype: torch.dtype, has_weight: bool, has_bias: bool, eps: float,
                   target: str):
     """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])``."""
-    from dispatch.backend import placeholder
-
     name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
     config = _config(n, target)
     key = (op, n, name, has_weight, eps, target, tuple(sorted(config.items())))
-    bits = target == "c" and dtype == torch.bfloat16
-    is_rms = op == "rms_norm"
 
     def compiled():
         kernel = _BUILT.get(key)
@@ -241,6 +237,21 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, has_weight: bool,
                     kernel = _BUILT[key] = program(**config)
         return kernel
 
+    return partials_backward(op, m, n, dtype, has_bias, lambda device: -(-m // config["block_m"]), compiled, target)
+
+
+def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: bool, rows, compiled, target: str):
+    """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` around the
+    kernel ``compiled()``, ``kernel(x, w, dy, dx, pw, pb)``, which writes ``dx`` and ``rows(device)``
+    rows of fp32 partials of dweight (``pw``) and dbias (``pb``); the partials are summed over their
+    rows here in a fixed order (stage two: deterministic). On CUDA a misaligned tensor is handed
+    over as an aligned copy (:func:`~dispatch_tilelang.norms.aligned`); bf16 goes to the C target as
+    its bits."""
+    from dispatch.backend import placeholder
+
+    bits = target == "c" and dtype == torch.bfloat16
+    is_rms = op == "rms_norm"
+
     def backward(grad, x, weight, *rest):
         bias = rest[0] if len(rest) == 2 else None
         device = x.device
@@ -249,7 +260,7 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, has_weight: bool,
             dw = torch.zeros_like(weight) if weight is not None else None
             db = torch.zeros_like(bias) if bias is not None else None
             return (dx, dw) if is_rms else (dx, dw, db)
-        p = -(-m // config["block_m"])
+        p = rows(device)
         pw = torch.empty((p, n), dtype=torch.float32, device=device)
         pb = torch.empty((p, n), dtype=torch.float32, device=device)
         w = weight.reshape(n) if weight is not None else placeholder(x, dtype, (n,))

@@ -324,39 +324,23 @@ def _sm_count(device) -> int:
 
 def make(op: str, m: int, n: int, dtype, has_weight: bool, has_bias: bool, eps: float, config: dict | None = None):
     """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` of rows of
-    ``n`` (CUDA, sm_90+), with ``config`` (default: :func:`default_config`)."""
-    import torch
-
-    from dispatch.backend import placeholder
-
-    from .norms import DTYPES, aligned
+    ``n`` (CUDA, sm_90+), with ``config`` (default: :func:`default_config`): the grid's rows ``P``
+    are ``per_sm`` clusters' CTAs an SM, at most ``m``."""
+    from .norm_backward import partials_backward
+    from .norms import DTYPES
 
     name = DTYPES[dtype]
     cfg = dict(config or default_config(n, name))
-    is_rms = op == "rms_norm"
+    per_sm, cluster = int(cfg.get("per_sm", 2)), int(cfg["cluster"])
     kernel = None
 
     def compiled():
         nonlocal kernel
         if kernel is None:
-            kernel = build(op, n, name, has_weight, has_bias and not is_rms, eps, cfg)
+            kernel = build(op, n, name, has_weight, has_bias and op != "rms_norm", eps, cfg)
         return kernel
 
-    def backward(grad, x, weight, *rest):
-        bias = rest[0] if len(rest) == 2 else None
-        dx = torch.empty(x.shape, dtype=dtype, device=x.device)
-        if m == 0:
-            dw = torch.zeros_like(weight) if weight is not None else None
-            db = torch.zeros_like(bias) if bias is not None else None
-            return (dx, dw) if is_rms else (dx, dw, db)
-        p = min(m, max(1, -(-int(cfg.get("per_sm", 2)) * _sm_count(x.device) // int(cfg["cluster"]))))
-        pw = torch.empty((p, n), dtype=torch.float32, device=x.device)
-        pb = torch.empty((p, n), dtype=torch.float32, device=x.device) if bias is not None and has_bias else pw
-        w = weight.reshape(n) if weight is not None else placeholder(x, dtype, (n,))
-        args = [aligned(a) for a in (x.reshape(m, n).contiguous(), w, grad.reshape(m, n).contiguous(), dx.view(m, n))]
-        compiled()(*args, pw, pb)
-        dw = pw.sum(0).to(dtype).view(weight.shape) if weight is not None else None  # stage two, fixed order
-        db = pb.sum(0).to(dtype).view(bias.shape) if bias is not None and has_bias else None
-        return (dx, dw) if is_rms else (dx, dw, db)
+    def rows(device) -> int:
+        return min(m, max(1, -(-per_sm * _sm_count(device) // cluster)))
 
-    return backward
+    return partials_backward(op, m, n, dtype, has_bias, rows, compiled, "cuda")
