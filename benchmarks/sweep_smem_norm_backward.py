@@ -38,15 +38,22 @@ def label(cfg: dict) -> str:
             f"{' ahead' if cfg['ahead'] else ''} b{cfg['blocks']} x{cfg['per_sm']}")
 
 
-def variants(n: int, dtype: str) -> list[dict]:
-    """Each (cluster, threads) of chunks of at least 4096 (smaller ones never led), the next row's
-    copy in flight where it fits (it led at every length but where it did not fit), registers
-    for 1, 2 or 3 CTAs an SM (3: 256 threads only), grids of 1-3 clusters' CTAs an SM."""
+def variants(n: int, dtype: str, pick: str = "all") -> list[dict]:
+    """``pick="default"``: the config the backward runs (:func:`default_config`). ``"all"``: each
+    (cluster, threads) of chunks of at least 4096 (smaller ones never led), the next row's copy
+    in flight where it fits (it led at every length but where it did not fit), registers for 1,
+    2 or 3 CTAs an SM (3: 256 threads only), grids of 1-3 clusters' CTAs an SM; rows of up to
+    2048 in 128 and 256 threads only, at grids of 2, 4 and 8 CTAs an SM."""
     from dispatch_tilelang import smem_norm_backward as SB
 
-    out = []
     default = SB.default_config(n, dtype)
+    if pick == "default":
+        return [default] if default else []
+    out = []
     for cfg in SB.configs(n, dtype):
+        if n <= 2048:
+            out += [{**cfg, "per_sm": per_sm} for per_sm in (2, 4, 8) if cfg["threads"] <= 256]
+            continue
         if (cfg["threads"] == 128 or cfg["tile_n"] < 4096) and cfg != default:
             continue
         ahead = int(SB.check_backward(n, dtype, cfg["tile_n"], cfg["cluster"], 1, cfg["threads"], True) is None)
@@ -67,6 +74,8 @@ def main() -> None:
     ap = race_arguments("rms_norm,layer_norm", "bfloat16,float32")
     ap.add_argument("--time-limit", type=float, default=0, help="seconds after which no case is begun (0: none)")
     ap.add_argument("--jobs", type=int, default=16)
+    ap.add_argument("--pick", choices=("all", "default"), default="all",
+                    help="the configs timed: every one of `variants`, or the one the backward runs by default")
     args = ap.parse_args()
 
     import torch
@@ -76,7 +85,7 @@ def main() -> None:
     from dispatch_tilelang import norm_backward as TB
     from dispatch_tilelang import smem_norm_backward as SB
 
-    cases = [(op, m, n, dtype, variants(n, dtype)) for op, m, n, dtype in row_cases(args, SHAPES)]
+    cases = [(op, m, n, dtype, variants(n, dtype, args.pick)) for op, m, n, dtype in row_cases(args, SHAPES)]
     t0 = time.time()
     jobs = [(op, n, dtype, cfg) for op, _, n, dtype, cfgs in cases for cfg in cfgs]
     built = ("tile_n", "cluster", "threads", "ahead", "blocks")  # per_sm is the grid's, not the build's

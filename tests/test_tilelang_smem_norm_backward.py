@@ -39,14 +39,18 @@ def test_every_config_covers_its_row_and_leaves_no_cta_empty(dtype):
 
 
 def test_the_default_follows_the_measured_shapes():
-    """The fastest configs of the H200 sweep: rows of up to 32K in the fewest chunks, longer ones in
-    chunks of 8192 at 256 threads, 262144 in 16 chunks of 16384, the next row's copy in flight."""
+    """The fastest configs of the H200 sweeps: rows of up to 32K in the fewest chunks, longer ones in
+    chunks of 8192 at 256 threads, 262144 in 16 chunks of 16384, the next row's copy in flight;
+    rows of up to 4 KB whole in 128 threads, eight or four CTAs an SM."""
     pick = {n: SB.default_config(n, "bfloat16") for n in (4096, 16384, 32768, 65536, 131072, 262144)}
     assert [(pick[n]["cluster"], pick[n]["threads"]) for n in sorted(pick)] == \
         [(1, 256), (1, 512), (2, 512), (8, 256), (16, 256), (16, 512)]
     assert all(cfg["ahead"] for cfg in pick.values())
     assert [pick[n]["per_sm"] for n in sorted(pick)] == [2, 1, 1, 2, 2, 2]  # 512 threads, < 16 chunks: one CTA an SM
     assert not SB.default_config(262144, "float32")["ahead"]  # five 64 KB chunks do not fit
+    short = {n: SB.default_config(n, "bfloat16") for n in (1024, 2048)}  # whole rows, many small CTAs an SM
+    assert [(short[n]["cluster"], short[n]["threads"], short[n]["per_sm"]) for n in (1024, 2048)] == \
+        [(1, 128, 8), (1, 128, 4)]
 
 
 def test_refusals_name_what_would_work(monkeypatch):

@@ -58,6 +58,19 @@ def check_backward(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: 
     return None
 
 
+def _sums_layout(sums: int, sub: int, threads: int, vec: int):
+    """``sums`` rows of one walk's partial sums, column ``j`` of each in the thread that holds column
+    ``j`` of the chunk's sub-tile (as :func:`.cuda_kernels._fragment_layout`): one all-reduce takes them all."""
+    per = sub // threads
+    return T.Fragment((sums, sub), forward_thread_fn=lambda i, j: (j // vec) % threads,
+                      forward_index_fn=lambda i, j: i * per + (j // (vec * threads)) * vec + j % vec)
+
+
+def _sums_stat_layout(sums: int, threads: int):
+    """The reduced ``sums``, every one in every thread."""
+    return T.Fragment((sums,), forward_thread_fn=lambda i, rep: rep, replicate=threads, forward_index_fn=lambda i: i)
+
+
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int,
             cluster: int, ahead: bool = False, blocks: int = 1, arch: str | None = None):
@@ -76,12 +89,17 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
     @tilelang.jit(target=target, out_idx=None)
     def smem_norm_bwd(block_m, threads):
         swap, words = swap_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
+
+        def gw(g, w):  # g = dy * w, in fp32
+            return T.cast(g, F32) * T.cast(w, F32) if has_weight else T.cast(g, F32)
+
         reason = check_backward(N, dtype, TILE, C, block_m, threads, ahead)
         if reason is not None:
             raise ValueError(reason)
         SUB = vec * threads
         NS = TILE // SUB
         S = 2 if ahead else 1
+        B = 2 if rms else 3  # sums of the second walk: (x - mu)^2, g (x - mu)[, g]
         M = T.dynamic("m")
         P = T.dynamic("p")
 
@@ -95,8 +113,8 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                 gs = T.alloc_shared((S, TILE), dtype)
                 ws = T.alloc_shared((TILE,), dtype)
                 a0 = T.alloc_fragment((1, SUB), F32)
-                a1 = T.alloc_fragment((1, SUB), F32)
-                a2 = T.alloc_fragment((1, SUB), F32)
+                acc = T.alloc_fragment((B, SUB), F32)  # the second walk's sums, reduced together
+                sums = T.alloc_fragment((B,), F32)
                 aw = T.alloc_fragment((1, TILE), F32)
                 ab = T.alloc_fragment((1, TILE), F32)
                 s = T.alloc_fragment((1,), F32)
@@ -108,7 +126,8 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                 rstd = T.alloc_fragment((1,), F32)
                 c1 = T.alloc_fragment((1,), F32)
                 c2 = T.alloc_fragment((1,), F32)
-                layouts = {a: _fragment_layout(1, SUB, threads, vec) for a in (a0, a1, a2)}
+                layouts = {a0: _fragment_layout(1, SUB, threads, vec), acc: _sums_layout(B, SUB, threads, vec),
+                           sums: _sums_stat_layout(B, threads)}
                 layouts[aw] = _fragment_layout(1, TILE, threads, vec)
                 layouts[ab] = _fragment_layout(1, TILE, threads, vec)
                 for stat in (s, mu, q, sg, sgx, mean, rstd, c1, c2):
@@ -116,6 +135,8 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                 T.annotate_layout(layouts)
                 if C > 1:
                     mine, peers, got = words(cx)
+                else:
+                    mine = T.alloc_shared((4,), F32)
                 base = cx * TILE
                 count = T.min(N - base, TILE)  # this chunk's columns
 
@@ -156,32 +177,20 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                         T.reduce_sum(a0, s, dim=1)
                         for r in T.Parallel(1):
                             mu[r] = s[r] / T.cast(count, F32)
-                    T.fill(a0, 0.0)
-                    T.fill(a1, 0.0)
-                    T.fill(a2, 0.0)
+                    T.fill(acc, 0.0)
                     for k in T.serial(NS):
-                        for r, j in T.Parallel(1, SUB):
+                        for r, j in T.Parallel(B, SUB):
                             if base + k * SUB + j < N:
-                                if has_weight:
-                                    a1[r, j] += T.cast(gs[u, k * SUB + j], F32) * T.cast(ws[k * SUB + j], F32)
-                                    a2[r, j] += (T.cast(gs[u, k * SUB + j], F32) * T.cast(ws[k * SUB + j], F32)
-                                                 * (T.cast(xs[u, k * SUB + j], F32) - mu[r]))
-                                else:
-                                    a1[r, j] += T.cast(gs[u, k * SUB + j], F32)
-                                    a2[r, j] += (T.cast(gs[u, k * SUB + j], F32)
-                                                 * (T.cast(xs[u, k * SUB + j], F32) - mu[r]))
-                                a0[r, j] += ((T.cast(xs[u, k * SUB + j], F32) - mu[r])
-                                             * (T.cast(xs[u, k * SUB + j], F32) - mu[r]))
-                    T.reduce_sum(a0, q, dim=1)
-                    T.reduce_sum(a2, sgx, dim=1)
-                    if not rms:
-                        T.reduce_sum(a1, sg, dim=1)
+                                acc[r, j] += T.if_then_else(
+                                    r == 0, (T.cast(xs[u, k * SUB + j], F32) - mu[0]) * (T.cast(xs[u, k * SUB + j], F32) - mu[0]),
+                                    gw(gs[u, k * SUB + j], ws[k * SUB + j]) * T.if_then_else(
+                                        r == B - 1, T.cast(xs[u, k * SUB + j], F32) - mu[0], 1.0))
+                    T.reduce_sum(acc, sums, dim=1, batch=B)  # one all-reduce's barriers for every sum
+                    for r in T.Parallel(B):  # the words this CTA sends: s, q[, sg], sgx
+                        mine[r + 1 + (r if rms else 0)] = sums[r]
 
                     if C > 1:
                         mine[0] = s[0]
-                        mine[1] = q[0]
-                        mine[2] = sg[0]
-                        mine[3] = sgx[0]
                         swap(mine, peers[cx, :], got, i % 2)
                         for r in T.Parallel(1):
                             mean[r] = 0.0
@@ -205,6 +214,10 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                     else:
                         for r in T.Parallel(1):
                             mean[r] = mu[r]
+                            q[r] = mine[1]
+                            sgx[r] = mine[3]
+                            if not rms:
+                                sg[r] = mine[2]
                     for r in T.Parallel(1):
                         rstd[r] = T.rsqrt(q[r] / T.float32(N) + T.float32(eps))
                         c1[r] = rstd[r] * sgx[r] / T.float32(N)
@@ -259,9 +272,11 @@ def configs(n: int, dtype: str) -> list[dict]:
     """Every (cluster, threads) that holds rows of ``n``, fewest chunks first, then ``threads`` in
     :data:`THREADS` order; ``tile_n`` the cluster's share of the row (``fit_chunk``); the next
     row's copy in flight (``ahead``) where it fits; registers for one CTA an SM (``blocks``), a
-    persistent grid of two clusters' CTAs an SM, one for 512 threads in fewer than 16 chunks
-    (``per_sm``; on an H200 those took 10-17% less time with one than with two; 256 threads took
-    0-8% more with one, and 16 chunks of 512 threads 11% more in fp32)."""
+    persistent grid of two clusters' CTAs an SM, one for 512 threads in fewer than 16 chunks, and
+    for 128 threads four, eight for chunks of up to 2 KB (``per_sm``; on an H200 512 threads took
+    10-17% less time with one than with two, 256 threads 0-8% more with one, and 16 chunks of
+    512 threads 11% more in fp32; rows of 1024 bf16 took 14-24% less kernel time with eight CTAs
+    of 128 threads an SM than with four)."""
     from .smem_rows import fit_chunk
 
     out = []
@@ -271,8 +286,11 @@ def configs(n: int, dtype: str) -> list[dict]:
             if c != cluster or check_backward(n, dtype, tile, c, 1, threads) is not None:
                 continue
             ahead = int(check_backward(n, dtype, tile, c, 1, threads, True) is None)
+            per_sm = 1 if threads > 256 and c < 16 else 2
+            if threads == 128:
+                per_sm = 8 if tile * DTYPE_BYTES[dtype] <= 2048 else 4
             cfg = {"block_m": 1, "threads": threads, "tile_n": tile, "cluster": c, "ahead": ahead, "blocks": 1,
-                   "per_sm": 1 if threads > 256 and c < 16 else 2}
+                   "per_sm": per_sm}
             if cfg not in out:
                 out.append(cfg)
     return out
@@ -280,12 +298,17 @@ def configs(n: int, dtype: str) -> list[dict]:
 
 def default_config(n: int, dtype: str) -> dict | None:
     """The config a backward of rows of ``n`` runs, or None where none holds them. On an H200
-    (benchmarks/results/current/norms/smem_norm_backward/) the fastest were: rows of up to 32K in
-    the fewest chunks (256 threads up to chunks of 8192, else 512), longer rows in chunks of 8192
-    at 256 threads (262144: 16 chunks of 16384 at 512), the next row's copy in flight wherever it fit."""
+    (benchmarks/results/current/norms/smem_norm_backward/) the fastest were: rows of up to 4 KB
+    whole in 128 threads (eight or four CTAs an SM), rows of up to 32K in the fewest chunks (256
+    threads up to chunks of 8192, else 512), longer rows in chunks of 8192 at 256 threads (262144:
+    16 chunks of 16384 at 512), the next row's copy in flight wherever it fit."""
     found = configs(n, dtype)
     if not found:
         return None
+    if n * DTYPE_BYTES[dtype] <= 4096:  # short rows: many small CTAs an SM
+        for cfg in found:
+            if cfg["threads"] == 128 and cfg["cluster"] == 1:
+                return dict(cfg)
     for cfg in found:
         small = cfg["tile_n"] <= 8192
         if (cfg["threads"] == 256) == small and (n <= 32768 or cfg["tile_n"] <= 8192 or cfg["cluster"] == 16):
