@@ -243,8 +243,9 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, has_weight: bool,
 def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: bool, rows, compiled, target: str):
     """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` around the
     kernel ``compiled()``, ``kernel(x, w, dy, dx, pw, pb)``, which writes ``dx`` and ``rows(device)``
-    rows of fp32 partials of dweight (``pw``) and dbias (``pb``); the partials are summed over their
-    rows here in a fixed order (stage two: deterministic). On CUDA a misaligned tensor is handed
+    rows of fp32 partials of dweight (``pw``) and dbias (``pb``), the two blocks of one buffer; the
+    partials are summed over their rows here in a fixed order (stage two: deterministic), both in
+    one reduction and one cast where both are wanted. On CUDA a misaligned tensor is handed
     over as an aligned copy (:func:`~dispatch_tilelang.norms.aligned`); bf16 goes to the C target as
     its bits."""
     from dispatch.backend import placeholder
@@ -260,18 +261,19 @@ def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: boo
             dw = torch.zeros_like(weight) if weight is not None else None
             db = torch.zeros_like(bias) if bias is not None else None
             return (dx, dw) if is_rms else (dx, dw, db)
-        p = rows(device)
-        pw = torch.empty((p, n), dtype=torch.float32, device=device)
-        pb = torch.empty((p, n), dtype=torch.float32, device=device)
-        w = weight.reshape(n) if weight is not None else placeholder(x, dtype, (n,))
+        want_w, want_b = weight is not None, bias is not None and has_bias
+        parts = torch.empty((2, rows(device), n), dtype=torch.float32, device=device)  # dweight's, dbias's
+        w = weight.reshape(n) if want_w else placeholder(x, dtype, (n,))
         args = [x.reshape(m, n).contiguous(), w, grad.reshape(m, n).contiguous(), dx.view(m, n)]
         if target == "cuda":  # 16-byte vectors from each tensor's start: a misaligned view is copied
             args = [aligned(a) for a in args]
         if bits:
             args = [a.view(torch.int16) for a in args]
-        compiled()(*args, pw, pb)
-        dw = pw.sum(0).to(dtype).view(weight.shape) if weight is not None else None  # stage two, fixed order
-        db = pb.sum(0).to(dtype).view(bias.shape) if bias is not None and has_bias else None
+        compiled()(*args, parts[0], parts[1])
+        # stage two, in a fixed order: both sums in one reduction and one cast where both are wanted
+        sums = parts.sum(1).to(dtype) if want_w and want_b else None
+        dw = (sums[0] if sums is not None else parts[0].sum(0).to(dtype)).view(weight.shape) if want_w else None
+        db = (sums[1] if sums is not None else parts[1].sum(0).to(dtype)).view(bias.shape) if want_b else None
         return (dx, dw) if is_rms else (dx, dw, db)
 
     return backward

@@ -6,11 +6,12 @@ clusters (the partials' rows), cluster ``p`` taking rows ``p, p + P, ...``. For 
 copies its chunks of ``x`` and ``dy`` into shared memory with ``cp.async`` and walks them there:
 
 * layer_norm: the chunk's sum of ``x`` (its mean ``mu_r``), then ``sum (x - mu_r)^2``, ``sum g`` and
-  ``sum g (x - mu_r)`` with ``g = dy * w``; one exchange of the four words over distributed
-  shared memory; the row's mean, ``M2 = sum_r M2_r + n_r (mu_r - mean)^2`` (Chan et al.) and
+  ``sum g (x - mu_r)`` with ``g = dy * w`` (one walk, one batched all-reduce of the three sums:
+  one set of barriers); one exchange of the four words over distributed shared memory; the row's
+  mean, ``M2 = sum_r M2_r + n_r (mu_r - mean)^2`` (Chan et al.) and
   ``sum g (x - mean) = sum_r [sum_r g (x - mu_r) + (mu_r - mean) sum_r g]``, exact algebra with
   no cancellation of large terms;
-* rms_norm: ``sum x^2`` and ``sum g x``; one exchange of two words;
+* rms_norm: ``sum x^2`` and ``sum g x`` (one batched all-reduce); one exchange of two words;
 
 then ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` (no ``mean(g)`` for rms_norm), written once, and
 the chunk's ``dy * xhat`` and ``dy`` added to the CTA's dweight / dbias accumulators (registers,
@@ -179,10 +180,12 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                             mu[r] = s[r] / T.cast(count, F32)
                     T.fill(acc, 0.0)
                     for k in T.serial(NS):
-                        for r, j in T.Parallel(B, SUB):
+                        for r, j in T.Parallel(B, SUB):  # sum r: (x - mu)^2, [g,] g (x - mu)
                             if base + k * SUB + j < N:
                                 acc[r, j] += T.if_then_else(
-                                    r == 0, (T.cast(xs[u, k * SUB + j], F32) - mu[0]) * (T.cast(xs[u, k * SUB + j], F32) - mu[0]),
+                                    r == 0,
+                                    (T.cast(xs[u, k * SUB + j], F32) - mu[0])
+                                    * (T.cast(xs[u, k * SUB + j], F32) - mu[0]),
                                     gw(gs[u, k * SUB + j], ws[k * SUB + j]) * T.if_then_else(
                                         r == B - 1, T.cast(xs[u, k * SUB + j], F32) - mu[0], 1.0))
                     T.reduce_sum(acc, sums, dim=1, batch=B)  # one all-reduce's barriers for every sum

@@ -1,6 +1,6 @@
 """The tables of this folder's README, from its sweeps' JSON (no GPU needed).
 
-    python3 benchmarks/results/current/norms/smem_norm_backward/summary.py
+    python3 benchmarks/results/history/2026-12/dec04_smem_norm_backward_first/summary.py
 """
 
 from __future__ import annotations
