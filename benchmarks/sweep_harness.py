@@ -22,20 +22,38 @@ from dispatch.ab import measure_copy_bandwidth
 from dispatch.backend import TuneSettings
 
 
-def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, case: dict, label: str) -> list[dict]:
+def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, case: dict, label: str,
+               timer: str = "flush") -> list[dict]:
     """Time ``fns`` (name -> callable; ``"copy"``, a copy of the input, among them) in ``rounds``
-    interleaved rounds of ``triton.testing.do_bench`` (L2 flushed, median). One row a name, fastest
-    first: ``case``'s fields, the name, its times in us, and its markdown line (``label``, the
-    kernel, us, GB/s of ``nbytes``, % of a copy of ``nbytes``; the copy's of its own bytes,
-    ``copy_bytes``, with no %), which :func:`write_race_markdown` writes."""
+    interleaved rounds. ``timer="flush"``: ``triton.testing.do_bench`` (L2 flushed, median); a call
+    whose host time outlasts the flush kernel before it is timed with the host's gaps. ``"graph"``:
+    CUDA-graph replays (:func:`graph_timing.graph_replay_us`), no host time and no flush; a callable
+    that cannot be captured is dropped, with a line that says why. One row a name, fastest first:
+    ``case``'s fields, the name, its times in us, and its markdown line (``label``, the kernel, us,
+    GB/s of ``nbytes``, % of a copy of ``nbytes``; the copy's of its own bytes, ``copy_bytes``, with
+    no %), which :func:`write_race_markdown` writes."""
     import statistics
 
     import triton.testing
 
+    from graph_timing import graph_replay_us  # benchmarks/, beside this module
+
+    if timer not in ("flush", "graph"):
+        raise ValueError(f"timer must be 'flush' or 'graph' (got {timer!r})")
+    fns = dict(fns)
     times = {k: [] for k in fns}
     for _ in range(rounds):
-        for k, f in fns.items():
-            times[k].append(triton.testing.do_bench(f, warmup=10, rep=50) * 1e3)
+        for k, f in list(fns.items()):
+            if timer == "flush":
+                times[k].append(triton.testing.do_bench(f, warmup=10, rep=50) * 1e3)
+                continue
+            try:
+                times[k].append(graph_replay_us(f, repeats=5)[0])
+            except Exception as exc:  # noqa: BLE001 - not capturable: said, and left out of the race
+                print(f"{label} | {k}: not timed, CUDA-graph capture failed: {type(exc).__name__}: {exc}"[:300],
+                      flush=True)
+                del fns[k], times[k]
+                torch.cuda.synchronize()
     copy_us = statistics.median(times["copy"]) * (nbytes / copy_bytes)  # a copy of the op's bytes
     rows = []
     for k, ts in sorted(times.items(), key=lambda kv: statistics.median(kv[1])):
@@ -50,13 +68,17 @@ def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, case: dict,
 
 def race_arguments(ops: str, dtypes: str) -> argparse.ArgumentParser:
     """The options of a shared-memory race over rows (``sweep_smem_rows.py``, ``sweep_smem_norms.py``):
-    ``--out``, ``--dtypes``, ``--ops``, ``--shapes`` (``M x N`` for every dtype) and ``--rounds``."""
+    ``--out``, ``--dtypes``, ``--ops``, ``--shapes`` (``M x N`` for every dtype), ``--rounds`` and
+    ``--timer`` (:func:`race_table`)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtypes", default=dtypes)
     ap.add_argument("--ops", default=ops)
     ap.add_argument("--shapes", default="", help="M x N list for every dtype (default: the script's per dtype)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--timer", choices=("flush", "graph"), default="flush",
+                    help="flush: do_bench, L2 flushed before each call (a call whose host time outlasts the "
+                         "flush counts its host gaps); graph: CUDA-graph replays, device time only, no flush")
     return ap
 
 

@@ -5,14 +5,16 @@ the family's configs of :func:`variants` (chunks, threads, the next row's copy i
 compiler's register bound ``blocks`` and the persistent grid's CTAs an SM ``per_sm``), against
 Triton's backward as a training step calls it (given the statistics its forward saved), TileLang's
 register-resident backward where it serves, torch eager's backward, and a copy of the bytes.
-Timed with ``triton.testing.do_bench`` (L2 flushed, median) in interleaved rounds; each call's
-time includes the partials' reduction. Every variant's dx, dweight and dbias are checked first
+Timed in interleaved rounds, each call's time including the partials' reduction: with
+``--timer flush`` (the default) by ``triton.testing.do_bench`` (L2 flushed, median), where a
+TileLang backward's host time (70-100 us a call on an H200 host) can outlast the flush and its
+gaps are counted; with ``--timer graph`` by CUDA-graph replays (device time only, no flush). Every variant's dx, dweight and dbias are checked first
 against torch's fp32 gradients (each scaled by the reference's largest magnitude, the dtype's
 tolerance), on the benchmark input and on rows far from zero (N(1000, 1) with one element 3e4).
 
 Bytes: x and dy read and dx written (M x N each), w read and dweight (dbias) written (N each).
 
-    python3 benchmarks/sweep_smem_norm_backward.py --out out/smem_norm_backward
+    python3 benchmarks/sweep_smem_norm_backward.py --out out/smem_norm_backward --timer graph
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def main() -> None:
         nbytes = 3 * x.numel() * x.element_size() + (2 + len(extra) * 2) * n * x.element_size()
         copy_bytes = 2 * x.numel() * x.element_size()
         rows = race_table(fns, args.rounds, nbytes, copy_bytes, {"op": op, "shape": f"{m}x{n}", "dtype": dtype},
-                          f"| {op} | {dtype} | {m}x{n}")
+                          f"| {op} | {dtype} | {m}x{n}", args.timer)
         records += rows
         save()
         print("\n".join(r["line"] for r in rows[:12]), flush=True)

@@ -111,7 +111,7 @@ def main() -> None:
         nbytes = 2 * x.numel() * x.element_size() + params
         copy_bytes = 2 * x.numel() * x.element_size()
         rows = race_table(fns, args.rounds, nbytes, copy_bytes, {"op": op, "shape": f"{m}x{n}", "dtype": dtype},
-                          f"| {op} | {dtype} | {m}x{n}")
+                          f"| {op} | {dtype} | {m}x{n}", args.timer)
         records += rows
         save()
         print("\n".join(r["line"] for r in rows), flush=True)

@@ -95,7 +95,7 @@ def main() -> None:
         nbytes = (x.numel() + (m if op == "logsumexp" else x.numel())) * x.element_size()
         copy_bytes = 2 * x.numel() * x.element_size()  # the copy reads x and writes it
         rows = race_table(fns, args.rounds, nbytes, copy_bytes, {"op": op, "shape": f"{m}x{n}", "dtype": dtype},
-                          f"| {op} | {dtype} | {m}x{n}")
+                          f"| {op} | {dtype} | {m}x{n}", args.timer)
         records += rows
         save()
         print("\n".join(r["line"] for r in rows), flush=True)
