@@ -276,10 +276,11 @@ def configs(n: int, dtype: str) -> list[dict]:
     :data:`THREADS` order; ``tile_n`` the cluster's share of the row (``fit_chunk``); the next
     row's copy in flight (``ahead``) where it fits; registers for one CTA an SM (``blocks``), a
     persistent grid of two clusters' CTAs an SM, one for 512 threads in fewer than 16 chunks, and
-    for 128 threads four, eight for chunks of up to 2 KB (``per_sm``; on an H200 512 threads took
-    10-17% less time with one than with two, 256 threads 0-8% more with one, and 16 chunks of
-    512 threads 11% more in fp32; rows of 1024 bf16 took 14-24% less kernel time with eight CTAs
-    of 128 threads an SM than with four)."""
+    for 128 threads four, eight for chunks of up to 2 KB (``per_sm``). On an H200, rows of 1024
+    bf16 took 8-14% less kernel time (CUDA profiler) with eight CTAs of 128 threads an SM than
+    with four. The rest came from a first sweep whose times counted host gaps (do_bench): 512
+    threads 10-17% less with one than with two, 256 threads 0-8% more with one, 16 chunks of 512
+    threads 11% more in fp32."""
     from .smem_rows import fit_chunk
 
     out = []
@@ -301,10 +302,11 @@ def configs(n: int, dtype: str) -> list[dict]:
 
 def default_config(n: int, dtype: str) -> dict | None:
     """The config a backward of rows of ``n`` runs, or None where none holds them. On an H200
-    (benchmarks/results/current/norms/smem_norm_backward/) the fastest were: rows of up to 4 KB
-    whole in 128 threads (eight or four CTAs an SM), rows of up to 32K in the fewest chunks (256
-    threads up to chunks of 8192, else 512), longer rows in chunks of 8192 at 256 threads (262144:
-    16 chunks of 16384 at 512), the next row's copy in flight wherever it fit."""
+    (benchmarks/results/current/norms/smem_norm_backward/): rows of up to 4 KB whole in 128
+    threads (eight or four CTAs an SM), the fastest kernels by CUDA's profiler; from the first
+    sweep, whose times counted host gaps: rows of up to 32K in the fewest chunks (256 threads up
+    to chunks of 8192, else 512), longer rows in chunks of 8192 at 256 threads (262144: 16 chunks
+    of 16384 at 512), the next row's copy in flight wherever it fit."""
     found = configs(n, dtype)
     if not found:
         return None
