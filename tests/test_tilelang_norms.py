@@ -98,7 +98,8 @@ GTOL = {F32: dict(rtol=1e-4, atol=1e-4), BF16: dict(rtol=5e-2, atol=5e-2)}
 
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
-@pytest.mark.parametrize("affine", [(False, False), (True, True), (False, True)], ids=["plain", "affine", "bias"])
+@pytest.mark.parametrize("affine", [(False, False), (True, True), (False, True), (True, False)],
+                         ids=["plain", "affine", "bias", "weight"])
 def test_backward_kernels_match_torch(op, dtype, affine):
     from dispatch_tilelang import dispatch_backward
 
