@@ -68,9 +68,10 @@ def dispatch_backend_info() -> BackendInfo:
         # decode shapes (benchmarks/results/current/launch/launch_decode.md; the figure below was
         # measured on a slower host start, 13.5 against torch's 12.5), ~3800 GB/s on bandwidth rows
         # rms_norm/layer_norm: never the estimated-cost choice (a huge launch figure), nor under autograd
-        # (the backward with a row's chunks in shared memory, sm_90+, took 1.05-2.2x Triton's time at
-        # 4096-262144 and 2.7x at 16384x1024, bf16 and fp32: benchmarks/results/current/norms/
-        # smem_norm_backward/; rows no config of it holds take the reference's), except layer_norm on card "smem": 2-byte rows longer
+        # (the backward with a row's chunks in shared memory, sm_90+, took 0.97-2.05x the device time
+        # of Triton's whole backward at 1024-262144, bf16 and fp32, from CUDA-graph replays:
+        # benchmarks/results/current/norms/smem_norm_backward/; rows no config of it holds take the
+        # reference's), except layer_norm on card "smem": 2-byte rows longer
         # than 16K in shared memory with >= 512 CTAs, H200 bf16 1990-2460 GB/s at 512x32768 to
         # 64x262144, 6-21% less time than Triton's kernel (1716-2196 there), so ranked above Triton's
         # layer_norm figure (benchmarks/results/current/norms/smem_norms/); rms_norm's were level

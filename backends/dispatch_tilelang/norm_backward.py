@@ -271,9 +271,13 @@ def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: boo
             args = [a.view(torch.int16) for a in args]
         compiled()(*args, parts[0], parts[1])
         # stage two, in a fixed order: both sums in one reduction and one cast where both are wanted
-        sums = parts.sum(1).to(dtype) if want_w and want_b else None
-        dw = (sums[0] if sums is not None else parts[0].sum(0).to(dtype)).view(weight.shape) if want_w else None
-        db = (sums[1] if sums is not None else parts[1].sum(0).to(dtype)).view(bias.shape) if want_b else None
+        if want_w and want_b:
+            dw, db = parts.sum(1).to(dtype)
+        else:
+            dw = parts[0].sum(0).to(dtype) if want_w else None
+            db = parts[1].sum(0).to(dtype) if want_b else None
+        dw = dw.view(weight.shape) if want_w else None
+        db = db.view(bias.shape) if want_b else None
         return (dx, dw) if is_rms else (dx, dw, db)
 
     return backward

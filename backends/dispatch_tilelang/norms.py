@@ -266,7 +266,7 @@ def native_tune(spec, space, example, settings):
 def backward(spec, target: str):
     """The backward kernel of a norm call: on sm_90+ GPUs, rows that a config of
     :mod:`dispatch_tilelang.smem_norm_backward` holds (a row's chunks in shared memory across a
-    cluster; it took 1.5-2.9x less time than the rows in registers on an H200); else
+    cluster; faster than the rows in registers on an H200); else
     :mod:`dispatch_tilelang.norm_backward`'s, or None where its rows don't fit one program (then
     autograd runs through the reference)."""
     from dispatch.backend import norm_rows

@@ -4,30 +4,13 @@ import sys
 import torch
 sys.path.insert(0, "backends"); sys.path.insert(0, "benchmarks")
 from dispatch_tilelang import smem_norm_backward as SB
+from graph_timing import graph_replay_us
 from sweep_norm_backward import backward_call, eager_call
 
-def graph_time(fn, calls=20, reps=5):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay(); torch.cuda.synchronize()
-    best = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); g.replay(); b.record(); b.synchronize()
-        best.append(a.elapsed_time(b) * 1e3 / calls)
-    return sorted(best)[len(best) // 2]
 
 def safe(fn):
     try:
-        return graph_time(fn)
+        return graph_replay_us(fn, repeats=5)[0]  # 20 calls a graph, the median of 5 replays
     except Exception as exc:
         print("  error:", type(exc).__name__, str(exc)[:200], flush=True)
         return float("nan")
