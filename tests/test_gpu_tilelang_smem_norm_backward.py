@@ -133,3 +133,22 @@ def test_dispatch_with_tilelang_forced_trains_through_it(op, shape, monkeypatch)
     ref = want(op, x.detach().view(-1, n), dy.view(-1, n), w.detach(), None if b is None else b.detach())
     check([g.reshape(r.shape) for g, r in zip(got, ref)], ref, torch.bfloat16)
     assert made and made[0][2] == n, made
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_a_multi_dim_normalized_shape_gets_gradients_of_its_shape(op):
+    """Weight and bias of shape (4, 1024): the gradients come back in that shape, torch's values."""
+    import dispatch
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn((6, 4, 1024), device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
+    dy = torch.randn((6, 4, 1024), device="cuda", generator=g).to(torch.bfloat16)
+    w = (torch.rand((4, 1024), device="cuda", generator=g) + 0.5).to(torch.bfloat16).requires_grad_()
+    b = torch.randn((4, 1024), device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
+    params = (w,) if op == "rms_norm" else (w, b)
+    y = getattr(dispatch, op)(x, (4, 1024), *params, 1e-5, backend="tilelang")
+    got = torch.autograd.grad(y, (x, *params), dy)
+    ref = want(op, x.detach().view(6, 4096), dy.view(6, 4096), w.detach().view(4096),
+               None if op == "rms_norm" else b.detach().view(4096))
+    assert [t.shape for t in got] == [t.shape for t in (x, *params)]
+    check([t.reshape(r.shape) for t, r in zip(got, ref)], ref, torch.bfloat16)

@@ -18,7 +18,8 @@ rows of the same stride (:func:`~dispatch_tilelang.norms.aligned`).
 The direct call is used after a first eager call has shown that it gives what the adapter's
 call gives; where the adapter is not tvm-ffi, or the check fails, calls go through the adapter.
 The norm kernels (three inputs: rows, weight, bias; then the output) take the same path through
-:class:`NormCallPath`.
+:class:`NormCallPath`. A kernel whose outputs are preallocated arguments (the norm backwards and
+their column sums) needs no check: :func:`args_call` gives its executable's call.
 """
 
 from __future__ import annotations
@@ -51,6 +52,20 @@ def executable_of(jit_kernel, inputs: int = 1):
         return adapter._get_executable(), abi, ""
     except Exception as exc:  # noqa: BLE001 - no executable: the adapter's call it is
         return None, "", f"{type(exc).__name__}: {exc}"
+
+
+def args_call(jit_kernel):
+    """``call(*args)`` of a kernel that takes every tensor as an argument (its outputs preallocated,
+    ``out_idx=None``): where the adapter is tvm-ffi's, its call only hands the arguments over as they
+    are, so the executable's ``main`` is called itself (the adapter's loops over its parameters cost
+    some 4 us of host time a call); else the kernel's own call."""
+    adapter = getattr(jit_kernel, "adapter", None)
+    if adapter is not None and type(adapter).__name__ == "TVMFFIKernelAdapter" and not list(adapter.result_idx):
+        try:
+            return entry_of(adapter._get_executable())
+        except Exception:  # noqa: BLE001 - no executable: the kernel's own call it is
+            pass
+    return jit_kernel
 
 
 def entry_of(executable):

@@ -3,8 +3,8 @@
 Each program holds ``block_m`` whole rows: it recomputes a row's statistics from ``x``, writes
 ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` (no ``mean(g)`` term for rms_norm), with
 ``g = dy * w``, and writes its rows' sums of ``dy * xhat`` and ``dy`` (the partial dweight and
-dbias) to its own row of two fp32 partials buffers ``(P, N)``. The host reduces the partials over
-P in a fixed order (the second stage): deterministic, run to run. Rows must fit one program
+dbias) to its own row of two fp32 partials buffers ``(P, N)``. Stage two (:func:`partials_backward`)
+sums the partials over P in a fixed order: deterministic, run to run. Rows must fit one program
 (C target: N <= 8192; CUDA: N <= 32 values per thread); longer rows take the reference backward.
 """
 
@@ -243,41 +243,82 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, has_weight: bool,
 def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: bool, rows, compiled, target: str):
     """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` around the
     kernel ``compiled()``, ``kernel(x, w, dy, dx, pw, pb)``, which writes ``dx`` and ``rows(device)``
-    rows of fp32 partials of dweight (``pw``) and dbias (``pb``), the two blocks of one buffer; the
-    partials are summed over their rows here in a fixed order (stage two: deterministic), both in
-    one reduction and one cast where both are wanted. On CUDA a misaligned tensor is handed
-    over as an aligned copy (:func:`~dispatch_tilelang.norms.aligned`); bf16 goes to the C target as
-    its bits."""
+    rows of fp32 partials of dweight (``pw``) and dbias (``pb``), the two blocks of one buffer.
+    Stage two sums the partials over their rows in a fixed order (deterministic), both in one
+    launch where both are wanted: on a CUDA device TileLang's column sums
+    (:mod:`~dispatch_tilelang.column_sums`, the cast folded into their store), on the CPU torch's
+    sum and a cast. Both kernels are called through their executables
+    (:func:`~dispatch_tilelang.direct.args_call`). On CUDA a misaligned tensor is handed over as an
+    aligned copy (:func:`~dispatch_tilelang.norms.aligned`); bf16 goes to the C target as its bits."""
     from dispatch.backend import placeholder
 
+    from .direct import args_call
+
+    cuda = target == "cuda"
     bits = target == "c" and dtype == torch.bfloat16
     is_rms = op == "rms_norm"
+    name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
+    calls: dict = {}  # the kernel's call, and stage two's per (device, dweight wanted, dbias wanted)
+
+    def kernel_call():
+        call = calls.get("kernel")
+        if call is None:
+            call = calls["kernel"] = args_call(compiled())
+        return call
+
+    def stage_two(device, want_w: bool, want_b: bool):
+        key = (device, want_w, want_b)
+        call = calls.get(key)
+        if call is None:
+            from . import column_sums
+
+            p = rows(device)
+            k = int(want_w) + int(want_b)
+            cfg = column_sums.config(n, p, k, torch.cuda.get_device_properties(device).multi_processor_count)
+            call = calls[key] = args_call(column_sums.build(n, name, k, 0 if want_w else 1, cfg))
+        return call
 
     def backward(grad, x, weight, *rest):
         bias = rest[0] if len(rest) == 2 else None
         device = x.device
-        dx = torch.empty(x.shape, dtype=dtype, device=device)
-        if m == 0:
-            dw = torch.zeros_like(weight) if weight is not None else None
-            db = torch.zeros_like(bias) if bias is not None else None
-            return (dx, dw) if is_rms else (dx, dw, db)
+        flat = x.dim() == 2  # rows as they come: no view to make
+        dx = torch.empty((m, n), dtype=dtype, device=device)
         want_w, want_b = weight is not None, bias is not None and has_bias
+        if m == 0:
+            dw = torch.zeros_like(weight) if want_w else None
+            db = torch.zeros_like(bias) if want_b else None
+            dx = dx.view(x.shape)
+            return (dx, dw) if is_rms else (dx, dw, db)
         parts = torch.empty((2, rows(device), n), dtype=torch.float32, device=device)  # dweight's, dbias's
         w = weight.reshape(n) if want_w else placeholder(x, dtype, (n,))
-        args = [x.reshape(m, n).contiguous(), w, grad.reshape(m, n).contiguous(), dx.view(m, n)]
-        if target == "cuda":  # 16-byte vectors from each tensor's start: a misaligned view is copied
+        xs, dys = (x, grad) if flat else (x.reshape(m, n), grad.reshape(m, n))
+        args = [xs.contiguous(), w, dys.contiguous(), dx]
+        if cuda:  # 16-byte vectors from each tensor's start: a misaligned view is copied
             args = [aligned(a) for a in args]
-        if bits:
+        elif bits:
             args = [a.view(torch.int16) for a in args]
-        compiled()(*args, parts[0], parts[1])
-        # stage two, in a fixed order: both sums in one reduction and one cast where both are wanted
-        if want_w and want_b:
-            dw, db = parts.sum(1).to(dtype)
-        else:
-            dw = parts[0].sum(0).to(dtype) if want_w else None
-            db = parts[1].sum(0).to(dtype) if want_b else None
-        dw = dw.view(weight.shape) if want_w else None
-        db = db.view(bias.shape) if want_b else None
+        kernel_call()(*args, parts[0], parts[1])
+        dx = dx if flat else dx.view(x.shape)
+        dw = db = None
+        if device.type == "cuda" and (want_w or want_b):  # stage two: one launch, the cast in its store
+            k = int(want_w) + int(want_b)
+            sums = torch.empty((k, n), dtype=dtype, device=device)
+            stage_two(device, want_w, want_b)(parts, sums)
+            shape = (weight if want_w else bias).shape
+            if len(shape) != 1:  # a multi-dim normalized_shape
+                sums = sums.view(k, *shape)
+            if k == 2:
+                dw, db = sums
+            else:
+                dw, db = (sums[0], None) if want_w else (None, sums[0])
+        else:  # stage two on the CPU: torch's sum and a cast
+            if want_w and want_b:
+                dw, db = parts.sum(1).to(dtype)
+            else:
+                dw = parts[0].sum(0).to(dtype) if want_w else None
+                db = parts[1].sum(0).to(dtype) if want_b else None
+            dw = dw.view(weight.shape) if want_w else None
+            db = db.view(bias.shape) if want_b else None
         return (dx, dw) if is_rms else (dx, dw, db)
 
     return backward

@@ -16,7 +16,7 @@ copies its chunks of ``x`` and ``dy`` into shared memory with ``cp.async`` and w
 then ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` (no ``mean(g)`` for rms_norm), written once, and
 the chunk's ``dy * xhat`` and ``dy`` added to the CTA's dweight / dbias accumulators (registers,
 ``tile_n / threads`` each). After its last row a CTA writes its accumulators to row ``p`` of the
-fp32 partials ``(P, N)``; the host reduces them over ``P`` in a fixed order (deterministic). ``x``
+fp32 partials ``(P, N)``; stage two sums them over ``P`` in a fixed order (deterministic). ``x``
 and ``dy`` are read once and ``dx`` written once; ``w``'s chunk is copied into shared memory once
 a CTA.
 

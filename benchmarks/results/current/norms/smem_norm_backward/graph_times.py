@@ -1,9 +1,11 @@
 """Device time of whole norm backwards from CUDA-graph replays (no host in the loop): TileLang's (kernel alone,
-kernel + stage two) against Triton's (given the saved statistics) and torch eager's autograd.grad."""
+kernel + stage two) against Triton's (given the saved statistics) and torch eager's autograd.grad; and stage
+two alone on the kernel's partials: TileLang's column sums against torch's sum and cast."""
 import sys
 import torch
 sys.path.insert(0, "backends"); sys.path.insert(0, "benchmarks")
-from dispatch_tilelang import smem_norm_backward as SB
+from dispatch_tilelang import column_sums as CS, smem_norm_backward as SB
+from dispatch_tilelang.direct import args_call
 from graph_timing import graph_replay_us
 from sweep_norm_backward import backward_call, eager_call
 
@@ -25,7 +27,7 @@ with ThreadPoolExecutor(16) as pool:
     list(pool.map(lambda j: SB.build(j[0], j[1], j[2], True, j[0] == "layer_norm", 1e-5,
                                      SB.default_config(j[1], j[2])), jobs))
 print("op | dtype | M x N | config | tilelang kernel | tilelang kernel + stage two | triton | torch eager "
-      "| (us, graph replays)")
+      "| stage two: column sums | stage two: torch sum + cast | (us, graph replays)")
 for dtype in ("bfloat16", "float32"):
     for m, n in shapes if dtype == "bfloat16" else [(1024, 16384), (256, 65536)]:
         for op in ("rms_norm", "layer_norm"):
@@ -43,7 +45,11 @@ for dtype in ("bfloat16", "float32"):
             P = min(m, max(1, -(-cfg["per_sm"] * sms // cfg["cluster"])))
             parts = torch.empty((2, P, n), device="cuda"); dx = torch.empty_like(x)
             inp = dict(x=x, dy=dy, w=w, b=b, y=torch.empty_like(x))
-            t = [safe(lambda: k(x, w, dy, dx, parts[0], parts[1])), safe(lambda: bwd(dy, x, w, *extra, None)),
-                 safe(backward_call(op, m, n, dt, None, {}, inp)), safe(eager_call(op, inp))]
+            kc = args_call(k)
+            cs = args_call(CS.build(n, dtype, 2, 0, CS.config(n, P, 2, sms)))
+            sums = torch.empty((2, n), device="cuda", dtype=dt)
+            t = [safe(lambda: kc(x, w, dy, dx, parts[0], parts[1])), safe(lambda: bwd(dy, x, w, *extra, None)),
+                 safe(backward_call(op, m, n, dt, None, {}, inp)), safe(eager_call(op, inp)),
+                 safe(lambda: cs(parts, sums)), safe(lambda: parts.sum(1).to(dt))]
             lab = f"c{cfg['cluster']} t{cfg['threads']} x{cfg['per_sm']}"
             print(f"{op} | {dtype} | {m}x{n} | {lab} | " + " | ".join(f"{v:.1f}" for v in t), flush=True)

@@ -3,8 +3,8 @@ pieces."""
 import sys, time
 import torch
 sys.path.insert(0, "backends"); sys.path.insert(0, "benchmarks")
-from dispatch_tilelang import smem_norm_backward as SB
-from dispatch_tilelang.direct import entry_of
+from dispatch_tilelang import column_sums as CS, smem_norm_backward as SB
+from dispatch_tilelang.direct import args_call, entry_of
 from dispatch_tilelang.norms import aligned
 from sweep_norm_backward import backward_call, eager_call
 
@@ -33,13 +33,16 @@ for op in ("rms_norm", "layer_norm"):
         dx = torch.empty_like(x)
         args = (x, w, dy, dx, parts[0], parts[1])
         exe = entry_of(k.adapter._get_executable())
+        cs = args_call(CS.build(n, "bfloat16", 2, 0, CS.config(n, P, 2, sms)))
+        sums = torch.empty((2, n), device="cuda", dtype=dt)
         inp = dict(x=x, dy=dy, w=w, b=b if op == "layer_norm" else None, y=torch.empty_like(x))
         tri = backward_call(op, m, n, dt, None, {}, inp)
         res = {
             "tilelang backward (all)": per_call(lambda: bwd(dy, x, w, *extra, None)),
             "  JITKernel call": per_call(lambda: k(*args)),
             "  executable call": per_call(lambda: exe(*args)),
-            "  stage two (sum + cast)": per_call(lambda: parts.sum(1).to(dt)),
+            "  stage two: column sums (executable)": per_call(lambda: cs(parts, sums)),
+            "  stage two: torch sum + cast": per_call(lambda: parts.sum(1).to(dt)),
             "  empty x2 + aligned x4": per_call(lambda: (torch.empty((2, P, n), device="cuda"), torch.empty_like(x),
                                                          [aligned(a) for a in (x, w, dy, dx)])),
             "triton backward (all)": per_call(tri),
