@@ -7,7 +7,7 @@ Triton's backward as a training step calls it (given the statistics its forward 
 register-resident backward where it serves, torch eager's backward, and a copy of the bytes.
 Timed in interleaved rounds, each call's time including the partials' reduction: with
 ``--timer flush`` (the default) by ``triton.testing.do_bench`` (L2 flushed, median), where a
-TileLang backward's host time (70-100 us a call on an H200 host) can outlast the flush and its
+TileLang backward's host time (37-46 us a call on an H200 host) can outlast the flush and its
 gaps are counted; with ``--timer graph`` by CUDA-graph replays (device time only, no flush). Every variant's dx, dweight and dbias are checked first
 against torch's fp32 gradients (each scaled by the reference's largest magnitude, the dtype's
 tolerance), on the benchmark input and on rows far from zero (N(1000, 1) with one element 3e4).

@@ -42,7 +42,7 @@ _KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", 
                    "dispatch_tilelang.norm_backward",
                    "dispatch_tilelang.strided", "dispatch_tilelang.strided_kernels", "dispatch_tilelang.smem_rows",
                    "dispatch_tilelang.smem_cols", "dispatch_tilelang.smem_norms",
-                   "dispatch_tilelang.smem_norm_backward")
+                   "dispatch_tilelang.smem_norm_backward", "dispatch_tilelang.column_sums")
 
 
 def _quiet_compiler_logs() -> None:
@@ -68,8 +68,9 @@ def dispatch_backend_info() -> BackendInfo:
         # decode shapes (benchmarks/results/current/launch/launch_decode.md; the figure below was
         # measured on a slower host start, 13.5 against torch's 12.5), ~3800 GB/s on bandwidth rows
         # rms_norm/layer_norm: never the estimated-cost choice (a huge launch figure), nor under autograd
-        # (the backward with a row's chunks in shared memory, sm_90+, took 0.97-2.05x the device time
-        # of Triton's whole backward at 1024-262144, bf16 and fp32, from CUDA-graph replays:
+        # (the backward with a row's chunks in shared memory, sm_90+, took 0.90-1.97x the device time
+        # of Triton's whole backward at 1024-262144, bf16 and fp32, from CUDA-graph replays, and a
+        # training step 0.95-1.40x with more eager wall time at 7 of 10 shapes:
         # benchmarks/results/current/norms/smem_norm_backward/; rows no config of it holds take the
         # reference's), except layer_norm on card "smem": 2-byte rows longer
         # than 16K in shared memory with >= 512 CTAs, H200 bf16 1990-2460 GB/s at 512x32768 to
