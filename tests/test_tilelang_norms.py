@@ -100,11 +100,13 @@ GTOL = {F32: dict(rtol=1e-4, atol=1e-4), BF16: dict(rtol=5e-2, atol=5e-2)}
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("affine", [(False, False), (True, True), (False, True), (True, False)],
                          ids=["plain", "affine", "bias", "weight"])
-def test_backward_kernels_match_torch(op, dtype, affine):
+@pytest.mark.parametrize("shape,normalized", [((9, 3, 8), (3, 8)), ((9, 24), (24,)), ((3, 8), (3, 8))],
+                         ids=["rows-of-two-dims", "two-dim-input", "two-dim-input-one-row"])
+def test_backward_kernels_match_torch(op, dtype, affine, shape, normalized):
     from dispatch_tilelang import dispatch_backward
 
-    x = _t((9, 3, 8), dtype, 5, 2.0, 1.0)  # 9 rows: the last program holds fewer than block_m
-    args = _args(op, x, (3, 8), *affine)
+    x = _t(shape, dtype, 5, 2.0, 1.0)  # 9 rows: the last program holds fewer than block_m
+    args = _args(op, x, normalized, *affine)
     assert dispatch_backward(op, spec_of(op, *args)) is not None  # a TileLang kernel, not the reference
     proj = _t(x.shape, torch.float64, 6)
     ours = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]

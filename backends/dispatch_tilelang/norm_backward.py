@@ -281,7 +281,7 @@ def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: boo
     def backward(grad, x, weight, *rest):
         bias = rest[0] if len(rest) == 2 else None
         device = x.device
-        flat = x.dim() == 2  # rows as they come: no view to make
+        flat = x.shape == (m, n)  # rows as they come: no view to make
         dx = torch.empty((m, n), dtype=dtype, device=device)
         want_w, want_b = weight is not None, bias is not None and has_bias
         if m == 0:
