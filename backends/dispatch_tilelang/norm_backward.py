@@ -19,7 +19,7 @@ import torch
 
 from ._numerics import F32
 from .norm_kernels import _load, _store, cuda_check, storage_dtype
-from .norms import aligned
+from .norms import DTYPES, aligned
 
 C_MAX_N = 8192
 C_MAX_ELEMS = 16384  # three (block_m, N) fp32 tiles on the stack
@@ -217,7 +217,7 @@ def _config(n: int, target: str) -> dict:
 def make_backward(op: str, m: int, n: int, dtype: torch.dtype, has_weight: bool, has_bias: bool, eps: float,
                   target: str):
     """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])``."""
-    name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
+    name = DTYPES[dtype]
     config = _config(n, target)
     key = (op, n, name, has_weight, eps, target, tuple(sorted(config.items())))
 
@@ -257,7 +257,7 @@ def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: boo
     cuda = target == "cuda"
     bits = target == "c" and dtype == torch.bfloat16
     is_rms = op == "rms_norm"
-    name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
+    name = DTYPES[dtype]
     calls: dict = {}  # the kernel's call, and stage two's per (device, dweight wanted, dbias wanted)
 
     def kernel_call():
