@@ -75,6 +75,14 @@ def cuda_supports_clusters() -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=None)
+def sm_count(device) -> int:
+    """The multiprocessors of CUDA ``device`` (asked once a device)."""
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 # ---------------------------------------------------------------------------------- CUDA
 
 

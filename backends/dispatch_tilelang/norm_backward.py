@@ -271,10 +271,11 @@ def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: boo
         call = calls.get(key)
         if call is None:
             from . import column_sums
+            from .configs import sm_count
 
             p = rows(device)
             k = int(want_w) + int(want_b)
-            cfg = column_sums.config(n, p, k, torch.cuda.get_device_properties(device).multi_processor_count)
+            cfg = column_sums.config(n, p, k, sm_count(device))
             call = calls[key] = args_call(column_sums.build(n, name, k, 0 if want_w else 1, cfg))
         return call
 

@@ -345,17 +345,11 @@ def build(op: str, n: int, dtype: str, has_weight: bool, has_bias: bool, eps: fl
     return kernel
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device) -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def make(op: str, m: int, n: int, dtype, has_weight: bool, has_bias: bool, eps: float, config: dict | None = None):
     """``backward(grad, input, weight, [bias,] output) -> (dinput, dweight[, dbias])`` of rows of
     ``n`` (CUDA, sm_90+), with ``config`` (default: :func:`default_config`): the grid's rows ``P``
     are ``per_sm`` clusters' CTAs an SM, at most ``m``."""
+    from .configs import sm_count
     from .norm_backward import partials_backward
     from .norms import DTYPES
 
@@ -371,6 +365,6 @@ def make(op: str, m: int, n: int, dtype, has_weight: bool, has_bias: bool, eps: 
         return kernel
 
     def rows(device) -> int:
-        return min(m, max(1, -(-per_sm * _sm_count(device) // cluster)))
+        return min(m, max(1, -(-per_sm * sm_count(device) // cluster)))
 
     return partials_backward(op, m, n, dtype, has_bias, rows, compiled, "cuda")
