@@ -11,13 +11,15 @@ same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_tr
   of two) and ``num_warps`` (4..64 elements a thread); ``PERSIST`` (0: a program per tile; p: a
   persistent grid of p programs per multiprocessor, each with the next tile's load in flight,
   compiled with ``maxnreg`` = 65536 / (p * 32 * num_warps) so all are resident); ``HINTS``
-  (y stored evict_first) on a few;
+  (y stored evict_first) on a few; for layer_norm, every tile again with ``ONE_SUM`` (the
+  statistics from one reduction of x and x^2);
 * long rows: the chunked path (a program per row, two passes over it) with ``BLOCK_N`` chunks of
   4096..16384, ``num_warps``, ``num_stages`` 1 or 3, ``PREFETCH`` (two chunks in flight) and
   ``HINTS`` (the first read evict_last, so that the second finds x in L2); the split path
   (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the default's; the cooperative
   path (``COOP``: a group of programs holds a row's chunks and exchanges partials, one launch)
-  with chunks of 2048..16384 and ``HINTS`` (y stored evict_first) on or off.
+  with chunks of 2048..16384, ``HINTS`` (y stored evict_first) on or off, and ``REGS`` (``maxnreg``
+  of 64, 80 or 96: more programs resident, so more rows in flight).
 
 Every shape's default configuration (what a call gets with tuning off) is in its grid, marked.
 
@@ -67,7 +69,8 @@ OPS = ("rms_norm", "layer_norm")
 ELEMENTS = 16 * 1024 * 1024
 N_LIST = (1024, 2048, 4096, 8192, 16384, 65536, 262144)
 EXTRA = ((64 * 1024 * 1024 // 4096, 4096),)  # M*N = 64M at N = 4096
-CPU_SHAPES = ((6, 100), (2, 20000))  # rows in registers (N odd: masked), chunked rows
+CPU_SHAPES = ((6, 100), (2, 20000))
+COOP_REGS = (64, 80, 96)  # maxnreg caps tried on the cooperative path  # rows in registers (N odd: masked), chunked rows
 
 # rows in registers: (ROWS, num_warps) tile shapes tried per bucket of N, a rough order of promise
 TILES = {
@@ -111,11 +114,18 @@ def label(c: dict) -> str:
         bits.append("prefetch")
     if c.get("HINTS"):
         bits.append("hints")
+    if c.get("ONE_SUM"):
+        bits.append("one_sum")
+    if c.get("REGS"):
+        bits.append(f"regs{c['REGS']}")
     return " ".join(bits)
 
 
 def _key(c: dict) -> tuple:
-    return tuple(sorted((k, int(v)) for k, v in c.items() if not (k in ("PREFETCH", "HINTS", "COOP") and not v)))
+    return tuple(sorted((k, int(v)) for k, v in c.items() if not (k in _OPTIONS and not v)))
+
+
+_OPTIONS = ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "REGS")  # keys that are absent when 0
 
 
 def _persist_levels(bn: int, rows: int, warps: int, esz: int, quick: bool) -> list[int]:
@@ -151,6 +161,8 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
         for c in (default, first_persist):
             if c is not None:
                 out.append(dict(c, HINTS=1))
+        if op == "layer_norm":  # the statistics from one reduction, on every tile tried
+            out += [dict(c, ONE_SUM=1) for c in list(out)]
     else:
         chunked = [(4096, 8), (8192, 16), (16384, 16)] if not quick else [(4096, 8), (8192, 16)]
         if not quick:
@@ -169,6 +181,8 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
             if -(-n // cbn) <= NT._MAX_COOP_CHUNKS:
                 out.append(_cfg(cbn, 1, warps, coop=1))
                 out.append(_cfg(cbn, 1, warps, coop=1, hints=1))
+                # fewer registers a thread, more programs resident (more rows in flight)
+                out += [dict(_cfg(cbn, 1, warps, coop=1), REGS=r) for r in COOP_REGS]
         nchunks = -(-n // 4096)
         base = NT._split_for(m, nchunks, device)
         if m <= NT._MAX_GRID_ROWS:
@@ -204,8 +218,9 @@ def plan(args, device) -> list[tuple[str, str, int, int, dict]]:
             dtype = getattr(torch, dt)
             for op in args.ops.split(","):
                 configs = grid(op, m, n, dtype, device, args.quick)
-                if args.device == "cpu":  # the default and one persistent or prefetching config
-                    configs = [configs[0]] + [c for c in configs[1:] if c["PERSIST"] or c.get("PREFETCH")][:1]
+                if args.device == "cpu":  # the default, one persistent or prefetching config, one ONE_SUM
+                    configs = [configs[0]] + [c for c in configs[1:] if c["PERSIST"] or c.get("PREFETCH")][:1] + \
+                        [c for c in configs[1:] if c.get("ONE_SUM")][:1]
                 jobs += [(op, dt, m, n, c) for c in configs]
     return jobs
 

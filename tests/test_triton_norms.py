@@ -456,11 +456,16 @@ def _assert_layer_norm_close(y, x, w, b):
 @pytest.mark.parametrize("where", ["first", "first-and-last"])
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("n,config", [(4000, dict(BLOCK_N=4096, ROWS=1)), (1000, dict(BLOCK_N=1024, ROWS=4)),
-                                      (1000, dict(BLOCK_N=1024, ROWS=4, PERSIST=1))],
-                         ids=["row", "tile4", "tile4-persistent"])
+                                      (1000, dict(BLOCK_N=1024, ROWS=4, PERSIST=1)),
+                                      (4000, dict(BLOCK_N=4096, ROWS=1, ONE_SUM=1)),
+                                      (1000, dict(BLOCK_N=1024, ROWS=4, ONE_SUM=1)),
+                                      (1000, dict(BLOCK_N=1024, ROWS=4, PERSIST=1, ONE_SUM=1))],
+                         ids=["row", "tile4", "tile4-persistent", "row-one-sum", "tile4-one-sum",
+                              "tile4-persistent-one-sum"])
 def test_layer_norm_held_in_registers_of_rows_with_massive_elements(n, config, dtype, where):
     # rows held whole in registers (a row, a tile of four, a persistent grid of tiles); rows 1 and 6
-    # massive, the others not, so a tile holds both kinds
+    # massive, the others not, so a tile holds both kinds. ONE_SUM: the statistics from one
+    # reduction of x and x^2, where a massive row's must be taken again about its mean
     m = 7
     x = _t((m, n), F32, 22)
     x[1:7:5] = _massive(2, n, F32, where)
@@ -516,10 +521,37 @@ def test_native_autotuner_never_sees_cooperative_configs():
     assert not any(N.coop(c) for c in N._universe())
 
 
-def test_option_values_are_checked():
-    with pytest.raises(ValueError, match="PREFETCH"):
-        N.NormLauncher("rms_norm", 2, 16, F32, 16, DEV, dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1, PREFETCH=2),
+@pytest.mark.parametrize("option,match", [(dict(PREFETCH=2), "PREFETCH"), (dict(ONE_SUM=2), "ONE_SUM"),
+                                          (dict(REGS=7), "REGS must be"), (dict(REGS=512), "REGS must be"),
+                                          (dict(REGS=64, PERSIST=1), "REGS and PERSIST")])
+def test_option_values_are_checked(option, match):
+    with pytest.raises(ValueError, match=match):
+        N.NormLauncher("rms_norm", 2, 16, F32, 16, DEV, dict(dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1), **option),
                        1e-5, False, False, (2, 16))
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("config", [dict(BLOCK_N=16, COOP=1, REGS=80), dict(BLOCK_N=128, ROWS=2, REGS=64),
+                                    dict(BLOCK_N=128, ROWS=2, ONE_SUM=1), dict(BLOCK_N=128, ONE_SUM=1)],
+                         ids=["coop-regs", "rows-regs", "tile2-one-sum", "row-one-sum"])
+@pytest.mark.parametrize("shift", [0.0, 1000.0], ids=["near-zero", "far-from-zero"])
+def test_register_cap_and_one_sum_options(op, dtype, config, shift):
+    # N = 101 (masked lanes). ONE_SUM: rows near zero take the one reduction's statistics; rows far
+    # from zero (mean 1000, spread 1) would lose every digit of sum x^2 - (sum x)^2 / N in fp32, so
+    # they must be summed again about their mean
+    m, n = 5, 101
+    x = _t((m, n), dtype, 6, 1.0, shift)
+    w, b = _t((n,), dtype, 1), _t((n,), dtype, 2)
+    cfg = dict(dict(ROWS=1, SPLIT=1, num_warps=1, num_stages=1), **config)
+    launcher = N.NormLauncher(op, m, n, dtype, n, DEV, cfg, 1e-5, True, op == "layer_norm", (m, n))
+    y = launcher.run(x, w, b if op == "layer_norm" else None)
+    if op == "layer_norm":  # fp32: a mean of 1000 is as far off as torch's own (a few ulps)
+        _assert_layer_norm_close(y, x, w, b)
+    else:
+        torch.testing.assert_close(y.double(), F.rms_norm(x.double(), (n,), w.double(), 1e-5), **TOL[dtype])
+    if DEV.type == "cuda" and config.get("REGS"):  # the cap reaches the compiler
+        assert all(d.options.get("maxnreg") == config["REGS"] for d in launcher.direct)
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])

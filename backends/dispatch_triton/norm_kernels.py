@@ -224,16 +224,29 @@ def _save_stats(st_ptr, rows, mean, rstd, mask, M, IS_RMS: tl.constexpr):
 @triton.jit
 def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
               HAS_BIAS: tl.constexpr, EV_OUT: tl.constexpr, st_ptr, t, M, ROWS: tl.constexpr,
-              STATS: tl.constexpr):
+              STATS: tl.constexpr, ONE_SUM: tl.constexpr):
     # a tile t of whole rows (fp32, zeros where masked off) normalized and stored (STATS: and
-    # their statistics, _save_stats)
+    # their statistics, _save_stats); layer_norm's statistics from two reductions in a row (the
+    # mean, then the centred squares) or, ONE_SUM, from one
     if IS_RMS:
         mean = tl.zeros([ROWS], tl.float32)
         xc = x
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+    elif ONE_SUM:
+        # sum x and sum x^2 in one reduction (one exchange between the warps, not two in a row);
+        # M2 = sum x^2 - (sum x)^2 / N loses at most a bit where the mean is within the spread of
+        # zero (_ill_placed); a tile holding a row beyond that sums its centred squares again
+        s, q = _sum2_rows(x, x * x)
+        mean = s / N
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        m2 = _centred(s, q, N)
+        if tl.max(_ill_placed(s, q, N).to(tl.int32), 0) != 0:
+            m2 = tl.sum(xc * xc, 1)
+        rstd = 1.0 / tl.sqrt(m2 / N + eps)
     else:
         mean = tl.sum(x, 1) / N
         xc = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
     if STATS:
         rows = t * ROWS + tl.arange(0, ROWS)
         _save_stats(st_ptr, rows, mean, rstd, rows < M, M, IS_RMS)
@@ -273,6 +286,15 @@ def _sum2(a, b):
         return tl.sum(a, 0), tl.sum(b, 0)
     else:
         return tl.reduce((a, b), 0, _add2)
+
+
+@triton.jit
+def _sum2_rows(a, b):
+    # _sum2 over each row of a tile (axis 1)
+    if _INTERPRETED:
+        return tl.sum(a, 1), tl.sum(b, 1)
+    else:
+        return tl.reduce((a, b), 1, _add2)
 
 
 @triton.jit
@@ -401,6 +423,7 @@ def _norm_fwd(
     PERSIST: tl.constexpr, PREFETCH: tl.constexpr = 0, HINTS: tl.constexpr = 0, COOP: tl.constexpr = 0,
     CHUNKS_P2: tl.constexpr = 0,  # COOP: a power of two >= the chunks of a row (the width of its wait)
     STATS: tl.constexpr = 0,  # each row's rstd (layer_norm: and mean) stored at st_ptr (_save_stats)
+    ONE_SUM: tl.constexpr = 0,  # rows in registers: layer_norm's statistics from one reduction (_rows_out)
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
@@ -423,13 +446,13 @@ def _norm_fwd(
                 x_next = tl.load(nptrs, mask=nmask, other=0.0, eviction_policy="evict_first")
                 yptrs, mask = _tile_ptrs(y_ptr, t, ROWS, cols, cmask, M, stride_ym)
                 _rows_out(x.to(tl.float32), mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS, st_ptr,
-                          t, M, ROWS, STATS)
+                          t, M, ROWS, STATS, ONE_SUM)
         else:
             ptrs, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
             x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
             yptrs, mask = _tile_ptrs(y_ptr, pid, ROWS, cols, cmask, M, stride_ym)
             _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS, st_ptr, pid, M, ROWS,
-                      STATS)
+                      STATS, ONE_SUM)
     else:
         row = tl.program_id(0)
         seg = tl.program_id(1)

@@ -9,16 +9,22 @@ while working on the current one), ``COOP`` (1: the cooperative path; ``BLOCK_N`
 program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It is one-pass when
 ``BLOCK_N`` covers the bucketed row length. Two optional keys of the chunked/split paths (0 when absent):
 ``PREFETCH`` (the next chunk's load in flight while the current one is reduced or written) and
-``HINTS`` (L2 eviction hints; see :mod:`dispatch_triton.norm_kernels`).
+``HINTS`` (L2 eviction hints; see :mod:`dispatch_triton.norm_kernels`). ``ONE_SUM`` (rows in
+registers: layer_norm's sum and sum of squares in one reduction, see ``_rows_out``). ``REGS``
+(every path but a persistent one, which sets its own: the registers a thread may use, ``maxnreg``;
+0: as compiled).
 
 Forward, by the row length's bucket (the default of each; the tune space holds a handful more):
 
 * up to 1024: tiles of 2048 elements (several rows each), 4 warps;
-* 2048 and 4096: a row per program, 16 elements a thread (4 and 8 warps);
+* 2048 and 4096: a row per program, 16 elements a thread (4 and 8 warps), but layer_norm's fp32
+  rows of 2048 two a program of 4 warps, its 2-byte rows of 4096 4 warps, its fp32 ones 16;
 * 8192: a row per program, 8 warps (32 elements a thread: two programs a multiprocessor);
-* 16384: bf16/fp16 rows in a persistent grid of one 32-warp program per multiprocessor, the next
-  row's load in flight while one is reduced and written; fp32 rows (twice the bytes in flight per
-  register) a program per row of 16 warps, but for rms_norm a persistent grid of 16-warp programs;
+  layer_norm's 2-byte rows in a persistent grid of two such programs a multiprocessor;
+* 16384: bf16/fp16 rows in a persistent grid of one program per multiprocessor (32 warps;
+  layer_norm's 16), the next row's load in flight while one is reduced and written; fp32 rows
+  (twice the bytes in flight per register) a program per row of 16 warps, but for rms_norm a
+  persistent grid of 16-warp programs and for layer_norm 32 warps with ``ONE_SUM``;
 * longer: a row's chunks held in registers by a group of programs that exchange partial sums
   (``COOP``: one launch, x read once, pipelined one row ahead; 2048-element chunks of 4 warps),
   except for 2-byte rows of up to 64K with rows for 1.5 programs a multiprocessor or more, where
@@ -89,28 +95,45 @@ def one_pass(config: dict, n: int) -> bool:
 
 def _one_pass_space(bn: int, dtype: torch.dtype, op: str | None) -> list[dict]:
     """Candidates that hold rows of bucket ``bn`` in registers, the default first: (tile rows,
-    warps, persistent programs per multiprocessor)."""
+    warps, persistent programs per multiprocessor[, options])."""
     wide = dtype == torch.float32
+    layer = op == "layer_norm"
     if bn <= 1024:
         r = 2048 // bn
         cands = [(r, 4, 0), (2 * r, 8, 0), (r, 8, 0), (2 * r, 4, 0)]
     elif bn == 2048:
         cands = [(1, 4, 0), (1, 8, 0), (2, 8, 0), (2, 4, 0)]
+        if layer and wide:  # 38.3-38.5 us at 8192 x 2048 against 39.5-39.8 for (1, 4) (two sweeps)
+            cands = _first(cands, (2, 4, 0))
     elif bn == 4096:
         cands = [(1, 8, 0), (1, 4, 0), (1, 16, 0), (1, 8, 2)]
+        if layer:  # bf16: 4 warps, 4-5% faster than 8 (4096 and 16384 rows, two sweeps); fp32: 16, 1-2%
+            cands = _first(cands, (1, 16, 0) if wide else (1, 4, 0))
     elif bn == 8192:  # 8 warps: two programs fit a multiprocessor (16 warps of layer_norm: one)
-        cands = [(1, 8, 0), (1, 16, 0), (1, 16, 1), (1, 32, 0)]
+        cands = [(1, 8, 0), (1, 16, 0), (1, 16, 1), (1, 32, 0), (1, 8, 2)]
+        if layer and not wide:  # two persistent programs a multiprocessor: 23.0-23.1 us against 23.9-24.1
+            cands = _first(cands, (1, 8, 2))
     else:
         # 16384: bf16/fp16 rows in a persistent grid with the next row's load in flight (one program
         # of 32 warps a multiprocessor); fp32 rows load twice the bytes: a program per row
         # (rms_norm's fp32 rows: a persistent grid of 16 warps, 94% of a same-size copy at
-        # 1024 x 16384 on the H200 against 88% for a program per row; layer_norm's: 74% against 79%)
+        # 1024 x 16384 on the H200 against 88% for a program per row). layer_norm's bf16 rows: one
+        # persistent program of 16 warps (24.0-24.2 us against 24.7-25.0 for 32 warps, two sweeps);
+        # its fp32 rows: 32 warps a row with the statistics from one reduction (42.0 us against
+        # 45.4-46.3 for 16 warps and two reductions)
         cands = [(1, 16, 0), (1, 32, 1), (1, 32, 0), (1, 16, 1)]
         if not wide:
-            cands = [cands[1], cands[0], cands[2], cands[3]]
+            cands = _first(cands, (1, 16, 1) if layer else (1, 32, 1))
         elif op == "rms_norm":
-            cands = [cands[3], cands[0], cands[1], cands[2]]
-    return [_cfg(bn, rows, 1, warps, 1, persist) for rows, warps, persist in cands]
+            cands = _first(cands, (1, 16, 1))
+        else:
+            cands = [(1, 32, 0, {"ONE_SUM": 1})] + cands
+    return [_cfg(bn, c[0], 1, c[1], 1, c[2], **(c[3] if len(c) > 3 else {})) for c in cands]
+
+
+def _first(cands: list[tuple], c: tuple) -> list[tuple]:
+    """``cands`` with ``c`` first (added if absent)."""
+    return [c] + [o for o in cands if o != c]
 
 
 def _split_for(m: int, nchunks: int, device) -> int:
@@ -140,6 +163,10 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     shapes = ((2048, 4), (1024, 4), (4096, 4), (4096, 8)) if dtype == torch.float32 else \
         ((2048, 4), (4096, 8), (4096, 4), (8192, 8))
     coops = [_cfg(bn, 1, 1, w, COOP=1) for bn, w in shapes if _cdiv(n, bn) <= _MAX_COOP_CHUNKS]
+    if coops and op == "rms_norm" and coops[0]["BLOCK_N"] == 2048:
+        # rms_norm's chunks capped at 80 registers (bf16) or 96 (fp32): more programs resident, more
+        # rows in flight (bf16 64 x 262144: 25.9 us against 26.7; fp32 256 x 65536: 40.4 against 42.0)
+        coops.insert(0, dict(coops[0], REGS=96 if dtype == torch.float32 else 80))
     if not coops:  # rows longer than 128 chunks of these: chunks of a 128th of the row
         bn = _np2(_cdiv(n, _MAX_COOP_CHUNKS))
         coops = [_cfg(bn, 1, 1, min(32, max(4, bn // (256 if dtype == torch.float32 else 512))), COOP=1)]
@@ -165,7 +192,7 @@ def _check_config(config: dict, n: int) -> None:
             raise ValueError(f"config {name} must be a power of two (got {v}) in {config}")
     if rows > 1 and bn < n:
         raise ValueError(f"config ROWS={rows} packs whole rows: BLOCK_N={bn} must be >= N={n}")
-    for name in ("PREFETCH", "HINTS", "COOP"):
+    for name in ("PREFETCH", "HINTS", "COOP", "ONE_SUM"):
         if int(config.get(name, 0)) not in (0, 1):
             raise ValueError(f"config {name} must be 0 or 1 (got {config[name]})")
     if coop(config) and _cdiv(n, bn) > _MAX_COOP_CHUNKS:
@@ -173,6 +200,11 @@ def _check_config(config: dict, n: int) -> None:
                          f"into {_cdiv(n, bn)}; use BLOCK_N >= {_np2(_cdiv(n, _MAX_COOP_CHUNKS))}")
     if int(config.get("PERSIST", 0)) < 0:
         raise ValueError(f"config PERSIST must be >= 0 (got {config['PERSIST']})")
+    regs = int(config.get("REGS", 0))
+    if regs and not (24 <= regs <= 255 and regs % 8 == 0):
+        raise ValueError(f"config REGS must be 0 (as compiled) or a multiple of 8 in 24..255 (got {regs})")
+    if regs and int(config.get("PERSIST", 0)):
+        raise ValueError(f"config REGS and PERSIST both set a thread's registers: give one (got {config})")
 
 
 def coop(config: dict) -> bool:
@@ -258,11 +290,14 @@ class NormLauncher:
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
                     PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(is_coop),
+                    ONE_SUM=int(config.get("ONE_SUM", 0)),
                     CHUNKS_P2=_np2(_cdiv(n, int(config["BLOCK_N"]))) if is_coop else 0)
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
         if device.type == "cuda" and int(config.get("PERSIST", 0)) and one_pass(config, n):
             options["maxnreg"] = _persist_regs(config)
+        elif device.type == "cuda" and int(config.get("REGS", 0)):
+            options["maxnreg"] = int(config["REGS"])
         enabled = not _interpreting()
         split = int(config["SPLIT"])
         common = dict(ONE_PASS=False, SPLIT=1, PERSIST=0)
