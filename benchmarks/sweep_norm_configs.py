@@ -12,7 +12,8 @@ same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_tr
   persistent grid of p programs per multiprocessor, each with the next tile's load in flight,
   compiled with ``maxnreg`` = 65536 / (p * 32 * num_warps) so all are resident); ``HINTS``
   (y stored evict_first) on a few; for layer_norm, every tile again with ``ONE_SUM`` (the
-  statistics from one reduction of x and x^2);
+  statistics from one reduction of x and x^2); rows of 4096 and more also on the chunked path
+  (a quarter or half a row a chunk, ``HINTS``, with and without ``PREFETCH``);
 * long rows: the chunked path (a program per row, two passes over it) with ``BLOCK_N`` chunks of
   4096..16384, ``num_warps``, ``num_stages`` 1 or 3, ``PREFETCH`` (two chunks in flight) and
   ``HINTS`` (the first read evict_last, so that the second finds x in L2); the split path
@@ -163,6 +164,10 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
                 out.append(dict(c, HINTS=1))
         if op == "layer_norm":  # the statistics from one reduction, on every tile tried
             out += [dict(c, ONE_SUM=1) for c in list(out)]
+        if bn >= 4096:  # a program per row walking it twice in chunks (the second read from L2)
+            for cbn, warps in ((bn // 4, 4), (bn // 4, 8), (bn // 2, 8)):
+                out.append(_cfg(cbn, 1, warps, hints=1))
+                out.append(_cfg(cbn, 1, warps, prefetch=1, hints=1))
     else:
         chunked = [(4096, 8), (8192, 16), (16384, 16)] if not quick else [(4096, 8), (8192, 16)]
         if not quick:

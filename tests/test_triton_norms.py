@@ -523,7 +523,8 @@ def test_native_autotuner_never_sees_cooperative_configs():
 
 @pytest.mark.parametrize("option,match", [(dict(PREFETCH=2), "PREFETCH"), (dict(ONE_SUM=2), "ONE_SUM"),
                                           (dict(REGS=7), "REGS must be"), (dict(REGS=512), "REGS must be"),
-                                          (dict(REGS=64, PERSIST=1), "REGS and PERSIST")])
+                                          (dict(REGS=64, PERSIST=1), "REGS and PERSIST")],
+                         ids=["prefetch", "one-sum", "regs-7", "regs-512", "regs-and-persist"])
 def test_option_values_are_checked(option, match):
     with pytest.raises(ValueError, match=match):
         N.NormLauncher("rms_norm", 2, 16, F32, 16, DEV, dict(dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1), **option),
