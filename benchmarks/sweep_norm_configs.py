@@ -12,7 +12,8 @@ same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_tr
   persistent grid of p programs per multiprocessor, each with the next tile's load in flight,
   compiled with ``maxnreg`` = 65536 / (p * 32 * num_warps) so all are resident); ``HINTS``
   (y stored evict_first) on a few; for layer_norm, every tile again with ``ONE_SUM`` (the
-  statistics from one reduction of x and x^2); rows of 4096 and more also on the chunked path
+  statistics from one reduction of x and x^2); on rows of 4096 and more, every persistent tile
+  again with ``WB_EACH`` (weight and bias loaded for each tile), and the chunked path
   (a quarter or half a row a chunk, ``HINTS``, with and without ``PREFETCH``);
 * long rows: the chunked path (a program per row, two passes over it) with ``BLOCK_N`` chunks of
   4096..16384, ``num_warps``, ``num_stages`` 1 or 3, ``PREFETCH`` (two chunks in flight) and
@@ -119,6 +120,8 @@ def label(c: dict) -> str:
         bits.append("one_sum")
     if c.get("REGS"):
         bits.append(f"regs{c['REGS']}")
+    if c.get("WB_EACH"):
+        bits.append("wb_each")
     return " ".join(bits)
 
 
@@ -126,7 +129,7 @@ def _key(c: dict) -> tuple:
     return tuple(sorted((k, int(v)) for k, v in c.items() if not (k in _OPTIONS and not v)))
 
 
-_OPTIONS = ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "REGS")  # keys that are absent when 0
+_OPTIONS = ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "REGS", "WB_EACH")  # keys that are absent when 0
 
 
 def _persist_levels(bn: int, rows: int, warps: int, esz: int, quick: bool) -> list[int]:
@@ -164,6 +167,8 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
                 out.append(dict(c, HINTS=1))
         if op == "layer_norm":  # the statistics from one reduction, on every tile tried
             out += [dict(c, ONE_SUM=1) for c in list(out)]
+        # persistent programs that load the weight and bias for each tile rather than hold them
+        out += [dict(c, WB_EACH=1) for c in list(out) if c["PERSIST"] and bn >= 4096]
         if bn >= 4096:  # a program per row walking it twice in chunks (the second read from L2)
             for cbn, warps in ((bn // 4, 4), (bn // 4, 8), (bn // 2, 8)):
                 out.append(_cfg(cbn, 1, warps, hints=1))

@@ -523,8 +523,8 @@ def test_native_autotuner_never_sees_cooperative_configs():
 
 @pytest.mark.parametrize("option,match", [(dict(PREFETCH=2), "PREFETCH"), (dict(ONE_SUM=2), "ONE_SUM"),
                                           (dict(REGS=7), "REGS must be"), (dict(REGS=512), "REGS must be"),
-                                          (dict(REGS=64, PERSIST=1), "REGS and PERSIST")],
-                         ids=["prefetch", "one-sum", "regs-7", "regs-512", "regs-and-persist"])
+                                          (dict(REGS=64, PERSIST=1), "REGS and PERSIST"), (dict(WB_EACH=3), "WB_EACH")],
+                         ids=["prefetch", "one-sum", "regs-7", "regs-512", "regs-and-persist", "wb-each"])
 def test_option_values_are_checked(option, match):
     with pytest.raises(ValueError, match=match):
         N.NormLauncher("rms_norm", 2, 16, F32, 16, DEV, dict(dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1), **option),
@@ -534,10 +534,13 @@ def test_option_values_are_checked(option, match):
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("config", [dict(BLOCK_N=16, COOP=1, REGS=80), dict(BLOCK_N=128, ROWS=2, REGS=64),
-                                    dict(BLOCK_N=128, ROWS=2, ONE_SUM=1), dict(BLOCK_N=128, ONE_SUM=1)],
-                         ids=["coop-regs", "rows-regs", "tile2-one-sum", "row-one-sum"])
+                                    dict(BLOCK_N=128, ROWS=2, ONE_SUM=1), dict(BLOCK_N=128, ONE_SUM=1),
+                                    dict(BLOCK_N=128, PERSIST=1, WB_EACH=1),
+                                    dict(BLOCK_N=128, ROWS=2, PERSIST=1, WB_EACH=1, ONE_SUM=1)],
+                         ids=["coop-regs", "rows-regs", "tile2-one-sum", "row-one-sum", "persist-wb-each",
+                              "persist-tile2-wb-each-one-sum"])
 @pytest.mark.parametrize("shift", [0.0, 1000.0], ids=["near-zero", "far-from-zero"])
-def test_register_cap_and_one_sum_options(op, dtype, config, shift):
+def test_register_cap_one_sum_and_wb_each_options(op, dtype, config, shift):
     # N = 101 (masked lanes). ONE_SUM: rows near zero take the one reduction's statistics; rows far
     # from zero (mean 1000, spread 1) would lose every digit of sum x^2 - (sum x)^2 / N in fp32, so
     # they must be summed again about their mean

@@ -424,6 +424,7 @@ def _norm_fwd(
     CHUNKS_P2: tl.constexpr = 0,  # COOP: a power of two >= the chunks of a row (the width of its wait)
     STATS: tl.constexpr = 0,  # each row's rstd (layer_norm: and mean) stored at st_ptr (_save_stats)
     ONE_SUM: tl.constexpr = 0,  # rows in registers: layer_norm's statistics from one reduction (_rows_out)
+    WB_EACH: tl.constexpr = 0,  # persistent grid: weight and bias loaded for each tile, not held
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
@@ -445,8 +446,12 @@ def _norm_fwd(
                 nptrs, nmask = _tile_ptrs(x_ptr, t + G, ROWS, cols, cmask, M, stride_xm)
                 x_next = tl.load(nptrs, mask=nmask, other=0.0, eviction_policy="evict_first")
                 yptrs, mask = _tile_ptrs(y_ptr, t, ROWS, cols, cmask, M, stride_ym)
-                _rows_out(x.to(tl.float32), mask, w, b, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS, st_ptr,
-                          t, M, ROWS, STATS, ONE_SUM)
+                if WB_EACH:  # loaded again for each tile (from L2), not held in registers across tiles
+                    wt, bt = _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
+                else:
+                    wt, bt = w, b
+                _rows_out(x.to(tl.float32), mask, wt, bt, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS,
+                          st_ptr, t, M, ROWS, STATS, ONE_SUM)
         else:
             ptrs, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
             x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)

@@ -10,7 +10,9 @@ program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It i
 ``BLOCK_N`` covers the bucketed row length. Two optional keys of the chunked/split paths (0 when absent):
 ``PREFETCH`` (the next chunk's load in flight while the current one is reduced or written) and
 ``HINTS`` (L2 eviction hints; see :mod:`dispatch_triton.norm_kernels`). ``ONE_SUM`` (rows in
-registers: layer_norm's sum and sum of squares in one reduction, see ``_rows_out``). ``REGS``
+registers: layer_norm's sum and sum of squares in one reduction, see ``_rows_out``). ``WB_EACH``
+(a persistent grid: the weight and bias loaded again for each tile rather than held in registers
+across tiles). ``REGS``
 (every path but a persistent one, which sets its own: the registers a thread may use, ``maxnreg``;
 0: as compiled).
 
@@ -116,6 +118,8 @@ def _one_pass_space(bn: int, dtype: torch.dtype, op: str | None) -> list[dict]:
         cands = [(1, 8, 0), (1, 16, 0), (1, 16, 1), (1, 32, 0), (1, 8, 2)]
         if layer and not wide:  # two persistent programs a multiprocessor: 23.0-23.1 us against 23.9-24.1
             cands = _first(cands, (1, 8, 2))
+        if not wide:  # for the tuner: 2-byte rows, 22.3 (rms_norm) and 22.9-23.1 us against 23.1 and 23.4 (one run)
+            cands.append((1, 16, 2, {"WB_EACH": 1, "ONE_SUM": int(layer)}))
     else:
         # 16384: bf16/fp16 rows in a persistent grid with the next row's load in flight (one program
         # of 32 warps a multiprocessor); fp32 rows load twice the bytes: a program per row
@@ -131,6 +135,8 @@ def _one_pass_space(bn: int, dtype: torch.dtype, op: str | None) -> list[dict]:
             cands = _first(cands, (1, 16, 1))
         else:
             cands = [(1, 32, 0, {"ONE_SUM": 1})] + cands
+        if not wide:  # for the tuner: layer_norm 23.7 us against 24.1 for the default (one run)
+            cands.append((1, 32, 1, {"WB_EACH": 1, "ONE_SUM": int(layer)}))
     return [_cfg(bn, c[0], 1, c[1], 1, c[2], **(c[3] if len(c) > 3 else {})) for c in cands]
 
 
@@ -201,7 +207,7 @@ def _check_config(config: dict, n: int) -> None:
             raise ValueError(f"config {name} must be a power of two (got {v}) in {config}")
     if rows > 1 and bn < n:
         raise ValueError(f"config ROWS={rows} packs whole rows: BLOCK_N={bn} must be >= N={n}")
-    for name in ("PREFETCH", "HINTS", "COOP", "ONE_SUM"):
+    for name in ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "WB_EACH"):
         if int(config.get(name, 0)) not in (0, 1):
             raise ValueError(f"config {name} must be 0 or 1 (got {config[name]})")
     if coop(config) and _cdiv(n, bn) > _MAX_COOP_CHUNKS:
@@ -299,7 +305,7 @@ class NormLauncher:
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
                     PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(is_coop),
-                    ONE_SUM=int(config.get("ONE_SUM", 0)),
+                    ONE_SUM=int(config.get("ONE_SUM", 0)), WB_EACH=int(config.get("WB_EACH", 0)),
                     CHUNKS_P2=_np2(_cdiv(n, int(config["BLOCK_N"]))) if is_coop else 0)
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
