@@ -236,7 +236,7 @@ def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl
         # sum x and sum x^2 in one reduction (one exchange between the warps, not two in a row);
         # M2 = sum x^2 - (sum x)^2 / N loses at most a bit where the mean is within the spread of
         # zero (_ill_placed); a tile holding a row beyond that sums its centred squares again
-        s, q = _sum2_rows(x, x * x)
+        s, q = _sum2(x, x * x, 1)
         mean = s / N
         xc = tl.where(mask, x - mean[:, None], 0.0)
         m2 = _centred(s, q, N)
@@ -279,22 +279,13 @@ def _add4(a0, b0, c0, d0, a1, b1, c1, d1):
 
 
 @triton.jit
-def _sum2(a, b):
-    # two sums over a chunk in one reduction on a GPU (one exchange between the warps, not two);
+def _sum2(a, b, AXIS: tl.constexpr = 0):
+    # two sums along AXIS in one reduction on a GPU (one exchange between the warps, not two);
     # the interpreter runs a combine function element by element, so there: two sums
     if _INTERPRETED:
-        return tl.sum(a, 0), tl.sum(b, 0)
+        return tl.sum(a, AXIS), tl.sum(b, AXIS)
     else:
-        return tl.reduce((a, b), 0, _add2)
-
-
-@triton.jit
-def _sum2_rows(a, b):
-    # _sum2 over each row of a tile (axis 1)
-    if _INTERPRETED:
-        return tl.sum(a, 1), tl.sum(b, 1)
-    else:
-        return tl.reduce((a, b), 1, _add2)
+        return tl.reduce((a, b), AXIS, _add2)
 
 
 @triton.jit
