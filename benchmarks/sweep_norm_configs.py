@@ -71,8 +71,8 @@ OPS = ("rms_norm", "layer_norm")
 ELEMENTS = 16 * 1024 * 1024
 N_LIST = (1024, 2048, 4096, 8192, 16384, 65536, 262144)
 EXTRA = ((64 * 1024 * 1024 // 4096, 4096),)  # M*N = 64M at N = 4096
-CPU_SHAPES = ((6, 100), (2, 20000))
-COOP_REGS = (64, 80, 96)  # maxnreg caps tried on the cooperative path  # rows in registers (N odd: masked), chunked rows
+CPU_SHAPES = ((6, 100), (2, 20000))  # rows in registers (N odd: masked), chunked rows
+COOP_REGS = (64, 80, 96)  # maxnreg caps tried on the cooperative path
 
 # rows in registers: (ROWS, num_warps) tile shapes tried per bucket of N, a rough order of promise
 TILES = {

@@ -7,14 +7,17 @@ A config is a dict: ``BLOCK_N`` (a power of two), ``ROWS`` (rows per tile, one-p
 program per tile, k for a persistent grid of k programs per multiprocessor that load the next tile
 while working on the current one), ``COOP`` (1: the cooperative path; ``BLOCK_N`` is then a
 program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It is one-pass when
-``BLOCK_N`` covers the bucketed row length. Two optional keys of the chunked/split paths (0 when absent):
-``PREFETCH`` (the next chunk's load in flight while the current one is reduced or written) and
-``HINTS`` (L2 eviction hints; see :mod:`dispatch_triton.norm_kernels`). ``ONE_SUM`` (rows in
-registers: layer_norm's sum and sum of squares in one reduction, see ``_rows_out``). ``WB_EACH``
-(a persistent grid: the weight and bias loaded again for each tile rather than held in registers
-across tiles). ``REGS``
-(every path but a persistent one, which sets its own: the registers a thread may use, ``maxnreg``;
-0: as compiled).
+``BLOCK_N`` covers the bucketed row length. Optional keys (0 when absent):
+
+* ``PREFETCH`` (chunked and split paths): the next chunk's load in flight while the current one
+  is reduced or written;
+* ``HINTS``: L2 eviction hints (see :mod:`dispatch_triton.norm_kernels`);
+* ``ONE_SUM`` (rows in registers): layer_norm's sum and sum of squares in one reduction
+  (``_rows_out``);
+* ``WB_EACH`` (a persistent grid): the weight and bias loaded again for each tile rather than
+  held in registers across tiles;
+* ``REGS`` (any path but a persistent one, which sets its own): the registers a thread may use
+  (``maxnreg``).
 
 Forward, by the row length's bucket (the default of each; the tune space holds a handful more):
 
