@@ -74,6 +74,22 @@ def test_short_rows_several_per_program(op, dtype, affine):
     _check_fwd_bwd(op, _args(op, x, (40,), *affine), dtype)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("n", [1000, 4096, 8192, 16384])
+def test_each_buckets_default_config(op, dtype, n):
+    # what a call gets with tuning off, bucket by bucket: the defaults differ by op and dtype (tiles
+    # of rows, persistent grids, fp32 rms_norm rows walked in chunks, layer_norm's ONE_SUM); row 0
+    # near zero, row 1 four spreads away from it (layer_norm's statistics taken again about the mean)
+    x = _t((2, n), dtype, 9)
+    x[1] += 4
+    args = _args(op, x, (n,), True, True)
+    decision = dispatch.explain(op, *args, backend="triton").decision
+    assert decision.config_source == "default config"
+    assert decision.config.as_dict() == N.default_config(2, n, dtype, DEV, op)  # the per-op default runs
+    _check_fwd_bwd(op, args, dtype)
+
+
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 def test_multi_dim_normalized_shape_and_leading_dims(op):
     x = _t((2, 3, 4, 6), F32, 3, 1.5, -2.0)
