@@ -481,7 +481,8 @@ def _assert_layer_norm_close(y, x, w, b):
 def test_layer_norm_held_in_registers_of_rows_with_massive_elements(n, config, dtype, where):
     # rows held whole in registers (a row, a tile of four, a persistent grid of tiles); rows 1 and 6
     # massive, the others not, so a tile holds both kinds. ONE_SUM: the statistics from one
-    # reduction of x and x^2, where a massive row's must be taken again about its mean
+    # reduction of x and x^2; a massive element moves a row's mean by less than its spread, so they
+    # are kept (rows far from zero, which are summed again: test_register_cap_one_sum_and_wb_each_options)
     m = 7
     x = _t((m, n), F32, 22)
     x[1:7:5] = _massive(2, n, F32, where)
