@@ -262,6 +262,17 @@ def compile_program(make_program, jit_kwargs: Mapping[str, Any]) -> Any:
                                if getattr(program, "compile_flags", None) else {}))
 
 
+def compile_once(cache: dict, lock, key: tuple, make_program, jit_kwargs: Mapping[str, Any]) -> Any:
+    """``cache[key]``, compiled by :func:`compile_program` at the first ask (outside ``lock``, so
+    threads build different kernels at once; two threads racing for one key keep the first stored)."""
+    kernel = cache.get(key)
+    if kernel is None:
+        kernel = compile_program(make_program, jit_kwargs)
+        with lock:
+            kernel = cache.setdefault(key, kernel)
+    return kernel
+
+
 def _build_key(op: str, n_cols: int, ins: str, outs: str, config: Mapping[str, Any], target: str,
                row_stride: int = 0) -> tuple:
     return (op, n_cols, ins, outs, target, int(row_stride), tuple(sorted(dict(config).items())))

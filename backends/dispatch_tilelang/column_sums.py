@@ -17,7 +17,6 @@ rows: the same sums, bit for bit, run to run.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 
 import functools
-import os
 import threading
 
 import tilelang
@@ -107,14 +106,9 @@ _LOCK = threading.Lock()
 
 def build(n: int, dtype: str, k: int, first: int, cfg: dict):
     """The compiled column sums of ``cfg`` (built once a process)."""
-    from .build import compile_program
+    from .build import compile_once, cuda_arch
 
-    arch = os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None
+    arch = cuda_arch()
     key = (n, dtype, k, first, arch, *(cfg[name] for name in ("block_p", "block_n", "threads", "stages", "aligned")))
-    kernel = _BUILT.get(key)
-    if kernel is None:
-        kernel = compile_program(lambda: program(n, dtype, k, first, cfg["aligned"], arch),
-                                 {name: cfg[name] for name in ("block_p", "block_n", "threads", "stages")})
-        with _LOCK:
-            kernel = _BUILT.setdefault(key, kernel)
-    return kernel
+    return compile_once(_BUILT, _LOCK, key, lambda: program(n, dtype, k, first, cfg["aligned"], arch),
+                        {name: cfg[name] for name in ("block_p", "block_n", "threads", "stages")})

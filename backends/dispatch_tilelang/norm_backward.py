@@ -230,10 +230,9 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, has_weight: bool,
                     if target == "c":
                         program = cpu_program(op, n, name, has_weight, eps)
                     else:
-                        import os
+                        from .build import cuda_arch
 
-                        program = cuda_program(op, n, name, has_weight, eps,
-                                               os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None)
+                        program = cuda_program(op, n, name, has_weight, eps, cuda_arch())
                     kernel = _BUILT[key] = program(**config)
         return kernel
 
@@ -300,26 +299,20 @@ def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: boo
             args = [a.view(torch.int16) for a in args]
         kernel_call()(*args, parts[0], parts[1])
         dx = dx if flat else dx.view(x.shape)
-        dw = db = None
-        if device.type == "cuda" and (want_w or want_b):  # stage two: one launch, the cast in its store
-            k = int(want_w) + int(want_b)
+        if not (want_w or want_b):
+            return (dx, None) if is_rms else (dx, None, None)
+        # stage two: the k wanted blocks of partials summed over their rows, in the gradients' dtype
+        k = int(want_w) + int(want_b)
+        if device.type == "cuda":  # one launch, the cast in its store
             sums = torch.empty((k, n), dtype=dtype, device=device)
             stage_two(device, want_w, want_b)(parts, sums)
-            shape = (weight if want_w else bias).shape
-            if len(shape) != 1:  # a multi-dim normalized_shape
-                sums = sums.view(k, *shape)
-            if k == 2:
-                dw, db = sums
-            else:
-                dw, db = (sums[0], None) if want_w else (None, sums[0])
-        else:  # stage two on the CPU: torch's sum and a cast
-            if want_w and want_b:
-                dw, db = parts.sum(1).to(dtype)
-            else:
-                dw = parts[0].sum(0).to(dtype) if want_w else None
-                db = parts[1].sum(0).to(dtype) if want_b else None
-            dw = dw.view(weight.shape) if want_w else None
-            db = db.view(bias.shape) if want_b else None
+        else:  # on the CPU: torch's sum and a cast
+            sums = parts[0 if want_w else 1:2 if want_b else 1].sum(1).to(dtype)
+        shape = (weight if want_w else bias).shape
+        if len(shape) != 1:  # a multi-dim normalized_shape
+            sums = sums.view(k, *shape)
+        dw = sums[0] if want_w else None
+        db = sums[k - 1] if want_b else None
         return (dx, dw) if is_rms else (dx, dw, db)
 
     return backward

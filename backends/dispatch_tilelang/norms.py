@@ -94,9 +94,9 @@ def _program(op, n, dtype, has_weight, has_bias, eps, target, stride, config):
     tile_n = int(config.get("tile_n", 0))
     if target == "c":
         return norm_kernels.cpu_program(op, n, dtype, has_weight, has_bias, eps, tile_n, stride)
-    import os
+    from .build import cuda_arch
 
-    arch = os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None
+    arch = cuda_arch()
     if config.get("smem") == 1:
         from . import smem_norms
 

@@ -28,7 +28,6 @@ its next send) keeps a fast CTA from overwriting words a slow peer has not read.
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
 
 import functools
-import os
 import threading
 
 import tilelang
@@ -329,20 +328,16 @@ _LOCK = threading.Lock()
 
 def build(op: str, n: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, config: dict):
     """The compiled kernel of ``config`` (built once a process; threads may build different ones at once)."""
-    from .build import compile_program
+    from .build import compile_once, cuda_arch
 
-    arch = os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None
+    arch = cuda_arch()
     key = (op, n, dtype, has_weight, has_bias, eps, arch, *(int(config[k]) for k in ("tile_n", "cluster", "threads")),
            bool(config.get("ahead")), int(config.get("blocks", 1)))
-    kernel = _BUILT.get(key)
-    if kernel is None:
-        kernel = compile_program(
-            lambda: program(op, n, dtype, has_weight, has_bias, eps, int(config["tile_n"]), int(config["cluster"]),
-                            bool(config.get("ahead")), int(config.get("blocks", 1)), arch),
-            {"block_m": 1, "threads": int(config["threads"])})
-        with _LOCK:
-            kernel = _BUILT.setdefault(key, kernel)
-    return kernel
+    return compile_once(
+        _BUILT, _LOCK, key,
+        lambda: program(op, n, dtype, has_weight, has_bias, eps, int(config["tile_n"]), int(config["cluster"]),
+                        bool(config.get("ahead")), int(config.get("blocks", 1)), arch),
+        {"block_m": 1, "threads": int(config["threads"])})
 
 
 def make(op: str, m: int, n: int, dtype, has_weight: bool, has_bias: bool, eps: float, config: dict | None = None):

@@ -194,10 +194,9 @@ _LOCK = threading.Lock()
 
 def build(op: str, key: tuple, in_dtype: str, out_dtype: str, target: str, config: dict):
     """The compiled kernel of one layout and config (cached in-process; TileLang caches on disk)."""
-    import os
-
     from dispatch.backend import PARSE_LOCK
 
+    from .build import cuda_arch
     from .strided_kernels import program
 
     cache_key = (op, key, in_dtype, out_dtype, target, tuple(sorted(config.items())))
@@ -206,7 +205,7 @@ def build(op: str, key: tuple, in_dtype: str, out_dtype: str, target: str, confi
         with _LOCK:
             kernel = _BUILT.get(cache_key)
             if kernel is None:
-                arch = os.environ.get("DISPATCH_TILELANG_CUDA_ARCH") or None if target == "cuda" else None
+                arch = cuda_arch() if target == "cuda" else None
                 jit = {k: int(v) for k, v in config.items() if k in TUNABLES[target]}
                 with PARSE_LOCK:  # TileLang parses kernel sources with ast (see build._TRACE_LOCK)
                     if config.get("smem"):
