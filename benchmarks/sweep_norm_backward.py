@@ -101,6 +101,13 @@ def _rows_variants(plan_of, base: dict, quick: bool) -> list[dict]:
     lo, hi = (8, 16) if quick else (4, 32)
     out = [dict(maxnreg=r) for r in (None, 128) if _fits(base["num_warps"], r)]
     out += [dict(EVICT=False), dict(G=2 * base["G"]), dict(PREFETCH=True)]
+    # the tile loop pipelined by Triton (the next tiles' loads to shared memory), at 128 registers
+    # and at fewer (more programs resident)
+    out += [dict(STAGES=st, maxnreg=r) for st in (2, 3, 4) for r in (128, 96, 80) if _fits(base["num_warps"], r)]
+    # the column sums finished in the launch by the programs that finish last
+    out += [dict(FINISH=f) for f in (8, 16, 32, 64, 128) if f <= min(base["G"], bn)]
+    out += [dict(FINISH=64, ROWS=r, num_warps=w) for r, w in ((2, 8), (2, 16), (1, 8)) if 64 <= min(base["G"], bn)
+            and r * bn <= 16384 and 8 <= _ept(r * bn, w) <= 32]
     for rows in (1, 2, 4, 8):
         for warps in (2, 4, 8, 16, 32):
             if rows * bn > 16384 or not lo <= _ept(rows * bn, warps) <= hi:
@@ -109,6 +116,7 @@ def _rows_variants(plan_of, base: dict, quick: bool) -> list[dict]:
             out += [dict(tile, maxnreg=r) for r in (None, 64, 128) if _fits(warps, r)]
             out += [dict(tile, PREFETCH=True, maxnreg=r) for r in (64, 128) if _fits(warps, r)]
             out += [dict(tile, EVICT=False), dict(tile, G=2 * plan_of(tile)["G"])]
+            out += [dict(tile, STAGES=3, maxnreg=r) for r in (128, 96) if _fits(warps, r)]
     return out
 
 
@@ -169,6 +177,10 @@ def label(plan: dict) -> str:
         bits.append("coop")
     if plan["num_stages"] != 1:
         bits.append(f"st{plan['num_stages']}")
+    if plan.get("FINISH"):
+        bits.append(f"finish{plan['FINISH']}")
+    if plan.get("STAGES", 1) > 1:
+        bits.append(f"stages{plan['STAGES']}")
     return " ".join(bits)
 
 

@@ -122,6 +122,8 @@ def label(c: dict) -> str:
         bits.append(f"regs{c['REGS']}")
     if c.get("WB_EACH"):
         bits.append("wb_each")
+    if c.get("STAGES"):
+        bits.append(f"stages{c['STAGES']}")
     return " ".join(bits)
 
 
@@ -129,7 +131,7 @@ def _key(c: dict) -> tuple:
     return tuple(sorted((k, int(v)) for k, v in c.items() if not (k in _OPTIONS and not v)))
 
 
-_OPTIONS = ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "REGS", "WB_EACH")  # keys that are absent when 0
+_OPTIONS = ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "REGS", "WB_EACH", "STAGES")  # keys that are absent when 0
 
 
 def _persist_levels(bn: int, rows: int, warps: int, esz: int, quick: bool) -> list[int]:
@@ -169,6 +171,13 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
             out += [dict(c, ONE_SUM=1) for c in list(out)]
         # persistent programs that load the weight and bias for each tile rather than hold them
         out += [dict(c, WB_EACH=1) for c in list(out) if c["PERSIST"] and bn >= 4096]
+        # the persistent tile loop pipelined by Triton (STAGES: the next tiles' loads go to shared
+        # memory, not registers), also at twice the programs a multiprocessor where warps allow
+        for c in [c for c in out if c["PERSIST"]]:
+            for p in (c["PERSIST"], 2 * c["PERSIST"]):
+                for st in (2, 3):
+                    if p * c["num_warps"] <= 64 and p * (st - 1) * bn * c["ROWS"] * esz <= 192 * 1024:
+                        out.append(dict(c, PERSIST=p, STAGES=st))
         if bn >= 4096:  # a program per row walking it twice in chunks (the second read from L2)
             for cbn, warps in ((bn // 4, 4), (bn // 4, 8), (bn // 2, 8)):
                 out.append(_cfg(cbn, 1, warps, hints=1))

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 _TRITON = textwrap.dedent("""
-    import itertools, triton
+    import inspect, itertools, triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from dispatch_triton.norm_backward_kernels import (_column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split,
@@ -21,6 +21,9 @@ _TRITON = textwrap.dedent("""
     from dispatch_triton.norm_kernels import _norm_fwd
 
     def build(fn, ptrs, consts, warps=4):
+        # constexprs not given take their defaults
+        consts = {p.name: p.default for p in fn.params if p.is_constexpr and p.default is not inspect.Parameter.empty
+                  } | consts
         sig = {a: "constexpr" if a in consts else ptrs.get(a, "fp32" if a == "eps" else "i32")
                for a in fn.arg_names}
         triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
@@ -39,6 +42,9 @@ _TRITON = textwrap.dedent("""
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=phase, ONE_PASS=onep,
                                    BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1,
                                    PERSIST=persist, PREFETCH=int(not onep), HINTS=1, COOP=0))
+    for rms in (True, False):  # a persistent grid's tile loop pipelined by Triton
+        build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=0, ONE_PASS=True, BLOCK_N=4096,
+                                   ROWS=1, SPLIT=1, PERSIST=2, STAGES=3), warps=8)
     # the cooperative forward (its ws_ptr is the int64 slot buffer): the one launch of a GPU, and
     # the interpreter's two halves; bf16 and fp32 rows
     for dt in ("bf16", "fp32"):
@@ -49,13 +55,18 @@ _TRITON = textwrap.dedent("""
             build(_norm_fwd, io, dict(IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine and not rms, PHASE=phase,
                                       ONE_PASS=False, BLOCK_N=4096, ROWS=1, SPLIT=1, PERSIST=0, PREFETCH=0,
                                       HINTS=hints, COOP=1, CHUNKS_P2=32, STATS=stats))
-    bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr")} | {"p_ptr": "*fp32", "ws_ptr": "*fp32",
-                                                                         "st_ptr": "*fp32"}
+    bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr", "o0_ptr", "o1_ptr")} | {
+        "p_ptr": "*fp32", "ws_ptr": "*fp32", "st_ptr": "*fp32", "slot_ptr": "*i64"}
     for rms, affine in itertools.product([True, False], [True, False]):
         flags = dict(IS_RMS=rms, HAS_WEIGHT=affine)
         for evict, prefetch in ((True, False), (False, False), (True, True)):
             build(_norm_bwd, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=1024, ROWS=2,
                                        EVICT=evict, PREFETCH=prefetch))
+        # the tile loop pipelined by Triton, and the column sums finished in the launch
+        build(_norm_bwd, bwd, dict(flags, WANT_DW=True, WANT_DB=not rms, BLOCK_N=4096, ROWS=1, PREFETCH=False,
+                                   STAGES=3), warps=8)
+        build(_norm_bwd, bwd, dict(flags, WANT_DW=True, WANT_DB=not rms, BLOCK_N=4096, ROWS=1, FINISH=64,
+                                   FINISH_BG=64), warps=8)
         for (hints, prefetch), saved in itertools.product(((False, False), (True, True)), (False, True)):
             build(_norm_bwd_sums, bwd, dict(flags, BLOCK_N=2048, CHUNKS_P2=8, EV=2 if hints else 0, PREFETCH=prefetch,
                                             SAVED=saved))

@@ -238,9 +238,13 @@ def test_backward_bf16_and_absent_parameters(op, affine, split):
 @pytest.mark.parametrize("plan,split", [
     (dict(ROWS=1), None), (dict(num_warps=2, G=3), None), (dict(EVICT=False, maxnreg=None, num_stages=2), None),
     (dict(PREFETCH=True, G=3), None), (dict(PREFETCH=True, ROWS=1), None),
+    (dict(STAGES=3, G=3), None), (dict(PREFETCH=False, STAGES=2, ROWS=1), None), (dict(FINISH=1, G=3), None),
+    (dict(FINISH=1, ROWS=1), None),
     (dict(BLOCK_N=32, num_warps=2, GR=3), (2, 64)), (dict(BLOCK_N=32, GR=2, HINTS=True, PREFETCH=True), (2, 64)),
     (dict(BLOCK_N=64, GR=4, PREFETCH=True), (2, 64)), (dict(BLOCK_N=64, maxnreg=None), (2, 64)),
-], ids=["rows1", "warps2-g3", "no-evict", "prefetch-g3", "prefetch-rows1", "split-bn32-gr3", "split-hints-prefetch",
+], ids=["rows1", "warps2-g3", "no-evict", "prefetch-g3", "prefetch-rows1", "stages3-g3", "stages2-rows1", "finish-g3",
+        "finish-rows1",
+        "split-bn32-gr3", "split-hints-prefetch",
         "split-prefetch-gr4", "split-no-maxnreg"])
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_backward_plan_overrides(op, plan, split, dtype):
@@ -323,7 +327,9 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
 @pytest.mark.parametrize("plan,split,match", [
     (dict(ROWS=1, WARPS=4), None, "WARPS=4"), (dict(GR=2), None, "GR=2"), (dict(ROWS=3), None, "ROWS=3"),
     (dict(EVICT=1), None, "EVICT=1"), (dict(num_warps=0), None, "num_warps=0"), (dict(ROWS=2), (2, 64), "ROWS=2"),
-    (dict(BLOCK_N=48), (2, 64), "BLOCK_N=48"),
+    (dict(BLOCK_N=48), (2, 64), "BLOCK_N=48"), (dict(STAGES=3, PREFETCH=True), None, "STAGES=3.*PREFETCH=False"),
+    (dict(STAGES=0, PREFETCH=False), None, "STAGES=0"), (dict(STAGES=2), (2, 64), "STAGES=2"),
+    (dict(FINISH=3), None, "FINISH=3.*power of two"), (dict(FINISH=256), None, "FINISH=256.*BLOCK_N=128"),
 ])
 def test_backward_plan_override_refused(plan, split, match):
     with pytest.raises(ValueError, match=match):
@@ -347,7 +353,9 @@ def test_forced_chunked_and_split_paths(op, config):
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("config", [dict(BLOCK_N=64, ROWS=2, PERSIST=1), dict(BLOCK_N=128, ROWS=1, PERSIST=2),
-                                    dict(BLOCK_N=64, ROWS=4, PERSIST=0)], ids=["persist1-rows2", "persist2", "rows4"])
+                                    dict(BLOCK_N=64, ROWS=4, PERSIST=0), dict(BLOCK_N=64, ROWS=2, PERSIST=1, STAGES=3),
+                                    dict(BLOCK_N=128, ROWS=1, PERSIST=2, STAGES=2, WB_EACH=1, ONE_SUM=1)],
+                         ids=["persist1-rows2", "persist2", "rows4", "persist1-stages3", "persist2-stages2-wb-each"])
 def test_forced_rows_in_registers_paths(op, dtype, config):
     # persistent programs walking several tiles (the last one ragged), and tiles of several rows
     m, n = 9, 40
@@ -540,8 +548,11 @@ def test_native_autotuner_never_sees_cooperative_configs():
 
 @pytest.mark.parametrize("option,match", [(dict(PREFETCH=2), "PREFETCH"), (dict(ONE_SUM=2), "ONE_SUM"),
                                           (dict(REGS=7), "REGS must be"), (dict(REGS=512), "REGS must be"),
-                                          (dict(REGS=64, PERSIST=1), "REGS and PERSIST"), (dict(WB_EACH=3), "WB_EACH")],
-                         ids=["prefetch", "one-sum", "regs-7", "regs-512", "regs-and-persist", "wb-each"])
+                                          (dict(REGS=64, PERSIST=1), "REGS and PERSIST"), (dict(WB_EACH=3), "WB_EACH"),
+                                          (dict(STAGES=2), "STAGES pipelines a persistent"),
+                                          (dict(STAGES=9, PERSIST=1), "STAGES pipelines a persistent")],
+                         ids=["prefetch", "one-sum", "regs-7", "regs-512", "regs-and-persist", "wb-each", "stages-alone",
+                              "stages-9"])
 def test_option_values_are_checked(option, match):
     with pytest.raises(ValueError, match=match):
         N.NormLauncher("rms_norm", 2, 16, F32, 16, DEV, dict(dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1), **option),
@@ -764,3 +775,55 @@ def test_cards_order_norm_calls_on_cuda_as_measured(op):
             tensors = [attrs.evolve(t, device=cuda, requires_grad=grad and t.present) for t in spec.tensors]
             ordered, estimates = by_estimated_cost(servers, attrs.evolve(spec, tensors=tensors), timing)
             assert ordered[0].name == first, (m, n, grad, timing, estimates)
+
+
+@pytest.mark.skipif(DEV.type != "cuda", reason="programs that wait for each other run on a GPU only")
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("m,n,finish", [(16384, 1024, 64), (4096, 4096, 64), (3000, 1000, 16), (7, 4096, 4)])
+def test_column_sums_finished_in_the_launch(op, m, n, finish):
+    # the last programs to finish sum the partials' columns once every program has written its row
+    # (FINISH): the same gradients as the separate column-sum launch, the same bits call after
+    # call, whatever ran on the stream before (another launch ticketing the same word) and under
+    # CUDA-graph replay
+    layer = op == "layer_norm"
+    fused = NB.make_backward(op, m, n, BF16, n, 1e-5, True, layer, plan=dict(FINISH=finish))
+    apart = NB.make_backward(op, m, n, BF16, n, 1e-5, True, layer, plan=dict(FINISH=0))
+    other = NB.make_backward("rms_norm", 64, 65536, BF16, 65536, 1e-5, True, False)  # the long rows' exchange
+    ox, ody, ow = _t((64, 65536), BF16, 7), _t((64, 65536), BF16, 8), _t((65536,), BF16, 9)
+    inputs = [(_t((m, n), BF16, s, 1.0, s), _t((n,), BF16, s + 1, 0.5, 1.0), _t((n,), BF16, s + 2),
+               _t((m, n), BF16, s + 3)) for s in (0, 4)]
+
+    def run(bw, x, w, b, dy):
+        return bw(dy, x, w, b, None) if layer else bw(dy, x, w, None)
+
+    first = [run(fused, *inp) for inp in inputs]
+    for inp, got in zip(inputs, first):
+        want = run(apart, *inp)
+        assert torch.equal(got[0], want[0])
+        for a, b in zip(got[1:], want[1:]):
+            scale = b.float().abs().max().clamp_min(1)
+            torch.testing.assert_close(a.float() / scale, b.float() / scale, rtol=1e-2, atol=1e-2)
+    for _ in range(3):
+        for inp, want in zip(inputs, first):
+            other(ody, ox, ow, None)
+            for a, b in zip(run(fused, *inp), want):
+                assert int((a != b).sum()) == 0, f"{op} {m}x{n}: a repeated backward differs"
+    stream = torch.cuda.Stream(DEV)
+    stream.wait_stream(torch.cuda.current_stream(DEV))
+    with torch.cuda.stream(stream):
+        run(fused, *inputs[0])
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            captured = run(fused, *inputs[0])
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize(DEV)
+        for a, b in zip(captured, first[0]):
+            assert int((a != b).sum()) == 0, f"{op} {m}x{n}: a replayed backward differs"
+
+
+def test_finish_under_the_interpreter_is_the_last_program_only():
+    if not N._interpreting():
+        pytest.skip("the interpreter's refusal")
+    with pytest.raises(ValueError, match="FINISH=2.*only the last"):
+        NB.make_backward("rms_norm", 9, 100, F32, 100, 1e-5, True, False, plan=dict(FINISH=2, G=3))

@@ -64,7 +64,7 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
     return t.contiguous(), n
 
 
-_PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH"),
+_PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH", "STAGES", "FINISH"),
               "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH", "COOP",
                         "SAVED")}
 
@@ -80,6 +80,8 @@ def _check_overrides(overrides: dict, kind: str) -> None:
                              f"(those are {', '.join(_PLAN_KEYS[kind])})")
         if key in _FLAGS:
             ok = isinstance(value, bool)
+        elif key == "FINISH":
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0 and not value & (value - 1)
         else:
             ok = (value is None and key == "maxnreg") or (isinstance(value, int) and not isinstance(value, bool)
                                                           and value > 0)
@@ -87,6 +89,8 @@ def _check_overrides(overrides: dict, kind: str) -> None:
             wanted = "a positive int or None" if key == "maxnreg" else "a positive int"
             if key in _FLAGS:
                 wanted = "a bool"
+            elif key == "FINISH":
+                wanted = "0 or a power of two"
             raise ValueError(f"backward plan override {key}={value!r}: {wanted} is wanted")
 
 
@@ -101,15 +105,16 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
                   split: tuple[int, int] | None = None, overrides: dict | None = None) -> dict:
     """How the backward of ``m`` rows of ``n`` runs: ``kind`` "rows" (rows in registers: ``BLOCK_N``,
     ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``, ``EVICT``: x and dy loaded
-    evict_first, ``PREFETCH``: a program's next tile loaded before it works on the current one)
-    or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``; ``HINTS``: L2
+    evict_first, ``PREFETCH``: a program's next tile loaded before it works on the current one,
+    in registers; ``STAGES``: the tile loop pipelined by Triton in that many stages, the next
+    tiles' loads going to shared memory, with ``PREFETCH`` False) or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``; ``HINTS``: L2
     hints, ``PREFETCH``: the next row loaded ahead, ``COOP``: one launch whose groups exchange
     their sums, on a GPU where a group of ``S`` programs fits at once); both with the launch
     options ``maxnreg`` (None: none) and ``num_stages``.
 
     ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows).
     ``overrides``: entries that replace the computed ones (a "rows" plan: ``ROWS``, ``num_warps``,
-    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``; a "split" plan: ``BLOCK_N``,
+    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``, ``STAGES``; a "split" plan: ``BLOCK_N``,
     ``num_warps``, ``GR``, ``maxnreg``, ``num_stages``, ``HINTS``, ``PREFETCH``, ``COOP``);
     ``G``/``GR`` not given are recomputed from the
     overridden warps and registers (the programs resident at once). A key the plan's kind does
@@ -135,8 +140,22 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         warps = over.get("num_warps", max(1, min(32, bn * rows // (32 * per_thread))))
         tiles = _cdiv(m, rows)
         g = over.get("G", min(tiles, _resident_per_sm(warps, maxnreg) * sms if cuda else 4))
-        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=max(1, g), num_warps=warps, maxnreg=maxnreg,
-                    num_stages=stages, EVICT=over.get("EVICT", esz <= 2), PREFETCH=over.get("PREFETCH", True))
+        pipelined = over.get("STAGES", 1)
+        prefetch = over.get("PREFETCH", pipelined == 1)
+        if prefetch and pipelined > 1:
+            raise ValueError(f"backward plan override STAGES={pipelined}: the tile loop's pipeline loads ahead "
+                             "itself; give PREFETCH=False with it (or STAGES=1)")
+        g = max(1, g)
+        finish = over.get("FINISH", 0)
+        if finish > bn or (finish > g and (cuda or _interpreting())):  # (a CPU plan's G on a GPU host: no bound)
+            raise ValueError(f"backward plan override FINISH={finish}: at most the programs (G={g}) and the "
+                             f"columns (BLOCK_N={bn}) can finish the column sums")
+        if finish > 1 and _interpreting():
+            raise ValueError(f"backward plan override FINISH={finish}: the interpreter runs one program after "
+                             "another, where only the last can finish the column sums (FINISH=1)")
+        return dict(kind="rows", BLOCK_N=bn, ROWS=rows, G=g, num_warps=warps, maxnreg=maxnreg,
+                    num_stages=stages, EVICT=over.get("EVICT", esz <= 2), PREFETCH=prefetch, STAGES=pipelined,
+                    FINISH=finish)
     # long rows: (row groups) x (chunks) programs, 8 elements a thread, two waves of resident
     # programs (each walks its group's rows: the dweight/dbias partials are a row per group);
     # 2-byte dtypes with the L2 hints and the next row loaded ahead (7-15% faster on the H200 at
@@ -211,13 +230,17 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
         anchor = torch.empty(0, device=device)
         ph32 = placeholder(anchor, torch.float32)
         fixed = () if saved else (ph32,)  # the statistics' argument: a call's, or a placeholder
+        finish = plan.get("FINISH", 0) if k else 0
         if plan["kind"] == "rows":
             g = plan["G"]
-            main = DirectLaunch(_norm_bwd, (g,), 5, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
+            cw = plan["BLOCK_N"] // max(finish, 1)
+            main = DirectLaunch(_norm_bwd, (g,), 8, dict(M=m, N=n, stride_xm=row_stride, stride_dym=dy_stride,
                                                          stride_dxm=n, p_off_b=g * n if want_dw else 0, eps=float(eps),
                                                          WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=plan["BLOCK_N"],
                                                          ROWS=plan["ROWS"], EVICT=plan["EVICT"],
-                                                         PREFETCH=plan["PREFETCH"], **flags),
+                                                         PREFETCH=plan["PREFETCH"], STAGES=plan["STAGES"],
+                                                         FINISH=finish, FINISH_BG=min(_np2(g), max(1, 4096 // cw)),
+                                                         **flags),
                                 options, enabled=enabled, checked=(0, 2, 3))
             stages = (main,)
         else:
@@ -248,13 +271,14 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
                                   options, enabled=enabled, checked=(0, 2, 3), fixed=fixed)
                 stages = (sums, dx)
         reduce = None
-        if k:  # columns of 32 fp32 (a 128-byte line a row), up to 128 partial rows a step
+        if k and not finish:  # columns of 32 fp32 (a 128-byte line a row), up to 128 partial rows a step
             rbn = min(32, max(16, _np2(n)))
             reduce = DirectLaunch(_column_sum, (_cdiv(n, rbn), k), 3,
                                   dict(G=g, N=n, BLOCK_G=min(128, _np2(g)), BLOCK_N=rbn),
                                   dict(num_warps=4, num_stages=1), enabled=enabled)
         ws_size = m * plan.get("S", 0) * 4
-        return plan, g, k, stages, reduce, ws_size, ph32, placeholder(anchor, dtype)
+        return plan, g, k, stages, reduce, ws_size, ph32, placeholder(anchor, dtype), finish, placeholder(anchor,
+                                                                                                        torch.int64)
 
     def backward(grad, x, weight, *rest):
         # rest: (bias,) for layer_norm, then the output, then the statistics where the forward saved them
@@ -276,22 +300,25 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
                 built = plans.get(key)
                 if built is None:
                     built = plans[key] = build(*key)
-        plan, g, k, stages, reduce, ws_size, ph32, ph = built
+        plan, g, k, stages, reduce, ws_size, ph32, ph, finish, ph64 = built
         partials = torch.empty(k * g * n, dtype=torch.float32, device=device) if k else ph32
         w_arg = weight if weight is not None else ph
         st = () if stats is None else (stats,)
+        dw = torch.empty(weight.shape, dtype=weight.dtype, device=device) if want_dw else None
+        db = torch.empty(bias.shape, dtype=bias.dtype, device=device) if want_db else None
+        outs = [t for t in (dw, db) if t is not None]
         if plan["kind"] == "rows":
-            stages[0].launch(x, dx, dy, w_arg, partials)
+            if finish:  # the column sums in the same launch, ticketed in the stream's slot buffer's word 0
+                stages[0].launch(x, dx, dy, w_arg, partials, outs[0], outs[-1], _split_slots(device, 0))
+                return (dx, dw) if is_rms else (dx, dw, db)
+            stages[0].launch(x, dx, dy, w_arg, partials, ph, ph, ph64)
         elif plan["COOP"]:  # up to four tagged words per row and chunk in the stream's slot buffer
             stages[0].launch(x, dx, dy, w_arg, partials, _split_slots(device, 2 * m * plan["S"]), *st)
         else:
             ws = torch.empty(ws_size, dtype=torch.float32, device=device)
             stages[0].launch(x, ws, dy, w_arg, *st)
             stages[1].launch(x, dx, dy, w_arg, partials, ws, *st)
-        dw = torch.empty(weight.shape, dtype=weight.dtype, device=device) if want_dw else None
-        db = torch.empty(bias.shape, dtype=bias.dtype, device=device) if want_db else None
         if k:
-            outs = [t for t in (dw, db) if t is not None]
             reduce.launch(partials, outs[0], outs[-1])
         return (dx, dw) if is_rms else (dx, dw, db)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .exchange import _await_words, _publish_words, _ticket
+from .exchange import _INTERPRETED, _await_words, _publish_words, _ticket
 from .jit import _cvt
 from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _row_shift, _stats, _sum2, _sum4,
                            _tile_ptrs)
@@ -68,16 +68,79 @@ def _store_partials(p_ptr, p_off_b, row, N, cols, cmask, acc_w, acc_b, WANT_DW: 
         tl.store(p_ptr + p_off_b + poff + cols, acc_b, mask=cmask)
 
 
+_FENCE = tl.constexpr("fence.acq_rel.gpu;\nmov.u32 $0, $1;")  # this thread's stores ordered GPU-wide
+
+
+@triton.jit
+def _fence():
+    # every thread's earlier stores ordered before its later accesses, GPU-wide (the interpreter
+    # runs programs one after another: nothing to order)
+    if not _INTERPRETED:
+        tl.inline_asm_elementwise(_FENCE, "=r,r", [tl.full([], 0, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, N, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
+                    FINISH: tl.constexpr, BLOCK_N: tl.constexpr, BG: tl.constexpr):
+    # The second stage in the same launch: each program, its row of partials written, takes a ticket
+    # (word 0 of the slot buffer, as exchange._ticket: the last one moves the epoch on); the FINISH
+    # programs holding the last tickets wait for the epoch to move (every row written), then each
+    # sums a slice of BLOCK_N // FINISH columns over the G rows, BG rows a step, in a fixed order
+    # (the same bits every call) and writes dweight/dbias in their dtype. No program waits for one
+    # that has not started: every program holding an earlier ticket has exited, so those that wait
+    # leave slots enough.
+    _fence()
+    tl.debug_barrier()
+    word = tl.atomic_add(slot_ptr, 1, sem="acq_rel")
+    tid = (word & 0xFFFFFFFF).to(tl.int32)
+    if tid == G - 1:
+        tl.atomic_add(slot_ptr, (1 << 32) - G.to(tl.int64), sem="acq_rel")
+    j = tid - (G - FINISH)
+    if j >= 0:
+        epoch = word >> 32
+        cur = tl.atomic_add(slot_ptr, 0, sem="acquire")
+        while (cur >> 32) == epoch:
+            cur = tl.atomic_add(slot_ptr, 0, sem="acquire")
+        tl.debug_barrier()
+        if WANT_DW:
+            _sum_rows(p_ptr, o0_ptr, G, N, j, BLOCK_N // FINISH, BG)
+        if WANT_DB:
+            if WANT_DW:
+                _sum_rows(p_ptr + p_off_b, o1_ptr, G, N, j, BLOCK_N // FINISH, BG)
+            else:
+                _sum_rows(p_ptr, o0_ptr, G, N, j, BLOCK_N // FINISH, BG)
+
+
+@triton.jit
+def _sum_rows(p_ptr, out_ptr, G, N, j, CW: tl.constexpr, BG: tl.constexpr):
+    # out[cols] = the sum over the G rows of the fp32 partials p[g, cols] (cols: the j-th slice of
+    # CW), BG rows a step, in a fixed order; read from L2 (.cg): other programs wrote them
+    cols = j * CW + tl.arange(0, CW)
+    cmask = cols < N
+    acc = tl.zeros([BG, CW], tl.float32)
+    for g0 in range(0, G, BG):
+        g = g0 + tl.arange(0, BG)
+        acc += tl.load(p_ptr + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & cmask[None, :],
+                       other=0.0, cache_modifier=".cg")
+    tl.store(out_ptr + cols, _cvt(tl.sum(acc, 0), out_ptr.dtype.element_ty), mask=cmask)
+
+
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd(
-    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr,
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, o0_ptr, o1_ptr, slot_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVICT: tl.constexpr = True, PREFETCH: tl.constexpr = False,
+    STAGES: tl.constexpr = 1, FINISH: tl.constexpr = 0, FINISH_BG: tl.constexpr = 1,
 ):
     # rows held in registers; dweight partials at p_ptr[pid, :], dbias partials p_off_b further on;
     # EVICT: x and dy loaded evict_first (read once); PREFETCH: the program's next tile is loaded
-    # before the current one is worked on (two tiles in flight)
+    # before the current one is worked on (two tiles in flight, in registers); else the tile loop
+    # is a tl.range of STAGES stages, which Triton pipelines (with STAGES > 1 the loads of the
+    # next STAGES - 1 tiles go to shared memory asynchronously, not to registers). FINISH > 0: the
+    # partials' column sums in this launch by the FINISH programs that finish last
+    # (_finish_columns; o0/o1: the wanted ones of dweight and dbias, slot_ptr: the ticket word),
+    # else by _column_sum after it
     DX_TY = dx_ptr.dtype.element_ty
     pid = tl.program_id(0)
     G = tl.num_programs(0)
@@ -93,7 +156,7 @@ def _norm_bwd(
         dyp, mask = _tile_ptrs(dy_ptr, pid, ROWS, cols, cmask, M, stride_dym)
         x_next = _ld(xp, mask, 1 if EVICT else 0)
         dy_next = _ld(dyp, mask, 1 if EVICT else 0)
-    for t in range(pid, tl.cdiv(M, ROWS), G):
+    for t in tl.range(pid, tl.cdiv(M, ROWS), G, num_stages=STAGES):  # STAGES 1 with PREFETCH (the host checks)
         if PREFETCH:
             x = x_next.to(tl.float32)
             dy = dy_next.to(tl.float32)
@@ -114,6 +177,8 @@ def _norm_bwd(
         if WANT_DB:
             acc_b += tl.sum(dy, 0)
     _store_partials(p_ptr, p_off_b, pid, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)
+    if FINISH > 0:
+        _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, N, WANT_DW, WANT_DB, FINISH, BLOCK_N, FINISH_BG)
 
 
 @triton.jit

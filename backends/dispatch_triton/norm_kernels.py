@@ -416,6 +416,7 @@ def _norm_fwd(
     STATS: tl.constexpr = 0,  # each row's rstd (layer_norm: and mean) stored at st_ptr (_save_stats)
     ONE_SUM: tl.constexpr = 0,  # rows in registers: layer_norm's statistics from one reduction (_rows_out)
     WB_EACH: tl.constexpr = 0,  # persistent grid: weight and bias loaded for each tile, not held
+    STAGES: tl.constexpr = 0,  # persistent grid: > 1, the tile loop pipelined by Triton (loads ahead to shared memory)
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
@@ -427,7 +428,20 @@ def _norm_fwd(
         cols = tl.arange(0, BLOCK_N)
         cmask = cols < N
         w, b = _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
-        if PERSIST:
+        if PERSIST and STAGES > 1:
+            # Triton's pipeline loads the next STAGES - 1 tiles into shared memory while this one is
+            # reduced and written (no register holds a tile ahead)
+            for t in tl.range(pid, tl.cdiv(M, ROWS), tl.num_programs(0), num_stages=STAGES):
+                ptrs, mask = _tile_ptrs(x_ptr, t, ROWS, cols, cmask, M, stride_xm)
+                x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+                yptrs, mask = _tile_ptrs(y_ptr, t, ROWS, cols, cmask, M, stride_ym)
+                if WB_EACH:
+                    wt, bt = _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
+                else:
+                    wt, bt = w, b
+                _rows_out(x.to(tl.float32), mask, wt, bt, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS,
+                          st_ptr, t, M, ROWS, STATS, ONE_SUM)
+        elif PERSIST:
             G = tl.num_programs(0)
             ptrs, mask = _tile_ptrs(x_ptr, pid, ROWS, cols, cmask, M, stride_xm)
             x_next = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")

@@ -17,7 +17,9 @@ program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It i
 * ``WB_EACH`` (a persistent grid): the weight and bias loaded again for each tile rather than
   held in registers across tiles;
 * ``REGS`` (any path but a persistent one, which sets its own): the registers a thread may use
-  (``maxnreg``).
+  (``maxnreg``);
+* ``STAGES`` (a persistent grid): the tile loop pipelined by Triton in 2..8 stages, the next tiles'
+  loads going to shared memory rather than to a register double buffer.
 
 Forward, by the row length's bucket (the default of each; the tune space holds a handful more):
 
@@ -221,6 +223,10 @@ def _check_config(config: dict, n: int) -> None:
     regs = int(config.get("REGS", 0))
     if regs and not (24 <= regs <= 255 and regs % 8 == 0):
         raise ValueError(f"config REGS must be 0 (as compiled) or a multiple of 8 in 24..255 (got {regs})")
+    stages = int(config.get("STAGES", 0))
+    if stages and not (int(config.get("PERSIST", 0)) and 2 <= stages <= 8):
+        raise ValueError(f"config STAGES pipelines a persistent grid's tile loop: give it 2..8 with PERSIST "
+                         f"(got {config})")
     if regs and int(config.get("PERSIST", 0)):
         raise ValueError(f"config REGS and PERSIST both set a thread's registers: give one (got {config})")
 
@@ -309,6 +315,7 @@ class NormLauncher:
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
                     PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(is_coop),
                     ONE_SUM=int(config.get("ONE_SUM", 0)), WB_EACH=int(config.get("WB_EACH", 0)),
+                    STAGES=int(config.get("STAGES", 0)),
                     CHUNKS_P2=_np2(_cdiv(n, int(config["BLOCK_N"]))) if is_coop else 0)
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
