@@ -105,7 +105,7 @@ def _rows_variants(plan_of, base: dict, quick: bool) -> list[dict]:
     # and at fewer (more programs resident)
     out += [dict(STAGES=st, maxnreg=r) for st in (2, 3, 4) for r in (128, 96, 80) if _fits(base["num_warps"], r)]
     # the column sums finished in the launch by the programs that finish last
-    out += [dict(FINISH=f) for f in (8, 16, 32, 64, 128) if f <= min(base["G"], bn)]
+    out += [dict(FINISH=f) for f in (0, 16, 32, 64, 128, 256) if f <= min(base["G"], bn)]
     out += [dict(FINISH=64, ROWS=r, num_warps=w) for r, w in ((2, 8), (2, 16), (1, 8)) if 64 <= min(base["G"], bn)
             and r * bn <= 16384 and 8 <= _ept(r * bn, w) <= 32]
     for rows in (1, 2, 4, 8):
@@ -139,10 +139,11 @@ def _resolved_key(plan: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in plan.items()))
 
 
-def variants(m: int, n: int, dtype: torch.dtype, device: torch.device, split, quick: bool) -> list[dict]:
+def variants(m: int, n: int, dtype: torch.dtype, device: torch.device, split, quick: bool,
+             op: str = "rms_norm") -> list[dict]:
     """The plan overrides of one case, ``{}`` (the default plan) first; each resolves to a different plan."""
     def plan_of(over):
-        return NB.backward_plan(m, n, dtype, device, split, over)
+        return NB.backward_plan(m, n, dtype, device, split, over, grads=2 if op == "layer_norm" else 1)
 
     base = plan_of(None)
     if device.type == "cpu":
@@ -199,7 +200,7 @@ def plan(args, device) -> list[tuple]:
         for dt in args.dtypes.split(","):
             for op in args.ops.split(","):
                 jobs += [(op, dt, m, n, split, over)
-                         for over in variants(m, n, getattr(torch, dt), device, split, args.quick)]
+                         for over in variants(m, n, getattr(torch, dt), device, split, args.quick, op)]
     return jobs
 
 
@@ -337,7 +338,7 @@ def run(args, device, settings, copy_gbs, jobs, rows, save, start: float) -> Non
         record("torch eager", eager_call(op, inp))
         registers: dict = {}  # the plan less its programs (what a kernel is compiled for) -> registers
         for over in [j[5] for j in jobs if j[:5] == (op, dt, m, n, split)]:
-            resolved = NB.backward_plan(m, n, dtype, device, split, over)
+            resolved = NB.backward_plan(m, n, dtype, device, split, over, grads=2 if op == "layer_norm" else 1)
             name, dflt = label(resolved), not over
             kernel_key = _resolved_key({k: v for k, v in resolved.items() if k not in ("G", "GR")})
             call, before = None, _loaded()
