@@ -551,8 +551,8 @@ def test_native_autotuner_never_sees_cooperative_configs():
                                           (dict(REGS=64, PERSIST=1), "REGS and PERSIST"), (dict(WB_EACH=3), "WB_EACH"),
                                           (dict(STAGES=2), "STAGES pipelines a persistent"),
                                           (dict(STAGES=9, PERSIST=1), "STAGES pipelines a persistent")],
-                         ids=["prefetch", "one-sum", "regs-7", "regs-512", "regs-and-persist", "wb-each", "stages-alone",
-                              "stages-9"])
+                         ids=["prefetch", "one-sum", "regs-7", "regs-512", "regs-and-persist", "wb-each",
+                              "stages-alone", "stages-9"])
 def test_option_values_are_checked(option, match):
     with pytest.raises(ValueError, match=match):
         N.NormLauncher("rms_norm", 2, 16, F32, 16, DEV, dict(dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1), **option),

@@ -110,7 +110,8 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``, ``EVICT``: x and dy loaded
     evict_first, ``PREFETCH``: a program's next tile loaded before it works on the current one,
     in registers; ``STAGES``: the tile loop pipelined by Triton in that many stages, the next
-    tiles' loads going to shared memory, with ``PREFETCH`` False) or "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``; ``HINTS``: L2
+    tiles' loads going to shared memory, with ``PREFETCH`` False; ``FINISH``: see ``grads``) or
+    "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``; ``HINTS``: L2
     hints, ``PREFETCH``: the next row loaded ahead, ``COOP``: one launch whose groups exchange
     their sums, on a GPU where a group of ``S`` programs fits at once); both with the launch
     options ``maxnreg`` (None: none) and ``num_stages``.
