@@ -54,16 +54,23 @@ DONE_W:
 
 
 @triton.jit
-def _ticket(slot_ptr, nprog):
+def _ticket(slot_ptr, nprog, SEM: tl.constexpr = "relaxed"):
     # (ticket, tag) of this program in a launch of exchanging groups. One 64-bit word holds
     # (epoch << 32 | ticket); tickets come in dispatch order and decide the group (see the module
     # docstring); the last one resets the ticket and moves the epoch on, atomically, for the
-    # next launch. The tag (31 bits, never 0) marks this launch's partials.
-    word = tl.atomic_add(slot_ptr, 1, sem="relaxed")
+    # next launch. The tag (31 bits, never 0) marks this launch's partials (_epoch_tag). SEM: the
+    # atomics' memory order ("acq_rel" where the ticket also publishes what the program wrote)
+    word = tl.atomic_add(slot_ptr, 1, sem=SEM)
     tid = (word & 0xFFFFFFFF).to(tl.int32)
     if tid == nprog - 1:
-        tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem="relaxed")
-    return tid, ((word >> 32) % 0x7FFFFFFF) + 1
+        tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem=SEM)
+    return tid, _epoch_tag(word)
+
+
+@triton.jit
+def _epoch_tag(word):
+    # the tag of the epoch that the ticket word ``word`` holds (31 bits, never 0)
+    return ((word >> 32) % 0x7FFFFFFF) + 1
 
 
 @triton.jit

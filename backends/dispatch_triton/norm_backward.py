@@ -160,7 +160,6 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         auto = (min(128, bn) if grads == 1 else (64 if bn <= 1024 else 0)) \
             if cuda and not _interpreting() and g >= 128 else 0
         finish = over.get("FINISH", auto)
-        finish = 1 << (finish.bit_length() - 1) if finish and "FINISH" not in over else finish  # a power of two
         if finish > bn or (finish > g and (cuda or _interpreting())):  # (a CPU plan's G on a GPU host: no bound)
             raise ValueError(f"backward plan override FINISH={finish}: at most the programs (G={g}) and the "
                              f"columns (BLOCK_N={bn}) can finish the column sums")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .exchange import _INTERPRETED, _await_words, _publish_words, _ticket
+from .exchange import _INTERPRETED, _await_words, _epoch_tag, _publish_words, _ticket
 from .jit import _cvt
 from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _row_shift, _stats, _sum2, _sum4,
                            _tile_ptrs)
@@ -83,7 +83,7 @@ def _fence():
 def _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, N, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
                     FINISH: tl.constexpr, BLOCK_N: tl.constexpr, BG: tl.constexpr):
     # The second stage in the same launch: each program, its row of partials written, takes a ticket
-    # (word 0 of the slot buffer, as exchange._ticket: the last one moves the epoch on); the FINISH
+    # (exchange._ticket on word 0 of the slot buffer: the last one moves the epoch on); the FINISH
     # programs holding the last tickets wait for the epoch to move (every row written), then each
     # sums a slice of BLOCK_N // FINISH columns over the G rows, BG rows a step, in a fixed order
     # (the same bits every call) and writes dweight/dbias in their dtype. No program waits for one
@@ -91,15 +91,11 @@ def _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, N, WANT_DW: tl.
     # leave slots enough.
     _fence()
     tl.debug_barrier()
-    word = tl.atomic_add(slot_ptr, 1, sem="acq_rel")
-    tid = (word & 0xFFFFFFFF).to(tl.int32)
-    if tid == G - 1:
-        tl.atomic_add(slot_ptr, (1 << 32) - G.to(tl.int64), sem="acq_rel")
+    tid, tag = _ticket(slot_ptr, G, "acq_rel")
     j = tid - (G - FINISH)
     if j >= 0:
-        epoch = word >> 32
         cur = tl.atomic_add(slot_ptr, 0, sem="acquire")
-        while (cur >> 32) == epoch:
+        while _epoch_tag(cur) == tag:
             cur = tl.atomic_add(slot_ptr, 0, sem="acquire")
         tl.debug_barrier()
         if WANT_DW:
@@ -112,16 +108,17 @@ def _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, N, WANT_DW: tl.
 
 
 @triton.jit
-def _sum_rows(p_ptr, out_ptr, G, N, j, CW: tl.constexpr, BG: tl.constexpr):
+def _sum_rows(p_ptr, out_ptr, G, N, j, CW: tl.constexpr, BG: tl.constexpr, CACHE: tl.constexpr = ".cg"):
     # out[cols] = the sum over the G rows of the fp32 partials p[g, cols] (cols: the j-th slice of
-    # CW), BG rows a step, in a fixed order; read from L2 (.cg): other programs wrote them
+    # CW), BG rows a step, in a fixed order, in out's dtype; CACHE ".cg": read from L2 (other
+    # programs of the launch wrote them)
     cols = j * CW + tl.arange(0, CW)
     cmask = cols < N
     acc = tl.zeros([BG, CW], tl.float32)
     for g0 in range(0, G, BG):
         g = g0 + tl.arange(0, BG)
         acc += tl.load(p_ptr + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & cmask[None, :],
-                       other=0.0, cache_modifier=".cg")
+                       other=0.0, cache_modifier=CACHE)
     tl.store(out_ptr + cols, _cvt(tl.sum(acc, 0), out_ptr.dtype.element_ty), mask=cmask)
 
 
@@ -186,19 +183,11 @@ def _column_sum(p_ptr, out0_ptr, out1_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N:
     # out_k[n] = sum over g of p[k, g, n], in a fixed order (the second stage of dweight/dbias):
     # k = program_id(1), 0 or 1 (the wanted ones of dweight and dbias, in that order)
     k = tl.program_id(1)
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    cmask = cols < N
     base = p_ptr + tl.cast(k, tl.int64) * G * N
-    acc = tl.zeros([BLOCK_G, BLOCK_N], tl.float32)
-    for g0 in range(0, G, BLOCK_G):
-        g = g0 + tl.arange(0, BLOCK_G)
-        acc += tl.load(base + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & cmask[None, :],
-                       other=0.0)
-    total = tl.sum(acc, 0)
     if k == 0:
-        tl.store(out0_ptr + cols, _cvt(total, out0_ptr.dtype.element_ty), mask=cmask)
+        _sum_rows(base, out0_ptr, G, N, tl.program_id(0), BLOCK_N, BLOCK_G, "")
     else:
-        tl.store(out1_ptr + cols, _cvt(total, out1_ptr.dtype.element_ty), mask=cmask)
+        _sum_rows(base, out1_ptr, G, N, tl.program_id(0), BLOCK_N, BLOCK_G, "")
 
 
 @triton.jit
