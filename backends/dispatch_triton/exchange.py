@@ -54,16 +54,20 @@ DONE_W:
 
 
 @triton.jit
-def _ticket(slot_ptr, nprog, SEM: tl.constexpr = "relaxed"):
+def _ticket(slot_ptr, nprog, ACQ_REL: tl.constexpr = False):
     # (ticket, tag) of this program in a launch of exchanging groups. One 64-bit word holds
     # (epoch << 32 | ticket); tickets come in dispatch order and decide the group (see the module
     # docstring); the last one resets the ticket and moves the epoch on, atomically, for the
-    # next launch. The tag (31 bits, never 0) marks this launch's partials (_epoch_tag). SEM: the
-    # atomics' memory order ("acq_rel" where the ticket also publishes what the program wrote)
-    word = tl.atomic_add(slot_ptr, 1, sem=SEM)
+    # next launch. The tag (31 bits, never 0) marks this launch's partials (_epoch_tag). ACQ_REL:
+    # the atomics acquire and release (the ticket also publishes what the program wrote), else relaxed
+    if ACQ_REL:
+        sem: tl.constexpr = "acq_rel"
+    else:
+        sem: tl.constexpr = "relaxed"
+    word = tl.atomic_add(slot_ptr, 1, sem=sem)
     tid = (word & 0xFFFFFFFF).to(tl.int32)
     if tid == nprog - 1:
-        tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem=SEM)
+        tl.atomic_add(slot_ptr, (1 << 32) - nprog.to(tl.int64), sem=sem)
     return tid, _epoch_tag(word)
 
 

@@ -91,7 +91,7 @@ def _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, N, WANT_DW: tl.
     # leave slots enough.
     _fence()
     tl.debug_barrier()
-    tid, tag = _ticket(slot_ptr, G, "acq_rel")
+    tid, tag = _ticket(slot_ptr, G, True)
     j = tid - (G - FINISH)
     if j >= 0:
         cur = tl.atomic_add(slot_ptr, 0, sem="acquire")
@@ -108,17 +108,21 @@ def _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, N, WANT_DW: tl.
 
 
 @triton.jit
-def _sum_rows(p_ptr, out_ptr, G, N, j, CW: tl.constexpr, BG: tl.constexpr, CACHE: tl.constexpr = ".cg"):
+def _sum_rows(p_ptr, out_ptr, G, N, j, CW: tl.constexpr, BG: tl.constexpr, CG: tl.constexpr = True):
     # out[cols] = the sum over the G rows of the fp32 partials p[g, cols] (cols: the j-th slice of
-    # CW), BG rows a step, in a fixed order, in out's dtype; CACHE ".cg": read from L2 (other
-    # programs of the launch wrote them)
+    # CW), BG rows a step, in a fixed order, in out's dtype; CG: read from L2 (.cg: other programs
+    # of the launch wrote them)
+    if CG:
+        cache: tl.constexpr = ".cg"
+    else:
+        cache: tl.constexpr = ""
     cols = j * CW + tl.arange(0, CW)
     cmask = cols < N
     acc = tl.zeros([BG, CW], tl.float32)
     for g0 in range(0, G, BG):
         g = g0 + tl.arange(0, BG)
         acc += tl.load(p_ptr + g.to(tl.int64)[:, None] * N + cols[None, :], mask=(g < G)[:, None] & cmask[None, :],
-                       other=0.0, cache_modifier=CACHE)
+                       other=0.0, cache_modifier=cache)
     tl.store(out_ptr + cols, _cvt(tl.sum(acc, 0), out_ptr.dtype.element_ty), mask=cmask)
 
 
@@ -185,9 +189,9 @@ def _column_sum(p_ptr, out0_ptr, out1_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N:
     k = tl.program_id(1)
     base = p_ptr + tl.cast(k, tl.int64) * G * N
     if k == 0:
-        _sum_rows(base, out0_ptr, G, N, tl.program_id(0), BLOCK_N, BLOCK_G, "")
+        _sum_rows(base, out0_ptr, G, N, tl.program_id(0), BLOCK_N, BLOCK_G, False)
     else:
-        _sum_rows(base, out1_ptr, G, N, tl.program_id(0), BLOCK_N, BLOCK_G, "")
+        _sum_rows(base, out1_ptr, G, N, tl.program_id(0), BLOCK_N, BLOCK_G, False)
 
 
 @triton.jit
