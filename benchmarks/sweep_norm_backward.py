@@ -23,7 +23,8 @@ already listed plan dropped):
   half and twice that, and with the L2 hints (``HINTS``: the first launch's loads evict_last, the
   second's evict_first), the next row loaded ahead (``PREFETCH``), and both; and in one launch whose
   programs exchange their sums (``COOP``), with the row groups that fit and half of them, and at
-  128 registers a thread.
+  128 registers a thread; the default with its column sums taken in the launch by 32-512 of its
+  programs (``FINISH``) or by a second launch.
 
 Timing: ``dispatch.backend.measure`` with CUDA events around each backward call (dx, dweight and
 dbias: the main launch(es) and the partials' reduction), the median of ``--rep`` repetitions after
@@ -120,8 +121,9 @@ def _rows_variants(plan_of, base: dict, quick: bool) -> list[dict]:
     return out
 
 
-def _split_variants(plan_of) -> list[dict]:
-    out = []
+def _split_variants(plan_of, base: dict) -> list[dict]:
+    # the column sums in the one launch by more or fewer of its programs, or by a second launch
+    out = [dict(FINISH=f) for f in (0, 32, 64, 256, 512) if base["COOP"] and f <= base["GR"] * base["S"]]
     for bn in (2048, 4096, 8192):
         for warps in (4, 8, 16):
             if not 4 <= _ept(bn, warps) <= 32:
@@ -151,7 +153,7 @@ def variants(m: int, n: int, dtype: torch.dtype, device: torch.device, split, qu
     elif base["kind"] == "rows":
         cands = _rows_variants(plan_of, base, quick)
     else:
-        cands = _split_variants(plan_of)
+        cands = _split_variants(plan_of, base)
     seen, kept = {_resolved_key(base)}, [{}]
     for over in cands:
         key = _resolved_key(plan_of(over))
@@ -195,12 +197,13 @@ def shapes(args) -> list[tuple[int, int, tuple | None]]:
 
 def plan(args, device) -> list[tuple]:
     """Every (op, dtype, M, N, split, overrides) of the run, case by case (a run cut short keeps whole cases)."""
-    jobs = []
+    jobs, keys = [], {k for k in args.keys.split(",") if k}
     for m, n, split in shapes(args):
         for dt in args.dtypes.split(","):
             for op in args.ops.split(","):
                 jobs += [(op, dt, m, n, split, over)
-                         for over in variants(m, n, getattr(torch, dt), device, split, args.quick, op)]
+                         for over in variants(m, n, getattr(torch, dt), device, split, args.quick, op)
+                         if not keys or set(over) <= keys]
     return jobs
 
 
@@ -436,6 +439,8 @@ def main() -> int:
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--shapes", default="", help="MxN,... in place of the default shapes (e.g. 256x65536)")
     parser.add_argument("--quick", action="store_true", help="three shapes and a smaller grid per shape")
+    parser.add_argument("--keys", default="",
+                        help="K1,K2,...: only the variants that override these plan keys alone (and the default)")
     add_arguments(parser, "benchmarks/results/norm_backward")
     args = parser.parse_args()
     device = device_of(args)

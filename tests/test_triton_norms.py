@@ -322,6 +322,23 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
         assert plan["kind"] == "split" and plan["COOP"] is (DEV.type == "cuda")
         per_warp = 512 if plan["COOP"] and dtype == BF16 else 256
         assert (plan["maxnreg"], plan["BLOCK_N"] // plan["num_warps"]) == (128 if plan["COOP"] else 64, per_warp)
+        # the column sums: in the exchange's launch by 256 of its programs (not for fp32 rows of
+        # 16384), else by a second launch
+        assert plan["FINISH"] == (256 if plan["COOP"] and (dtype == BF16 or n > 16384) else 0)
+
+
+def test_long_row_finish_needs_the_one_launch_exchange():
+    # FINISH on long rows is refused where the two launches would run them (forced here; the
+    # interpreter's every long row), and beyond the one launch's programs
+    if DEV.type != "cuda" and not N._interpreting():
+        pytest.skip("checked on the device that runs the plan")
+    with pytest.raises(ValueError, match="FINISH=2.*COOP"):
+        NB.backward_plan(9, 100, F32, DEV, split=(2, 64), overrides=dict(FINISH=2))
+    if DEV.type == "cuda":
+        plan = NB.backward_plan(4, 262144, BF16, DEV)
+        over = 2 * plan["GR"] * plan["S"]
+        with pytest.raises(ValueError, match=f"FINISH={over}.*{plan['GR'] * plan['S']} programs"):
+            NB.backward_plan(4, 262144, BF16, DEV, overrides=dict(FINISH=over))
 
 
 @pytest.mark.parametrize("plan,split,match", [
@@ -779,12 +796,13 @@ def test_cards_order_norm_calls_on_cuda_as_measured(op):
 
 @pytest.mark.skipif(DEV.type != "cuda", reason="programs that wait for each other run on a GPU only")
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
-@pytest.mark.parametrize("m,n,finish", [(16384, 1024, 64), (4096, 4096, 64), (3000, 1000, 16), (7, 4096, 4)])
+@pytest.mark.parametrize("m,n,finish", [(16384, 1024, 64), (4096, 4096, 64), (3000, 1000, 16), (7, 4096, 4),
+                                         (1024, 16384, 128), (64, 262144, 512), (5, 65537, 32)])
 def test_column_sums_finished_in_the_launch(op, m, n, finish):
     # the last programs to finish sum the partials' columns once every program has written its row
-    # (FINISH): the same gradients as the separate column-sum launch, the same bits call after
-    # call, whatever ran on the stream before (another launch ticketing the same word) and under
-    # CUDA-graph replay
+    # (FINISH; rows held in registers, and long rows' one-launch exchange): the same gradients as
+    # the separate column-sum launch, the same bits call after call, whatever ran on the stream
+    # before (another launch ticketing the same words) and under CUDA-graph replay
     layer = op == "layer_norm"
     fused = NB.make_backward(op, m, n, BF16, n, 1e-5, True, layer, plan=dict(FINISH=finish))
     apart = NB.make_backward(op, m, n, BF16, n, 1e-5, True, layer, plan=dict(FINISH=0))

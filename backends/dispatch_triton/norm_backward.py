@@ -25,7 +25,9 @@ all fit on the device at once. Given each row's statistics by the forward (``bac
 H200 the backward of 16384..262144-long rows ran 2-10% (rms_norm) and 11-22% (layer_norm)
 faster, and a training step's forward plus backward 2-13% (but rms_norm fp32 64 x 262144, 1.2%
 slower: its forward's store costs more than its backward saves). The partials are reduced over
-the programs by one more launch, in a fixed order (deterministic). ``make_backward(..., plan=)``
+the programs in a fixed order (deterministic) by one more launch, or in the one launch by its
+256 programs that finish last (``FINISH``, as the rows' launch does; not for fp32 rows of up to
+16384, where it ran 1-3% slower). ``make_backward(..., plan=)``
 overrides entries of the plan (tile, warps, programs, registers, eviction hints, prefetch, the
 one-launch exchange, the saved statistics); ``benchmarks/sweep_norm_backward.py`` times such
 variants on a GPU.
@@ -50,6 +52,7 @@ from .norms import _cdiv, _np2, _sms
 
 _MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
 _BWD_CHUNK = 2048  # the chunk of long rows in the backward
+_SPLIT_FINISH = 256  # the programs of the long rows' one launch that take its column sums
 
 
 def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
@@ -69,7 +72,7 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
 
 _PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH", "STAGES", "FINISH"),
               "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH", "COOP",
-                        "SAVED")}
+                        "SAVED", "FINISH")}
 
 
 _FLAGS = ("EVICT", "PREFETCH", "HINTS", "COOP", "SAVED")  # the plan's bool entries
@@ -118,11 +121,12 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
 
     ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows).
     ``overrides``: entries that replace the computed ones (a "rows" plan: ``ROWS``, ``num_warps``,
-    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``, ``STAGES``; a "split" plan: ``BLOCK_N``,
-    ``num_warps``, ``GR``, ``maxnreg``, ``num_stages``, ``HINTS``, ``PREFETCH``, ``COOP``);
-    ``grads``: the parameter gradients wanted (1: dweight; 2: dweight and dbias), which decide
-    ``FINISH`` (the column sums in the rows' launch, by that many of the programs that finish last;
-    0: by a second launch). ``G``/``GR`` not given are recomputed from the
+    ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``, ``STAGES``, ``FINISH``; a "split" plan:
+    ``BLOCK_N``, ``num_warps``, ``GR``, ``maxnreg``, ``num_stages``, ``HINTS``, ``PREFETCH``, ``COOP``,
+    ``SAVED``, ``FINISH``); ``FINISH``: the column sums taken in the launch, by that many of the
+    programs that finish last (0: by a second launch; a "split" plan's only with ``COOP``);
+    ``grads``: the parameter gradients wanted (1: dweight; 2: dweight and dbias), which decide the
+    rows' ``FINISH``. ``G``/``GR`` not given are recomputed from the
     overridden warps and registers (the programs resident at once). A key the plan's kind does
     not have, or a value it cannot take, raises ValueError."""
     cuda = device.type == "cuda"
@@ -200,9 +204,25 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         groups = min(groups if groups > 0 else m, resident // chunks)
     elif groups <= 0:
         groups = 2 * _cdiv(resident, chunks) if cuda else 2
-    return dict(kind="split", BLOCK_N=block, GR=max(1, min(groups, m)), S=chunks, num_warps=warps, maxnreg=maxnreg,
+    groups = max(1, min(groups, m))
+    # FINISH (the one launch only): the column sums taken by that many of its programs, those
+    # that finish last: 256 of them (or every program, if fewer), but for fp32 rows of up to 16384.
+    # On an H200 (sweep_norm_backward.py --keys FINISH, Dec 4) that took 0-11% off the backward
+    # of bf16 rows of 16K-256K and fp32 rows of 64K-256K (most where few groups leave most of the
+    # device to the second launch: 64 x 262144); fp32 1024 x 16384 ran 1-3% slower with it
+    auto = min(_SPLIT_FINISH, 1 << (groups * chunks).bit_length() - 1) if coop and (esz <= 2 or n > 16384) else 0
+    finish = over.get("FINISH", auto)
+    if finish and not coop and (cuda or _interpreting()):  # (a CPU plan on a GPU host: checked on the GPU)
+        raise ValueError(f"backward plan override FINISH={finish}: the long rows' column sums are finished in "
+                         "the launch only by the one-launch exchange (COOP), which this plan does not use (COOP "
+                         "off, a row's chunks more than the device holds at once, or the interpreter); give "
+                         "FINISH=0")
+    if finish > groups * chunks and coop:
+        raise ValueError(f"backward plan override FINISH={finish}: at most the launch's {groups * chunks} "
+                         f"programs (GR={groups} x S={chunks}) can finish the column sums")
+    return dict(kind="split", BLOCK_N=block, GR=groups, S=chunks, num_warps=warps, maxnreg=maxnreg,
                 num_stages=stages, HINTS=over.get("HINTS", esz <= 2), PREFETCH=over.get("PREFETCH", esz <= 2),
-                COOP=coop, SAVED=over.get("SAVED", True))
+                COOP=coop, SAVED=over.get("SAVED", True), FINISH=finish)
 
 
 def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
@@ -262,12 +282,16 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             # L2, whose loads are then evict_first (1)
             hints, prefetch = plan["HINTS"], plan["PREFETCH"]
             if plan["COOP"]:
-                coop = DirectLaunch(_norm_bwd_coop, (g * s,), 7, dict(M=m, N=n, stride_xm=row_stride,
+                # FINISH: slices of at least 32 columns (a 128-byte line a row), 4096 partials a step
+                cw = max(32, _np2(n) // max(finish, 1))
+                coop = DirectLaunch(_norm_bwd_coop, (g * s,), 9, dict(M=m, N=n, stride_xm=row_stride,
                                                                      stride_dym=dy_stride, stride_dxm=n,
                                                                      p_off_b=g * n if want_dw else 0, eps=float(eps),
                                                                      WANT_DW=want_dw, WANT_DB=want_db, BLOCK_N=bn,
                                                                      CHUNKS_P2=_np2(s), SLOT_OFF=_SLOT_OFF,
-                                                                     SAVED=saved, **flags),
+                                                                     SAVED=saved, FINISH=finish, FINISH_CW=cw,
+                                                                     FINISH_BG=min(_np2(g), max(1, 4096 // cw)),
+                                                                     **flags),
                                     options, enabled=enabled, checked=(0, 2, 3), fixed=fixed)
                 stages = (coop,)
             else:
@@ -326,7 +350,11 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
                 return (dx, dw) if is_rms else (dx, dw, db)
             stages[0].launch(x, dx, dy, w_arg, partials, ph, ph, ph64)
         elif plan["COOP"]:  # up to four tagged words per row and chunk in the stream's slot buffer
-            stages[0].launch(x, dx, dy, w_arg, partials, _split_slots(device, 2 * m * plan["S"]), *st)
+            slots = _split_slots(device, 2 * m * plan["S"])
+            if finish:  # the column sums in the same launch (ticketed in the slot buffer's word 1)
+                stages[0].launch(x, dx, dy, w_arg, partials, outs[0], outs[-1], slots, *st)
+                return (dx, dw) if is_rms else (dx, dw, db)
+            stages[0].launch(x, dx, dy, w_arg, partials, ph, ph, slots, *st)
         else:
             ws = torch.empty(ws_size, dtype=torch.float32, device=device)
             stages[0].launch(x, ws, dy, w_arg, *st)

@@ -80,31 +80,33 @@ def _fence():
 
 
 @triton.jit
-def _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, N, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
-                    FINISH: tl.constexpr, BLOCK_N: tl.constexpr, BG: tl.constexpr):
-    # The second stage in the same launch: each program, its row of partials written, takes a ticket
-    # (exchange._ticket on word 0 of the slot buffer: the last one moves the epoch on); the FINISH
-    # programs holding the last tickets wait for the epoch to move (every row written), then each
-    # sums a slice of BLOCK_N // FINISH columns over the G rows, BG rows a step, in a fixed order
-    # (the same bits every call) and writes dweight/dbias in their dtype. No program waits for one
-    # that has not started: every program holding an earlier ticket has exited, so those that wait
-    # leave slots enough.
+def _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, ticket_ptr, NPROG, G, N, WANT_DW: tl.constexpr,
+                    WANT_DB: tl.constexpr, FINISH: tl.constexpr, CW: tl.constexpr, BG: tl.constexpr):
+    # The second stage in the same launch: each of the NPROG programs, its partials written, takes a
+    # ticket (exchange._ticket on the word at ticket_ptr: the last one moves its epoch on); the
+    # FINISH programs holding the last tickets wait for the epoch to move (every row written), then
+    # each sums slices j, j + FINISH, ... of CW columns over the G rows of partials, BG rows a step,
+    # in a fixed order (the same bits every call) and writes dweight/dbias in their dtype. Only
+    # the programs holding the last FINISH tickets wait, and only for tickets not yet taken; every
+    # other program exits, so the programs still to come find room once FINISH programs fit on
+    # the device at once (the rows' launch: FINISH <= G resident; the exchange: all resident).
     _fence()
     tl.debug_barrier()
-    tid, tag = _ticket(slot_ptr, G, True)
-    j = tid - (G - FINISH)
+    tid, tag = _ticket(ticket_ptr, NPROG, True)
+    j = tid - (NPROG - FINISH)
     if j >= 0:
-        cur = tl.atomic_add(slot_ptr, 0, sem="acquire")
+        cur = tl.atomic_add(ticket_ptr, 0, sem="acquire")
         while _epoch_tag(cur) == tag:
-            cur = tl.atomic_add(slot_ptr, 0, sem="acquire")
+            cur = tl.atomic_add(ticket_ptr, 0, sem="acquire")
         tl.debug_barrier()
-        if WANT_DW:
-            _sum_rows(p_ptr, o0_ptr, G, N, j, BLOCK_N // FINISH, BG)
-        if WANT_DB:
+        for sl in range(j, tl.cdiv(N, CW), FINISH):
             if WANT_DW:
-                _sum_rows(p_ptr + p_off_b, o1_ptr, G, N, j, BLOCK_N // FINISH, BG)
-            else:
-                _sum_rows(p_ptr, o0_ptr, G, N, j, BLOCK_N // FINISH, BG)
+                _sum_rows(p_ptr, o0_ptr, G, N, sl, CW, BG)
+            if WANT_DB:
+                if WANT_DW:
+                    _sum_rows(p_ptr + p_off_b, o1_ptr, G, N, sl, CW, BG)
+                else:
+                    _sum_rows(p_ptr, o0_ptr, G, N, sl, CW, BG)
 
 
 @triton.jit
@@ -179,7 +181,8 @@ def _norm_bwd(
             acc_b += tl.sum(dy, 0)
     _store_partials(p_ptr, p_off_b, pid, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)
     if FINISH > 0:
-        _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, N, WANT_DW, WANT_DB, FINISH, BLOCK_N, FINISH_BG)
+        _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr, G, G, N, WANT_DW, WANT_DB, FINISH,
+                        BLOCK_N // FINISH, FINISH_BG)
 
 
 @triton.jit
@@ -525,10 +528,11 @@ def _gather_saved(slot_ptr, base, S, tag, IS_RMS: tl.constexpr, CHUNKS_P2: tl.co
 
 @triton.jit(do_not_specialize=["M", "eps"])
 def _norm_bwd_coop(
-    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, st_ptr,
+    x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, o0_ptr, o1_ptr, slot_ptr, st_ptr,
     M, N, stride_xm, stride_dym, stride_dxm, p_off_b, eps,
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
     BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr, SAVED: tl.constexpr = False,
+    FINISH: tl.constexpr = 0, FINISH_CW: tl.constexpr = 32, FINISH_BG: tl.constexpr = 1,
 ):
     # The backward of long rows in one launch: persistent programs in groups of S = cdiv(N,
     # BLOCK_N), each holding one chunk of a row (x and dy) in registers; it publishes the chunk's
@@ -541,7 +545,10 @@ def _norm_bwd_coop(
     # from the launch's epoch (see dispatch_triton.exchange): only the group holding the
     # highest ticket may wait on programs not yet resident, and the host sizes the grid so that
     # every program is resident. dweight/dbias as _norm_bwd: a row of partials per group
-    # (p_ptr[group, :]), reduced by _column_sum. GPU only: the interpreter runs programs one after
+    # (p_ptr[group, :]), reduced by _column_sum, or with FINISH > 0 in this launch by the FINISH
+    # programs that finish last (_finish_columns, FINISH_CW columns a slice, ticketed on word 1 of
+    # the slot buffer: word 0's tickets decide the groups, and a fast group may finish before
+    # every program has taken one; o0/o1: the wanted ones of dweight and dbias). GPU only: the interpreter runs programs one after
     # another, where the sums could never meet (the two-launch path serves it). SAVED: the rows'
     # statistics come from the forward (st_ptr): a chunk publishes sum g * xhat (and layer_norm's
     # sum g) instead.
@@ -593,3 +600,6 @@ def _norm_bwd_coop(
         r1_n = r1_nn
     if grp < n_groups:
         _store_partials(p_ptr, p_off_b, grp, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)
+    if FINISH > 0:
+        _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, slot_ptr + 1, nprog, n_groups, N, WANT_DW, WANT_DB, FINISH,
+                        FINISH_CW, FINISH_BG)
