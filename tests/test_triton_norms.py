@@ -840,6 +840,30 @@ def test_column_sums_finished_in_the_launch(op, m, n, finish):
             assert int((a != b).sum()) == 0, f"{op} {m}x{n}: a replayed backward differs"
 
 
+@pytest.mark.skipif(DEV.type != "cuda", reason="the long rows' one launch runs on a GPU only")
+@pytest.mark.parametrize("frozen", ["weight", "bias"])
+def test_long_rows_frozen_parameter_with_the_finish(frozen):
+    # long rows' one launch with its column sums finished in it (the default), one of layer_norm's
+    # parameters frozen: the other's gradient alone is summed, where dweight's would be
+    m, n = 48, 65536
+    plan = NB.backward_plan(m, n, BF16, DEV, grads=1)
+    assert plan["COOP"] and plan["FINISH"] > 0
+    x = _t((m, n), BF16, 21, 1.0, 0.5).requires_grad_()
+    w, b = _t((n,), BF16, 22, 0.5, 1.0), _t((n,), BF16, 23)
+    w.requires_grad_(frozen != "weight")
+    b.requires_grad_(frozen != "bias")
+    dy = _t((m, n), BF16, 24)
+    dispatch.layer_norm(x, [n], w, b, backend="triton").backward(dy)
+    ref = [t.detach().double().requires_grad_(t.requires_grad) for t in (x, w, b)]
+    F.layer_norm(ref[0], [n], ref[1], ref[2]).backward(dy.double())
+    for got, want in zip((x, w, b), ref):
+        if not want.requires_grad:
+            assert got.grad is None
+            continue
+        scale = want.grad.abs().max()
+        torch.testing.assert_close(got.grad.double() / scale, want.grad / scale, rtol=2e-2, atol=2e-2)
+
+
 def test_finish_under_the_interpreter_is_the_last_program_only():
     if not N._interpreting():
         pytest.skip("the interpreter's refusal")
