@@ -52,6 +52,7 @@ timing process then finds them there.
     python3 benchmarks/sweep_norm_backward.py --quick --out DIR    # ~340 plans, ~260 kernels: ~3 minutes on an H200
     python3 benchmarks/sweep_norm_backward.py --out DIR            # every shape, ~980 plans (raise --time-limit)
     python3 benchmarks/sweep_norm_backward.py --device cpu --out DIR   # smoke run: interpreter, tiny shapes
+    python3 benchmarks/sweep_norm_backward.py --keys FINISH --shapes 256x65536 --out DIR   # the default and its FINISH variants
 
 Writes <out>/norm_backward.json and norm_backward.md (a summary, then a table per case).
 """
