@@ -24,7 +24,7 @@ already listed plan dropped):
   second's evict_first), the next row loaded ahead (``PREFETCH``), and both; and in one launch whose
   programs exchange their sums (``COOP``), with the row groups that fit and half of them, and at
   128 registers a thread; the default with its column sums taken in the launch by 32-512 of its
-  programs (``FINISH``) or by a second launch.
+  programs (``FINISH``) or by a second launch, and at 160-255 registers a thread.
 
 Timing: ``dispatch.backend.measure`` with CUDA events around each backward call (dx, dweight and
 dbias: the main launch(es) and the partials' reduction), the median of ``--rep`` repetitions after
@@ -125,6 +125,8 @@ def _rows_variants(plan_of, base: dict, quick: bool) -> list[dict]:
 def _split_variants(plan_of, base: dict) -> list[dict]:
     # the column sums in the one launch by more or fewer of its programs, or by a second launch
     out = [dict(FINISH=f) for f in (0, 32, 64, 256, 512) if base["COOP"] and f <= base["GR"] * base["S"]]
+    # the one launch at more registers a thread (fewer programs resident, so fewer row groups)
+    out += [dict(maxnreg=r) for r in (160, 168, 192, 255) if base["COOP"] and _fits(base["num_warps"], r)]
     for bn in (2048, 4096, 8192):
         for warps in (4, 8, 16):
             if not 4 <= _ept(bn, warps) <= 32:
