@@ -24,7 +24,7 @@ already listed plan dropped):
   second's evict_first), the next row loaded ahead (``PREFETCH``), and both; and in one launch whose
   programs exchange their sums (``COOP``), with the row groups that fit and half of them, and at
   128 registers a thread; the default with its column sums taken in the launch by 32-512 of its
-  programs (``FINISH``) or by a second launch, and at 160-255 registers a thread.
+  programs (``FINISH``) or by a second launch, and at 80-255 registers a thread.
 
 Timing: ``dispatch.backend.measure`` with CUDA events around each backward call (dx, dweight and
 dbias: the main launch(es) and the partials' reduction), the median of ``--rep`` repetitions after
@@ -52,7 +52,7 @@ timing process then finds them there.
     python3 benchmarks/sweep_norm_backward.py --quick --out DIR    # ~340 plans, ~260 kernels: ~3 minutes on an H200
     python3 benchmarks/sweep_norm_backward.py --out DIR            # every shape, ~980 plans (raise --time-limit)
     python3 benchmarks/sweep_norm_backward.py --device cpu --out DIR   # smoke run: interpreter, tiny shapes
-    python3 benchmarks/sweep_norm_backward.py --keys FINISH --shapes 256x65536 --out DIR   # the default and its FINISH variants
+    python3 benchmarks/sweep_norm_backward.py --keys FINISH --shapes 256x65536 --out DIR   # the default, FINISH varied
 
 Writes <out>/norm_backward.json and norm_backward.md (a summary, then a table per case).
 """
@@ -125,8 +125,10 @@ def _rows_variants(plan_of, base: dict, quick: bool) -> list[dict]:
 def _split_variants(plan_of, base: dict) -> list[dict]:
     # the column sums in the one launch by more or fewer of its programs, or by a second launch
     out = [dict(FINISH=f) for f in (0, 32, 64, 256, 512) if base["COOP"] and f <= base["GR"] * base["S"]]
-    # the one launch at more registers a thread (fewer programs resident, so fewer row groups)
-    out += [dict(maxnreg=r) for r in (160, 168, 192, 255) if base["COOP"] and _fits(base["num_warps"], r)]
+    # the one launch at fewer or more registers a thread (more or fewer programs resident, so more
+    # or fewer row groups)
+    out += [dict(maxnreg=r) for r in (80, 96, 104, 128, 160, 168, 192, 255)
+            if base["COOP"] and _fits(base["num_warps"], r)]
     for bn in (2048, 4096, 8192):
         for warps in (4, 8, 16):
             if not 4 <= _ept(bn, warps) <= 32:
@@ -148,7 +150,7 @@ def variants(m: int, n: int, dtype: torch.dtype, device: torch.device, split, qu
              op: str = "rms_norm") -> list[dict]:
     """The plan overrides of one case, ``{}`` (the default plan) first; each resolves to a different plan."""
     def plan_of(over):
-        return NB.backward_plan(m, n, dtype, device, split, over, grads=2 if op == "layer_norm" else 1)
+        return NB.backward_plan(m, n, dtype, device, split, over, grads=2 if op == "layer_norm" else 1, op=op)
 
     base = plan_of(None)
     if device.type == "cpu":
@@ -344,7 +346,8 @@ def run(args, device, settings, copy_gbs, jobs, rows, save, start: float) -> Non
         record("torch eager", eager_call(op, inp))
         registers: dict = {}  # the plan less its programs (what a kernel is compiled for) -> registers
         for over in [j[5] for j in jobs if j[:5] == (op, dt, m, n, split)]:
-            resolved = NB.backward_plan(m, n, dtype, device, split, over, grads=2 if op == "layer_norm" else 1)
+            resolved = NB.backward_plan(m, n, dtype, device, split, over, grads=2 if op == "layer_norm" else 1,
+                                        op=op)
             name, dflt = label(resolved), not over
             kernel_key = _resolved_key({k: v for k, v in resolved.items() if k not in ("G", "GR")})
             call, before = None, _loaded()

@@ -325,6 +325,12 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
         # the column sums: in the exchange's launch by 256 of its programs (not for fp32 rows of
         # 16384), else by a second launch
         assert plan["FINISH"] == (256 if plan["COOP"] and (dtype == BF16 or n > 16384) else 0)
+    # rms_norm's fp32 rows longer than 65536, 64 rows or more, exchange at 80 registers (more
+    # programs resident)
+    for op, m, n, regs in (("rms_norm", 64, 262144, 80), ("rms_norm", 64, 65536, 128), ("rms_norm", 8, 131072, 128),
+                           ("layer_norm", 64, 262144, 128)):
+        plan = NB.backward_plan(m, n, F32, DEV, op=op)
+        assert plan["maxnreg"] == (regs if plan["COOP"] else 64), (op, m, n, plan)
 
 
 def test_long_row_finish_needs_the_one_launch_exchange():

@@ -16,7 +16,8 @@ first launch's loads are marked evict_last and each program loads its next row a
 on a GPU by default (``COOP``), in one launch whose groups of programs each hold a row's chunks,
 exchange their partials (four words for layer_norm, two for rms_norm, in one vector exchange) and
 read x and dy once, pipelined one row ahead (a program publishes its next row's sums before it
-awaits this row's); 2048-element chunks, 4 warps (fp32: 8), 128 registers a thread. On an H200 that ran
+awaits this row's); 2048-element chunks, 4 warps (fp32: 8), 128 registers a thread (80 for rms_norm's
+fp32 rows longer than 65536, from 64 rows: 10-12% faster on an H200). On an H200 that ran
 1.08-1.30x faster than the two launches at N = 16384..262144 (bf16 and fp32) with four scalar
 exchanges a chunk; the exchange as it is now took another 20-27% off rms_norm and 5-13% off
 layer_norm (bf16). The two launches remain for the interpreter and for rows whose chunks do not
@@ -108,7 +109,8 @@ def _resident_per_sm(warps: int, maxnreg: int | None) -> int:
 
 
 def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
-                  split: tuple[int, int] | None = None, overrides: dict | None = None, grads: int = 1) -> dict:
+                  split: tuple[int, int] | None = None, overrides: dict | None = None, grads: int = 1,
+                  op: str = "") -> dict:
     """How the backward of ``m`` rows of ``n`` runs: ``kind`` "rows" (rows in registers: ``BLOCK_N``,
     ``ROWS`` per tile, ``G`` persistent programs, ``num_warps``, ``EVICT``: x and dy loaded
     evict_first, ``PREFETCH``: a program's next tile loaded before it works on the current one,
@@ -126,7 +128,8 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     ``SAVED``, ``FINISH``); ``FINISH``: the column sums taken in the launch, by that many of the
     programs that finish last (0: by a second launch; a "split" plan's only with ``COOP``);
     ``grads``: the parameter gradients wanted (1: dweight; 2: dweight and dbias), which decide the
-    rows' ``FINISH``. ``G``/``GR`` not given are recomputed from the
+    rows' ``FINISH``; ``op``: "rms_norm" or "layer_norm" where known (their long rows' registers
+    differ). ``G``/``GR`` not given are recomputed from the
     overridden warps and registers (the programs resident at once). A key the plan's kind does
     not have, or a value it cannot take, raises ValueError."""
     cuda = device.type == "cuda"
@@ -186,9 +189,14 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     # COOP (the default on a GPU): one launch whose groups of programs exchange their sums, 16
     # elements a thread (fp32: 8; 16 spilled 30-68 registers, 5-15% slower on the H200 at
     # N = 16384..262144) at 128 registers (every program resident at once, so a group of the row's
-    # chunks must fit); else two launches, 8 elements a thread at 64 registers
+    # chunks must fit); else two launches, 8 elements a thread at 64 registers. rms_norm's fp32 rows
+    # longer than 65536, 64 rows or more, exchange at 80 registers (three programs a multiprocessor,
+    # not two: more row groups). On an H200 that took 12% off 64 x 262144 (71.7 against 81.4 us) and
+    # 10% off 128 x 131072 (72.3 against 80.0); 8 x 131072 ran 16% slower (a group's two rows
+    # either way, at 8 registers spilled), and layer_norm's kernel spills 24-28 and ran 10-19% slower
     def launch_shape(exchange: bool) -> tuple[int, int, int]:  # (maxnreg, warps, programs resident)
-        maxnreg = over.get("maxnreg", 128 if exchange else 64)
+        lean = exchange and op == "rms_norm" and esz == 4 and n > 65536 and m >= 64
+        maxnreg = over.get("maxnreg", (80 if lean else 128) if exchange else 64)
         fit = _resident_per_sm(1, maxnreg)  # warps a multiprocessor's registers hold
         warps = over.get("num_warps", max(1, min(32, fit, block // (512 if exchange and esz <= 2 else 256))))
         return maxnreg, warps, _resident_per_sm(warps, maxnreg) * sms
@@ -254,7 +262,7 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
 
     def build(device, dy_stride: int, has_w: bool, want_dw: bool, want_db: bool, saved: bool):
         k = int(want_dw) + int(want_db)
-        plan = backward_plan(m, n, dtype, device, split, overrides, grads=max(k, 1))
+        plan = backward_plan(m, n, dtype, device, split, overrides, grads=max(k, 1), op=op)
         enabled = not _interpreting()
         flags = dict(IS_RMS=is_rms, HAS_WEIGHT=has_w)
         options = dict(num_warps=plan["num_warps"], num_stages=plan["num_stages"])

@@ -548,10 +548,10 @@ def _norm_bwd_coop(
     # (p_ptr[group, :]), reduced by _column_sum, or with FINISH > 0 in this launch by the FINISH
     # programs that finish last (_finish_columns, FINISH_CW columns a slice, ticketed on word 1 of
     # the slot buffer: word 0's tickets decide the groups, and a fast group may finish before
-    # every program has taken one; o0/o1: the wanted ones of dweight and dbias). GPU only: the interpreter runs programs one after
-    # another, where the sums could never meet (the two-launch path serves it). SAVED: the rows'
-    # statistics come from the forward (st_ptr): a chunk publishes sum g * xhat (and layer_norm's
-    # sum g) instead.
+    # every program has taken one; o0/o1: the wanted ones of dweight and dbias). GPU only: the
+    # interpreter runs programs one after another, where the sums could never meet (the two-launch
+    # path serves it). SAVED: the rows' statistics come from the forward (st_ptr): a chunk
+    # publishes sum g * xhat (and layer_norm's sum g) instead.
     DX_TY = dx_ptr.dtype.element_ty
     nprog = tl.num_programs(0)
     S = tl.cdiv(N, BLOCK_N)
