@@ -847,6 +847,27 @@ def test_column_sums_finished_in_the_launch(op, m, n, finish):
 
 
 @pytest.mark.skipif(DEV.type != "cuda", reason="the long rows' one launch runs on a GPU only")
+def test_rms_norm_fp32_long_rows_lean_plan_repeats_its_bits():
+    # rms_norm's fp32 long rows: the default plan (80 registers, three programs a multiprocessor,
+    # the column sums finished in the launch) gives the gradients of the 128-register plan with a
+    # second launch, and the same bits call after call
+    m, n = 64, 262144
+    lean = NB.make_backward("rms_norm", m, n, F32, n, 1e-5, True, False)
+    wide = NB.make_backward("rms_norm", m, n, F32, n, 1e-5, True, False, plan=dict(maxnreg=128, FINISH=0))
+    assert NB.backward_plan(m, n, F32, DEV, op="rms_norm")["maxnreg"] == 80
+    x, w, dy = _t((m, n), F32, 31, 1.0, 0.5), _t((n,), F32, 32, 0.5, 1.0), _t((m, n), F32, 33)
+    stats = torch.rsqrt(x.double().pow(2).mean(-1) + 1e-5).float()  # as the forward saves them
+    first = lean(dy, x, w, None, stats.clone())
+    want = wide(dy, x, w, None, stats.clone())
+    torch.testing.assert_close(first[0], want[0], rtol=1e-5, atol=1e-5)
+    scale = want[1].abs().max()
+    torch.testing.assert_close(first[1] / scale, want[1] / scale, rtol=1e-5, atol=1e-5)
+    for _ in range(3):
+        again = lean(dy, x, w, None, stats.clone())
+        assert all(torch.equal(a, b) for a, b in zip(again, first))
+
+
+@pytest.mark.skipif(DEV.type != "cuda", reason="the long rows' one launch runs on a GPU only")
 @pytest.mark.parametrize("frozen", ["weight", "bias"])
 def test_long_rows_frozen_parameter_with_the_finish(frozen):
     # long rows' one launch with its column sums finished in it (the default), one of layer_norm's
