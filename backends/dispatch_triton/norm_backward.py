@@ -352,22 +352,16 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
         dw = torch.empty(weight.shape, dtype=weight.dtype, device=device) if want_dw else None
         db = torch.empty(bias.shape, dtype=bias.dtype, device=device) if want_db else None
         outs = [t for t in (dw, db) if t is not None]
-        if plan["kind"] == "rows":
-            if finish:  # the column sums in the same launch, ticketed in the stream's slot buffer's word 0
-                stages[0].launch(x, dx, dy, w_arg, partials, outs[0], outs[-1], _split_slots(device, 0))
-                return (dx, dw) if is_rms else (dx, dw, db)
-            stages[0].launch(x, dx, dy, w_arg, partials, ph, ph, ph64)
-        elif plan["COOP"]:  # up to four tagged words per row and chunk in the stream's slot buffer
-            slots = _split_slots(device, 2 * m * plan["S"])
-            if finish:  # the column sums in the same launch (ticketed in the slot buffer's word 1)
-                stages[0].launch(x, dx, dy, w_arg, partials, outs[0], outs[-1], slots, *st)
-                return (dx, dw) if is_rms else (dx, dw, db)
-            stages[0].launch(x, dx, dy, w_arg, partials, ph, ph, slots, *st)
+        o0, o1 = (outs[0], outs[-1]) if finish else (ph, ph)  # FINISH: the column sums in the same launch
+        if plan["kind"] == "rows":  # FINISH's tickets in the stream's slot buffer's word 0
+            stages[0].launch(x, dx, dy, w_arg, partials, o0, o1, _split_slots(device, 0) if finish else ph64)
+        elif plan["COOP"]:  # up to four tagged words per row and chunk in the stream's slot buffer (FINISH: word 1)
+            stages[0].launch(x, dx, dy, w_arg, partials, o0, o1, _split_slots(device, 2 * m * plan["S"]), *st)
         else:
             ws = torch.empty(ws_size, dtype=torch.float32, device=device)
             stages[0].launch(x, ws, dy, w_arg, *st)
             stages[1].launch(x, dx, dy, w_arg, partials, ws, *st)
-        if k:
+        if reduce is not None:  # the column sums by a second launch
             reduce.launch(partials, outs[0], outs[-1])
         return (dx, dw) if is_rms else (dx, dw, db)
 

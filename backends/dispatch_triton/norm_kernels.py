@@ -82,6 +82,17 @@ def _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT: tl.constexpr, HAS_BIAS
 
 
 @triton.jit
+def _tile_params(w, b, w_ptr, b_ptr, cols, cmask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 WB_EACH: tl.constexpr):
+    # a persistent program's weight and bias for its next tile: those it holds, or with WB_EACH
+    # loaded again (from L2) rather than held in registers across tiles
+    if WB_EACH:
+        return _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
+    else:
+        return w, b
+
+
+@triton.jit
 def _st(ptrs, v, mask, EV: tl.constexpr):
     # a masked store with L2 eviction hint EV: 0 none, 1 evict_first (the output is not read again)
     if EV == 1:
@@ -435,10 +446,7 @@ def _norm_fwd(
                 ptrs, mask = _tile_ptrs(x_ptr, t, ROWS, cols, cmask, M, stride_xm)
                 x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
                 yptrs, mask = _tile_ptrs(y_ptr, t, ROWS, cols, cmask, M, stride_ym)
-                if WB_EACH:
-                    wt, bt = _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
-                else:
-                    wt, bt = w, b
+                wt, bt = _tile_params(w, b, w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS, WB_EACH)
                 _rows_out(x.to(tl.float32), mask, wt, bt, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS,
                           st_ptr, t, M, ROWS, STATS, ONE_SUM)
         elif PERSIST:
@@ -451,10 +459,7 @@ def _norm_fwd(
                 nptrs, nmask = _tile_ptrs(x_ptr, t + G, ROWS, cols, cmask, M, stride_xm)
                 x_next = tl.load(nptrs, mask=nmask, other=0.0, eviction_policy="evict_first")
                 yptrs, mask = _tile_ptrs(y_ptr, t, ROWS, cols, cmask, M, stride_ym)
-                if WB_EACH:  # loaded again for each tile (from L2), not held in registers across tiles
-                    wt, bt = _affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
-                else:
-                    wt, bt = w, b
+                wt, bt = _tile_params(w, b, w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS, WB_EACH)
                 _rows_out(x.to(tl.float32), mask, wt, bt, yptrs, N, eps, IS_RMS, HAS_WEIGHT, HAS_BIAS, HINTS,
                           st_ptr, t, M, ROWS, STATS, ONE_SUM)
         else:
