@@ -146,11 +146,16 @@ def _resolved_key(plan: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in plan.items()))
 
 
+def resolve(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, split, over: dict | None) -> dict:
+    """The backward plan of a case with ``over`` (the gradients the sweep asks for: layer_norm's two)."""
+    return NB.backward_plan(m, n, dtype, device, split, over, grads=2 if op == "layer_norm" else 1, op=op)
+
+
 def variants(m: int, n: int, dtype: torch.dtype, device: torch.device, split, quick: bool,
              op: str = "rms_norm") -> list[dict]:
     """The plan overrides of one case, ``{}`` (the default plan) first; each resolves to a different plan."""
     def plan_of(over):
-        return NB.backward_plan(m, n, dtype, device, split, over, grads=2 if op == "layer_norm" else 1, op=op)
+        return resolve(op, m, n, dtype, device, split, over)
 
     base = plan_of(None)
     if device.type == "cpu":
@@ -346,8 +351,7 @@ def run(args, device, settings, copy_gbs, jobs, rows, save, start: float) -> Non
         record("torch eager", eager_call(op, inp))
         registers: dict = {}  # the plan less its programs (what a kernel is compiled for) -> registers
         for over in [j[5] for j in jobs if j[:5] == (op, dt, m, n, split)]:
-            resolved = NB.backward_plan(m, n, dtype, device, split, over, grads=2 if op == "layer_norm" else 1,
-                                        op=op)
+            resolved = resolve(op, m, n, dtype, device, split, over)
             name, dflt = label(resolved), not over
             kernel_key = _resolved_key({k: v for k, v in resolved.items() if k not in ("G", "GR")})
             call, before = None, _loaded()
