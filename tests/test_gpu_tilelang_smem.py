@@ -20,9 +20,8 @@ OPS = ("softmax", "log_softmax", "logsumexp")
 TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
 
 
-def smem(tile_n, cluster, threads=256, persist=0):
-    return {"block_m": 1, "threads": threads, "tile_n": tile_n, "cluster": cluster, "smem": 1,
-            **({"persist": persist} if persist else {})}
+def smem(tile_n, cluster, threads=256):
+    return {"block_m": 1, "threads": threads, "tile_n": tile_n, "cluster": cluster, "smem": 1}
 
 
 CASES = [  # (n_cols, dtypes, config)
@@ -73,58 +72,6 @@ def test_matches_torch_on_edge_rows(op, n_cols, dtypes, cfg):
             before = x.clone()
             check(op, k(x), x)
             assert torch.equal(x.nan_to_num(), before.nan_to_num())  # the input untouched
-
-
-PERSISTENT = [  # (n_cols, dtype, config): persistent clusters, one or two chunks a CTA
-    (32768, torch.bfloat16, smem(32768, 1, persist=2)),
-    (65536, torch.bfloat16, smem(16384, 4, threads=128, persist=2)),
-    (65536, torch.float16, smem(32768, 2, persist=1)),
-    (151936, torch.bfloat16, smem(20480, 8, persist=2)),  # the last chunk padded
-    (262144, torch.bfloat16, smem(32768, 8, persist=1)),
-]
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("n_cols,dtype,cfg", PERSISTENT, ids=lambda v: str(v) if isinstance(v, int) else None)
-def test_persistent_clusters_walk_every_row_of_more_rows_than_clusters(op, n_cols, dtype, cfg):
-    """A grid of as many clusters as the GPU holds, each walking rows G apart (with two buffers, the
-    next row's copy in flight): with 1, 7, G + 1 and 2G + 3 rows (a cluster's last row alone, rows a
-    cluster holds twice and three times), the special rows at the start of each cluster's walk
-    and at its second row, every row matches torch and the input is untouched."""
-    from dispatch_tilelang import smem_rows
-
-    assert C.validate_config(op, n_cols, dtype, cfg, "cuda") is None
-    k = B.build(op, 7, n_cols, dtype, dtype, cfg, "cuda")
-    g = smem_rows.resident_clusters(cfg["tile_n"], str(dtype).split(".")[-1], cfg["cluster"], cfg["threads"],
-                                    cfg["persist"])
-    for m in (1, 7, g + 1, 2 * g + 3):
-        x = torch.randn(m, n_cols, device="cuda").to(dtype)
-        edges = edge_rows(7, n_cols, dtype, cfg["tile_n"])
-        for start in (0, g):
-            rows = min(7, m - start)
-            if rows > 0:
-                x[start:start + rows] = edges[:rows]
-        before = x.clone()
-        check(op, k(x), x)
-        assert torch.equal(x.nan_to_num(), before.nan_to_num())
-
-
-def test_persistent_clusters_replay_from_a_cuda_graph_with_new_inputs():
-    k = B.build("log_softmax", 40, 65536, torch.bfloat16, torch.bfloat16, smem(16384, 4, 128, persist=2), "cuda")
-    x = torch.randn(300, 65536, device="cuda", dtype=torch.bfloat16)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        k(x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = k(x)
-    for _ in range(3):
-        x.copy_(torch.randn_like(x) * 4)
-        graph.replay()
-        torch.cuda.synchronize()
-        check("log_softmax", out, x)
 
 
 @pytest.mark.parametrize("op", OPS)

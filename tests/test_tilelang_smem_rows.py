@@ -30,10 +30,6 @@ def smem(tile_n, cluster, threads=256, block_m=1):
     (32768, "bfloat16", smem(32768, 1, threads=48), "threads must be a multiple of 32"),
     (262144, "bfloat16", smem(8192, 32), "cluster must be in [1, 16] (got 32)"),
     (32768, "bfloat16", {**smem(32768, 1), "smem": 2}, "smem must be 0 or 1 (got 2)"),
-    (262144, "bfloat16", {**smem(65536, 4), "persist": 2}, "two chunks of 65536 bfloat16 (persist=2) exceed 204800"),
-    (32768, "bfloat16", {**smem(32768, 1), "persist": 3}, "persist must be 0 (a cluster a row), 1 or 2"),
-    (32768, "bfloat16", {"block_m": 1, "threads": 256, "tile_n": 0, "cluster": 1, "persist": 1},
-     "persist=1 needs the chunk-in-shared-memory family (smem=1)"),
 ])
 def test_refused_configs_say_which_value_and_what_would_work(n_cols, dtype, cfg, why):
     assert why in C.validate_config("softmax", n_cols, dtype, cfg, "cuda")
@@ -95,43 +91,8 @@ def test_space_offers_the_family_next_to_the_register_ones():
     space = C.config_space("softmax", 1024, 65536, "bfloat16", "cuda")
     fams = C.families(space, "cuda")
     assert any(k for k in fams if dict(k)["smem"] == 1) and any(k for k in fams if dict(k)["smem"] == 0)
-    assert {dict(k)["persist"] for k in fams} == {0, 1, 2}
     for cfg in space:
         assert C.validate_config("softmax", 65536, "bfloat16", cfg, "cuda") is None, cfg
-
-
-def test_persistent_forms_are_offered_where_their_chunks_fit():
-    """Each chunk-in-shared-memory config comes with its persistent twins, one chunk a CTA
-    (``persist: 1``) and two (``persist: 2``); refit to a shorter row whose halved cluster's chunks
-    are too big for two, a ``persist: 2`` config holds one."""
-    def chunked(n, dtype):
-        return [c for c in C.config_space("softmax", 256, n, dtype, "cuda") if c.get("smem")]
-
-    def plain(c):
-        return tuple(sorted((k, v) for k, v in c.items() if k != "persist"))
-
-    bf16 = chunked(65536, "bfloat16")
-    one_row = {plain(c) for c in bf16 if not c.get("persist")}
-    assert one_row and one_row == {plain(c) for c in bf16 if c.get("persist") == 1} \
-        == {plain(c) for c in bf16 if c.get("persist") == 2}
-    two = {**smem(16384, 16), "persist": 2}  # fp32 rows of 262144: two chunks of 64 KB
-    assert C.fit_config(262144, "float32", two) == two
-    refit = C.fit_config(213788, "float32", two)  # eight chunks of 27648: two would take 216 KB
-    assert (refit["cluster"], refit["tile_n"], refit["persist"]) == (8, 27648, 1)
-    assert C.validate_config("softmax", 213788, "float32", refit, "cuda") is None
-
-
-def test_resident_clusters_size_the_grid_by_shared_memory():
-    """The grid of a persistent kernel: the clusters the GPU holds at once; fewer for bigger chunks,
-    two chunks a CTA and bigger clusters, at least one."""
-    from dispatch_tilelang import smem_rows
-
-    small = smem_rows.resident_clusters(8192, "bfloat16", 4, 128)
-    big = smem_rows.resident_clusters(32768, "bfloat16", 4, 128)
-    assert small > big >= 1
-    assert smem_rows.resident_clusters(32768, "bfloat16", 4, 128, buffers=2) < big
-    assert smem_rows.resident_clusters(32768, "bfloat16", 8, 256) < big
-    assert smem_rows.resident_clusters(65536, "bfloat16", 16, 256, buffers=2) >= 1
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -150,26 +111,6 @@ def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange(monkeypatch):
     for src in (eight, padded):
         assert "tma_store_cluster" in src and ".wait(0)" in src and "cluster_wait" in src
     assert "cp_async_gs_conditional<16>" in padded  # the last chunk's columns past N are not read
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_persistent_forms_build_a_grid_of_resident_clusters(monkeypatch):
-    """``persist``: a grid of ``min(M, resident clusters)``, each row's exchange ending in a split
-    cluster barrier (arrive once the peers' words are read, wait after the row is written); with
-    two buffers, the next row's chunk is copied while only the older copy is waited for
-    (``cp_async_wait<1>``)."""
-    from dispatch_tilelang import smem_rows
-
-    monkeypatch.setenv("DISPATCH_TILELANG_CUDA_ARCH", "sm_90")
-    for persist in (1, 2):
-        cfg = {**smem(16384, 4, threads=128), "persist": persist}
-        jit, build = C.split_config(cfg, "cuda")
-        src = B.jit_program("softmax", 65536, "bfloat16", "bfloat16", "cuda", build)(**jit).get_kernel_source()
-        slots = smem_rows.resident_clusters(16384, "bfloat16", 4, 128, buffers=persist)
-        assert f"min(m, {slots})" in src
-        loop = src[src.index("for (int it = 0;"):]
-        assert "cluster_arrive()" in loop and "cluster_wait()" in loop and ".wait((it & 1))" in loop
-        assert "cp_async_wait<0>" in loop and ("cp_async_wait<1>" in loop) == (persist == 2)
 
 
 def test_gpus_older_than_sm90_keep_the_register_families(monkeypatch):

@@ -9,7 +9,10 @@ waits only for the pairs it needs. The register-resident family (``cuda_kernels`
 holds the chunk in registers, 16-32 values a thread, which caps the bytes an SM has in flight;
 here shared memory caps them (up to 7 chunks of 32 KB an SM).
 
-``M`` is dynamic (rows on ``blockIdx.x``), ``N`` static; dense rows only.
+``M`` is dynamic (rows on ``blockIdx.x``), ``N`` static; dense rows only. A cluster a row, and a
+grid of ``M`` clusters: persistent clusters walking rows, with one chunk a CTA or two (the next
+row's copy in flight), were 4-120% slower at every shape measured
+(benchmarks/results/current/rows_kernels/persistent_rows/).
 """
 
 # No `from __future__ import annotations`: TileLang evaluates the prim_func annotations.
@@ -26,9 +29,8 @@ MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
 
 
-def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int,
-                 persist: int = 0) -> str | None:
-    """Why this (tile_n, cluster, block_m, threads, persist) cannot run, or None."""
+def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int) -> str | None:
+    """Why this (tile_n, cluster, block_m, threads) cannot run, or None."""
     vec = 16 // DTYPE_BYTES[dtype]
     if block_m != 1:
         return f"the shared-memory family holds one row's chunk a CTA: block_m must be 1 (got {block_m})"
@@ -47,35 +49,10 @@ def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: in
     if (cluster - 1) * tile_n >= n_cols:
         return (f"a cluster of {cluster} chunks of {tile_n} leaves its last CTA nothing of a row of {n_cols}: "
                 "a smaller cluster or tile_n would")
-    if persist not in (0, 1, 2):
-        return f"persist must be 0 (a cluster a row), 1 or 2 (row buffers a persistent CTA holds) (got {persist})"
-    if max(1, persist) * tile_n * DTYPE_BYTES[dtype] > SMEM_BYTES:
-        held = f"two chunks of {tile_n} {dtype} (persist=2) exceed" if persist == 2 else \
-            f"a chunk of {tile_n} {dtype} exceeds"
-        return f"{held} {SMEM_BYTES} bytes of shared memory: a larger cluster would split it"
+    if tile_n * DTYPE_BYTES[dtype] > SMEM_BYTES:
+        return (f"a chunk of {tile_n} {dtype} exceeds {SMEM_BYTES} bytes of shared memory: "
+                "a larger cluster would split it")
     return None
-
-
-# What a CTA of this family takes besides its chunks: the exchange's words and barrier, the
-# reductions' workspace, and the 1 KB the GPU reserves a CTA.
-CTA_EXTRA_BYTES = 2048
-# The GPU assumed where none is present (a cross-compile for sm_90): an H200's 132 SMs of 228 KB.
-SM90_SMS, SM90_SMEM_PER_SM = 132, 228 << 10
-
-
-def resident_clusters(tile_n: int, dtype: str, cluster: int, threads: int, buffers: int = 1) -> int:
-    """How many clusters of ``cluster`` CTAs, each holding ``buffers`` chunks of ``tile_n``, the current
-    GPU runs at once (by shared memory and threads an SM): the grid of a persistent kernel."""
-    import torch
-
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        sms, smem = props.multi_processor_count, props.shared_memory_per_multiprocessor
-        max_threads = props.max_threads_per_multi_processor
-    else:
-        sms, smem, max_threads = SM90_SMS, SM90_SMEM_PER_SM, 2048
-    per_sm = min(smem // (buffers * tile_n * DTYPE_BYTES[dtype] + CTA_EXTRA_BYTES), max_threads // threads, 32)
-    return max(1, sms * per_sm // cluster)
 
 
 def fit_chunk(n_cols: int, dtype: str, cluster: int, threads: int) -> tuple[int, int]:
@@ -144,85 +121,30 @@ def row_words(cluster: int):
 
 
 @functools.lru_cache(maxsize=None)
-def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            persist: int = 0):
+def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
-    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``.
-
-    ``persist`` = 0: a cluster a row, the grid ``M`` clusters. Else a grid of ``G = min(M, slots)``
-    clusters, ``slots`` the clusters the GPU holds at once (:func:`resident_clusters`), each
-    walking rows ``bx, bx + G, ...``: with one buffer a CTA (``persist`` = 1), or two, the next
-    row's copy in flight while this one is walked, exchanged and written (``persist`` = 2)."""
+    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[in_dtype]
     lse = op == "logsumexp"
     log = op == "log_softmax"
-    S = max(1, persist)
 
     @tilelang.jit(target=target, out_idx=[1])
     def smem_rows(block_m, threads):
-        # made here: TileLang's autotuner keys only plain free variables
-        trade, swap, words = trade_words(C), swap_words(C), row_words(C)
-        reason = check_launch(N, in_dtype, TILE, C, block_m, threads, persist)
+        trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
+        reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
-        slots = resident_clusters(TILE, in_dtype, C, threads, S) if persist else 0
         SUB = vec * threads
         NS = TILE // SUB
         M = T.dynamic("m")
         y_shape = (M,) if lse else (M, N)
 
-        @T.macro
-        def chunk_stats(xs, u, base, acc, m, s, sh):  # this CTA's (max, sum of exp(x - max)) of buffer u
-            T.fill(acc, neg_inf())
-            for k in T.serial(NS):
-                for i, j in T.Parallel(1, SUB):
-                    acc[i, j] = T.max(acc[i, j], T.if_then_else(
-                        base + k * SUB + j < N, T.cast(xs[u, k * SUB + j], F32), neg_inf()))
-            T.reduce_max(acc, m, dim=1)
-            for i in T.Parallel(1):
-                sh[i] = safe_max(m[i])
-            T.fill(acc, 0.0)
-            for k in T.serial(NS):
-                for i, j in T.Parallel(1, SUB):
-                    acc[i, j] += T.if_then_else(base + k * SUB + j < N,
-                                                exp_fast(T.cast(xs[u, k * SUB + j], F32) - sh[i]), 0.0)
-            T.reduce_sum(acc, s, dim=1)
-
-        @T.macro
-        def row_stats(peers, gm, gs, gsh):  # the row's (max, sum, shift) from every chunk's words
-            for i in T.Parallel(1):
-                gm[i] = neg_inf()
-                for r in T.unroll(C):
-                    gm[i] = T.max(gm[i], peers[r, 0])
-                gsh[i] = safe_max(gm[i])
-                gs[i] = 0.0
-                for r in T.unroll(C):
-                    gs[i] += rescale(peers[r, 1], safe_max(peers[r, 0]), gsh[i])
-
-        @T.macro
-        def write(y, row, cx, xs, u, base, gm, gs, gsh, fin):  # the row's output from buffer u
-            if lse:
-                if cx == 0:
-                    y[row] = T.cast(logsumexp_value(gm[0], gs[0]), out_dtype)
-            else:
-                for i in T.Parallel(1):
-                    fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
-                for k in T.serial(NS):
-                    for i, j in T.Parallel(1, SUB):
-                        if base + k * SUB + j < N:
-                            if log:
-                                y[row, base + k * SUB + j] = T.cast(
-                                    (T.cast(xs[u, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
-                            else:
-                                y[row, base + k * SUB + j] = T.cast(
-                                    exp_fast(T.cast(xs[u, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)
-
         @T.prim_func
         def main(x: T.Tensor((M, N), in_dtype), y: T.Tensor(y_shape, out_dtype)):
-            with T.Kernel(T.min(M, slots) if persist else M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
-                xs = T.alloc_shared((S, TILE), in_dtype)
+            with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
+                xs = T.alloc_shared((1, TILE), in_dtype)
                 xf = T.alloc_fragment((1, SUB), F32)
                 acc = T.alloc_fragment((1, SUB), F32)
                 m = T.alloc_fragment((1,), F32)
@@ -241,53 +163,58 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                     mine, peers, got = words(cx)
                 base = cx * TILE
 
-                if persist:
-                    G = T.min(M, slots)
-                    R = T.ceildiv(M - bx, G)  # this cluster's rows
-                    if S == 2:
-                        T.async_copy(x[bx, base], xs[0, :])
-                    for it in T.serial(R):
-                        row = bx + it * G
-                        u = it % S
-                        if S == 1:
-                            T.async_copy(x[row, base], xs[0, :])
-                            T.ptx_wait_group(0)
-                        elif it + 1 < R:  # the next row's copy in flight; this row's landed
-                            T.async_copy(x[row + G, base], xs[(it + 1) % 2, :])
-                            T.ptx_wait_group(1)
-                        else:
-                            T.ptx_wait_group(0)
-                        chunk_stats(xs, u, base, acc, m, s, sh)
-                        if C > 1:
-                            mine[0] = m[0]
-                            mine[1] = s[0]
-                            swap(mine, peers[cx, :], got, it % 2)
-                            row_stats(peers, gm, gs, gsh)
-                            T.cluster_arrive()  # this CTA has read its peers' words of this row
-                        else:
-                            for i in T.Parallel(1):
-                                gm[i] = m[i]
-                                gs[i] = s[i]
-                                gsh[i] = sh[i]
-                        write(y, row, cx, xs, u, base, gm, gs, gsh, fin)
-                        if C > 1:
-                            T.cluster_wait()  # every peer has read this row's words: the next send may land
+                T.copy(x[bx, base], xs, prefer_instruction="cp_async")
+
+                T.fill(acc, neg_inf())
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(1, SUB):
+                        acc[i, j] = T.max(acc[i, j], T.if_then_else(base + k * SUB + j < N,
+                                                                    T.cast(xs[i, k * SUB + j], F32), neg_inf()))
+                T.reduce_max(acc, m, dim=1)
+                for i in T.Parallel(1):
+                    sh[i] = safe_max(m[i])
+                T.fill(acc, 0.0)
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(1, SUB):
+                        acc[i, j] += T.if_then_else(base + k * SUB + j < N,
+                                                    exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
+                T.reduce_sum(acc, s, dim=1)
+
+                if C > 1:
+                    mine[0] = m[0]
+                    mine[1] = s[0]
+                    trade(mine, peers[cx, :], got)
+                    for i in T.Parallel(1):
+                        gm[i] = neg_inf()
+                        for r in T.unroll(C):
+                            gm[i] = T.max(gm[i], peers[r, 0])
+                        gsh[i] = safe_max(gm[i])
+                        gs[i] = 0.0
+                        for r in T.unroll(C):
+                            gs[i] += rescale(peers[r, 1], safe_max(peers[r, 0]), gsh[i])
                 else:
-                    T.copy(x[bx, base], xs[0, :], prefer_instruction="cp_async")
-                    chunk_stats(xs, 0, base, acc, m, s, sh)
-                    if C > 1:
-                        mine[0] = m[0]
-                        mine[1] = s[0]
-                        trade(mine, peers[cx, :], got)
-                        row_stats(peers, gm, gs, gsh)
-                    else:
-                        for i in T.Parallel(1):
-                            gm[i] = m[i]
-                            gs[i] = s[i]
-                            gsh[i] = sh[i]
-                    write(y, bx, cx, xs, 0, base, gm, gs, gsh, fin)
-                    if C > 1:
-                        T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
+                    for i in T.Parallel(1):
+                        gm[i] = m[i]
+                        gs[i] = s[i]
+                        gsh[i] = sh[i]
+
+                if lse:
+                    if cx == 0:
+                        y[bx] = T.cast(logsumexp_value(gm[0], gs[0]), out_dtype)
+                else:
+                    for i in T.Parallel(1):
+                        fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
+                    for k in T.serial(NS):
+                        for i, j in T.Parallel(1, SUB):
+                            if base + k * SUB + j < N:
+                                if log:
+                                    y[bx, base + k * SUB + j] = T.cast(
+                                        (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
+                                else:
+                                    y[bx, base + k * SUB + j] = T.cast(
+                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)
+                if C > 1:
+                    T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
 
         return main
 
