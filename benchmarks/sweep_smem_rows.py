@@ -44,7 +44,8 @@ def check(torch, y, op, x):
 
 def label(cfg: dict) -> str:
     fam = "smem" if cfg.get("smem") else ("row" if cfg["tile_n"] == 0 else "split")
-    return f"tilelang {fam} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}"
+    parts = f" parts{cfg['parts']}" if cfg.get("parts") else ""
+    return f"tilelang {fam}{parts} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}"
 
 
 def main() -> None:
