@@ -44,8 +44,7 @@ def check(torch, y, op, x):
 
 def label(cfg: dict) -> str:
     fam = "smem" if cfg.get("smem") else ("row" if cfg["tile_n"] == 0 else "split")
-    parts = f" parts{cfg['parts']}" if cfg.get("parts") else ""
-    return f"tilelang {fam}{parts} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}"
+    return f"tilelang {fam} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}"
 
 
 def main() -> None:

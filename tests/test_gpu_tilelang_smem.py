@@ -20,9 +20,8 @@ OPS = ("softmax", "log_softmax", "logsumexp")
 TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
 
 
-def smem(tile_n, cluster, threads=256, parts=0):
-    return {"block_m": 1, "threads": threads, "tile_n": tile_n, "cluster": cluster, "smem": 1,
-            **({"parts": parts} if parts else {})}
+def smem(tile_n, cluster, threads=256):
+    return {"block_m": 1, "threads": threads, "tile_n": tile_n, "cluster": cluster, "smem": 1}
 
 
 CASES = [  # (n_cols, dtypes, config)
@@ -33,13 +32,6 @@ CASES = [  # (n_cols, dtypes, config)
     (151936, (torch.bfloat16, torch.float16), smem(20480, 8)),  # a vocabulary's rows, the last chunk padded
     (262144, (torch.bfloat16,), smem(32768, 8)),
     (262144, (torch.bfloat16,), smem(16384, 16, threads=128)),  # a non-portable cluster
-    # the chunk copied in parts, walked once as they land
-    (32768, (torch.bfloat16, torch.float16), smem(32768, 1, parts=4)),
-    (16392, (torch.bfloat16,), smem(18432, 1, parts=0)),
-    (32768, (torch.float32,), smem(16384, 2, threads=128, parts=4)),
-    (65536, (torch.bfloat16,), smem(16384, 4, threads=128, parts=4)),
-    (151936, (torch.bfloat16, torch.float16), smem(20480, 8, parts=2)),  # the last chunk padded
-    (262144, (torch.bfloat16,), smem(32768, 8, parts=4)),
 ]
 
 

@@ -30,11 +30,6 @@ def smem(tile_n, cluster, threads=256, block_m=1):
     (32768, "bfloat16", smem(32768, 1, threads=48), "threads must be a multiple of 32"),
     (262144, "bfloat16", smem(8192, 32), "cluster must be in [1, 16] (got 32)"),
     (32768, "bfloat16", {**smem(32768, 1), "smem": 2}, "smem must be 0 or 1 (got 2)"),
-    (32768, "bfloat16", {**smem(32768, 1), "parts": 3}, "parts must be one of (0, 2, 4) (got 3)"),
-    (151936, "bfloat16", {**smem(20480, 8), "parts": 4},
-     "a chunk of 10 sub-tiles of 8 x 256 threads is not 4 equal parts: parts=0 or 2 would"),
-    (32768, "bfloat16", {"block_m": 1, "threads": 256, "tile_n": 0, "cluster": 1, "parts": 2},
-     "parts=2 needs the chunk-in-shared-memory family (smem=1)"),
 ])
 def test_refused_configs_say_which_value_and_what_would_work(n_cols, dtype, cfg, why):
     assert why in C.validate_config("softmax", n_cols, dtype, cfg, "cuda")
@@ -100,36 +95,6 @@ def test_space_offers_the_family_next_to_the_register_ones():
         assert C.validate_config("softmax", 65536, "bfloat16", cfg, "cuda") is None, cfg
 
 
-@pytest.mark.parametrize("n_cols", [32768, 65536, 151936, 262144])
-def test_each_chunked_config_comes_with_its_walk_as_the_copies_land(n_cols):
-    """Every chunk-in-shared-memory config of the space whose sub-tiles divide into 2 or 4 has a twin
-    copied in parts (4 where they can), so a tune races the two walks on the same chunks."""
-    space = [c for c in C.config_space("softmax", 256, n_cols, "bfloat16", "cuda") if c.get("smem")]
-
-    def plain(c):
-        return tuple(sorted((k, v) for k, v in c.items() if k != "parts"))
-
-    def sub_tiles(c):
-        return c["tile_n"] // (8 * c["threads"])
-
-    whole = {plain(c) for c in space if not c.get("parts") and sub_tiles(c) % 2 == 0}
-    assert whole and whole == {plain(c) for c in space if c.get("parts")}
-    for c in space:
-        if c.get("parts"):
-            assert c["parts"] == (4 if sub_tiles(c) % 4 == 0 else 2), c
-
-
-def test_a_refit_chunk_keeps_the_most_parts_it_divides_into():
-    """Raced at 32768 in four parts of one CTA; on rows of 20480 the chunk is 10 sub-tiles of 2048
-    (parts=2), on rows of 18432 nine of them (one copy, parts=0): never a config that cannot build."""
-    cfg = {**smem(32768, 1), "parts": 4}
-    assert C.fit_config(32768, "bfloat16", cfg) == cfg
-    for n, parts in ((20480, 2), (18432, 0), (24576, 4)):
-        fitted = C.fit_config(n, "bfloat16", cfg)
-        assert fitted["parts"] == parts, (n, fitted)
-        assert C.validate_config("softmax", n, "bfloat16", fitted, "cuda") is None
-
-
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange(monkeypatch):
     """One CTA: the chunk copied with cp.async, no cluster. Eight: each chunk's (max, sum) copied
@@ -146,22 +111,6 @@ def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange(monkeypatch):
     for src in (eight, padded):
         assert "tma_store_cluster" in src and ".wait(0)" in src and "cluster_wait" in src
     assert "cp_async_gs_conditional<16>" in padded  # the last chunk's columns past N are not read
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_parts_are_walked_as_their_copies_land(monkeypatch):
-    """``parts``: one commit group a part, each waited for by count (3, 2, 1, 0 still in flight) just
-    before the walk reads it, 16-byte reads of shared memory; without it, one wait for the whole chunk."""
-    monkeypatch.setenv("DISPATCH_TILELANG_CUDA_ARCH", "sm_90")
-    srcs = {}
-    for parts in (0, 4):
-        cfg = {**smem(16384, 4, threads=128), **({"parts": parts} if parts else {})}
-        jit, build = C.split_config(cfg, "cuda")
-        srcs[parts] = B.jit_program("softmax", 65536, "bfloat16", "bfloat16", "cuda", build)(**jit).get_kernel_source()
-    waits = [f"cp_async_wait<{k}>" for k in (3, 2, 1, 0)]
-    assert all(w in srcs[4] for w in waits)
-    assert srcs[4].index("cp_async_wait<3>") < srcs[4].index("*(uint4*)(xs_local_cast")
-    assert not any(w in srcs[0] for w in waits[:3]) and "cp_async_wait<0>" in srcs[0]
 
 
 def test_gpus_older_than_sm90_keep_the_register_families(monkeypatch):

@@ -82,12 +82,6 @@ def row_is_nan_for_softmax(m, s):
     return T.Or(m == pos_inf(), T.Not(s > T.float32(0)))
 
 
-def fast_rescale(s_old, shift_old, shift_new):
-    """:func:`rescale` with :func:`exp_fast`: for a running sum rescaled at every element, where
-    ``expf`` would cost more than the element's own ``exp``."""
-    return T.if_then_else(s_old == T.float32(0), T.float32(0), s_old * exp_fast(shift_old - shift_new))
-
-
 def softmax_scale(m, s):
     """The factor ``1/s`` that turns ``exp(x - safe(m))`` into softmax, or NaN for a NaN row."""
     return T.if_then_else(row_is_nan_for_softmax(m, s), nan(), T.float32(1) / s)

@@ -34,7 +34,7 @@ def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str
                 build_keys: Mapping[str, Any] | None = None, row_stride: int = 0):
     """The ``@tilelang.jit`` program of one kernel family; its parameters are ``JIT_PARAMS[target]``, all required.
 
-    ``build_keys`` holds the family's build-time keys (``tile_n``, and ``cluster``, ``smem`` and ``parts`` on cuda); a
+    ``build_keys`` holds the family's build-time keys (``tile_n``, and ``cluster`` and ``smem`` on cuda); a
     full config is accepted too, its JIT keys are ignored here. ``row_stride`` (CUDA only): the
     elements between rows, 0 for dense rows. Calling the program with the JIT
     kwargs compiles (or loads from TileLang's disk cache) a ``JITKernel``; ``tilelang.autotune``
@@ -58,7 +58,7 @@ def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str
         if ins != outs:
             raise ValueError(f"the chunk-in-shared-memory family (smem=1) writes its input's dtype (got {ins} -> {outs}); "
                              "the register families (smem=0) serve a cast")
-        return smem_rows.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch(), build["parts"])
+        return smem_rows.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch())
     if target == "cuda":
         from . import cuda_kernels
 

@@ -1,10 +1,9 @@
 """Config spaces and default configs of the TileLang row kernels, pruned by row length, dtype and target.
 
 A config is a flat dict. On ``"cuda"``: ``block_m`` and ``threads`` are JIT (tunable)
-parameters; ``tile_n``, ``cluster``, ``smem`` and ``parts`` are build-time keys that pick the kernel
-family (see ``cuda_kernels``; ``smem: 1``, present only where set, the chunk-in-shared-memory family of
-``smem_rows``, and ``parts``, present only where set, its chunk copied in that many groups and walked
-once as they land). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
+parameters; ``tile_n``, ``cluster`` and ``smem`` are build-time keys that pick the kernel family
+(see ``cuda_kernels``; ``smem: 1``, present only where set, the chunk-in-shared-memory family of
+``smem_rows``). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
 key (see ``cpu_kernels``). Every list is in a deterministic order, and every config in it is
 one ``cuda_kernels.check_launch`` / ``check_cpu_config`` accepts.
 
@@ -47,7 +46,7 @@ MAX_BLOCK_M = 32
 #: Tunable JIT parameters of every program ``build.jit_program`` returns, per target (required, no defaults).
 JIT_PARAMS: dict[str, tuple[str, ...]] = {"cuda": ("block_m", "threads"), "c": ("block_m",)}
 #: Config keys that choose the kernel family at build time; stripped before TileLang sees a config.
-BUILD_KEYS: dict[str, tuple[str, ...]] = {"cuda": ("tile_n", "cluster", "smem", "parts"), "c": ("tile_n",)}
+BUILD_KEYS: dict[str, tuple[str, ...]] = {"cuda": ("tile_n", "cluster", "smem"), "c": ("tile_n",)}
 #: Config keys an autotuner varies within one family.
 TUNABLES: dict[str, tuple[str, ...]] = JIT_PARAMS
 #: JIT parameter name -> config key, where they differ (here they never do).
@@ -142,8 +141,7 @@ def _split_rank(cfg: dict, n_cols: int) -> tuple:
 
 def _cuda_smem_configs(n_cols: int, dtype: str) -> list[dict]:
     """Chunk-in-shared-memory configs (``smem_rows``): a row in 1-16 chunks (one CTA each, a cluster
-    where more than one) of 16-64 KB, 128 or 256 threads, at most 1/8 of the covered row padding;
-    each also copied in 4 (else 2) parts and walked once as they land (``parts``)."""
+    where more than one) of 16-64 KB, 128 or 256 threads, at most 1/8 of the covered row padding."""
     if not cuda_supports_clusters():  # measured on sm_90 only, where its exchange runs
         return []
     size = DTYPE_BYTES[dtype]
@@ -155,10 +153,6 @@ def _cuda_smem_configs(n_cols: int, dtype: str) -> list[dict]:
             if SMEM_MIN_BYTES <= tile * size <= SMEM_MAX_BYTES and (cluster * tile - n_cols) * 8 <= cluster * tile \
                     and smem_rows.check_launch(n_cols, dtype, tile, cluster, 1, threads) is None:
                 out.append(cfg)
-                parts = next((p for p in (4, 2) if smem_rows.check_launch(n_cols, dtype, tile, cluster, 1, threads,
-                                                                          p) is None), 0)
-                if parts:
-                    out.append({**cfg, "parts": parts})
     return out
 
 
@@ -167,8 +161,7 @@ def fit_config(n_cols: int, dtype: Any, config: Mapping[str, Any]) -> dict:
     share of the row (``smem_rows.fit_chunk``; the cluster halved where the share, rounded up,
     would leave a CTA nothing of the row), whatever row it was raced or tuned on, so that a
     decision kept for a bucket (N up to the next power of two) serves every N of it; the same
-    config on the row it was made for; its ``parts`` the most, up to its own, that the refit chunk
-    divides into. Other configs, and values that validation refuses anyway,
+    config on the row it was made for. Other configs, and values that validation refuses anyway,
     are returned as they are."""
     config = dict(config)
     if config.get("smem") != 1 or n_cols <= 0:
@@ -179,9 +172,6 @@ def fit_config(n_cols: int, dtype: Any, config: Mapping[str, Any]) -> dict:
         return config
     if 1 <= cluster <= smem_rows.MAX_CLUSTER and threads > 0 and DTYPE_BYTES.get(dtype_name(dtype)):
         config["tile_n"], config["cluster"] = smem_rows.fit_chunk(n_cols, dtype_name(dtype), cluster, threads)
-        if config.get("parts") in smem_rows.PARTS[1:]:  # as many parts as the refit chunk divides into
-            config["parts"] = next((p for p in smem_rows.PARTS[::-1] if p <= config["parts"] and smem_rows.check_launch(
-                n_cols, dtype_name(dtype), config["tile_n"], config["cluster"], 1, threads, p) is None), 0)
     return config
 
 
@@ -336,7 +326,6 @@ def split_config(config: Mapping[str, Any], target: str) -> tuple[dict, dict]:
     if target == "cuda":
         build["cluster"] = int(config.pop("cluster", 1))
         build["smem"] = int(config.pop("smem", 0))
-        build["parts"] = int(config.pop("parts", 0))
     unknown = set(config) - set(JIT_PARAMS[target])
     if unknown:
         raise ValueError(f"unknown config key(s) {sorted(unknown)} for target {target!r}; expected {JIT_PARAMS[target] + BUILD_KEYS[target]}")
@@ -368,14 +357,12 @@ def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, An
         return "thread-block clusters (cluster > 1) need an sm_90+ GPU"
     if build["smem"] not in (0, 1):
         return f"smem must be 0 or 1 (got {build['smem']})"
-    if build["parts"] and not build["smem"]:
-        return f"parts={build['parts']} needs the chunk-in-shared-memory family (smem=1)"
     if build["smem"]:
         if not cuda_supports_clusters():
             return "the chunk-in-shared-memory family (smem=1) runs on sm_90+ GPUs (it was measured there only)"
         if row_stride:
             return f"the chunk-in-shared-memory family (smem=1) reads dense rows only (got row_stride={row_stride})"
         return smem_rows.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"],
-                                      jit_kwargs["block_m"], jit_kwargs["threads"], build["parts"])
+                                      jit_kwargs["block_m"], jit_kwargs["threads"])
     return cuda_kernels.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"],
                                      jit_kwargs["block_m"], jit_kwargs["threads"], row_stride)

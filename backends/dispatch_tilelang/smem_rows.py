@@ -22,18 +22,15 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import (F32, exp_fast, fast_rescale, log_sum, logsumexp_value, neg_inf, rescale, safe_max,
-                        softmax_scale)
+from ._numerics import F32, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
 MAX_CLUSTER = 16
-PARTS = (0, 2, 4)  # the chunk's copies in that many groups, walked as they land (0: one copy, then the walks)
 SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
 
 
-def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int,
-                 parts: int = 0) -> str | None:
-    """Why this (tile_n, cluster, block_m, threads, parts) cannot run, or None."""
+def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int) -> str | None:
+    """Why this (tile_n, cluster, block_m, threads) cannot run, or None."""
     vec = 16 // DTYPE_BYTES[dtype]
     if block_m != 1:
         return f"the shared-memory family holds one row's chunk a CTA: block_m must be 1 (got {block_m})"
@@ -52,11 +49,6 @@ def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: in
     if (cluster - 1) * tile_n >= n_cols:
         return (f"a cluster of {cluster} chunks of {tile_n} leaves its last CTA nothing of a row of {n_cols}: "
                 "a smaller cluster or tile_n would")
-    if parts not in PARTS:
-        return f"parts must be one of {PARTS} (got {parts})"
-    if parts and (tile_n // (vec * threads)) % parts:
-        return (f"a chunk of {tile_n // (vec * threads)} sub-tiles of {vec} x {threads} threads is not {parts} "
-                "equal parts: parts=0 or 2 would")
     if tile_n * DTYPE_BYTES[dtype] > SMEM_BYTES:
         return (f"a chunk of {tile_n} {dtype} exceeds {SMEM_BYTES} bytes of shared memory: "
                 "a larger cluster would split it")
@@ -129,15 +121,9 @@ def row_words(cluster: int):
 
 
 @functools.lru_cache(maxsize=None)
-def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            parts: int = 0):
+def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
-    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``.
-
-    ``parts`` = 0: the chunk copied, then walked for its max, then for its sum of ``exp(x - max)``.
-    ``parts`` = P > 0: the chunk copied in P groups, and one walk that follows the copies as they
-    land keeps a running (max, sum) per element slot, rescaling the sum when the max grows; the
-    slots' pairs are merged at the end. One walk of shared memory fewer, and it overlaps the copy."""
+    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[in_dtype]
@@ -147,29 +133,11 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     @tilelang.jit(target=target, out_idx=[1])
     def smem_rows(block_m, threads):
         trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
-        reason = check_launch(N, in_dtype, TILE, C, block_m, threads, parts)
+        reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
         SUB = vec * threads
         NS = TILE // SUB
-        KP = NS // max(1, parts)  # sub-tiles a part
-
-        @T.macro
-        def landed(p):  # this thread's copies of parts 0..p have landed (it walks only what it copied)
-            if parts == 2:
-                if p == 0:
-                    T.ptx_wait_group(1)
-                else:
-                    T.ptx_wait_group(0)
-            else:
-                if p == 0:
-                    T.ptx_wait_group(3)
-                elif p == 1:
-                    T.ptx_wait_group(2)
-                elif p == 2:
-                    T.ptx_wait_group(1)
-                else:
-                    T.ptx_wait_group(0)
         M = T.dynamic("m")
         y_shape = (M,) if lse else (M, N)
 
@@ -178,7 +146,6 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
             with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
                 xs = T.alloc_shared((1, TILE), in_dtype)
                 xf = T.alloc_fragment((1, SUB), F32)
-                xv = T.alloc_fragment((1, SUB), F32)
                 acc = T.alloc_fragment((1, SUB), F32)
                 m = T.alloc_fragment((1,), F32)
                 s = T.alloc_fragment((1,), F32)
@@ -188,7 +155,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 gsh = T.alloc_fragment((1,), F32)
                 fin = T.alloc_fragment((1,), F32)
                 # one row a CTA: thread t owns the t-th 16-byte vector of a sub-tile; stats in every thread
-                layouts = {f: _fragment_layout(1, SUB, threads, vec) for f in (xf, xv, acc)}
+                layouts = {xf: _fragment_layout(1, SUB, threads, vec), acc: _fragment_layout(1, SUB, threads, vec)}
                 for stat in (m, s, sh, gm, gs, gsh, fin):
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
@@ -196,47 +163,22 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                     mine, peers, got = words(cx)
                 base = cx * TILE
 
-                if parts:
-                    for p in T.unroll(parts):
-                        T.async_copy(x[bx, base + p * KP * SUB], xs[0, p * KP * SUB:(p + 1) * KP * SUB])
-                    T.fill(acc, neg_inf())  # each slot's running max ...
-                    T.fill(xf, 0.0)  # ... and sum of exp(x - safe(max))
-                    for p in T.unroll(parts):
-                        landed(p)
-                        for k in T.serial(KP):
-                            for i, j in T.Parallel(1, SUB):  # a 16-byte load a thread
-                                xv[i, j] = T.if_then_else(base + (p * KP + k) * SUB + j < N,
-                                                          T.cast(xs[i, (p * KP + k) * SUB + j], F32), neg_inf())
-                            for i, j in T.Parallel(1, SUB):  # one exp an element: a new max rescales the sum
-                                xf[i, j] = T.if_then_else(
-                                    xv[i, j] > acc[i, j],
-                                    fast_rescale(xf[i, j], safe_max(acc[i, j]), safe_max(xv[i, j]))
-                                    + exp_fast(xv[i, j] - safe_max(xv[i, j])),
-                                    xf[i, j] + exp_fast(xv[i, j] - safe_max(acc[i, j])))
-                                acc[i, j] = T.max(acc[i, j], xv[i, j])
-                    T.reduce_max(acc, m, dim=1)
-                    for i in T.Parallel(1):
-                        sh[i] = safe_max(m[i])
-                    for i, j in T.Parallel(1, SUB):
-                        xf[i, j] = fast_rescale(xf[i, j], safe_max(acc[i, j]), sh[i])
-                    T.reduce_sum(xf, s, dim=1)
-                else:
-                    T.copy(x[bx, base], xs, prefer_instruction="cp_async")
+                T.copy(x[bx, base], xs, prefer_instruction="cp_async")
 
-                    T.fill(acc, neg_inf())
-                    for k in T.serial(NS):
-                        for i, j in T.Parallel(1, SUB):
-                            acc[i, j] = T.max(acc[i, j], T.if_then_else(base + k * SUB + j < N,
-                                                                        T.cast(xs[i, k * SUB + j], F32), neg_inf()))
-                    T.reduce_max(acc, m, dim=1)
-                    for i in T.Parallel(1):
-                        sh[i] = safe_max(m[i])
-                    T.fill(acc, 0.0)
-                    for k in T.serial(NS):
-                        for i, j in T.Parallel(1, SUB):
-                            acc[i, j] += T.if_then_else(base + k * SUB + j < N,
-                                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
-                    T.reduce_sum(acc, s, dim=1)
+                T.fill(acc, neg_inf())
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(1, SUB):
+                        acc[i, j] = T.max(acc[i, j], T.if_then_else(base + k * SUB + j < N,
+                                                                    T.cast(xs[i, k * SUB + j], F32), neg_inf()))
+                T.reduce_max(acc, m, dim=1)
+                for i in T.Parallel(1):
+                    sh[i] = safe_max(m[i])
+                T.fill(acc, 0.0)
+                for k in T.serial(NS):
+                    for i, j in T.Parallel(1, SUB):
+                        acc[i, j] += T.if_then_else(base + k * SUB + j < N,
+                                                    exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
+                T.reduce_sum(acc, s, dim=1)
 
                 if C > 1:
                     mine[0] = m[0]
