@@ -29,6 +29,8 @@ CASES = [  # (n_cols, dtypes, config)
     (16392, (torch.bfloat16,), smem(18432, 1)),  # one CTA, its chunk padded
     (32768, (torch.float32,), smem(16384, 2, threads=128)),
     (65536, (torch.bfloat16,), smem(16384, 4)),
+    (65536, (torch.bfloat16,), smem(8192, 8, threads=128)),  # log_softmax's default
+    (131072, (torch.bfloat16,), smem(16384, 8)),  # log_softmax's default
     (151936, (torch.bfloat16, torch.float16), smem(20480, 8)),  # a vocabulary's rows, the last chunk padded
     (262144, (torch.bfloat16,), smem(32768, 8)),
     (262144, (torch.bfloat16,), smem(16384, 16, threads=128)),  # a non-portable cluster
@@ -75,9 +77,10 @@ def test_matches_torch_on_edge_rows(op, n_cols, dtypes, cfg):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_dispatch_default_runs_it_and_matches_torch(op):
-    x = torch.randn(64, 32000, device="cuda", dtype=torch.bfloat16)  # a 32000-word vocabulary
-    assert C.default_config(op, 64, 32000, torch.bfloat16, "cuda").get("smem") == 1
+@pytest.mark.parametrize("n_cols", [32000, 65536])  # a 32000-word vocabulary; log_softmax's eight chunks
+def test_dispatch_default_runs_it_and_matches_torch(op, n_cols):
+    x = torch.randn(64, n_cols, device="cuda", dtype=torch.bfloat16)
+    assert C.default_config(op, 64, n_cols, torch.bfloat16, "cuda").get("smem") == 1
     check(op, getattr(dispatch, op)(x, -1, backend="tilelang"), x)
 
 

@@ -87,6 +87,19 @@ def test_default_takes_the_family_where_it_led(n_cols, dtype, want):
         assert cfg["tile_n"] * cfg["cluster"] >= n_cols  # one read of the row
 
 
+@pytest.mark.parametrize("n_cols,softmax,log_softmax", [
+    (32768, (32768, 1, 256), (32768, 1, 256)),
+    (65536, (16384, 4, 128), (8192, 8, 128)),  # log_softmax: chunks of 8K (82.9-83.8 us against 90.5-93.3)
+    (131072, (16384, 8, 128), (16384, 8, 256)),  # 256 threads (82.7-83.6 us against 91.0-91.6)
+    (262144, (32768, 8, 256), (32768, 8, 256)),
+])
+def test_log_softmax_takes_eight_chunks_from_32k_to_128k(n_cols, softmax, log_softmax):
+    for op, want in (("softmax", softmax), ("logsumexp", softmax), ("log_softmax", log_softmax)):
+        cfg = C.default_config(op, 1024, n_cols, "bfloat16", "cuda")
+        assert (cfg["tile_n"], cfg["cluster"], cfg["threads"]) == want, (op, cfg)
+        assert C.validate_config(op, n_cols, "bfloat16", cfg, "cuda") is None
+
+
 def test_space_offers_the_family_next_to_the_register_ones():
     space = C.config_space("softmax", 1024, 65536, "bfloat16", "cuda")
     fams = C.families(space, "cuda")
@@ -145,7 +158,10 @@ def test_a_shipped_decision_serves_every_row_length_of_its_bucket():
             if top // 2 < n <= top:
                 fitted = C.fit_config(n, key["dtype"], cfg)
                 assert C.validate_config(key["op"], n, key["dtype"], fitted, "cuda") is None, (key["bucket"], n)
-                assert fitted["cluster"] == cfg["cluster"] and fitted["threads"] == cfg["threads"]
+                # the cluster halves only where its share, rounded up, would leave a CTA nothing
+                # (log_softmax's eight chunks of 8K on rows just past 32K: four of 9216)
+                assert fitted["threads"] == cfg["threads"] and fitted["cluster"] in (cfg["cluster"], cfg["cluster"] // 2)
+                assert (fitted["cluster"] - 1) * fitted["tile_n"] < n <= fitted["cluster"] * fitted["tile_n"]
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

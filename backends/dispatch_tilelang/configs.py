@@ -192,7 +192,7 @@ def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str, smem: bool 
     return unique_configs(configs)
 
 
-def _smem_default(n_cols: int, dtype: str) -> dict | None:
+def _smem_default(op: str, n_cols: int, dtype: str) -> dict | None:
     """The chunk-in-shared-memory default, where it led on the H200 (bf16 softmax, us; the register
     families' default and Triton's in brackets; benchmarks/results/current/rows_kernels/smem_rows/):
 
@@ -200,6 +200,11 @@ def _smem_default(n_cols: int, dtype: str) -> dict | None:
     * up to 128K: chunks of 16K columns a cluster (1024 x 65536: 88.8 [106.6, 88.0]; 512 x 131072:
       87.3 [118.2, 95.0]);
     * up to 256K: eight chunks (256 x 262144: 94.3 [110.6, 98.0]).
+
+    log_softmax of rows of 32K-128K takes eight chunks (runs of every config,
+    benchmarks/results/current/rows_kernels/smem_rows/log_softmax_default/: 1024 x 65536 in chunks
+    of 8K, 82.9-83.8 us in three runs where chunks of 16K took 90.5-93.3; 512 x 131072 in chunks of
+    16K at 256 threads, 82.7-83.6 in two where 128 threads took 91.0-91.6; Triton 87.3-89.4).
 
     The best of them had each thread copy 256 bytes (16 vectors); fp32 rows (at best level with
     the register families), odd rows (no 16-byte copies) and GPUs older than sm_90 (not measured)
@@ -211,10 +216,11 @@ def _smem_default(n_cols: int, dtype: str) -> dict | None:
     if n_cols <= 32768:
         cluster = 1
     elif n_cols <= 131072:
-        cluster = _pow2_ceil(-(-n_cols // 16384))
+        cluster = 8 if op == "log_softmax" else _pow2_ceil(-(-n_cols // 16384))
     else:
         cluster = 8
-    threads = 128 if -(-n_cols // cluster) * 2 <= (32 << 10) else 256
+    threads = 128 if -(-n_cols // cluster) * 2 <= (16 << 10 if op == "log_softmax" and cluster == 8 else 32 << 10) \
+        else 256
     cfg = _smem_config(n_cols, dtype, cluster, threads)
     return cfg if smem_rows.check_launch(n_cols, dtype, cfg["tile_n"], cluster, 1, threads) is None else None
 
@@ -228,7 +234,7 @@ def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str, smem: boo
     two vectors a thread and 128 threads a CTA ran at 3875-3894, the best of every row config.
     2-byte rows of 16K-256K (a multiple of 8; with ``smem``, dense rows written in their own dtype):
     the chunk-in-shared-memory family (``_smem_default``)."""
-    chunked = _smem_default(n_cols, dtype) if smem else None
+    chunked = _smem_default(op, n_cols, dtype) if smem else None
     if chunked is not None:
         return chunked
     if n_cols <= ROW_FAMILY_MAX_COLS:
