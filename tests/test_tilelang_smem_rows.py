@@ -89,11 +89,14 @@ def test_default_takes_the_family_where_it_led(n_cols, dtype, want):
 
 @pytest.mark.parametrize("n_cols,softmax,log_softmax", [
     (32768, (32768, 1, 256), (32768, 1, 256)),
+    (40960, (10240, 4, 128), (10240, 4, 128)),  # not eight chunks of 5K (116.2 us against 100.7)
+    (49152, (12288, 4, 128), (12288, 4, 256)),
     (65536, (16384, 4, 128), (8192, 8, 128)),  # log_softmax: chunks of 8K (82.9-83.8 us against 90.5-93.3)
+    (98304, (12288, 8, 128), (12288, 8, 256)),
     (131072, (16384, 8, 128), (16384, 8, 256)),  # 256 threads (82.7-83.6 us against 91.0-91.6)
     (262144, (32768, 8, 256), (32768, 8, 256)),
 ])
-def test_log_softmax_takes_eight_chunks_from_32k_to_128k(n_cols, softmax, log_softmax):
+def test_log_softmax_takes_chunks_of_8k_to_16k_from_32k_to_128k(n_cols, softmax, log_softmax):
     for op, want in (("softmax", softmax), ("logsumexp", softmax), ("log_softmax", log_softmax)):
         cfg = C.default_config(op, 1024, n_cols, "bfloat16", "cuda")
         assert (cfg["tile_n"], cfg["cluster"], cfg["threads"]) == want, (op, cfg)
@@ -158,10 +161,11 @@ def test_a_shipped_decision_serves_every_row_length_of_its_bucket():
             if top // 2 < n <= top:
                 fitted = C.fit_config(n, key["dtype"], cfg)
                 assert C.validate_config(key["op"], n, key["dtype"], fitted, "cuda") is None, (key["bucket"], n)
-                # the cluster halves only where its share, rounded up, would leave a CTA nothing
-                # (log_softmax's eight chunks of 8K on rows just past 32K: four of 9216)
-                assert fitted["threads"] == cfg["threads"] and fitted["cluster"] in (cfg["cluster"], cfg["cluster"] // 2)
+                # the cluster halves only where its share would leave a CTA nothing or hold less than
+                # 16 KB (log_softmax's eight chunks of 8K on rows just past 32K: four of 9216)
+                assert fitted["threads"] == cfg["threads"] and fitted["cluster"] <= cfg["cluster"]
                 assert (fitted["cluster"] - 1) * fitted["tile_n"] < n <= fitted["cluster"] * fitted["tile_n"]
+                assert fitted["cluster"] == 1 or fitted["tile_n"] * 2 >= 16 << 10
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -178,3 +182,17 @@ def test_any_config_of_the_space_tuned_at_the_top_of_a_bucket_serves_its_bottom(
             fitted = C.fit_config(n, dtype, cfg)
             assert C.validate_config("softmax", n, dtype, fitted, "cuda") is None, (cfg, n, fitted)
             assert fitted["threads"] == cfg["threads"] and fitted["cluster"] <= cfg["cluster"]
+
+
+def test_a_refit_never_cuts_chunks_below_16_kb():
+    """A decision raced at the top of a bucket (log_softmax's eight chunks of 8K at 65536) on a
+    shorter row of it: the cluster halves until a chunk holds 16 KB (rows of 40960: four chunks of
+    10240, where eight of 5120 ran 15% slower); eight chunks of 2 KB on rows of 16384 become two of 16 KB."""
+    cfg = {**smem(8192, 8, threads=128)}
+    assert C.fit_config(65536, "bfloat16", cfg) == cfg
+    for n, cluster in ((40960, 4), (49152, 4), (57344, 4), (65528, 8)):
+        fitted = C.fit_config(n, "bfloat16", cfg)
+        assert fitted["cluster"] == cluster and fitted["tile_n"] * 2 >= 16 << 10, (n, fitted)
+        assert C.validate_config("log_softmax", n, "bfloat16", fitted, "cuda") is None
+    small = C.fit_config(16384, "bfloat16", smem(2048, 8, threads=256))
+    assert (small["tile_n"], small["cluster"]) == (8192, 2)

@@ -201,10 +201,12 @@ def _smem_default(op: str, n_cols: int, dtype: str) -> dict | None:
       87.3 [118.2, 95.0]);
     * up to 256K: eight chunks (256 x 262144: 94.3 [110.6, 98.0]).
 
-    log_softmax of rows of 32K-128K takes eight chunks (runs of every config,
+    log_softmax of rows of 32K-128K takes up to eight chunks of at least 8K columns, 128 threads for
+    chunks of up to 10K, else 256 (runs of every config,
     benchmarks/results/current/rows_kernels/smem_rows/log_softmax_default/: 1024 x 65536 in chunks
     of 8K, 82.9-83.8 us in three runs where chunks of 16K took 90.5-93.3; 512 x 131072 in chunks of
-    16K at 256 threads, 82.7-83.6 in two where 128 threads took 91.0-91.6; Triton 87.3-89.4).
+    16K at 256 threads, 82.7-83.6 in two where 128 threads took 91.0-91.6; Triton 87.3-89.4; rows of
+    40960, 49152 and 98304 level with softmax's rule or ahead, where eight chunks of 5-6K lost up to 15%).
 
     The best of them had each thread copy 256 bytes (16 vectors); fp32 rows (at best level with
     the register families), odd rows (no 16-byte copies) and GPUs older than sm_90 (not measured)
@@ -213,14 +215,16 @@ def _smem_default(op: str, n_cols: int, dtype: str) -> dict | None:
         return None
     if not cuda_supports_clusters():
         return None
+    log_rows = op == "log_softmax" and 32768 < n_cols <= 131072
     if n_cols <= 32768:
         cluster = 1
+    elif log_rows:
+        cluster = min(8, 1 << ((n_cols // 8192).bit_length() - 1))  # chunks of at least 8K columns
     elif n_cols <= 131072:
-        cluster = 8 if op == "log_softmax" else _pow2_ceil(-(-n_cols // 16384))
+        cluster = _pow2_ceil(-(-n_cols // 16384))
     else:
         cluster = 8
-    threads = 128 if -(-n_cols // cluster) * 2 <= (16 << 10 if op == "log_softmax" and cluster == 8 else 32 << 10) \
-        else 256
+    threads = 128 if -(-n_cols // cluster) <= (10240 if log_rows else 16384) else 256
     cfg = _smem_config(n_cols, dtype, cluster, threads)
     return cfg if smem_rows.check_launch(n_cols, dtype, cfg["tile_n"], cluster, 1, threads) is None else None
 

@@ -55,14 +55,21 @@ def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: in
     return None
 
 
+# The smallest chunk worth a CTA of a cluster (the config space's smallest): log_softmax of bf16
+# rows of 40960 in eight chunks of 10 KB took 116.2 us, in four of 20 KB 100.7 (H200,
+# benchmarks/results/current/rows_kernels/smem_rows/log_softmax_default/).
+MIN_CHUNK_BYTES = 16 << 10
+
+
 def fit_chunk(n_cols: int, dtype: str, cluster: int, threads: int) -> tuple[int, int]:
     """``(tile_n, cluster)`` of rows of ``n_cols`` for a config of ``cluster`` chunks at ``threads``: each
     chunk the cluster's share of the row, rounded up to a vector a thread; where that rounding
-    would leave the last CTA nothing of the row (a config chosen at the top of a bucket, run near
-    its bottom), the cluster halved until it does not."""
+    would leave the last CTA nothing of the row, or the chunks would hold less than
+    :data:`MIN_CHUNK_BYTES` (a config chosen at the top of a bucket, run near its bottom), the
+    cluster halved until neither."""
     step = (16 // DTYPE_BYTES[dtype]) * threads
     tile = share(n_cols, cluster, step)
-    while cluster > 1 and (cluster - 1) * tile >= n_cols:
+    while cluster > 1 and ((cluster - 1) * tile >= n_cols or tile * DTYPE_BYTES[dtype] < MIN_CHUNK_BYTES):
         cluster //= 2
         tile = share(n_cols, cluster, step)
     return tile, cluster
