@@ -77,7 +77,7 @@ def test_matches_torch_on_edge_rows(op, n_cols, dtypes, cfg):
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("n_cols", [32000, 65536])  # a 32000-word vocabulary; log_softmax's eight chunks
+@pytest.mark.parametrize("n_cols", [32000, 40960, 65536])  # a 32000-word vocabulary; log_softmax: four and eight chunks
 def test_dispatch_default_runs_it_and_matches_torch(op, n_cols):
     x = torch.randn(64, n_cols, device="cuda", dtype=torch.bfloat16)
     assert C.default_config(op, 64, n_cols, torch.bfloat16, "cuda").get("smem") == 1
