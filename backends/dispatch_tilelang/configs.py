@@ -38,7 +38,7 @@ CPU_MAX_TILE_ELEMS = 32768
 CPU_ROW_FAMILY_MAX_COLS = 8192
 CPU_TILE_CHOICES = (512, 2048)
 # The chunk-in-shared-memory family's chunks in the config space, and the longest row its default serves.
-SMEM_MIN_BYTES, SMEM_MAX_BYTES = 16 << 10, 64 << 10
+SMEM_MIN_BYTES, SMEM_MAX_BYTES = smem_rows.MIN_CHUNK_BYTES, 64 << 10
 SMEM_MIN_COLS, SMEM_MAX_COLS = 16384, 262144  # the 2-byte rows its default serves
 # The most rows a CUDA CTA of the whole-row family holds (the tuned space's largest).
 MAX_BLOCK_M = 32
