@@ -196,3 +196,14 @@ def test_a_refit_never_cuts_chunks_below_16_kb():
         assert C.validate_config("log_softmax", n, "bfloat16", fitted, "cuda") is None
     small = C.fit_config(16384, "bfloat16", smem(2048, 8, threads=256))
     assert (small["tile_n"], small["cluster"]) == (8192, 2)
+
+
+def test_the_16_kb_floor_is_the_row_family_s_own():
+    """The norm families share ``fit_chunk`` and keep their small chunks (measured with them): the
+    backward's space at 16384 still holds eight chunks of 2048, a norm refit keeps its cluster."""
+    from dispatch_tilelang import norm_configs, smem_norm_backward, smem_rows
+
+    assert smem_rows.fit_chunk(16384, "bfloat16", 8, 128) == (2048, 8)
+    assert smem_rows.fit_chunk(16384, "bfloat16", 8, 128, smem_rows.MIN_CHUNK_BYTES) == (8192, 2)
+    assert (8, 2048) in {(c["cluster"], c["tile_n"]) for c in smem_norm_backward.configs(16384, "bfloat16")}
+    assert norm_configs.fit(16384, "bfloat16", smem(4096, 8, threads=128))["cluster"] == 8

@@ -171,7 +171,8 @@ def fit_config(n_cols: int, dtype: Any, config: Mapping[str, Any]) -> dict:
     except (KeyError, TypeError, ValueError):
         return config
     if 1 <= cluster <= smem_rows.MAX_CLUSTER and threads > 0 and DTYPE_BYTES.get(dtype_name(dtype)):
-        config["tile_n"], config["cluster"] = smem_rows.fit_chunk(n_cols, dtype_name(dtype), cluster, threads)
+        config["tile_n"], config["cluster"] = smem_rows.fit_chunk(n_cols, dtype_name(dtype), cluster, threads,
+                                                                  smem_rows.MIN_CHUNK_BYTES)
     return config
 
 

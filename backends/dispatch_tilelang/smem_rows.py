@@ -61,15 +61,15 @@ def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: in
 MIN_CHUNK_BYTES = 16 << 10
 
 
-def fit_chunk(n_cols: int, dtype: str, cluster: int, threads: int) -> tuple[int, int]:
+def fit_chunk(n_cols: int, dtype: str, cluster: int, threads: int, min_bytes: int = 0) -> tuple[int, int]:
     """``(tile_n, cluster)`` of rows of ``n_cols`` for a config of ``cluster`` chunks at ``threads``: each
     chunk the cluster's share of the row, rounded up to a vector a thread; where that rounding
-    would leave the last CTA nothing of the row, or the chunks would hold less than
-    :data:`MIN_CHUNK_BYTES` (a config chosen at the top of a bucket, run near its bottom), the
-    cluster halved until neither."""
+    would leave the last CTA nothing of the row, or the chunks would hold less than ``min_bytes``
+    (this family's refits pass :data:`MIN_CHUNK_BYTES`; a config chosen at the top of a bucket,
+    run near its bottom), the cluster halved until neither."""
     step = (16 // DTYPE_BYTES[dtype]) * threads
     tile = share(n_cols, cluster, step)
-    while cluster > 1 and ((cluster - 1) * tile >= n_cols or tile * DTYPE_BYTES[dtype] < MIN_CHUNK_BYTES):
+    while cluster > 1 and ((cluster - 1) * tile >= n_cols or tile * DTYPE_BYTES[dtype] < min_bytes):
         cluster //= 2
         tile = share(n_cols, cluster, step)
     return tile, cluster
