@@ -159,7 +159,8 @@ def _cuda_smem_configs(n_cols: int, dtype: str) -> list[dict]:
 def fit_config(n_cols: int, dtype: Any, config: Mapping[str, Any]) -> dict:
     """``config`` for rows of ``n_cols``: a chunk-in-shared-memory config's chunk is its cluster's
     share of the row (``smem_rows.fit_chunk``; the cluster halved where the share, rounded up,
-    would leave a CTA nothing of the row), whatever row it was raced or tuned on, so that a
+    would leave a CTA nothing of the row or hold less than ``smem_rows.MIN_CHUNK_BYTES``),
+    whatever row it was raced or tuned on, so that a
     decision kept for a bucket (N up to the next power of two) serves every N of it; the same
     config on the row it was made for. Other configs, and values that validation refuses anyway,
     are returned as they are."""

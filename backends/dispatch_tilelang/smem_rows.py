@@ -9,9 +9,10 @@ waits only for the pairs it needs. The register-resident family (``cuda_kernels`
 holds the chunk in registers, 16-32 values a thread, which caps the bytes an SM has in flight;
 here shared memory caps them (up to 7 chunks of 32 KB an SM).
 
-``M`` is dynamic (rows on ``blockIdx.x``), ``N`` static; dense rows only. A cluster a row, and a
-grid of ``M`` clusters: persistent clusters walking rows, with one chunk a CTA or two (the next
-row's copy in flight), were 4-120% slower at every shape measured
+``M`` is dynamic (rows on ``blockIdx.x``), ``N`` static; dense rows only. A cluster a row, a grid
+of ``M`` clusters, and the max and the sum walked apart: persistent clusters walking rows (one
+chunk a CTA or two, the next row's copy in flight) were 4-120% slower at every shape measured, and
+one walk following the copies as they land (a running max and sum) about twice as slow
 (benchmarks/results/current/rows_kernels/persistent_rows/).
 """
 
