@@ -102,11 +102,8 @@ def _finish_columns(p_ptr, p_off_b, o0_ptr, o1_ptr, ticket_ptr, NPROG, G, N, WAN
         for sl in range(j, tl.cdiv(N, CW), FINISH):
             if WANT_DW:
                 _sum_rows(p_ptr, o0_ptr, G, N, sl, CW, BG)
-            if WANT_DB:
-                if WANT_DW:
-                    _sum_rows(p_ptr + p_off_b, o1_ptr, G, N, sl, CW, BG)
-                else:
-                    _sum_rows(p_ptr, o0_ptr, G, N, sl, CW, BG)
+            if WANT_DB:  # dbias alone: o1 is o0 and p_off_b 0 (the host passes the wanted ones)
+                _sum_rows(p_ptr + p_off_b, o1_ptr, G, N, sl, CW, BG)
 
 
 @triton.jit
