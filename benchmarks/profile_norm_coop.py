@@ -161,8 +161,10 @@ def _chunk_shift(x_ptr, row, stride, c, M, N, BLOCK_N: tl.constexpr, IS_RMS: tl.
 @triton.jit
 def _coop_fwd_one_merger(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, stride_ym, eps,
                          IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
-                         BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr, STATS: tl.constexpr):
+                         BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr, STATS: tl.constexpr,
+                         WB_EACH: tl.constexpr = 0):
     tl.static_assert(not STATS, "the one-merger variant does not save the rows' statistics")
+    tl.static_assert(not WB_EACH, "the one-merger variant holds the weight and bias (no WB_EACH)")
     # norm_kernels._coop_fwd's groups, rows and pipeline; a chunk publishes (sum d, M2) about its
     # own first element (two words, rms_norm too); the row's first program merges them
     # (_merge_row) before it waits, like the others, for the row's three words

@@ -17,7 +17,8 @@ same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_tr
   (a quarter or half a row a chunk, ``HINTS``, with and without ``PREFETCH``);
 * long rows: the chunked path (a program per row, two passes over it) with ``BLOCK_N`` chunks of
   4096..16384, ``num_warps``, ``num_stages`` 1 or 3, ``PREFETCH`` (two chunks in flight) and
-  ``HINTS`` (the first read evict_last, so that the second finds x in L2); the split path
+  ``HINTS`` (the first read evict_last, so that the second finds x in L2), and for layer_norm
+  ``LANES`` (the statistics by lanes, no row shift loaded before the walk); the split path
   (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the default's; the cooperative
   path (``COOP``: a group of programs holds a row's chunks and exchanges partials, one launch)
   with chunks of 2048..16384, ``HINTS`` (y stored evict_first) on or off, and ``REGS`` (``maxnreg``
@@ -72,7 +73,7 @@ ELEMENTS = 16 * 1024 * 1024
 N_LIST = (1024, 2048, 4096, 8192, 16384, 65536, 262144)
 EXTRA = ((64 * 1024 * 1024 // 4096, 4096),)  # M*N = 64M at N = 4096
 CPU_SHAPES = ((6, 100), (2, 20000))  # rows in registers (N odd: masked), chunked rows
-COOP_REGS = (64, 80, 96)  # maxnreg caps tried on the cooperative path
+COOP_REGS = (64, 80, 96, 112, 128)  # maxnreg caps tried on the cooperative path
 
 # rows in registers: (ROWS, num_warps) tile shapes tried per bucket of N, a rough order of promise
 TILES = {
@@ -124,6 +125,8 @@ def label(c: dict) -> str:
         bits.append("wb_each")
     if c.get("STAGES"):
         bits.append(f"stages{c['STAGES']}")
+    if c.get("LANES"):
+        bits.append("lanes")
     return " ".join(bits)
 
 
@@ -131,7 +134,7 @@ def _key(c: dict) -> tuple:
     return tuple(sorted((k, int(v)) for k, v in c.items() if not (k in _OPTIONS and not v)))
 
 
-_OPTIONS = ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "REGS", "WB_EACH", "STAGES")  # keys that are absent when 0
+_OPTIONS = ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "REGS", "WB_EACH", "STAGES", "LANES")  # keys that are absent when 0
 
 
 def _persist_levels(bn: int, rows: int, warps: int, esz: int, quick: bool) -> list[int]:
@@ -192,6 +195,9 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
             out.append(_cfg(cbn, 1, warps, prefetch=1, hints=1))
             if not quick:
                 out.append(_cfg(cbn, 1, warps, hints=1))
+            if op == "layer_norm":  # the statistics by lanes: no row shift loaded before the walk
+                out.append(dict(_cfg(cbn, 1, warps, prefetch=1, hints=1), LANES=1))
+                out.append(dict(_cfg(cbn, 1, warps, prefetch=1), LANES=1))
         out.append(_cfg(4096, 1, 8, stages=3))
         out.append(_cfg(4096, 1, 8, stages=3, prefetch=1))
         # the cooperative path: a row's chunks over a group of programs (8 to 32 elements a thread)
@@ -202,6 +208,10 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
                 out.append(_cfg(cbn, 1, warps, coop=1, hints=1))
                 # fewer registers a thread, more programs resident (more rows in flight)
                 out += [dict(_cfg(cbn, 1, warps, coop=1), REGS=r) for r in COOP_REGS]
+                # the weight and bias loaded for each row (from L2), not held: fewer registers, fewer
+                # spilled under a cap
+                out += [dict(_cfg(cbn, 1, warps, coop=1), WB_EACH=1, **({"REGS": r} if r else {}))
+                        for r in (0,) + COOP_REGS]
         nchunks = -(-n // 4096)
         base = NT._split_for(m, nchunks, device)
         if m <= NT._MAX_GRID_ROWS:
@@ -237,6 +247,9 @@ def plan(args, device) -> list[tuple[str, str, int, int, dict]]:
             dtype = getattr(torch, dt)
             for op in args.ops.split(","):
                 configs = grid(op, m, n, dtype, device, args.quick)
+                if args.only:  # the default and the configs whose label holds every word given
+                    configs = [configs[0]] + [c for c in configs[1:]
+                                              if all(w in label(c).split() for w in args.only.split())]
                 if args.device == "cpu":  # the default, one persistent or prefetching config, one ONE_SUM
                     configs = [configs[0]] + [c for c in configs[1:] if c["PERSIST"] or c.get("PREFETCH")][:1] + \
                         [c for c in configs[1:] if c.get("ONE_SUM")][:1]
@@ -453,6 +466,8 @@ def main() -> int:
     parser.add_argument("--ns", default=None, help="row lengths, comma-separated (default: the list above, "
                                                    "plus 16384x4096)")
     parser.add_argument("--quick", action="store_true", help="a smaller grid per shape")
+    parser.add_argument("--only", default="", help="the default and the configs whose label holds these "
+                                                   "words, e.g. 'coop' or 'coop wb_each'")
     add_arguments(parser, "benchmarks/results/norm_configs")
     args = parser.parse_args()
     device = device_of(args)

@@ -42,6 +42,10 @@ _TRITON = textwrap.dedent("""
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=phase, ONE_PASS=onep,
                                    BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1,
                                    PERSIST=persist, PREFETCH=int(not onep), HINTS=1, COOP=0))
+    for prefetch in (0, 1):  # layer_norm's chunked path, the statistics by lanes (LANES)
+        build(_norm_fwd, fwd, dict(IS_RMS=False, HAS_WEIGHT=True, HAS_BIAS=True, PHASE=0, ONE_PASS=False, BLOCK_N=8192,
+                                   ROWS=1, SPLIT=1, PERSIST=0, PREFETCH=prefetch, HINTS=1, COOP=0, STATS=1, LANES=1),
+              warps=16)
     for rms in (True, False):  # a persistent grid's tile loop pipelined by Triton
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=0, ONE_PASS=True, BLOCK_N=4096,
                                    ROWS=1, SPLIT=1, PERSIST=2, STAGES=3), warps=8)
@@ -55,6 +59,10 @@ _TRITON = textwrap.dedent("""
             build(_norm_fwd, io, dict(IS_RMS=rms, HAS_WEIGHT=affine, HAS_BIAS=affine and not rms, PHASE=phase,
                                       ONE_PASS=False, BLOCK_N=4096, ROWS=1, SPLIT=1, PERSIST=0, PREFETCH=0,
                                       HINTS=hints, COOP=1, CHUNKS_P2=32, STATS=stats))
+        for rms in (True, False):  # the weight and bias loaded for each row (WB_EACH)
+            build(_norm_fwd, io, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=0, ONE_PASS=False,
+                                      BLOCK_N=2048, ROWS=1, SPLIT=1, PERSIST=0, PREFETCH=0, HINTS=1, COOP=1,
+                                      CHUNKS_P2=128, STATS=1, WB_EACH=1))
     bwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "dy_ptr", "dx_ptr", "o0_ptr", "o1_ptr")} | {
         "p_ptr": "*fp32", "ws_ptr": "*fp32", "st_ptr": "*fp32", "slot_ptr": "*i64"}
     for rms, affine in itertools.product([True, False], [True, False]):

@@ -424,16 +424,20 @@ def test_prefetch_and_hints_options(op, dtype, affine, config):
 @pytest.mark.parametrize("affine", [(False, False), (True, True)], ids=["plain", "wb"])
 @pytest.mark.parametrize("m,n,bn", [(5, 101, 16), (5, 101, 32), (1, 64, 16), (4, 8, 16)],
                          ids=["ragged7", "ragged4", "one-row", "one-chunk"])
-def test_cooperative_path(op, dtype, affine, m, n, bn):
+@pytest.mark.parametrize("wb_each", [0, 1], ids=["wb_held", "wb_each"])
+def test_cooperative_path(op, dtype, affine, m, n, bn, wb_each):
     # COOP: a row's chunks held by a group of programs that exchange their partials; odd N gives a
     # ragged last chunk (its mean over fewer elements), M = 5 over two groups walks rows 0, 2, 4 /
-    # 1, 3 (the partial of a program's next row published before this row's are awaited)
+    # 1, 3 (the partial of a program's next row published before this row's are awaited);
+    # WB_EACH: the weight and bias loaded for each row's output instead of held
     weight, bias = affine
+    if wb_each and not weight:
+        pytest.skip("WB_EACH loads a weight or bias: none here")
     bias = bias and op == "layer_norm"
     x = _t((m, n), dtype, 6, 2.0, 5.0)
     w = _t((n,), dtype, 1) if weight else None
     b = _t((n,), dtype, 2) if bias else None
-    cfg = dict(BLOCK_N=bn, ROWS=1, SPLIT=1, num_warps=1, num_stages=1, COOP=1)
+    cfg = dict(BLOCK_N=bn, ROWS=1, SPLIT=1, num_warps=1, num_stages=1, COOP=1, WB_EACH=wb_each)
     launcher = N.NormLauncher(op, m, n, dtype, n, DEV, cfg, 1e-5, weight, bias, (m, n))
     for _ in range(2):  # a second launch finds the slot buffer the first one left
         y = launcher.run(x, w, b)
@@ -476,8 +480,11 @@ def _massive(m, n, dtype, where, value=3e4):
 @pytest.mark.parametrize("where", ["first", "first-and-last"])
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("config", [dict(BLOCK_N=4096, SPLIT=1), dict(BLOCK_N=4096, SPLIT=1, PREFETCH=1),
+                                    dict(BLOCK_N=4096, SPLIT=1, LANES=1),
+                                    dict(BLOCK_N=4096, SPLIT=1, PREFETCH=1, HINTS=1, LANES=1),
                                     dict(BLOCK_N=4096, SPLIT=4), dict(BLOCK_N=4096, SPLIT=1, COOP=1)],
-                         ids=["chunked", "chunked-prefetch", "split4", "coop"])
+                         ids=["chunked", "chunked-prefetch", "chunked-lanes", "chunked-lanes-prefetch", "split4",
+                              "coop"])
 def test_layer_norm_of_rows_with_massive_elements(config, dtype, where):
     m, n = 3, 40000
     x = _massive(m, n, dtype, where)
@@ -572,9 +579,10 @@ def test_native_autotuner_never_sees_cooperative_configs():
 @pytest.mark.parametrize("option,match", [(dict(PREFETCH=2), "PREFETCH"), (dict(ONE_SUM=2), "ONE_SUM"),
                                           (dict(REGS=7), "REGS must be"), (dict(REGS=512), "REGS must be"),
                                           (dict(REGS=64, PERSIST=1), "REGS and PERSIST"), (dict(WB_EACH=3), "WB_EACH"),
+                                          (dict(LANES=2), "LANES"),
                                           (dict(STAGES=2), "STAGES pipelines a persistent"),
                                           (dict(STAGES=9, PERSIST=1), "STAGES pipelines a persistent")],
-                         ids=["prefetch", "one-sum", "regs-7", "regs-512", "regs-and-persist", "wb-each",
+                         ids=["prefetch", "one-sum", "regs-7", "regs-512", "regs-and-persist", "wb-each", "lanes",
                               "stages-alone", "stages-9"])
 def test_option_values_are_checked(option, match):
     with pytest.raises(ValueError, match=match):
@@ -587,14 +595,18 @@ def test_option_values_are_checked(option, match):
 @pytest.mark.parametrize("config", [dict(BLOCK_N=16, COOP=1, REGS=80), dict(BLOCK_N=128, ROWS=2, REGS=64),
                                     dict(BLOCK_N=128, ROWS=2, ONE_SUM=1), dict(BLOCK_N=128, ONE_SUM=1),
                                     dict(BLOCK_N=128, PERSIST=1, WB_EACH=1),
-                                    dict(BLOCK_N=128, ROWS=2, PERSIST=1, WB_EACH=1, ONE_SUM=1)],
+                                    dict(BLOCK_N=128, ROWS=2, PERSIST=1, WB_EACH=1, ONE_SUM=1),
+                                    dict(BLOCK_N=32, LANES=1), dict(BLOCK_N=32, PREFETCH=1, HINTS=1, LANES=1),
+                                    dict(BLOCK_N=16, COOP=1, REGS=96, WB_EACH=1)],
                          ids=["coop-regs", "rows-regs", "tile2-one-sum", "row-one-sum", "persist-wb-each",
-                              "persist-tile2-wb-each-one-sum"])
+                              "persist-tile2-wb-each-one-sum", "chunked-lanes", "chunked-lanes-prefetch",
+                              "coop-regs-wb-each"])
 @pytest.mark.parametrize("shift", [0.0, 1000.0], ids=["near-zero", "far-from-zero"])
 def test_register_cap_one_sum_and_wb_each_options(op, dtype, config, shift):
     # N = 101 (masked lanes). ONE_SUM: rows near zero take the one reduction's statistics; rows far
     # from zero (mean 1000, spread 1) would lose every digit of sum x^2 - (sum x)^2 / N in fp32, so
-    # they must be summed again about their mean
+    # they must be summed again about their mean. LANES: four chunks, the last ragged, each lane's
+    # running mean far from zero too
     m, n = 5, 101
     x = _t((m, n), dtype, 6, 1.0, shift)
     w, b = _t((n,), dtype, 1), _t((n,), dtype, 2)

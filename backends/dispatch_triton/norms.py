@@ -14,8 +14,10 @@ program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It i
 * ``HINTS``: L2 eviction hints (see :mod:`dispatch_triton.norm_kernels`);
 * ``ONE_SUM`` (rows in registers): layer_norm's sum and sum of squares in one reduction
   (``_rows_out``);
-* ``WB_EACH`` (a persistent grid): the weight and bias loaded again for each tile rather than
-  held in registers across tiles;
+* ``WB_EACH`` (a persistent grid, ``COOP``): the weight and bias loaded again (from L2) for each
+  tile or row rather than held in registers across them;
+* ``LANES`` (the chunked path, layer_norm): the row's statistics from a running (mean, M2) per
+  lane, merged at the end, rather than sums about a row shift loaded before the walk;
 * ``REGS`` (any path but a persistent one, which sets its own): the registers a thread may use
   (``maxnreg``);
 * ``STAGES`` (a persistent grid): the tile loop pipelined by Triton in 2..8 stages, the next tiles'
@@ -35,8 +37,8 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
 * rms_norm's fp32 rows of 4096 and 8192 are not held: a program of 8 warps walks a row twice in
   chunks of a quarter (4096) or a half (8192), ``PREFETCH`` and ``HINTS``, as long rows do;
 * longer: a row's chunks held in registers by a group of programs that exchange partial sums
-  (``COOP``: one launch, x read once, pipelined one row ahead; 2048-element chunks of 4 warps),
-  except for 2-byte rows of up to 64K with rows for 1.5 programs a multiprocessor or more, where
+  (``COOP``: one launch, x read once, pipelined one row ahead; 2048-element chunks of 4 warps;
+  rms_norm's at 96 registers a thread, its 2-byte rows loading the weight for each row), except for 2-byte rows of up to 64K with rows for 1.5 programs a multiprocessor or more, where
   a program per row walks it twice (the second pass newest chunks first, mostly from L2) in
   chunks of 8192 elements, 16 warps, PREFETCH and HINTS.
   On an H200, ``COOP`` took the forward of 64 x 262144 from 61-63% to 75-85% of a same-size copy
@@ -175,6 +177,8 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     split = _split_for(m, nchunks, device) if m <= _MAX_GRID_ROWS else 1
     wide = 4 * _CHUNK if dtype == torch.float32 else 2 * _CHUNK
     chunked = [_cfg(wide, 1, 1, 16, PREFETCH=1, HINTS=1), _cfg(_CHUNK, 1, 1, 8), _cfg(2 * _CHUNK, 1, 1, 16)]
+    if op == "layer_norm":  # for the tuner: the statistics by lanes, no row shift loaded before the walk
+        chunked.insert(1, dict(chunked[0], LANES=1))
     splits = [_cfg(_CHUNK, 1, s, 8, PREFETCH=1, HINTS=1) for s in (split, split * 2, split // 2)
               if 2 <= s <= min(64, nchunks) and m <= _MAX_GRID_ROWS]
     # COOP: a row's chunks held by a group of programs (one launch, x read once); chunks of 8 to
@@ -184,9 +188,14 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
         ((2048, 4), (4096, 8), (4096, 4), (8192, 8))
     coops = [_cfg(bn, 1, 1, w, COOP=1) for bn, w in shapes if _cdiv(n, bn) <= _MAX_COOP_CHUNKS]
     if coops and op == "rms_norm" and coops[0]["BLOCK_N"] == 2048:
-        # rms_norm's chunks capped at 80 registers (bf16) or 96 (fp32): more programs resident, more
-        # rows in flight (bf16 64 x 262144: 25.9 us against 26.7; fp32 256 x 65536: 40.4 against 42.0)
-        coops.insert(0, dict(coops[0], REGS=96 if dtype == torch.float32 else 80))
+        # rms_norm's chunks capped at 96 registers: more programs resident, more rows in flight (fp32
+        # 256 x 65536: 40.4 us against 42.0); 2-byte rows also load the weight for each row rather
+        # than hold it (WB_EACH), which spills nothing at 96 (64 x 262144: bf16 24.9-25.0 us against
+        # 26.0-26.2 for 80 registers and the weight held, fp16 25.3 against 26.3; 128 x 131072: fp16
+        # 26.0 against 28.6, bf16 29.3 against 28.9)
+        coops.insert(0, dict(coops[0], REGS=96) if dtype == torch.float32 else dict(coops[0], REGS=96, WB_EACH=1))
+        if dtype != torch.float32:
+            coops.insert(1, dict(coops[1], REGS=80))  # the default before, for the tuner
     if not coops:  # rows longer than 128 chunks of these: chunks of a 128th of the row
         bn = _np2(_cdiv(n, _MAX_COOP_CHUNKS))
         coops = [_cfg(bn, 1, 1, min(32, max(4, bn // (256 if dtype == torch.float32 else 512))), COOP=1)]
@@ -212,7 +221,7 @@ def _check_config(config: dict, n: int) -> None:
             raise ValueError(f"config {name} must be a power of two (got {v}) in {config}")
     if rows > 1 and bn < n:
         raise ValueError(f"config ROWS={rows} packs whole rows: BLOCK_N={bn} must be >= N={n}")
-    for name in ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "WB_EACH"):
+    for name in ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "WB_EACH", "LANES"):
         if int(config.get(name, 0)) not in (0, 1):
             raise ValueError(f"config {name} must be 0 or 1 (got {config[name]})")
     if coop(config) and _cdiv(n, bn) > _MAX_COOP_CHUNKS:
@@ -315,7 +324,7 @@ class NormLauncher:
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
                     PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(is_coop),
                     ONE_SUM=int(config.get("ONE_SUM", 0)), WB_EACH=int(config.get("WB_EACH", 0)),
-                    STAGES=int(config.get("STAGES", 0)),
+                    STAGES=int(config.get("STAGES", 0)), LANES=int(config.get("LANES", 0)),
                     CHUNKS_P2=_np2(_cdiv(n, int(config["BLOCK_N"]))) if is_coop else 0)
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
