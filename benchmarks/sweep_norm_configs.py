@@ -18,7 +18,8 @@ same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_tr
 * long rows: the chunked path (a program per row, two passes over it) with ``BLOCK_N`` chunks of
   4096..16384, ``num_warps``, ``num_stages`` 1 or 3, ``PREFETCH`` (two chunks in flight) and
   ``HINTS`` (the first read evict_last, so that the second finds x in L2), and for layer_norm
-  ``LANES`` (the statistics by lanes, no row shift loaded before the walk); the split path
+  ``LANES`` (the statistics by lanes, no row shift loaded before the walk; also on the split
+  path); the split path
   (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the default's; the cooperative
   path (``COOP``: a group of programs holds a row's chunks and exchanges partials, one launch)
   with chunks of 2048..16384, ``HINTS`` (y stored evict_first) on or off, and ``REGS`` (``maxnreg``
@@ -219,6 +220,8 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
                 if 2 <= s <= min(64, nchunks):
                     out.append(_cfg(4096, 1, 8, split=s))
                     out.append(_cfg(4096, 1, 8, split=s, prefetch=1, hints=1))
+                    if op == "layer_norm":  # the segments' statistics by lanes
+                        out.append(dict(_cfg(4096, 1, 8, split=s, prefetch=1, hints=1), LANES=1))
                     if not quick:
                         out.append(_cfg(4096, 1, 8, split=s, hints=1))
                         if 2 * s <= min(64, nchunks // 2):

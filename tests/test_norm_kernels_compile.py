@@ -42,10 +42,11 @@ _TRITON = textwrap.dedent("""
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=phase, ONE_PASS=onep,
                                    BLOCK_N=1024 if onep else 4096, ROWS=2 if onep else 1, SPLIT=4 if phase else 1,
                                    PERSIST=persist, PREFETCH=int(not onep), HINTS=1, COOP=0))
-    for prefetch in (0, 1):  # layer_norm's chunked path, the statistics by lanes (LANES)
-        build(_norm_fwd, fwd, dict(IS_RMS=False, HAS_WEIGHT=True, HAS_BIAS=True, PHASE=0, ONE_PASS=False, BLOCK_N=8192,
-                                   ROWS=1, SPLIT=1, PERSIST=0, PREFETCH=prefetch, HINTS=1, COOP=0, STATS=1, LANES=1),
-              warps=16)
+    # layer_norm's chunked path and the split path's first half, the statistics by lanes (LANES)
+    for (phase, split), prefetch in itertools.product(((0, 1), (1, 4)), (0, 1)):
+        build(_norm_fwd, fwd, dict(IS_RMS=False, HAS_WEIGHT=True, HAS_BIAS=True, PHASE=phase, ONE_PASS=False,
+                                   BLOCK_N=8192, ROWS=1, SPLIT=split, PERSIST=0, PREFETCH=prefetch, HINTS=1, COOP=0,
+                                   STATS=1, LANES=1), warps=16)
     for rms in (True, False):  # a persistent grid's tile loop pipelined by Triton
         build(_norm_fwd, fwd, dict(IS_RMS=rms, HAS_WEIGHT=True, HAS_BIAS=not rms, PHASE=0, ONE_PASS=True, BLOCK_N=4096,
                                    ROWS=1, SPLIT=1, PERSIST=2, STAGES=3), warps=8)

@@ -373,6 +373,26 @@ def test_forced_chunked_and_split_paths(op, config):
     torch.testing.assert_close(y, ref, **TOL[F32])
 
 
+@pytest.mark.parametrize("n,config", [(100, dict(BLOCK_N=16, SPLIT=1, LANES=1)), (100, dict(BLOCK_N=16, SPLIT=4, LANES=1)),
+                                      (70, dict(BLOCK_N=16, SPLIT=4, LANES=1, PREFETCH=1))],
+                         ids=["chunked", "split4", "split4-empty-segment"])
+def test_layer_norm_statistics_by_lanes(n, config):
+    # LANES: each lane's running (mean, M2) merged at the end, for a whole row (chunked) or a
+    # segment (split); 70 = 5 chunks of 16 in segments of two: the fourth segment holds none
+    m = 3
+    x = _t((m, n), F32, 6, 2.0, 5.0)
+    w, b = _t((n,), F32, 1), _t((n,), F32, 2)
+    launcher = N.NormLauncher("layer_norm", m, n, F32, n, DEV, dict(ROWS=1, num_warps=1, num_stages=1, **config),
+                              1e-5, True, True, (m, n))
+    ref = F.layer_norm(x, (n,), w, b, 1e-5)
+    torch.testing.assert_close(launcher.run(x, w, b), ref, **TOL[F32])
+    stats = torch.full((2 * m,), float("nan"), device=DEV)  # with the rows' statistics saved too: rstd, then mean
+    torch.testing.assert_close(launcher.run(x, w, b, (stats,)), ref, **TOL[F32])
+    xd = x.double()
+    torch.testing.assert_close(stats.double(), torch.cat([(xd.var(1, unbiased=False) + 1e-5).rsqrt(), xd.mean(1)]),
+                               rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", [F32, BF16])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("config", [dict(BLOCK_N=64, ROWS=2, PERSIST=1), dict(BLOCK_N=128, ROWS=1, PERSIST=2),
@@ -482,9 +502,10 @@ def _massive(m, n, dtype, where, value=3e4):
 @pytest.mark.parametrize("config", [dict(BLOCK_N=4096, SPLIT=1), dict(BLOCK_N=4096, SPLIT=1, PREFETCH=1),
                                     dict(BLOCK_N=4096, SPLIT=1, LANES=1),
                                     dict(BLOCK_N=4096, SPLIT=1, PREFETCH=1, HINTS=1, LANES=1),
-                                    dict(BLOCK_N=4096, SPLIT=4), dict(BLOCK_N=4096, SPLIT=1, COOP=1)],
+                                    dict(BLOCK_N=4096, SPLIT=4), dict(BLOCK_N=4096, SPLIT=4, PREFETCH=1, LANES=1),
+                                    dict(BLOCK_N=4096, SPLIT=1, COOP=1)],
                          ids=["chunked", "chunked-prefetch", "chunked-lanes", "chunked-lanes-prefetch", "split4",
-                              "coop"])
+                              "split4-lanes", "coop"])
 def test_layer_norm_of_rows_with_massive_elements(config, dtype, where):
     m, n = 3, 40000
     x = _massive(m, n, dtype, where)
@@ -597,16 +618,18 @@ def test_option_values_are_checked(option, match):
                                     dict(BLOCK_N=128, PERSIST=1, WB_EACH=1),
                                     dict(BLOCK_N=128, ROWS=2, PERSIST=1, WB_EACH=1, ONE_SUM=1),
                                     dict(BLOCK_N=32, LANES=1), dict(BLOCK_N=32, PREFETCH=1, HINTS=1, LANES=1),
+                                    dict(BLOCK_N=16, SPLIT=4, LANES=1), dict(BLOCK_N=16, SPLIT=2, PREFETCH=1, LANES=1),
                                     dict(BLOCK_N=16, COOP=1, REGS=96, WB_EACH=1)],
                          ids=["coop-regs", "rows-regs", "tile2-one-sum", "row-one-sum", "persist-wb-each",
                               "persist-tile2-wb-each-one-sum", "chunked-lanes", "chunked-lanes-prefetch",
-                              "coop-regs-wb-each"])
+                              "split4-lanes", "split2-lanes-prefetch", "coop-regs-wb-each"])
 @pytest.mark.parametrize("shift", [0.0, 1000.0], ids=["near-zero", "far-from-zero"])
 def test_register_cap_one_sum_and_wb_each_options(op, dtype, config, shift):
     # N = 101 (masked lanes). ONE_SUM: rows near zero take the one reduction's statistics; rows far
     # from zero (mean 1000, spread 1) would lose every digit of sum x^2 - (sum x)^2 / N in fp32, so
     # they must be summed again about their mean. LANES: four chunks, the last ragged, each lane's
-    # running mean far from zero too
+    # running mean far from zero too; split in four (a segment a chunk, the last ragged; of
+    # 7 chunks of 16, 2 a segment, the fourth segment one chunk) or two
     m, n = 5, 101
     x = _t((m, n), dtype, 6, 1.0, shift)
     w, b = _t((n,), dtype, 1), _t((n,), dtype, 2)

@@ -157,43 +157,45 @@ def _walk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.
 
 
 @triton.jit
-def _lane_stats(x_ptr, xoff, N, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr = 0, EV: tl.constexpr = 0):
-    # (mean, M2) of a layer_norm row walked once in chunks, with nothing loaded before the walk: each
-    # lane (a column of the chunks) keeps its running (mean, M2) by Welford's update, one chunk a step
-    # (a chunk's count is the same in every lane it covers), and the lanes are merged by Chan et
-    # al.'s rule. Stable wherever the row sits and whatever massive elements it
-    # holds, so no second walk. (A row shift loaded first, _row_shift, puts a DRAM round trip ahead
-    # of every row's walk: on an H200 the chunked path with that shift set to 0, not a shift that
-    # is safe, took 27.8 us at bf16 256 x 65536 against 32.1 with it.)
+def _lane_stats(x_ptr, xoff, N, lo, hi, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr = 0, EV: tl.constexpr = 0):
+    # (count, mean, M2) over chunks [lo, hi) of a layer_norm row, walked once with nothing loaded
+    # before the walk: each lane (a column of the chunks) keeps its running (mean, M2) by Welford's
+    # update, one chunk a step (a chunk's count is the same in every lane it covers), and the lanes
+    # are merged by Chan et al.'s rule. Stable wherever the row sits and whatever massive elements
+    # it holds, so no second walk. (A row shift loaded first, _row_shift, puts a DRAM round trip
+    # ahead of every row's walk: on an H200 the chunked path with that shift set to 0, not a shift
+    # that is safe, took 27.8 us at bf16 256 x 65536 against 32.1 with it.)
     cols0 = tl.arange(0, BLOCK_N)
-    mean = _ld(x_ptr + xoff + cols0, cols0 < N, EV).to(tl.float32)  # chunk 0: one value a lane
+    first = lo * BLOCK_N + cols0
+    mean = _ld(x_ptr + xoff + first, (first < N) & (first < hi * BLOCK_N), EV).to(tl.float32)  # one value a lane
     m2 = tl.zeros([BLOCK_N], tl.float32)
-    hi = tl.cdiv(N, BLOCK_N)
     if PREFETCH:
-        x_next = _ld(x_ptr + xoff + BLOCK_N + cols0, BLOCK_N + cols0 < N, EV)
-    for c in range(1, hi):
+        ncols = first + BLOCK_N
+        x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
+    for c in range(lo + 1, hi):
         cols = c * BLOCK_N + cols0
         cmask = cols < N
         if PREFETCH:
             x = x_next.to(tl.float32)
             ncols = cols + BLOCK_N
-            x_next = _ld(x_ptr + xoff + ncols, ncols < N, EV)
+            x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
         else:
             x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
         delta = x - mean
-        upd = mean + delta * (1.0 / (c + 1))
+        upd = mean + delta * (1.0 / (c - lo + 1))
         m2 = tl.where(cmask, m2 + delta * (x - upd), m2)
         mean = tl.where(cmask, upd, mean)
     # the lanes merged about lane 0's mean g (a value near the row's: the sums below add small
     # numbers for rows far from zero), in plain sums, whose order (a tree on the GPU, pairwise in
     # the interpreter) loses nothing that matters; a fold of Chan's rule in lane order lost 6e-5 of
     # M2 in the interpreter, one massive lane's M2 swamping the rest
-    n = tl.where(cols0 < N, (N - 1 - cols0) // BLOCK_N + 1, 0).to(tl.float32)
+    n = tl.where(cols0 < N, tl.maximum(tl.minimum((N - 1 - cols0) // BLOCK_N + 1, hi) - lo, 0), 0).to(tl.float32)
+    count = tl.sum(n, 0)
     g = tl.sum(tl.where(cols0 == 0, mean, 0.0), 0)
     dm = mean - g
-    mu = tl.sum(n * dm, 0) / N
+    mu = tl.sum(n * dm, 0) / tl.maximum(count, 1.0)
     dev = dm - mu
-    return g + mu, tl.sum(m2 + n * dev * dev, 0)
+    return count, g + mu, tl.sum(m2 + n * dev * dev, 0)
 
 
 @triton.jit
@@ -475,7 +477,7 @@ def _norm_fwd(
     ONE_SUM: tl.constexpr = 0,  # rows in registers: layer_norm's statistics from one reduction (_rows_out)
     WB_EACH: tl.constexpr = 0,  # persistent grid, COOP: weight and bias loaded for each tile (row), not held
     STAGES: tl.constexpr = 0,  # persistent grid: > 1, the tile loop pipelined by Triton (loads ahead to shared memory)
-    LANES: tl.constexpr = 0,  # chunked path: layer_norm's statistics by lanes (_lane_stats), no row shift loaded first
+    LANES: tl.constexpr = 0,  # chunked and split paths: layer_norm's statistics by lanes (_lane_stats)
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
@@ -531,13 +533,17 @@ def _norm_fwd(
         hi = tl.minimum(lo + per, nchunks)
         if PHASE == 1:
             shift = _row_shift(x_ptr, xoff, N, IS_RMS)
-            s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N, PREFETCH, HINTS * 2)
+            if LANES and not IS_RMS:  # the shift is needed only after the walk: its load overlaps it
+                cnt, m_seg, s2 = _lane_stats(x_ptr, xoff, N, lo, hi, BLOCK_N, PREFETCH, HINTS * 2)
+                s1 = cnt * (m_seg - shift)
+            else:
+                s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N, PREFETCH, HINTS * 2)
             base = (tl.cast(row, tl.int64) * SPLIT + seg) * 2
             tl.store(ws_ptr + base, s1)
             tl.store(ws_ptr + base + 1, s2)
         else:
             if PHASE == 0 and LANES and not IS_RMS:  # the row's statistics with no shift loaded first
-                mean, m2 = _lane_stats(x_ptr, xoff, N, BLOCK_N, PREFETCH, HINTS * 2)
+                cnt, mean, m2 = _lane_stats(x_ptr, xoff, N, 0, nchunks, BLOCK_N, PREFETCH, HINTS * 2)
                 rstd = 1.0 / tl.sqrt(m2 / N + eps)
             else:
                 shift = _row_shift(x_ptr, xoff, N, IS_RMS)

@@ -16,8 +16,10 @@ program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It i
   (``_rows_out``);
 * ``WB_EACH`` (a persistent grid, ``COOP``): the weight and bias loaded again (from L2) for each
   tile or row rather than held in registers across them;
-* ``LANES`` (the chunked path, layer_norm): the row's statistics from a running (mean, M2) per
-  lane, merged at the end, rather than sums about a row shift loaded before the walk;
+* ``LANES`` (the chunked and split paths, layer_norm): a row's (or segment's) statistics from a
+  running (mean, M2) per lane, merged at the end, rather than sums about a row shift loaded
+  before the walk (the split path still loads the shift, for its partials, but uses it only
+  after the walk);
 * ``REGS`` (any path but a persistent one, which sets its own): the registers a thread may use
   (``maxnreg``);
 * ``STAGES`` (a persistent grid): the tile loop pipelined by Triton in 2..8 stages, the next tiles'
@@ -181,6 +183,8 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
         chunked.insert(1, dict(chunked[0], LANES=1))
     splits = [_cfg(_CHUNK, 1, s, 8, PREFETCH=1, HINTS=1) for s in (split, split * 2, split // 2)
               if 2 <= s <= min(64, nchunks) and m <= _MAX_GRID_ROWS]
+    if op == "layer_norm" and splits:  # for the tuner: the segments' statistics by lanes
+        splits.insert(1, dict(splits[0], LANES=1))
     # COOP: a row's chunks held by a group of programs (one launch, x read once); chunks of 8 to
     # 32 elements a thread (three chunks live: two in flight); 2048-element chunks (fp32 rows: 2048
     # ran 1-18% faster than 1024 at 256 x 65536 on the H200, layer_norm most)
