@@ -19,11 +19,14 @@ same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_tr
   4096..16384, ``num_warps``, ``num_stages`` 1 or 3, ``PREFETCH`` (two chunks in flight) and
   ``HINTS`` (the first read evict_last, so that the second finds x in L2), and for layer_norm
   ``LANES`` (the statistics by lanes, no row shift loaded before the walk; also on the split
-  path); the split path
-  (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the default's; the cooperative
-  path (``COOP``: a group of programs holds a row's chunks and exchanges partials, one launch)
-  with chunks of 2048..16384, ``HINTS`` (y stored evict_first) on or off, and ``REGS`` (``maxnreg``
-  of 64, 80 or 96: more programs resident, so more rows in flight).
+  path); the split path (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the
+  default's; the cooperative path (``COOP``: a group of programs holds a row's chunks and
+  exchanges partials, one launch) with chunks of 2048..16384, ``HINTS`` (y stored evict_first)
+  on or off, ``REGS`` (``maxnreg`` of 64..128: more programs resident, so more rows in flight)
+  and ``WB_EACH`` (the weight and bias loaded for each row, not held), alone and under each cap.
+
+``--only 'WORDS'`` keeps each shape's default and the configs whose label holds every word given
+(``--only 'coop wb_each'``: the cooperative configs that load the weight for each row).
 
 Every shape's default configuration (what a call gets with tuning off) is in its grid, marked.
 

@@ -373,7 +373,8 @@ def test_forced_chunked_and_split_paths(op, config):
     torch.testing.assert_close(y, ref, **TOL[F32])
 
 
-@pytest.mark.parametrize("n,config", [(100, dict(BLOCK_N=16, SPLIT=1, LANES=1)), (100, dict(BLOCK_N=16, SPLIT=4, LANES=1)),
+@pytest.mark.parametrize("n,config", [(100, dict(BLOCK_N=16, SPLIT=1, LANES=1)),
+                                      (100, dict(BLOCK_N=16, SPLIT=4, LANES=1)),
                                       (70, dict(BLOCK_N=16, SPLIT=4, LANES=1, PREFETCH=1))],
                          ids=["chunked", "split4", "split4-empty-segment"])
 def test_layer_norm_statistics_by_lanes(n, config):

@@ -40,7 +40,8 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
   chunks of a quarter (4096) or a half (8192), ``PREFETCH`` and ``HINTS``, as long rows do;
 * longer: a row's chunks held in registers by a group of programs that exchange partial sums
   (``COOP``: one launch, x read once, pipelined one row ahead; 2048-element chunks of 4 warps;
-  rms_norm's at 96 registers a thread, its 2-byte rows loading the weight for each row), except for 2-byte rows of up to 64K with rows for 1.5 programs a multiprocessor or more, where
+  rms_norm's at 96 registers a thread, its 2-byte rows loading the weight for each row), except
+  for 2-byte rows of up to 64K with rows for 1.5 programs a multiprocessor or more, where
   a program per row walks it twice (the second pass newest chunks first, mostly from L2) in
   chunks of 8192 elements, 16 warps, PREFETCH and HINTS.
   On an H200, ``COOP`` took the forward of 64 x 262144 from 61-63% to 75-85% of a same-size copy
