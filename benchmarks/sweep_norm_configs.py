@@ -18,7 +18,7 @@ same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_tr
 * long rows: the chunked path (a program per row, two passes over it) with ``BLOCK_N`` chunks of
   4096..16384, ``num_warps``, ``num_stages`` 1 or 3, ``PREFETCH`` (two chunks in flight) and
   ``HINTS`` (the first read evict_last, so that the second finds x in L2), and for layer_norm
-  ``LANES`` (the statistics by lanes, no row shift loaded before the walk; also on the split
+  ``LANES`` (the statistics by lanes: no row shift, so never a second walk; also on the split
   path); the split path (``SPLIT`` programs per row, two launches) with ``SPLIT`` around the
   default's; the cooperative path (``COOP``: a group of programs holds a row's chunks and
   exchanges partials, one launch) with chunks of 2048..16384, ``HINTS`` (y stored evict_first)
@@ -199,7 +199,7 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
             out.append(_cfg(cbn, 1, warps, prefetch=1, hints=1))
             if not quick:
                 out.append(_cfg(cbn, 1, warps, hints=1))
-            if op == "layer_norm":  # the statistics by lanes: no row shift loaded before the walk
+            if op == "layer_norm":  # the statistics by lanes: no row shift, never a second walk
                 out.append(dict(_cfg(cbn, 1, warps, prefetch=1, hints=1), LANES=1))
                 out.append(dict(_cfg(cbn, 1, warps, prefetch=1), LANES=1))
         out.append(_cfg(4096, 1, 8, stages=3))

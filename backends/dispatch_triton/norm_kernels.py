@@ -158,13 +158,15 @@ def _walk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.
 
 @triton.jit
 def _lane_stats(x_ptr, xoff, N, lo, hi, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr = 0, EV: tl.constexpr = 0):
-    # (count, mean, M2) over chunks [lo, hi) of a layer_norm row, walked once with nothing loaded
-    # before the walk: each lane (a column of the chunks) keeps its running (mean, M2) by Welford's
-    # update, one chunk a step (a chunk's count is the same in every lane it covers), and the lanes
-    # are merged by Chan et al.'s rule. Stable wherever the row sits and whatever massive elements
-    # it holds, so no second walk. (A row shift loaded first, _row_shift, puts a DRAM round trip
-    # ahead of every row's walk: on an H200 the chunked path with that shift set to 0, not a shift
-    # that is safe, took 27.8 us at bf16 256 x 65536 against 32.1 with it.)
+    # (count, mean, M2) over chunks [lo, hi) of a layer_norm row, walked once, with no shift: each
+    # lane (a column of the chunks) keeps its running (mean, M2) by Welford's update, one chunk a
+    # step (a chunk's count is the same in every lane it covers), and the lanes are merged by Chan
+    # et al.'s rule. Stable wherever the row sits and whatever massive elements it holds, so never
+    # a second walk. (_chunk_sums walks a row again wherever its shift, _row_shift, lands more than
+    # a standard deviation from the mean: about one row in seven of N(0, 1) rows, 35 of 256 at
+    # 256 x 65536, and in a grid that runs every row at once those rows set the time. On an H200
+    # the chunked path with the shift set to 0, which such rows never re-walk but rows far from
+    # zero would need, took 27.8 us at bf16 256 x 65536 against 32.1.)
     cols0 = tl.arange(0, BLOCK_N)
     first = lo * BLOCK_N + cols0
     mean = _ld(x_ptr + xoff + first, (first < N) & (first < hi * BLOCK_N), EV).to(tl.float32)  # one value a lane
@@ -250,10 +252,27 @@ def _row_shift(x_ptr, xoff, N, IS_RMS: tl.constexpr):
     if IS_RMS:
         return tl.full([], 0.0, tl.float32)
     else:
-        a = tl.load(x_ptr + xoff, mask=N > 0, other=0.0).to(tl.float32)
-        b = tl.load(x_ptr + xoff + (N - 1) // 2, mask=N > 0, other=0.0).to(tl.float32)
-        c = tl.load(x_ptr + xoff + N - 1, mask=N > 0, other=0.0).to(tl.float32)
-        return tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), c))
+        a, b, c = _shift_loads(x_ptr, xoff, N)
+        return _median3(a, b, c)
+
+
+@triton.jit
+def _shift_loads(x_ptr, xoff, N):
+    # the three elements of a row that _row_shift takes the median of, raw: a caller that needs
+    # the shift only later issues these loads first and takes the median (_median3) where it
+    # needs it, so that nothing waits for them in between
+    a = tl.load(x_ptr + xoff, mask=N > 0, other=0.0)
+    b = tl.load(x_ptr + xoff + (N - 1) // 2, mask=N > 0, other=0.0)
+    c = tl.load(x_ptr + xoff + N - 1, mask=N > 0, other=0.0)
+    return a, b, c
+
+
+@triton.jit
+def _median3(a, b, c):
+    a = a.to(tl.float32)
+    b = b.to(tl.float32)
+    c = c.to(tl.float32)
+    return tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), c))
 
 
 @triton.jit
@@ -532,17 +551,18 @@ def _norm_fwd(
         lo = seg * per
         hi = tl.minimum(lo + per, nchunks)
         if PHASE == 1:
-            shift = _row_shift(x_ptr, xoff, N, IS_RMS)
-            if LANES and not IS_RMS:  # the shift is needed only after the walk: its load overlaps it
+            if LANES and not IS_RMS:  # no second walk; the shift (for the partials) only after this one
+                sa, sb, sc = _shift_loads(x_ptr, xoff, N)
                 cnt, m_seg, s2 = _lane_stats(x_ptr, xoff, N, lo, hi, BLOCK_N, PREFETCH, HINTS * 2)
-                s1 = cnt * (m_seg - shift)
+                s1 = cnt * (m_seg - _median3(sa, sb, sc))
             else:
+                shift = _row_shift(x_ptr, xoff, N, IS_RMS)
                 s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N, PREFETCH, HINTS * 2)
             base = (tl.cast(row, tl.int64) * SPLIT + seg) * 2
             tl.store(ws_ptr + base, s1)
             tl.store(ws_ptr + base + 1, s2)
         else:
-            if PHASE == 0 and LANES and not IS_RMS:  # the row's statistics with no shift loaded first
+            if PHASE == 0 and LANES and not IS_RMS:  # the row's statistics by lanes: never a second walk
                 cnt, mean, m2 = _lane_stats(x_ptr, xoff, N, 0, nchunks, BLOCK_N, PREFETCH, HINTS * 2)
                 rstd = 1.0 / tl.sqrt(m2 / N + eps)
             else:

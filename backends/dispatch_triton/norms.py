@@ -17,9 +17,9 @@ program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It i
 * ``WB_EACH`` (a persistent grid, ``COOP``): the weight and bias loaded again (from L2) for each
   tile or row rather than held in registers across them;
 * ``LANES`` (the chunked and split paths, layer_norm): a row's (or segment's) statistics from a
-  running (mean, M2) per lane, merged at the end, rather than sums about a row shift loaded
-  before the walk (the split path still loads the shift, for its partials, but uses it only
-  after the walk);
+  running (mean, M2) per lane, merged at the end, rather than sums about a row shift, which take
+  a second walk wherever the shift lands more than a standard deviation from the mean (about
+  one row in seven of N(0, 1) rows);
 * ``REGS`` (any path but a persistent one, which sets its own): the registers a thread may use
   (``maxnreg``);
 * ``STAGES`` (a persistent grid): the tile loop pipelined by Triton in 2..8 stages, the next tiles'
@@ -180,7 +180,7 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     split = _split_for(m, nchunks, device) if m <= _MAX_GRID_ROWS else 1
     wide = 4 * _CHUNK if dtype == torch.float32 else 2 * _CHUNK
     chunked = [_cfg(wide, 1, 1, 16, PREFETCH=1, HINTS=1), _cfg(_CHUNK, 1, 1, 8), _cfg(2 * _CHUNK, 1, 1, 16)]
-    if op == "layer_norm":  # for the tuner: the statistics by lanes, no row shift loaded before the walk
+    if op == "layer_norm":  # for the tuner: the statistics by lanes, never a second walk
         chunked.insert(1, dict(chunked[0], LANES=1))
     splits = [_cfg(_CHUNK, 1, s, 8, PREFETCH=1, HINTS=1) for s in (split, split * 2, split // 2)
               if 2 <= s <= min(64, nchunks) and m <= _MAX_GRID_ROWS]
