@@ -128,6 +128,32 @@ def _part_counts(j, N, PART):
 
 
 @triton.jit
+def _first_chunk(x_ptr, xoff, c, N, hi, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, EV: tl.constexpr):
+    # what a walk over chunks c.. (before hi) of a row starts with: with PREFETCH chunk c's load in
+    # flight (its raw values), else nothing (0.0); _next_chunk takes it
+    if PREFETCH:
+        ncols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+        return _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
+    else:
+        return 0.0
+
+
+@triton.jit
+def _next_chunk(x_ptr, xoff, cols, x_next, N, hi, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr,
+                EV: tl.constexpr):
+    # a walk's chunk at cols (fp32, 0 past the row) and what the next step takes: with PREFETCH
+    # this chunk came in flight a step ago and the next one's load is issued now, before this one
+    # is used
+    if PREFETCH:
+        x = x_next.to(tl.float32)
+        ncols = cols + BLOCK_N
+        x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
+    else:
+        x = _ld(x_ptr + xoff + cols, cols < N, EV).to(tl.float32)
+    return x, x_next
+
+
+@triton.jit
 def _walk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
                PREFETCH: tl.constexpr = 0, EV: tl.constexpr = 0):
     # (sum d, sum d^2) over chunks [lo, hi) of a row, d = x - shift (x itself for rms_norm, whose
@@ -135,18 +161,11 @@ def _walk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS: tl.constexpr, BLOCK_N: tl.
     cols0 = tl.arange(0, BLOCK_N)
     s1 = tl.zeros([BLOCK_N], tl.float32)
     s2 = tl.zeros([BLOCK_N], tl.float32)
-    if PREFETCH:
-        ncols = lo * BLOCK_N + cols0
-        x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
+    x_next = _first_chunk(x_ptr, xoff, lo, N, hi, BLOCK_N, PREFETCH, EV)
     for c in range(lo, hi):
         cols = c * BLOCK_N + cols0
         cmask = cols < N
-        if PREFETCH:
-            x = x_next.to(tl.float32)
-            ncols = cols + BLOCK_N
-            x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
-        else:
-            x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
+        x, x_next = _next_chunk(x_ptr, xoff, cols, x_next, N, hi, BLOCK_N, PREFETCH, EV)
         if IS_RMS:
             s2 += x * x
         else:
@@ -171,18 +190,11 @@ def _lane_stats(x_ptr, xoff, N, lo, hi, BLOCK_N: tl.constexpr, PREFETCH: tl.cons
     first = lo * BLOCK_N + cols0
     mean = _ld(x_ptr + xoff + first, (first < N) & (first < hi * BLOCK_N), EV).to(tl.float32)  # one value a lane
     m2 = tl.zeros([BLOCK_N], tl.float32)
-    if PREFETCH:
-        ncols = first + BLOCK_N
-        x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
+    x_next = _first_chunk(x_ptr, xoff, lo + 1, N, hi, BLOCK_N, PREFETCH, EV)
     for c in range(lo + 1, hi):
         cols = c * BLOCK_N + cols0
         cmask = cols < N
-        if PREFETCH:
-            x = x_next.to(tl.float32)
-            ncols = cols + BLOCK_N
-            x_next = _ld(x_ptr + xoff + ncols, (ncols < N) & (ncols < hi * BLOCK_N), EV)
-        else:
-            x = _ld(x_ptr + xoff + cols, cmask, EV).to(tl.float32)
+        x, x_next = _next_chunk(x_ptr, xoff, cols, x_next, N, hi, BLOCK_N, PREFETCH, EV)
         delta = x - mean
         upd = mean + delta * (1.0 / (c - lo + 1))
         m2 = tl.where(cmask, m2 + delta * (x - upd), m2)

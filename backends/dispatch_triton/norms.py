@@ -198,9 +198,9 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
         # than hold it (WB_EACH), which spills nothing at 96 (64 x 262144: bf16 24.9-25.0 us against
         # 26.0-26.2 for 80 registers and the weight held, fp16 25.3 against 26.3; 128 x 131072: fp16
         # 26.0 against 28.6, bf16 29.3 against 28.9)
-        coops.insert(0, dict(coops[0], REGS=96) if dtype == torch.float32 else dict(coops[0], REGS=96, WB_EACH=1))
-        if dtype != torch.float32:
-            coops.insert(1, dict(coops[1], REGS=80))  # the default before, for the tuner
+        each = {} if dtype == torch.float32 else {"WB_EACH": 1}
+        # 2-byte rows: the default before (80 registers, the weight held) second, for the tuner
+        coops[:0] = [dict(coops[0], REGS=96, **each)] + ([dict(coops[0], REGS=80)] if each else [])
     if not coops:  # rows longer than 128 chunks of these: chunks of a 128th of the row
         bn = _np2(_cdiv(n, _MAX_COOP_CHUNKS))
         coops = [_cfg(bn, 1, 1, min(32, max(4, bn // (256 if dtype == torch.float32 else 512))), COOP=1)]
