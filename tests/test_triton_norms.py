@@ -489,8 +489,9 @@ def test_cooperative_path_strided_rows_far_from_zero(op):
 def _massive(m, n, dtype, where, value=3e4):
     # rows with "massive activations", elements far from the rest: at the first element (summed
     # about it, every other element is about -value, and sum d^2 / N - (sum d / N)^2 cancels to a
-    # few digits), or at the first and last, which the kernels' shift (a median of the first,
-    # middle and last elements) then lands on, so that their second pass about the mean must run
+    # few digits), or at the first and last, which move two of the three groups whose means' median
+    # is the kernels' shift (head, middle, tail) by value / 16, many spreads off the row's mean, so
+    # that their second pass about the mean must run
     x = _t((m, n), F32, 21)
     x[:, 0] = value
     if where == "first-and-last":
@@ -568,6 +569,40 @@ def test_layer_norm_backward_of_rows_with_massive_elements(split, plan, where):
     for ours, leaf in zip(got, leaves):
         scale = leaf.grad.abs().max().clamp_min(1)
         torch.testing.assert_close(ours.double() / scale, leaf.grad / scale, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [1, 5, 15, 17, 40])
+@pytest.mark.parametrize("config", [dict(BLOCK_N=4), dict(BLOCK_N=4, PREFETCH=1), dict(BLOCK_N=4, SPLIT=2),
+                                    dict(BLOCK_N=4, SPLIT=2, LANES=1), dict(BLOCK_N=4, COOP=1),
+                                    "backward-chunks", "backward-chunks-coop"],
+                         ids=["chunked", "chunked-prefetch", "split2", "split2-lanes", "coop", "backward",
+                              "backward-coop"])
+def test_layer_norm_shift_reads_its_row_only(config, n):
+    # the row shift is the median of the means of three groups of 16 elements (head, middle, tail),
+    # cut to the row where it is shorter, overlapping where it is shorter than 48: rows that are
+    # slices of a wider tensor, NaN everywhere else, and far from zero (1000 + O(1)). A group read
+    # past its row makes a NaN
+    m = 3
+    base = torch.full((m, n + 40), float("nan"), dtype=F32, device=DEV)
+    base[:, 20:20 + n] = _t((m, n), F32, 9, 1.0, 1000.0)
+    x = base[:, 20:20 + n]
+    w, b, dy = _t((n,), F32, 1, 0.5, 1.0), _t((n,), F32, 2), _t((m, n), F32, 12)
+    before = base.clone()
+    leaves = [t.double().requires_grad_() for t in (x, w, b)]
+    ref = F.layer_norm(leaves[0], (n,), leaves[1], leaves[2], 1e-5)
+    if isinstance(config, str):
+        plan = dict(COOP=True) if config.endswith("coop") else None
+        backward = NB.make_backward("layer_norm", m, n, F32, n + 40, 1e-5, True, True, split=(1, 4), plan=plan)
+        got = backward(dy, x, w, b, None)
+        ref.backward(dy.double())
+        for ours, leaf in zip(got, leaves):
+            scale = leaf.grad.abs().max().clamp_min(1)
+            torch.testing.assert_close(ours.double() / scale, leaf.grad / scale, rtol=1e-4, atol=1e-4)
+    else:
+        cfg = dict(dict(ROWS=1, SPLIT=1, num_warps=1, num_stages=1), **config)
+        y = N.NormLauncher("layer_norm", m, n, F32, n + 40, DEV, cfg, 1e-5, True, True, (m, n)).run(x, w, b)
+        _assert_layer_norm_close(y, x, w, b)
+    assert torch.equal(base.isnan(), before.isnan()) and torch.equal(base.nan_to_num(), before.nan_to_num())
 
 
 def test_cooperative_path_refuses_rows_of_too_many_chunks():

@@ -30,9 +30,9 @@ persistent one-pass grid does with tiles) and ``HINTS`` (L2 eviction hints: ``y`
 evict_first; on the chunked and split paths the first read of ``x`` evict_last, so that the second
 read finds it in L2 rather than in HBM).
 
-Statistics of a chunked row: ``d = x - shift``, the shift the median of the row's first, middle
-and last elements (small numbers for rows far from zero, and one massive element does not move
-it), and per part of the row (a chunk, a segment, the whole walk) ``sum d`` and ``M2``, its sum of
+Statistics of a chunked row: ``d = x - shift``, the shift the median of the means of 16 elements
+at the row's head, middle and tail (small numbers for rows far from zero, and one massive element
+does not move it), and per part of the row (a chunk, a segment, the whole walk) ``sum d`` and ``M2``, its sum of
 squares about its own mean, ``sum d^2 - (sum d)^2 / n``. That difference cancels where the shift
 is farther from the part's mean than the part's spread (massive elements at two of those three
 places, a part far from the rest): there the part is summed again about its mean (a second
@@ -182,10 +182,10 @@ def _lane_stats(x_ptr, xoff, N, lo, hi, BLOCK_N: tl.constexpr, PREFETCH: tl.cons
     # step (a chunk's count is the same in every lane it covers), and the lanes are merged by Chan
     # et al.'s rule. Stable wherever the row sits and whatever massive elements it holds, so never
     # a second walk. (_chunk_sums walks a row again wherever its shift, _row_shift, lands more than
-    # a standard deviation from the mean: about one row in seven of N(0, 1) rows, 35 of 256 at
-    # 256 x 65536, and in a grid that runs every row at once those rows set the time. On an H200
-    # the chunked path with the shift set to 0, which such rows never re-walk but rows far from
-    # zero would need, took 27.8 us at bf16 256 x 65536 against 32.1.)
+    # a standard deviation from the mean: rows whose three groups are off by that much, or hold
+    # massive elements at two of the three. When the shift was the median of three single
+    # elements, one N(0, 1) row in seven did, and on an H200 the chunked path at bf16 256 x 65536
+    # took 32.1 us against 27.8 with the shift set to 0, which such rows never re-walk.)
     cols0 = tl.arange(0, BLOCK_N)
     first = lo * BLOCK_N + cols0
     mean = _ld(x_ptr + xoff + first, (first < N) & (first < hi * BLOCK_N), EV).to(tl.float32)  # one value a lane
@@ -257,34 +257,47 @@ def _stats(s1, m2, shift, N, eps, IS_RMS: tl.constexpr):
 
 @triton.jit
 def _row_shift(x_ptr, xoff, N, IS_RMS: tl.constexpr):
-    # the shift of a row's statistics: the median of its first, middle and last elements (0 for
-    # rms_norm, and for N = 0: a row past the last). Near the row's mean for rows far from zero, so
-    # d = x - shift stays small; a median, so one massive element does not move it. Three scalar
-    # loads, no reduction; where it lands far from a part's mean anyway, _ill_placed catches it
+    # the shift of a row's statistics (0 for rms_norm): the median of the means of three groups of
+    # _SHIFT_GROUP elements, at the row's head, middle and tail (_shift_loads, _shift_of). Near the
+    # row's mean for rows far from zero, so d = x - shift stays small; a median, so one massive
+    # element does not move it. Where it lands farther from a part's mean than the part's spread
+    # anyway, _ill_placed catches it; a walk of a row (_chunk_sums) then walks it again. With a
+    # group of 16 that is none of 256 x 65536 rows of N(0, 1), t(3), uniform or per-channel scaled
+    # values, against 12 to 67 for the median of three single elements (whose rows, on a grid that
+    # runs every row at once, set the kernel's time)
     if IS_RMS:
         return tl.full([], 0.0, tl.float32)
     else:
         a, b, c = _shift_loads(x_ptr, xoff, N)
-        return _median3(a, b, c)
+        return _shift_of(a, b, c, N)
+
+
+_SHIFT_GROUP = tl.constexpr(16)  # elements of each of _row_shift's three groups
 
 
 @triton.jit
 def _shift_loads(x_ptr, xoff, N):
-    # the three elements of a row that _row_shift takes the median of, raw: a caller that needs
-    # the shift only later issues these loads first and takes the median (_median3) where it
+    # the three groups of a row (fewer elements where N < _SHIFT_GROUP, then overlapping; none for
+    # N = 0: a row past the last) that _row_shift takes the median of the means of, raw: a caller
+    # that needs the shift only later issues these loads first and takes it (_shift_of) where it
     # needs it, so that nothing waits for them in between
-    a = tl.load(x_ptr + xoff, mask=N > 0, other=0.0)
-    b = tl.load(x_ptr + xoff + (N - 1) // 2, mask=N > 0, other=0.0)
-    c = tl.load(x_ptr + xoff + N - 1, mask=N > 0, other=0.0)
+    k = tl.arange(0, _SHIFT_GROUP)
+    g = tl.minimum(N, _SHIFT_GROUP)
+    kmask = k < g
+    a = tl.load(x_ptr + xoff + k, mask=kmask, other=0.0)
+    b = tl.load(x_ptr + xoff + (N - g) // 2 + k, mask=kmask, other=0.0)
+    c = tl.load(x_ptr + xoff + (N - g) + k, mask=kmask, other=0.0)
     return a, b, c
 
 
 @triton.jit
-def _median3(a, b, c):
-    a = a.to(tl.float32)
-    b = b.to(tl.float32)
-    c = c.to(tl.float32)
-    return tl.maximum(tl.minimum(a, b), tl.minimum(tl.maximum(a, b), c))
+def _shift_of(a, b, c, N):
+    # the median of the means of _shift_loads' three groups (0 for N = 0)
+    inv = 1.0 / tl.maximum(tl.minimum(N, _SHIFT_GROUP), 1).to(tl.float32)
+    ma = tl.sum(a.to(tl.float32), 0) * inv
+    mb = tl.sum(b.to(tl.float32), 0) * inv
+    mc = tl.sum(c.to(tl.float32), 0) * inv
+    return tl.maximum(tl.minimum(ma, mb), tl.minimum(tl.maximum(ma, mb), mc))
 
 
 @triton.jit
@@ -566,7 +579,7 @@ def _norm_fwd(
             if LANES and not IS_RMS:  # no second walk; the shift (for the partials) only after this one
                 sa, sb, sc = _shift_loads(x_ptr, xoff, N)
                 cnt, m_seg, s2 = _lane_stats(x_ptr, xoff, N, lo, hi, BLOCK_N, PREFETCH, HINTS * 2)
-                s1 = cnt * (m_seg - _median3(sa, sb, sc))
+                s1 = cnt * (m_seg - _shift_of(sa, sb, sc, N))
             else:
                 shift = _row_shift(x_ptr, xoff, N, IS_RMS)
                 s1, s2 = _chunk_sums(x_ptr, xoff, shift, N, lo, hi, IS_RMS, BLOCK_N, PREFETCH, HINTS * 2)

@@ -18,8 +18,8 @@ program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It i
   tile or row rather than held in registers across them;
 * ``LANES`` (the chunked and split paths, layer_norm): a row's (or segment's) statistics from a
   running (mean, M2) per lane, merged at the end, rather than sums about a row shift, which take
-  a second walk wherever the shift lands more than a standard deviation from the mean (about
-  one row in seven of N(0, 1) rows);
+  a second walk wherever the shift lands more than a standard deviation from the mean (rows
+  with massive elements in two of the shift's three groups);
 * ``REGS`` (any path but a persistent one, which sets its own): the registers a thread may use
   (``maxnreg``);
 * ``STAGES`` (a persistent grid): the tile loop pipelined by Triton in 2..8 stages, the next tiles'
