@@ -263,7 +263,7 @@ def _row_shift(x_ptr, xoff, N, IS_RMS: tl.constexpr):
     # element does not move it. Where it lands farther from a part's mean than the part's spread
     # anyway, _ill_placed catches it; a walk of a row (_chunk_sums) then walks it again. With a
     # group of 16 that is none of 256 x 65536 rows of N(0, 1), t(3), uniform or per-channel scaled
-    # values, against 12 to 67 for the median of three single elements (whose rows, on a grid that
+    # values, against 15 to 56 for the median of three single elements (whose rows, on a grid that
     # runs every row at once, set the kernel's time)
     if IS_RMS:
         return tl.full([], 0.0, tl.float32)
