@@ -29,9 +29,9 @@ import triton
 import triton.language as tl
 
 from .exchange import _INTERPRETED, _await_words, _epoch_tag, _publish_words, _ticket
-from .jit import _cvt
-from .norm_kernels import (_centred, _ill_placed, _ld, _part_counts, _row_shift, _stats, _sum2, _sum4,
-                           _tile_ptrs)
+from .jit import _cvt, _ld
+from .norm_kernels import _tile_ptrs
+from .norm_stats import _centred, _ill_placed, _part_counts, _row_shift, _stats, _sum2, _sum4
 
 
 @triton.jit
@@ -212,7 +212,7 @@ def _bwd_partial(x, g, cmask, shift, nc, IS_RMS: tl.constexpr):
     # a chunk's four partials over its nc elements (fp32 x and g = dy * w, zeros where masked off):
     # layer_norm, with d = x - shift and m the chunk's mean of d, (sum d, sum (d - m)^2,
     # sum g (d - m), sum g): one reduction, a second about m where the shift is ill placed (see
-    # norm_kernels._ill_placed); rms_norm (0, sum x^2, sum g x, sum g)
+    # norm_stats._ill_placed); rms_norm (0, sum x^2, sum g x, sum g)
     if IS_RMS:
         m2, sgd = _sum2(x * x, g * x)
         return tl.full([], 0.0, tl.float32), m2, sgd, tl.sum(g, 0)
@@ -221,7 +221,7 @@ def _bwd_partial(x, g, cmask, shift, nc, IS_RMS: tl.constexpr):
     m = s / nc
     m2 = _centred(s, q, nc)
     sgm = sgd - m * sg
-    if _ill_placed(s, q, nc):  # assigned, not returned, in the branch (see norm_kernels._chunk_partial)
+    if _ill_placed(s, q, nc):  # assigned, not returned, in the branch (see norm_stats._chunk_partial)
         e = tl.where(cmask, d - m, 0.0)
         m2, sgm = _sum2(e * e, g * e)
     return s, m2, sgm, sg
