@@ -8,6 +8,11 @@ interleaved rounds. Every kernel's output is checked against torch in float64 fi
 benchmark input and on rows far from zero with one massive element each.
 
     python3 benchmarks/sweep_smem_norms.py --out out/smem_norms
+
+``--two-walks``: for layer_norm, each chunk-in-shared-memory config also with ``walks=2`` (an
+option of ``smem_norms.program``: the sum and the squares about a shift in one walk of the chunk),
+labelled "... walks2", checked the same way (the hard rows also hold a massive element at column
+0, which moves the first chunk's shift off its mean and so takes its squares' second walk).
 """
 
 from __future__ import annotations
@@ -40,10 +45,13 @@ def check(torch, y, op, x, w, b):
     torch.testing.assert_close(y.double(), reference(torch, op, x, w, b).to(x.dtype).double(), rtol=rtol, atol=atol)
 
 
-def hard_rows(torch, m, n, dtype):
-    """Rows far from zero, one element of each massive (3e4 in rows of N(1000, 1))."""
+def hard_rows(torch, m, n, dtype, head=False):
+    """Rows far from zero, one element of each massive (3e4 in rows of N(1000, 1)); ``head``: another
+    at column 0 in all rows but the last."""
     x = torch.randn(m, n) + 1000
     x[:, n // 3] = 3e4
+    if head:
+        x[:-1, 0] = 3e4
     return x.to(dtype).cuda()
 
 
@@ -56,6 +64,8 @@ def label(cfg: dict) -> str:
 def main() -> None:
     ap = race_arguments("rms_norm,layer_norm", "bfloat16,float32")
     ap.add_argument("--time-limit", type=float, default=0, help="seconds after which no case is begun (0: none)")
+    ap.add_argument("--two-walks", action="store_true",
+                    help="layer_norm: each shared-memory config also with walks=2 (see above)")
     args = ap.parse_args()
 
     import torch
@@ -63,6 +73,7 @@ def main() -> None:
 
     import dispatch
     from dispatch_tilelang import norms as NM
+    from dispatch_tilelang import smem_norms
 
     cases = []
     for op, m, n, dtype in row_cases(args, SHAPES):
@@ -105,6 +116,16 @@ def main() -> None:
                 print("FAIL", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
                 continue
             fns[label(cfg) + (" (default)" if cfg == default else "")] = (lambda k=k, bb=bb: k(x, w, bb))
+            if args.two_walks and op == "layer_norm" and cfg.get("smem"):
+                try:
+                    k2 = smem_norms.program(op, n, dtype, True, True, EPS, cfg["tile_n"], cfg["cluster"],
+                                            walks=2)(block_m=1, threads=cfg["threads"])
+                    for xc in (hard_rows(torch, 5, n, tdt, head=True), hard, x):
+                        check(torch, k2(xc, w, b), op, xc, w, b)
+                except Exception as exc:  # noqa: BLE001
+                    print("FAIL walks2", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
+                    continue
+                fns[label(cfg) + " walks2"] = (lambda k2=k2: k2(x, w, b))
         for name in ("triton (default)", "tilelang (default)"):
             check(torch, fns[name](), op, x, w, b)
         params = len(wb) * n * x.element_size()

@@ -120,3 +120,24 @@ def test_a_config_from_the_top_of_a_bucket_at_its_bottom(op):
     args = ((n,), w) + ((b,) if b is not None else ())
     run = NM.kernel(spec_of(op, x, *args), Config.of(cfg), "cuda")
     check(run(x, w, b), op, x, w, b)
+
+
+@pytest.mark.parametrize("n", [4096, 24584, 65536, 151936])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_in_two_walks_matches_torch(n, dtype):
+    # walks=2 (smem_norms.program's option): the sum and the squares about a shift (the mean of a
+    # chunk's first 16 elements) in one walk. The massive element at column 0 moves chunk 0's
+    # shift off its mean, so that chunk walks its squares again; the one at n // 3 does not
+    from dispatch_tilelang import smem_norms
+
+    w, b = params(n, dtype, True, True)
+    for hard in (False, True):
+        x = rows(5, n, dtype, hard)
+        if hard:
+            x[:4, 0] = 3e4
+        before = x.clone()
+        for cfg in [c for c in NM.config_space(5, n, "cuda", DT[dtype]) if c.get("smem")]:
+            k = smem_norms.program("layer_norm", n, DT[dtype], True, True, EPS, cfg["tile_n"], cfg["cluster"],
+                                   walks=2)(block_m=1, threads=cfg["threads"])
+            check(k(x, w, b), "layer_norm", x, w, b)
+        assert torch.equal(x, before)

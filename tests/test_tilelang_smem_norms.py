@@ -127,3 +127,19 @@ def test_the_sm90_build(op, n, dtype, weight, bias, cluster):
     assert "cp_async" in src and "rsqrtf" in src
     assert ("tma_store_cluster" in src) == (cluster > 1)
     assert ("(w + " in src) == weight and ("(b + " in src) == bias  # an absent tensor is never read
+
+
+@pytest.mark.parametrize("n,dtype,cluster", [(65536, "bfloat16", 8), (24584, "float32", 1)])
+def test_the_sm90_build_of_layer_norm_in_two_walks(n, dtype, cluster):
+    # walks=2: one walk for the sum and the squares about the shift, a second only where the shift
+    # is ill placed (a branch on a flag every thread holds alike), then the output
+    from dispatch_tilelang import smem_norms
+
+    cfg = NM.smem_config(n, dtype, cluster, 128)
+    src = {walks: smem_norms.program("layer_norm", n, dtype, True, True, 1e-5, cfg["tile_n"], cluster, arch="sm_90",
+                                     walks=walks)(block_m=1, threads=128).get_kernel_source() for walks in (2, 3)}
+    walk = "for (int k"  # a walk of the chunk in shared memory
+    assert src[3].count(walk) == 3 and src[2].count(walk) == 3  # two walks, the second squares' under a branch
+    assert src[2].count("AllReduce<tl::SumOp") == 3 and src[3].count("AllReduce<tl::SumOp") == 2
+    with pytest.raises(ValueError, match="walks must be 2 or 3"):
+        smem_norms.program("layer_norm", n, dtype, True, True, 1e-5, cfg["tile_n"], cluster, arch="sm_90", walks=1)

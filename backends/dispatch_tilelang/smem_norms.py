@@ -8,7 +8,12 @@ A CTA copies its chunk into shared memory with ``cp.async`` and walks it there:
 * layer_norm: the chunk's sum, then its squares about the chunk's own mean (two walks of shared
   memory, so no element far from the rest costs precision); one exchange of (sum, M2); the row's
   mean and M2 merged from the chunks by Chan et al.'s rule, ``M2 = sum_r M2_r + n_r (mean_r -
-  mean)^2``, with each chunk's count ``n_r`` a constant; the output.
+  mean)^2``, with each chunk's count ``n_r`` a constant; the output. With ``walks=2`` (an
+  option of :func:`program`, not yet a config: it has not run on a GPU) the sum and the squares
+  come from one walk, of ``d = x - shift`` with the shift the mean of the chunk's first
+  ``SHIFT_GROUP`` elements; ``M2 = sum d^2 - (sum d)^2 / n`` then cancels only where the shift
+  lies farther from the chunk's mean than the chunk's spread, and there the squares are walked
+  again about the mean.
 
 The exchange is :mod:`.smem_rows`': each chunk's two words go to every peer with ``cp.async.bulk``
 into distributed shared memory, completing on the peer's mbarrier. The row is read from HBM once
@@ -44,16 +49,23 @@ def chan_term(peers, r, mean, n: int, tile: int):
         (peers[r, 0] / chunk_count(n, tile, r) - mean) * (peers[r, 0] / chunk_count(n, tile, r) - mean))
 
 
+SHIFT_GROUP = 16  # walks=2: the chunk's first elements whose mean is the shift
+
+
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int,
-            cluster: int, arch: str | None = None):
+            cluster: int, arch: str | None = None, walks: int = 3):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtype, weight/bias present, eps, tile_n, cluster); ``arch`` pins the target as in
-    ``cuda_kernels.program``."""
+    ``cuda_kernels.program``. ``walks``: layer_norm's walks of its chunk in shared memory, 3 or 2
+    (see the module's docstring; rms_norm walks it twice either way)."""
+    if walks not in (2, 3):
+        raise ValueError(f"walks must be 2 or 3 (got {walks!r})")
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[dtype]
     rms = op == "rms_norm"
+    one_walk = not rms and walks == 2
 
     @tilelang.jit(target=target, out_idx=[3])
     def smem_norm(block_m, threads):
@@ -78,7 +90,15 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                 m2 = T.alloc_fragment((1,), F32)
                 rstd = T.alloc_fragment((1,), F32)
                 layouts = {acc: _fragment_layout(1, SUB, threads, vec)}
-                for stat in (s, q, mu, mean, m2, rstd):
+                stats = [s, q, mu, mean, m2, rstd]
+                if one_walk:  # the second sum's lanes, the shift, the chunk's count, whether the shift is ill placed
+                    acc2 = T.alloc_fragment((1, SUB), F32)
+                    layouts[acc2] = _fragment_layout(1, SUB, threads, vec)
+                    sh = T.alloc_fragment((1,), F32)
+                    cnt = T.alloc_fragment((1,), F32)
+                    bad = T.alloc_fragment((1,), F32)
+                    stats += [sh, cnt, bad]
+                for stat in stats:
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
                 if C > 1:
@@ -91,6 +111,41 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                     for i in T.Parallel(1):
                         s[i] = 0.0
                         mu[i] = 0.0
+                elif one_walk:
+                    # the shift: the mean of the chunk's first SHIFT_GROUP elements (all of them in a shorter chunk)
+                    for i in T.Parallel(1):
+                        cnt[i] = T.cast(T.min(N - base, TILE), F32)
+                        sh[i] = 0.0
+                        for g in T.unroll(SHIFT_GROUP):
+                            sh[i] += T.if_then_else(base + g < N, T.cast(xs[i, g], F32), 0.0)
+                        sh[i] = sh[i] / T.cast(T.min(N - base, SHIFT_GROUP), F32)
+                    T.fill(acc, 0.0)
+                    T.fill(acc2, 0.0)
+                    for k in T.serial(NS):
+                        for i, j in T.Parallel(1, SUB):
+                            acc[i, j] += T.if_then_else(base + k * SUB + j < N, T.cast(xs[i, k * SUB + j], F32) - sh[i],
+                                                        0.0)
+                            acc2[i, j] += T.if_then_else(
+                                base + k * SUB + j < N,
+                                (T.cast(xs[i, k * SUB + j], F32) - sh[i]) * (T.cast(xs[i, k * SUB + j], F32) - sh[i]),
+                                0.0)
+                    T.reduce_sum(acc, s, dim=1)
+                    T.reduce_sum(acc2, q, dim=1)
+                    for i in T.Parallel(1):
+                        mu[i] = sh[i] + s[i] / cnt[i]
+                        # the shift farther from the chunk's mean than its spread: sum d^2 - (sum d)^2 / n would cancel
+                        bad[i] = T.if_then_else(2.0 * (s[i] / cnt[i]) * (s[i] / cnt[i]) > q[i] / cnt[i], 1.0, 0.0)
+                        q[i] = T.max(q[i] - s[i] * (s[i] / cnt[i]), 0.0)
+                        s[i] = s[i] + sh[i] * cnt[i]  # the chunk's sum of x, as the exchange takes it
+                    if bad[0] > 0.0:  # the same in every thread: the squares walked again about the mean
+                        T.fill(acc2, 0.0)
+                        for k in T.serial(NS):
+                            for i, j in T.Parallel(1, SUB):
+                                acc2[i, j] += T.if_then_else(
+                                    base + k * SUB + j < N,
+                                    (T.cast(xs[i, k * SUB + j], F32) - mu[i]) * (T.cast(xs[i, k * SUB + j], F32) - mu[i]),
+                                    0.0)
+                        T.reduce_sum(acc2, q, dim=1)
                 else:  # the chunk's sum and mean (its count: the row's rest, at most TILE)
                     T.fill(acc, 0.0)
                     for k in T.serial(NS):
@@ -99,14 +154,15 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                     T.reduce_sum(acc, s, dim=1)
                     for i in T.Parallel(1):
                         mu[i] = s[i] / T.cast(T.min(N - base, TILE), F32)
-                T.fill(acc, 0.0)
-                for k in T.serial(NS):
-                    for i, j in T.Parallel(1, SUB):
-                        acc[i, j] += T.if_then_else(
-                            base + k * SUB + j < N,
-                            (T.cast(xs[i, k * SUB + j], F32) - mu[i]) * (T.cast(xs[i, k * SUB + j], F32) - mu[i]),
-                            0.0)
-                T.reduce_sum(acc, q, dim=1)
+                if not one_walk:  # the squares about the chunk's mean
+                    T.fill(acc, 0.0)
+                    for k in T.serial(NS):
+                        for i, j in T.Parallel(1, SUB):
+                            acc[i, j] += T.if_then_else(
+                                base + k * SUB + j < N,
+                                (T.cast(xs[i, k * SUB + j], F32) - mu[i]) * (T.cast(xs[i, k * SUB + j], F32) - mu[i]),
+                                0.0)
+                    T.reduce_sum(acc, q, dim=1)
 
                 if C > 1:
                     mine[0] = s[0]
