@@ -77,6 +77,18 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
         NS = TILE // SUB
         M = T.dynamic("m")
 
+        @T.macro
+        def centred_squares(xs, acc, center, q, base):
+            # the chunk's sum of squares about center[0], into q: a walk of shared memory
+            T.fill(acc, 0.0)
+            for k in T.serial(NS):
+                for i, j in T.Parallel(1, SUB):
+                    acc[i, j] += T.if_then_else(
+                        base + k * SUB + j < N,
+                        (T.cast(xs[i, k * SUB + j], F32) - center[i]) * (T.cast(xs[i, k * SUB + j], F32) - center[i]),
+                        0.0)
+            T.reduce_sum(acc, q, dim=1)
+
         @T.prim_func
         def main(x: T.Tensor((M, N), dtype), w: T.Tensor((N,), dtype), b: T.Tensor((N,), dtype),
                  y: T.Tensor((M, N), dtype)):
@@ -91,19 +103,19 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                 rstd = T.alloc_fragment((1,), F32)
                 layouts = {acc: _fragment_layout(1, SUB, threads, vec)}
                 stats = [s, q, mu, mean, m2, rstd]
-                if one_walk:  # the second sum's lanes, the shift, the chunk's count, whether the shift is ill placed
+                if one_walk:  # the second sum's lanes, the shift, whether the shift is ill placed
                     acc2 = T.alloc_fragment((1, SUB), F32)
                     layouts[acc2] = _fragment_layout(1, SUB, threads, vec)
                     sh = T.alloc_fragment((1,), F32)
-                    cnt = T.alloc_fragment((1,), F32)
                     bad = T.alloc_fragment((1,), F32)
-                    stats += [sh, cnt, bad]
+                    stats += [sh, bad]
                 for stat in stats:
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
                 if C > 1:
                     mine, peers, got = words(cx)
                 base = cx * TILE
+                count = T.cast(T.min(N - base, TILE), F32)  # the chunk's columns: the row's rest, at most TILE
 
                 T.copy(x[bx, base], xs, prefer_instruction="cp_async")
 
@@ -114,7 +126,6 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                 elif one_walk:
                     # the shift: the mean of the chunk's first SHIFT_GROUP elements (all of them in a shorter chunk)
                     for i in T.Parallel(1):
-                        cnt[i] = T.cast(T.min(N - base, TILE), F32)
                         sh[i] = 0.0
                         for g in T.unroll(SHIFT_GROUP):
                             sh[i] += T.if_then_else(base + g < N, T.cast(xs[i, g], F32), 0.0)
@@ -132,37 +143,23 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                     T.reduce_sum(acc, s, dim=1)
                     T.reduce_sum(acc2, q, dim=1)
                     for i in T.Parallel(1):
-                        mu[i] = sh[i] + s[i] / cnt[i]
+                        mu[i] = sh[i] + s[i] / count
                         # the shift farther from the chunk's mean than its spread: sum d^2 - (sum d)^2 / n would cancel
-                        bad[i] = T.if_then_else(2.0 * (s[i] / cnt[i]) * (s[i] / cnt[i]) > q[i] / cnt[i], 1.0, 0.0)
-                        q[i] = T.max(q[i] - s[i] * (s[i] / cnt[i]), 0.0)
-                        s[i] = s[i] + sh[i] * cnt[i]  # the chunk's sum of x, as the exchange takes it
+                        bad[i] = T.if_then_else(2.0 * (s[i] / count) * (s[i] / count) > q[i] / count, 1.0, 0.0)
+                        q[i] = T.max(q[i] - s[i] * (s[i] / count), 0.0)
+                        s[i] = s[i] + sh[i] * count  # the chunk's sum of x, as the exchange takes it
                     if bad[0] > 0.0:  # the same in every thread: the squares walked again about the mean
-                        T.fill(acc2, 0.0)
-                        for k in T.serial(NS):
-                            for i, j in T.Parallel(1, SUB):
-                                acc2[i, j] += T.if_then_else(
-                                    base + k * SUB + j < N,
-                                    (T.cast(xs[i, k * SUB + j], F32) - mu[i]) * (T.cast(xs[i, k * SUB + j], F32) - mu[i]),
-                                    0.0)
-                        T.reduce_sum(acc2, q, dim=1)
-                else:  # the chunk's sum and mean (its count: the row's rest, at most TILE)
+                        centred_squares(xs, acc, mu, q, base)
+                else:  # the chunk's sum and mean
                     T.fill(acc, 0.0)
                     for k in T.serial(NS):
                         for i, j in T.Parallel(1, SUB):
                             acc[i, j] += T.if_then_else(base + k * SUB + j < N, T.cast(xs[i, k * SUB + j], F32), 0.0)
                     T.reduce_sum(acc, s, dim=1)
                     for i in T.Parallel(1):
-                        mu[i] = s[i] / T.cast(T.min(N - base, TILE), F32)
+                        mu[i] = s[i] / count
                 if not one_walk:  # the squares about the chunk's mean
-                    T.fill(acc, 0.0)
-                    for k in T.serial(NS):
-                        for i, j in T.Parallel(1, SUB):
-                            acc[i, j] += T.if_then_else(
-                                base + k * SUB + j < N,
-                                (T.cast(xs[i, k * SUB + j], F32) - mu[i]) * (T.cast(xs[i, k * SUB + j], F32) - mu[i]),
-                                0.0)
-                    T.reduce_sum(acc, q, dim=1)
+                    centred_squares(xs, acc, mu, q, base)
 
                 if C > 1:
                     mine[0] = s[0]
