@@ -48,6 +48,7 @@ def _check(input, normalized_shape, params, eps, eps_may_be_none: bool) -> dict:
     if eps is None:
         if not eps_may_be_none:
             raise TypeError
+        eps = _compute_epsilon(input.dtype)  # resolved now: the float64 oracle must use this one too
     elif isinstance(eps, (bool, int, float)):
         eps = float(eps)
     else:
@@ -103,13 +104,16 @@ def norm_rows(spec: CallSpec) -> int:
     return m
 
 
+def _compute_epsilon(dtype: torch.dtype) -> float:
+    """rms_norm's ``eps=None``, as torch reads it: the machine epsilon of the type it computes in
+    (float32 for float32/float16/bfloat16 input, float64 for float64)."""
+    return torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
+
+
 def norm_eps(spec: CallSpec) -> float:
-    """The eps a call uses. rms_norm's ``eps=None`` is torch's: the machine epsilon of the type it
-    computes in (float32 for float32/float16/bfloat16 input, float64 for float64)."""
-    eps = spec.eps
-    if eps is None:
-        return torch.finfo(torch.float64 if spec.dtype == torch.float64 else torch.float32).eps
-    return eps
+    """The eps a call uses (rms_norm's ``eps=None`` is resolved when the call is parsed: see
+    :func:`_compute_epsilon`)."""
+    return _compute_epsilon(spec.dtype) if spec.eps is None else spec.eps
 
 
 def norm_dims_contiguous(spec: CallSpec) -> bool:

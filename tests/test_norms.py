@@ -200,3 +200,15 @@ def test_cli_explain_grad_explains_the_training_call_and_its_backward(capsys):
     assert "backward: torch's" in out  # the CPU's first choice is torch: its backward is autograd's
     assert main(["explain", "rms_norm", "--shape", "4x32", "--dtype", "float32", "--device", "cpu"]) == 0
     assert "backward:" not in capsys.readouterr().out  # an inference call has none to speak of
+
+
+def test_the_oracle_of_rms_norm_with_eps_none_uses_the_calls_epsilon():
+    # the oracle computes in float64 but must keep the eps of the call's compute type (float32 here):
+    # with float64's eps, rows of tiny values normalize to other numbers, and a correct kernel fails
+    from dispatch.reference import expected_output
+
+    x = torch.full((2, 8), 1e-3)
+    spec = spec_of("rms_norm", x, (8,))
+    torch.testing.assert_close(expected_output(spec, (x, None)), F.rms_norm(x, (8,)), rtol=1e-6, atol=0)
+    wide = F.rms_norm(x.double(), (8,), eps=torch.finfo(torch.float32).eps).float()
+    torch.testing.assert_close(expected_output(spec, (x, None)), wide, rtol=1e-7, atol=0)
