@@ -37,3 +37,22 @@ def test_rms_norm_with_eps_none_on_rows_of_tiny_values(backend):
     x = torch.full((2, 8), 1e-3, device=DEV)
     torch.testing.assert_close(dispatch.rms_norm(x, [8], backend=backend), F.rms_norm(x, [8]),
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("m,n", [(1, 16), (3, 16), (2, 1024)])
+def test_eps_zero_keeps_the_weight_gradient_finite(backend, op, m, n):
+    # eps=0 is legal; rows that pad a kernel's tile (past the last row) hold zeros, whose
+    # 1/sqrt(0 + 0) is inf: they must add nothing to dweight (a NaN there poisoned every column)
+    x = _t((m, n), 0).requires_grad_()
+    w = (1 + 0.5 * _t((n,), 1)).requires_grad_()
+    extra = (None,) if op == "layer_norm" else ()
+    y = getattr(dispatch, op)(x, [n], w, *extra, eps=0.0, backend=backend)
+    ref = getattr(F, op)(x.double(), [n], w.double(), *extra, eps=0.0)
+    proj = _t((m, n), 2)
+    got = torch.autograd.grad((y * proj).sum(), (x, w))
+    want = torch.autograd.grad((ref * proj.double()).sum(), (x, w))
+    for g, r in zip(got, want):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g.double(), r.double(), rtol=1e-4, atol=1e-4)

@@ -65,8 +65,9 @@ def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, eps: float):
                 for i, j in T.grid(block_m, N):
                     tmp[i, j] = (xt[i, j] - off[i]) * (xt[i, j] - off[i])
                 T.reduce_sum(tmp, red, dim=1)
-                for i in T.serial(block_m):
-                    rstd[i] = T.float32(1) / T.sqrt(red[i] / T.float32(N) + T.float32(eps))
+                for i in T.serial(block_m):  # rows past M: 0, not 1/sqrt(0 + eps) (inf with eps=0, NaN in dweight)
+                    rstd[i] = T.if_then_else(bx * block_m + i < M,
+                                             T.float32(1) / T.sqrt(red[i] / T.float32(N) + T.float32(eps)), 0.0)
                 for i, j in T.grid(block_m, N):
                     xt[i, j] = (xt[i, j] - off[i]) * rstd[i]  # xhat
                 # c1 = mean(g * xhat), c2 = mean(g), g = dy * w
@@ -151,8 +152,8 @@ def cuda_program(op: str, n_cols: int, dtype: str, has_weight: bool, eps: float,
                 for i, j in T.Parallel(block_m, TILE):
                     tf[i, j] = T.if_then_else(j < N, (xf[i, j] - off[i]) * (xf[i, j] - off[i]), 0.0)
                 T.reduce_sum(tf, red, dim=1)
-                for i in T.Parallel(block_m):
-                    rstd[i] = T.rsqrt(red[i] / T.float32(N) + T.float32(eps))
+                for i in T.Parallel(block_m):  # rows past M: 0, not 1/sqrt(0 + eps) (inf with eps=0, NaN in dweight)
+                    rstd[i] = T.if_then_else(bx * block_m + i < M, T.rsqrt(red[i] / T.float32(N) + T.float32(eps)), 0.0)
                 for i, j in T.Parallel(block_m, TILE):
                     xf[i, j] = T.if_then_else(j < N, (xf[i, j] - off[i]) * rstd[i], 0.0)
                 for i, j in T.Parallel(block_m, TILE):

@@ -36,13 +36,14 @@ from .norm_stats import _centred, _ill_placed, _part_counts, _row_shift, _stats,
 
 @triton.jit
 def _rows_bwd(x, dy, w, mask, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr):
-    # a tile of whole rows (fp32, zeros where masked off): (dx, xhat), the statistics recomputed
+    # a tile of whole rows (fp32, zeros where masked off): (dx, xhat), the statistics recomputed;
+    # xhat is 0 where masked off
     if IS_RMS:
         xc = x
     else:
         xc = tl.where(mask, x - (tl.sum(x, 1) / N)[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, 1) / N + eps)
-    xhat = xc * rstd[:, None]
+    xhat = tl.where(mask, xc * rstd[:, None], 0.0)  # rows past M: 0 * inf with eps=0 (NaN in dweight)
     if HAS_WEIGHT:
         g = dy * w.to(tl.float32)[None, :]
     else:
