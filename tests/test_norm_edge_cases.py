@@ -56,3 +56,18 @@ def test_eps_zero_keeps_the_weight_gradient_finite(backend, op, m, n):
     for g, r in zip(got, want):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g.double(), r.double(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nan_and_inf_spread_through_their_rows_as_in_torch(backend, op, dtype):
+    x = _t((6, 40), 3, dtype)
+    getattr(dispatch, op)(x, [40], backend=backend)  # an ordinary first call of the bucket (checked)
+    x[0, 3] = float("nan")
+    x[2, 0] = float("inf")
+    x[4, 39] = float("-inf")
+    got = getattr(dispatch, op)(x, [40], backend=backend)
+    want = getattr(F, op)(x.double(), [40]).to(dtype)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-2, equal_nan=True)

@@ -58,6 +58,13 @@ def is_inf(v):
     return T.Or(v == pos_inf(), v == neg_inf())
 
 
+def nonneg(v):
+    """``v`` clamped at 0 from below, a NaN kept: a variance's rounding below 0 is 0, while a row
+    whose variance is NaN (a NaN, or +inf and -inf, in it) stays NaN, as torch's does. ``max(v, 0)``
+    would make it 0: ``fmaxf`` returns the operand that is not NaN."""
+    return T.if_then_else(v < 0, T.cast(0, v.dtype), v)
+
+
 def safe_max(m):
     """The shift used for ``exp``: ``m``, or 0 when ``m`` is infinite."""
     return T.if_then_else(is_inf(m), T.float32(0), m)

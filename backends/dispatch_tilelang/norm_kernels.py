@@ -34,7 +34,7 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import F32, bf16_bits_to_f32, f32_to_bf16_bits
+from ._numerics import F32, bf16_bits_to_f32, f32_to_bf16_bits, nonneg
 
 _COMPILE_FLAGS = ["-O2"]  # no -ffast-math: keep IEEE semantics
 MAX_FP32_PER_THREAD = 32  # CUDA register budget per thread (as the softmax kernels)
@@ -124,8 +124,7 @@ def cpu_program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bo
                         s2[i] += part2[i]
                 for i in T.serial(block_m):
                     off[i] = T.float64(0) if rms else s1[i] / T.float64(N)  # mean - shift
-                    rstd[i] = T.float64(1) / T.sqrt(
-                        T.max(s2[i] / T.float64(N) - off[i] * off[i], T.float64(0)) + T.float64(eps))
+                    rstd[i] = T.float64(1) / T.sqrt(nonneg(s2[i] / T.float64(N) - off[i] * off[i]) + T.float64(eps))
                 for t in T.serial(NT):
                     if NT > 1:
                         for i, j in T.grid(block_m, TILE):
@@ -288,8 +287,7 @@ def cuda_chunked_program(op: str, n_cols: int, dtype: str, has_weight: bool, has
                 else:
                     for i in T.Parallel(1):
                         off[i] = s1[i] / T.float32(N)  # mean - shift
-                        rstd[i] = T.rsqrt(T.max(s2[i] / T.float32(N) - off[i] * off[i], T.float32(0))
-                                          + T.float32(eps))
+                        rstd[i] = T.rsqrt(nonneg(s2[i] / T.float32(N) - off[i] * off[i]) + T.float32(eps))
                 for t in T.serial(NT):
                     c = NT - 1 - t  # newest chunks first: the likeliest L2 hits
                     for i, j in T.Parallel(1, TILE):

@@ -30,7 +30,7 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import F32
+from ._numerics import F32, nonneg
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
 from .norm_kernels import _affine
 from .smem_rows import check_launch, row_words, trade_words
@@ -146,7 +146,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                         mu[i] = sh[i] + s[i] / count
                         # the shift farther from the chunk's mean than its spread: sum d^2 - (sum d)^2 / n would cancel
                         bad[i] = T.if_then_else(2.0 * (s[i] / count) * (s[i] / count) > q[i] / count, 1.0, 0.0)
-                        q[i] = T.max(q[i] - s[i] * (s[i] / count), 0.0)
+                        q[i] = nonneg(q[i] - s[i] * (s[i] / count))
                         s[i] = s[i] + sh[i] * count  # the chunk's sum of x, as the exchange takes it
                     if bad[0] > 0.0:  # the same in every thread: the squares walked again about the mean
                         centred_squares(xs, acc, mu, q, base)
