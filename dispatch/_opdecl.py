@@ -96,14 +96,26 @@ def default_examples(spec: CallSpec, seed: int = 0) -> tuple[torch.Tensor | None
 
 
 def with_strides(values: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
-    """A new tensor holding ``values`` laid out with ``stride`` (so a kernel sees the layout of the
-    call), or a dense copy where the strides overlap (an expanded view can't be written)."""
+    """A new tensor holding ``values`` laid out with ``stride``, so a kernel sees the layout of the
+    call (a negated or conjugated view comes out resolved).
+
+    Where the strides overlap (an expanded view: several indices, one element), the new tensor is
+    a view alike of new memory: for ``values`` already laid out so, a copy of the memory it spans
+    (so its values are the same); otherwise that memory holds ``values``' elements in order (a
+    sample with the layout: where indices share an element, one of their values)."""
     try:
         x = torch.empty_strided(values.shape, stride, dtype=values.dtype, device=values.device)
         x.copy_(values)
         return x
-    except RuntimeError:
-        return values.clone()
+    except RuntimeError:  # overlapping strides: such a tensor can't be written, only viewed
+        pass
+    span = 1 + sum((n - 1) * s for n, s in zip(values.shape, stride))
+    if tuple(values.stride()) == tuple(stride):
+        memory = values.as_strided((span,), (1,), values.storage_offset()).clone()
+    else:
+        flat = values.reshape(-1).clone()
+        memory = flat.repeat(-(-span // flat.numel()))[:span]
+    return memory.as_strided(values.shape, stride)
 
 
 def default_sample(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0,

@@ -71,3 +71,23 @@ def test_nan_and_inf_spread_through_their_rows_as_in_torch(backend, op, dtype):
     want = getattr(F, op)(x.double(), [40]).to(dtype)
     assert torch.equal(torch.isnan(got), torch.isnan(want))
     torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-2, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "training"])
+def test_rows_that_share_memory(backend, op, grad):
+    # an expanded input (every row the same memory, stride 0): served right, or refused with a reason
+    base = _t((1, 16), 4).requires_grad_(grad)
+    x = base.expand(5, 16)
+    for _ in range(2):  # the first call (checked) and the next
+        try:
+            y = getattr(dispatch, op)(x, [16], backend=backend)
+        except dispatch.errors.BackendRefusedError:
+            pytest.skip(f"{backend} refuses rows of stride 0")
+        torch.testing.assert_close(y, getattr(F, op)(x, [16]), rtol=1e-5, atol=1e-5)
+    if grad:
+        proj = _t((5, 16), 5)
+        got = torch.autograd.grad((y * proj).sum(), base)[0]
+        want = torch.autograd.grad((getattr(F, op)(x, [16]) * proj).sum(), base)[0]
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

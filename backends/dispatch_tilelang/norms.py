@@ -54,8 +54,12 @@ def check(spec, target: str):
     refusal = norm_layout_refusal(spec)
     if refusal is not None:
         return Verdict.no(refusal)
+    from dispatch.backend import norm_row_stride, norm_rows
+
+    if norm_row_stride(spec) == 0 and norm_rows(spec) > 1:
+        return Verdict.no("rows that share memory (row stride 0, an expanded input) are not served: "
+                          "these kernels read rows one stride > 0 apart")
     if target == "cuda":
-        from dispatch.backend import norm_rows
 
         config = space(spec, target)[1]
         card = smem_card(norm_rows(spec), n, config, DTYPES[spec.dtype])

@@ -1,0 +1,57 @@
+"""softmax, log_softmax and logsumexp on each kernel backend, forced, on layouts and casts at the edges,
+against torch: expanded (stride 0) inputs, and ``dtype=`` casts that narrow (the input rounded to
+the output dtype first, as torch does).
+
+CPU: the Triton interpreter and TileLang's C target; on a GPU the same calls run its kernels.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+
+import dispatch  # noqa: E402
+from dispatch.errors import BackendRefusedError  # noqa: E402
+
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(module) is None,
+                                                        reason=f"{module} is not installed"))
+            for name, module in (("triton", "dispatch_triton"), ("tilelang", "dispatch_tilelang"))]
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def _t(shape, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return (3 * torch.randn(shape, generator=g)).to(dtype).to(DEV)
+
+
+def _served(fn, *args, **kwargs):
+    """The call's result, or None where the backend refuses it (with its reason: not a failure here)."""
+    try:
+        return fn(*args, **kwargs)
+    except BackendRefusedError:
+        return None
+
+
+EXPANDED = [("4x1 to 4x5, dim 0", (4, 1), (4, 5), 0), ("4x1 to 4x5, dim 1", (4, 1), (4, 5), 1),
+            ("1x5 to 4x5, dim 0", (1, 5), (4, 5), 0), ("2x1x3 to 2x3x3, dim -1", (2, 1, 3), (2, 3, 3), -1)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("name,shape,expand,dim", EXPANDED, ids=[c[0] for c in EXPANDED])
+def test_expanded_inputs_are_served_on_their_first_call(backend, op, name, shape, expand, dim):
+    # an expanded view's elements overlap: the first call's check must run the kernel on a copy of
+    # the same layout (it ran on a dense one, and the kernel built for the view failed the check)
+    x = _t(shape, 0).expand(expand)
+    got = _served(getattr(dispatch, op), x, dim, backend=backend)
+    if got is None:
+        pytest.skip(f"{backend} refuses {name}")
+    want = getattr(torch, op)(x.double(), dim).float()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
