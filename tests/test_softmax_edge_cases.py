@@ -55,3 +55,26 @@ def test_expanded_inputs_are_served_on_their_first_call(backend, op, name, shape
         pytest.skip(f"{backend} refuses {name}")
     want = getattr(torch, op)(x.double(), dim).float()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+CASTS = [(torch.float32, torch.float16), (torch.float32, torch.bfloat16), (torch.float16, torch.bfloat16),
+         (torch.bfloat16, torch.float16)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("src,dst", CASTS, ids=[f"{a}-{b}".replace("torch.", "") for a, b in CASTS])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_narrowing_cast_rounds_the_input_first(backend, op, src, dst, dim):
+    # torch casts the input to dtype= first: 10.03 and 10.0 are one value in bf16 (softmax 0.5 each)
+    # and 1000.3 and 1000.0 one in fp16. A kernel that reads the input at full precision differs by
+    # far more than the output's rounding; it must round it first, or refuse the call
+    x = torch.tensor([[10.03, 10.0, 1000.3, 1000.0]] * 4).to(src).to(DEV)
+    x = x.t().contiguous() if dim == 0 else x
+    fn = getattr(dispatch, op)
+    # a first call on data where rounding first makes no difference: it passes the first-call check
+    if _served(fn, torch.zeros_like(x), dim, dtype=dst, backend=backend) is None:
+        pytest.skip(f"{backend} refuses this cast")
+    got = fn(x, dim, dtype=dst, backend=backend)
+    want = getattr(torch, op)(x.to(dst).double(), dim).to(dst)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-3)

@@ -130,9 +130,10 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
         ok, why = supports(op, dtype, target)
         if not ok:
             return Verdict.no(f"{what} dtype {dtype_name(dtype)}: {why}")
-    if spec.out_dtype.itemsize < spec.dtype.itemsize:
-        return Verdict.no(f"dtype= narrows {spec.dtype} to {spec.out_dtype}: torch rounds the input first; "
-                          "these kernels read it at full precision, so only widening casts are served")
+    if spec.out_dtype != spec.dtype and spec.out_dtype.itemsize <= spec.dtype.itemsize:
+        return Verdict.no(f"dtype= casts {dtype_name(spec.dtype)} to {dtype_name(spec.out_dtype)}, which rounds: torch "
+                          "rounds the input first; these kernels read it at full precision, so only widening casts "
+                          "are served")
     if spec.ndim == 0:
         return Verdict.no("a 0-d input has no dim to reduce")
     if not _rows(spec):

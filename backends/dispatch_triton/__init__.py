@@ -136,6 +136,9 @@ def _strided_plan(op: str, spec: CallSpec):
 
 
 def _strided_verdict(op: str, spec: CallSpec) -> Verdict:
+    if spec.out_dtype != spec.dtype and spec.out_dtype.itemsize <= spec.dtype.itemsize:
+        return Verdict.no(f"dtype= casts {spec.dtype} to {spec.out_dtype}, which rounds: torch rounds the input "
+                          f"first, which the strided kernels don't (the row kernel does: over the last dim)")
     p = _strided_plan(op, spec)
     if isinstance(p, str):
         return Verdict.no(f"dims {list(spec.dims)} of shape {list(spec.shape)}, strides {list(spec.stride)}: {p}")
