@@ -29,6 +29,8 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import json
+import numbers
+import operator
 import sys
 import threading
 from typing import Any
@@ -61,10 +63,12 @@ def _tag(v: Any) -> Any:
         return [type(v).__name__ if v is not None else "none", v]
     if isinstance(v, torch.dtype):
         return ["dtype", str(v).removeprefix("torch.")]
-    if isinstance(v, (list, tuple)):
-        return [type(v).__name__, [_tag(e) for e in v]]
+    if isinstance(v, (list, tuple)):  # a tuple's subclass (torch.Size) as a tuple
+        return ["list" if isinstance(v, list) else "tuple", [_tag(e) for e in v]]
     if hasattr(v, "__index__"):
         return ["int", int(v.__index__())]
+    if isinstance(v, numbers.Real):  # numpy's floats
+        return ["float", float(v)]
     raise TypeError(f"an argument of type {type(v).__name__} ({v!r}) cannot be passed through a compiled graph; "
                     "use an int, float, bool, str, torch.dtype, None, or a list/tuple of them")
 
@@ -288,10 +292,25 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
         f"        raise TypeError('dispatch.{decl.name}(out=...) cannot run inside a compiled graph (a custom op "
         "may not write into its arguments); call it without out= there')\n")
     source = (f"def {decl.name}({signature}):\n{out_check}"
-              f"    return _op({', '.join(decl.tensor_names)}, _encode({{{', '.join(f'{n!r}: {n}' for n in others)}}}))\n")
-    namespace = {"_op": op, "_encode": _constant_encode(), **defaults}
+              f"    return _op({', '.join(decl.tensor_names)}, "
+              f"_encode(_concrete({{{', '.join(f'{n!r}: {n}' for n in others)}}})))\n")
+    namespace = {"_op": op, "_encode": _constant_encode(), "_concrete": _concrete, **defaults}
     exec(compile(source, f"<dispatch compiled op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
     return namespace[decl.name]
+
+
+def _concrete(v: Any) -> Any:
+    """``v`` with every symbolic int made an int (traced by Dynamo, which then guards on its value:
+    a call whose ``normalized_shape`` is read off a dynamic input recompiles for a new size, as a
+    text argument can't carry a symbol)."""
+    if isinstance(v, dict):
+        return {k: _concrete(e) for k, e in v.items()}
+    if isinstance(v, (list, tuple)):
+        items = [_concrete(e) for e in v]
+        return items if isinstance(v, list) else tuple(items)
+    if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):  # Dynamo sees a symbolic int as an int
+        return operator.index(v)  # Dynamo specializes here (int() would leave it symbolic)
+    return v
 
 
 def _constant_encode():

@@ -300,3 +300,20 @@ def test_a_compiled_training_step_keeps_the_triton_norm_backward():
     torch.nn.functional.rms_norm(xr, (32,), wr).square().sum().backward()
     torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(w.grad, wr.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape_of", [lambda x: x.shape[-1:], lambda x: [x.shape[-1]], lambda x: (x.shape[-1],)],
+                         ids=["torch.Size", "list", "tuple"])
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_normalized_shape_read_from_the_input_compiles(shape_of, dynamic):
+    # models pass normalized_shape as x.shape[-1:]: a torch.Size, and under dynamic shapes one of
+    # symbolic sizes; the compiled call must match eager as the last dim changes
+    def f(x, w):
+        return dispatch.layer_norm(x, shape_of(x), None, None) + dispatch.rms_norm(x, shape_of(x), w[: x.shape[-1]])
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=dynamic)
+    w = torch.randn(64)
+    for n in (32, 48, 64):
+        x = torch.randn(4, n)
+        want = torch.nn.functional.layer_norm(x, [n]) + torch.nn.functional.rms_norm(x, [n], w[:n])
+        torch.testing.assert_close(compiled(x, w), want, rtol=1e-5, atol=1e-5)
