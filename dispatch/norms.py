@@ -8,6 +8,7 @@ call through the functions here: :func:`norm_size`, :func:`norm_rows`, :func:`no
 
 from __future__ import annotations
 
+import numbers
 import operator
 
 import torch
@@ -49,7 +50,10 @@ def _check(input, normalized_shape, params, eps, eps_may_be_none: bool) -> dict:
         if not eps_may_be_none:
             raise TypeError
         eps = _compute_epsilon(input.dtype)  # resolved now: the float64 oracle must use this one too
-    elif isinstance(eps, (bool, int, float)):
+    elif isinstance(eps, numbers.Real):  # Python's and numpy's ints and floats, bools
+        eps = float(eps)
+    elif (isinstance(eps, torch.Tensor) and eps.dim() == 0 and not eps.requires_grad
+          and not eps.dtype.is_complex):  # torch reads a 0-d tensor as its number
         eps = float(eps)
     else:
         raise TypeError

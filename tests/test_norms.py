@@ -212,3 +212,17 @@ def test_the_oracle_of_rms_norm_with_eps_none_uses_the_calls_epsilon():
     torch.testing.assert_close(expected_output(spec, (x, None)), F.rms_norm(x, (8,)), rtol=1e-6, atol=0)
     wide = F.rms_norm(x.double(), (8,), eps=torch.finfo(torch.float32).eps).float()
     torch.testing.assert_close(expected_output(spec, (x, None)), wide, rtol=1e-7, atol=0)
+
+
+def test_eps_as_numpy_scalars_and_0d_tensors_like_torch():
+    np = pytest.importorskip("numpy")
+    x = _t((3, 16), torch.float32)
+    for eps in (np.float32(1e-3), np.float64(0.5), np.int64(1), torch.tensor(1e-3), torch.tensor(2)):
+        torch.testing.assert_close(dispatch.rms_norm(x, [16], eps=eps), F.rms_norm(x, [16], eps=eps), rtol=0, atol=0)
+        torch.testing.assert_close(dispatch.layer_norm(x, [16], eps=eps), F.layer_norm(x, [16], eps=eps),
+                                   rtol=0, atol=0)
+    for bad in (torch.tensor([1e-3]), torch.tensor(1e-3, requires_grad=True)):  # torch refuses these
+        with pytest.raises(TypeError):
+            F.layer_norm(x, [16], eps=bad)
+        with pytest.raises(TypeError):
+            dispatch.layer_norm(x, [16], eps=bad)
