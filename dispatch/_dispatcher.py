@@ -284,7 +284,7 @@ class Dispatcher:
             return None
         why = input_safety(copies, tensors, out)
         if why is None and expected is not None:
-            why = check_output(spec, out, expected)
+            why = check_output(spec, out, expected, tensors)
             why = None if why is None else f"differs from the reference: {why}"
         if why is not None:
             self._fault(decision, why, None)

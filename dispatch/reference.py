@@ -14,7 +14,7 @@ import torch
 
 from . import _opdecl
 from ._spec import CallSpec
-from .tolerance import mismatch
+from .tolerance import max_errors, mismatch
 
 
 def reference_kernel(spec: CallSpec):
@@ -78,11 +78,29 @@ def input_safety(tensors: Sequence[torch.Tensor | None], before: Sequence[torch.
     return None
 
 
-def check_output(spec: CallSpec, out: object, expected: torch.Tensor) -> str | None:
-    """Why ``out`` is not a correct result for ``spec``, or None."""
+def check_output(spec: CallSpec, out: object, expected: torch.Tensor,
+                 tensors: Sequence[torch.Tensor | None] | None = None) -> str | None:
+    """Why ``out`` is not a correct result for ``spec``, or None.
+
+    ``tensors``: the inputs ``expected`` was computed from. Given them, a result outside the
+    dtype's tolerance is judged once more against torch's own result at the call's precision:
+    where the input is ill-conditioned (fp32 rows far from zero for layer_norm) torch itself
+    misses the tolerance, and a result within it widened by twice torch's own largest error is
+    as accurate as torch's (the reference backend) and is correct."""
     if not isinstance(out, torch.Tensor):
         return f"returned {type(out).__name__}, not a tensor"
-    return mismatch(out, expected, tolerance_of(spec))
+    rtol, atol = tolerance_of(spec)
+    why = mismatch(out, expected, (rtol, atol))
+    if why is None or tensors is None or not expected.dtype.is_floating_point:
+        return why
+    with torch.no_grad():
+        native = reference_kernel(spec)(*tensors)
+    if not isinstance(native, torch.Tensor) or native.shape != expected.shape:
+        return why
+    torch_err, _ = max_errors(native.to(expected.dtype), expected)
+    if torch_err <= atol or mismatch(out, expected, (rtol, atol + 2 * torch_err)) is not None:
+        return why + (f"; torch's own result is {torch_err:.3g} off at most" if torch_err > atol else "")
+    return None
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
