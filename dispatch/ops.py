@@ -63,11 +63,22 @@ def _raise_as_torch(op: str, input, dim, dtype, keepdim) -> None:
 
 # -- argument checks: the op's signature, returning its attributes ------------------------------------
 
+_PYTHON_DTYPES = {float: torch.float64, int: torch.int64, bool: torch.bool, complex: torch.complex128}
+
+
+def _dtype_arg(dtype):
+    """``dtype=`` as torch reads it: a torch.dtype, or a Python type standing for one (``float``:
+    float64, ...); anything else is left for the checks to refuse."""
+    return _PYTHON_DTYPES.get(dtype, dtype) if isinstance(dtype, type) else dtype
+
+
 def _parse_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> dict:
+    dtype = _dtype_arg(dtype)
     return {"dims": _dims("softmax", input, dim, dtype, False), "out_dtype": dtype or input.dtype}
 
 
 def _parse_log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | None = None) -> dict:
+    dtype = _dtype_arg(dtype)
     return {"dims": _dims("log_softmax", input, dim, dtype, False), "out_dtype": dtype or input.dtype}
 
 

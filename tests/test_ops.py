@@ -35,6 +35,17 @@ def test_dtype_cast_is_honoured(op):
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_a_python_type_as_dtype_is_read_as_torch_reads_it(op):
+    x = _x((4, 9), torch.float32)
+    got = getattr(dispatch, op)(x, -1, dtype=float)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, getattr(torch, op)(x, -1, dtype=float))
+    for bad in (int, complex):  # types torch refuses for these ops: its exception
+        torch_err = _raised(lambda: getattr(torch, op)(x, -1, dtype=bad))
+        assert torch_err is not None and _raised(lambda: getattr(dispatch, op)(x, -1, dtype=bad))[0] is torch_err[0]
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_non_contiguous_and_transposed_inputs(op):
     base = _x((6, 10))
     for x in (base.t(), base[:, ::2], base[1:, 3:8], base.t()[::2]):
