@@ -35,7 +35,8 @@ def _shape_of(normalized_shape) -> tuple[int, ...]:
 
 def _check(input, normalized_shape, params, eps, eps_may_be_none: bool) -> dict:
     """The attributes of a norm call; any argument torch would reject raises (caught by the caller)."""
-    if not isinstance(input, torch.Tensor) or input.layout != torch.strided or not input.dtype.is_floating_point:
+    if (not isinstance(input, torch.Tensor) or input.layout != torch.strided
+            or not (input.dtype.is_floating_point or input.dtype.is_complex)):
         raise TypeError
     shape = _shape_of(normalized_shape)
     if not shape or input.dim() < len(shape) or tuple(input.shape[input.dim() - len(shape):]) != shape:
@@ -44,7 +45,7 @@ def _check(input, normalized_shape, params, eps, eps_may_be_none: bool) -> dict:
         if p is None:
             continue
         if (not isinstance(p, torch.Tensor) or p.layout != torch.strided or tuple(p.shape) != shape
-                or p.device != input.device or not p.dtype.is_floating_point):
+                or p.device != input.device):  # any dtype: torch promotes (its reference serves what kernels don't)
             raise ValueError
     if eps is None:
         if not eps_may_be_none:
@@ -68,8 +69,8 @@ def _parse_rms_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor 
         F.rms_norm(input, normalized_shape, weight, eps)  # raises torch's exception for these arguments
         raise TypeError(f"rms_norm(): unsupported arguments: input={_describe(input)}, "
                         f"normalized_shape={normalized_shape!r}, weight={_describe(weight)}, eps={eps!r}; "
-                        "dispatch serves strided floating tensors, weight of normalized_shape on "
-                        "input's device") from None
+                        "dispatch serves strided floating or complex tensors, weight of normalized_shape "
+                        "on input's device") from None
 
 
 def _parse_layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
@@ -80,8 +81,8 @@ def _parse_layer_norm(input: torch.Tensor, normalized_shape, weight: torch.Tenso
         F.layer_norm(input, normalized_shape, weight, bias, eps)  # raises torch's exception for these arguments
         raise TypeError(f"layer_norm(): unsupported arguments: input={_describe(input)}, "
                         f"normalized_shape={normalized_shape!r}, weight={_describe(weight)}, "
-                        f"bias={_describe(bias)}, eps={eps!r}; dispatch serves strided floating tensors, "
-                        "weight and bias of normalized_shape on input's device") from None
+                        f"bias={_describe(bias)}, eps={eps!r}; dispatch serves strided floating or complex "
+                        "tensors, weight and bias of normalized_shape on input's device") from None
 
 
 def _describe(t) -> str:
@@ -110,8 +111,8 @@ def norm_rows(spec: CallSpec) -> int:
 
 def _compute_epsilon(dtype: torch.dtype) -> float:
     """rms_norm's ``eps=None``, as torch reads it: the machine epsilon of the type it computes in
-    (float32 for float32/float16/bfloat16 input, float64 for float64)."""
-    return torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
+    (float32 for float32/float16/bfloat16/complex64 input, float64 for float64/complex128)."""
+    return torch.finfo(torch.float64 if dtype in (torch.float64, torch.complex128) else torch.float32).eps
 
 
 def norm_eps(spec: CallSpec) -> float:

@@ -226,3 +226,25 @@ def test_eps_as_numpy_scalars_and_0d_tensors_like_torch():
             F.layer_norm(x, [16], eps=bad)
         with pytest.raises(TypeError):
             dispatch.layer_norm(x, [16], eps=bad)
+
+
+def test_what_torch_serves_beyond_floating_weights_is_served_by_torch():
+    # rms_norm promotes an integer or bool weight and takes complex input; layer_norm refuses
+    # them: dispatch does exactly what torch does (its reference serves what no kernel does)
+    x = _t((3, 16), torch.float32, scale=1e-5)
+    calls = [lambda m: m.rms_norm(x, [16], torch.arange(16)),
+             lambda m: m.rms_norm(x, [16], torch.ones(16, dtype=torch.bool)),
+             lambda m: m.rms_norm(torch.complex(x, -x), [16]),
+             lambda m: m.rms_norm(torch.complex(x, x).to(torch.complex128), [16]),
+             lambda m: m.layer_norm(x, [16], torch.arange(16)),
+             lambda m: m.layer_norm(torch.complex(x, x), [16])]
+    for call in calls:
+        try:
+            want = call(F)
+        except Exception as exc:  # noqa: BLE001 - torch's exception, whichever it is
+            with pytest.raises(type(exc)):
+                call(dispatch)
+            continue
+        got = call(dispatch)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
