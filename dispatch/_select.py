@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from attrs import field, frozen
 
 from . import _opdecl
-from ._keys import decision_key, shape_bucket, tune_key
+from ._keys import decision_key, shape_bucket
 from ._plugins import Backend, Registry, forced_fault
 from ._settings import Scope, Settings
 from ._spec import CallSpec, Verdict
@@ -161,8 +161,8 @@ class Selector(Tuner):
         if cached is not None and (not may_race or decision_trusted(cached)):
             by_name = {b.name: b for b in servers}
             backend = by_name.get(cached.get("backend"))
-            if backend is not None:
-                config = Config.of(cached.get("config") or {})
+            config = Config.of(cached.get("config") or {})
+            if backend is not None and self.usable(backend, spec, config, "cached decision"):
                 timings = cached.get("timings") or {}
                 candidates = [Candidate(c.name, c.verdict, timings.get(c.name)) for c in candidates]
                 return Decision(spec, backend.name, config, f"cached decision ({cached.get('reason', '')})",
@@ -203,9 +203,13 @@ class Selector(Tuner):
     def _shipped(self, spec, dkey, servers, candidates, bucket) -> Decision | None:
         """The shipped table's decision for ``dkey`` if its backend serves this call, else None."""
         found = self.tables.lookup(dkey) if self.tables is not None else None
-        if found is None or found.value["backend"] not in {b.name for b in servers}:
+        by_name = {b.name: b for b in servers}
+        if found is None or found.value["backend"] not in by_name:
             return None
         value = found.value
+        if not self.usable(by_name[value["backend"]], spec, Config.of(value.get("config") or {}),
+                            f"shipped decision ({found.file})"):
+            return None
         timings = value.get("timings") or {}
         candidates = [Candidate(c.name, c.verdict, timings.get(c.name)) for c in candidates]
         reason = f"shipped decision ({found.file}: {value.get('reason', '')})"
@@ -240,8 +244,7 @@ class Selector(Tuner):
         if space is None:
             return EMPTY, "no tune space", None
         self.pruned[backend.name] = space.pruned
-        key = tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions), self.settings.timing)
-        cached = self._cached_tune(key)
+        cached = self._cached_tune(backend, spec, space)
         if cached is not None:
             return cached.config, "tune cache", cached
         if self.settings.autotune and len(space.configs) > 1:

@@ -14,6 +14,7 @@ import functools
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -26,15 +27,16 @@ from ._plugins import Backend, Registry
 from ._settings import Settings
 from ._spec import CallSpec
 from .autotune import compiling
-from .autotune.cache import DecisionCache
+from .autotune.cache import CacheWarning, DecisionCache
 from .autotune.compiling import CompileReport
-from .autotune.space import EMPTY, Config, TuneResult, TuneSettings, TuneSpace
+from .autotune.space import EMPTY, Config, TuneResult, TuneSettings, TuneSpace, config_fits
 from .autotune.sweep import sweep
 from .errors import TuneError
 from .reference import check_output, example_inputs, expected_output, input_safety, tolerance_of
 
 _log = logging.getLogger("dispatch.tune")
-_ASK = object()  # tune(): compile the candidates ahead unless the caller already did
+_ASK = object()  # tune(): compile the candidates ahead unless the caller already did; usable(): ask the space
+_STALE: set = set()  # (entry, backend, spec, config) of stored configs outside their tune space (warned once)
 WARM_FRACTION = 0.25  # calls moving less than this share of the device's L2 are timed without a flush
 
 
@@ -80,14 +82,41 @@ class Tuner:
             return None
         return lambda config: self.progress(f"{name} [{config}]")
 
-    def _cached_tune(self, key: dict[str, str]) -> TuneResult | None:
-        value = self.cache.get(key)
+    def _tune_key(self, backend: Backend, spec: CallSpec) -> dict[str, str]:
+        return tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions), self.settings.timing)
+
+    def _cached_tune(self, backend: Backend, spec: CallSpec, space: object = _ASK) -> TuneResult | None:
+        """``backend``'s cached tune result for ``spec``, or None: none, malformed (the next tune
+        rewrites it) or holding a config outside the backend's tune space (:meth:`usable`)."""
+        value = self.cache.get(self._tune_key(backend, spec))
         if value is None:
             return None
         try:
-            return TuneResult.from_json(value)
+            result = TuneResult.from_json(value)
         except (KeyError, TypeError, ValueError):
-            return None  # a malformed entry is ignored; the next tune rewrites it
+            return None
+        return result if self.usable(backend, spec, result.config, "tune cache entry", space) else None
+
+    def usable(self, backend: Backend, spec: CallSpec, config: Config, what: str, space: object = _ASK) -> bool:
+        """Whether a stored ``config`` (a cache entry's, a shipped table's) is one of ``backend``'s
+        tune space for ``spec`` now. One that is not (its kernels changed since, or the entry was
+        edited) is not used: a CacheWarning says so, once per entry kind, backend, call and config
+        in this process, and the call goes on as if there were no entry (tuned again with tuning
+        on, else the default config)."""
+        if space is _ASK:
+            try:
+                space = backend.tune_space(spec.op, spec)
+            except Exception:  # noqa: BLE001 - the hook's fault is met, and reported, where its space is used
+                return False
+        if config_fits(config, space):
+            return True
+        note = (what, backend.name, spec, config)
+        if note not in _STALE:
+            _STALE.add(note)
+            warnings.warn(f"the {what} for {backend.name} on {spec.describe()} holds config {config.as_dict()}, "
+                          f"which is not in {backend.name}'s tune space now (its kernels changed since, or the "
+                          "entry was edited): not used", CacheWarning, stacklevel=5)
+        return False
 
     def _event(self, event: str) -> None:
         if self.progress is not None:
@@ -159,8 +188,7 @@ class Tuner:
                          ) -> tuple[list[Backend], dict[str, CompileReport | None]]:
         """The servers a race must tune (no cached tune, or ``fresh``) and their compile reports,
         all compiled at once (:meth:`_precompile_all`): pass each report to :meth:`tune`."""
-        untuned = [b for b in servers if fresh or self._cached_tune(
-            tune_key(spec, b.name, b.info.version, dict(b.info.versions), self.settings.timing)) is None]
+        untuned = [b for b in servers if fresh or self._cached_tune(b, spec) is None]
         if untuned:
             self._line(f"racing {', '.join(b.name for b in servers)} for {spec.describe()}: tuning "
                        f"{', '.join(b.name for b in untuned)} (every compile first, then the timing)")
@@ -181,8 +209,8 @@ class Tuner:
         failures. The result says how long each step took (``compile_s``, ``timing_s``)."""
         if settings is None:
             settings = TuneSettings(host_bound=self.settings.timing == "wall", flush_l2=flushes_l2(spec))
-        key = tune_key(spec, backend.name, backend.info.version, dict(backend.info.versions), self.settings.timing)
-        cached = None if fresh else self._cached_tune(key)
+        key = self._tune_key(backend, spec)
+        cached = None if fresh else self._cached_tune(backend, spec)
         if cached is not None:
             return cached
         what = f"{backend.name} for {spec.describe()}"

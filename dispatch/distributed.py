@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from attrs import frozen
 
-from ._keys import spec_key, tune_key
+from ._keys import spec_key
 from ._plugins import Backend
 from ._select import Candidate, Decision, Selector
 from ._settings import Scope, Settings, current_scope
@@ -222,9 +222,7 @@ class _Agreement:
         space = backend.tune_space(self.spec.op, self.spec)
         if space is None:
             return EMPTY
-        key = tune_key(self.spec, backend.name, backend.info.version, dict(backend.info.versions),
-                       self.selector.settings.timing)
-        tuned = self.selector._cached_tune(key)
+        tuned = self.selector._cached_tune(backend, self.spec, space)
         return tuned.config if tuned is not None else space.default
 
     def _race(self, common: list[str]) -> dict[str, Any]:

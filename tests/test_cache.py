@@ -418,3 +418,23 @@ def test_a_noisy_cached_decision_is_still_used_when_tuning_is_off(fake_timer):
     _again(cache)
     d = dispatch.explain("softmax", x).decision
     assert d.cached and d.backend == "chunked" and fake_timer["calls"] == 4
+
+
+@pytest.mark.parametrize("config", [{"chunk": 3}, {"nonsense": 1}, {"chunk": 8, "path": "gone"}],
+                         ids=["value-outside", "unknown-key", "extra-key"])
+@pytest.mark.parametrize("entry", ["tune", "decision"])
+def test_a_stored_config_outside_the_tune_space_is_not_used(entry, config):
+    # a config the backend no longer has (its kernels changed, or the file was edited) is never
+    # handed to its kernel: a CacheWarning names it, and the call is served as if there were no entry
+    x, cache, files = _race_once()
+    if entry == "tune":
+        files["decision:"].unlink()
+        _rewrite_value(files["tune:chunked"], {"config": config, "latency_us": 1.0})
+    else:
+        _rewrite_value(files["decision:"], {"backend": "chunked", "config": config})
+    _again(cache)
+    with pytest.warns(CacheWarning, match="not in chunked's tune space now"):
+        torch.testing.assert_close(dispatch.softmax(x, backend="chunked"), torch.softmax(x, -1))
+        torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+    used = dispatch.explain("softmax", x, backend="chunked").decision.config.as_dict()
+    assert used.get("chunk") in (8, 64, 1024) and set(used) == {"chunk"}

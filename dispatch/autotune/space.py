@@ -174,3 +174,13 @@ class TuneSettings:
     early_stop: float = field(default=1.5, validator=ge(0.0))
     probe_rep: int = field(default=10, validator=ge(1))
     stop_above_us: float | None = None
+
+
+def config_fits(config: Config, space: TuneSpace | None) -> bool:
+    """Whether a stored ``config`` (a cache entry's, a shipped table's) is one ``space`` allows: all
+    of its keys at the values of one config of the space (a native tuner's winner may name only
+    the tunables and build keys). Without a space, only the empty config fits."""
+    wanted = config.as_dict()
+    if space is None:
+        return not wanted
+    return any(all(k in c.as_dict() and c.as_dict()[k] == v for k, v in wanted.items()) for c in space.configs)
