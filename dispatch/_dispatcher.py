@@ -18,7 +18,7 @@ import attrs
 import torch
 
 from . import _opdecl, _plugins, _settings
-from ._autograd import backward_for, differentiable
+from ._autograd import backward_for, differentiable, own_backward, reference_backward
 from ._keys import spec_key
 from ._opfunc import OpFunction
 from ._select import Decision, Selector
@@ -172,8 +172,9 @@ class Dispatcher:
                 fn = self._build(decision, key, plain)
             except KeyboardInterrupt:
                 raise
-            except BaseException as exc:  # dispatch_kernel raised (or exited): a fault of that backend
-                self._fault(decision, _plugins.raised_in("dispatch_kernel", exc), exc)
+            except BaseException as exc:  # dispatch_kernel or dispatch_backward raised (or exited)
+                fault = _plugins.registry().backends[decision.backend].fault_of(exc)
+                self._fault(decision, _plugins.raised_in(fault.hook if fault else "dispatch_kernel", exc), exc)
                 continue
             out = self._validate(decision, fn, tensors)
             if out is not None:
@@ -205,8 +206,39 @@ class Dispatcher:
         if backend.info.reference:
             return kernel  # torch's own ops: autograd and errors are torch's
         if spec.requires_grad:
-            kernel = differentiable(kernel, backward_for(backend, spec))
+            own = own_backward(backend, spec)
+            backward = reference_backward(spec) if own is None else self._guarded_backward(own, decision, key)
+            kernel = differentiable(kernel, backward)
         return self._guarded(kernel, decision, key, plain)
+
+    def _guarded_backward(self, own: Callable, decision: Decision, key) -> Callable:
+        """A backend's own backward kernel, guarded as its forward is: one that raises, or returns
+        gradients that are not tensors of its inputs' shapes and devices, is a fault of the backend
+        (quarantined for the key, a FaultWarning; forced or strict: a BackendFaultError), and that
+        step's gradients come from the op's reference backward."""
+        spec = decision.spec
+        n = len(spec.tensors)
+
+        def backward(grad, *saved):  # saved: the inputs (None where absent), the output, the forward's buffers
+            error = None
+            try:
+                grads = own(grad, *saved)
+                why = _gradients_problem(grads, saved[:n])
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # SystemExit included: a backward kernel can't end the process
+                why, error = f"its backward kernel raised {type(exc).__name__}: {exc}", exc
+            if why is None:
+                return grads
+            self._fault(decision, why, error)
+            if key is not None:  # the next call resolves again, without this backend
+                self.tables.get(spec.op, {}).pop(key, None)
+                self.decisions.get(spec.op, {}).pop(key, None)
+            return reference_backward(spec)(grad, *saved[:n + 1])
+
+        if hasattr(own, "saves"):  # the buffers its forward fills for it (hookspec)
+            backward.saves = own.saves
+        return backward
 
     def _guarded(self, kernel, decision: Decision, key, plain: bool = False):
         """``kernel`` with two things added per call: a kernel that raises is quarantined for the
@@ -320,6 +352,26 @@ class Dispatcher:
 
 
 _RUN_AGAIN = object()
+
+
+def _gradients_problem(grads, tensors: tuple) -> str | None:
+    """Why ``grads`` (a backward kernel's answer: a tensor, or one entry per input) are not
+    gradients of ``tensors``, or None."""
+    if isinstance(grads, torch.Tensor) or grads is None:
+        grads = (grads,)
+    if not isinstance(grads, (tuple, list)):
+        return f"its backward kernel returned {type(grads).__name__}, not gradients"
+    if len(grads) > len(tensors):
+        return f"its backward kernel returned {len(grads)} gradients for {len(tensors)} inputs"
+    for g, t in zip(grads, tensors):
+        if g is None:
+            continue
+        if not isinstance(g, torch.Tensor):
+            return f"its backward kernel returned a {type(g).__name__} as a gradient"
+        if t is None or g.shape != t.shape or g.device != t.device:
+            want = "no gradient (the input is absent)" if t is None else f"{tuple(t.shape)} on {t.device}"
+            return f"its backward kernel returned a gradient of {tuple(g.shape)} on {g.device} for {want}"
+    return None
 
 
 def _tracing() -> bool:

@@ -156,7 +156,10 @@ class Backend:
         return result
 
     def backward(self, op: str, spec: CallSpec) -> Callable | None:
-        return self._call("dispatch_backward", op=op, spec=spec)
+        fn = self._call("dispatch_backward", op=op, spec=spec)
+        if fn is not None and not callable(fn):
+            raise self._malformed("dispatch_backward", fn, f"a callable backward kernel for {op}, or None")
+        return fn
 
 
 def _declared_ops(hooks: Mapping[str, Callable[..., Any]], plugin_name: str, origin: str) -> tuple:

@@ -144,8 +144,59 @@ def test_a_kernel_or_backward_that_exits_cannot_end_the_process():
     dispatch.register(plugin)
     x = torch.randn(4, 16, requires_grad=True)
     y = dispatch.softmax(x, -1, backend="quitter")
-    with pytest.raises(dispatch.PluginError, match="SystemExit"):
+    with pytest.raises(dispatch.BackendFaultError, match="quitter.*backward kernel raised SystemExit"):
         y.sum().backward()
+
+
+def _with_backward(backward_hook, name="bwd"):
+    """The chunked test backend (right forward, priority above torch's) with ``backward_hook`` as
+    its dispatch_backward."""
+    plugin = chunked_backend.make(name, priority=500)
+    plugin.dispatch_backward = dispatch.hookimpl(backward_hook)
+    dispatch.register(plugin)
+    return plugin
+
+
+def _raising(op, spec):
+    def backward(grad, x, y):
+        return 1 / 0
+    return backward
+
+
+def _wrong_shape(op, spec):
+    def backward(grad, x, y):
+        return grad[:, :3]
+    return backward
+
+
+def _too_many(op, spec):
+    def backward(grad, x, y):
+        return grad, grad
+    return backward
+
+
+@pytest.mark.parametrize("hook", [_raising, _wrong_shape, _too_many], ids=["raises", "wrong-shape", "too-many"])
+def test_a_broken_backward_kernel_is_a_fault_and_the_step_gets_the_references_gradients(hook):
+    _with_backward(hook)
+    x = torch.randn(4, 16, requires_grad=True)
+    y = dispatch.softmax(x, -1)
+    assert dispatch.explain("softmax", x, -1).decision.backend == "bwd"
+    proj = torch.randn(4, 16)
+    with pytest.warns(dispatch.FaultWarning, match="'bwd'.*backward kernel"):
+        (grad,) = torch.autograd.grad((y * proj).sum(), x)
+    torch.testing.assert_close(grad, torch.autograd.grad((torch.softmax(x, -1) * proj).sum(), x)[0])
+    # quarantined for the key: the next step is served by another backend, whose backward works
+    y = dispatch.softmax(x, -1)
+    assert dispatch.explain("softmax", x, -1).decision.backend != "bwd"
+    torch.testing.assert_close(torch.autograd.grad((y * proj).sum(), x)[0], grad)
+
+
+def test_a_backward_hook_that_answers_no_callable_is_named_as_its_fault():
+    _with_backward(lambda op, spec: 5)
+    x = torch.randn(4, 16, requires_grad=True)
+    with pytest.warns(dispatch.FaultWarning, match="dispatch_backward"):
+        y = dispatch.softmax(x, -1)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the Triton interpreter runs on CPU-only machines")
