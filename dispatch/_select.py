@@ -26,7 +26,8 @@ from .autotune.space import EMPTY, Config, Timing, TuneResult
 from .autotune.sweep import pick_backend, race_verdict
 from .autotune.tables import ShippedTables, shipped_tables
 from .autotune.timer import interleaved_wall
-from .errors import BackendRefusedError, NoBackendError, TuneError, UnknownBackendError
+from .errors import (BackendFaultError, BackendRefusedError, FaultWarning, NoBackendError, TuneError,
+                     UnknownBackendError)
 
 
 @frozen
@@ -179,8 +180,14 @@ class Selector(Tuner):
         for backend in servers:
             try:
                 config, source, tune = self.config_for(backend, spec)
-            except Exception as exc:  # a hook that raised, or a failed tune: the next server serves
+            except Exception as exc:  # a hook that raised, or a failed tune: the next server serves (said so)
                 notes[backend.name] = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                message = (f"backend {backend.name!r} could not give a config for {spec.describe()} "
+                           f"({notes[backend.name]})")
+                if self.settings.strict:
+                    raise BackendFaultError(message + "; strict mode forbids falling back",
+                                            backend=backend.name, op=spec.op) from exc
+                warnings.warn(message + "; the next backend serves it", FaultWarning, stacklevel=5)
                 continue
             if len(servers) == 1:
                 why = "the only backend that serves this call"

@@ -212,3 +212,19 @@ def test_a_negated_view_gets_the_right_sign_on_every_call_of_a_raw_memory_kernel
     for _ in range(3):  # the first call of a key is checked on a copy; the later ones are not
         torch.testing.assert_close(dispatch.softmax(x, -1, backend="triton"), torch.softmax(-y, -1))
     assert x.is_neg() and torch.equal(torch._neg_view(x), y)  # the user's view is untouched
+
+
+def test_a_tune_space_hook_that_raises_is_said_and_strict_mode_refuses_the_fallback():
+    plugin = chunked_backend.make("spaceless", priority=500)
+
+    def dispatch_tune_space(op, spec):
+        raise ZeroDivisionError("no space")
+
+    plugin.dispatch_tune_space = dispatch.hookimpl(dispatch_tune_space)
+    dispatch.register(plugin)
+    x = torch.randn(4, 16)
+    with pytest.warns(dispatch.FaultWarning, match="'spaceless'.*ZeroDivisionError"):
+        torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))
+    dispatch.configure(strict=True)
+    with pytest.raises(dispatch.BackendFaultError, match="'spaceless'.*strict"):
+        dispatch.softmax(torch.randn(5, 16), -1)
