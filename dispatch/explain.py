@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from . import _plugins, _settings
+from . import _opdecl, _plugins, _settings
 from ._autograd import own_backward
 from ._dispatcher import DISPATCHER
 from ._select import Decision
@@ -92,5 +92,6 @@ def _backward(decision: Decision) -> str | None:
         return f"unknown: {decision.backend}'s dispatch_backward raised {type(exc).__name__}: {exc}"
     if own is not None:
         return f"{decision.backend}'s own backward kernel"
-    return (f"the op's reference backward ({decision.backend} ships no backward kernel for this call; "
-            "autograd runs through torch's ops)")
+    how = ("the op's declared backward" if _opdecl.get(spec.op).backward is not None
+           else "autograd runs through torch's ops")
+    return f"the op's reference backward ({decision.backend} ships no backward kernel for this call; {how})"

@@ -416,3 +416,25 @@ def test_torchs_own_low_precision_rounding_is_the_floor_not_a_failure():
         assert result.status == "pass", result.reason
         assert "no further from the exact result than torch's own" in result.reason or not result.reason
     assert run.ok
+
+
+def test_norm_results_count_their_rows_and_bytes_from_normalized_shape():
+    # the input (8x4x64 fp32) read once, weight and bias (4x64) read once, the output written once
+    want = (2 * 8 * 4 * 64 + 2 * 4 * 64) * 4
+    assert bytes_moved("layer_norm", (8, 4, 64), torch.float32, normalized_shape=[4, 64]) == want
+    assert bytes_moved("rms_norm", (8, 64), torch.float32, weight=False) == 2 * 8 * 64 * 4
+    run = compare("layer_norm", shapes=[(8, 4, 64)], backends="torch", warmup=1, rep=2, device="cpu",
+                  options={"normalized_shape": [4, 64]})
+    (r,) = run.results
+    assert (r.rows, r.row_length, r.bytes_moved) == (8, 256, want)
+    assert BackendResult.from_row(r.as_row()).row_length == 256
+
+
+def test_arguments_no_compared_op_takes_are_an_error_not_ignored(capsys):
+    with pytest.raises(ValueError, match="'epz' is an argument of none of rms_norm"):
+        compare("rms_norm", shapes=[(4, 16)], backends="torch", warmup=1, rep=1, device="cpu", options={"epz": 5})
+    assert main(["ab", "rms_norm", "--shape", "4x16", "--arg", "epz=5", "--device", "cpu", "-q"]) == 2
+    assert main(["ab", "rms_norm", "--shape", "4x16", "--dim", "0", "--device", "cpu", "-q"]) == 2
+    assert main(["ab", "rms_norm", "--shape", "4x16", "--threads", "0", "--device", "cpu", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "epz" in err and "--dim 0: none of rms_norm takes a dim" in err and "--threads must be >= 1" in err

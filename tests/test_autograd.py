@@ -88,3 +88,10 @@ def test_a_backward_gets_the_buffers_its_forward_filled():
     with torch.no_grad():
         y = dispatch.softmax(x, -1, backend="saver")
     torch.testing.assert_close(y, torch.softmax(x.detach(), -1))
+
+
+def test_explain_names_the_declared_backward_a_backend_without_its_own_gets():
+    dispatch.register(chunked_backend.make("nobwd", priority=500))
+    x = torch.randn(4, 16, requires_grad=True)
+    said = dispatch.explain("softmax", x, -1, backend="nobwd").backward
+    assert "ships no backward kernel" in said and "the op's declared backward" in said

@@ -59,15 +59,21 @@ def _opt_float(value: Any) -> float | None:
 
 
 def bytes_moved(op: str, shape: tuple[int, ...], dtype: torch.dtype, dim: int = -1,
-                out_dtype: torch.dtype | None = None, keepdim: bool = False) -> int:
+                out_dtype: torch.dtype | None = None, keepdim: bool = False, **options: Any) -> int:
     """Bytes an ideal kernel moves for ``op`` on an input of ``shape`` (the op's declared rule; for
-    the built-in ops the input read once and the output written once)."""
+    the built-in ops the input read once and the output written once, a norm's weight and bias
+    read once too). ``dim``, ``out_dtype`` and ``keepdim`` count for the ops that take them;
+    ``options`` are the op's other arguments as an A/B case takes them (``normalized_shape=``,
+    ``weight=False``...)."""
     from .. import _opdecl
 
+    from ._run import make_call
+
     decl = _opdecl.get(op)
-    x = torch.empty(shape, dtype=dtype, device="meta")
-    kwargs = {"keepdim": keepdim} if "keepdim" in decl.attribute_names else {"dtype": out_dtype}
-    return decl.bytes_moved(decl.spec(decl.bind(x, dim, **kwargs), grad_enabled=False))
+    given = {"dim": dim, "dtype": out_dtype, "keepdim": keepdim}
+    options = {**{k: v for k, v in given.items() if k in decl.attribute_names}, **options}
+    args, kwargs = make_call(op, tuple(shape), dtype, torch.device("meta"), 0, **options)
+    return decl.bytes_moved(decl.spec(decl.bind(*args, **kwargs), grad_enabled=False))
 
 
 def gbps(nbytes: int, median_us: float | None) -> float | None:
@@ -136,21 +142,16 @@ class BackendResult:
     def measured(self) -> bool:
         return self.median_us is not None
 
-    @property
-    def rows(self) -> int:
-        """Independent reductions (M): everything but the reduced dim."""
-        if not self.shape:
-            return 1
-        n = 1
-        for i, s in enumerate(self.shape):
-            if i != self.dim % len(self.shape):
-                n *= s
-        return n
+    row_length: int = field(default=Factory(lambda self: self.shape[self.dim] if self.shape else 1, takes_self=True),
+                            converter=int)  # N: what one result row reduces over (the op's row_size; else dim's size)
 
     @property
-    def row_length(self) -> int:
-        """Length of the reduction (N)."""
-        return self.shape[self.dim] if self.shape else 1
+    def rows(self) -> int:
+        """Independent reductions (M): the elements over ``row_length``."""
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n // self.row_length if self.row_length else n
 
     @property
     def case(self) -> tuple[str, tuple[int, ...], torch.dtype]:

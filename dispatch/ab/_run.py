@@ -73,6 +73,11 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     settings = TuneSettings(warmup=warmup, rep=rep, flush_l2=flush_l2)
     names = _backend_names(backends, baseline)
     cases = [(o, s, d) for o in op_names for s in shapes for d in dtypes]
+    taken = set().union(*(sample_options(_opdecl.get(name)) for name in op_names))
+    unknown = sorted(set(options or {}) - taken)
+    if unknown:
+        raise ValueError(f"options: {unknown[0]!r} is an argument of none of {', '.join(op_names)}; "
+                         f"they take {', '.join(sorted(taken)) or 'none'}")
     options = {**(options or {}), "dim": dim}
     if progress is True:
         from ._progress import rich_progress
@@ -355,9 +360,10 @@ def _finish(runs: list[_Run], inputs, dim: int, copy: CopyBandwidth, baseline: s
         median = f.get("median_us")
         rate = gbps(nbytes, median)
         base = base_us.get((run.op, run.shape, run.dtype))
+        extra = {} if case.decl.row_size is None else {"row_length": case.decl.row_size(case.spec)}
         results.append(BackendResult(
             op=run.op, shape=run.shape, dtype=run.dtype, backend=run.backend, dim=dim, out_dtype=out_dtype,
-            bytes_moved=nbytes, gbps=rate,
+            bytes_moved=nbytes, gbps=rate, **extra,
             pct_of_copy=None if rate is None or not copy.gbps else 100.0 * rate / copy.gbps,
             speedup=base / median if base and median else None, **f))
     return results

@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
                    help="float32 (default), float16, bfloat16, float64 (repeat for several)")
     p.add_argument("--backends", default=None, help="comma-separated names (default: every loaded backend)")
     p.add_argument("--baseline", default="torch", help="what speedup is relative to (default torch; 'none')")
-    p.add_argument("--dim", type=int, default=-1, help="the reduced dim (default -1)")
+    p.add_argument("--dim", type=int, default=None, help="the reduced dim, for ops that take one (default -1)")
     p.add_argument("--arg", type=parse_arg, action="append", metavar="NAME=VALUE",
                    help="another argument of the op(s), e.g. --arg keepdim=True (repeat for several)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto (default)")
@@ -53,9 +53,18 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if args.warmup < 1 or args.rep < 1:
         raise ValueError(f"--warmup and --rep must be >= 1 (got {args.warmup}, {args.rep})")
     if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1 (got {args.threads}); leave it out for torch's default")
         torch.set_num_threads(args.threads)
+    if args.dim is not None:
+        from .. import _opdecl, _plugins
+
+        _plugins.registry()  # plugins may declare the ops
+        if not any("dim" in _opdecl.get(op).attribute_names for op in args.ops):
+            raise ValueError(f"--dim {args.dim}: none of {', '.join(args.ops)} takes a dim")
     run = compare(args.ops, shapes=args.shape, dtypes=args.dtype or [torch.float32], backends=args.backends,
-                  baseline=None if args.baseline.lower() == "none" else args.baseline, dim=args.dim,
+                  baseline=None if args.baseline.lower() == "none" else args.baseline,
+                  dim=-1 if args.dim is None else args.dim,
                   options=dict(args.arg or ()),
                   device=args.device, tune=args.tune, warmup=args.warmup, rep=args.rep,
                   flush_l2=not args.no_flush, progress=not args.quiet)
