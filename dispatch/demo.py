@@ -31,19 +31,25 @@ def tour(console) -> None:
     """Call each op on a few CPU tensors and say which backend served each call, and why."""
     import dispatch
 
-    calls = {"softmax": dispatch.softmax, "log_softmax": dispatch.log_softmax, "logsumexp": dispatch.logsumexp}
-    for op, fn in calls.items():
-        for x, dim in _tour_inputs():
-            fn(x, dim)
-            decision = dispatch.explain(op, x, dim).decision
-            call = f"{'x'.join(map(str, x.shape))} {dtype_name(x.dtype)} dim={dim}"
-            config = f" [{decision.config}]" if decision.config else ""
-            console.print(f"  {op:<11} {call:<24} -> {decision.backend}{config}: {decision.reason}",
-                          highlight=False, markup=False)
-            for c in decision.candidates:
-                if not c.verdict.ok:
-                    console.print(f"  {'':<11} {'':<24}    not {c.name}: {c.verdict.reason}", style="dim",
-                                  highlight=False, markup=False)
+    calls = []
+    for op in ("softmax", "log_softmax", "logsumexp"):
+        calls += [(op, (x, dim), f"dim={dim}") for x, dim in _tour_inputs()]
+    for x, _ in _tour_inputs()[:2]:  # the norms over the last dim, with a weight (and layer_norm's bias)
+        n = x.shape[-1]
+        w, b = torch.ones(n, dtype=x.dtype), torch.zeros(n, dtype=x.dtype)
+        calls += [("rms_norm", (x, [n], w), "weight"), ("layer_norm", (x, [n], w, b), "weight+bias")]
+    for op, args, what in calls:
+        x = args[0]
+        getattr(dispatch, op)(*args)
+        decision = dispatch.explain(op, *args).decision
+        call = f"{'x'.join(map(str, x.shape))} {dtype_name(x.dtype)} {what}"
+        config = f" [{decision.config}]" if decision.config else ""
+        console.print(f"  {op:<11} {call:<28} -> {decision.backend}{config}: {decision.reason}",
+                      highlight=False, markup=False)
+        for c in decision.candidates:
+            if not c.verdict.ok:
+                console.print(f"  {'':<11} {'':<28}    not {c.name}: {c.verdict.reason}", style="dim",
+                              highlight=False, markup=False)
 
 
 def run_demo(out: Path | str = "dispatch-demo", warmup: int = DEMO_WARMUP, rep: int = DEMO_REP,

@@ -248,6 +248,8 @@ def test_demo_runs_end_to_end(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "-> torch" in proc.stdout and "A/B took" in proc.stdout
+    for op in ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm"):  # the tour calls each op
+        assert f"  {op} " in proc.stdout, op
     for name in ("ab.json", "ab.csv", "ab.md", "ab.png"):
         assert (tmp_path / "demo" / name).stat().st_size > 0
     run = load(tmp_path / "demo" / "ab.json")
