@@ -49,10 +49,16 @@ class Case:
     autograd through the reference.
     """
 
-    op: str = field(validator=in_(("softmax", "log_softmax", "logsumexp")))
+    op: str = field()
     dtype: torch.dtype = field(validator=instance_of(torch.dtype))
     shape: tuple[int, ...] = field(converter=tuple)
     dim: int | tuple[int, ...] = field(default=-1, converter=_dim)
+
+    @op.validator
+    def _softmax_family(self, attribute, value):
+        if value not in ("softmax", "log_softmax", "logsumexp"):
+            raise ValueError(f"Case(op={value!r}): Case covers softmax, log_softmax and logsumexp; for {value!r} use "
+                             "dispatch_pytest.cases.OpCase(op, dtype, shape, options, grad)")
     layout: str = field(default="contiguous", validator=in_(LAYOUTS))
     values: str = field(default="random", validator=in_(VALUES))
     out_dtype: torch.dtype | None = field(default=None, validator=optional(instance_of(torch.dtype)))
