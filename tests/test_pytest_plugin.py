@@ -64,12 +64,14 @@ def naive_backend(name: str = "naive", fault: str | None = None) -> types.Simple
     return plugin
 
 
-# pytester's in-process runs drop the modules a run imported, and a DSL with a native FFI
-# (TileLang's) cannot be imported twice in one process: import it once, before any run.
-try:
-    importlib.import_module("tilelang")
-except ImportError:
-    pass
+# pytester's in-process runs drop the modules a run imported, and a DSL with a native extension
+# (TileLang's FFI, Triton's nanobind enums: "refusing to add duplicate key", then abort) cannot be
+# imported twice in one process: import each once, before any run (conftest set TRITON_INTERPRET)
+for _dsl in ("tilelang", "triton"):
+    try:
+        importlib.import_module(_dsl)
+    except ImportError:
+        pass
 
 # plain torch.allclose: pytester's in-process runs drop modules a run imported (torch.testing's
 # assert_close imports torch.distributed lazily), and importing those twice breaks torch
