@@ -35,9 +35,9 @@ def parse_dtype(text: str) -> torch.dtype:
 
 
 def _device(text: str) -> torch.device:
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(text)
+    from .ab._run import _device as checked
+
+    return checked(text)
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
@@ -105,7 +105,25 @@ def _call(args: argparse.Namespace) -> tuple[tuple, dict]:
                          f"{', '.join(sorted(sample_options(decl))) or 'none'}")
     if "dim" in decl.attribute_names:
         options.setdefault("dim", args.dim)
-    return make_call(args.op, args.shape, args.dtype, _device(args.device), **options)
+    numel = 1
+    for s in args.shape:
+        numel *= s
+    if numel * args.dtype.itemsize > _MAX_INPUT_BYTES:
+        raise ValueError(f"--shape {'x'.join(map(str, args.shape))}: its {args.dtype} input would take "
+                         f"{numel * args.dtype.itemsize / 2**30:.1f} GiB; the CLI makes inputs of up to "
+                         f"{_MAX_INPUT_BYTES // 2**30} GiB")
+    call_args, call_kwargs = make_call(args.op, args.shape, args.dtype, _device(args.device), **options)
+    try:  # arguments torch refuses are the caller's error, said in one line
+        decl.spec(decl.bind(*call_args, **call_kwargs), grad_enabled=False)
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        given = [f"--shape {'x'.join(map(str, args.shape))}"] + [f"--arg {k}={v!r}" for k, v in (args.arg or ())]
+        if "dim" in decl.attribute_names and "dim" not in dict(args.arg or ()):
+            given.append(f"--dim {args.dim}")
+        raise ValueError(f"{args.op} on {' '.join(given)}: {exc}") from None
+    return call_args, call_kwargs
+
+
+_MAX_INPUT_BYTES = 16 * 2**30  # what the CLI allocates for one input at most
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -440,3 +440,20 @@ def test_arguments_no_compared_op_takes_are_an_error_not_ignored(capsys):
     assert main(["ab", "rms_norm", "--shape", "4x16", "--threads", "0", "--device", "cpu", "-q"]) == 2
     err = capsys.readouterr().err
     assert "epz" in err and "--dim 0: none of rms_norm takes a dim" in err and "--threads must be >= 1" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
+@pytest.mark.parametrize("argv,said", [
+    (["explain", "softmax", "--shape", "4x16", "--device", "cuda"], "device 'cuda': "),
+    (["tune", "softmax", "--shape", "4x16", "--device", "cuda:1"], "device 'cuda:1': "),
+    (["ab", "softmax", "--shape", "4x16", "--device", "cuda", "-q"], "device 'cuda': "),
+    (["explain", "softmax", "--shape", "4x16", "--device", "tpu"], "device 'tpu' is not a device torch knows"),
+    (["explain", "rms_norm", "--shape", "4x16", "--arg", "normalized_shape=[17]"],
+     "rms_norm on --shape 4x16 --arg normalized_shape=[17]: Given normalized_shape=[17]"),
+    (["explain", "softmax", "--shape", "4x16", "--dim", "5"], "softmax on --shape 4x16 --dim 5: Dimension out of range"),
+    (["explain", "softmax", "--shape", "100000x100000"], "input would take 37.3 GiB"),
+], ids=["cuda", "cuda-index", "ab-cuda", "unknown-device", "normalized-shape", "dim", "huge"])
+def test_cli_user_errors_are_one_line_and_no_internal_error(argv, said, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "unexpected" not in err and len(err.strip().splitlines()) == 1, err
