@@ -450,7 +450,8 @@ def test_arguments_no_compared_op_takes_are_an_error_not_ignored(capsys):
     (["explain", "softmax", "--shape", "4x16", "--device", "tpu"], "device 'tpu' is not a device torch knows"),
     (["explain", "rms_norm", "--shape", "4x16", "--arg", "normalized_shape=[17]"],
      "rms_norm on --shape 4x16 --arg normalized_shape=[17]: Given normalized_shape=[17]"),
-    (["explain", "softmax", "--shape", "4x16", "--dim", "5"], "softmax on --shape 4x16 --dim 5: Dimension out of range"),
+    (["explain", "softmax", "--shape", "4x16", "--dim", "5"],
+     "softmax on --shape 4x16 --dim 5: Dimension out of range"),
     (["explain", "softmax", "--shape", "100000x100000"], "input would take 37.3 GiB"),
 ], ids=["cuda", "cuda-index", "ab-cuda", "unknown-device", "normalized-shape", "dim", "huge"])
 def test_cli_user_errors_are_one_line_and_no_internal_error(argv, said, capsys):
