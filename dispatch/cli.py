@@ -295,9 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_timing_arg(p, "race by this timing")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("cache", help="show, clear, export or import the decision cache")
+    p = sub.add_parser("cache", help="show, clear, export or import the decision cache",
+                       description="show: list every entry; clear: delete every entry; export FILE: write them "
+                                   "to FILE; import FILE: store the entries of FILE that fit this machine")
     p.add_argument("action", choices=("show", "clear", "export", "import"))
-    p.add_argument("file", nargs="?")
+    p.add_argument("file", nargs="?", help="the file export writes and import reads (show and clear take none)")
     p.set_defaults(func=cmd_cache)
 
     from .ab.cli import add_parser as add_ab_parser
@@ -315,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if getattr(args, "action", None) in ("export", "import") and not args.file:
         parser.error(f"cache {args.action} needs a FILE")
+    if getattr(args, "action", None) in ("show", "clear") and args.file:
+        parser.error(f"cache {args.action} takes no FILE (got {args.file!r}); it works on the whole cache")
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:

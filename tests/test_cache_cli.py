@@ -105,3 +105,12 @@ def test_cache_import_into_a_cache_that_cannot_be_written_is_one_line(tmp_path, 
     assert main(["cache", "import", str(tmp_path / "in.json")]) == 2
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("error: cannot write the dispatch cache at") and "0 entries" in line
+
+
+@pytest.mark.parametrize("action", ["clear", "show"])
+def test_cache_clear_or_show_with_a_file_is_a_usage_error_and_deletes_nothing(action, capsys):
+    cache = _entries(2)
+    with pytest.raises(SystemExit) as exited:
+        main(["cache", action, "softmax"])
+    assert exited.value.code == 2 and f"cache {action} takes no FILE (got 'softmax')" in capsys.readouterr().err
+    assert len(list(cache.entries_dir.glob("*.json"))) == 2
