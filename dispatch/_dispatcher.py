@@ -96,8 +96,8 @@ class Dispatcher:
 
     def miss(self, decl: _opdecl.OpDecl, key_fn, backend, values: dict[str, Any]) -> torch.Tensor:
         """A call whose key is not resolved yet: check its arguments (torch's errors), resolve, run."""
-        if backend is not None and not isinstance(backend, str):
-            raise TypeError(f"'backend' must be a backend name (str) or None (got {backend!r})")
+        if backend is not None and (not isinstance(backend, str) or not backend):
+            raise TypeError(f"'backend' must be a backend name (a non-empty str) or None (got {backend!r})")
         try:
             key = key_fn(**values, backend=backend)
             fn = self.tables.get(decl.name, {}).get(key)

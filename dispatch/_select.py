@@ -112,6 +112,28 @@ def allowed(name: str, settings: Settings, scope: Scope | None) -> str | None:
     return None
 
 
+_NAMED_UNKNOWN: set[str] = set()  # allow/deny names already said to be no loaded backend
+
+
+def _warn_unknown_names(registry: Registry, settings: Settings, scope: Scope | None) -> None:
+    """One warning per name in an allow or deny list (settings, env, ``use()``) that is no loaded
+    backend and none that failed to load: a typo there would otherwise filter nothing, unsaid."""
+    listed = settings.deny | (settings.allow or frozenset())
+    if scope is not None:
+        listed = listed | scope.deny | (scope.allow or frozenset())
+    unknown = listed - set(registry.backends) - _NAMED_UNKNOWN
+    if not unknown:
+        return
+    from ._plugins import load_failures
+
+    unknown -= {f.name for f in load_failures()}
+    _NAMED_UNKNOWN.update(unknown)
+    for name in sorted(unknown):
+        warnings.warn(f"{name!r} is in an allow or deny list but is no loaded backend (loaded: "
+                      f"{', '.join(sorted(registry.backends))}); a misspelt name there filters nothing",
+                      UserWarning, stacklevel=6)
+
+
 class Selector(Tuner):
     """Selection for one registry, cache and set of settings; stateless between calls."""
 
@@ -125,6 +147,7 @@ class Selector(Tuner):
     # -- verdicts --------------------------------------------------------------------------------
 
     def verdicts(self, spec: CallSpec, scope: Scope | None, excluded: dict[str, str]) -> list[tuple[Backend, Verdict]]:
+        _warn_unknown_names(self.registry, self.settings, scope)
         out = []
         for backend in static_order(list(self.registry.backends.values()), spec.device.type):
             why_not = allowed(backend.name, self.settings, scope)

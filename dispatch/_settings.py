@@ -11,7 +11,7 @@ from typing import Callable
 
 import attrs
 from attrs import field, frozen
-from attrs.validators import gt, in_, instance_of, optional
+from attrs.validators import optional
 
 POLICIES = ("measured", "static")
 #: What a race times and the cost estimate counts: a call's wall time in eager code (its host launch
@@ -35,11 +35,50 @@ def _names(value: Iterable[str] | str | None) -> frozenset[str] | None:
         return None
     if isinstance(value, str):
         value = [v for v in value.replace(" ", "").split(",") if v]
-    names = frozenset(value)
+    try:
+        names = frozenset(value)
+    except TypeError:
+        raise TypeError(f"backend names must be a str like 'torch,triton' or a list of str (got {value!r})") from None
     for name in names:
-        if not isinstance(name, str):
-            raise TypeError(f"backend names must be str (got {name!r})")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"backend names must be non-empty str (got {name!r})")
     return names
+
+
+def _allow_list(value: Iterable[str] | str | None) -> frozenset[str] | None:
+    names = _names(value)
+    if names is not None and not names:
+        raise ValueError(f"'allow' names no backend (got {value!r}), so no call could be served; "
+                         "None (or leaving it unset) allows every backend")
+    return names
+
+
+def _backend_name(instance, attribute, value) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise TypeError(f"'{attribute.name}' must be a backend name (a non-empty str) or None to choose "
+                        f"(got {value!r})")
+
+
+def _one_of(options: tuple[str, ...]):
+    def check(instance, attribute, value) -> None:
+        if value not in options:
+            raise ValueError(f"'{attribute.name}' must be one of {', '.join(map(repr, options))} (got {value!r})")
+    return check
+
+
+def _bool(instance, attribute, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"'{attribute.name}' must be True or False (got {value!r})")
+
+
+def _positive_seconds(value) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if isinstance(value, bool) or not seconds > 0:
+        raise ValueError(f"'distributed_timeout' must be a number of seconds > 0 (got {value!r})")
+    return seconds
 
 
 @frozen(cache_hash=True)
@@ -47,10 +86,10 @@ class Scope:
     """Backend constraints of one ``with dispatch.use(...)`` block (nested blocks are merged), and the
     timing its calls are raced by (None: the process-wide one)."""
 
-    backend: str | None = field(default=None, validator=optional(instance_of(str)))
-    allow: frozenset[str] | None = field(default=None, converter=_names)
+    backend: str | None = field(default=None, validator=_backend_name)
+    allow: frozenset[str] | None = field(default=None, converter=_allow_list)
     deny: frozenset[str] = field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
-    timing: str | None = field(default=None, validator=optional(in_(TIMINGS)))
+    timing: str | None = field(default=None, validator=optional(_one_of(TIMINGS)))
 
     def inside(self, outer: Scope | None) -> Scope:
         """This scope nested in ``outer``: the inner backend and timing win, allow lists intersect,
@@ -99,16 +138,16 @@ def _seconds(text: str | None, name: str) -> float | None:
 class Settings:
     """Process-wide settings. ``backend`` forces one backend; ``allow``/``deny`` filter the rest."""
 
-    backend: str | None = field(default=None, validator=optional(instance_of(str)))
-    allow: frozenset[str] | None = field(default=None, converter=_names)
+    backend: str | None = field(default=None, validator=_backend_name)
+    allow: frozenset[str] | None = field(default=None, converter=_allow_list)
     deny: frozenset[str] = field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
-    policy: str = field(default="measured", validator=in_(POLICIES))
-    autotune: bool = field(default=False, validator=instance_of(bool))
-    strict: bool = field(default=False, validator=instance_of(bool))
+    policy: str = field(default="measured", validator=_one_of(POLICIES))
+    autotune: bool = field(default=False, validator=_bool)
+    strict: bool = field(default=False, validator=_bool)
     distributed: object = field(default=True, validator=_group_or_flag)
-    distributed_timeout: float = field(default=300.0, converter=float, validator=gt(0.0))
-    shared_cache: bool = field(default=False, validator=instance_of(bool))
-    timing: str = field(default="wall", validator=in_(TIMINGS))
+    distributed_timeout: float = field(default=300.0, converter=_positive_seconds)
+    shared_cache: bool = field(default=False, validator=_bool)
+    timing: str = field(default="wall", validator=_one_of(TIMINGS))
 
     @classmethod
     def from_env(cls, environ: os._Environ | dict = os.environ) -> Settings:
@@ -120,9 +159,13 @@ class Settings:
         policy = environ.get(ENV_POLICY) or "measured"
         if policy not in POLICIES:
             raise ValueError(f"{ENV_POLICY} must be one of {', '.join(POLICIES)} (got {policy!r})")
+        allow = environ.get(ENV_ALLOW) or None
+        if allow is not None and not _names(allow):
+            raise ValueError(f"{ENV_ALLOW}={allow!r} names no backend, so no call could be served; unset it to "
+                             "allow every backend")
         return cls(
             backend=environ.get(ENV_BACKEND) or None,
-            allow=environ.get(ENV_ALLOW) or None,
+            allow=allow,
             deny=environ.get(ENV_DENY) or None,
             policy=policy,
             autotune=bool(_flag(environ.get(ENV_AUTOTUNE), ENV_AUTOTUNE)),

@@ -201,6 +201,44 @@ def test_bad_env_values_say_what_would_work(monkeypatch):
     monkeypatch.delenv("DISPATCH_POLICY")
 
 
+@pytest.mark.parametrize("where,kwargs,said", [
+    ("configure", dict(backend=3), "'backend' must be a backend name (a non-empty str) or None to choose (got 3)"),
+    ("configure", dict(backend=""), "'backend' must be a backend name"),
+    ("use", dict(backend=""), "'backend' must be a backend name"),
+    ("call", dict(backend=""), "'backend' must be a backend name"),
+    ("configure", dict(autotune="yes"), "'autotune' must be True or False (got 'yes')"),
+    ("configure", dict(policy="fast"), "'policy' must be one of 'measured', 'static' (got 'fast')"),
+    ("use", dict(timing="x"), "'timing' must be one of 'wall', 'device' (got 'x')"),
+    ("configure", dict(distributed_timeout="x"), "'distributed_timeout' must be a number of seconds > 0 (got 'x')"),
+    ("use", dict(allow=5), "a str like 'torch,triton' or a list of str (got 5)"),
+    ("configure", dict(allow=[]), "'allow' names no backend (got [])"),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 12 else None)
+def test_bad_settings_name_the_argument_the_value_and_what_would_work(where, kwargs, said):
+    x = torch.randn(2, 3)
+    with pytest.raises((TypeError, ValueError)) as caught:
+        if where == "configure":
+            dispatch.configure(**kwargs)
+        elif where == "use":
+            with dispatch.use(**kwargs):
+                pass
+        else:
+            dispatch.softmax(x, -1, **kwargs)
+    assert said in str(caught.value)
+
+
+def test_an_allow_list_of_no_names_in_the_env_is_an_error(monkeypatch):
+    monkeypatch.setenv("DISPATCH_ALLOW", ",")
+    with pytest.raises(ValueError, match="DISPATCH_ALLOW=',' names no backend"):
+        dispatch.reset()
+    monkeypatch.delenv("DISPATCH_ALLOW")
+
+
+def test_a_name_in_a_deny_list_that_no_backend_has_is_said_once():
+    dispatch.configure(deny=["tritn"])
+    with pytest.warns(UserWarning, match="'tritn' is in an allow or deny list but is no loaded backend"):
+        dispatch.softmax(torch.randn(2, 3), -1)
+
+
 def test_explain_cli_shows_candidates_and_choice():
     out = subprocess.run([sys.executable, "-m", "dispatch", "explain", "softmax", "--shape", "8x128", "--dtype",
                           "float32", "--device", "cpu"], capture_output=True, text=True, check=True).stdout
@@ -274,7 +312,7 @@ def test_device_timing_drops_the_launch_from_the_estimate_and_keys_decisions_apa
     assert explained.decision.backend == "wide" and "timing: device" in str(explained)
     spec = spec_of("softmax", x, -1)
     assert decision_key(spec, {"a": "1"}, "device") != decision_key(spec, {"a": "1"})
-    with pytest.raises(ValueError, match="'timing' must be in"):
+    with pytest.raises(ValueError, match="'timing' must be one of 'wall', 'device'"):
         dispatch.configure(timing="gpu")
 
 
@@ -300,7 +338,7 @@ def test_a_use_block_races_its_calls_by_its_own_timing_and_resolves_them_apart()
     torch.testing.assert_close(dispatch.softmax(x), want)
     with dispatch.use(timing="device"):  # resolved above under the block's key: still the device pick
         assert dispatch.explain("softmax", x).hot and dispatch.explain("softmax", x).decision.backend == "wide"
-    with pytest.raises(ValueError, match="'timing' must be in"):
+    with pytest.raises(ValueError, match="'timing' must be one of 'wall', 'device'"):
         with dispatch.use(timing="gpu"):
             pass
 
