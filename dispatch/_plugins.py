@@ -226,8 +226,10 @@ class Registry:
         with self._lock:
             plugin_name = name or getattr(plugin, "__name__", None) or repr(plugin)
             if plugin_name in self._backends or plugin_name in self._op_plugins:
-                raise PluginError(f"a backend named {plugin_name!r} is already registered "
-                                  f"({self._backends[plugin_name].plugin!r}); unregister it first")
+                what = (f"a backend named {plugin_name!r} ({self._backends[plugin_name].plugin!r})"
+                        if plugin_name in self._backends else f"an op package named {plugin_name!r}")
+                raise PluginError(f"{what} is already registered; unregister it first, or register this "
+                                  "one under another name (name=...)")
             try:
                 self._pm.register(plugin, name=plugin_name)
             except KeyboardInterrupt:

@@ -354,3 +354,16 @@ def test_the_backends_listing_shows_square_brackets_in_reasons_and_errors(monkey
     out = capsys.readouterr().out
     assert "dispatch-ops[tilelang]" in out and "[dev]" in out
     assert "entry point [odd]" in out and "needs [bold]extra[/bold]" in out
+
+
+def test_a_backend_named_like_a_registered_op_package_is_refused_with_the_reason():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parent / "op_package" / "dispatch_rowsum" / "op.py"
+    spec = importlib.util.spec_from_file_location("rowsum_op_for_clash", path)
+    op_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(op_module)
+    dispatch.register(op_module, name="rowsum_ops")
+    with pytest.raises(PluginError, match="an op package named 'rowsum_ops' is already registered"):
+        dispatch.register(chunked_backend.make("rowsum_ops"), name="rowsum_ops")
