@@ -195,8 +195,13 @@ class Selector(Tuner):
             shipped = self._shipped(spec, dkey, servers, candidates, bucket)
             if shipped is not None:
                 return shipped
-        if may_race:  # a new key, or a cached race that noise may have decided (raced once more)
-            return self._race(spec, servers, candidates, bucket, dkey, rerace=cached is not None)
+        if may_race:  # a new key, a cached race that noise may have decided (raced once more), or a
+            # cached winner that no longer serves the call (raced as a new key, and said so)
+            noisy = cached is not None and not decision_trusted(cached)
+            gone = None if cached is None or noisy else (
+                f"raced again: the cached winner {cached.get('backend')!r} with config {cached.get('config') or {}} "
+                "does not serve this call now")
+            return self._race(spec, servers, candidates, bucket, dkey, rerace=noisy, note=gone)
         notes: dict[str, str] = {}
         cards = {c.name: c.verdict.card for c in candidates if c.verdict.card}
         servers, estimates = by_estimated_cost(servers, spec, self.settings.timing, cards)
@@ -301,11 +306,12 @@ class Selector(Tuner):
             warnings.warn(why, RuntimeWarning, stacklevel=2)
             return None
 
-    def _race(self, spec, servers, candidates, bucket, dkey, rerace: bool = False) -> Decision:
+    def _race(self, spec, servers, candidates, bucket, dkey, rerace: bool = False, note: str | None = None) -> Decision:
         with self.shared_inputs(spec):
-            return self._race_with_inputs(spec, servers, candidates, bucket, dkey, rerace)
+            return self._race_with_inputs(spec, servers, candidates, bucket, dkey, rerace, note)
 
-    def _race_with_inputs(self, spec, servers, candidates, bucket, dkey, rerace: bool = False) -> Decision:
+    def _race_with_inputs(self, spec, servers, candidates, bucket, dkey, rerace: bool = False,
+                          note: str | None = None) -> Decision:
         results: dict[str, TuneResult] = {}
         notes: dict[str, str] = {}
         seconds: dict[str, float] = {}
@@ -340,6 +346,8 @@ class Selector(Tuner):
             reason += f" (back-to-back calls, {best.reps} rounds in turn)"
         if rerace:
             reason += " (raced again: the cached race's winner was within its own timing noise)"
+        elif note:
+            reason += f" ({note})"
         self.cache.put(dkey, {"backend": winner, "config": result.config.as_dict(), "reason": reason,
                               "timings": latency, "spread_us": best.spread_us, "reraced": rerace})
         candidates = [Candidate(c.name, c.verdict, latency[c.name] if c.name in results else None,

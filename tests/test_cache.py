@@ -438,3 +438,12 @@ def test_a_stored_config_outside_the_tune_space_is_not_used(entry, config):
         torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
     used = dispatch.explain("softmax", x, backend="chunked").decision.config.as_dict()
     assert used.get("chunk") in (8, 64, 1024) and set(used) == {"chunk"}
+
+
+def test_a_cached_winner_that_serves_no_more_is_raced_again_and_the_reason_says_why():
+    x, cache, files = _race_once()
+    _rewrite_value(files["decision:"], {"backend": "ghost", "config": {}})
+    _again(cache)
+    torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+    reason = dispatch.explain("softmax", x).decision.reason
+    assert "the cached winner 'ghost'" in reason and "timing noise" not in reason
