@@ -315,6 +315,9 @@ class Dispatcher:
             self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
             return None
         why = input_safety(copies, tensors, out)
+        if why is None and isinstance(out, torch.Tensor) and out.requires_grad:  # run under no_grad: it made one so
+            why = ("returned a tensor that requires grad (a Parameter, or one it marked so); a kernel returns a "
+                   "plain result, which autograd records through dispatch")
         if why is None and expected is not None:
             why = check_output(spec, out, expected, tensors)
             why = None if why is None else f"differs from the reference: {why}"

@@ -228,3 +228,23 @@ def test_a_tune_space_hook_that_raises_is_said_and_strict_mode_refuses_the_fallb
     dispatch.configure(strict=True)
     with pytest.raises(dispatch.BackendFaultError, match="'spaceless'.*strict"):
         dispatch.softmax(torch.randn(5, 16), -1)
+
+
+def test_a_kernel_that_returns_a_tensor_requiring_grad_is_quarantined():
+    # torch's result of a call autograd doesn't record does not require grad; one whose kernel
+    # handed back a Parameter would grow a graph in the user's code
+    plugin = chunked_backend.make("marks", priority=500)
+    inner = plugin.dispatch_kernel
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        run = inner(op, spec, config)
+        return lambda x: torch.nn.Parameter(run(x))
+
+    plugin.dispatch_kernel = dispatch_kernel
+    dispatch.register(plugin)
+    x = torch.randn(4, 16)
+    with pytest.warns(dispatch.FaultWarning, match="'marks' returned a tensor that requires grad"):
+        y = dispatch.softmax(x, -1)
+    assert not y.requires_grad and not isinstance(y, torch.nn.Parameter)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
