@@ -6,40 +6,32 @@ CPU: the Triton interpreter and TileLang's C target; on a GPU the same calls run
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+import dispatch
 
-import dispatch  # noqa: E402
+from backends_needed import DEVICE, KERNEL_BACKENDS
 
-DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(module) is None,
-                                                        reason=f"{module} is not installed"))
-            for name, module in (("triton", "dispatch_triton"), ("tilelang", "dispatch_tilelang"))]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 def _t(shape, seed, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(shape, generator=g).to(dtype).to(DEV)
+    return torch.randn(shape, generator=g).to(dtype).to(DEVICE)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 def test_rms_norm_with_eps_none_on_rows_of_tiny_values(backend):
     # eps (float32's 1.2e-7) decides the result here: a backend computing it right must be served,
     # not refused by its first call's check
-    x = torch.full((2, 8), 1e-3, device=DEV)
+    x = torch.full((2, 8), 1e-3, device=DEVICE)
     torch.testing.assert_close(dispatch.rms_norm(x, [8], backend=backend), F.rms_norm(x, [8]),
                                rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("m,n", [(1, 16), (3, 16), (2, 1024)])
 def test_eps_zero_keeps_the_weight_gradient_finite(backend, op, m, n):
@@ -58,7 +50,7 @@ def test_eps_zero_keeps_the_weight_gradient_finite(backend, op, m, n):
         torch.testing.assert_close(g.double(), r.double(), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_nan_and_inf_spread_through_their_rows_as_in_torch(backend, op, dtype):
@@ -73,7 +65,7 @@ def test_nan_and_inf_spread_through_their_rows_as_in_torch(backend, op, dtype):
     torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-2, equal_nan=True)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("grad", [False, True], ids=["forward", "training"])
 def test_rows_that_share_memory(backend, op, grad):
@@ -93,7 +85,7 @@ def test_rows_that_share_memory(backend, op, grad):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 def test_rows_far_from_zero_are_judged_against_torchs_own_error(backend):
     # fp32 rows at 1000 +- 1: float32 itself can't hold x - mean to better than ~1e-4 of the
     # spread, so torch's own layer_norm is ~4e-5 off the exact result here, past fp32's 1e-5

@@ -7,28 +7,20 @@ CPU: the Triton interpreter and TileLang's C target; on a GPU the same calls run
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+import dispatch
+from dispatch.errors import BackendRefusedError
 
-import dispatch  # noqa: E402
-from dispatch.errors import BackendRefusedError  # noqa: E402
+from backends_needed import DEVICE, KERNEL_BACKENDS
 
-DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(importlib.util.find_spec(module) is None,
-                                                        reason=f"{module} is not installed"))
-            for name, module in (("triton", "dispatch_triton"), ("tilelang", "dispatch_tilelang"))]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 def _t(shape, seed, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    return (3 * torch.randn(shape, generator=g)).to(dtype).to(DEV)
+    return (3 * torch.randn(shape, generator=g)).to(dtype).to(DEVICE)
 
 
 def _served(fn, *args, **kwargs):
@@ -43,7 +35,7 @@ EXPANDED = [("4x1 to 4x5, dim 0", (4, 1), (4, 5), 0), ("4x1 to 4x5, dim 1", (4, 
             ("1x5 to 4x5, dim 0", (1, 5), (4, 5), 0), ("2x1x3 to 2x3x3, dim -1", (2, 1, 3), (2, 3, 3), -1)]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
 @pytest.mark.parametrize("name,shape,expand,dim", EXPANDED, ids=[c[0] for c in EXPANDED])
 def test_expanded_inputs_are_served_on_their_first_call(backend, op, name, shape, expand, dim):
@@ -61,7 +53,7 @@ CASTS = [(torch.float32, torch.float16), (torch.float32, torch.bfloat16), (torch
          (torch.bfloat16, torch.float16)]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("src,dst", CASTS, ids=[f"{a}-{b}".replace("torch.", "") for a, b in CASTS])
 @pytest.mark.parametrize("dim", [0, 1])
@@ -69,7 +61,7 @@ def test_a_narrowing_cast_rounds_the_input_first(backend, op, src, dst, dim):
     # torch casts the input to dtype= first: 10.03 and 10.0 are one value in bf16 (softmax 0.5 each)
     # and 1000.3 and 1000.0 one in fp16. A kernel that reads the input at full precision differs by
     # far more than the output's rounding; it must round it first, or refuse the call
-    x = torch.tensor([[10.03, 10.0, 1000.3, 1000.0]] * 4).to(src).to(DEV)
+    x = torch.tensor([[10.03, 10.0, 1000.3, 1000.0]] * 4).to(src).to(DEVICE)
     x = x.t().contiguous() if dim == 0 else x
     fn = getattr(dispatch, op)
     # a first call on data where rounding first makes no difference: it passes the first-call check
