@@ -218,12 +218,13 @@ class Dispatcher:
         step's gradients come from the op's reference backward."""
         spec = decision.spec
         n = len(spec.tensors)
+        needed = tuple(t.name if t.requires_grad else None for t in spec.tensors)
 
         def backward(grad, *saved):  # saved: the inputs (None where absent), the output, the forward's buffers
             error = None
             try:
                 grads = own(grad, *saved)
-                why = _gradients_problem(grads, saved[:n])
+                why = _gradients_problem(grads, saved[:n], needed)
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # SystemExit included: a backward kernel can't end the process
@@ -357,17 +358,21 @@ class Dispatcher:
 _RUN_AGAIN = object()
 
 
-def _gradients_problem(grads, tensors: tuple) -> str | None:
+def _gradients_problem(grads, tensors: tuple, needed: tuple[str | None, ...] = ()) -> str | None:
     """Why ``grads`` (a backward kernel's answer: a tensor, or one entry per input) are not
-    gradients of ``tensors``, or None."""
+    gradients of ``tensors``, or None. ``needed``: per input, its name where the call wants its
+    gradient, else None (a None there would pass for a zero gradient)."""
     if isinstance(grads, torch.Tensor) or grads is None:
         grads = (grads,)
     if not isinstance(grads, (tuple, list)):
         return f"its backward kernel returned {type(grads).__name__}, not gradients"
     if len(grads) > len(tensors):
         return f"its backward kernel returned {len(grads)} gradients for {len(tensors)} inputs"
-    for g, t in zip(grads, tensors):
+    grads = (*grads, *(None,) * (len(tensors) - len(grads)))
+    for g, t, name in zip(grads, tensors, (*needed, *(None,) * len(tensors))):
         if g is None:
+            if name is not None and t is not None:
+                return f"its backward kernel gave no gradient for {name!r}, which the call wants"
             continue
         if not isinstance(g, torch.Tensor):
             return f"its backward kernel returned a {type(g).__name__} as a gradient"

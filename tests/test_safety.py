@@ -175,7 +175,14 @@ def _too_many(op, spec):
     return backward
 
 
-@pytest.mark.parametrize("hook", [_raising, _wrong_shape, _too_many], ids=["raises", "wrong-shape", "too-many"])
+def _none(op, spec):
+    def backward(grad, x, y):
+        return None
+    return backward
+
+
+@pytest.mark.parametrize("hook", [_raising, _wrong_shape, _too_many, _none],
+                         ids=["raises", "wrong-shape", "too-many", "none-for-a-wanted-gradient"])
 def test_a_broken_backward_kernel_is_a_fault_and_the_step_gets_the_references_gradients(hook):
     _with_backward(hook)
     x = torch.randn(4, 16, requires_grad=True)
