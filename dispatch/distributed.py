@@ -106,13 +106,15 @@ def agreed_decision(selector: Selector, spec: CallSpec, servers: Sequence[Backen
 
 
 def topic(spec: CallSpec, settings: Settings, scope: Scope | None = None) -> str:
-    """What names a decision across ranks: the call's key with the device type (not its name) and
-    the allow and deny lists in force (the same on every rank of an SPMD program)."""
+    """What names a decision across ranks: the call's key with the device type (not its name), the
+    timing it is raced by, and the allow and deny lists in force (the same on every rank of an SPMD
+    program; an empty deny list is none)."""
     key: dict[str, Any] = {k: v for k, v in spec_key(spec).items() if k != "device"}
     key["device_type"] = spec.device.type
+    key["timing"] = settings.timing
     for name, names in (("allow", settings.allow), ("deny", settings.deny),
                         ("scope_allow", scope.allow if scope else None), ("scope_deny", scope.deny if scope else None)):
-        key[name] = None if names is None else sorted(names)
+        key[name] = sorted(names) if names else None
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -124,7 +126,7 @@ class _Agreement:
         self.selector, self.group, self.spec = selector, group, spec
         self.servers, self.candidates, self.bucket, self.dkey = servers, candidates, bucket, dkey
         self.base = f"{_PREFIX}/{group.name}/{topic(spec, selector.settings, current_scope())}"
-        self.deadline = time.monotonic() + selector.settings.distributed_timeout
+        self.timeout = selector.settings.distributed_timeout
 
     # -- the exchange ----------------------------------------------------------------------------
 
@@ -155,8 +157,10 @@ class _Agreement:
     def _exchange(self, phase: str, value: Any) -> tuple[dict[int, Any], list[int]]:
         """Post ``value`` for this rank and wait for every rank's: (posted by rank, missing ranks).
 
-        Stops waiting at the deadline, or when the answer was written meanwhile. A post that is
-        not what this phase expects (another version of dispatch on that rank) counts as missing.
+        Stops waiting ``distributed_timeout`` seconds after the post (the time this rank spent on
+        its own part, a race's tuning, is not counted), or when the answer was written meanwhile.
+        A post that is not what this phase expects (another version of dispatch on that rank)
+        counts as missing.
         """
         store, size = self.group.store, self.group.size
         keys = [f"{self.base}/{phase}/{r}" for r in range(size)]
@@ -165,8 +169,9 @@ class _Agreement:
         except Exception as exc:
             warnings.warn(f"could not post to the {self.group.describe()} store: {exc}", AgreementWarning,
                           stacklevel=2)
+        deadline = time.monotonic() + self.timeout
         while True:
-            left = self.deadline - time.monotonic()
+            left = deadline - time.monotonic()
             try:
                 store.wait(keys, datetime.timedelta(seconds=max(0.01, min(_POLL_S, left))))
                 break

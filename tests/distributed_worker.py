@@ -112,6 +112,17 @@ def main() -> None:
         DecisionCache.put = lambda self, key, value: (writes.append(key), put(self, key, value))[1]
         choose(x, record, "agreed")
         record["writes"] = len(writes)
+    elif scenario == "slow_race":  # each rank's own tuning takes longer than the timeout (a slow
+        # compile), the higher ranks' a little longer still: the first must wait for them past it
+        from dispatch import _tuner
+
+        tune = _tuner.Tuner.tune
+
+        def slow(self, *args, **kwargs):
+            time.sleep(1.2 * float(os.environ.get("TIMEOUT_S", "30")) + 0.5 * rank)
+            return tune(self, *args, **kwargs)
+        _tuner.Tuner.tune = slow
+        choose(x, record, "agreed")
     elif scenario == "dies":
         if rank == world - 1:  # dies in the middle of the agreement: after its offer, before its race
             from dispatch import distributed

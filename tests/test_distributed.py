@@ -111,6 +111,27 @@ def test_a_rank_that_dies_mid_agreement_leads_the_others_to_the_same_fallback(tm
     assert all(rec["agreed"]["seconds"] < 20 for rec in records.values())
 
 
+def test_a_ranks_own_race_time_is_not_counted_against_its_wait_for_the_others(tmp_path):
+    # distributed_timeout bounds the wait for the other ranks: a race whose tuning takes longer than
+    # it on every rank still ends in an agreed, raced decision, not a fallback
+    records, _ = run_job(tmp_path, "slow_race", world=2, timeout_s=2)
+    agreed = {r: rec["agreed"] for r, rec in records.items()}
+    assert len(agreed) == 2 and agreed[0]["backend"] == agreed[1]["backend"]
+    assert all("raced" in a["agreed"] and not a["warnings"] for a in agreed.values()), agreed
+
+
+def test_the_topic_of_an_agreement_holds_the_timing_and_reads_an_empty_deny_list_as_none():
+    from dispatch._settings import Scope, Settings
+    from dispatch.backend import spec_of
+    from dispatch.distributed import topic
+
+    spec = spec_of("softmax", torch.randn(4, 8), -1)
+    wall, device = Settings(timing="wall"), Settings(timing="device")
+    assert topic(spec, wall) != topic(spec, device)  # a device-time race is not the wall-time one
+    assert topic(spec, wall, Scope(timing="wall")) == topic(spec, wall)  # a block that denies nothing
+    assert topic(spec, wall, Scope(deny=["triton"])) != topic(spec, wall)
+
+
 def test_without_torch_distributed_no_group_agrees():
     assert not torch.distributed.is_initialized()
     assert current_group(True) is None
