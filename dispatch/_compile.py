@@ -39,6 +39,7 @@ import attrs
 import torch
 
 from . import _opdecl
+from ._out import with_out
 
 _NAMESPACE = "dispatch"
 _registered: dict[str, Any] = {}
@@ -287,14 +288,18 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
 
     signature, defaults = signature_source(decl)
     others = [*decl.attribute_names, "backend"]
+    call = (f"_op({', '.join(decl.tensor_names)}, "
+            f"_encode(_concrete({{{', '.join(f'{n!r}: {n}' for n in others)}}})))")
+    # out=: the custom op returns a new tensor, which is then written into out as eager's out= does
+    # (torch's checks, resizing), in the traced graph (an input mutation, which torch.compile keeps)
+    names = [*decl.tensor_names, *decl.attribute_names]
     out_check = "" if not decl.out else (
         "    if out is not None:\n"
-        f"        raise TypeError('dispatch.{decl.name}(out=...) cannot run inside a compiled graph (a custom op "
-        "may not write into its arguments); call it without out= there')\n")
-    source = (f"def {decl.name}({signature}):\n{out_check}"
-              f"    return _op({', '.join(decl.tensor_names)}, "
-              f"_encode(_concrete({{{', '.join(f'{n!r}: {n}' for n in others)}}})))\n")
-    namespace = {"_op": op, "_encode": _constant_encode(), "_concrete": _concrete, **defaults}
+        f"        return _with_out({decl.name!r}, lambda backend, **_: {call}, "
+        "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out, backend)\n")
+    source = f"def {decl.name}({signature}):\n{out_check}    return {call}\n"
+    namespace = {"_op": op, "_encode": _constant_encode(), "_concrete": _concrete, "_with_out": with_out,
+                 **defaults}
     exec(compile(source, f"<dispatch compiled op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
     return namespace[decl.name]
 

@@ -317,3 +317,18 @@ def test_normalized_shape_read_from_the_input_compiles(shape_of, dynamic):
         x = torch.randn(4, n)
         want = torch.nn.functional.layer_norm(x, [n]) + torch.nn.functional.rms_norm(x, [n], w[:n])
         torch.testing.assert_close(compiled(x, w), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_out_of_the_results_shape_is_written_in_a_fullgraph(dynamic):
+    def f(x, o, s):
+        dispatch.logsumexp(x, 1, out=s)
+        return dispatch.softmax(x, -1, out=o) * 2 + s[:, None]
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=dynamic)
+    for rows in (4, 6):
+        x, o, s = torch.randn(rows, 8), torch.empty(rows, 8), torch.empty(rows)
+        got = compiled(x, o, s)
+        torch.testing.assert_close(o, torch.softmax(x, -1))
+        torch.testing.assert_close(s, torch.logsumexp(x, 1))
+        torch.testing.assert_close(got, torch.softmax(x, -1) * 2 + torch.logsumexp(x, 1)[:, None])
