@@ -70,15 +70,9 @@ def own_backward(backend, spec: CallSpec) -> Callable[..., object] | None:
     return None if backend.info.reference else backend.backward(spec.op, spec)
 
 
-def backward_for(backend, spec: CallSpec) -> Callable[..., object]:
-    """The backward a call of ``spec`` gets on ``backend``: its own backward kernel, else the op's
-    reference backward."""
-    own = own_backward(backend, spec)
-    return own if own is not None else reference_backward(spec)
-
-
 def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable[..., object]) -> Callable[..., torch.Tensor]:
-    """Wrap ``kernel`` so autograd flows through it, with ``backward`` (see :func:`backward_for`)."""
+    """Wrap ``kernel`` so autograd flows through it, with ``backward`` (a backend's own backward kernel
+    or :func:`reference_backward`'s)."""
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
         return _BackendFunction.apply(kernel, backward, *tensors)

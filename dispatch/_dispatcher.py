@@ -18,7 +18,7 @@ import attrs
 import torch
 
 from . import _opdecl, _plugins, _settings
-from ._autograd import backward_for, differentiable, own_backward, reference_backward
+from ._autograd import differentiable, own_backward, reference_backward
 from ._keys import spec_key
 from ._opfunc import OpFunction
 from ._select import Decision, Selector
@@ -129,7 +129,7 @@ class Dispatcher:
         backend = _plugins.registry().backends[decision.backend]
         kernel = backend.kernel(spec.op, spec, decision.config)
         if spec.requires_grad and not backend.info.reference:
-            kernel = differentiable(kernel, backward_for(backend, spec))
+            kernel = differentiable(kernel, self._backward(backend, decision, None))
         if key is not None:
             self.decisions.setdefault(spec.op, {})[key] = decision
         if not backend.info.reference and _has_views(tensors):
@@ -193,7 +193,8 @@ class Dispatcher:
         key = (spec, forced, _settings.current_scope())
         fn = self._backwards.get(key)
         if fn is None:
-            fn = backward_for(_plugins.registry().backends[self.decide(spec, forced).backend], spec)
+            decision = self.decide(spec, forced)
+            fn = self._backward(_plugins.registry().backends[decision.backend], decision, None)
             if len(self._backwards) >= MAX_KEYS_PER_OP:
                 self._backwards.clear()
             self._backwards[key] = fn
@@ -206,35 +207,44 @@ class Dispatcher:
         if backend.info.reference:
             return kernel  # torch's own ops: autograd and errors are torch's
         if spec.requires_grad:
-            own = own_backward(backend, spec)
-            backward = reference_backward(spec) if own is None else self._guarded_backward(own, decision, key)
-            kernel = differentiable(kernel, backward)
+            kernel = differentiable(kernel, self._backward(backend, decision, key))
         return self._guarded(kernel, decision, key, plain)
 
+    def _backward(self, backend, decision: Decision, key) -> Callable:
+        """The backward a call of ``decision`` gets: its backend's own backward kernel, guarded
+        (:meth:`_guarded_backward`), else the op's reference backward."""
+        own = own_backward(backend, decision.spec)
+        return reference_backward(decision.spec) if own is None else self._guarded_backward(own, decision, key)
+
     def _guarded_backward(self, own: Callable, decision: Decision, key) -> Callable:
-        """A backend's own backward kernel, guarded as its forward is: one that raises, or returns
-        gradients that are not tensors of its inputs' shapes and devices, is a fault of the backend
-        (quarantined for the key, a FaultWarning; forced or strict: a BackendFaultError), and that
-        step's gradients come from the op's reference backward."""
+        """A backend's own backward kernel, guarded as its forward is: one that raises, or whose
+        first answer is not one gradient per wanted input of its shape and device, is a fault of
+        the backend (quarantined for the key, a FaultWarning; forced or strict: a
+        BackendFaultError), and from then on the op's reference backward gives the gradients."""
         spec = decision.spec
         n = len(spec.tensors)
         needed = tuple(t.name if t.requires_grad else None for t in spec.tensors)
+        checked = broken = False
 
         def backward(grad, *saved):  # saved: the inputs (None where absent), the output, the forward's buffers
-            error = None
-            try:
-                grads = own(grad, *saved)
-                why = _gradients_problem(grads, saved[:n], needed)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # SystemExit included: a backward kernel can't end the process
-                why, error = f"its backward kernel raised {type(exc).__name__}: {exc}", exc
-            if why is None:
-                return grads
-            self._fault(decision, why, error)
-            if key is not None:  # the next call resolves again, without this backend
-                self.tables.get(spec.op, {}).pop(key, None)
-                self.decisions.get(spec.op, {}).pop(key, None)
+            nonlocal checked, broken
+            if not broken:
+                error = None
+                try:
+                    grads = own(grad, *saved)
+                    why = None if checked else _gradients_problem(grads, saved[:n], needed)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # SystemExit included: a backward kernel can't end the process
+                    why, error = f"its backward kernel raised {type(exc).__name__}: {exc}", exc
+                if why is None:
+                    checked = True
+                    return grads
+                broken = True
+                self._fault(decision, why, error)
+                if key is not None:  # the next call resolves again, without this backend
+                    self.tables.get(spec.op, {}).pop(key, None)
+                    self.decisions.get(spec.op, {}).pop(key, None)
             return reference_backward(spec)(grad, *saved[:n + 1])
 
         if hasattr(own, "saves"):  # the buffers its forward fills for it (hookspec)
@@ -358,7 +368,7 @@ class Dispatcher:
 _RUN_AGAIN = object()
 
 
-def _gradients_problem(grads, tensors: tuple, needed: tuple[str | None, ...] = ()) -> str | None:
+def _gradients_problem(grads, tensors: tuple, needed: tuple[str | None, ...]) -> str | None:
     """Why ``grads`` (a backward kernel's answer: a tensor, or one entry per input) are not
     gradients of ``tensors``, or None. ``needed``: per input, its name where the call wants its
     gradient, else None (a None there would pass for a zero gradient)."""
@@ -369,7 +379,7 @@ def _gradients_problem(grads, tensors: tuple, needed: tuple[str | None, ...] = (
     if len(grads) > len(tensors):
         return f"its backward kernel returned {len(grads)} gradients for {len(tensors)} inputs"
     grads = (*grads, *(None,) * (len(tensors) - len(grads)))
-    for g, t, name in zip(grads, tensors, (*needed, *(None,) * len(tensors))):
+    for g, t, name in zip(grads, tensors, needed):
         if g is None:
             if name is not None and t is not None:
                 return f"its backward kernel gave no gradient for {name!r}, which the call wants"
