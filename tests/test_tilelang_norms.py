@@ -145,10 +145,13 @@ def test_refusals_say_why(why, call):
     assert not verdict.ok and why in verdict.reason, verdict
 
 
-@pytest.mark.parametrize("n", [1, 40, 1024, 4096, 16384, 32768])
-def test_cuda_config_space_fits_the_registers(n):
-    space = N.config_space(64, n, "cuda")
-    assert space and N.default_config(64, n, "cuda") in space
+@pytest.mark.parametrize("m", [1, 3, 64])
+@pytest.mark.parametrize("n", [1, 8, 16, 40, 1024, 4096, 16384, 32768])
+def test_cuda_config_space_fits_the_registers(n, m):
+    # a few short rows too (1 x 16: every block of 128 threads holds more rows than 4x the call's)
+    space = N.config_space(m, n, "cuda")
+    assert space and N.default_config(m, n, "cuda") in space
+    assert N.check(spec_of("rms_norm", torch.ones(m, n, device="meta"), (n,)), "cuda").ok
     for cfg in space:
         if cfg.get("smem"):  # the chunk-in-shared-memory family (tests/test_tilelang_smem_norms.py)
             assert n >= N.SMEM_MIN_N and N.smem_refusal(n, "float32", 0, cfg) is None

@@ -105,10 +105,14 @@ def config_space(m: int, n: int, target: str, dtype: str = "float32", stride: in
                 if tpr > threads:
                     continue
                 bm = threads // tpr
-                if cuda_check(n, bm, threads) is None and bm <= max(1, 4 * _np2(max(m, 1))):
+                if cuda_check(n, bm, threads) is None:
                     cfg = {"block_m": bm, "threads": threads, "tile_n": 0}
                     if cfg not in out:
                         out.append(cfg)
+        # a block of at most 4x the rows (to a power of two); where every block is larger (a few
+        # rows this short) the smallest
+        few = [c for c in out if c["block_m"] <= max(1, 4 * _np2(max(m, 1)))]
+        out = few or sorted(out, key=lambda c: c["block_m"])[:1]
         for cfg in out:  # 16 values per thread, 256-512 threads: the softmax kernels' sweet spot
             if cfg["threads"] in (256, 512) and _cdiv(n, cfg["threads"] // cfg["block_m"]) <= 16:
                 out.remove(cfg)
