@@ -60,9 +60,18 @@ def test_nan_and_inf_spread_through_their_rows_as_in_torch(backend, op, dtype):
     x[2, 0] = float("inf")
     x[4, 39] = float("-inf")
     got = getattr(dispatch, op)(x, [40], backend=backend)
-    want = getattr(F, op)(x.double(), [40]).to(dtype)
-    assert torch.equal(torch.isnan(got), torch.isnan(want))
-    torch.testing.assert_close(got, want, rtol=1.6e-2, atol=1e-2, equal_nan=True)
+    # torch's formula (as torch computes it on the CPU); torch's fused CUDA rms_norm makes a row
+    # with an inf all NaN, where the formula gives NaN at the inf and 0 elsewhere: either is taken
+    # for rows holding an inf (docs/user-guide.md), and nothing else
+    want = getattr(F, op)(x.double().cpu(), [40]).to(dtype).to(DEVICE)
+    tol = dict(rtol=1.6e-2, atol=1e-2, equal_nan=True)
+    inf_row = torch.isinf(x).any(-1)
+    assert torch.equal(torch.isnan(got[~inf_row]), torch.isnan(want[~inf_row]))
+    torch.testing.assert_close(got[~inf_row], want[~inf_row], **tol)
+    for r in inf_row.nonzero().flatten().tolist():
+        if not torch.isnan(got[r]).all():
+            assert torch.equal(torch.isnan(got[r]), torch.isnan(want[r])), got[r]
+            torch.testing.assert_close(got[r], want[r], **tol)
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
