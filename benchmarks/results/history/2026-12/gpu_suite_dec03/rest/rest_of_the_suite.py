@@ -2,7 +2,7 @@
 run's logs gave a result for (``ran_first.txt.gz``: one id a line), less the conformance tests
 (run apart, in several processes). Prints the ids, one a line.
 
-    python3 rest_of_the_suite.py benchmarks/results/current/gpu_suite_dec03/rest/ran_first.txt.gz > rest.txt
+    python3 rest_of_the_suite.py benchmarks/results/history/2026-12/gpu_suite_dec03/rest/ran_first.txt.gz > rest.txt
 """
 
 import gzip
