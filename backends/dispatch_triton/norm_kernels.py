@@ -153,11 +153,11 @@ def _rows_out(x, mask, w, b, yptrs, N, eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl
 @triton.jit
 def _row_chunk(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
     # one program's raw chunk of ``row`` in the input's dtype (zeros past the row's end and past the
-    # last row) and the row's shift (_row_shift, fp32)
+    # last row) and the row's shift (_row_shift of single elements, fp32)
     off = tl.cast(row, tl.int64) * stride
     lim = tl.where(row < M, N, 0)
     xr = tl.load(x_ptr + off + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
-    return xr, _row_shift(x_ptr, off, lim, IS_RMS)
+    return xr, _row_shift(x_ptr, off, lim, IS_RMS, 1)
 
 
 @triton.jit

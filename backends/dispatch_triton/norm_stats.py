@@ -2,8 +2,8 @@
 row's chunks, a chunk's partials, and the parts of a row merged.
 
 ``d = x - shift``, the shift the median of the means of 16 elements at the row's head, middle
-and tail (``_row_shift``: small numbers for rows far from zero, and one massive element does
-not move it), and per part of the row (a chunk, a segment, the whole walk) ``sum d`` and ``M2``,
+and tail (of single elements there where a row's chunks are held in registers; ``_row_shift``:
+small numbers for rows far from zero, and one massive element does not move it), and per part of the row (a chunk, a segment, the whole walk) ``sum d`` and ``M2``,
 its sum of squares about its own mean, ``sum d^2 - (sum d)^2 / n``. That difference cancels
 where the shift is farther from the part's mean than the part's spread (``_ill_placed``:
 massive elements in two of the three groups, a part far from the rest): there the part is
@@ -176,48 +176,61 @@ def _stats(s1, m2, shift, N, eps, IS_RMS: tl.constexpr):
     return mean, 1.0 / tl.sqrt(m2 / N + eps)
 
 
+_SHIFT_GROUP = tl.constexpr(16)  # elements of each of _row_shift's three groups
+
+
 @triton.jit
-def _row_shift(x_ptr, xoff, N, IS_RMS: tl.constexpr):
+def _row_shift(x_ptr, xoff, N, IS_RMS: tl.constexpr, GROUP: tl.constexpr = _SHIFT_GROUP):
     # the shift of a row's statistics (0 for rms_norm): the median of the means of three groups of
-    # _SHIFT_GROUP elements, at the row's head, middle and tail (_shift_loads, _shift_of). Near the
+    # GROUP elements, at the row's head, middle and tail (_shift_loads, _shift_of). Near the
     # row's mean for rows far from zero, so d = x - shift stays small; a median, so one massive
     # element does not move it. Where it lands farther from a part's mean than the part's spread
     # anyway, _ill_placed catches it; a walk of a row (_chunk_sums) then walks it again. With a
     # group of 16 that is none of 256 x 65536 rows of N(0, 1), t(3), uniform or per-channel scaled
     # values, against 15 to 56 for the median of three single elements (whose rows, on a grid that
-    # runs every row at once, set the kernel's time)
+    # runs every row at once, set the kernel's time). GROUP = 1 (three scalar loads, no reduction)
+    # where a row's chunks are held in registers (the one-launch exchange): there a second
+    # reduction costs no walk, and on an H200 the groups of 16 took 3-22% longer (Dec 5,
+    # sweep_norm_configs.py), while they took 10-13% off the chunked walks of bf16 rows of 32K-64K
     if IS_RMS:
         return tl.full([], 0.0, tl.float32)
     else:
-        a, b, c = _shift_loads(x_ptr, xoff, N)
-        return _shift_of(a, b, c, N)
-
-
-_SHIFT_GROUP = tl.constexpr(16)  # elements of each of _row_shift's three groups
+        a, b, c = _shift_loads(x_ptr, xoff, N, GROUP)
+        return _shift_of(a, b, c, N, GROUP)
 
 
 @triton.jit
-def _shift_loads(x_ptr, xoff, N):
-    # the three groups of a row (fewer elements where N < _SHIFT_GROUP, then overlapping; none for
+def _shift_loads(x_ptr, xoff, N, GROUP: tl.constexpr = _SHIFT_GROUP):
+    # the three groups of a row (fewer elements where N < GROUP, then overlapping; none for
     # N = 0: a row past the last) that _row_shift takes the median of the means of, raw: a caller
     # that needs the shift only later issues these loads first and takes it (_shift_of) where it
     # needs it, so that nothing waits for them in between
-    k = tl.arange(0, _SHIFT_GROUP)
-    g = tl.minimum(N, _SHIFT_GROUP)
-    kmask = k < g
-    a = tl.load(x_ptr + xoff + k, mask=kmask, other=0.0)
-    b = tl.load(x_ptr + xoff + (N - g) // 2 + k, mask=kmask, other=0.0)
-    c = tl.load(x_ptr + xoff + (N - g) + k, mask=kmask, other=0.0)
+    if GROUP == 1:
+        a = tl.load(x_ptr + xoff, mask=N > 0, other=0.0)
+        b = tl.load(x_ptr + xoff + (N - 1) // 2, mask=N > 0, other=0.0)
+        c = tl.load(x_ptr + xoff + N - 1, mask=N > 0, other=0.0)
+    else:
+        k = tl.arange(0, GROUP)
+        g = tl.minimum(N, GROUP)
+        kmask = k < g
+        a = tl.load(x_ptr + xoff + k, mask=kmask, other=0.0)
+        b = tl.load(x_ptr + xoff + (N - g) // 2 + k, mask=kmask, other=0.0)
+        c = tl.load(x_ptr + xoff + (N - g) + k, mask=kmask, other=0.0)
     return a, b, c
 
 
 @triton.jit
-def _shift_of(a, b, c, N):
+def _shift_of(a, b, c, N, GROUP: tl.constexpr = _SHIFT_GROUP):
     # the median of the means of _shift_loads' three groups (0 for N = 0)
-    inv = 1.0 / tl.maximum(tl.minimum(N, _SHIFT_GROUP), 1).to(tl.float32)
-    ma = tl.sum(a.to(tl.float32), 0) * inv
-    mb = tl.sum(b.to(tl.float32), 0) * inv
-    mc = tl.sum(c.to(tl.float32), 0) * inv
+    if GROUP == 1:
+        ma = a.to(tl.float32)
+        mb = b.to(tl.float32)
+        mc = c.to(tl.float32)
+    else:
+        inv = 1.0 / tl.maximum(tl.minimum(N, GROUP), 1).to(tl.float32)
+        ma = tl.sum(a.to(tl.float32), 0) * inv
+        mb = tl.sum(b.to(tl.float32), 0) * inv
+        mc = tl.sum(c.to(tl.float32), 0) * inv
     return tl.maximum(tl.minimum(ma, mb), tl.minimum(tl.maximum(ma, mb), mc))
 
 
