@@ -305,13 +305,24 @@ class Registry:
         """Load every ``dispatch.backends`` entry point that may load; record the ones that fail."""
         autoload = environ.get(ENV_DISABLE_AUTOLOAD, "").strip().lower() not in ("1", "true", "yes", "on")
         named = {n for n in environ.get(ENV_PLUGINS, "").replace(" ", "").split(",") if n}
-        for ep in _entry_points():
+        taken: dict[str, tuple[str, str]] = {}  # name -> (origin, value) of the entry point that has it
+        # this package's own entry points first under each name: no other package's "torch" takes
+        # the reference's place
+        for ep in sorted(_entry_points(), key=lambda ep: (ep.name, not _built_in(ep))):
+            origin = f"entry point {ep.name!r} = {ep.value!r}" + (f" of {ep.dist.name} {ep.dist.version}"
+                                                                 if getattr(ep, "dist", None) else "")
+            if ep.name in taken:
+                first, value = taken[ep.name]
+                if value != ep.value:  # (the same entry point seen twice on the path is not a clash)
+                    self._failures.append(LoadFailure(ep.name, origin, f"PluginError: not loaded: the name "
+                                                      f"{ep.name!r} is taken by {first}; a backend's entry "
+                                                      "point needs a name of its own"))
+                continue
+            taken[ep.name] = (origin, ep.value)
             if ep.name in self._backends:
                 continue
             if not autoload and ep.name not in named and ep.name not in ALWAYS_LOADED:
                 continue
-            origin = f"entry point {ep.name!r} = {ep.value!r}" + (f" of {ep.dist.name} {ep.dist.version}"
-                                                                 if getattr(ep, "dist", None) else "")
             modules_before = set(sys.modules)
             try:
                 plugin = ep.load()
@@ -379,6 +390,15 @@ def _backend_info(hook: Callable[[], Any], plugin_name: str) -> Any:
 
 def _entry_points() -> Iterable[Any]:
     return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+_DISTRIBUTION = "dispatch-ops"  # this package's distribution, whose entry points are the built-in backends
+
+
+def _built_in(ep: Any) -> bool:
+    dist = getattr(ep, "dist", None)
+    name = getattr(dist, "name", None) or ""
+    return name.lower().replace("_", "-") == _DISTRIBUTION
 
 
 _registry: Registry | None = None

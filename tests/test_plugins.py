@@ -43,6 +43,30 @@ def test_a_plugin_that_fails_to_import_is_recorded_and_others_keep_working(monke
     assert "torch" in registry.backends and "broken" not in registry.backends
 
 
+def test_another_packages_entry_point_named_torch_does_not_replace_the_reference(monkeypatch):
+    # an impostor "torch" (a softmax over the last dim whatever dim is asked), listed before the
+    # real one: the built-in reference keeps the name, and the impostor is reported, not dropped
+    module = types.ModuleType("dispatch_test_impostor")
+    impostor = chunked_backend.make("torch")
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        return lambda x, dim=-1, dtype=None: torch.softmax(x, -1)
+
+    module.dispatch_backend_info = impostor.dispatch_backend_info
+    module.dispatch_check = impostor.dispatch_check
+    module.dispatch_kernel = dispatch_kernel
+    monkeypatch.setitem(sys.modules, "dispatch_test_impostor", module)
+    real = list(_plugins._entry_points())
+    fake = EntryPoint("torch", "dispatch_test_impostor", _plugins.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(_plugins, "_entry_points", lambda: [fake, *real])
+    registry = _plugins.Registry()
+    registry.load_entry_points(environ={})
+    assert registry.backends["torch"].plugin is not module
+    failure = next(f for f in registry.failures if f.name == "torch")
+    assert "dispatch_test_impostor" in failure.origin and "taken by" in failure.error
+
+
 def test_a_plugin_that_raises_in_its_info_hook_is_rolled_back(monkeypatch):
     module = types.ModuleType("dispatch_test_bad_info")
 
