@@ -136,9 +136,9 @@ _PLAIN = _plain_keys()
 _KERNELS = '''
 def impl({tensors}, _d_args):
     try:
-        {attributes}backend = _d_attributes[_d_args]
+        {attributes}backend, = _d_attributes[_d_args]
     except KeyError:
-        {attributes}backend = _d_remember(_d_args)
+        {attributes}backend, = _d_remember(_d_args)
     _d_out = _d_function(_d_name).function({call})
     if {aliases}:
         return _d_out.clone()

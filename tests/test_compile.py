@@ -114,6 +114,38 @@ def test_a_third_party_op_compiles_from_its_declaration():
         dispatch.unregister("rowsum_ops_local")
 
 
+def test_an_op_whose_arguments_are_all_tensors_compiles_and_exports():
+    # no attribute besides the tensors (the guide's masked_mean is one): its custom op's kernel
+    # decodes the backend alone
+    from dispatch.backend import OpDecl, TensorArg
+
+    class Package:
+        @dispatch.hookimpl
+        def dispatch_ops(self):
+            return [OpDecl(name="scaled_rows", parse=lambda input, other: {},
+                           tensors=(TensorArg("input"), TensorArg("other")),
+                           reference=lambda spec: lambda input, other: input * other.sum(-1, keepdim=True),
+                           output=lambda spec: (spec.shape, spec.dtype))]
+
+    dispatch.register(Package(), name="scaled_rows_ops")
+    try:
+        x, y = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8)
+        compiled = torch.compile(lambda a, b: dispatch.scaled_rows(a, b), fullgraph=True, backend="aot_eager")
+        got = compiled(x, y)
+        torch.testing.assert_close(got, x * y.sum(-1, keepdim=True))
+        got.sum().backward()
+        torch.testing.assert_close(x.grad, y.sum(-1, keepdim=True).expand(4, 8))
+
+        class M(torch.nn.Module):
+            def forward(self, a, b):
+                return dispatch.scaled_rows(a, b)
+
+        exported = torch.export.export(M(), (x.detach(), y))
+        torch.testing.assert_close(exported.module()(x.detach(), y), x.detach() * y.sum(-1, keepdim=True))
+    finally:
+        dispatch.unregister("scaled_rows_ops")
+
+
 def test_norms_compile_with_weight_and_bias_gradients():
     f = torch.compile(lambda t, w, b: dispatch.layer_norm(t, (16,), w, b).sum() + dispatch.rms_norm(t, [16], w).sum(),
                       fullgraph=True, backend="aot_eager")
