@@ -176,6 +176,10 @@ class OpDecl:
     def _check_name(self, _attribute, value: str) -> None:
         if not value.isidentifier() or value.startswith("_"):
             raise ValueError(f"'name' must be a public identifier like 'rms_norm' (got {value!r})")
+        if value.endswith("_backward"):  # torch.compile's node for op X's backward is dispatch::X_backward
+            raise ValueError(f"'name' must not end in '_backward' (got {value!r}): such names are kept for "
+                             "each op's compiled backward (dispatch::<op>_backward); an op's backward is its "
+                             "OpDecl's backward, not an op of its own")
 
     def __attrs_post_init__(self) -> None:
         params = self.parameters
@@ -201,6 +205,16 @@ class OpDecl:
     @property
     def tensor_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.tensors)
+
+    def sample_call(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int = 0,
+                    **options: Any) -> tuple[tuple, dict[str, Any]]:
+        """A whole call from a shape and a dtype (``sample``), for A/B runs, the CLI and the kit."""
+        required = [t.name for t in self.tensors if not t.optional]
+        if self.sample is default_sample and len(required) > 1:
+            raise TypeError(f"{self.name}: the default 'sample' makes the first tensor only, and the op takes "
+                            f"{len(required)} ({', '.join(required)}); give its OpDecl a sample(shape, dtype, device, "
+                            "seed, **options) returning a whole call (args, kwargs), see docs/writing-an-op.md")
+        return self.sample(shape, dtype, device, seed, **options)
 
     @property
     def attribute_names(self) -> tuple[str, ...]:

@@ -146,6 +146,21 @@ def test_an_op_whose_arguments_are_all_tensors_compiles_and_exports():
         dispatch.unregister("scaled_rows_ops")
 
 
+def test_an_op_named_like_a_compiled_backward_is_refused_and_compile_keeps_working():
+    # dispatch::softmax_backward is softmax's compiled backward: an op of that name clashed with
+    # it when torch.compile registered the ops, and broke every compile in the process
+    from dispatch.backend import OpDecl, TensorArg
+
+    with pytest.raises(ValueError, match="must not end in '_backward'"):
+        OpDecl(name="softmax_backward", parse=lambda grad_output, output: {},
+               tensors=(TensorArg("grad_output"), TensorArg("output")),
+               reference=lambda spec: lambda grad_output, output: grad_output * output,
+               output=lambda spec: (spec.shape, spec.dtype))
+    x = torch.randn(4, 8)
+    compiled = torch.compile(lambda t: dispatch.softmax(t, -1), fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(x), torch.softmax(x, -1))
+
+
 def test_norms_compile_with_weight_and_bias_gradients():
     f = torch.compile(lambda t, w, b: dispatch.layer_norm(t, (16,), w, b).sum() + dispatch.rms_norm(t, [16], w).sum(),
                       fullgraph=True, backend="aot_eager")

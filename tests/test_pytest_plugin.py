@@ -172,6 +172,59 @@ def test_protocol_violations_fail_certification(fault, why):
     assert result.outcome == FAIL and why in result.reason
 
 
+def _rowmax_package():
+    # an op that, as torch.amax does, rejects rows of no element (its parse raises IndexError)
+    from dispatch.backend import OpDecl, TensorArg
+
+    def parse(input):
+        if input.shape[-1] == 0:
+            raise IndexError("rowmax(): rows of no element have no maximum")
+        return {}
+
+    class Package:
+        @dispatch.hookimpl
+        def dispatch_ops(self):
+            return [OpDecl(name="rowmax", parse=parse, tensors=(TensorArg("input"),),
+                           reference=lambda spec: lambda input: input.amax(-1),
+                           output=lambda spec: (spec.shape[:-1], spec.dtype))]
+    return Package()
+
+
+def test_another_packages_op_neither_fails_nor_crashes_a_backends_certification():
+    from dispatch_pytest.cases import sample_cases
+
+    dispatch.register(_rowmax_package(), name="rowmax_ops")
+    dispatch.register(naive_backend(), name="naive")
+    cases = [*sample_cases("rowmax"), Case("softmax", torch.float32, (8, 128))]
+    assert any(0 in c.shape for c in cases)  # the grid has the empty rows the op rejects
+    report = certify("naive", cases, device="cpu")
+    assert not report.failed, str(report)
+    assert all(r.reason == "naive does not implement rowmax" for r in report.refused)
+    assert report.results[-1].outcome == PASS
+    # the reference, which implements it: the empty rows are a case the op itself refuses
+    report = certify("torch", sample_cases("rowmax"), device="cpu")
+    assert not report.failed, str(report)
+    assert any("the op's own code raised IndexError: rowmax(): rows of no element" in r.reason
+               for r in report.refused)
+
+
+def test_an_op_of_two_tensors_without_a_sample_factory_says_what_to_declare():
+    from dispatch.backend import OpDecl, TensorArg
+    from dispatch.ab import compare
+
+    class Package:
+        @dispatch.hookimpl
+        def dispatch_ops(self):
+            return [OpDecl(name="axpy2", parse=lambda input, other: {},
+                           tensors=(TensorArg("input"), TensorArg("other")),
+                           reference=lambda spec: lambda input, other: input + other,
+                           output=lambda spec: (spec.shape, spec.dtype))]
+
+    dispatch.register(Package(), name="axpy2_ops")
+    with pytest.raises(TypeError, match=r"axpy2: the default 'sample' makes the first tensor only.*input, other"):
+        compare("axpy2", shapes=[(4, 8)], backends=["torch"], device="cpu")
+
+
 def test_certifying_a_backend_that_is_not_loaded_says_so():
     with pytest.raises(dispatch.UnknownBackendError, match="'nosuchbackend' is not loaded.*loaded: .*torch"):
         certify("nosuchbackend")

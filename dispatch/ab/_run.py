@@ -146,7 +146,7 @@ def make_call(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch
     # an op argument named like one of the factory's own parameters (softmax's ``dtype=``, the
     # output's dtype) goes to the call's keywords: the factory's ``dtype`` is the input's
     own = {k: wanted.pop(k) for k in list(wanted) if k in _FACTORY_PARAMS}
-    args, kwargs = decl.sample(shape, dtype, device, seed, **wanted)
+    args, kwargs = decl.sample_call(shape, dtype, device, seed, **wanted)
     return args, {**kwargs, **own}
 
 

@@ -145,7 +145,7 @@ class OpCase:
 
     def arguments(self, device: torch.device | str = "cpu") -> tuple[tuple, dict]:
         decl = dispatch.declared_ops()[self.op]
-        args, kwargs = decl.sample(self.shape, self.dtype, torch.device(device), zlib.crc32(self.id.encode()),
+        args, kwargs = decl.sample_call(self.shape, self.dtype, torch.device(device), zlib.crc32(self.id.encode()),
                                    **dict(self.options))
         if self.grad:
             args = tuple(a.requires_grad_(True) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point
