@@ -21,9 +21,17 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
     third = values.get("dtype", values.get("keepdim"))
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{op}(): argument 'out' must be Tensor, not {type(out).__name__}")
-    if isinstance(input, torch.Tensor) and input.layout == torch.strided:
+    family = op in _SOFTMAX_FAMILY
+    if family and isinstance(input, torch.Tensor) and input.layout == torch.strided:
         _check_like_torch(op, input, third, out)
+    if not family and torch.is_grad_enabled() and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in (*values.values(), out)):
+        raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, "
+                           "but one of the arguments requires grad; call it under torch.no_grad() or without out=")
     result = function(**values, backend=backend)  # a bad input or dim raises torch's exception here
+    if not family and out.dtype != result.dtype:  # (an op of a package: its result's dtype, from its output rule)
+        raise RuntimeError(f"{op}(): 'out' must have the result's dtype {result.dtype} (got {out.dtype}); pass "
+                           f"an out of {result.dtype}")
     if out.device != result.device:
         raise RuntimeError(f"{op}(): 'out' must be on the input's device {result.device} (got a tensor on "
                            f"{out.device}); pass out=torch.empty(0, device={str(result.device)!r})")
@@ -39,8 +47,12 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
     return out
 
 
+_SOFTMAX_FAMILY = frozenset({"softmax", "log_softmax", "logsumexp"})  # torch's own rules, below; other ops:
+# no input that requires grad (under grad mode), and out of the result's dtype
+
+
 def _check_like_torch(op: str, input: torch.Tensor, third, out: torch.Tensor) -> None:
-    """The out= rules of torch 2.x for these ops, each raising torch's exception type."""
+    """The out= rules of torch 2.x for the softmax family, each raising torch's exception type."""
     grad = torch.is_grad_enabled()
     if grad and (out.requires_grad or (op == "logsumexp" and input.requires_grad)):
         raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, "

@@ -204,3 +204,28 @@ def test_out_is_fine_under_no_grad_as_in_torch():
     with torch.no_grad():
         dispatch.logsumexp(x, 1, out=out)
     torch.testing.assert_close(out, torch.logsumexp(x.detach(), 1))
+
+
+def test_out_of_a_packages_op_follows_its_output_rule_and_refuses_autograd():
+    # an op whose result is float32 whatever the input's dtype (its output rule): out= takes that
+    # dtype, refuses another, and refuses inputs that require grad, as torch's out= functions do
+    from dispatch.backend import OpDecl, TensorArg
+
+    class Package:
+        @dispatch.hookimpl
+        def dispatch_ops(self):
+            return [OpDecl(name="rowmax32", parse=lambda input: {}, tensors=(TensorArg("input"),), out=True,
+                           reference=lambda spec: lambda input: input.amax(-1).float(),
+                           output=lambda spec: (spec.shape[:-1], torch.float32))]
+
+    dispatch.register(Package(), name="rowmax32_ops")
+    x = torch.randn(4, 8).half()
+    out = torch.empty(4)
+    assert dispatch.rowmax32(x, out=out) is out
+    torch.testing.assert_close(out, x.amax(-1).float())
+    with pytest.raises(RuntimeError, match=r"'out' must have the result's dtype torch.float32 \(got torch.float16\)"):
+        dispatch.rowmax32(x, out=torch.empty(4, dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        dispatch.rowmax32(torch.randn(4, 8, requires_grad=True), out=torch.empty(4))
+    with torch.no_grad():
+        dispatch.rowmax32(torch.randn(4, 8, requires_grad=True), out=out)
