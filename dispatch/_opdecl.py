@@ -301,6 +301,10 @@ def get(name: str) -> OpDecl:
 
 def spec_of(op: str, *args: Any, **kwargs: Any) -> CallSpec:
     """The :class:`CallSpec` of ``dispatch.<op>(*args, **kwargs)`` (what a backend's hooks see)."""
+    if op not in _ops:  # an op of a package: declared once the plugins load
+        from . import _plugins
+
+        _plugins.registry()
     decl = get(op)
     return decl.spec(decl.bind(*args, **kwargs))
 

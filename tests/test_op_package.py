@@ -98,3 +98,10 @@ def test_the_cli_lists_tunes_and_ab_tests_the_op(package_installed, tmp_path):
     assert {r["backend"]: r["status"] for r in results} == {
         "torch": "pass", "rowsum_chunked": "pass", "rowsum_matmul": "pass"}
     assert all(r["bytes_moved"] == 8 * 300 * (4 + 1) + 8 * 4 for r in results)
+
+
+def test_spec_of_knows_the_packages_op_in_a_fresh_process(package_installed, tmp_path):
+    # the guide's way to build a spec in a backend's tests, before anything else loads the plugins
+    done = _run(["-c", "import torch; from dispatch.backend import spec_of; "
+                 "print(spec_of('masked_rowsum', torch.ones(2, 3)).op)"], tmp_path)
+    assert done.returncode == 0 and done.stdout.split() == ["masked_rowsum"], done.stderr
