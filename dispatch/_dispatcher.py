@@ -62,7 +62,7 @@ class Dispatcher:
     def function(self, op: str) -> OpFunction:
         """The op function of declared op ``op`` (made once)."""
         fn = self.functions.get(op)
-        if fn is None:
+        if fn is None or fn.decl is not _opdecl.find(op):  # (an op declared anew under its name)
             if op not in _opdecl.declared():
                 _plugins.registry()  # plugins may declare it
             decl = _opdecl.get(op)

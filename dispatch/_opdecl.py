@@ -257,6 +257,7 @@ class OpDecl:
 # -- the registry of declared ops ----------------------------------------------------------------------
 
 _ops: dict[str, OpDecl] = {}
+find: Callable[[str], OpDecl | None] = _ops.get  # the declaration of an op, or None (no view made)
 _origins: dict[str, str] = {}
 _lock = threading.Lock()
 _listeners: list[Callable[[OpDecl], None]] = []

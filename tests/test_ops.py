@@ -229,3 +229,30 @@ def test_out_of_a_packages_op_follows_its_output_rule_and_refuses_autograd():
         dispatch.rowmax32(torch.randn(4, 8, requires_grad=True), out=torch.empty(4))
     with torch.no_grad():
         dispatch.rowmax32(torch.randn(4, 8, requires_grad=True), out=out)
+
+
+def test_an_op_declared_anew_under_its_name_is_called_with_its_new_signature():
+    from dispatch.backend import OpDecl, TensorArg
+
+    def package(decl):
+        class Package:
+            @dispatch.hookimpl
+            def dispatch_ops(self):
+                return [decl]
+        return Package()
+
+    first = OpDecl(name="scaled", parse=lambda input, scale: {"scale": scale}, tensors=(TensorArg("input"),),
+                   reference=lambda spec: lambda input: input * spec.scale, output=lambda spec: (spec.shape, spec.dtype))
+    second = OpDecl(name="scaled", parse=lambda input, other, scale: {"scale": scale},
+                    tensors=(TensorArg("input"), TensorArg("other")),
+                    reference=lambda spec: lambda input, other: (input + other) * spec.scale,
+                    output=lambda spec: (spec.shape, spec.dtype))
+    x = torch.ones(2, 3)
+    dispatch.register(package(first), name="scaled_ops")
+    torch.testing.assert_close(dispatch.scaled(x, 2.0), x * 2)
+    dispatch.unregister("scaled_ops")
+    dispatch.register(package(second), name="scaled_ops")
+    try:
+        torch.testing.assert_close(dispatch.scaled(x, x, 2.0), x * 4)
+    finally:
+        dispatch.unregister("scaled_ops")
