@@ -167,7 +167,12 @@ def _declared_ops(hooks: Mapping[str, Callable[..., Any]], plugin_name: str, ori
     hook = hooks.get("dispatch_ops")
     if hook is None:
         return ()
-    decls = hook()
+    try:
+        decls = hook()
+    except (KeyboardInterrupt, Exception):
+        raise
+    except BaseException as exc:  # SystemExit: a plugin may not end the process
+        raise contained(exc, f"plugin {plugin_name!r}: dispatch_ops") from exc
     if isinstance(decls, _opdecl.OpDecl):
         decls = (decls,)
     try:

@@ -326,6 +326,17 @@ def test_an_info_hook_that_exits_is_a_plugin_error_at_registration():
     assert "quitter" not in dispatch.backends()
 
 
+def test_an_op_package_whose_dispatch_ops_exits_is_a_plugin_error_at_registration():
+    class Quitter:
+        @dispatch.hookimpl
+        def dispatch_ops(self):
+            raise SystemExit(4)
+
+    with pytest.raises(PluginError, match="dispatch_ops raised SystemExit"):
+        dispatch.register(Quitter(), name="quitter_ops")
+    dispatch.register(chunked_backend.make("quitter_ops"))  # rolled back: the name is free
+
+
 # -- messages name who is at fault and what would work ---------------------------------------------
 
 @pytest.mark.parametrize("hook", ["dispatch_kernel", "dispatch_tune_space"])
