@@ -265,9 +265,10 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
                                            for t, n in zip(spec.tensors, needs)])
         grads = DISPATCHER.backward_kernel(spec, backend)(grad, *tensors, output)
         grads = (grads,) if isinstance(grads, torch.Tensor) or grads is None else tuple(grads)
-        wanted = [g for g, n in zip(grads, needs) if n]
-        if any(g is None for g in wanted):
-            raise RuntimeError(f"the backward of dispatch.{name} gave no gradient for a tensor that needs one")
+        # None for a tensor the output does not depend on (autograd through a reference that does
+        # not read it): eager leaves its .grad None; the node's output promises a tensor: zeros
+        wanted = [torch.zeros_like(t, memory_format=torch.contiguous_format) if g is None else g
+                  for g, t, n in zip(grads, tensors, needs) if n]
         inputs = (grad, output, *tensors)
         # a fresh contiguous tensor each: the layout the fake promises, and never an alias of an input
         return [g.clone(memory_format=torch.contiguous_format) if any(g is t for t in inputs) else g.contiguous()

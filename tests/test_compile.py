@@ -161,6 +161,30 @@ def test_an_op_named_like_a_compiled_backward_is_refused_and_compile_keeps_worki
     torch.testing.assert_close(compiled(x), torch.softmax(x, -1))
 
 
+def test_a_compiled_backward_of_an_input_the_output_does_not_read_is_zero():
+    # eager autograd through the reference gives that input no gradient (None); the compiled
+    # backward node gives zeros, not an error
+    from dispatch.backend import OpDecl, TensorArg
+
+    class Package:
+        @dispatch.hookimpl
+        def dispatch_ops(self):
+            return [OpDecl(name="first_twice", parse=lambda input, other: {},
+                           tensors=(TensorArg("input"), TensorArg("other")),
+                           reference=lambda spec: lambda input, other: input * 2,
+                           output=lambda spec: (spec.shape, spec.dtype))]
+
+    dispatch.register(Package(), name="first_twice_ops")
+    try:
+        x, y = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
+        compiled = torch.compile(lambda a, b: dispatch.first_twice(a, b), fullgraph=True, backend="aot_eager")
+        compiled(x, y).sum().backward()
+        torch.testing.assert_close(x.grad, torch.full((3, 4), 2.0))
+        assert y.grad is None or not y.grad.any()
+    finally:
+        dispatch.unregister("first_twice_ops")
+
+
 def test_norms_compile_with_weight_and_bias_gradients():
     f = torch.compile(lambda t, w, b: dispatch.layer_norm(t, (16,), w, b).sum() + dispatch.rms_norm(t, [16], w).sum(),
                       fullgraph=True, backend="aot_eager")
