@@ -246,6 +246,9 @@ class Registry:
                 hooks = _hook_functions(self._pm, plugin_name)
                 decls = _declared_ops(hooks, plugin_name, origin)
                 backend_hooks = [h for h in hooks if h != "dispatch_ops"]
+                if not backend_hooks and not decls and "dispatch_ops" in hooks:
+                    raise PluginError(f"plugin {plugin_name!r} from {origin}: its dispatch_ops returned no op; an op "
+                                      "package returns its dispatch.backend.OpDecl objects (docs/writing-an-op.md)")
                 if not backend_hooks and not decls:
                     raise PluginError(f"plugin {plugin_name!r} from {origin} implements no dispatch hook: a backend "
                                       f"implements {', '.join(hookspec.REQUIRED_HOOKS)}, an op package "

@@ -104,7 +104,10 @@ def _call(args: argparse.Namespace) -> tuple[tuple, dict]:
         raise ValueError(f"--arg {unknown[0]}: {args.op} takes no such argument; it takes "
                          f"{', '.join(sorted(sample_options(decl))) or 'none'}")
     if "dim" in decl.attribute_names:
-        options.setdefault("dim", args.dim)
+        options.setdefault("dim", -1 if args.dim is None else args.dim)
+    elif args.dim is not None:
+        raise ValueError(f"--dim {args.dim}: {args.op} takes no dim; it takes "
+                         f"{', '.join(sorted(sample_options(decl))) or 'none'}")
     numel = 1
     for s in args.shape:
         numel *= s
@@ -118,7 +121,7 @@ def _call(args: argparse.Namespace) -> tuple[tuple, dict]:
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
         given = [f"--shape {'x'.join(map(str, args.shape))}"] + [f"--arg {k}={v!r}" for k, v in (args.arg or ())]
         if "dim" in decl.attribute_names and "dim" not in dict(args.arg or ()):
-            given.append(f"--dim {args.dim}")
+            given.append(f"--dim {-1 if args.dim is None else args.dim}")
         raise ValueError(f"{args.op} on {' '.join(given)}: {exc}") from None
     return call_args, call_kwargs
 
@@ -255,7 +258,7 @@ def _add_call_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                         "declares")
     p.add_argument("--shape", type=parse_shape, required=required, help="e.g. 8x128 (the first tensor's)")
     p.add_argument("--dtype", type=parse_dtype, default=torch.float32)
-    p.add_argument("--dim", type=int, default=-1, help="for ops with a dim argument (default -1)")
+    p.add_argument("--dim", type=int, default=None, help="for ops with a dim argument (default -1)")
     p.add_argument("--arg", type=parse_arg, action="append", metavar="NAME=VALUE",
                    help="another argument of the op, e.g. --arg keepdim=True (repeat for several)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto (default)")

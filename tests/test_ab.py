@@ -440,6 +440,11 @@ def test_arguments_no_compared_op_takes_are_an_error_not_ignored(capsys):
     assert main(["ab", "rms_norm", "--shape", "4x16", "--threads", "0", "--device", "cpu", "-q"]) == 2
     err = capsys.readouterr().err
     assert "epz" in err and "--dim 0: none of rms_norm takes a dim" in err and "--threads must be >= 1" in err
+    with pytest.raises(ValueError, match="'dim' is an argument of none of rms_norm"):
+        compare("rms_norm", shapes=[(4, 16)], backends="torch", warmup=1, rep=1, device="cpu", dim=0)
+    for command in ("explain", "tune"):
+        assert main([command, "rms_norm", "--shape", "4x16", "--dim", "0", "--device", "cpu"]) == 2
+        assert "--dim 0: rms_norm takes no dim; it takes " in capsys.readouterr().err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")

@@ -337,6 +337,16 @@ def test_an_op_package_whose_dispatch_ops_exits_is_a_plugin_error_at_registratio
     dispatch.register(chunked_backend.make("quitter_ops"))  # rolled back: the name is free
 
 
+def test_an_op_package_that_declares_nothing_is_told_so():
+    class Empty:
+        @dispatch.hookimpl
+        def dispatch_ops(self):
+            return []
+
+    with pytest.raises(PluginError, match="its dispatch_ops returned no op"):
+        dispatch.register(Empty(), name="empty_ops")
+
+
 # -- messages name who is at fault and what would work ---------------------------------------------
 
 @pytest.mark.parametrize("hook", ["dispatch_kernel", "dispatch_tune_space"])

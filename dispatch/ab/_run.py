@@ -78,6 +78,8 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     if unknown:
         raise ValueError(f"options: {unknown[0]!r} is an argument of none of {', '.join(op_names)}; "
                          f"they take {', '.join(sorted(taken)) or 'none'}")
+    if dim != -1 and "dim" not in taken:
+        raise ValueError(f"'dim' is an argument of none of {', '.join(op_names)} (got dim={dim}); leave it -1")
     options = {**(options or {}), "dim": dim}
     if progress is True:
         from ._progress import rich_progress
