@@ -1,10 +1,14 @@
-"""A distribution of this repository pip-installed (editable) for a test module, uninstalled after."""
+"""A distribution of this repository pip-installed for a test module into a directory of its own:
+the processes a test starts find it through ``PYTHONPATH`` (:func:`env_with`); the environment the
+tests run in, shared by parallel workers, is left as it is."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +21,14 @@ def pip(*args: str) -> None:
 
 
 @contextlib.contextmanager
-def editable(path: Path, name: str) -> Iterator[Path]:
-    """``pip install -e path`` (no deps, no build isolation) for the block, ``pip uninstall name`` after."""
-    pip("install", "--no-deps", "--no-build-isolation", "-e", str(path))
-    try:
-        yield path
-    finally:
-        pip("uninstall", "-y", name)
+def site(path: Path) -> Iterator[Path]:
+    """``pip install --target DIR path`` (no deps, no build isolation) for the block: yields DIR."""
+    with tempfile.TemporaryDirectory(prefix="dispatch-test-site-") as target:
+        pip("install", "--no-deps", "--no-build-isolation", "--target", target, str(path))
+        yield Path(target)
+
+
+def env_with(site_dir: Path, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with ``site_dir`` first on ``PYTHONPATH``."""
+    paths = [str(site_dir), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}

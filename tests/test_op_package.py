@@ -54,20 +54,21 @@ USER_SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def package_installed():
-    """``dispatch-rowsum`` installed (editable) for this module's tests, uninstalled after."""
-    with installed.editable(PACKAGE, "dispatch-rowsum") as path:
-        yield path
+    """``dispatch-rowsum`` installed for this module's tests (the site directory its processes get)."""
+    with installed.site(PACKAGE) as site:
+        yield site
 
 
-def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+def _run(args: list[str], tmp_path: Path, site: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
     env.update(DISPATCH_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="200", OMP_NUM_THREADS="1")
+    env = installed.env_with(site, env)
     return subprocess.run([sys.executable, *args], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
 
 
 def test_the_op_is_called_explained_differentiated_and_certified(package_installed, tmp_path):
-    done = _run(["-c", USER_SCRIPT], tmp_path)
+    done = _run(["-c", USER_SCRIPT], tmp_path, package_installed)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.splitlines()[-1])
     assert "masked_rowsum" in seen["ops"] and not seen["failures"]
@@ -82,17 +83,18 @@ def test_the_op_is_called_explained_differentiated_and_certified(package_install
 
 
 def test_the_cli_lists_tunes_and_ab_tests_the_op(package_installed, tmp_path):
-    listing = _run(["-m", "dispatch", "backends"], tmp_path)
+    listing = _run(["-m", "dispatch", "backends"], tmp_path, package_installed)
     assert listing.returncode == 0 and "masked_rowsum" in listing.stdout, listing.stderr
-    tuned = _run(["-m", "dispatch", "tune", "masked_rowsum", "--shape", "8x300", "--device", "cpu"], tmp_path)
+    tuned = _run(["-m", "dispatch", "tune", "masked_rowsum", "--shape", "8x300", "--device", "cpu"], tmp_path,
+                 package_installed)
     assert tuned.returncode == 0, tuned.stderr
     assert "rowsum_chunked" in tuned.stdout and "fastest when raced" in tuned.stdout, tuned.stdout
     explained = _run(["-m", "dispatch", "explain", "masked_rowsum", "--shape", "8x300", "--device", "cpu",
-                      "--arg", "masked=False"], tmp_path)
+                      "--arg", "masked=False"], tmp_path, package_installed)
     assert explained.returncode == 0 and "unmasked" in explained.stdout, explained.stdout + explained.stderr
     ab = _run(["-m", "dispatch", "ab", "masked_rowsum", "--shape", "8x300", "--dtype", "float32", "--device", "cpu",
                "--backends", "torch,rowsum_chunked,rowsum_matmul", "--warmup", "2", "--rep", "5", "-q",
-               "--json", str(tmp_path / "ab.json")], tmp_path)
+               "--json", str(tmp_path / "ab.json")], tmp_path, package_installed)
     assert ab.returncode == 0, ab.stdout + ab.stderr
     results = json.loads((tmp_path / "ab.json").read_text())["results"]
     assert {r["backend"]: r["status"] for r in results} == {
@@ -103,5 +105,5 @@ def test_the_cli_lists_tunes_and_ab_tests_the_op(package_installed, tmp_path):
 def test_spec_of_knows_the_packages_op_in_a_fresh_process(package_installed, tmp_path):
     # the guide's way to build a spec in a backend's tests, before anything else loads the plugins
     done = _run(["-c", "import torch; from dispatch.backend import spec_of; "
-                 "print(spec_of('masked_rowsum', torch.ones(2, 3)).op)"], tmp_path)
+                 "print(spec_of('masked_rowsum', torch.ones(2, 3)).op)"], tmp_path, package_installed)
     assert done.returncode == 0 and done.stdout.split() == ["masked_rowsum"], done.stderr

@@ -53,9 +53,9 @@ LIST_SCRIPT = "import dispatch; print(sorted(dispatch.backends()))"
 
 @pytest.fixture(scope="module")
 def sample_installed():
-    """``dispatch-sample-backend`` installed (editable) for this module's tests, uninstalled after."""
-    with installed.editable(DISTRIBUTION, "dispatch-sample-backend") as path:
-        yield path
+    """``dispatch-sample-backend`` installed for this module's tests (the site directory its processes get)."""
+    with installed.site(DISTRIBUTION) as site:
+        yield site
 
 
 def _fresh_env(tmp_path: Path) -> dict[str, str]:
@@ -77,7 +77,7 @@ def _finish(process: subprocess.Popen) -> str:
 
 
 def test_the_installed_sample_is_discovered_listed_selected_used_and_certified(sample_installed, tmp_path):
-    env = _fresh_env(tmp_path)
+    env = installed.env_with(sample_installed, _fresh_env(tmp_path))
     listing = _start(["-m", "dispatch", "backends"], env, tmp_path)  # two fresh interpreters at once
     seen = json.loads(_finish(_start(["-c", USER_SCRIPT], env, tmp_path)).splitlines()[-1])
     table = _finish(listing)
@@ -92,7 +92,7 @@ def test_the_installed_sample_is_discovered_listed_selected_used_and_certified(s
 
 
 def test_with_autoload_off_the_sample_loads_only_when_named(sample_installed, tmp_path):
-    off = _fresh_env(tmp_path) | {"DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    off = installed.env_with(sample_installed, _fresh_env(tmp_path)) | {"DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "1"}
     unnamed = _start(["-c", LIST_SCRIPT], off, tmp_path)
     named = _start(["-c", LIST_SCRIPT], off | {"DISPATCH_PLUGINS": "sample"}, tmp_path)
     assert _finish(unnamed).strip() == "['torch']"  # the reference always loads
