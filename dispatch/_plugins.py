@@ -242,7 +242,12 @@ class Registry:
             except BaseException as exc:  # pluggy reads the plugin's attributes: its code may run
                 raise PluginError(f"plugin {plugin_name!r} from {origin}: {exc}") from exc
             try:
-                self._pm.check_pending()
+                try:
+                    self._pm.check_pending()
+                except pluggy.PluginValidationError as exc:  # a hookimpl of no known hook: a misspelt name
+                    known = ", ".join(sorted(n for n in dir(self._pm.hook) if n.startswith("dispatch_")))
+                    raise PluginError(f"plugin {plugin_name!r} from {origin}: {exc}; the hooks are {known} "
+                                      "(docs/writing-a-backend.md)") from exc
                 hooks = _hook_functions(self._pm, plugin_name)
                 decls = _declared_ops(hooks, plugin_name, origin)
                 backend_hooks = [h for h in hooks if h != "dispatch_ops"]
@@ -345,6 +350,10 @@ class Registry:
                 self._failures.append(LoadFailure(ep.name, origin, f"{type(exc).__name__}: {exc}",
                                                   "".join(traceback.format_exception(
                                                       type(exc), exc, exc.__traceback__, chain=False))))
+        for name in sorted(named - set(taken)):  # a name in DISPATCH_PLUGINS that nothing installed has
+            self._failures.append(LoadFailure(name, f"{ENV_PLUGINS}={environ.get(ENV_PLUGINS, '')!r}",
+                                              f"PluginError: no installed entry point is named {name!r} (installed: "
+                                              f"{', '.join(sorted(taken)) or 'none'})"))
         for backend in list(self._backends.values()):  # every op a backend names must now be declared
             try:
                 _check_ops(backend.info, set())

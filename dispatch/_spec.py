@@ -103,6 +103,12 @@ class CallSpec:
             for key, value in object.__getattribute__(self, "attributes"):
                 if key == name:
                     return value
+            helper = getattr(type(self), name, None)
+            if isinstance(helper, property):  # a helper that read an attribute this op lacks: say which
+                try:
+                    helper.fget(self)
+                except AttributeError as exc:
+                    raise AttributeError(f"{type(self).__name__}.{name} of {self.op!r}: {exc}") from None
         raise AttributeError(f"{type(self).__name__} of {self.op!r} has no attribute {name!r}")
 
     @property

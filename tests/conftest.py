@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dispatch
-from dispatch import _native
+from dispatch import _native, _plugins
 from dispatch._dispatcher import DISPATCHER
 
 _native.tensor_key()  # built (once per torch) before any test times a call or starts a subprocess
@@ -30,11 +30,15 @@ def isolated_dispatch(tmp_path, monkeypatch):
                 "DISPATCH_STRICT", "DISPATCH_DISTRIBUTED", "DISPATCH_DISTRIBUTED_TIMEOUT", "DISPATCH_SHARED_CACHE"):
         monkeypatch.delenv(var, raising=False)
     before = set(dispatch.backends())
+    packages = set(_plugins.registry()._op_plugins)
     dispatch.reset()
     DISPATCHER.reset()
     yield
     for name in set(dispatch.backends()) - before:
         dispatch.unregister(name)
+    for name in set(_plugins.registry()._op_plugins) - packages:  # op packages a test registered
+        if name in _plugins.registry()._op_plugins:
+            dispatch.unregister(name)
     dispatch.reset()
     DISPATCHER.reset()
 

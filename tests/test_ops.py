@@ -242,7 +242,8 @@ def test_an_op_declared_anew_under_its_name_is_called_with_its_new_signature():
         return Package()
 
     first = OpDecl(name="scaled", parse=lambda input, scale: {"scale": scale}, tensors=(TensorArg("input"),),
-                   reference=lambda spec: lambda input: input * spec.scale, output=lambda spec: (spec.shape, spec.dtype))
+                   reference=lambda spec: lambda input: input * spec.scale,
+                   output=lambda spec: (spec.shape, spec.dtype))
     second = OpDecl(name="scaled", parse=lambda input, other, scale: {"scale": scale},
                     tensors=(TensorArg("input"), TensorArg("other")),
                     reference=lambda spec: lambda input, other: (input + other) * spec.scale,
@@ -256,3 +257,24 @@ def test_an_op_declared_anew_under_its_name_is_called_with_its_new_signature():
         torch.testing.assert_close(dispatch.scaled(x, x, 2.0), x * 4)
     finally:
         dispatch.unregister("scaled_ops")
+
+
+def test_a_spec_helper_an_op_cannot_answer_names_what_it_lacks():
+    from dispatch.backend import OpDecl, TensorArg, spec_of
+
+    class Package:
+        @dispatch.hookimpl
+        def dispatch_ops(self):
+            return [OpDecl(name="plus", parse=lambda input, other: {}, tensors=(TensorArg("input"), TensorArg("other")),
+                           reference=lambda spec: lambda input, other: input + other,
+                           output=lambda spec: (spec.shape, spec.dtype))]
+
+    dispatch.register(Package(), name="plus_ops")
+    try:
+        spec = spec_of("plus", torch.ones(2, 3), torch.ones(2, 3))
+        with pytest.raises(AttributeError, match="CallSpec.rows of 'plus': .*no attribute 'dims'"):
+            spec.rows
+        with pytest.raises(AttributeError, match="CallSpec of 'plus' has no attribute 'keepdim'"):
+            spec.keepdim
+    finally:
+        dispatch.unregister("plus_ops")

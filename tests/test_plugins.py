@@ -337,6 +337,27 @@ def test_an_op_package_whose_dispatch_ops_exits_is_a_plugin_error_at_registratio
     dispatch.register(chunked_backend.make("quitter_ops"))  # rolled back: the name is free
 
 
+def test_a_name_in_dispatch_plugins_that_nothing_installed_has_is_a_load_failure():
+    registry = _plugins.Registry()
+    registry.load_entry_points(environ={_plugins.ENV_DISABLE_AUTOLOAD: "1", _plugins.ENV_PLUGINS: "trtion"})
+    failure = next(f for f in registry.failures if f.name == "trtion")
+    assert "no installed entry point is named 'trtion'" in failure.error and "triton" in failure.error
+    assert set(registry.backends) == {"torch"}
+
+
+def test_a_misspelt_hook_is_a_plugin_error_listing_the_hooks():
+    plugin = chunked_backend.make("typo")
+
+    @dispatch.hookimpl
+    def dispatch_checks(op, spec):
+        return dispatch.Verdict.yes()
+
+    plugin.dispatch_checks = dispatch_checks
+    with pytest.raises(PluginError, match="dispatch_checks.*the hooks are .*dispatch_check, "):
+        dispatch.register(plugin)
+    assert "typo" not in dispatch.backends()
+
+
 def test_an_op_package_that_declares_nothing_is_told_so():
     class Empty:
         @dispatch.hookimpl
