@@ -123,6 +123,7 @@ def test_certification_fails_for_a_wrong_backend_and_says_where(pytester):
     ])
     result.stdout.no_fnmatch_line("FAILED*float16*")
     result.stdout.no_fnmatch_line("FAILED*-dim-1 *")  # ordinary inputs pass: only large values and infinities fail
+    result.stdout.no_fnmatch_line("*rms_norm*")  # the grid of the ops it implements only
 
 
 def test_certification_passes_for_the_torch_reference(pytester):

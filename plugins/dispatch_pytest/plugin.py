@@ -125,11 +125,15 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     backends = _names(config.getoption(OPTION_CERTIFY))
     if not backends:
         return
+    from dispatch.backend import loaded_backends
+
     from .cases import default_cases
+    from .conformance import _ops_of
 
     device = config.getoption(OPTION_DEVICE)
     for backend in backends:
-        for case in default_cases():
+        loaded = loaded_backends().get(backend)  # (one not loaded: its items fail, saying so)
+        for case in default_cases(_ops_of(loaded) if loaded is not None else None):
             items.append(ConformanceItem.from_parent(session, name=f"certify[{backend}]::{case.id}",
                                                      nodeid=f"certify[{backend}]::{case.id}",
                                                      backend=backend, case=case, device=device))
