@@ -209,6 +209,26 @@ def test_another_packages_op_neither_fails_nor_crashes_a_backends_certification(
                for r in report.refused)
 
 
+def test_an_op_whose_output_rule_disagrees_with_its_reference_fails_certification():
+    from dispatch.backend import OpDecl, TensorArg
+
+    class Package:
+        @dispatch.hookimpl
+        def dispatch_ops(self):
+            return [OpDecl(name="rowsum_bad", parse=lambda input: {}, tensors=(TensorArg("input"),),
+                           reference=lambda spec: lambda input: input.sum(-1),
+                           output=lambda spec: (spec.shape, spec.dtype))]  # wrong: the last dim is reduced
+
+    dispatch.register(Package(), name="rowsum_bad_ops")
+    result = run_case("torch", Case("softmax", torch.float32, (8, 128)), device="cpu")
+    assert result.outcome == PASS
+    from dispatch_pytest.cases import OpCase
+
+    result = run_case("torch", OpCase("rowsum_bad", torch.float32, (8, 128)), device="cpu")
+    assert result.outcome == FAIL and "output rule gives (8, 128) torch.float32, its reference returns (8,)" \
+        in result.reason
+
+
 def test_an_op_of_two_tensors_without_a_sample_factory_says_what_to_declare():
     from dispatch.backend import OpDecl, TensorArg
     from dispatch.ab import compare

@@ -154,6 +154,11 @@ def run_case(backend: str, case: Case, *, device: torch.device | str | None = No
         return CaseResult(case, REFUSED, verdict.reason)
     with torch.no_grad():
         expected = reference.kernel(case.op, spec, EMPTY)(*tensors)
+    if isinstance(expected, torch.Tensor) and (tuple(expected.shape), expected.dtype) != (
+            tuple(spec.out_shape), spec.out_dtype):  # the op's own declaration disagrees with itself
+        return CaseResult(case, FAIL, f"the op's output rule gives {tuple(spec.out_shape)} {spec.out_dtype}, its "
+                                      f"reference returns {tuple(expected.shape)} {expected.dtype}: fix {case.op}'s "
+                                      "OpDecl.output (backends and torch.compile are told the rule's)")
     try:
         space = under_test.tune_space(case.op, spec)
     except KeyboardInterrupt:
