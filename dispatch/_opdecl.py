@@ -291,6 +291,11 @@ def declared() -> Mapping[str, OpDecl]:
     return MappingProxyType(_ops)
 
 
+def origin(name: str) -> str:
+    """Who declared op ``name``: ``"dispatch"`` or the plugin (its entry point and distribution)."""
+    return _origins.get(name, "dispatch")
+
+
 def get(name: str) -> OpDecl:
     """The declaration of op ``name``; a ValueError listing the declared ops if there is none."""
     decl = _ops.get(name)

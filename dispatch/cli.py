@@ -57,6 +57,13 @@ def cmd_backends(args: argparse.Namespace) -> int:
         table.add_row(*(escape(cell) for cell in cells))  # a plugin's text is text, not rich markup
     console = Console()
     console.print(table)
+    from . import _opdecl
+
+    by_origin: dict[str, list[str]] = {}
+    for op in _opdecl.declared():
+        by_origin.setdefault(_opdecl.origin(op), []).append(op)
+    for where, ops in by_origin.items():
+        console.print(escape(f"ops declared by {where}: {', '.join(ops)}"))
     failures = _plugins.load_failures()
     if failures:
         console.print(f"[bold red]{len(failures)} plugin(s) failed to load:[/]")

@@ -85,6 +85,7 @@ def test_the_op_is_called_explained_differentiated_and_certified(package_install
 def test_the_cli_lists_tunes_and_ab_tests_the_op(package_installed, tmp_path):
     listing = _run(["-m", "dispatch", "backends"], tmp_path, package_installed)
     assert listing.returncode == 0 and "masked_rowsum" in listing.stdout, listing.stderr
+    assert "ops declared by plugin 'rowsum_ops' (entry point 'rowsum_ops'" in listing.stdout, listing.stdout
     tuned = _run(["-m", "dispatch", "tune", "masked_rowsum", "--shape", "8x300", "--device", "cpu"], tmp_path,
                  package_installed)
     assert tuned.returncode == 0, tuned.stderr
