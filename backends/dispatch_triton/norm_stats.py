@@ -2,13 +2,14 @@
 row's chunks, a chunk's partials, and the parts of a row merged.
 
 ``d = x - shift``, the shift the median of the means of 16 elements at the row's head, middle
-and tail (of single elements there where a row's chunks are held in registers; ``_row_shift``:
-small numbers for rows far from zero, and one massive element does not move it), and per part of the row (a chunk, a segment, the whole walk) ``sum d`` and ``M2``,
-its sum of squares about its own mean, ``sum d^2 - (sum d)^2 / n``. That difference cancels
-where the shift is farther from the part's mean than the part's spread (``_ill_placed``:
-massive elements in two of the three groups, a part far from the rest): there the part is
-summed again about its mean (a second reduction over the chunk in registers, a second walk), so
-it never loses more than a bit. The parts merge by Chan et al.'s rule,
+and tail (where a row's chunks are held in registers, of single elements there; ``_row_shift``:
+small numbers for rows far from zero, and one massive element does not move it), and per part
+of the row (a chunk, a segment, the whole walk) ``sum d`` and ``M2``, its sum of squares about
+its own mean, ``sum d^2 - (sum d)^2 / n``. That difference cancels where the shift is farther
+from the part's mean than the part's spread (``_ill_placed``: massive elements in two of the
+three groups, a part far from the rest): there the part is summed again about its mean (a
+second reduction over the chunk in registers, a second walk), so it never loses more than a
+bit. The parts merge by Chan et al.'s rule,
 ``M2 = sum M2_p + sum n_p (mean_p - mean)^2``, which subtracts nothing. rms_norm needs only
 ``sum x^2`` (its shift is 0). ``LANES`` (the chunked and split paths) keeps a running
 (mean, M2) per lane instead (``_lane_stats``): no shift, never a second walk.
