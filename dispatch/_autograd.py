@@ -31,13 +31,26 @@ def reference_backward(spec: CallSpec) -> Callable[..., object]:
     return backward
 
 
+def _graph_gradients(spec: CallSpec, grad: torch.Tensor, tensors: tuple, needs: tuple) -> tuple:
+    """The gradients as differentiable functions of ``tensors`` and ``grad`` (a backward taken with
+    ``create_graph=True``, whose result is differentiated again): autograd through the op's
+    reference, recomputed on the saved inputs. A backward kernel's gradients carry no graph."""
+    reference = _opdecl.get(spec.op).reference(spec)
+    with torch.enable_grad():
+        out = reference(*tensors)
+        wanted = [t for t, n in zip(tensors, needs) if n and t is not None]
+        grads = iter(torch.autograd.grad(out, wanted, grad, create_graph=True, allow_unused=True))
+    return tuple(next(grads) if n and t is not None else None for t, n in zip(tensors, needs))
+
+
 class _BackendFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, kernel, backward, *tensors):
+    def forward(ctx, kernel, backward, spec, *tensors):
         saves = getattr(backward, "saves", None)  # buffers the forward fills for the backward (hookspec)
         extra = tuple(saves(*tensors)) if saves is not None else ()
         y = kernel(*tensors, saved=extra) if extra else kernel(*tensors)
         ctx.backward_kernel = backward
+        ctx.spec = spec
         ctx.absent = tuple(t is None for t in tensors)
         ctx.n_extra = len(extra)
         ctx.save_for_backward(*(t for t in tensors if t is not None), y, *extra)
@@ -49,6 +62,8 @@ class _BackendFunction(torch.autograd.Function):
         out_at = len(kept) - ctx.n_extra - 1
         saved = iter(kept[:out_at])
         tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
+        if torch.is_grad_enabled():  # create_graph=True: gradients that can be differentiated again
+            return (None, None, None, *_graph_gradients(ctx.spec, grad, tensors, ctx.needs_input_grad[3:]))
         try:
             grads = ctx.backward_kernel(grad, *tensors, *kept[out_at:])
         except (Exception, KeyboardInterrupt):
@@ -61,7 +76,7 @@ class _BackendFunction(torch.autograd.Function):
         if isinstance(grads, torch.Tensor) or grads is None:
             grads = (grads,)
         grads = tuple(grads) + (None,) * (len(tensors) - len(grads))
-        return (None, None, *grads)
+        return (None, None, None, *grads)
 
 
 def own_backward(backend, spec: CallSpec) -> Callable[..., object] | None:
@@ -70,11 +85,13 @@ def own_backward(backend, spec: CallSpec) -> Callable[..., object] | None:
     return None if backend.info.reference else backend.backward(spec.op, spec)
 
 
-def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable[..., object]) -> Callable[..., torch.Tensor]:
-    """Wrap ``kernel`` so autograd flows through it, with ``backward`` (a backend's own backward kernel
-    or :func:`reference_backward`'s)."""
+def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable[..., object],
+                   spec: CallSpec) -> Callable[..., torch.Tensor]:
+    """Wrap ``kernel`` (a call of ``spec``) so autograd flows through it, with ``backward`` (a
+    backend's own backward kernel or :func:`reference_backward`'s); a backward taken with
+    ``create_graph=True`` goes through the reference instead, so that it can be differentiated again."""
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
-        return _BackendFunction.apply(kernel, backward, *tensors)
+        return _BackendFunction.apply(kernel, backward, spec, *tensors)
 
     return run

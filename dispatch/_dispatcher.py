@@ -129,7 +129,7 @@ class Dispatcher:
         backend = _plugins.registry().backends[decision.backend]
         kernel = backend.kernel(spec.op, spec, decision.config)
         if spec.requires_grad and not backend.info.reference:
-            kernel = differentiable(kernel, self._backward(backend, decision, None))
+            kernel = differentiable(kernel, self._backward(backend, decision, None), spec)
         if key is not None:
             self.decisions.setdefault(spec.op, {})[key] = decision
         if not backend.info.reference and _has_views(tensors):
@@ -207,7 +207,7 @@ class Dispatcher:
         if backend.info.reference:
             return kernel  # torch's own ops: autograd and errors are torch's
         if spec.requires_grad:
-            kernel = differentiable(kernel, self._backward(backend, decision, key))
+            kernel = differentiable(kernel, self._backward(backend, decision, key), spec)
         return self._guarded(kernel, decision, key, plain)
 
     def _backward(self, backend, decision: Decision, key) -> Callable:

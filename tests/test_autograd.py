@@ -95,3 +95,34 @@ def test_explain_names_the_declared_backward_a_backend_without_its_own_gets():
     x = torch.randn(4, 16, requires_grad=True)
     said = dispatch.explain("softmax", x, -1, backend="nobwd").backward
     assert "ships no backward kernel" in said and "the op's declared backward" in said
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "softmax"])
+def test_a_gradient_penalty_differentiates_the_backward_as_torch_does(backend, op):
+    # create_graph=True (a gradient penalty, a Hessian-vector product): the backward's result is
+    # differentiated again; a backward kernel's gradients carry no graph, so they were wrong
+    if backend not in dispatch.backends() or not dispatch.backends()[backend].available:
+        pytest.skip(f"{backend} is not available here")
+    torch.manual_seed(0)
+
+    def loss(fn, x, w):
+        y = fn(x * 1.5, w)
+        out = (y * torch.arange(16.0)).sum()
+        gx, = torch.autograd.grad(out, x, create_graph=True)
+        return out + (gx ** 2).sum()
+
+    calls = {"rms_norm": (lambda m: lambda x, w: m.rms_norm(x, [16], w, **kw(m))),
+             "layer_norm": (lambda m: lambda x, w: m.layer_norm(x, [16], w, **kw(m))),
+             "softmax": (lambda m: lambda x, w: m.softmax(x * w, -1, **kw(m)))}
+    kw = lambda m: {"backend": backend} if m is dispatch else {}  # noqa: E731
+    import torch.nn.functional as F
+
+    x0, w0 = torch.randn(4, 16, dtype=torch.float32), torch.randn(16)
+    got, want = [], []
+    for module, into in ((dispatch, got), (F, want)):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        loss(calls[op](module), x, w).backward()
+        into += [x.grad, w.grad]
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
