@@ -110,6 +110,8 @@ class Dispatcher:
 
             return _compile.call(decl, values, backend)
         spec = decl.spec(values)
+        if _torch_only():  # served by torch, and not resolved: later calls outside the mode still choose
+            return decl.reference(spec)(*decl.tensors_of(values))
         if spec.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return self._call_in_capture(spec, key, backend, decl.tensors_of(values))
         return self.call(decl.name, key, spec, backend, decl.tensors_of(values),
@@ -260,12 +262,15 @@ class Dispatcher:
         gets wrappers without a loop (the common hot path)."""
         tensors_spec = decision.spec.tensors
         complex_ = any(t.present and t.dtype.is_complex for t in tensors_spec)
+        reference = _opdecl.get(decision.spec.op).reference(decision.spec)  # under a mode of _torch_only
 
         def fault(exc: BaseException, tensors: tuple) -> torch.Tensor:
             return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc, plain)
 
         if len(tensors_spec) == 1:
             def run(x: torch.Tensor) -> torch.Tensor:
+                if _torch_only():
+                    return reference(x)
                 try:
                     return kernel(x)
                 except KeyboardInterrupt:
@@ -274,6 +279,8 @@ class Dispatcher:
                     return fault(exc, (x,))
         else:
             def run(*tensors: torch.Tensor) -> torch.Tensor:
+                if _torch_only():
+                    return reference(*tensors)
                 try:
                     return kernel(*tensors)
                 except KeyboardInterrupt:
@@ -390,6 +397,19 @@ def _gradients_problem(grads, tensors: tuple, needed: tuple[str | None, ...]) ->
             want = "no gradient (the input is absent)" if t is None else f"{tuple(t.shape)} on {t.device}"
             return f"its backward kernel returned a gradient of {tuple(g.shape)} on {g.device} for {want}"
     return None
+
+
+_forward_ad = torch.autograd.forward_ad
+_jit_tracing = torch._C._is_tracing
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+def _torch_only() -> bool:
+    """Whether a call must run torch's own op, not a backend's kernel: a forward-mode AD level is
+    open (a kernel drops the tangent), torch.jit.trace records (it would record the kernel's
+    empty output), or a torch.func transform runs (vmap, grad, jacrev...: its tensors are wrappers
+    without storage). One Python read and two C calls."""
+    return _forward_ad._current_level >= 0 or _jit_tracing() or _functorch_active()
 
 
 def _tracing() -> bool:

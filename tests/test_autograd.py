@@ -126,3 +126,37 @@ def test_a_gradient_penalty_differentiates_the_backward_as_torch_does(backend, o
         into += [x.grad, w.grad]
     for g, r in zip(got, want):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_forward_mode_ad_vmap_grad_and_jit_trace_run_torchs_own_op(backend):
+    # a kernel would drop the tangent (forward AD), get wrapped tensors without storage (torch.func)
+    # or be recorded as its empty output (jit.trace); these calls run torch's op, and no backend is
+    # quarantined for them
+    import warnings
+
+    import torch.autograd.forward_ad as fwAD
+    import torch.nn.functional as F
+    from torch.func import grad, vmap
+
+    if backend not in dispatch.backends() or not dispatch.backends()[backend].available:
+        pytest.skip(f"{backend} is not available here")
+    x, t = torch.randn(3, 8), torch.randn(3, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dispatch.FaultWarning)
+        torch.testing.assert_close(dispatch.softmax(x, -1, backend=backend), torch.softmax(x, -1))  # resolved
+        with fwAD.dual_level():
+            _, tangent = fwAD.unpack_dual(dispatch.softmax(fwAD.make_dual(x, t), -1, backend=backend))
+            _, want = fwAD.unpack_dual(torch.softmax(fwAD.make_dual(x, t), -1))
+        torch.testing.assert_close(tangent, want)
+        w = torch.randn(8)
+        torch.testing.assert_close(vmap(lambda r: dispatch.rms_norm(r, [8], w, backend=backend))(x),
+                                   F.rms_norm(x, [8], w))
+        torch.testing.assert_close(grad(lambda r: dispatch.rms_norm(r, [8], w, backend=backend).pow(2).sum())(x),
+                                   grad(lambda r: F.rms_norm(r, [8], w).pow(2).sum())(x))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            traced = torch.jit.trace(lambda a: dispatch.softmax(a, -1, backend=backend), (x,))
+        y = torch.randn(3, 8)
+        torch.testing.assert_close(traced(y), torch.softmax(y, -1))
+    assert not [f for f in dispatch.faults() if f.backend == backend]
