@@ -91,7 +91,11 @@ def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable[..., 
     backend's own backward kernel or :func:`reference_backward`'s); a backward taken with
     ``create_graph=True`` goes through the reference instead, so that it can be differentiated again."""
 
+    reference = _opdecl.get(spec.op).reference(spec)
+
     def run(*tensors: torch.Tensor) -> torch.Tensor:
+        if any(t is not None and t.is_inference() for t in tensors):  # (made under inference_mode: autograd
+            return reference(*tensors)  # can't save it for a backward; torch's op saves what it needs)
         return _BackendFunction.apply(kernel, backward, spec, *tensors)
 
     return run

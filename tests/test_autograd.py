@@ -160,3 +160,28 @@ def test_forward_mode_ad_vmap_grad_and_jit_trace_run_torchs_own_op(backend):
         y = torch.randn(3, 8)
         torch.testing.assert_close(traced(y), torch.softmax(y, -1))
     assert not [f for f in dispatch.faults() if f.backend == backend]
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+def test_an_input_made_under_inference_mode_with_a_weight_that_wants_its_gradient(backend):
+    # autograd can't save an inference tensor for a backward; torch's rms_norm serves the call
+    # (it needs the input only for the weight's gradient), so dispatch must not fault the backend
+    import warnings
+
+    import torch.nn.functional as F
+
+    if backend not in dispatch.backends() or not dispatch.backends()[backend].available:
+        pytest.skip(f"{backend} is not available here")
+    with torch.inference_mode():
+        x = torch.randn(3, 16)
+    w = torch.randn(16, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dispatch.FaultWarning)
+        y = dispatch.rms_norm(x, [16], w, backend=backend)
+    want = F.rms_norm(x, [16], w)
+    torch.testing.assert_close(y, want)
+    y.sum().backward()
+    got_grad = w.grad.clone()
+    w.grad = None
+    want.sum().backward()
+    torch.testing.assert_close(got_grad, w.grad)
