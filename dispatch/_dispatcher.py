@@ -24,7 +24,7 @@ from ._opfunc import OpFunction
 from ._select import Decision, Selector
 from ._spec import CallSpec
 from .autotune.cache import default_cache
-from .errors import BackendFaultError, FaultWarning
+from .errors import BackendFaultError, BackendRefusedError, FaultWarning
 from .reference import check_output, expected_output, input_safety
 
 MAX_KEYS_PER_OP = 4096
@@ -112,10 +112,24 @@ class Dispatcher:
         spec = decl.spec(values)
         if _torch_only():  # served by torch, and not resolved: later calls outside the mode still choose
             return decl.reference(spec)(*decl.tensors_of(values))
+        tensors = decl.tensors_of(values)
+        subclass = next((type(t) for t in tensors if t is not None and type(t) not in _PLAIN_TENSORS), None)
+        forced = _plugins.registry().backends.get(backend) if backend is not None else None
+        if subclass is not None and (backend is None or forced is not None):  # (an unknown name: said below)
+            # its __torch_function__ and its class are torch's to honour
+            if forced is not None and not forced.info.reference:
+                raise BackendRefusedError(
+                    f"backend {backend!r} was forced but cannot serve {spec.describe()}: an input of the Tensor "
+                    f"subclass {subclass.__name__} runs torch's own op (its overrides and its class are kept); "
+                    "call without backend=, or pass a plain tensor", backend=backend, op=spec.op,
+                    reason=f"an input of the Tensor subclass {subclass.__name__}", servers=("torch",))
+            fn = decl.reference(spec)
+            if key is not None:  # (its class is in the key: plain tensors of the call resolve apart)
+                self.tables.setdefault(decl.name, {})[key] = fn
+            return fn(*tensors)
         if spec.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return self._call_in_capture(spec, key, backend, decl.tensors_of(values))
-        return self.call(decl.name, key, spec, backend, decl.tensors_of(values),
-                         views_keyed=getattr(key_fn, "views_keyed", False))
+        return self.call(decl.name, key, spec, backend, tensors, views_keyed=getattr(key_fn, "views_keyed", False))
 
     def _call_in_capture(self, spec: CallSpec, key, forced: str | None, tensors: tuple) -> torch.Tensor:
         """A key met for the first time while a CUDA graph is captured: nothing may sync or run
@@ -398,6 +412,8 @@ def _gradients_problem(grads, tensors: tuple, needed: tuple[str | None, ...]) ->
             return f"its backward kernel returned a gradient of {tuple(g.shape)} on {g.device} for {want}"
     return None
 
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # the classes a kernel's output may stand for
 
 _forward_ad = torch.autograd.forward_ad
 _jit_tracing = torch._C._is_tracing

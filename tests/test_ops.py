@@ -278,3 +278,25 @@ def test_a_spec_helper_an_op_cannot_answer_names_what_it_lacks():
             spec.keepdim
     finally:
         dispatch.unregister("plus_ops")
+
+
+def test_a_tensor_subclass_runs_torchs_op_keeping_its_class_and_overrides():
+    class Tagged(torch.Tensor):
+        pass
+
+    class Overriding(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.softmax or func is torch.Tensor.softmax or func is torch.nn.functional.softmax:
+                return torch.full(args[0].shape, 42.0)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = torch.randn(3, 8)
+    y = dispatch.softmax(x.as_subclass(Tagged), -1)
+    assert type(y) is Tagged
+    torch.testing.assert_close(y.as_subclass(torch.Tensor), torch.softmax(x, -1))
+    assert (dispatch.softmax(x.as_subclass(Overriding), -1) == 42).all()
+    with pytest.raises(dispatch.BackendRefusedError, match="Tensor subclass Tagged runs torch's own op"):
+        dispatch.softmax(x.as_subclass(Tagged), -1, backend="triton")
+    assert type(dispatch.softmax(x.as_subclass(Tagged), -1, backend="torch")) is Tagged
+    assert type(dispatch.softmax(torch.nn.Parameter(x), -1)) is torch.Tensor  # as torch's
