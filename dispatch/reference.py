@@ -93,6 +93,11 @@ def check_output(spec: CallSpec, out: object, expected: torch.Tensor,
     why = mismatch(out, expected, (rtol, atol))
     if why is None or tensors is None or not expected.dtype.is_floating_point:
         return why
+    with torch.no_grad():
+        own = reference_kernel(spec)(*tensors)
+    if (isinstance(own, torch.Tensor) and own.shape == out.shape and own.dtype == out.dtype
+            and mismatch(out, own, (rtol, atol)) is None):
+        return None  # torch's own result at the call's precision (NaN where x*x overflows, say)
     floor = torch_error(spec, tensors, expected)
     if floor is None:
         return why

@@ -119,3 +119,17 @@ def test_a_wrong_kernel_still_fails_where_torch_is_inexact():
     assert check_output(spec, right, expected, (x, None, None)) is None
     assert check_output(spec, right, expected) is not None  # without the inputs: the dtype's tolerance
     assert check_output(spec, right + 1e-3, expected, (x, None, None)) is not None
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_a_result_that_is_torchs_own_at_the_calls_precision_is_not_a_fault(backend):
+    # fp32 rows whose squares overflow: torch's layer_norm gives NaN there, the float64 oracle a
+    # finite row; a kernel that gives torch's NaN is right, not faulty
+    x = torch.tensor([[1e38, 3e38, -3e38, 0.0]], device=DEVICE)
+    want = F.layer_norm(x, [4])
+    try:
+        got = dispatch.layer_norm(x, [4], backend=backend)
+    except dispatch.errors.BackendFaultError as exc:
+        assert not torch.isnan(want).any(), exc  # a fault only where torch's own result is not NaN
+        return
+    assert torch.equal(torch.isnan(got), torch.isnan(want)) or not torch.isnan(got).any()
