@@ -17,7 +17,14 @@ def reference_backward(spec: CallSpec) -> Callable[..., object]:
     """
     decl = _opdecl.get(spec.op)
     if decl.backward is not None:
-        return decl.backward(spec)
+        declared = decl.backward(spec)
+        if decl.backward_reads_inputs:
+            return declared
+
+        def output_only(grad, *saved):  # (a distinct function: the forward keeps the output alone for it)
+            return declared(grad, *saved)
+        output_only.output_only = True
+        return output_only
     reference = decl.reference(spec)
 
     def backward(grad, *saved):
@@ -51,9 +58,10 @@ class _BackendFunction(torch.autograd.Function):
         y = kernel(*tensors, saved=extra) if extra else kernel(*tensors)
         ctx.backward_kernel = backward
         ctx.spec = spec
-        ctx.absent = tuple(t is None for t in tensors)
+        ctx.output_only = getattr(backward, "output_only", False)  # (the op's backward reads y alone)
+        ctx.absent = tuple(t is None or ctx.output_only for t in tensors)
         ctx.n_extra = len(extra)
-        ctx.save_for_backward(*(t for t in tensors if t is not None), y, *extra)
+        ctx.save_for_backward(*(t for t, absent in zip(tensors, ctx.absent) if not absent), y, *extra)
         return y
 
     @staticmethod
@@ -62,7 +70,8 @@ class _BackendFunction(torch.autograd.Function):
         out_at = len(kept) - ctx.n_extra - 1
         saved = iter(kept[:out_at])
         tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
-        if torch.is_grad_enabled():  # create_graph=True: gradients that can be differentiated again
+        if torch.is_grad_enabled() and not ctx.output_only:  # create_graph=True: gradients that can be
+            # differentiated again (the op's backward of y alone is torch's ops on y, differentiable as it is)
             return (None, None, None, *_graph_gradients(ctx.spec, grad, tensors, ctx.needs_input_grad[3:]))
         try:
             grads = ctx.backward_kernel(grad, *tensors, *kept[out_at:])

@@ -141,7 +141,9 @@ class OpDecl:
       set yet when it is called).
     * ``backward(spec) -> fn`` (optional): ``fn(grad_output, *tensors, output)`` returns the
       gradient of each tensor (a tuple, None where there is none; a tensor for one-tensor ops).
-      None means autograd through the reference.
+      None means autograd through the reference. ``backward_reads_inputs=False``: it reads the
+      output only (softmax's), so a call served with it keeps no input for its backward (it gets
+      None for each): less memory, and the input may change after the call.
     * ``bucket(spec) -> str``: the shape bucket (decisions are cached per bucket).
     * ``bytes_moved(spec) -> int`` (and ``flops``): for GB/s, % of copy and roofline.
     * ``row_size(spec) -> int`` (optional): how many elements one result row reduces over (N of a
@@ -161,6 +163,7 @@ class OpDecl:
     reference: Callable[[CallSpec], Kernel] = field(validator=is_callable())
     output: Callable[[CallSpec], tuple[tuple[int, ...], torch.dtype]] = field(validator=is_callable())
     backward: Callable[[CallSpec], Callable[..., Any]] | None = field(default=None, validator=maybe(is_callable()))
+    backward_reads_inputs: bool = field(default=True, validator=instance_of(bool))
     bucket: Callable[[CallSpec], str] = field(default=_default_bucket, validator=is_callable())
     bytes_moved: Callable[[CallSpec], int] = field(default=_default_bytes, validator=is_callable())
     flops: Callable[[CallSpec], int] | None = field(default=None, validator=maybe(is_callable()))

@@ -188,12 +188,13 @@ _ROWS = (TensorArg("input"),)
 SOFTMAX = OpDecl(
     name="softmax", parse=_parse_softmax, tensors=_ROWS, out=True,
     reference=lambda spec: _row_reference(torch.softmax, spec), output=_same_shape, backward=_softmax_backward,
+    backward_reads_inputs=False,
     bucket=reduction_bucket, bytes_moved=reduction_bytes, row_size=reduction_row_size, sample=_row_sample,
     doc="``torch.softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOG_SOFTMAX = OpDecl(
     name="log_softmax", parse=_parse_log_softmax, tensors=_ROWS, out=True,
     reference=lambda spec: _row_reference(torch.log_softmax, spec), output=_same_shape,
-    backward=_log_softmax_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes,
+    backward=_log_softmax_backward, backward_reads_inputs=False, bucket=reduction_bucket, bytes_moved=reduction_bytes,
     row_size=reduction_row_size, sample=_row_sample,
     doc="``torch.log_softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOGSUMEXP = OpDecl(
