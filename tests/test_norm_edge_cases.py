@@ -132,4 +132,7 @@ def test_a_result_that_is_torchs_own_at_the_calls_precision_is_not_a_fault(backe
     except dispatch.errors.BackendFaultError as exc:
         assert not torch.isnan(want).any(), exc  # a fault only where torch's own result is not NaN
         return
-    assert torch.equal(torch.isnan(got), torch.isnan(want)) or not torch.isnan(got).any()
+    if torch.isnan(got).any():  # torch's answer at the call's precision
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+    else:  # or the exact one (a kernel that scales before squaring)
+        torch.testing.assert_close(got.double(), F.layer_norm(x.double(), [4]), rtol=1e-5, atol=1e-5)
