@@ -112,17 +112,19 @@ def test_a_gradient_penalty_differentiates_the_backward_as_torch_does(backend, o
         gx, = torch.autograd.grad(out, x, create_graph=True)
         return out + (gx ** 2).sum()
 
-    calls = {"rms_norm": (lambda m: lambda x, w: m.rms_norm(x, [16], w, **kw(m))),
-             "layer_norm": (lambda m: lambda x, w: m.layer_norm(x, [16], w, **kw(m))),
-             "softmax": (lambda m: lambda x, w: m.softmax(x * w, -1, **kw(m)))}
-    kw = lambda m: {"backend": backend} if m is dispatch else {}  # noqa: E731
     import torch.nn.functional as F
+
+    def call(module):
+        kw = {"backend": backend} if module is dispatch else {}
+        return {"rms_norm": lambda x, w: module.rms_norm(x, [16], w, **kw),
+                "layer_norm": lambda x, w: module.layer_norm(x, [16], w, **kw),
+                "softmax": lambda x, w: module.softmax(x * w, -1, **kw)}[op]
 
     x0, w0 = torch.randn(4, 16, dtype=torch.float32), torch.randn(16)
     got, want = [], []
     for module, into in ((dispatch, got), (F, want)):
         x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
-        loss(calls[op](module), x, w).backward()
+        loss(call(module), x, w).backward()
         into += [x.grad, w.grad]
     for g, r in zip(got, want):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
