@@ -28,25 +28,20 @@ def reference_backward(spec: CallSpec) -> Callable[..., object]:
     reference = decl.reference(spec)
 
     def backward(grad, *saved):
-        tensors = saved[:-1]
-        leaves = [t.detach().requires_grad_(t.dtype.is_floating_point) if t is not None else None for t in tensors]
-        with torch.enable_grad():
-            out = reference(*leaves)
-        wanted = [t for t in leaves if t is not None and t.requires_grad]
-        grads = iter(torch.autograd.grad(out, wanted, grad, allow_unused=True))
-        return tuple(next(grads) if t is not None and t.requires_grad else None for t in leaves)
+        leaves = [t.detach().requires_grad_(t.dtype.is_floating_point) if t is not None else None
+                  for t in saved[:-1]]
+        return _through(reference, grad, leaves, [t is not None and t.requires_grad for t in leaves])
     return backward
 
 
-def _graph_gradients(spec: CallSpec, grad: torch.Tensor, tensors: tuple, needs: tuple) -> tuple:
-    """The gradients as differentiable functions of ``tensors`` and ``grad`` (a backward taken with
-    ``create_graph=True``, whose result is differentiated again): autograd through the op's
-    reference, recomputed on the saved inputs. A backward kernel's gradients carry no graph."""
-    reference = _opdecl.get(spec.op).reference(spec)
+def _through(reference: Callable[..., torch.Tensor], grad: torch.Tensor, tensors, needs,
+             create_graph: bool = False) -> tuple:
+    """The gradients of ``tensors`` where ``needs`` (None elsewhere): autograd through
+    ``reference(*tensors)``; with ``create_graph``, differentiable in turn."""
     with torch.enable_grad():
         out = reference(*tensors)
         wanted = [t for t, n in zip(tensors, needs) if n and t is not None]
-        grads = iter(torch.autograd.grad(out, wanted, grad, create_graph=True, allow_unused=True))
+        grads = iter(torch.autograd.grad(out, wanted, grad, create_graph=create_graph, allow_unused=True))
     return tuple(next(grads) if n and t is not None else None for t, n in zip(tensors, needs))
 
 
@@ -71,8 +66,10 @@ class _BackendFunction(torch.autograd.Function):
         saved = iter(kept[:out_at])
         tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
         if torch.is_grad_enabled() and not ctx.output_only:  # create_graph=True: gradients that can be
-            # differentiated again (the op's backward of y alone is torch's ops on y, differentiable as it is)
-            return (None, None, None, *_graph_gradients(ctx.spec, grad, tensors, ctx.needs_input_grad[3:]))
+            # differentiated again, through the reference on the saved inputs (a kernel's carry no
+            # graph; the op's backward of y alone is torch's ops on y, differentiable as it is)
+            reference = _opdecl.get(ctx.spec.op).reference(ctx.spec)
+            return (None, None, None, *_through(reference, grad, tensors, ctx.needs_input_grad[3:], True))
         try:
             grads = ctx.backward_kernel(grad, *tensors, *kept[out_at:])
         except (Exception, KeyboardInterrupt):

@@ -110,9 +110,9 @@ class Dispatcher:
 
             return _compile.call(decl, values, backend)
         spec = decl.spec(values)
-        if _torch_only():  # served by torch, and not resolved: later calls outside the mode still choose
-            return decl.reference(spec)(*decl.tensors_of(values))
         tensors = decl.tensors_of(values)
+        if _torch_only():  # served by torch, and not resolved: later calls outside the mode still choose
+            return decl.reference(spec)(*tensors)
         subclass = next((type(t) for t in tensors if t is not None and type(t) not in _PLAIN_TENSORS), None)
         forced = _plugins.registry().backends.get(backend) if backend is not None else None
         if subclass is not None and (backend is None or forced is not None):  # (an unknown name: said below)
@@ -128,7 +128,7 @@ class Dispatcher:
                 self.tables.setdefault(decl.name, {})[key] = fn
             return fn(*tensors)
         if spec.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return self._call_in_capture(spec, key, backend, decl.tensors_of(values))
+            return self._call_in_capture(spec, key, backend, tensors)
         return self.call(decl.name, key, spec, backend, tensors, views_keyed=getattr(key_fn, "views_keyed", False))
 
     def _call_in_capture(self, spec: CallSpec, key, forced: str | None, tensors: tuple) -> torch.Tensor:

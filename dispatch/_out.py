@@ -26,8 +26,7 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
         _check_like_torch(op, input, third, out)
     if not family and torch.is_grad_enabled() and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in (*values.values(), out)):
-        raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, "
-                           "but one of the arguments requires grad; call it under torch.no_grad() or without out=")
+        raise _no_autograd(op)
     result = function(**values, backend=backend)  # a bad input or dim raises torch's exception here
     if not family and out.dtype != result.dtype:  # (an op of a package: its result's dtype, from its output rule)
         raise RuntimeError(f"{op}(): 'out' must have the result's dtype {result.dtype} (got {out.dtype}); pass "
@@ -47,6 +46,11 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
     return out
 
 
+def _no_autograd(op: str) -> RuntimeError:
+    return RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, but "
+                        "one of the arguments requires grad; call it under torch.no_grad() or without out=")
+
+
 _SOFTMAX_FAMILY = frozenset({"softmax", "log_softmax", "logsumexp"})  # torch's own rules, below; other ops:
 # no input that requires grad (under grad mode), and out of the result's dtype
 
@@ -55,8 +59,7 @@ def _check_like_torch(op: str, input: torch.Tensor, third, out: torch.Tensor) ->
     """The out= rules of torch 2.x for the softmax family, each raising torch's exception type."""
     grad = torch.is_grad_enabled()
     if grad and (out.requires_grad or (op == "logsumexp" and input.requires_grad)):
-        raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, "
-                           "but one of the arguments requires grad; call it under torch.no_grad() or without out=")
+        raise _no_autograd(op)
     if op == "logsumexp":
         if not (out.dtype.is_floating_point or out.dtype.is_complex):
             raise RuntimeError(f"logsumexp(): 'out' must have a floating point dtype (got {out.dtype}); "

@@ -12,6 +12,7 @@ import torch
 import dispatch
 
 import chunked_backend
+from op_packages import op_package
 
 torch._dynamo.config.cache_size_limit = 64
 
@@ -119,15 +120,12 @@ def test_an_op_whose_arguments_are_all_tensors_compiles_and_exports():
     # decodes the backend alone
     from dispatch.backend import OpDecl, TensorArg
 
-    class Package:
-        @dispatch.hookimpl
-        def dispatch_ops(self):
-            return [OpDecl(name="scaled_rows", parse=lambda input, other: {},
-                           tensors=(TensorArg("input"), TensorArg("other")),
-                           reference=lambda spec: lambda input, other: input * other.sum(-1, keepdim=True),
-                           output=lambda spec: (spec.shape, spec.dtype))]
+    decl = OpDecl(name="scaled_rows", parse=lambda input, other: {},
+                  tensors=(TensorArg("input"), TensorArg("other")),
+                  reference=lambda spec: lambda input, other: input * other.sum(-1, keepdim=True),
+                  output=lambda spec: (spec.shape, spec.dtype))
 
-    dispatch.register(Package(), name="scaled_rows_ops")
+    dispatch.register(op_package(decl), name="scaled_rows_ops")
     try:
         x, y = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8)
         compiled = torch.compile(lambda a, b: dispatch.scaled_rows(a, b), fullgraph=True, backend="aot_eager")
@@ -166,15 +164,12 @@ def test_a_compiled_backward_of_an_input_the_output_does_not_read_is_zero():
     # backward node gives zeros, not an error
     from dispatch.backend import OpDecl, TensorArg
 
-    class Package:
-        @dispatch.hookimpl
-        def dispatch_ops(self):
-            return [OpDecl(name="first_twice", parse=lambda input, other: {},
-                           tensors=(TensorArg("input"), TensorArg("other")),
-                           reference=lambda spec: lambda input, other: input * 2,
-                           output=lambda spec: (spec.shape, spec.dtype))]
+    decl = OpDecl(name="first_twice", parse=lambda input, other: {},
+                  tensors=(TensorArg("input"), TensorArg("other")),
+                  reference=lambda spec: lambda input, other: input * 2,
+                  output=lambda spec: (spec.shape, spec.dtype))
 
-    dispatch.register(Package(), name="first_twice_ops")
+    dispatch.register(op_package(decl), name="first_twice_ops")
     try:
         x, y = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
         compiled = torch.compile(lambda a, b: dispatch.first_twice(a, b), fullgraph=True, backend="aot_eager")

@@ -7,6 +7,8 @@ import torch
 
 import dispatch
 
+from op_packages import op_package
+
 FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 
 
@@ -211,14 +213,11 @@ def test_out_of_a_packages_op_follows_its_output_rule_and_refuses_autograd():
     # dtype, refuses another, and refuses inputs that require grad, as torch's out= functions do
     from dispatch.backend import OpDecl, TensorArg
 
-    class Package:
-        @dispatch.hookimpl
-        def dispatch_ops(self):
-            return [OpDecl(name="rowmax32", parse=lambda input: {}, tensors=(TensorArg("input"),), out=True,
-                           reference=lambda spec: lambda input: input.amax(-1).float(),
-                           output=lambda spec: (spec.shape[:-1], torch.float32))]
+    decl = OpDecl(name="rowmax32", parse=lambda input: {}, tensors=(TensorArg("input"),), out=True,
+                  reference=lambda spec: lambda input: input.amax(-1).float(),
+                  output=lambda spec: (spec.shape[:-1], torch.float32))
 
-    dispatch.register(Package(), name="rowmax32_ops")
+    dispatch.register(op_package(decl), name="rowmax32_ops")
     x = torch.randn(4, 8).half()
     out = torch.empty(4)
     assert dispatch.rowmax32(x, out=out) is out
@@ -234,13 +233,6 @@ def test_out_of_a_packages_op_follows_its_output_rule_and_refuses_autograd():
 def test_an_op_declared_anew_under_its_name_is_called_with_its_new_signature():
     from dispatch.backend import OpDecl, TensorArg
 
-    def package(decl):
-        class Package:
-            @dispatch.hookimpl
-            def dispatch_ops(self):
-                return [decl]
-        return Package()
-
     first = OpDecl(name="scaled", parse=lambda input, scale: {"scale": scale}, tensors=(TensorArg("input"),),
                    reference=lambda spec: lambda input: input * spec.scale,
                    output=lambda spec: (spec.shape, spec.dtype))
@@ -249,10 +241,10 @@ def test_an_op_declared_anew_under_its_name_is_called_with_its_new_signature():
                     reference=lambda spec: lambda input, other: (input + other) * spec.scale,
                     output=lambda spec: (spec.shape, spec.dtype))
     x = torch.ones(2, 3)
-    dispatch.register(package(first), name="scaled_ops")
+    dispatch.register(op_package(first), name="scaled_ops")
     torch.testing.assert_close(dispatch.scaled(x, 2.0), x * 2)
     dispatch.unregister("scaled_ops")
-    dispatch.register(package(second), name="scaled_ops")
+    dispatch.register(op_package(second), name="scaled_ops")
     try:
         torch.testing.assert_close(dispatch.scaled(x, x, 2.0), x * 4)
     finally:
@@ -262,14 +254,11 @@ def test_an_op_declared_anew_under_its_name_is_called_with_its_new_signature():
 def test_a_spec_helper_an_op_cannot_answer_names_what_it_lacks():
     from dispatch.backend import OpDecl, TensorArg, spec_of
 
-    class Package:
-        @dispatch.hookimpl
-        def dispatch_ops(self):
-            return [OpDecl(name="plus", parse=lambda input, other: {}, tensors=(TensorArg("input"), TensorArg("other")),
-                           reference=lambda spec: lambda input, other: input + other,
-                           output=lambda spec: (spec.shape, spec.dtype))]
+    decl = OpDecl(name="plus", parse=lambda input, other: {}, tensors=(TensorArg("input"), TensorArg("other")),
+                  reference=lambda spec: lambda input, other: input + other,
+                  output=lambda spec: (spec.shape, spec.dtype))
 
-    dispatch.register(Package(), name="plus_ops")
+    dispatch.register(op_package(decl), name="plus_ops")
     try:
         spec = spec_of("plus", torch.ones(2, 3), torch.ones(2, 3))
         with pytest.raises(AttributeError, match="CallSpec.rows of 'plus': .*no attribute 'dims'"):

@@ -14,6 +14,8 @@ from dispatch import BackendInfo, Verdict
 from dispatch_pytest.cases import Case, default_cases
 from dispatch_pytest.conformance import FAIL, PASS, REFUSED, CertificationError, certify, run_case
 
+from op_packages import op_package
+
 pytest_plugins = ["pytester"]
 
 
@@ -182,13 +184,10 @@ def _rowmax_package():
             raise IndexError("rowmax(): rows of no element have no maximum")
         return {}
 
-    class Package:
-        @dispatch.hookimpl
-        def dispatch_ops(self):
-            return [OpDecl(name="rowmax", parse=parse, tensors=(TensorArg("input"),),
-                           reference=lambda spec: lambda input: input.amax(-1),
-                           output=lambda spec: (spec.shape[:-1], spec.dtype))]
-    return Package()
+    decl = OpDecl(name="rowmax", parse=parse, tensors=(TensorArg("input"),),
+                  reference=lambda spec: lambda input: input.amax(-1),
+                  output=lambda spec: (spec.shape[:-1], spec.dtype))
+    return op_package(decl)
 
 
 def test_another_packages_op_neither_fails_nor_crashes_a_backends_certification():
@@ -212,14 +211,11 @@ def test_another_packages_op_neither_fails_nor_crashes_a_backends_certification(
 def test_an_op_whose_output_rule_disagrees_with_its_reference_fails_certification():
     from dispatch.backend import OpDecl, TensorArg
 
-    class Package:
-        @dispatch.hookimpl
-        def dispatch_ops(self):
-            return [OpDecl(name="rowsum_bad", parse=lambda input: {}, tensors=(TensorArg("input"),),
-                           reference=lambda spec: lambda input: input.sum(-1),
-                           output=lambda spec: (spec.shape, spec.dtype))]  # wrong: the last dim is reduced
+    decl = OpDecl(name="rowsum_bad", parse=lambda input: {}, tensors=(TensorArg("input"),),
+                  reference=lambda spec: lambda input: input.sum(-1),
+                  output=lambda spec: (spec.shape, spec.dtype))  # wrong: the last dim is reduced
 
-    dispatch.register(Package(), name="rowsum_bad_ops")
+    dispatch.register(op_package(decl), name="rowsum_bad_ops")
     result = run_case("torch", Case("softmax", torch.float32, (8, 128)), device="cpu")
     assert result.outcome == PASS
     from dispatch_pytest.cases import OpCase
@@ -233,15 +229,12 @@ def test_an_op_of_two_tensors_without_a_sample_factory_says_what_to_declare():
     from dispatch.backend import OpDecl, TensorArg
     from dispatch.ab import compare
 
-    class Package:
-        @dispatch.hookimpl
-        def dispatch_ops(self):
-            return [OpDecl(name="axpy2", parse=lambda input, other: {},
-                           tensors=(TensorArg("input"), TensorArg("other")),
-                           reference=lambda spec: lambda input, other: input + other,
-                           output=lambda spec: (spec.shape, spec.dtype))]
+    decl = OpDecl(name="axpy2", parse=lambda input, other: {},
+                  tensors=(TensorArg("input"), TensorArg("other")),
+                  reference=lambda spec: lambda input, other: input + other,
+                  output=lambda spec: (spec.shape, spec.dtype))
 
-    dispatch.register(Package(), name="axpy2_ops")
+    dispatch.register(op_package(decl), name="axpy2_ops")
     with pytest.raises(TypeError, match=r"axpy2: the default 'sample' makes the first tensor only.*input, other"):
         compare("axpy2", shapes=[(4, 8)], backends=["torch"], device="cpu")
 
