@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 import torch
 
-from . import _opdecl
+from . import _autocast, _opdecl
 from ._out import with_out
 
 _NAMESPACE = "dispatch"
@@ -139,7 +139,7 @@ def impl({tensors}, _d_args):
         {attributes}backend, = _d_attributes[_d_args]
     except KeyError:
         {attributes}backend, = _d_remember(_d_args)
-    _d_out = _d_function(_d_name).function({call})
+    {run}
     if {aliases}:
         return _d_out.clone()
     return _d_out
@@ -152,6 +152,13 @@ def autograd(_d_keyset, {tensors}, _d_args):
     with _d_below_autograd():
         return _d_op.redispatch(_d_keyset & _d_after_autograd, {tensors}, _d_args)
 '''
+_RUN = "_d_out = _d_function(_d_name).function({call})"
+# a custom op's call is left as it is by torch's autocast: the op function must not recast it
+_AUTOCAST_RUN = """if _d_any_autocast() and _d_autocast_on({first}):
+        with _d_leave_as_is({first}):
+            _d_out = _d_function(_d_name).function({call})
+    else:
+        _d_out = _d_function(_d_name).function({call})"""
 
 
 def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
@@ -182,6 +189,7 @@ def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
         plain="_d_keyset.raw_repr() & _d_MASK == _d_DENSE" if _PLAIN else "False",
         tensors=", ".join(tensors), attributes="".join(f"{n}, " for n in names), call=call,
         aliases=" or ".join(f"_d_out is {t}" for t in tensors),
+        run=_AUTOCAST_RUN.format(first=tensors[0], call=call) if decl.autocast else _RUN.format(call=call),
         requires_grad="(" + " or ".join(f"{t}.requires_grad" if not a.optional else
                                         f"({t} is not None and {t}.requires_grad)"
                                         for t, a in zip(tensors, decl.tensors)) + ")")
@@ -190,7 +198,9 @@ def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
         "_d_name": decl.name, "_d_grad_enabled": torch.is_grad_enabled, "_d_Function": function,
         "_d_MASK": _PLAIN and _PLAIN[0], "_d_DENSE": _PLAIN and _PLAIN[1], "_d_op": op,
         "_d_below_autograd": torch._C._AutoDispatchBelowAutograd,
-        "_d_after_autograd": torch._C._after_autograd_keyset}
+        "_d_after_autograd": torch._C._after_autograd_keyset, "_d_autocast_on": _autocast.on_for,
+        "_d_any_autocast": torch._C._is_any_autocast_enabled,
+        "_d_leave_as_is": _autocast.leave_as_is}
     exec(compile(source, f"<dispatch custom op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
     return namespace["impl"], namespace["autograd"]
 
@@ -298,9 +308,14 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
         "    if out is not None:\n"
         f"        return _with_out({decl.name!r}, lambda backend, **_: {call}, "
         "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out, backend)\n")
-    source = f"def {decl.name}({signature}):\n{out_check}    return {call}\n"
+    # under torch.autocast, the call torch would make (traced: the casts are nodes of the graph)
+    recast = "" if not decl.autocast else (
+        f"    _r = _recast(_get({decl.name!r}), {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n"
+        "    if _r is not None:\n"
+        f"        {', '.join(names)}, = {', '.join(f'_r[{n!r}]' for n in names)},\n")
+    source = f"def {decl.name}({signature}):\n{out_check}{recast}    return {call}\n"
     namespace = {"_op": op, "_encode": _constant_encode(), "_concrete": _concrete, "_with_out": with_out,
-                 **defaults}
+                 "_recast": _autocast.recast, "_get": _opdecl.get, **defaults}
     exec(compile(source, f"<dispatch compiled op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
     return namespace[decl.name]
 

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import torch
 
-from . import _opdecl, _plugins, _settings
+from . import _autocast, _opdecl, _plugins, _settings
 from ._autograd import differentiable, own_backward, reference_backward
 from ._keys import spec_key
 from ._opfunc import OpFunction
@@ -104,6 +104,12 @@ class Dispatcher:
         except (AttributeError, TypeError, RuntimeError):  # an argument we can't key on: resolve each call
             key = fn = None
         if fn is not None:  # resolved under its canonical key (a list or tuple argument)
+            return fn(*decl.tensors_of(values))
+        recast = _autocast.recast(decl, values) if decl.autocast else None
+        if recast is not None:  # under torch.autocast: served as the call torch makes (float32)
+            fn = _autocast.through(self.function(decl.name).function, decl, values, recast, backend)
+            if key is not None and not _tracing():
+                self.tables.setdefault(decl.name, {})[key] = fn
             return fn(*decl.tensors_of(values))
         if _tracing():  # torch.export (non-strict) or a trace: one custom-op node, not a kernel on fake tensors
             from . import _compile

@@ -20,6 +20,7 @@ from attrs import field, frozen
 from attrs.validators import deep_iterable, instance_of, is_callable
 from attrs.validators import optional as maybe
 
+from ._autocast import AUTOCAST_DEVICE_TYPES, AUTOCAST_POLICIES
 from ._spec import CallSpec, TensorSpec
 from .tolerance import tolerance as dtype_tolerance
 
@@ -126,6 +127,22 @@ def default_sample(shape: tuple[int, ...], dtype: torch.dtype, device: torch.dev
     return (x,), dict(options)
 
 
+
+def _autocast_pairs(value: Mapping[str, str] | tuple) -> tuple[tuple[str, str], ...]:
+    """``OpDecl.autocast`` as sorted (device type, policy) pairs, each checked."""
+    pairs = tuple(sorted((value.items() if isinstance(value, Mapping) else value)))
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise TypeError(f"'autocast' must map device types to policies, like {{'cuda': 'fp32'}} (got {value!r})")
+        device_type, policy = pair
+        if device_type not in AUTOCAST_DEVICE_TYPES:
+            raise ValueError(f"'autocast': device type {device_type!r} is not one of "
+                             f"{', '.join(map(repr, AUTOCAST_DEVICE_TYPES))}")
+        if policy not in AUTOCAST_POLICIES:
+            raise ValueError(f"'autocast': policy {policy!r} for {device_type!r} is not one of "
+                             f"{', '.join(map(repr, AUTOCAST_POLICIES))}")
+    return pairs
+
 @frozen
 class OpDecl:
     """An op, declared once.
@@ -155,6 +172,11 @@ class OpDecl:
       e.g. ``dim=0``).
     * ``out``: whether the op takes torch's keyword-only ``out=`` (the result is copied into it,
       with torch's checks and resizing rule).
+    * ``autocast``: what ``torch.autocast`` does to the op's calls, by device type (``"cuda"``,
+      ``"cpu"``), as torch's own policy for the op: ``"fp32"`` (its half-precision floating tensors
+      are cast to float32) or ``"fp32_set_opt_dtype"`` (``dtype=torch.float32`` unless a ``dtype``
+      is given). A call made under autocast is then served as that call; a device type without a
+      policy takes the call as it is (as torch does for a custom op). See :mod:`dispatch._autocast`.
     """
 
     name: str = field(validator=instance_of(str))
@@ -173,6 +195,7 @@ class OpDecl:
                                                                      validator=is_callable())
     sample: Callable[..., tuple[tuple, dict[str, Any]]] = field(default=default_sample, validator=is_callable())
     out: bool = field(default=False, validator=instance_of(bool))
+    autocast: tuple[tuple[str, str], ...] = field(default=(), converter=_autocast_pairs)
     doc: str = field(default="", validator=instance_of(str))
 
     @name.validator
@@ -197,6 +220,9 @@ class OpDecl:
             raise ValueError(f"op {self.name!r}: the first tensor ({self.tensors[0].name!r}) must be required")
         if "backend" in names:
             raise ValueError(f"op {self.name!r}: 'backend' is dispatch's own keyword; rename that parameter")
+        if any(policy == "fp32_set_opt_dtype" for _, policy in self.autocast) and "dtype" not in names:
+            raise ValueError(f"op {self.name!r}: the autocast policy 'fp32_set_opt_dtype' sets the op's 'dtype' "
+                             f"argument, and 'parse' has none ({', '.join(names)}); use 'fp32'")
         for p in params:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise ValueError(f"op {self.name!r}: 'parse' must have named parameters only (got {p})")

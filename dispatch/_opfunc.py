@@ -16,7 +16,8 @@ one; the class keeps tensor subclasses, and the fake tensors of tracing, off key
 tensors; read in C++ by one call where the native key is built, :mod:`dispatch._native`),
 each attribute tagged with its type (``1``, ``1.0`` and ``True`` are equal in a dict, but torch
 accepts only the first as a dim; list and tuple attributes are frozen element by element), the
-``backend=`` argument, the innermost ``use()`` scope and whether autograd records the call. The
+``backend=`` argument, the innermost ``use()`` scope, whether autograd records the call and, for
+an op with an autocast policy, whether ``torch.autocast`` is on (:mod:`dispatch._autocast`). The
 same key expression is compiled into :func:`OpFunction.key`, which explain and tests use, so the
 two can never drift apart.
 """
@@ -80,6 +81,8 @@ def key_expression(decl: OpDecl, inline: bool = False, native: bool = False) -> 
         parts.append(f"{grads[0]} and _grad_enabled()")
     elif grads:  # False unless autograd records the call (the common inference call reads no more)
         parts.append(f"({' or '.join(grads)}) and _grad_enabled() and ({', '.join(grads)},)")
+    if decl.autocast and not native:  # (the native key holds autocast's state for the tensor's device)
+        parts += [f"_autocast_enabled({device_type!r})" for device_type, _ in decl.autocast]
     parts.append("backend, _current_scope()")
     return ", ".join(parts)
 
@@ -137,6 +140,7 @@ class OpFunction:
         namespace: dict[str, Any] = {
             "_table": table, "_miss": lambda key, backend, values: miss(decl, key, backend, values),
             "_SEQUENCES": _SEQUENCES, "_freeze": freeze, "_grad_enabled": torch.is_grad_enabled,
+            "_autocast_enabled": torch.is_autocast_enabled,
             "_current_scope": current_scope, "_with_out": with_out, "_tensor_key": tensor_key, **defaults}
         exec(compile(source, f"<dispatch op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
         self.function: Callable[..., torch.Tensor] = namespace[decl.name]

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from . import _autocast
+
 
 def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, backend) -> torch.Tensor:
     """Check ``out`` as torch would, call ``function(**values, backend=backend)`` (the op without
@@ -27,7 +29,11 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
     if not family and torch.is_grad_enabled() and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in (*values.values(), out)):
         raise _no_autograd(op)
-    result = function(**values, backend=backend)  # a bad input or dim raises torch's exception here
+    if _autocast.on_for(input):  # torch's autocast leaves out= calls as they are
+        with _autocast.leave_as_is(input):
+            result = function(**values, backend=backend)
+    else:
+        result = function(**values, backend=backend)  # a bad input or dim raises torch's exception here
     if not family and out.dtype != result.dtype:  # (an op of a package: its result's dtype, from its output rule)
         raise RuntimeError(f"{op}(): 'out' must have the result's dtype {result.dtype} (got {out.dtype}); pass "
                            f"an out of {result.dtype}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from . import _opdecl, _plugins, _settings
+from . import _autocast, _opdecl, _plugins, _settings
 from ._autograd import own_backward
 from ._dispatcher import DISPATCHER
 from ._select import Decision
@@ -18,10 +18,12 @@ class Explanation:
     hot: bool  # already resolved in this process (the call would be a lookup and a call)
     backward: str | None = None  # for a call autograd records: which backward its gradients take
     timing: str = "wall"  # what the call is raced by where it is made (settings, or its use() block)
+    autocast: str | None = None  # the call as made, where torch.autocast recast it (the decision is the recast call's)
 
     def __str__(self) -> str:
         d = self.decision
-        lines = [f"{d.spec.describe()}",
+        lines = [] if self.autocast is None else [f"{self.autocast}", "  under torch.autocast, served as:"]
+        lines += [f"{d.spec.describe()}",
                  f"  bucket: {d.bucket}    policy: {d.policy}    autotune: {_settings.settings().autotune}    "
                  f"timing: {self.timing}",
                  "  candidates:"]
@@ -68,14 +70,19 @@ def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation
     fn = DISPATCHER.function(op)
     values = fn.decl.bind(*args, **kwargs)
     spec = fn.decl.spec(values)
+    recast = _autocast.recast(fn.decl, values) if fn.decl.autocast else None
+    made = None
+    if recast is not None:  # the call torch's autocast makes of it is what runs
+        made, values = spec.describe(), recast
+        spec = fn.decl.spec(values)
     key = fn.call_key(values, backend)
     resolved = DISPATCHER.decisions.get(op, {}).get(key) if key is not None else None
     timing = _settings.effective().timing
     if resolved is not None:
-        return Explanation(resolved, hot=True, backward=_backward(resolved), timing=timing)
+        return Explanation(resolved, hot=True, backward=_backward(resolved), timing=timing, autocast=made)
     _plugins.registry()
     decision = DISPATCHER.decide(spec, backend)
-    return Explanation(decision, hot=False, backward=_backward(decision), timing=timing)
+    return Explanation(decision, hot=False, backward=_backward(decision), timing=timing, autocast=made)
 
 
 def _backward(decision: Decision) -> str | None:

@@ -246,14 +246,14 @@ RMS_NORM = OpDecl(
     name="rms_norm", parse=_parse_rms_norm,
     tensors=(TensorArg("input"), TensorArg("weight", optional=True)),
     reference=_rms_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes, row_size=norm_size,
-    examples=_examples, sample=_rms_sample,
+    examples=_examples, autocast={"cuda": "fp32"}, sample=_rms_sample,
     doc="``torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)``, served by the best "
         "backend for the call.")
 LAYER_NORM = OpDecl(
     name="layer_norm", parse=_parse_layer_norm,
     tensors=(TensorArg("input"), TensorArg("weight", optional=True), TensorArg("bias", optional=True)),
     reference=_layer_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes, row_size=norm_size,
-    examples=_examples, sample=_layer_sample,
+    examples=_examples, autocast={"cuda": "fp32"}, sample=_layer_sample,
     doc="``torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)``, served by the "
         "best backend for the call.")
 

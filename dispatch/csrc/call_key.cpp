@@ -3,10 +3,12 @@
 // shape, strides, and whether autograd records the call), as one bytes object, in ~40 ns.
 //
 // Layout (int64 words): class address, scalar type, device (type << 16 | index), flags (1: autograd
-// records the call, 2: the tensor is a negated view, 4: a conjugated one), rank, sizes, strides.
-// The view bits keep calls on such views under keys of their own, so that the kernels resolved for
-// the others need not look for them on every call. Every class met is held in a set for the life
-// of the process, so no two classes ever share an address in a key.
+// records the call, 2: the tensor is a negated view, 4: a conjugated one, 8: torch.autocast is on
+// for the tensor's device type, CUDA or CPU), rank, sizes, strides. The view bits keep calls on such
+// views under keys of their own, so that the kernels resolved for the others need not look for them
+// on every call; the autocast bit keeps calls made under autocast apart (dispatch/_autocast.py).
+// Every class met is held in a set for the life of the process, so no two classes ever share an
+// address in a key.
 //
 // A tensor without strides (sparse, nested) raises RuntimeError and one with symbolic sizes
 // raises TypeError, as the Python key does: the op function then resolves the call each time.
@@ -17,6 +19,7 @@
 // so the call's dict lookup neither hashes nor compares the bytes again.
 #include <Python.h>
 
+#include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -92,7 +95,8 @@ PyObject* tensor_key(PyObject*, PyObject* obj) {
     words[1] = static_cast<int64_t>(impl->dtype().toScalarType());
     words[2] = (static_cast<int64_t>(device.type()) << 16) | static_cast<uint16_t>(device.index());
     words[3] = ((impl->requires_grad() && c10::GradMode::is_enabled()) ? 1 : 0) | (impl->is_neg() ? 2 : 0) |
-               (impl->is_conj() ? 4 : 0);
+               (impl->is_conj() ? 4 : 0) |
+               ((device.is_cuda() || device.is_cpu()) && at::autocast::is_autocast_enabled(device.type()) ? 8 : 0);
     words[4] = rank;
     const auto sizes = impl->sizes();
     const auto strides = impl->strides();

@@ -1,0 +1,83 @@
+"""``torch.autocast`` for declared ops: a call made under autocast is served as the call torch makes.
+
+Under ``torch.autocast("cuda")`` torch runs ``softmax`` of a bfloat16 tensor as
+``softmax(x, dtype=torch.float32)`` and ``layer_norm`` on its tensors cast to float32: both return
+float32. A kernel given the bfloat16 call would return bfloat16, so an op declares torch's policy
+for it (``OpDecl.autocast``, by device type) and a call under autocast is recast the same way,
+then dispatched as that call, to its own kernel:
+
+* ``"fp32"``: each floating tensor of half precision (not float32, not float64) on the device is
+  cast to float32 (torch's ``fp32`` list: layer_norm, logsumexp, ...);
+* ``"fp32_set_opt_dtype"``: ``dtype=torch.float32`` when no ``dtype`` is given and the first
+  tensor is such a tensor (softmax, log_softmax).
+
+Whether autocast is on for the call's device is part of its key (a flag of the native tensor key;
+a part of the Python key for ops that declare a policy), so calls inside and outside an autocast
+region resolve apart, and a resolved call pays nothing for it. ``out=`` calls are left as they are
+(torch's autocast does not touch its ``out=`` overloads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+AUTOCAST_POLICIES = ("fp32", "fp32_set_opt_dtype")
+AUTOCAST_DEVICE_TYPES = ("cuda", "cpu")  # the device types the native key reads autocast's state for
+
+_LOW = frozenset((torch.float16, torch.bfloat16))
+
+
+def _low_precision(t: Any, device_type: str) -> bool:
+    """Whether torch's autocast casts ``t`` to float32 (a floating tensor on the device, below float32)."""
+    return isinstance(t, torch.Tensor) and t.device.type == device_type and t.dtype in _LOW
+
+
+def on_for(t: Any) -> bool:
+    """Whether torch.autocast is on for tensor ``t``'s device type (one of AUTOCAST_DEVICE_TYPES)."""
+    return isinstance(t, torch.Tensor) and t.device.type in AUTOCAST_DEVICE_TYPES and \
+        torch.is_autocast_enabled(t.device.type)
+
+
+def leave_as_is(t: torch.Tensor) -> torch.autocast:
+    """A context where calls on ``t``'s device type are not recast: an ``out=`` call, or the call a
+    compiled graph's custom op makes (torch's autocast leaves both as they are)."""
+    return torch.autocast(t.device.type, enabled=False)
+
+
+def recast(decl, values: dict[str, Any]) -> dict[str, Any] | None:
+    """The call's arguments as torch's autocast gives them (None where it leaves the call as it is)."""
+    first = values.get(decl.tensors[0].name)
+    if not isinstance(first, torch.Tensor):
+        return None  # (a bad argument: the call raises torch's error)
+    device_type = first.device.type
+    policy = dict(decl.autocast).get(device_type)
+    if policy is None or not torch.is_autocast_enabled(device_type):
+        return None
+    if policy == "fp32_set_opt_dtype":
+        if values.get("dtype") is None and _low_precision(first, device_type):
+            return {**values, "dtype": torch.float32}
+        return None
+    cast = {t.name: values[t.name].float() for t in decl.tensors if _low_precision(values.get(t.name), device_type)}
+    return {**values, **cast} if cast else None
+
+
+def through(function: Callable[..., torch.Tensor], decl, values: dict[str, Any], recast_values: dict[str, Any],
+            backend: str | None) -> Callable[..., torch.Tensor]:
+    """``fn(*tensors)`` for a call key met under autocast: the call recast as ``recast_values`` were
+    (the same tensors cast, or the same ``dtype`` set: the key holds the call's dtypes and other
+    arguments), made through ``function``, the op function, where the recast call resolves under a
+    key of its own."""
+    names = decl.tensor_names
+    fixed = {name: recast_values[name] for name in values if name not in names}
+    cast = tuple(i for i, name in enumerate(names) if recast_values[name] is not values[name])
+
+    def autocast_call(*tensors: torch.Tensor | None) -> torch.Tensor:
+        args = dict(fixed)
+        args.update(zip(names, (t.float() if i in cast else t for i, t in enumerate(tensors))))
+        return function(**args, backend=backend)
+
+    autocast_call.autocast = True  # (explain: what serves the key)
+    return autocast_call

@@ -1,0 +1,188 @@
+"""torch.autocast: a call made under autocast is served as the call torch makes, by a kernel.
+
+Torch's CUDA autocast runs softmax and log_softmax with ``dtype=torch.float32`` and layer_norm,
+rms_norm and logsumexp on float32 casts of their tensors. The built-in ops declare that policy
+for CUDA (checked against torch on the GPU below); on the CPU, two ops declared here with the
+same policies for "cpu" check the mechanism: keys inside and outside autocast, the kernel that
+serves the recast call, gradients, ``out=``, torch.compile.
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dispatch
+from dispatch import BackendInfo, Verdict
+from dispatch._dispatcher import DISPATCHER
+from dispatch.norms import LAYER_NORM
+from dispatch.ops import SOFTMAX
+
+from op_packages import op_package
+
+BF16 = torch.bfloat16
+AC_NORM = attrs.evolve(LAYER_NORM, name="ac_norm", autocast={"cpu": "fp32"})
+AC_SOFTMAX = attrs.evolve(SOFTMAX, name="ac_softmax", autocast={"cpu": "fp32_set_opt_dtype"})
+
+
+def _recording_backend(seen: list):
+    """A CPU backend serving both ops with torch's math, noting the dtypes each kernel is built for."""
+    class Recording:
+        @dispatch.hookimpl
+        def dispatch_backend_info(self):
+            return BackendInfo(name="recording", version="1", ops=("ac_norm", "ac_softmax"), priority={"cpu": 150})
+
+        @dispatch.hookimpl
+        def dispatch_check(self, op, spec):
+            return Verdict.yes()
+
+        @dispatch.hookimpl
+        def dispatch_kernel(self, op, spec, config):
+            seen.append((op, spec.dtype, spec.out_dtype))
+            if op == "ac_softmax":
+                return lambda x: torch.softmax(x, spec.dims[0], dtype=spec.out_dtype)
+            eps, shape = spec.attrs["eps"], spec.attrs["normalized_shape"]
+            return lambda x, w, b: F.layer_norm(x, shape, w, b, eps)
+    return Recording()
+
+
+@pytest.fixture
+def ops():
+    seen: list = []
+    dispatch.register(op_package(AC_NORM, AC_SOFTMAX), name="autocast_ops")
+    dispatch.register(_recording_backend(seen), name="recording")
+    try:
+        yield seen
+    finally:
+        dispatch.unregister("recording")
+        dispatch.unregister("autocast_ops")
+
+
+def _inputs(n=48):
+    gen = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(shape, generator=gen).to(BF16) for shape in ((6, n), (n,), (n,)))
+    return x, w, b
+
+
+def _norm_function(python_key: bool):
+    return DISPATCHER.python_key_function("ac_norm") if python_key else dispatch.op("ac_norm")
+
+
+@pytest.mark.parametrize("python_key", [False, True], ids=["native key", "python key"])
+def test_a_call_under_autocast_is_torchs_float32_call_served_by_the_kernel(ops, python_key):
+    x, w, b = _inputs()
+    ac_norm = _norm_function(python_key)
+    before = ac_norm(x, (48,), w, b)
+    with torch.autocast("cpu", dtype=BF16):
+        inside = ac_norm(x, (48,), w, b)
+        again = ac_norm(x, (48,), w, b)
+    after = ac_norm(x, (48,), w, b)
+    expected = F.layer_norm(x.float(), (48,), w.float(), b.float())  # what torch's fp32 policy computes
+    assert inside.dtype == again.dtype == torch.float32
+    torch.testing.assert_close(inside, expected)
+    torch.testing.assert_close(again, expected)
+    # outside the region the call is the bfloat16 call again, not the one resolved inside
+    assert before.dtype == after.dtype == BF16
+    torch.testing.assert_close(after, F.layer_norm(x, (48,), w, b))
+    assert ("ac_norm", torch.float32, torch.float32) in ops  # a kernel served the float32 call
+    assert ("ac_norm", BF16, BF16) in ops
+
+
+def test_set_opt_dtype_gives_float32_unless_a_dtype_is_given(ops):
+    x, _, _ = _inputs()
+    with torch.autocast("cpu", dtype=BF16):
+        plain = dispatch.ac_softmax(x, -1)
+        given = dispatch.ac_softmax(x, -1, dtype=BF16)
+        single = dispatch.ac_softmax(x.float(), 0)
+    assert plain.dtype == torch.float32 and given.dtype == BF16 and single.dtype == torch.float32
+    torch.testing.assert_close(plain, torch.softmax(x, -1, dtype=torch.float32))
+    torch.testing.assert_close(given, torch.softmax(x, -1, dtype=BF16))
+    torch.testing.assert_close(single, torch.softmax(x.float(), 0))
+    assert ("ac_softmax", BF16, torch.float32) in ops
+
+
+def test_gradients_flow_back_to_the_half_precision_tensors(ops):
+    x, w, b = (t.clone().requires_grad_(True) for t in _inputs())
+    with torch.autocast("cpu", dtype=BF16):
+        out = dispatch.ac_norm(x, (48,), w, b)
+    out.square().sum().backward()
+    ref = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
+    F.layer_norm(ref[0].float(), (48,), ref[1].float(), ref[2].float()).square().sum().backward()
+    for got, want in zip((x, w, b), ref):
+        assert got.grad.dtype == BF16
+        torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_an_out_call_is_left_as_it_is(ops):
+    # torch's autocast does not touch out= overloads: the result is the bfloat16 call's
+    x, _, _ = _inputs()
+    out = torch.empty(0, dtype=BF16)
+    with torch.autocast("cpu", dtype=BF16):
+        returned = dispatch.ac_softmax(x, -1, out=out)
+    assert returned is out and out.dtype == BF16
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_a_compiled_call_under_autocast_matches_eager(ops):
+    x, w, b = _inputs()
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(lambda t, u, v: dispatch.ac_norm(t, (48,), u, v) + dispatch.ac_softmax(t, -1),
+                                 fullgraph=True, backend="aot_eager")
+        with torch.autocast("cpu", dtype=BF16):
+            got = compiled(x, w, b)
+            eager = dispatch.ac_norm(x, (48,), w, b) + dispatch.ac_softmax(x, -1)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, eager)
+        plain = compiled(x, w, b)  # outside the region: the bfloat16 calls
+        assert plain.dtype == BF16
+    finally:
+        torch._dynamo.reset()
+
+
+BUILTIN = {
+    "softmax": (lambda t: dispatch.softmax(t, -1), lambda t: F.softmax(t, -1)),
+    "log_softmax": (lambda t: dispatch.log_softmax(t, 0), lambda t: F.log_softmax(t, 0)),
+    "logsumexp": (lambda t: dispatch.logsumexp(t, -1), lambda t: torch.logsumexp(t, -1)),
+    "layer_norm": (lambda t: dispatch.layer_norm(t, (t.shape[-1],)), lambda t: F.layer_norm(t, (t.shape[-1],))),
+    "rms_norm": (lambda t: dispatch.rms_norm(t, (t.shape[-1],)), lambda t: F.rms_norm(t, (t.shape[-1],))),
+}
+
+
+def _devices():
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+
+
+@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("op", list(BUILTIN))
+@pytest.mark.parametrize("dtype", [BF16, torch.float16, torch.float32])
+def test_builtin_ops_under_autocast_return_what_torch_returns(op, device, dtype):
+    ours, theirs = BUILTIN[op]
+    x = torch.randn(64, 1000, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=dtype)
+    with torch.autocast(device, dtype=BF16 if device == "cpu" else torch.float16):
+        got, want = ours(x), theirs(x)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, **({} if want.dtype != BF16 else {"rtol": 2e-2, "atol": 2e-2}))
+
+
+def test_a_policy_is_checked_at_declaration():
+    with pytest.raises(ValueError, match="device type 'xla'.*'cuda', 'cpu'"):
+        attrs.evolve(LAYER_NORM, name="bad_norm", autocast={"xla": "fp32"})
+    with pytest.raises(ValueError, match="policy 'fp16'.*'fp32', 'fp32_set_opt_dtype'"):
+        attrs.evolve(LAYER_NORM, name="bad_norm", autocast={"cuda": "fp16"})
+    with pytest.raises(ValueError, match="'fp32_set_opt_dtype' sets the op's 'dtype'.*has none"):
+        attrs.evolve(LAYER_NORM, name="bad_norm", autocast={"cuda": "fp32_set_opt_dtype"})
+    with pytest.raises(TypeError, match="must map device types to policies"):
+        attrs.evolve(LAYER_NORM, name="bad_norm", autocast=("cuda",))
+
+
+def test_explain_says_which_call_runs_under_autocast(ops):
+    x, w, b = _inputs()
+    with torch.autocast("cpu", dtype=BF16):
+        explained = dispatch.explain("ac_norm", x, (48,), w, b)
+    assert explained.decision.spec.dtype == torch.float32 and explained.decision.backend == "recording"
+    text = str(explained)
+    assert "6x48 bfloat16" in text.splitlines()[0] and "under torch.autocast, served as" in text
+    assert dispatch.explain("ac_norm", x, (48,), w, b).autocast is None  # outside: the call as it is
