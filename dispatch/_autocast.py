@@ -35,6 +35,17 @@ def _low_precision(t: Any, device_type: str) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == device_type and t.dtype in _LOW
 
 
+def torch_policy(aten_op: str, policy: str) -> dict[str, str]:
+    """``{"cuda": policy}`` where the torch in use has a CUDA autocast kernel for ``aten_op`` (its
+    policy for a built-in op), else none: the lists change between torch versions (rms_norm is
+    autocast to float32 by torch 2.13, left as it is by torch 2.11)."""
+    try:
+        registered = torch._C._dispatch_has_kernel_for_dispatch_key(aten_op, "AutocastCUDA")
+    except (AttributeError, RuntimeError):
+        registered = False
+    return {"cuda": policy} if registered else {}
+
+
 def on_for(t: Any) -> bool:
     """Whether torch.autocast is on for tensor ``t``'s device type (one of AUTOCAST_DEVICE_TYPES)."""
     return isinstance(t, torch.Tensor) and t.device.type in AUTOCAST_DEVICE_TYPES and \

@@ -14,6 +14,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
+from ._autocast import torch_policy
 from ._opdecl import OpDecl, TensorArg, _next_pow2, _next_pow4, declare, with_strides
 from ._spec import CallSpec
 from .strided import rows_stride
@@ -246,14 +247,14 @@ RMS_NORM = OpDecl(
     name="rms_norm", parse=_parse_rms_norm,
     tensors=(TensorArg("input"), TensorArg("weight", optional=True)),
     reference=_rms_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes, row_size=norm_size,
-    examples=_examples, autocast={"cuda": "fp32"}, sample=_rms_sample,
+    examples=_examples, autocast=torch_policy("aten::rms_norm", "fp32"), sample=_rms_sample,
     doc="``torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)``, served by the best "
         "backend for the call.")
 LAYER_NORM = OpDecl(
     name="layer_norm", parse=_parse_layer_norm,
     tensors=(TensorArg("input"), TensorArg("weight", optional=True), TensorArg("bias", optional=True)),
     reference=_layer_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes, row_size=norm_size,
-    examples=_examples, autocast={"cuda": "fp32"}, sample=_layer_sample,
+    examples=_examples, autocast=torch_policy("aten::layer_norm", "fp32"), sample=_layer_sample,
     doc="``torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)``, served by the "
         "best backend for the call.")
 

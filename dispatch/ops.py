@@ -10,6 +10,7 @@ import operator
 
 import torch
 
+from ._autocast import torch_policy
 from ._opdecl import OpDecl, TensorArg, _next_pow2, _next_pow4, declare
 from ._spec import CallSpec
 
@@ -186,19 +187,22 @@ def _row_sample(shape, dtype, device, seed=0, dim=-1, **options):
 _ROWS = (TensorArg("input"),)
 
 SOFTMAX = OpDecl(
-    name="softmax", parse=_parse_softmax, tensors=_ROWS, out=True, autocast={"cuda": "fp32_set_opt_dtype"},
+    name="softmax", parse=_parse_softmax, tensors=_ROWS, out=True,
+    autocast=torch_policy("aten::softmax.int", "fp32_set_opt_dtype"),
     reference=lambda spec: _row_reference(torch.softmax, spec), output=_same_shape, backward=_softmax_backward,
     backward_reads_inputs=False,
     bucket=reduction_bucket, bytes_moved=reduction_bytes, row_size=reduction_row_size, sample=_row_sample,
     doc="``torch.softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOG_SOFTMAX = OpDecl(
-    name="log_softmax", parse=_parse_log_softmax, tensors=_ROWS, out=True, autocast={"cuda": "fp32_set_opt_dtype"},
+    name="log_softmax", parse=_parse_log_softmax, tensors=_ROWS, out=True,
+    autocast=torch_policy("aten::log_softmax.int", "fp32_set_opt_dtype"),
     reference=lambda spec: _row_reference(torch.log_softmax, spec), output=_same_shape,
     backward=_log_softmax_backward, backward_reads_inputs=False, bucket=reduction_bucket, bytes_moved=reduction_bytes,
     row_size=reduction_row_size, sample=_row_sample,
     doc="``torch.log_softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOGSUMEXP = OpDecl(
-    name="logsumexp", parse=_parse_logsumexp, tensors=_ROWS, out=True, autocast={"cuda": "fp32"},
+    name="logsumexp", parse=_parse_logsumexp, tensors=_ROWS, out=True,
+    autocast=torch_policy("aten::logsumexp", "fp32"),
     reference=_logsumexp_reference,
     output=_reduced_shape, backward=_logsumexp_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes,
     row_size=reduction_row_size, sample=_row_sample,

@@ -1,8 +1,9 @@
 """torch.autocast: a call made under autocast is served as the call torch makes, by a kernel.
 
-Torch's CUDA autocast runs softmax and log_softmax with ``dtype=torch.float32`` and layer_norm,
-rms_norm and logsumexp on float32 casts of their tensors. The built-in ops declare that policy
-for CUDA (checked against torch on the GPU below); on the CPU, two ops declared here with the
+Torch's CUDA autocast runs softmax and log_softmax with ``dtype=torch.float32`` and layer_norm
+and logsumexp (rms_norm too, in some torch versions) on float32 casts of their tensors. The
+built-in ops take that policy from torch (checked against torch on the GPU below); on the CPU, two
+ops declared here with the
 same policies for "cpu" check the mechanism: keys inside and outside autocast, the kernel that
 serves the recast call, gradients, ``out=``, torch.compile.
 """
