@@ -25,6 +25,12 @@ rstd as three words that the others wait for (every program reads all of a row's
 shipped kernel), and each chunk's partial is taken about the chunk's own first element (no shift
 element that every program of the row reads).
 
+``--variant chunk-head`` and ``--variant two-pass`` are alternatives too: the shipped exchange,
+with each chunk's partial taken from its own elements only, published as (sum x, M2 about the
+chunk's mean): about the chunk's first element (``chunk-head``), or about its mean, taken first
+(``two-pass``: two reductions in a row); no element of the row that all its programs load
+(layer_norm only; results in benchmarks/results/current/norms/layer_norm_coop).
+
 ``--no-bias`` drops the bias as well. A variant replaces helpers of
 ``dispatch_triton.norm_kernels`` before the first compile, so each runs in its own process (the
 JIT keeps a kernel's dependencies from its first compile). Under ``TRITON_INTERPRET=1`` with
@@ -47,7 +53,8 @@ from dispatch_triton import norms as NT
 from dispatch_triton.exchange import _await_words, _publish_words, _ticket
 from dispatch_triton.jit import _cvt
 
-VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift", "one-merger")
+VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift", "one-merger", "chunk-head", "two-pass")
+LOCAL_TWO_PASS = tl.constexpr(0)  # _coop_fwd_local's default: set by use_variant before the first compile
 
 
 @triton.jit
@@ -208,6 +215,87 @@ def _coop_fwd_one_merger(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, str
         xr_n = xr_nn
 
 
+@triton.jit
+def _local_partial(xr, x0, cmask, nc, TWO_PASS: tl.constexpr):
+    # a chunk's (sum x, M2 about the chunk's mean) taken from its own elements only: about its own
+    # first element x0 (a second reduction where that is ill placed), or (TWO_PASS) its mean, then
+    # M2 about it (two reductions in a row)
+    x = xr.to(tl.float32)
+    if TWO_PASS:
+        s = tl.sum(tl.where(cmask, x, 0.0), 0)
+        e = tl.where(cmask, x - s / nc, 0.0)
+        return s, tl.sum(e * e, 0)
+    else:
+        d = tl.where(cmask, x - x0, 0.0)
+        s, q = K._sum2(d, d * d)
+        m2 = K._centred(s, q, nc)
+        if K._ill_placed(s, q, nc):
+            e = tl.where(cmask, d - s / nc, 0.0)
+            m2 = tl.sum(e * e, 0)
+        return s + x0 * nc, m2
+
+
+@triton.jit
+def _chunk_head(x_ptr, row, stride, c, M, N, BLOCK_N: tl.constexpr, TWO_PASS: tl.constexpr):
+    # the first element of this program's chunk of ``row`` (0 past the row, past the last row, or TWO_PASS)
+    if TWO_PASS:
+        return tl.full([], 0.0, tl.float32)
+    else:
+        live = (row < M) & (c * BLOCK_N < N)
+        return tl.load(x_ptr + tl.cast(row, tl.int64) * stride + c * BLOCK_N, mask=live, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _coop_fwd_local(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, stride_ym, eps,
+                    IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
+                    BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr, STATS: tl.constexpr,
+                    WB_EACH: tl.constexpr = 0):
+    tl.static_assert(not IS_RMS, "the local-partial variants are layer_norm's")
+    tl.static_assert(not WB_EACH, "the local-partial variants hold the weight and bias (no WB_EACH)")
+    # norm_kernels._coop_fwd's groups, rows, pipeline and exchange (two words a chunk, merged by
+    # every program of the row), with each chunk's partial taken from its own elements only
+    # (_local_partial): no element of the row that every program reads
+    TWO_PASS: tl.constexpr = LOCAL_TWO_PASS
+    OUT_TY = y_ptr.dtype.element_ty
+    grp, c, S, n_groups, tag = _group(slot_ptr, N, BLOCK_N, PHASE)
+    cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < N
+    nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
+    w, b = K._affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
+    xr, unused = K._row_chunk(x_ptr, grp, stride_xm, cols, M, N, True)  # (IS_RMS=True: no shift loads)
+    x0 = _chunk_head(x_ptr, grp, stride_xm, c, M, N, BLOCK_N, TWO_PASS)
+    if PHASE != 2:
+        if grp < M:
+            p1, p2 = _local_partial(xr, x0, cmask, nc, TWO_PASS)
+            K._coop_publish(slot_ptr, grp, S, c, p1, p2, tag, False)
+    xr_n, unused = K._row_chunk(x_ptr, grp + n_groups, stride_xm, cols, M, N, True)
+    x0_n = _chunk_head(x_ptr, grp + n_groups, stride_xm, c, M, N, BLOCK_N, TWO_PASS)
+    for row in range(grp, M, n_groups):
+        nrow = row + n_groups
+        if PHASE != 2:
+            if nrow < M:
+                p1, p2 = _local_partial(xr_n, x0_n, cmask, nc, TWO_PASS)
+                K._coop_publish(slot_ptr, nrow, S, c, p1, p2, tag, False)
+        xr_nn, unused = K._row_chunk(x_ptr, nrow + n_groups, stride_xm, cols, M, N, True)
+        x0_nn = _chunk_head(x_ptr, nrow + n_groups, stride_xm, c, M, N, BLOCK_N, TWO_PASS)
+        if PHASE != 1:
+            row64 = tl.cast(row, tl.int64)
+            mean, rstd = K._coop_stats(slot_ptr, row, S, tag, N, eps, False, BLOCK_N, CHUNKS_P2)
+            y = (xr.to(tl.float32) - mean) * rstd
+            if HAS_WEIGHT:
+                y = y * w.to(tl.float32)
+            if HAS_BIAS:
+                y = y + b.to(tl.float32)
+            K._st(y_ptr + row64 * stride_ym + cols, _cvt(y, OUT_TY), cmask, HINTS)
+            if STATS:
+                if c == 0:
+                    K._save_stats(st_ptr, row, mean, rstd, None, M, False)
+        xr = xr_n
+        xr_n = xr_nn
+        x0 = x0_n
+        x0_n = x0_nn
+
+
 def use_variant(name: str) -> None:
     """Replace what variant ``name`` changes in ``norm_kernels`` (before the first compile): the
     helpers that it and every variant before it take out, or for ``one-merger`` the one-launch
@@ -218,6 +306,11 @@ def use_variant(name: str) -> None:
         K._coop_fwd = _coop_fwd_one_merger
         slots = NT._split_slots
         NT._split_slots = lambda device, partials: slots(device, 2 * partials + 64)
+        return
+    if name in ("chunk-head", "two-pass"):
+        global LOCAL_TWO_PASS
+        LOCAL_TWO_PASS = tl.constexpr(int(name == "two-pass"))
+        K._coop_fwd = _coop_fwd_local
         return
     level = VARIANTS.index(name)
     if level >= 1:
@@ -243,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time", action="store_true", help="time the launch (and a same-size copy)")
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args(argv)
-    if args.variant not in ("base", "one-merger") and args.op != "layer_norm":
+    if args.variant not in ("base", "one-merger") and args.op != "layer_norm":  # (the local ones too)
         parser.error(f"--variant {args.variant} takes layer_norm's work out of its kernel: use --op layer_norm")
     use_variant(args.variant)
     m, n = (int(v) for v in args.shape.split("x"))

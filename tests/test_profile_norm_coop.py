@@ -80,7 +80,14 @@ ONE_MERGER_ON_GPU = pytest.mark.xfail(DEVICE == "cuda", strict=False, reason=(
     "16 at one warp (error 6.6; right at 64x262144 and under the interpreter): not found"))
 
 
-@pytest.mark.parametrize("variant", [pytest.param("one-merger", marks=ONE_MERGER_ON_GPU)])
+ABSOLUTE_SUMS = pytest.mark.xfail(strict=True, reason=(
+    "chunk-head and two-pass publish each chunk's sum of x, not of x less the row's shift: on rows "
+    "at 1000 with a spread of 0.01 the chunks' means keep too few digits (error 1.4e-2): not shipped"))
+
+
+@pytest.mark.parametrize("variant", [pytest.param("one-merger", marks=ONE_MERGER_ON_GPU),
+                                     pytest.param("chunk-head", marks=ABSOLUTE_SUMS),
+                                     pytest.param("two-pass", marks=ABSOLUTE_SUMS)])
 def test_alternative_exchanges_keep_rows_far_from_zero_and_massive_elements_exact(variant):
     code = _HARD_ROWS.format(bench=str(SCRIPT.parent), device=DEVICE, variant=variant)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
