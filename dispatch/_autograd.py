@@ -98,10 +98,25 @@ def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable[..., 
     ``create_graph=True`` goes through the reference instead, so that it can be differentiated again."""
 
     reference = _opdecl.get(spec.op).reference(spec)
+    function = _function_of(spec.op)
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
         if any(t is not None and t.is_inference() for t in tensors):  # (made under inference_mode: autograd
             return reference(*tensors)  # can't save it for a backward; torch's op saves what it needs)
-        return _BackendFunction.apply(kernel, backward, spec, *tensors)
+        return function.apply(kernel, backward, spec, *tensors)
 
     return run
+
+
+_FUNCTIONS: dict[str, type[_BackendFunction]] = {}
+
+
+def _function_of(op: str) -> type[_BackendFunction]:
+    """The autograd function of op ``op``'s kernel calls: ``_BackendFunction`` under a name of the
+    op's (``DispatchLayerNorm``), so that a result's ``grad_fn`` (``DispatchLayerNormBackward``) and
+    a profile's backward nodes say which op they are."""
+    function = _FUNCTIONS.get(op)
+    if function is None:
+        name = "Dispatch" + "".join(part[:1].upper() + part[1:] for part in op.split("_"))
+        function = _FUNCTIONS.setdefault(op, type(name, (_BackendFunction,), {"__module__": __name__}))
+    return function

@@ -212,3 +212,16 @@ def test_softmax_keeps_only_its_output_for_the_backward(backend, op):
     h.add_(1.0)  # the input changes after the call
     got, = torch.autograd.grad(y, a, g)
     torch.testing.assert_close(got, want)
+
+
+def test_a_kernels_graph_node_names_its_op():
+    # a profile or a printed graph says which op's backward runs, as torch's own nodes do
+    dispatch.register(chunked_backend.make("chunked", priority=150))
+    x = torch.randn(4, 8, requires_grad=True)
+    y = dispatch.log_softmax(x, -1, backend="chunked")
+    z = dispatch.logsumexp(x, -1, backend="chunked")
+    assert type(y.grad_fn).__name__ == "DispatchLogSoftmaxBackward"
+    assert type(z.grad_fn).__name__ == "DispatchLogsumexpBackward"
+    (y.sum() + z.sum()).backward()
+    torch.testing.assert_close(x.grad, torch.func.grad(lambda t: (torch.log_softmax(t, -1).sum()
+                                                                  + torch.logsumexp(t, -1).sum()))(x.detach()))
