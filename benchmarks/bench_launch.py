@@ -23,7 +23,10 @@ Medians over repeats. Writes ``launch.json`` and ``launch.md`` under ``--out``::
 
     python3 benchmarks/bench_launch.py --out DIR [--shapes 1x4096,32x4096,8x32000,16384x4096]
         [--dtype bfloat16] [--ops softmax,rms_norm,layer_norm] [--no-compile] [--no-graph] [--rounds 61]
-        [--python-key] [--device-timing] [--grad]
+        [--python-key] [--device-timing] [--grad] [--autocast]
+
+``--autocast`` times every call inside one ``torch.autocast("cuda", dtype=bfloat16)`` region (a
+mixed-precision model's: the norms and the softmax family then return float32, as torch's do).
 
 ``--device-timing`` adds dispatch's pick in a ``use(timing="device")`` block: the kernel chosen
 for code that CUDA graphs replay (its graph column is the one to read).
@@ -200,7 +203,16 @@ def main() -> int:
                     help="also time dispatch's pick with the call key computed in Python")
     ap.add_argument("--device-timing", action="store_true",
                     help='also time dispatch\'s pick in a use(timing="device") block (for CUDA graphs)')
+    ap.add_argument("--autocast", action="store_true",
+                    help='time every call inside torch.autocast("cuda", dtype=torch.bfloat16)')
     a = ap.parse_args()
+    if a.autocast:  # one region for the whole run, as a model's forward is (no cast cache: graphs replay)
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+            return run(a)
+    return run(a)
+
+
+def run(a: argparse.Namespace) -> int:
     dtype = getattr(torch, a.dtype)
     warm_up_host_and_gpu()
     rows = []
@@ -225,7 +237,8 @@ def main() -> int:
             calls = fns
             if a.grad:
                 calls, ref = training_calls(op, fns, x, args)
-            row = {"op": op + (" (forward + backward)" if a.grad else ""), "shape": [m, n], "dtype": a.dtype,
+            name = op + (" (forward + backward)" if a.grad else "") + (" (autocast)" if a.autocast else "")
+            row = {"op": name, "shape": [m, n], "dtype": a.dtype,
                    "wall_us": {}, "wall_spread_us": {},
                    "graph_us": {}, "graph_ok": {}, "errors": {}}
             running = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -254,6 +256,15 @@ def test_launch_benchmark_runs_and_writes_its_table(tmp_path):
     table = (tmp_path / "grad" / "launch.md").read_text()
     assert "layer_norm (forward + backward)" in table and "WRONG" not in table, table
     assert "wrong eager result" not in proc.stdout, proc.stdout[-2000:]
+    # inside one autocast region, as a mixed-precision model calls them: results match torch's
+    proc = subprocess.run([sys.executable, str(script), "--shapes", "8x512", "--ops", "softmax,layer_norm",
+                           "--autocast", "--rounds", "3", "--no-compile", "--out", str(tmp_path / "autocast")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = (tmp_path / "autocast" / "launch.md").read_text()
+    assert "layer_norm (autocast)" in table and "WRONG" not in table, table
+    rows = json.loads((tmp_path / "autocast" / "launch.json").read_text())["rows"]
+    assert all(not row["errors"] for row in rows), [row["errors"] for row in rows]
 
 
 def test_a_key_met_first_during_capture_is_neither_tuned_nor_checked_and_explain_says_so():
