@@ -127,7 +127,6 @@ def default_sample(shape: tuple[int, ...], dtype: torch.dtype, device: torch.dev
     return (x,), dict(options)
 
 
-
 def _autocast_pairs(value: Mapping[str, str] | tuple) -> tuple[tuple[str, str], ...]:
     """``OpDecl.autocast`` as sorted (device type, policy) pairs, each checked."""
     pairs = tuple(sorted((value.items() if isinstance(value, Mapping) else value)))
@@ -142,6 +141,7 @@ def _autocast_pairs(value: Mapping[str, str] | tuple) -> tuple[tuple[str, str], 
             raise ValueError(f"'autocast': policy {policy!r} for {device_type!r} is not one of "
                              f"{', '.join(map(repr, AUTOCAST_POLICIES))}")
     return pairs
+
 
 @frozen
 class OpDecl:
