@@ -115,7 +115,15 @@ def _reduced_shape(spec: CallSpec):
 
 
 def _softmax_backward(spec: CallSpec):
+    # torch's own fused backward (one kernel, as torch's autograd runs it: reads grad and y once)
+    # in y's dtype, then cast to the input's; a 0-d input (no dim): the formula
     dims, in_dtype = spec.dims or (), spec.dtype
+    if len(dims) == 1:
+        dim = dims[0]
+
+        def fused(grad, x, y):
+            return torch._softmax_backward_data(grad.to(y.dtype), y, dim, y.dtype).to(in_dtype)
+        return fused
 
     def backward(grad, x, y):
         g = grad.to(y.dtype)
@@ -125,6 +133,12 @@ def _softmax_backward(spec: CallSpec):
 
 def _log_softmax_backward(spec: CallSpec):
     dims, in_dtype = spec.dims or (), spec.dtype
+    if len(dims) == 1:
+        dim = dims[0]
+
+        def fused(grad, x, y):
+            return torch._log_softmax_backward_data(grad.to(y.dtype), y, dim, y.dtype).to(in_dtype)
+        return fused
 
     def backward(grad, x, y):
         g = grad.to(y.dtype)

@@ -225,3 +225,43 @@ def test_a_kernels_graph_node_names_its_op():
     (y.sum() + z.sum()).backward()
     torch.testing.assert_close(x.grad, torch.func.grad(lambda t: (torch.log_softmax(t, -1).sum()
                                                                   + torch.logsumexp(t, -1).sum()))(x.detach()))
+
+
+def _torch_kernels():
+    """A CPU backend whose forward kernels are torch's own ops and which has no backward of its
+    own: every call it serves takes the op's declared backward."""
+    class TorchKernels:
+        @dispatch.hookimpl
+        def dispatch_backend_info(self):
+            return dispatch.BackendInfo(name="torch_kernels", version="1", ops=("softmax", "log_softmax"),
+                                        priority={"cpu": 200})
+
+        @dispatch.hookimpl
+        def dispatch_check(self, op, spec):
+            return dispatch.Verdict.yes()
+
+        @dispatch.hookimpl
+        def dispatch_kernel(self, op, spec, config):
+            fn, dims, out_dtype = getattr(torch, op), spec.dims, spec.out_dtype
+            return lambda x: fn(x, dims[0], dtype=out_dtype) if dims else fn(x, 0, dtype=out_dtype)
+    return TorchKernels()
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtypes", [(torch.float32, None), (torch.bfloat16, None), (torch.float16, None),
+                                    (torch.bfloat16, torch.float32), (torch.float32, torch.float64)],
+                         ids=lambda d: "-".join(str(t).replace("torch.", "") for t in d))
+@pytest.mark.parametrize("shape,dim", [((3, 5, 7), 0), ((3, 5, 7), 1), ((3, 5, 7), -1), ((0, 4), 1), ((), 0)])
+def test_the_declared_backward_gives_torchs_gradient(op, dtypes, shape, dim):
+    # what every GPU backend's softmax-family call takes for its backward: torch's own fused kernel
+    dtype, out_dtype = dtypes
+    dispatch.register(_torch_kernels(), name="torch_kernels")
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)).to(dtype).requires_grad_(True)
+    ref = x.detach().clone().requires_grad_(True)
+    y = getattr(dispatch, op)(x, dim, dtype=out_dtype)
+    assert dispatch.explain(op, x, dim, dtype=out_dtype).decision.backend == "torch_kernels"
+    grad = torch.randn(y.shape, generator=torch.Generator().manual_seed(4)).to(y.dtype)
+    got, = torch.autograd.grad(y, x, grad)
+    want, = torch.autograd.grad(getattr(torch, op)(ref, dim, dtype=out_dtype), ref, grad)
+    assert got.dtype == want.dtype == dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0)  # the same kernel, the same bits
