@@ -46,32 +46,28 @@ def _through(reference: Callable[..., torch.Tensor], grad: torch.Tensor, tensors
 
 
 class _BackendFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, kernel, backward, spec, *tensors):
-        saves = getattr(backward, "saves", None)  # buffers the forward fills for the backward (hookspec)
-        extra = tuple(saves(*tensors)) if saves is not None else ()
-        y = kernel(*tensors, saved=extra) if extra else kernel(*tensors)
-        ctx.backward_kernel = backward
-        ctx.spec = spec
-        ctx.output_only = getattr(backward, "output_only", False)  # (the op's backward reads y alone)
-        ctx.absent = tuple(t is None or ctx.output_only for t in tensors)
-        ctx.n_extra = len(extra)
-        ctx.save_for_backward(*(t for t, absent in zip(tensors, ctx.absent) if not absent), y, *extra)
-        return y
+    """A kernel call that autograd records. Each resolved call gets a subclass of its own
+    (:func:`_function_for`) holding its kernel, backward and spec as class attributes, so that
+    ``apply`` takes the call's tensors only; ``ctx._forward_cls`` is that subclass."""
+
+    _backward_kernel: Callable[..., object]
+    _spec: CallSpec
+    _output_only: bool
 
     @staticmethod
     def backward(ctx, grad):
+        call = ctx._forward_cls
         kept = ctx.saved_tensors  # the present inputs, the output, then the forward's buffers
         out_at = len(kept) - ctx.n_extra - 1
         saved = iter(kept[:out_at])
         tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
-        if torch.is_grad_enabled() and not ctx.output_only:  # create_graph=True: gradients that can be
+        if torch.is_grad_enabled() and not call._output_only:  # create_graph=True: gradients that can be
             # differentiated again, through the reference on the saved inputs (a kernel's carry no
             # graph; the op's backward of y alone is torch's ops on y, differentiable as it is)
-            reference = _opdecl.get(ctx.spec.op).reference(ctx.spec)
-            return (None, None, None, *_through(reference, grad, tensors, ctx.needs_input_grad[3:], True))
+            reference = _opdecl.get(call._spec.op).reference(call._spec)
+            return _through(reference, grad, tensors, ctx.needs_input_grad, True)
         try:
-            grads = ctx.backward_kernel(grad, *tensors, *kept[out_at:])
+            grads = call._backward_kernel(grad, *tensors, *kept[out_at:])
         except (Exception, KeyboardInterrupt):
             raise
         except BaseException as exc:  # SystemExit in a backend's backward: its fault, not the end of the process
@@ -81,8 +77,31 @@ class _BackendFunction(torch.autograd.Function):
                               "the process") from exc
         if isinstance(grads, torch.Tensor) or grads is None:
             grads = (grads,)
-        grads = tuple(grads) + (None,) * (len(tensors) - len(grads))
-        return (None, None, None, *grads)
+        return tuple(grads) + (None,) * (len(tensors) - len(grads))
+
+
+def _function_for(kernel: Callable[..., torch.Tensor], backward: Callable[..., object],
+                  spec: CallSpec) -> type[_BackendFunction]:
+    """The autograd function of one resolved kernel call: a subclass of ``_BackendFunction`` named
+    for the op (``DispatchLayerNorm``, so that a result's ``grad_fn``, ``DispatchLayerNormBackward``,
+    and a profile's backward nodes say which op they are), whose forward runs ``kernel`` and saves
+    what ``backward`` reads: the present inputs (none where it reads the output alone), the output,
+    and the buffers its ``saves`` asks the forward to fill."""
+    saves = getattr(backward, "saves", None)  # buffers the forward fills for the backward (hookspec)
+    output_only = getattr(backward, "output_only", False)  # (the op's backward reads y alone)
+
+    def forward(ctx, *tensors):
+        extra = tuple(saves(*tensors)) if saves is not None else ()
+        y = kernel(*tensors, saved=extra) if extra else kernel(*tensors)
+        ctx.absent = absent = tuple(output_only or t is None for t in tensors)
+        ctx.n_extra = len(extra)
+        ctx.save_for_backward(*(t for t, a in zip(tensors, absent) if not a), y, *extra)
+        return y
+
+    name = "Dispatch" + "".join(part[:1].upper() + part[1:] for part in spec.op.split("_"))
+    return type(name, (_BackendFunction,), {
+        "forward": staticmethod(forward), "_backward_kernel": staticmethod(backward), "_spec": spec,
+        "_output_only": output_only, "__module__": __name__})
 
 
 def own_backward(backend, spec: CallSpec) -> Callable[..., object] | None:
@@ -98,25 +117,17 @@ def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable[..., 
     ``create_graph=True`` goes through the reference instead, so that it can be differentiated again."""
 
     reference = _opdecl.get(spec.op).reference(spec)
-    function = _function_of(spec.op)
+    apply = _function_for(kernel, backward, spec).apply
+    # (a tensor made under inference_mode: autograd can't save it for a backward; torch's op saves what it needs)
+    if len(spec.tensors) == 1:
+        def run_one(x: torch.Tensor) -> torch.Tensor:
+            return reference(x) if x.is_inference() else apply(x)
+        return run_one
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
-        if any(t is not None and t.is_inference() for t in tensors):  # (made under inference_mode: autograd
-            return reference(*tensors)  # can't save it for a backward; torch's op saves what it needs)
-        return function.apply(kernel, backward, spec, *tensors)
+        if any(t is not None and t.is_inference() for t in tensors):
+            return reference(*tensors)
+        return apply(*tensors)
 
     return run
 
-
-_FUNCTIONS: dict[str, type[_BackendFunction]] = {}
-
-
-def _function_of(op: str) -> type[_BackendFunction]:
-    """The autograd function of op ``op``'s kernel calls: ``_BackendFunction`` under a name of the
-    op's (``DispatchLayerNorm``), so that a result's ``grad_fn`` (``DispatchLayerNormBackward``) and
-    a profile's backward nodes say which op they are."""
-    function = _FUNCTIONS.get(op)
-    if function is None:
-        name = "Dispatch" + "".join(part[:1].upper() + part[1:] for part in op.split("_"))
-        function = _FUNCTIONS.setdefault(op, type(name, (_BackendFunction,), {"__module__": __name__}))
-    return function
