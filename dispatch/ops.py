@@ -114,16 +114,24 @@ def _reduced_shape(spec: CallSpec):
     return shape, spec.out_dtype
 
 
+def _fused_backward(fused, dim: int, in_dtype: torch.dtype, out_dtype: torch.dtype):
+    """``backward(grad, x, y)`` by torch's own fused kernel ``fused`` (``torch._softmax_backward_data``
+    or ``_log_softmax_backward_data``: one kernel, as torch's autograd runs it, reading grad and y
+    once) in y's dtype, then cast to the input's where a ``dtype=`` call cast it."""
+    if in_dtype == out_dtype:
+        def backward(grad, x, y):
+            return fused(grad if grad.dtype == out_dtype else grad.to(out_dtype), y, dim, out_dtype)
+    else:
+        def backward(grad, x, y):
+            return fused(grad if grad.dtype == out_dtype else grad.to(out_dtype), y, dim, out_dtype).to(in_dtype)
+    return backward
+
+
 def _softmax_backward(spec: CallSpec):
-    # torch's own fused backward (one kernel, as torch's autograd runs it: reads grad and y once)
-    # in y's dtype, then cast to the input's; a 0-d input (no dim): the formula
+    # torch's own fused backward (_fused_backward); a 0-d input (no dim): the formula
     dims, in_dtype = spec.dims or (), spec.dtype
     if len(dims) == 1:
-        dim = dims[0]
-
-        def fused(grad, x, y):
-            return torch._softmax_backward_data(grad.to(y.dtype), y, dim, y.dtype).to(in_dtype)
-        return fused
+        return _fused_backward(torch._softmax_backward_data, dims[0], in_dtype, spec.out_dtype)
 
     def backward(grad, x, y):
         g = grad.to(y.dtype)
@@ -134,11 +142,7 @@ def _softmax_backward(spec: CallSpec):
 def _log_softmax_backward(spec: CallSpec):
     dims, in_dtype = spec.dims or (), spec.dtype
     if len(dims) == 1:
-        dim = dims[0]
-
-        def fused(grad, x, y):
-            return torch._log_softmax_backward_data(grad.to(y.dtype), y, dim, y.dtype).to(in_dtype)
-        return fused
+        return _fused_backward(torch._log_softmax_backward_data, dims[0], in_dtype, spec.out_dtype)
 
     def backward(grad, x, y):
         g = grad.to(y.dtype)
