@@ -236,16 +236,6 @@ def _local_partial(xr, x0, cmask, nc, TWO_PASS: tl.constexpr):
 
 
 @triton.jit
-def _chunk_head(x_ptr, row, stride, c, M, N, BLOCK_N: tl.constexpr, TWO_PASS: tl.constexpr):
-    # the first element of this program's chunk of ``row`` (0 past the row, past the last row, or TWO_PASS)
-    if TWO_PASS:
-        return tl.full([], 0.0, tl.float32)
-    else:
-        live = (row < M) & (c * BLOCK_N < N)
-        return tl.load(x_ptr + tl.cast(row, tl.int64) * stride + c * BLOCK_N, mask=live, other=0.0).to(tl.float32)
-
-
-@triton.jit
 def _coop_fwd_local(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, stride_ym, eps,
                     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
                     BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr, STATS: tl.constexpr,
@@ -263,13 +253,14 @@ def _coop_fwd_local(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_x
     nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
     w, b = K._affine_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
     xr, unused = K._row_chunk(x_ptr, grp, stride_xm, cols, M, N, True)  # (IS_RMS=True: no shift loads)
-    x0 = _chunk_head(x_ptr, grp, stride_xm, c, M, N, BLOCK_N, TWO_PASS)
+    # the chunk's first element (_chunk_shift; 0 for TWO_PASS, which takes no shift)
+    x0 = _chunk_shift(x_ptr, grp, stride_xm, c, M, N, BLOCK_N, TWO_PASS)
     if PHASE != 2:
         if grp < M:
             p1, p2 = _local_partial(xr, x0, cmask, nc, TWO_PASS)
             K._coop_publish(slot_ptr, grp, S, c, p1, p2, tag, False)
     xr_n, unused = K._row_chunk(x_ptr, grp + n_groups, stride_xm, cols, M, N, True)
-    x0_n = _chunk_head(x_ptr, grp + n_groups, stride_xm, c, M, N, BLOCK_N, TWO_PASS)
+    x0_n = _chunk_shift(x_ptr, grp + n_groups, stride_xm, c, M, N, BLOCK_N, TWO_PASS)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if PHASE != 2:
@@ -277,7 +268,7 @@ def _coop_fwd_local(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_x
                 p1, p2 = _local_partial(xr_n, x0_n, cmask, nc, TWO_PASS)
                 K._coop_publish(slot_ptr, nrow, S, c, p1, p2, tag, False)
         xr_nn, unused = K._row_chunk(x_ptr, nrow + n_groups, stride_xm, cols, M, N, True)
-        x0_nn = _chunk_head(x_ptr, nrow + n_groups, stride_xm, c, M, N, BLOCK_N, TWO_PASS)
+        x0_nn = _chunk_shift(x_ptr, nrow + n_groups, stride_xm, c, M, N, BLOCK_N, TWO_PASS)
         if PHASE != 1:
             row64 = tl.cast(row, tl.int64)
             mean, rstd = K._coop_stats(slot_ptr, row, S, tag, N, eps, False, BLOCK_N, CHUNKS_P2)
