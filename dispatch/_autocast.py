@@ -90,5 +90,4 @@ def through(function: Callable[..., torch.Tensor], decl, values: dict[str, Any],
         args.update(zip(names, (t.float() if i in cast else t for i, t in enumerate(tensors))))
         return function(**args, backend=backend)
 
-    autocast_call.autocast = True  # (explain: what serves the key)
     return autocast_call
