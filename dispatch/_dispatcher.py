@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import torch
 
-from . import _autocast, _opdecl, _plugins, _settings
+from . import _autocast, _backend, _opdecl, _plugins, _settings
 from ._autograd import differentiable, own_backward, reference_backward
 from ._keys import spec_key
 from ._opfunc import OpFunction
@@ -196,7 +196,7 @@ class Dispatcher:
                 raise
             except BaseException as exc:  # dispatch_kernel or dispatch_backward raised (or exited)
                 fault = _plugins.registry().backends[decision.backend].fault_of(exc)
-                self._fault(decision, _plugins.raised_in(fault.hook if fault else "dispatch_kernel", exc), exc)
+                self._fault(decision, _backend.raised_in(fault.hook if fault else "dispatch_kernel", exc), exc)
                 continue
             out = self._validate(decision, fn, tensors)
             if out is not None:

@@ -17,7 +17,8 @@ from attrs import field, frozen
 
 from . import _opdecl
 from ._keys import decision_key, shape_bucket
-from ._plugins import Backend, Registry, forced_fault
+from ._backend import Backend, forced_fault
+from ._plugins import Registry
 from ._settings import Scope, Settings
 from ._spec import CallSpec, Verdict
 from ._tuner import Tuner, flushes_l2

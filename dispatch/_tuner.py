@@ -23,7 +23,8 @@ import torch
 from . import _opdecl
 from ._keys import tune_key
 from ._opdecl import with_strides
-from ._plugins import Backend, Registry
+from ._backend import Backend
+from ._plugins import Registry
 from ._settings import Settings
 from ._spec import CallSpec
 from .autotune import compiling

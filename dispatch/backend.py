@@ -13,7 +13,8 @@ from __future__ import annotations
 from ._opdecl import (OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples, rows_bucket,
                       spec_of, with_strides)
 from ._keys import device_name
-from ._plugins import Backend, Fault, loaded_backends
+from ._backend import Backend, Fault
+from ._plugins import loaded_backends
 from ._sources import dist_version, source_hash
 from ._spec import LONG_ROW, BackendInfo, CallSpec, TensorSpec, Verdict, contiguous_strides, dtype_name, is_dense
 from .autotune.compiling import PARSE_LOCK, CompileReport, compile_all, default_workers, serial_parsing

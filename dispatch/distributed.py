@@ -41,7 +41,7 @@ import torch
 from attrs import frozen
 
 from ._keys import spec_key
-from ._plugins import Backend
+from ._backend import Backend
 from ._select import Candidate, Decision, Selector
 from ._settings import Scope, Settings, current_scope
 from ._spec import CallSpec
