@@ -75,6 +75,31 @@ def recast(decl, values: dict[str, Any]) -> dict[str, Any] | None:
     return {**values, **cast} if cast else None
 
 
+def traced_recast(decl) -> tuple[str, dict[str, Any]]:
+    """:func:`recast` as lines of the stand-in Dynamo traces for a compiled call (its body's
+    indentation; they rebind the stand-in's arguments), with the op's policies written in as
+    constants, and the names those lines read. Dynamo guards on what a traced function reads: this
+    form reads the tensors and autocast's state (which Dynamo guards anyway), not the declaration."""
+    first = decl.tensors[0].name
+    lines = [f"    if isinstance({first}, _ac_Tensor):"]
+    for i, (device_type, policy) in enumerate(decl.autocast):
+        lines.append(f"        {'el' if i else ''}if {first}.device.type == {device_type!r} and "
+                     f"_ac_enabled({device_type!r}):")
+        if policy == "fp32_set_opt_dtype":
+            lines.append(f"            if dtype is None and _ac_low({first}, {device_type!r}):")
+            lines.append("                dtype = _ac_float32")
+        else:
+            lines += [f"            {t} = _ac_up({t}, {device_type!r})" for t in decl.tensor_names]
+    names = {"_ac_Tensor": torch.Tensor, "_ac_enabled": torch.is_autocast_enabled, "_ac_low": _low_precision,
+             "_ac_float32": torch.float32, "_ac_up": _up}
+    return "\n".join(lines) + "\n", names
+
+
+def _up(t: Any, device_type: str) -> Any:
+    """``t`` as torch's autocast hands it to a float32 op: a half-precision tensor on the device cast."""
+    return t.float() if _low_precision(t, device_type) else t
+
+
 def through(function: Callable[..., torch.Tensor], decl, values: dict[str, Any], recast_values: dict[str, Any],
             backend: str | None) -> Callable[..., torch.Tensor]:
     """``fn(*tensors)`` for a call key met under autocast: the call recast as ``recast_values`` were

@@ -309,13 +309,10 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
         f"        return _with_out({decl.name!r}, lambda backend, **_: {call}, "
         "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out, backend)\n")
     # under torch.autocast, the call torch would make (traced: the casts are nodes of the graph)
-    recast = "" if not decl.autocast else (
-        f"    _r = _recast(_get({decl.name!r}), {{{', '.join(f'{n!r}: {n}' for n in names)}}})\n"
-        "    if _r is not None:\n"
-        f"        {', '.join(names)}, = {', '.join(f'_r[{n!r}]' for n in names)},\n")
+    recast, recast_names = _autocast.traced_recast(decl) if decl.autocast else ("", {})
     source = f"def {decl.name}({signature}):\n{out_check}{recast}    return {call}\n"
     namespace = {"_op": op, "_encode": _constant_encode(), "_concrete": _concrete, "_with_out": with_out,
-                 "_recast": _autocast.recast, "_get": _opdecl.get, **defaults}
+                 **recast_names, **defaults}
     exec(compile(source, f"<dispatch compiled op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
     return namespace[decl.name]
 

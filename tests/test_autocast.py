@@ -24,7 +24,7 @@ from dispatch.ops import SOFTMAX
 from op_packages import op_package
 
 BF16 = torch.bfloat16
-AC_NORM = attrs.evolve(LAYER_NORM, name="ac_norm", autocast={"cpu": "fp32"})
+AC_NORM = attrs.evolve(LAYER_NORM, name="ac_norm", autocast={"cpu": "fp32", "cuda": "fp32"})  # (a policy per device)
 AC_SOFTMAX = attrs.evolve(SOFTMAX, name="ac_softmax", autocast={"cpu": "fp32_set_opt_dtype"})
 
 
