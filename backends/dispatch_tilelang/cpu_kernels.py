@@ -92,13 +92,23 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int):
                             _load(x[bx * block_m + i, t * TILE + j], in_dtype),
                             neg_inf(),
                         )
-                    T.reduce_max(xt, tm, dim=1)
+                    if TILE > 1:
+                        T.reduce_max(xt, tm, dim=1)
+                        for i in T.serial(block_m):
+                            tm[i] = T.max(m[i], tm[i])
+                    else:  # (a reduction over one column, then a read of its result, compiles to a read of
+                        # the value from before the reduction when block_m is 1 too)
+                        for i in T.serial(block_m):
+                            tm[i] = T.max(m[i], xt[i, 0])
                     for i in T.serial(block_m):
-                        tm[i] = T.max(m[i], tm[i])
                         ts[i] = safe_max(tm[i])
                     for i, j in T.grid(block_m, TILE):
                         et[i, j] = T.exp(xt[i, j] - ts[i])
-                    T.reduce_sum(et, fin, dim=1)
+                    if TILE > 1:
+                        T.reduce_sum(et, fin, dim=1)
+                    else:
+                        for i in T.serial(block_m):
+                            fin[i] = et[i, 0]
                     for i in T.serial(block_m):
                         s[i] = rescale(s[i], shift[i], ts[i]) + fin[i]
                         m[i] = tm[i]
