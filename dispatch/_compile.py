@@ -306,7 +306,7 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
     names = [*decl.tensor_names, *decl.attribute_names]
     out_check = "" if not decl.out else (
         "    if out is not None:\n"
-        f"        return _with_out({decl.name!r}, lambda backend, **_: {call}, "
+        f"        return _with_out({decl.name!r}, lambda backend, {', '.join(names)}: {call}, "
         "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out, backend)\n")
     # under torch.autocast, the call torch would make (traced: the casts are nodes of the graph)
     recast, recast_names = _autocast.traced_recast(decl) if decl.autocast else ("", {})

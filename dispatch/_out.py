@@ -29,6 +29,8 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
     if not family and torch.is_grad_enabled() and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in (*values.values(), out)):
         raise _no_autograd(op)
+    if op == "logsumexp" and _finer(out, input):  # torch sums into out: the result as precise as out's dtype
+        values = {**values, next(iter(values)): input.to(out.dtype)}
     if _autocast.on_for(input):  # torch's autocast leaves out= calls as they are
         with _autocast.leave_as_is(input):
             result = function(**values, backend=backend)
@@ -50,6 +52,12 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
         out.resize_(result.shape)
     out.copy_(result)
     return out
+
+
+def _finer(out: torch.Tensor, input) -> bool:
+    """Whether ``out`` holds floats more precise than the floating tensor ``input``."""
+    return (isinstance(input, torch.Tensor) and input.dtype.is_floating_point and out.dtype.is_floating_point
+            and torch.finfo(out.dtype).eps < torch.finfo(input.dtype).eps)
 
 
 def _no_autograd(op: str) -> RuntimeError:

@@ -45,7 +45,11 @@ def _dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
             if not -rank <= d < rank:
                 raise IndexError
             dims.append(d % rank)
-        if len(set(dims)) != len(dims) or (op == "logsumexp" and not dims and ndim > 0):
+        if op == "logsumexp" and not dims and ndim > 0:
+            if not keepdim:  # (torch raises for it)
+                raise IndexError
+            dims = list(range(ndim))  # torch reduces every dim
+        if len(set(dims)) != len(dims):
             raise IndexError
     except (TypeError, IndexError, ValueError):
         _raise_as_torch(op, input, dim, dtype, keepdim)  # raises torch's exception for this input

@@ -398,3 +398,12 @@ def test_out_of_the_results_shape_is_written_in_a_fullgraph(dynamic):
         torch.testing.assert_close(o, torch.softmax(x, -1))
         torch.testing.assert_close(s, torch.logsumexp(x, 1))
         torch.testing.assert_close(got, torch.softmax(x, -1) * 2 + torch.logsumexp(x, 1)[:, None])
+
+
+def test_a_compiled_logsumexp_into_a_finer_out_is_as_precise_as_eager():
+    compiled = torch.compile(lambda x, s: dispatch.logsumexp(x, 0, out=s), fullgraph=True)
+    x = torch.full((17,), 0.75, dtype=torch.float16)
+    got, want = torch.empty(()), torch.empty(())  # (of the result's shape: a resize breaks the graph)
+    compiled(x, got)
+    torch.logsumexp(x, 0, out=want)
+    torch.testing.assert_close(got, want)

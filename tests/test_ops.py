@@ -55,7 +55,8 @@ def test_non_contiguous_and_transposed_inputs(op):
         torch.testing.assert_close(getattr(dispatch, op)(x, 0), getattr(torch, op)(x, 0))
 
 
-@pytest.mark.parametrize("dim,keepdim", [(0, False), (1, True), (-1, False), ((0, 2), False), ([1, 2], True)])
+@pytest.mark.parametrize("dim,keepdim", [(0, False), (1, True), (-1, False), ((0, 2), False), ([1, 2], True),
+                                         ((), True), ([], True)])  # (no dim, keepdim: torch reduces every dim)
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_logsumexp_matches_torch(dim, keepdim, dtype):
     x = _x((2, 3, 4), dtype)
@@ -102,6 +103,7 @@ def _raised(fn):
     lambda m: m.log_softmax(torch.ones(()), 1),
     lambda m: m.logsumexp(torch.ones(2, 3), 5),
     lambda m: m.logsumexp(torch.ones(2, 3), (0, 0)),
+    lambda m: m.logsumexp(torch.ones(2, 3), ()),
     lambda m: m.softmax(torch.ones(2, 3, dtype=torch.int64), -1),
     lambda m: m.softmax([1.0, 2.0], 0),
     lambda m: m.softmax(torch.ones(2), "x"),
@@ -110,7 +112,7 @@ def _raised(fn):
     lambda m: m.logsumexp(torch.ones(2, 3).to_sparse_csr(), 1),
     lambda m: m.softmax(torch.ones(2, 3).to_sparse(), 1),
     lambda m: m.logsumexp(torch.ones(2, 3).to_sparse(), 1),
-], ids=["dim-high", "dim-low", "scalar-dim", "lse-dim", "lse-dup", "int-input", "list-input", "str-dim",
+], ids=["dim-high", "dim-low", "scalar-dim", "lse-dim", "lse-dup", "lse-no-dim", "int-input", "list-input", "str-dim",
         "csr-softmax", "csr-log_softmax", "csr-logsumexp", "coo-softmax", "coo-logsumexp"])
 def test_bad_input_raises_torchs_exception_type(call):
     torch_err = _raised(lambda: call(torch))
@@ -186,6 +188,17 @@ def test_logsumexp_out_of_another_float_dtype_gets_the_result_cast_like_torch():
     dispatch.logsumexp(x, 1, out=out)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_logsumexp_into_a_finer_out_is_as_precise_as_torchs(dtype):
+    # torch sums into out: a float32 out of a half-precision input holds float32's digits
+    x = torch.full((17,), 0.75, dtype=dtype)
+    out, want = torch.empty(0), torch.empty(0)
+    torch.logsumexp(x, 0, out=want)
+    dispatch.logsumexp(x, 0, out=out)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(out, torch.logsumexp(x.double(), 0).float())
 
 
 def test_out_calls_are_served_by_the_chosen_backend():
