@@ -352,13 +352,16 @@ class Dispatcher:
         except BaseException as exc:  # SystemExit included: a kernel cannot end the process
             self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
             return None
-        why = input_safety(copies, tensors, out)
-        if why is None and isinstance(out, torch.Tensor) and out.requires_grad:  # run under no_grad: it made one so
-            why = ("returned a tensor that requires grad (a Parameter, or one it marked so); a kernel returns a "
-                   "plain result, which autograd records through dispatch")
-        if why is None and expected is not None:
-            why = check_output(spec, out, expected, tensors)
-            why = None if why is None else f"differs from the reference: {why}"
+        try:
+            why = input_safety(copies, tensors, out)
+            if why is None and isinstance(out, torch.Tensor) and out.requires_grad:  # run under no_grad: it made one so
+                why = ("returned a tensor that requires grad (a Parameter, or one it marked so); a kernel returns a "
+                       "plain result, which autograd records through dispatch")
+            if why is None and expected is not None:
+                why = check_output(spec, out, expected, tensors)
+                why = None if why is None else f"differs from the reference: {why}"
+        except Exception as exc:  # a result the checks can't read (of a tensor type torch can't copy, say)
+            why = f"returned a result that could not be checked ({type(exc).__name__}: {exc})"
         if why is not None:
             self._fault(decision, why, None)
             return None

@@ -70,8 +70,8 @@ def input_safety(tensors: Sequence[torch.Tensor | None], before: Sequence[torch.
             return "wrote into its input"
     outs = out if isinstance(out, (tuple, list)) else (out,)
     for o in outs:
-        if not isinstance(o, torch.Tensor) or o.numel() == 0:
-            continue
+        if not isinstance(o, torch.Tensor) or o.numel() == 0 or o.layout != torch.strided:
+            continue  # (not a result: check_output says why)
         for t in tensors:
             if t is not None and t.numel() > 0 and _overlaps(o, t):
                 return "returned a tensor that shares memory with its input (an alias, not a new result)"
@@ -89,6 +89,10 @@ def check_output(spec: CallSpec, out: object, expected: torch.Tensor,
     as accurate as torch's (the reference backend) and is correct."""
     if not isinstance(out, torch.Tensor):
         return f"returned {type(out).__name__}, not a tensor"
+    if out.layout != torch.strided:
+        return f"returned a tensor of layout {out.layout}, not a strided one"
+    if out.device != expected.device:
+        return f"returned a tensor on {out.device}, not on the input's device {expected.device}"
     rtol, atol = tolerance_of(spec)
     why = mismatch(out, expected, (rtol, atol))
     if why is None or tensors is None or not expected.dtype.is_floating_point:

@@ -255,3 +255,25 @@ def test_a_kernel_that_returns_a_tensor_requiring_grad_is_quarantined():
         y = dispatch.softmax(x, -1)
     assert not y.requires_grad and not isinstance(y, torch.nn.Parameter)
     torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+@pytest.mark.parametrize("make,what", [
+    (lambda y: y.to("meta"), "on meta, not on the input's device cpu"),
+    (lambda y: y.to_sparse(), "layout torch.sparse_coo, not a strided one"),
+], ids=["meta", "sparse"])
+def test_a_kernel_that_returns_a_meta_or_sparse_tensor_is_quarantined(make, what):
+    plugin = chunked_backend.make("elsewhere", priority=500)
+    inner = plugin.dispatch_kernel
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        run = inner(op, spec, config)
+        return lambda x: make(run(x))
+
+    plugin.dispatch_kernel = dispatch_kernel
+    dispatch.register(plugin)
+    x = torch.randn(4, 16)
+    with pytest.warns(dispatch.FaultWarning, match=f"'elsewhere' differs from the reference: returned a tensor.*{what}"):
+        y = dispatch.softmax(x, -1)
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))  # the next backend serves it
