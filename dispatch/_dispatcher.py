@@ -4,7 +4,8 @@ The hot path (an op function made by :mod:`dispatch._opfunc`) is one dictionary 
 what fixes the decision and one call. Everything else happens here, once per new key, under a
 per-key lock so concurrent first calls resolve once. No kernel runs while a lock is held by its
 caller's thread in a way that could re-enter it: a faulting kernel's retry resolves the key anew
-after the lock is released.
+after the lock is released, and a kernel run to check or race a key that calls that same key
+(which would wait on the lock its thread holds) gets a PluginError, a fault of its backend.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ._opfunc import OpFunction
 from ._select import Decision, Selector
 from ._spec import CallSpec
 from .autotune.cache import default_cache
-from .errors import BackendFaultError, BackendRefusedError, FaultWarning
+from .errors import BackendFaultError, BackendRefusedError, FaultWarning, PluginError
 from .reference import check_output, expected_output, input_safety
 
 MAX_KEYS_PER_OP = 4096
@@ -168,12 +169,21 @@ class Dispatcher:
         """
         table = self.tables.setdefault(op, {})
         decisions = self.decisions.setdefault(op, {})
+        resolving = _resolving()
+        if key is not None and (op, key) in resolving:  # a kernel (or hook) run to resolve this call made it
+            raise PluginError(f"{spec.describe()} was called again from within its own resolution (by a kernel "
+                              "or hook of the backend being checked or raced for it); a kernel serves its call "
+                              "itself, or calls another op or backend")
         lock = self._lock_for((op, key)) if key is not None else threading.Lock()
         with lock:
             fn = table.get(key) if key is not None else None
             if fn is None:
                 plain = views_keyed and key is not None and not _has_views(tensors)
-                fn, out, decision = self._resolve(spec, forced, key, tensors, plain)
+                resolving.add((op, key))
+                try:
+                    fn, out, decision = self._resolve(spec, forced, key, tensors, plain)
+                finally:
+                    resolving.discard((op, key))
                 if key is not None:
                     if len(table) >= MAX_KEYS_PER_OP:  # many distinct shapes: start over rather than grow
                         table.clear()
@@ -396,6 +406,17 @@ class Dispatcher:
 
 
 _RUN_AGAIN = object()
+_thread = threading.local()
+
+
+def _resolving() -> set:
+    """The (op, key) pairs this thread is resolving: a call of one of them from a kernel run to check
+    or race it would wait on the lock its own thread holds."""
+    try:
+        return _thread.resolving
+    except AttributeError:
+        _thread.resolving = set()
+        return _thread.resolving
 
 
 def _gradients_problem(grads, tensors: tuple, needed: tuple[str | None, ...]) -> str | None:

@@ -277,3 +277,42 @@ def test_a_kernel_that_returns_a_meta_or_sparse_tensor_is_quarantined(make, what
         y = dispatch.softmax(x, -1)
     torch.testing.assert_close(y, torch.softmax(x, -1))
     torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))  # the next backend serves it
+
+
+def _in_a_thread(fn, timeout=120):
+    """``fn()``'s result or exception, from a daemon thread; fails the test if it has not returned."""
+    done: dict = {}
+
+    def run():
+        try:
+            done["result"] = fn()
+        except BaseException as exc:  # reported to the caller
+            done["error"] = exc
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(timeout)
+    assert not thread.is_alive(), "the call hung: it waited on a lock its own thread holds"
+    return done, caught
+
+
+@pytest.mark.parametrize("autotune", [False, True], ids=["checked", "raced"])
+def test_a_kernel_that_calls_its_own_call_again_is_a_fault_not_a_hang(autotune):
+    plugin = chunked_backend.make("loops", priority=500)
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        return lambda x: dispatch.softmax(x, -1)  # "let dispatch serve it": this very call, being resolved
+
+    plugin.dispatch_kernel = dispatch_kernel
+    dispatch.register(plugin)
+    dispatch.configure(autotune=autotune)
+    x = torch.randn(4, 16)
+    done, caught = _in_a_thread(lambda: dispatch.softmax(x, -1))
+    assert "error" not in done, done.get("error")
+    torch.testing.assert_close(done["result"], torch.softmax(x, -1))
+    assert dispatch.explain("softmax", x, -1).decision.backend != "loops"
+    if not autotune:  # (a race drops the candidate and notes why in explain)
+        assert any("called again from within its own resolution" in str(w.message) for w in caught)
