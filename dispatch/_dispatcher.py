@@ -22,7 +22,7 @@ from . import _autocast, _backend, _opdecl, _plugins, _settings
 from ._autograd import differentiable, own_backward, reference_backward
 from ._keys import spec_key
 from ._opfunc import OpFunction
-from ._select import Decision, Selector
+from ._select import Decision, Selector, unknown_backend
 from ._spec import CallSpec
 from .autotune.cache import default_cache
 from .errors import BackendFaultError, BackendRefusedError, FaultWarning, PluginError
@@ -119,6 +119,10 @@ class Dispatcher:
         spec = decl.spec(values)
         tensors = decl.tensors_of(values)
         if _torch_only():  # served by torch, and not resolved: later calls outside the mode still choose
+            scope = _settings.current_scope()
+            forced_name = backend or (scope.backend if scope else None) or _settings.effective(scope).backend
+            if forced_name is not None:
+                _refuse_if_forced(spec, forced_name)
             return decl.reference(spec)(*tensors)
         subclass = next((type(t) for t in tensors if t is not None and type(t) not in _PLAIN_TENSORS), None)
         forced = _plugins.registry().backends.get(backend) if backend is not None else None
@@ -293,6 +297,9 @@ class Dispatcher:
         tensors_spec = decision.spec.tensors
         complex_ = any(t.present and t.dtype.is_complex for t in tensors_spec)
         reference = _opdecl.get(decision.spec.op).reference(decision.spec)  # under a mode of _torch_only
+        if decision.forced:
+            def reference(*_: torch.Tensor) -> torch.Tensor:
+                _refuse_if_forced(decision.spec, decision.backend)
 
         def fault(exc: BaseException, tensors: tuple) -> torch.Tensor:
             return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc, plain)
@@ -456,6 +463,25 @@ def _torch_only() -> bool:
     empty output), or a torch.func transform runs (vmap, grad, jacrev...: its tensors are wrappers
     without storage). One Python read and two C calls."""
     return _forward_ad._current_level >= 0 or _jit_tracing() or _functorch_active()
+
+
+def _refuse_if_forced(spec: CallSpec, name: str) -> None:
+    """Raise for a call forced to backend ``name`` that must run torch's own op (see _torch_only),
+    unless ``name`` is the reference: nothing falls back silently."""
+    backend = _plugins.registry().backends.get(name)
+    if backend is None:
+        raise unknown_backend(name, _plugins.registry().backends)
+    if backend.info.reference:
+        return
+    if _forward_ad._current_level >= 0:
+        why = "a forward-mode AD level is open (a kernel would drop the tangent)"
+    elif _jit_tracing():
+        why = "torch.jit.trace is recording (it would record the kernel's output as a constant)"
+    else:
+        why = "a torch.func transform (vmap, grad, jacrev...) is running (its tensors have no storage for a kernel)"
+    raise BackendRefusedError(
+        f"backend {name!r} was forced but cannot serve {spec.describe()}: {why}, so torch's own op serves it; "
+        "call without forcing a backend there", backend=name, op=spec.op, reason=why, servers=("torch",))
 
 
 def _tracing() -> bool:

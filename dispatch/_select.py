@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from attrs import field, frozen
 
@@ -255,9 +255,7 @@ class Selector(Tuner):
     def _forced(self, spec, forced, judged, candidates, servers, bucket) -> Decision:
         by_name = {b.name: (b, v) for b, v in judged}
         if forced not in by_name:
-            raise UnknownBackendError(
-                f"backend {forced!r} is not loaded; loaded backends: {', '.join(sorted(by_name)) or 'none'} "
-                "(see `python -m dispatch backends` for load failures)")
+            raise unknown_backend(forced, by_name)
         backend, verdict = by_name[forced]
         if not verdict.ok:
             names = tuple(b.name for b in servers)
@@ -372,3 +370,10 @@ def _split_of(result: TuneResult | None, tuned_now: bool) -> tuple[float | None,
     if result is None or not tuned_now:
         return None, None
     return result.compile_s, result.timing_s
+
+
+def unknown_backend(name: str, loaded: Iterable[str]) -> UnknownBackendError:
+    """The error for a forced backend ``name`` that is not loaded."""
+    names = ", ".join(sorted(loaded)) or "none"
+    return UnknownBackendError(f"backend {name!r} is not loaded; loaded backends: {names} "
+                               "(see `python -m dispatch backends` for load failures)")

@@ -130,38 +130,80 @@ def test_a_gradient_penalty_differentiates_the_backward_as_torch_does(backend, o
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
 
 
+def _modes(call):
+    """``call`` (of a (3, 8) tensor) under forward-mode AD, vmap, grad and jit.trace, each as
+    ``(mode, run)``; ``run()`` returns (dispatch's result, torch's)."""
+    import warnings
+
+    import torch.autograd.forward_ad as fwAD
+    from torch.func import grad, vmap
+
+    x, t = torch.randn(3, 8), torch.randn(3, 8)
+
+    def forward_ad():
+        with fwAD.dual_level():
+            got = fwAD.unpack_dual(call(dispatch, fwAD.make_dual(x, t)))[1]
+            want = fwAD.unpack_dual(call(torch, fwAD.make_dual(x, t)))[1]
+        return got, want
+
+    def traced():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            fn = torch.jit.trace(lambda a: call(dispatch, a), (x,))
+        y = torch.randn(3, 8)
+        return fn(y), call(torch, y)
+
+    return [("forward-mode AD", forward_ad),
+            ("torch.func", lambda: (vmap(lambda r: call(dispatch, r))(x), vmap(lambda r: call(torch, r))(x))),
+            ("torch.func", lambda: (grad(lambda r: call(dispatch, r).pow(2).sum())(x),
+                                    grad(lambda r: call(torch, r).pow(2).sum())(x))),
+            ("torch.jit.trace", traced)]
+
+
+def _norm(module, x, w=torch.randn(8), **kw):
+    if module is torch:
+        return torch.nn.functional.rms_norm(x, [8], w)
+    return module.rms_norm(x, [8], w, **kw)
+
+
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])
 def test_forward_mode_ad_vmap_grad_and_jit_trace_run_torchs_own_op(backend):
     # a kernel would drop the tangent (forward AD), get wrapped tensors without storage (torch.func)
     # or be recorded as its empty output (jit.trace); these calls run torch's op, and no backend is
-    # quarantined for them
+    # quarantined for them, also where the backend serves the same call outside them
     import warnings
-
-    import torch.autograd.forward_ad as fwAD
-    import torch.nn.functional as F
-    from torch.func import grad, vmap
 
     if backend not in dispatch.backends() or not dispatch.backends()[backend].available:
         pytest.skip(f"{backend} is not available here")
-    x, t = torch.randn(3, 8), torch.randn(3, 8)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), dispatch.use(allow=[backend]):
         warnings.simplefilter("error", dispatch.FaultWarning)
-        torch.testing.assert_close(dispatch.softmax(x, -1, backend=backend), torch.softmax(x, -1))  # resolved
-        with fwAD.dual_level():
-            _, tangent = fwAD.unpack_dual(dispatch.softmax(fwAD.make_dual(x, t), -1, backend=backend))
-            _, want = fwAD.unpack_dual(torch.softmax(fwAD.make_dual(x, t), -1))
-        torch.testing.assert_close(tangent, want)
-        w = torch.randn(8)
-        torch.testing.assert_close(vmap(lambda r: dispatch.rms_norm(r, [8], w, backend=backend))(x),
-                                   F.rms_norm(x, [8], w))
-        torch.testing.assert_close(grad(lambda r: dispatch.rms_norm(r, [8], w, backend=backend).pow(2).sum())(x),
-                                   grad(lambda r: F.rms_norm(r, [8], w).pow(2).sum())(x))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            traced = torch.jit.trace(lambda a: dispatch.softmax(a, -1, backend=backend), (x,))
-        y = torch.randn(3, 8)
-        torch.testing.assert_close(traced(y), torch.softmax(y, -1))
+        x = torch.randn(3, 8)
+        assert dispatch.explain("softmax", x, -1).decision.backend == backend  # (chosen, not forced)
+        for call in (lambda m, a: m.softmax(a, -1), _norm):
+            call(dispatch, torch.randn(3, 8))  # resolved outside the modes
+            for mode, run in _modes(call):
+                got, want = run()
+                torch.testing.assert_close(got, want, msg=mode)
     assert not [f for f in dispatch.faults() if f.backend == backend]
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+@pytest.mark.parametrize("resolved", [False, True], ids=["first call", "resolved call"])
+def test_a_backend_forced_under_those_modes_refuses_rather_than_run_torch_silently(backend, resolved):
+    if backend not in dispatch.backends() or not dispatch.backends()[backend].available:
+        pytest.skip(f"{backend} is not available here")
+    for call in (lambda m, a, **kw: m.softmax(a, -1, **kw), _norm):
+        if resolved:
+            call(dispatch, torch.randn(3, 8), backend=backend)
+        for mode, run in _modes(lambda m, a: call(m, a, **({} if m is torch else {"backend": backend}))):
+            with pytest.raises(dispatch.BackendRefusedError, match=f"{backend!r} was forced.*{mode}"):
+                run()
+        forced_torch = _modes(lambda m, a: call(m, a, **({} if m is torch else {"backend": "torch"})))
+        for mode, run in forced_torch:  # the reference forced: served
+            got, want = run()
+            torch.testing.assert_close(got, want, msg=mode)
+    with pytest.raises(dispatch.UnknownBackendError, match="'nosuch' is not loaded"):
+        torch.func.vmap(lambda r: dispatch.softmax(r, -1, backend="nosuch"))(torch.randn(3, 8))
 
 
 @pytest.mark.parametrize("backend", ["triton", "tilelang"])
