@@ -16,6 +16,7 @@ from attrs import frozen
 
 from . import _opdecl, hookspec
 from ._backend import Backend, Fault, contained
+from ._settings import env_flag
 from ._spec import BackendInfo
 from .errors import PluginError
 
@@ -190,7 +191,7 @@ class Registry:
 
     def load_entry_points(self, environ: Mapping[str, str] = os.environ) -> None:
         """Load every ``dispatch.backends`` entry point that may load; record the ones that fail."""
-        autoload = environ.get(ENV_DISABLE_AUTOLOAD, "").strip().lower() not in ("1", "true", "yes", "on")
+        autoload = not env_flag(environ.get(ENV_DISABLE_AUTOLOAD), ENV_DISABLE_AUTOLOAD)
         named = {n for n in environ.get(ENV_PLUGINS, "").replace(" ", "").split(",") if n}
         taken: dict[str, tuple[str, str]] = {}  # name -> (origin, value) of the entry point that has it
         # this package's own entry points first under each name: no other package's "torch" takes

@@ -101,7 +101,9 @@ class Scope:
                      timing=self.timing or outer.timing)
 
 
-def _flag(text: str | None, name: str) -> bool | None:
+def env_flag(text: str | None, name: str) -> bool | None:
+    """An environment flag's value: None when unset or empty; a value not 0/1/true/false/yes/no/on/off
+    raises, naming the variable."""
     if text is None or text == "":
         return None
     low = text.strip().lower()
@@ -168,11 +170,11 @@ class Settings:
             allow=allow,
             deny=environ.get(ENV_DENY) or None,
             policy=policy,
-            autotune=bool(_flag(environ.get(ENV_AUTOTUNE), ENV_AUTOTUNE)),
-            strict=bool(_flag(environ.get(ENV_STRICT), ENV_STRICT)),
-            distributed=_flag(environ.get(ENV_DISTRIBUTED), ENV_DISTRIBUTED) is not False,
+            autotune=bool(env_flag(environ.get(ENV_AUTOTUNE), ENV_AUTOTUNE)),
+            strict=bool(env_flag(environ.get(ENV_STRICT), ENV_STRICT)),
+            distributed=env_flag(environ.get(ENV_DISTRIBUTED), ENV_DISTRIBUTED) is not False,
             distributed_timeout=_seconds(environ.get(ENV_DISTRIBUTED_TIMEOUT), ENV_DISTRIBUTED_TIMEOUT) or 300.0,
-            shared_cache=bool(_flag(environ.get(ENV_SHARED_CACHE), ENV_SHARED_CACHE)),
+            shared_cache=bool(env_flag(environ.get(ENV_SHARED_CACHE), ENV_SHARED_CACHE)),
             timing=timing,
         )
 

@@ -15,6 +15,7 @@ from ._opdecl import (OpDecl, TensorArg, declare as declare_op, declared as decl
 from ._keys import device_name
 from ._backend import Backend, Fault
 from ._plugins import loaded_backends
+from ._settings import env_flag
 from ._sources import dist_version, source_hash
 from ._spec import LONG_ROW, BackendInfo, CallSpec, TensorSpec, Verdict, contiguous_strides, dtype_name, is_dense
 from .autotune.compiling import PARSE_LOCK, CompileReport, compile_all, default_workers, serial_parsing
@@ -42,7 +43,7 @@ __all__ = [
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance", "unique_configs",
     "norm_dims_contiguous", "norm_eps", "norm_layout_refusal", "norm_row_stride", "norm_rows", "norm_size",
     "StridedPlan", "StridedStep", "logsumexp_steps", "rows_stride", "strided_plan",
-    "python_key_op",
+    "python_key_op", "env_flag",
 ]
 
 

@@ -25,6 +25,7 @@ if not torch.cuda.is_available():
 @pytest.fixture(autouse=True)
 def isolated_dispatch(tmp_path, monkeypatch):
     monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "tables").mkdir()
     monkeypatch.setenv("DISPATCH_TABLES_DIR", str(tmp_path / "tables"))  # no shipped decisions unless a test ships some
     for var in ("DISPATCH_BACKEND", "DISPATCH_ALLOW", "DISPATCH_DENY", "DISPATCH_POLICY", "DISPATCH_AUTOTUNE",
                 "DISPATCH_STRICT", "DISPATCH_DISTRIBUTED", "DISPATCH_DISTRIBUTED_TIMEOUT", "DISPATCH_SHARED_CACHE"):

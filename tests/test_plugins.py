@@ -141,6 +141,15 @@ def test_autoload_can_be_switched_off_and_backends_named_explicitly():
     assert "'torch'" in on
 
 
+@pytest.mark.parametrize("value", ["maybe", "2", "Y"])
+def test_a_bad_autoload_switch_is_an_error_not_autoload(value):
+    # the switch that keeps third-party code from running: a value it can't read must not mean "on"
+    code = ("import dispatch\ntry:\n    print(sorted(dispatch.backends()))\n"
+            "except ValueError as exc:\n    print('error:', exc)")
+    out = _run(code, {"DISPATCH_DISABLE_PLUGIN_AUTOLOAD": value, "DISPATCH_PLUGINS": ""})
+    assert out.strip() == f"error: DISPATCH_DISABLE_PLUGIN_AUTOLOAD must be 0/1/true/false (got {value!r})"
+
+
 def test_cli_lists_backends_and_load_failures():
     out = subprocess.run([sys.executable, "-m", "dispatch", "backends"], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "COLUMNS": "200"}).stdout

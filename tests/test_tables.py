@@ -87,6 +87,7 @@ def test_precedence_user_cache_then_shipped_table_then_static_order(table, fake_
     dispatch.configure(autotune=False)
     d = decision()
     assert (d.backend, d.cached, d.config_source) == ("torch", True, "cache")
+    (tmp_path / "no-tables").mkdir()
     monkeypatch.setenv("DISPATCH_TABLES_DIR", str(tmp_path / "no-tables"))
     monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "empty-cache"))
     DISPATCHER.reset()
@@ -335,3 +336,10 @@ def test_every_table_the_package_ships_loads_whole_and_says_how_it_was_made():
         timings = {entry["key"].get("timing", "wall") for entry in data["entries"]}
         assert data["command"].split("python -m dispatch tune ")[0] in ("", "DISPATCH_TIMING=device "), path.name
         assert (timings == {"device"}) == data["command"].startswith("DISPATCH_TIMING=device"), path.name
+
+
+def test_a_tables_dir_that_names_no_folder_is_said(monkeypatch, tmp_path):
+    monkeypatch.setenv("DISPATCH_TABLES_DIR", str(tmp_path / "missing"))
+    DISPATCHER.reset()
+    with pytest.warns(CacheWarning, match="DISPATCH_TABLES_DIR names no folder"):
+        dispatch.softmax(torch.randn(4, 8), -1)

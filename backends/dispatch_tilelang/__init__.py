@@ -23,7 +23,7 @@ import torch
 
 import dispatch
 from dispatch.backend import (LONG_ROW, BackendInfo, CallSpec, Config, Failure, TuneError, TuneResult, TuneSpace,
-                              Verdict, dist_version, dtype_name, hookimpl, measure, pick_winner, source_hash)
+                              Verdict, dist_version, dtype_name, env_flag, hookimpl, measure, pick_winner, source_hash)
 
 NAME = "tilelang"
 OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
@@ -235,7 +235,8 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
 #: candidates as one module) rather than dispatch's sweep over candidates compiled ahead, all at
 #: once, alongside the other backends' (and timed with an early stop): off, the sweep is the
 #: faster tune; kept for comparison.
-NATIVE_AUTOTUNE = os.environ.get("DISPATCH_TILELANG_NATIVE_AUTOTUNE", "").strip() in ("1", "true", "on")
+_NATIVE_FLAG = "DISPATCH_TILELANG_NATIVE_AUTOTUNE"
+NATIVE_AUTOTUNE = bool(env_flag(os.environ.get(_NATIVE_FLAG), _NATIVE_FLAG))
 
 
 @hookimpl

@@ -18,7 +18,7 @@ import torch
 
 import dispatch
 from dispatch.backend import (BackendInfo, CallSpec, Config, Timing, TuneResult, TuneSpace, Verdict,
-                              contiguous_strides, dist_version, do_bench, hookimpl, measure, source_hash)
+                              contiguous_strides, dist_version, do_bench, env_flag, hookimpl, measure, source_hash)
 
 NAME = "triton"
 OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
@@ -220,7 +220,8 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
 #: Tune the softmax family on CUDA with ``triton.autotune`` (candidates compiled as it reaches
 #: them) rather than dispatch's sweep (candidates compiled ahead, all at once, and timed with an
 #: early stop): off, the sweep is the faster tune; kept for comparison.
-NATIVE_AUTOTUNE = os.environ.get("DISPATCH_TRITON_NATIVE_AUTOTUNE", "").strip() in ("1", "true", "on")
+_NATIVE_FLAG = "DISPATCH_TRITON_NATIVE_AUTOTUNE"
+NATIVE_AUTOTUNE = bool(env_flag(os.environ.get(_NATIVE_FLAG), _NATIVE_FLAG))
 
 
 @hookimpl

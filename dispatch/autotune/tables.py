@@ -119,6 +119,9 @@ class ShippedTables:
     def _files(self) -> tuple:
         try:
             if not self.directory.is_dir():
+                if os.environ.get(ENV_TABLES_DIR):  # the user named it: say it holds no tables
+                    self._reject(str(self.directory), (), f"${ENV_TABLES_DIR} names no folder: no shipped "
+                                 "decisions are read; unset it for the package's own tables")
                 return ()
             paths = sorted(self.directory.glob("*.json"))
         except OSError as exc:
