@@ -10,7 +10,9 @@ after the lock is released, and a kernel run to check or race a key that calls t
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +31,7 @@ from .errors import BackendFaultError, BackendRefusedError, FaultWarning, Plugin
 from .reference import check_output, expected_output, input_safety
 
 MAX_KEYS_PER_OP = 4096
+_tune_log = logging.getLogger("dispatch.tune")
 
 
 class Dispatcher:
@@ -219,7 +222,10 @@ class Dispatcher:
     def decide(self, spec: CallSpec, forced: str | None) -> Decision:
         qkey = _bucket_key(spec)
         scope = _settings.current_scope()
-        return self.selector(scope).select(spec, forced, scope, self._quarantine.get(qkey))
+        settings = _settings.effective(scope)
+        notice = _TuneNotice(spec) if settings.autotune else None
+        selector = Selector(_plugins.registry(), default_cache(), settings, progress=notice)
+        return selector.select(spec, forced, scope, self._quarantine.get(qkey))
 
     def backward_kernel(self, spec: CallSpec, forced: str | None) -> Callable:
         """The backward a call of ``spec`` gets, as its eager call gets it: the chosen backend's own
@@ -413,6 +419,31 @@ class Dispatcher:
 
 
 _RUN_AGAIN = object()
+
+
+class _TuneNotice:
+    """The progress of a tune that a call runs (``autotune=True``): silent for its first
+    ``AFTER_S`` seconds, then a line on the ``dispatch.tune`` logger at WARNING (shown on stderr
+    unless logging is set up otherwise) every ``EVERY_S`` seconds while the call waits."""
+
+    AFTER_S = 5.0
+    EVERY_S = 30.0
+
+    def __init__(self, spec: CallSpec) -> None:
+        self.spec = spec
+        self.start = time.monotonic()
+        self.due = self.start + self.AFTER_S
+        self.steps = 0
+
+    def __call__(self, event: str) -> None:
+        self.steps += 1
+        now = time.monotonic()
+        if now < self.due:
+            return
+        self.due = now + self.EVERY_S
+        _tune_log.warning("tuning %s for this call: %.0f s so far, %d steps (now: %s); the result is cached, so "
+                          "later calls of its shape bucket don't wait (tune ahead: `python -m dispatch tune`, or "
+                          "configure(autotune=False))", self.spec.describe(), now - self.start, self.steps, event)
 _thread = threading.local()
 
 

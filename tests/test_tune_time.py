@@ -540,3 +540,18 @@ def test_a_compile_worker_count_that_is_not_a_number_is_named_in_a_warning(monke
     assert n >= 1
     monkeypatch.setenv(compiling.ENV_WORKERS, "3")
     assert compiling.default_workers() == 3
+
+
+def test_a_call_that_waits_on_a_long_tune_says_so_and_a_short_one_does_not(caplog, monkeypatch):
+    from dispatch._dispatcher import _TuneNotice
+
+    dispatch.register(chunked_backend.make("chunked", priority=200))
+    dispatch.configure(autotune=True, allow=["torch", "chunked"])
+    with caplog.at_level(logging.WARNING, logger="dispatch.tune"):
+        dispatch.softmax(torch.randn(8, 64), -1)  # a tune well under AFTER_S: nothing said
+        assert not [r for r in caplog.records if "for this call" in r.getMessage()]
+        monkeypatch.setattr(_TuneNotice, "AFTER_S", 0.0)  # every tune counts as long from here
+        dispatch.softmax(torch.randn(8, 512), -1)
+    said = [r.getMessage() for r in caplog.records if "for this call" in r.getMessage()]
+    assert said and said[0].startswith("tuning softmax(8x512 float32") and "python -m dispatch tune" in said[0]
+    assert len(said) == 1  # then once every EVERY_S seconds at most
