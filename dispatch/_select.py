@@ -323,6 +323,8 @@ class Selector(Tuner):
             except Exception as exc:  # a backend that can't produce a correct, timed kernel can't win
                 notes[backend.name] = f"{type(exc).__name__}: " + " ".join(
                     line.strip() for line in str(exc).splitlines()[:2])
+                warnings.warn(f"backend {backend.name!r} could not be tuned for {spec.describe()} "
+                              f"({notes[backend.name]}); it is left out of this race", FaultWarning, stacklevel=2)
             finally:
                 report = compiled.get(backend.name)
                 seconds[backend.name] = time.perf_counter() - start + (report.seconds if report is not None else 0.0)
