@@ -30,23 +30,25 @@ ENV_DISTRIBUTED_TIMEOUT = "DISPATCH_DISTRIBUTED_TIMEOUT"
 ENV_SHARED_CACHE = "DISPATCH_SHARED_CACHE"
 
 
-def _names(value: Iterable[str] | str | None) -> frozenset[str] | None:
+def _names(value: Iterable[str] | str | None, what: str) -> frozenset[str] | None:
     if value is None:
         return None
     if isinstance(value, str):
         value = [v for v in value.replace(" ", "").split(",") if v]
     try:
+        if isinstance(value, (bytes, bytearray)):
+            raise TypeError
         names = frozenset(value)
     except TypeError:
-        raise TypeError(f"backend names must be a str like 'torch,triton' or a list of str (got {value!r})") from None
+        raise TypeError(f"'{what}' must be a str like 'torch,triton' or a list of str (got {value!r})") from None
     for name in names:
         if not isinstance(name, str) or not name:
-            raise TypeError(f"backend names must be non-empty str (got {name!r})")
+            raise TypeError(f"'{what}' must hold backend names, non-empty str (got {name!r} in {value!r})")
     return names
 
 
 def _allow_list(value: Iterable[str] | str | None) -> frozenset[str] | None:
-    names = _names(value)
+    names = _names(value, "allow")
     if names is not None and not names:
         raise ValueError(f"'allow' names no backend (got {value!r}), so no call could be served; "
                          "None (or leaving it unset) allows every backend")
@@ -88,7 +90,7 @@ class Scope:
 
     backend: str | None = field(default=None, validator=_backend_name)
     allow: frozenset[str] | None = field(default=None, converter=_allow_list)
-    deny: frozenset[str] = field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
+    deny: frozenset[str] = field(default=frozenset(), converter=lambda v: _names(v, "deny") or frozenset())
     timing: str | None = field(default=None, validator=optional(_one_of(TIMINGS)))
 
     def inside(self, outer: Scope | None) -> Scope:
@@ -142,7 +144,7 @@ class Settings:
 
     backend: str | None = field(default=None, validator=_backend_name)
     allow: frozenset[str] | None = field(default=None, converter=_allow_list)
-    deny: frozenset[str] = field(default=frozenset(), converter=lambda v: _names(v) or frozenset())
+    deny: frozenset[str] = field(default=frozenset(), converter=lambda v: _names(v, "deny") or frozenset())
     policy: str = field(default="measured", validator=_one_of(POLICIES))
     autotune: bool = field(default=False, validator=_bool)
     strict: bool = field(default=False, validator=_bool)
@@ -162,7 +164,7 @@ class Settings:
         if policy not in POLICIES:
             raise ValueError(f"{ENV_POLICY} must be one of {', '.join(POLICIES)} (got {policy!r})")
         allow = environ.get(ENV_ALLOW) or None
-        if allow is not None and not _names(allow):
+        if allow is not None and not _names(allow, ENV_ALLOW):
             raise ValueError(f"{ENV_ALLOW}={allow!r} names no backend, so no call could be served; unset it to "
                              "allow every backend")
         return cls(

@@ -210,7 +210,9 @@ def test_bad_env_values_say_what_would_work(monkeypatch):
     ("configure", dict(policy="fast"), "'policy' must be one of 'measured', 'static' (got 'fast')"),
     ("use", dict(timing="x"), "'timing' must be one of 'wall', 'device' (got 'x')"),
     ("configure", dict(distributed_timeout="x"), "'distributed_timeout' must be a number of seconds > 0 (got 'x')"),
-    ("use", dict(allow=5), "a str like 'torch,triton' or a list of str (got 5)"),
+    ("use", dict(allow=5), "'allow' must be a str like 'torch,triton' or a list of str (got 5)"),
+    ("configure", dict(allow=["torch", 5]), "'allow' must hold backend names, non-empty str (got 5 in ['torch', 5])"),
+    ("use", dict(deny=b"torch"), "'deny' must be a str like 'torch,triton' or a list of str (got b'torch')"),
     ("configure", dict(allow=[]), "'allow' names no backend (got [])"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 12 else None)
 def test_bad_settings_name_the_argument_the_value_and_what_would_work(where, kwargs, said):
