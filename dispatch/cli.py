@@ -188,6 +188,9 @@ def cmd_tune_sweep(args: argparse.Namespace) -> int:
     for op, dtype, shape in args.sweep:
         call_args, call_kwargs = _call(argparse.Namespace(**{**vars(args), "op": op, "dtype": dtype, "shape": shape}))
         calls.append((op, call_args, call_kwargs))
+    from .ab.cli import check_writable
+
+    check_writable("--export", args.export)  # before the sweep, not after it
     timing = args.timing or _settings.effective().timing
     print(f"tuning {len(calls)} calls ({timing} timing)", file=sys.stderr)
     try:

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from . import _plugins, _settings
-from ._select import Selector
+from ._select import Selector, unknown_backend
 from .autotune.cache import default_cache
 from .explain import Explanation
 
@@ -31,6 +31,10 @@ def tune_call(op: str, *args, backends: str | None = None, progress: bool = Fals
     settings = attrs.evolve(_settings.effective(), autotune=True, policy="measured")
     if backends:
         settings = attrs.evolve(settings, allow=backends)
+        loaded = _plugins.registry().backends
+        unknown = sorted(name for name in settings.allow if name not in loaded)
+        if unknown:
+            raise unknown_backend(unknown[0], loaded)
     bar = None
     report = None
     if progress:

@@ -343,3 +343,13 @@ def test_a_tables_dir_that_names_no_folder_is_said(monkeypatch, tmp_path):
     DISPATCHER.reset()
     with pytest.warns(CacheWarning, match="DISPATCH_TABLES_DIR names no folder"):
         dispatch.softmax(torch.randn(4, 8), -1)
+
+
+def test_tune_names_a_backend_that_is_not_loaded_and_an_export_it_cant_write_before_tuning(tmp_path, capsys):
+    assert main(["tune", "softmax", "--shape", "4x64", "--device", "cpu", "--backends", "torch,nosuch"]) == 2
+    assert "backend 'nosuch' is not loaded; loaded backends:" in capsys.readouterr().err
+    export = tmp_path / "missing" / "t.json"
+    assert main(["tune", "--sweep", "softmax:float32:4x64", "--backends", "torch", "--device", "cpu",
+                 "--export", str(export)]) == 2
+    said = capsys.readouterr()
+    assert f"error: --export {export}: its folder" in said.err and "tuning 1 calls" not in said.err

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 EPILOG = """\
 exit status: 0 every backend that ran passed (refusals are fine), 1 a backend failed the parity
@@ -62,6 +64,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
         _plugins.registry()  # plugins may declare the ops
         if not any("dim" in _opdecl.get(op).attribute_names for op in args.ops):
             raise ValueError(f"--dim {args.dim}: none of {', '.join(args.ops)} takes a dim")
+    for flag in ("json", "csv", "markdown", "plot"):
+        check_writable(f"--{flag}", getattr(args, flag))  # before the run, not after it
     run = compare(args.ops, shapes=args.shape, dtypes=args.dtype or [torch.float32], backends=args.backends,
                   baseline=None if args.baseline.lower() == "none" else args.baseline,
                   dim=-1 if args.dim is None else args.dim,
@@ -84,6 +88,21 @@ def print_table(run) -> None:
     if bad:
         console.print(f"[bold red]{len(bad)} result(s) failed or raised:[/] "
                       + ", ".join(r.describe() for r in bad), highlight=False)
+
+
+def check_writable(flag: str, path: str | None) -> None:
+    """Raise ValueError naming ``flag`` where ``path`` could not be written: a folder, or in a folder
+    that does not exist or is not writable."""
+    if not path:
+        return
+    target = Path(path).expanduser()
+    folder = target.parent
+    if target.is_dir():
+        raise ValueError(f"{flag} {path}: that is a folder; name a file in it")
+    if not folder.is_dir():
+        raise ValueError(f"{flag} {path}: its folder {folder} does not exist (or is not a folder); create it first")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{flag} {path}: its folder {folder} is not writable here")
 
 
 def write_outputs(run, *, json=None, csv=None, markdown=None, plot=None) -> int:
