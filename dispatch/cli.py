@@ -234,6 +234,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
     from .autotune.cache import CacheWarning, default_cache
 
     cache = default_cache()
+    if cache.directory.exists() and not cache.directory.is_dir():
+        raise ValueError(f"the cache dir {cache.directory} is not a folder; point DISPATCH_CACHE_DIR at one")
     if args.action == "show":
         entries = list(cache.entries())
         print(f"cache dir: {cache.directory} ({len(entries)} entries)")
