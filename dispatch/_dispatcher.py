@@ -59,9 +59,12 @@ class Dispatcher:
         self.clear()
         self._quarantine.clear()
 
-    def selector(self, scope: _settings.Scope | None = None) -> Selector:
-        """A selector with the settings in force in ``scope`` (its timing, where it sets one)."""
-        return Selector(_plugins.registry(), default_cache(), _settings.effective(scope))
+    def selector(self, scope: _settings.Scope | None = None, spec: CallSpec | None = None) -> Selector:
+        """A selector with the settings in force in ``scope`` (its timing, where it sets one); with
+        ``spec``, a tune it runs for that call says so when it runs long (:class:`_TuneNotice`)."""
+        settings = _settings.effective(scope)
+        notice = _TuneNotice(spec) if spec is not None and settings.autotune else None
+        return Selector(_plugins.registry(), default_cache(), settings, progress=notice)
 
     def function(self, op: str) -> OpFunction:
         """The op function of declared op ``op`` (made once)."""
@@ -222,10 +225,7 @@ class Dispatcher:
     def decide(self, spec: CallSpec, forced: str | None) -> Decision:
         qkey = _bucket_key(spec)
         scope = _settings.current_scope()
-        settings = _settings.effective(scope)
-        notice = _TuneNotice(spec) if settings.autotune else None
-        selector = Selector(_plugins.registry(), default_cache(), settings, progress=notice)
-        return selector.select(spec, forced, scope, self._quarantine.get(qkey))
+        return self.selector(scope, spec).select(spec, forced, scope, self._quarantine.get(qkey))
 
     def backward_kernel(self, spec: CallSpec, forced: str | None) -> Callable:
         """The backward a call of ``spec`` gets, as its eager call gets it: the chosen backend's own

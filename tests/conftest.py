@@ -23,10 +23,10 @@ if not torch.cuda.is_available():
 
 
 @pytest.fixture(autouse=True)
-def isolated_dispatch(tmp_path, monkeypatch):
+def isolated_dispatch(tmp_path, tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
-    (tmp_path / "tables").mkdir()
-    monkeypatch.setenv("DISPATCH_TABLES_DIR", str(tmp_path / "tables"))  # no shipped decisions unless a test ships some
+    # no shipped decisions unless a test ships some (an empty folder of its own: tmp_path stays empty)
+    monkeypatch.setenv("DISPATCH_TABLES_DIR", str(tmp_path_factory.mktemp("tables")))
     for var in ("DISPATCH_BACKEND", "DISPATCH_ALLOW", "DISPATCH_DENY", "DISPATCH_POLICY", "DISPATCH_AUTOTUNE",
                 "DISPATCH_STRICT", "DISPATCH_DISTRIBUTED", "DISPATCH_DISTRIBUTED_TIMEOUT", "DISPATCH_SHARED_CACHE"):
         monkeypatch.delenv(var, raising=False)

@@ -292,8 +292,7 @@ def test_a_sweep_spec_names_every_combination_and_may_come_from_a_file(tmp_path)
 
 
 def test_an_unreadable_tables_dir_is_one_warning_and_no_shipped_decision(monkeypatch, tmp_path):
-    tables = tmp_path / "tables"
-    tables.mkdir(exist_ok=True)
+    tables = default_tables_dir()  # the test's own, empty
     real_glob = Path.glob
 
     def glob(self, pattern):
