@@ -10,6 +10,8 @@ explain, A/B, the CLI and the conformance kit) is derived from it.
 from __future__ import annotations
 
 import inspect
+import pkgutil
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -296,6 +298,9 @@ def declare(decl: OpDecl, origin: str = "dispatch") -> OpDecl:
     """Add ``decl`` to the declared ops. Declaring another op under a taken name is an error."""
     if not isinstance(decl, OpDecl):
         raise TypeError(f"'decl' must be a dispatch.backend.OpDecl (got {type(decl).__name__})")
+    shadowed = shadowed_by_dispatch(decl.name)
+    if shadowed:
+        raise ValueError(f"op {decl.name!r} from {origin}: {shadowed}")
     with _lock:
         known = _ops.get(decl.name)
         if known is not None and known is not decl:
@@ -306,6 +311,18 @@ def declare(decl: OpDecl, origin: str = "dispatch") -> OpDecl:
     for listener in _listeners:
         listener(decl)
     return decl
+
+
+def shadowed_by_dispatch(name: str) -> str | None:
+    """Why an op can't be named ``name``, or None: ``dispatch.<name>`` is the package's own (an
+    attribute or a submodule), so the op could not be called by that name."""
+    package = sys.modules.get(__package__)
+    if package is None or name.startswith("_"):
+        return None
+    if name in vars(package) or name in {m.name for m in pkgutil.iter_modules(package.__path__)}:
+        return (f"dispatch.{name} is dispatch's own, so the op could not be called as dispatch.{name}; "
+                "op names must not be names of the dispatch package")
+    return None
 
 
 def undeclare(name: str) -> None:

@@ -143,6 +143,9 @@ class Registry:
                     if known is not None and known is not decl:
                         raise PluginError(f"plugin {plugin_name!r} from {origin} declares op {decl.name!r}, which "
                                           "is already declared; op names must be unique")
+                    shadowed = _opdecl.shadowed_by_dispatch(decl.name)
+                    if shadowed:
+                        raise PluginError(f"plugin {plugin_name!r} from {origin} declares op {decl.name!r}: {shadowed}")
             except BaseException:
                 self._pm.unregister(name=plugin_name)
                 raise

@@ -302,3 +302,21 @@ def test_a_tensor_subclass_runs_torchs_op_keeping_its_class_and_overrides():
         dispatch.softmax(x.as_subclass(Tagged), -1, backend="triton")
     assert type(dispatch.softmax(x.as_subclass(Tagged), -1, backend="torch")) is Tagged
     assert type(dispatch.softmax(torch.nn.Parameter(x), -1)) is torch.Tensor  # as torch's
+
+
+@pytest.mark.parametrize("name", ["configure", "explain", "tune", "ops"])
+def test_an_op_named_like_dispatchs_own_api_is_refused(name):
+    # dispatch.<name> would stay dispatch's function or module: the op could only be reached by
+    # dispatch.op(name), so its declaration is refused, with the reason
+    import attrs
+
+    from dispatch.ops import SOFTMAX
+
+    with pytest.raises(dispatch.PluginError, match=f"dispatch.{name} is dispatch.s own"):
+        dispatch.register(op_package(attrs.evolve(SOFTMAX, name=name)), name="shadowing_ops")
+    assert name not in dispatch.declared_ops()
+    dispatch.register(op_package(attrs.evolve(SOFTMAX, name=f"{name}_rows")), name="shadowing_ops")  # rolled back
+    try:
+        torch.testing.assert_close(getattr(dispatch, f"{name}_rows")(torch.ones(2, 4), -1), torch.full((2, 4), 0.25))
+    finally:
+        dispatch.unregister("shadowing_ops")
