@@ -22,14 +22,13 @@ Nothing can hang: a rank waits for the others at most ``distributed_timeout`` se
 300, ``DISPATCH_DISTRIBUTED_TIMEOUT``), then writes the fallback answer (the first backend, in
 the static order, that the ranks which did answer all serve, with its default or cached config)
 and warns; every rank, including one that arrives later, uses it. The exchange goes through the
-store that ``init_process_group`` created (``set``, ``wait`` with a timeout, ``compare_set``), not
+store that ``init_process_group`` created (``set``, ``check``, ``compare_set``), not
 through a collective on the device, so it works on every backend and never blocks a NCCL stream.
 An answer is final for the group's lifetime: a rank that asks again reads it at once.
 """
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import time
@@ -51,7 +50,7 @@ from .autotune.sweep import pick_backend
 __all__ = ["AgreementWarning", "Group", "current_group"]
 
 _PREFIX = "dispatch/agree/v1"
-_POLL_S = 1.0  # how often a waiting rank looks whether the answer was already written
+_POLL_S = 1.0  # the longest pause between a waiting rank's looks at the store
 
 
 class AgreementWarning(UserWarning):
@@ -107,11 +106,12 @@ def agreed_decision(selector: Selector, spec: CallSpec, servers: Sequence[Backen
 
 def topic(spec: CallSpec, settings: Settings, scope: Scope | None = None) -> str:
     """What names a decision across ranks: the call's key with the device type (not its name), the
-    timing it is raced by, and the allow and deny lists in force (the same on every rank of an SPMD
-    program; an empty deny list is none)."""
+    timing it is raced by, whether autograd records the call, and the allow and deny lists in
+    force (the same on every rank of an SPMD program; an empty deny list is none)."""
     key: dict[str, Any] = {k: v for k, v in spec_key(spec).items() if k != "device"}
     key["device_type"] = spec.device.type
     key["timing"] = settings.timing
+    key["requires_grad"] = spec.requires_grad  # (a training call is served by fewer backends)
     for name, names in (("allow", settings.allow), ("deny", settings.deny),
                         ("scope_allow", scope.allow if scope else None), ("scope_deny", scope.deny if scope else None)):
         key[name] = sorted(names) if names else None
@@ -150,7 +150,7 @@ class _Agreement:
         try:
             if store.check([self.base + "/final"]):
                 return json.loads(store.get(self.base + "/final"))
-        except Exception:  # a store that can't answer: the wait below reaches the timeout path
+        except Exception:  # a store that can't answer: no answer was written
             return None
         return None
 
@@ -170,15 +170,17 @@ class _Agreement:
             warnings.warn(f"could not post to the {self.group.describe()} store: {exc}", AgreementWarning,
                           stacklevel=2)
         deadline = time.monotonic() + self.timeout
+        pause = 0.001
         while True:
-            left = deadline - time.monotonic()
-            try:
-                store.wait(keys, datetime.timedelta(seconds=max(0.01, min(_POLL_S, left))))
+            try:  # (check, not a wait with a timeout: a TCPStore logs each wait that times out)
+                if store.check(keys):
+                    break
+            except Exception:  # the store is gone (its host rank died): no post can come
                 break
-            except Exception:
-                pass
-            if left <= 0 or self._written() is not None:
+            if time.monotonic() >= deadline or self._written() is not None:
                 break
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_S)
         posted, missing = {}, []
         for r, k in enumerate(keys):
             try:
@@ -301,8 +303,12 @@ class _Agreement:
         if not slowest:
             failed = "; ".join(f"rank {r} {n}: {v.get('error')}" for r, lat in sorted(latencies.items())
                                for n, v in lat.items() if "error" in v)
-            return {"kind": "static", "backend": common[0], "config": self._config_from_lowest(posted, common[0]),
-                    "why": f"no backend could be tuned on every rank ({failed}); first in the static order"}
+            others = [s["name"] for s in self._common(posted) if s["name"] not in common]
+            if not others:
+                return {"kind": "none", "why": f"no backend could be tuned on every rank ({failed})"}
+            return {"kind": "static", "backend": others[0], "config": self._config_from_lowest(posted, others[0]),
+                    "why": f"{', '.join(common)} could not be tuned on every rank ({failed}); {others[0]}: the "
+                           "first in the static order of the other backends every rank serves"}
         timings = [Timing(Config.of(name=n), v) for n, v in slowest.items()]
         reference = next((b.name for b in self.servers if b.info.reference), None)
         winner = pick_backend(timings, reference).config["name"]

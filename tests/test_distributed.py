@@ -132,6 +132,58 @@ def test_the_topic_of_an_agreement_holds_the_timing_and_reads_an_empty_deny_list
     assert topic(spec, wall, Scope(deny=["triton"])) != topic(spec, wall)
 
 
+def test_the_topic_of_a_training_call_is_not_the_inference_calls():
+    # a backend without a backward serves the no_grad call only: the training call of the same
+    # bucket needs an agreement of its own, or the ranks read an answer they can't use
+    from dispatch._settings import Settings
+    from dispatch.backend import spec_of
+    from dispatch.distributed import topic
+
+    x = torch.randn(4, 8)
+    plain, training = spec_of("softmax", x, -1), spec_of("softmax", x.requires_grad_(), -1)
+    assert training.requires_grad and not plain.requires_grad
+    assert topic(plain, Settings()) != topic(training, Settings())
+
+
+def _agreement(store=None, servers=()):
+    from dispatch.distributed import Group, _Agreement
+
+    agreement = object.__new__(_Agreement)  # (its parts, without a process group)
+    agreement.group, agreement.servers = Group("world", 0, 2, store, "gloo"), list(servers)
+    agreement.base, agreement.timeout = "dispatch-test", 30.0
+    return agreement
+
+
+def test_a_backend_whose_tune_failed_on_a_rank_is_not_the_static_answer():
+    offer = {"servers": [{"name": n, "version": "1", "priority": p, "config": {}} for n, p in (("fast", 90),
+                                                                                               ("torch", 10))]}
+    posted = {0: offer, 1: offer}
+    latencies = {0: {"fast": {"latency_us": 3.0, "config": {}}}, 1: {"fast": {"error": "RuntimeError: boom"}}}
+    answer = _agreement()._reduce(["fast"], posted, latencies)  # (static policy: the first one tuned)
+    assert (answer["kind"], answer["backend"]) == ("static", "torch")
+    assert "fast could not be tuned on every rank (rank 1 fast: RuntimeError: boom)" in answer["why"]
+    everyone_raced = _agreement()._reduce(["fast", "torch"], posted, {
+        r: {n: {"error": "RuntimeError: boom"} for n in ("fast", "torch")} for r in (0, 1)})
+    assert everyone_raced["kind"] == "none"  # each rank decides alone, and says so
+
+
+def test_a_rank_stops_waiting_at_once_when_the_store_is_gone():
+    import time as _time
+
+    class GoneStore:  # what a rank sees after the rank that hosted the TCPStore died
+        def set(self, key, value):
+            raise RuntimeError("Broken pipe")
+
+        def check(self, keys):
+            raise RuntimeError("Connection reset by peer")
+
+    start = _time.monotonic()
+    with pytest.warns(dispatch.distributed.AgreementWarning, match="could not post"):
+        posted, missing = _agreement(GoneStore())._exchange("offer", {"servers": []})
+    assert _time.monotonic() - start < 5  # not the 30 s timeout
+    assert posted == {} and missing == [0, 1]
+
+
 def test_without_torch_distributed_no_group_agrees():
     assert not torch.distributed.is_initialized()
     assert current_group(True) is None
