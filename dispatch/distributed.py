@@ -50,7 +50,7 @@ from .autotune.sweep import pick_backend
 __all__ = ["AgreementWarning", "Group", "current_group"]
 
 _PREFIX = "dispatch/agree/v1"
-_POLL_S = 1.0  # the longest pause between a waiting rank's looks at the store
+_POLL_S = 0.05  # the longest pause between a waiting rank's looks at the store
 
 
 class AgreementWarning(UserWarning):
