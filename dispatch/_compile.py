@@ -202,7 +202,22 @@ def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
         "_d_any_autocast": torch._C._is_any_autocast_enabled,
         "_d_leave_as_is": _autocast.leave_as_is}
     exec(compile(source, f"<dispatch custom op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
-    return namespace["impl"], namespace["autograd"]
+    return _never_traced(namespace["impl"]), _never_traced(namespace["autograd"])
+
+
+def _never_traced(kernel):
+    """``kernel`` (a custom op's Python kernel), which Dynamo then runs as it is, with everything it
+    calls, whenever it would trace it as a frame of its own: a graph break in a compiled function
+    (a call torch refuses, say) has the custom op run for real from a frame Dynamo compiled, and
+    a traced kernel would send its op function's call back into the custom op, endlessly. Where
+    this torch has no per-code frame strategy, nothing changes."""
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+    except ImportError:
+        return kernel
+    set_code_exec_strategy(kernel.__code__, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+    return kernel
 
 
 def register(decl: _opdecl.OpDecl) -> None:
@@ -288,7 +303,7 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
         *tensors, _args, needs = rest
         return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t, n in zip(tensors, needs) if n]
 
-    lib.impl(f"{name}_backward", impl, "CompositeExplicitAutograd")
+    lib.impl(f"{name}_backward", _never_traced(impl), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{_NAMESPACE}::{name}_backward", fake, lib=lib)
     return getattr(getattr(torch.ops, _NAMESPACE), f"{name}_backward").default
 

@@ -25,9 +25,7 @@ def _index(d) -> int:
 def _dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
     """The reduced dims of a call, non-negative and sorted; bad arguments raise torch's own error."""
     try:
-        if not isinstance(input, torch.Tensor) or input.layout != torch.strided:
-            raise TypeError
-        if input.layout != torch.strided:  # sparse: torch's own op says what it thinks of it
+        if not isinstance(input, torch.Tensor) or input.layout != torch.strided:  # sparse: torch's op says
             raise TypeError
         if dtype is not None and not isinstance(dtype, torch.dtype):
             raise TypeError
@@ -43,7 +41,8 @@ def _dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
         for d in raw:
             d = _index(d)
             if not -rank <= d < rank:
-                raise IndexError
+                raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], "
+                                 f"but got {d})")
             dims.append(d % rank)
         if op == "logsumexp" and not dims and ndim > 0:
             if not keepdim:  # (torch raises for it)
@@ -51,8 +50,10 @@ def _dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
             dims = list(range(ndim))  # torch reduces every dim
         if len(set(dims)) != len(dims):
             raise IndexError
-    except (TypeError, IndexError, ValueError):
+    except (TypeError, IndexError, ValueError) as exc:
         _raise_as_torch(op, input, dim, dtype, keepdim)  # raises torch's exception for this input
+        if isinstance(exc, IndexError) and str(exc):  # (on fake tensors, which torch's op does not check)
+            raise IndexError(str(exc)) from None
         raise TypeError(f"{op}(): unsupported arguments: input={type(input).__name__}, dim={dim!r}, "
                         f"dtype={dtype!r}, keepdim={keepdim!r}") from None
     return () if ndim == 0 else tuple(sorted(dims))

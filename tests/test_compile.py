@@ -407,3 +407,16 @@ def test_a_compiled_logsumexp_into_a_finer_out_is_as_precise_as_eager():
     compiled(x, got)
     torch.logsumexp(x, 0, out=want)
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["graph break", "fullgraph"])
+def test_a_call_torch_refuses_raises_torchs_error_when_compiled(fullgraph):
+    # the fake raises; with a graph break the custom op then runs for real from a compiled frame,
+    # whose op function call must not be traced back into the custom op (a RecursionError)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: dispatch.softmax(x, 5), backend="aot_eager", fullgraph=fullgraph)
+    with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 5\)"):
+        compiled(torch.randn(3, 8))
+    if not fullgraph:
+        with pytest.raises(TypeError, match="normalized_shape"):
+            torch.compile(lambda x: dispatch.layer_norm(x, 8), backend="aot_eager")(torch.randn(3, 8))
