@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import json
+import math
 import numbers
 import operator
 import sys
@@ -333,9 +334,10 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
 
 
 def _concrete(v: Any) -> Any:
-    """``v`` with every symbolic int made an int (traced by Dynamo, which then guards on its value:
-    a call whose ``normalized_shape`` is read off a dynamic input recompiles for a new size, as a
-    text argument can't carry a symbol)."""
+    """``v`` with every symbolic int made an int and every symbolic float a float (traced by Dynamo,
+    which then guards on its value: a call whose ``normalized_shape`` is read off a dynamic input
+    recompiles for a new size, and one given a new ``eps`` for it, as a text argument can't carry
+    a symbol)."""
     if isinstance(v, dict):
         return {k: _concrete(e) for k, e in v.items()}
     if isinstance(v, (list, tuple)):
@@ -343,6 +345,8 @@ def _concrete(v: Any) -> Any:
         return items if isinstance(v, list) else tuple(items)
     if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):  # Dynamo sees a symbolic int as an int
         return operator.index(v)  # Dynamo specializes here (int() would leave it symbolic)
+    if isinstance(v, float):  # Dynamo sees a symbolic float as a float (a float argument, eps, on its second value)
+        return math.fsum((v,))  # Dynamo specializes here (float() would leave it symbolic); the float itself
     return v
 
 

@@ -420,3 +420,16 @@ def test_a_call_torch_refuses_raises_torchs_error_when_compiled(fullgraph):
     if not fullgraph:
         with pytest.raises(TypeError, match="normalized_shape"):
             torch.compile(lambda x: dispatch.layer_norm(x, 8), backend="aot_eager")(torch.randn(3, 8))
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_an_eps_passed_into_the_compiled_function_takes_each_value(op):
+    # Dynamo makes a float argument symbolic on its second value (layers of one class, each with
+    # its own eps): the call's text argument needs it as a float
+    torch._dynamo.reset()
+    fn = getattr(dispatch, op)
+    ref = getattr(torch.nn.functional, op)
+    compiled = torch.compile(lambda x, eps: fn(x, (16,), None, eps=eps), backend="aot_eager", fullgraph=True)
+    x = torch.randn(4, 16) + 3
+    for eps in (1e-5, 1e-3, 0.5):
+        torch.testing.assert_close(compiled(x, eps), ref(x, (16,), eps=eps))
