@@ -324,8 +324,9 @@ class _Agreement:
     def _fallback(self, posted: Mapping[int, dict], missing: Sequence[int]) -> dict:
         common = self._common(posted)
         who = ", ".join(str(r) for r in missing)
-        why = (f"rank(s) {who} did not answer within {self.selector.settings.distributed_timeout:g} s; "
-               "first in the static order of the backends the other ranks serve")
+        why = (f"rank(s) {who} did not answer within {self.selector.settings.distributed_timeout:g} s (dead, "
+               "slow, or making another call: another shape bucket, dtype or allow/deny list is another "
+               "agreement); first in the static order of the backends the other ranks serve")
         if not common:
             return {"kind": "none", "why": why}
         name = common[0]["name"]
