@@ -303,9 +303,10 @@ class Dispatcher:
         tensors_spec = decision.spec.tensors
         complex_ = any(t.present and t.dtype.is_complex for t in tensors_spec)
         reference = _opdecl.get(decision.spec.op).reference(decision.spec)  # under a mode of _torch_only
-        if decision.forced:
+        if decision.forced:  # a kernel backend (the reference is never guarded): raises
             def reference(*_: torch.Tensor) -> torch.Tensor:
                 _refuse_if_forced(decision.spec, decision.backend)
+                raise AssertionError(f"{decision.backend!r} forced under a mode that runs torch's op")
 
         def fault(exc: BaseException, tensors: tuple) -> torch.Tensor:
             return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc, plain)
@@ -444,6 +445,8 @@ class _TuneNotice:
         _tune_log.warning("tuning %s for this call: %.0f s so far, %d steps (now: %s); the result is cached, so "
                           "later calls of its shape bucket don't wait (tune ahead: `python -m dispatch tune`, or "
                           "configure(autotune=False))", self.spec.describe(), now - self.start, self.steps, event)
+
+
 _thread = threading.local()
 
 
