@@ -242,14 +242,16 @@ def register(decl: _opdecl.OpDecl) -> None:
             spec = current.spec(values, grad_enabled=False)
             return current.reference(spec)(*tensors)
 
-        def forward(ctx, keyset, *tensors_and_args):
+        def forward(keyset, *tensors_and_args):
             *tensors, args = tensors_and_args
             with torch._C._AutoDispatchBelowAutograd():
-                output = op.redispatch(keyset & torch._C._after_autograd_keyset, *tensors, args)
+                return op.redispatch(keyset & torch._C._after_autograd_keyset, *tensors, args)
+
+        def setup_context(ctx, inputs, output):  # (apart from forward: what torch.func transforms need)
+            _keyset, *tensors, args = inputs
             ctx.args = args
             ctx.absent = tuple(t is None for t in tensors)
             ctx.save_for_backward(*(t for t in tensors if t is not None), output)
-            return output
 
         def backward(ctx, grad):
             saved = iter(ctx.saved_tensors[:-1])
@@ -260,7 +262,8 @@ def register(decl: _opdecl.OpDecl) -> None:
 
         backward_op = _backward_op(decl, lib)
         function = type(f"DispatchBackward_{name}", (torch.autograd.Function,),
-                        {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+                        {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+                         "backward": staticmethod(backward)})
         impl, autograd = _kernels(decl, op, function)
         lib.impl(name, impl, "CompositeExplicitAutograd")
         lib.impl(name, autograd, "Autograd", with_keyset=True)

@@ -433,3 +433,18 @@ def test_an_eps_passed_into_the_compiled_function_takes_each_value(op):
     x = torch.randn(4, 16) + 3
     for eps in (1e-5, 1e-3, 0.5):
         torch.testing.assert_close(compiled(x, eps), ref(x, (16,), eps=eps))
+
+
+@pytest.mark.parametrize("transform", ["grad", "vmap of grad"])
+def test_a_torch_func_transform_compiled_matches_torchs_ops(transform):
+    # the node's autograd function keeps its context apart from its forward (setup_context), as
+    # torch.func needs when the transform is traced inside torch.compile
+    import torch.nn.functional as F
+    from torch.func import grad, vmap
+
+    ours = lambda t: (dispatch.softmax(dispatch.layer_norm(t, (8,)), -1) ** 2).sum()  # noqa: E731
+    theirs = lambda t: (torch.softmax(F.layer_norm(t, (8,)), -1) ** 2).sum()  # noqa: E731
+    wrap = grad if transform == "grad" else (lambda f: vmap(grad(f)))
+    torch._dynamo.reset()
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(torch.compile(wrap(ours), backend="aot_eager")(x), wrap(theirs)(x))
