@@ -274,6 +274,9 @@ def _built_in(ep: Any) -> bool:
 _registry: Registry | None = None
 _registry_lock = threading.Lock()
 _loading_thread: int | None = None
+#: How long a thread waits for another one's loading of the plugins before it raises: a plugin
+#: that, while it is imported, waits on dispatch work done in another thread would wait forever.
+LOAD_WAIT_S = 120.0
 _listeners: list[Callable[[], None]] = []
 
 
@@ -282,14 +285,19 @@ def registry() -> Registry:
 
     A plugin that asks for the registry while it is being loaded (from its import or its
     ``dispatch_backend_info``) gets a :class:`PluginError`, reported as its load failure: the
-    loading thread never waits on the lock it holds.
+    loading thread never waits on the lock it holds. Another thread waits for the loading at most
+    ``LOAD_WAIT_S`` seconds, then gets a PluginError: the loading may be waiting on it.
     """
     global _registry, _loading_thread
     if _registry is None:
         if _loading_thread == threading.get_ident():
             raise PluginError("a plugin asked for the loaded backends or ops while plugins are loading "
                               "(from its import or dispatch_backend_info); ask in a later hook instead")
-        with _registry_lock:
+        if not _registry_lock.acquire(timeout=LOAD_WAIT_S):
+            raise PluginError(f"plugins have been loading in another thread for over {LOAD_WAIT_S:g} s; a plugin "
+                              "that, while it is imported, waits on dispatch work done in another thread never "
+                              "finishes loading (`python -m dispatch backends` shows which plugins load)")
+        try:
             if _registry is None:
                 _loading_thread = threading.get_ident()
                 try:
@@ -298,6 +306,8 @@ def registry() -> Registry:
                 finally:
                     _loading_thread = None
                 _registry = reg
+        finally:
+            _registry_lock.release()
     return _registry
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import types
@@ -442,3 +443,26 @@ def test_a_backend_named_like_a_registered_op_package_is_refused_with_the_reason
     dispatch.register(op_module, name="rowsum_ops")
     with pytest.raises(PluginError, match="an op package named 'rowsum_ops' is already registered"):
         dispatch.register(chunked_backend.make("rowsum_ops"), name="rowsum_ops")
+
+
+def test_a_plugin_that_waits_at_import_on_dispatch_work_in_a_thread_is_a_load_failure_not_a_hang(tmp_path):
+    # the loading thread holds the registry lock while the plugin's import waits on its helper
+    # thread, which waits for the registry: that thread gives up after LOAD_WAIT_S
+    (tmp_path / "dispatch_test_warms.py").write_text(
+        "import concurrent.futures, torch, dispatch\n"
+        "with concurrent.futures.ThreadPoolExecutor(1) as pool:\n"
+        "    pool.submit(dispatch.softmax, torch.randn(2, 3), -1).result()\n")
+    code = ("import sys, torch, dispatch\n"
+            "from importlib.metadata import EntryPoint\n"
+            "from dispatch import _plugins\n"
+            f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "real = list(_plugins._entry_points())\n"
+            "_plugins._entry_points = lambda: real + [EntryPoint('warms', 'dispatch_test_warms', "
+            "_plugins.ENTRY_POINT_GROUP)]\n"
+            "_plugins.LOAD_WAIT_S = 1.0\n"
+            "torch.testing.assert_close(dispatch.softmax(torch.ones(2, 4), -1), torch.full((2, 4), 0.25))\n"
+            "print([f.error for f in dispatch.load_failures() if f.name == 'warms'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "0"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "plugins have been loading in another thread for over 1 s" in done.stdout
