@@ -467,3 +467,24 @@ def test_cli_user_errors_are_one_line_and_no_internal_error(argv, said, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert said in err and "unexpected" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_backend_that_raises_while_timed_is_an_error_row_and_the_run_goes_on():
+    import chunked_backend
+
+    dispatch.register(chunked_backend.make("later", fault="raise later"), name="later")  # its first call passes
+    run = compare("softmax", shapes=["8x64", "4x128"], dtypes=["float32"], backends="torch,later", **FAST)
+    later = [r for r in run.results if r.backend == "later"]
+    assert later and all(r.status == "error" and "raised while it was timed" in r.reason for r in later)
+    assert all(r.status == "pass" and r.median_us for r in run.results if r.backend == "torch")
+    assert not run.ok
+
+
+def test_a_backend_that_cant_be_tuned_is_still_checked_and_timed_untuned():
+    import chunked_backend
+
+    dispatch.register(chunked_backend.make("w", fault="wrong"), name="w")  # every config 10% off
+    run = compare("softmax", shapes=["8x64"], dtypes=["float32"], backends="torch,w", tune=True, **FAST)
+    w = run.result("w", "8x64", "float32")
+    assert w.status == "fail" and w.median_us and "max abs err" in w.reason
+    assert "tuning failed (TuneError:" in w.reason and "every candidate failed: " in w.reason  # what failed, too

@@ -182,6 +182,7 @@ class _Run:
         self.op, self.shape, self.dtype, self.backend = op, shape, dtype, backend
         self.fields: dict[str, Any] = {}
         self.runner: Callable[[], object] | None = None
+        self.tune_failed = ""  # why tuning failed, when asked and it did
 
     @property
     def what(self) -> str:
@@ -226,6 +227,9 @@ def _run(op_names, cases, names, baseline, options, device, tune, settings, copy
             if progress is not None:
                 progress(done, total, f"warming {run.what}")
             _warm(run, inputs[(run.op, run.shape, run.dtype)])
+            if run.tune_failed:
+                said = run.fields.get("reason") or ""
+                run.fields["reason"] = f"{said}{'; ' if said else ''}tuning failed ({run.tune_failed}): run untuned"
         step(f"warmed {run.what}")
     # 3. the ceiling, in the same run
     if progress is not None:
@@ -237,8 +241,14 @@ def _run(op_names, cases, names, baseline, options, device, tune, settings, copy
         if run.runner is not None:
             if progress is not None:
                 progress(done, total, f"timing {run.what}")
-            timing = measure(run.runner, device, settings)
-            run.fields.update(median_us=timing.median_us, spread_us=timing.spread_us, reps=timing.reps)
+            try:
+                timing = measure(run.runner, device, settings)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # its checked first call passed; a later one raised
+                run.fields.update(status="error", reason=f"raised while it was timed: {_why(exc)}")
+            else:
+                run.fields.update(median_us=timing.median_us, spread_us=timing.spread_us, reps=timing.reps)
         step(f"timed {run.what}")
     results = _finish(runs, inputs, options.get("dim", -1), copy, baseline)
     versions = {n: b.info.version for n, b in _plugins.registry().backends.items() if n in names}
@@ -266,7 +276,7 @@ def _judge(run: _Run, case: _Case, tune: bool, settings: TuneSettings,
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # SystemExit included: a plugin cannot end the process
-            run.fields = {"status": "error", "reason": f"tuning failed: {_why(exc)}"}
+            run.tune_failed = _why(exc)  # (no config could be tuned: the untuned call is checked and timed)
 
 
 def _warm(run: _Run, case: _Case) -> None:
@@ -358,8 +368,11 @@ def _check(out: object, case: _Case) -> dict[str, Any]:
 
 
 def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    first = text[0] if text else ""
+    if first.endswith(":") and len(text) > 1:  # (a heading: its first item says what it heads)
+        first = f"{first} {text[1]}" + (f" (and {len(text) - 2} more)" if len(text) > 2 else "")
+    return f"{type(exc).__name__}: {first}"
 
 
 def _finish(runs: list[_Run], inputs, dim: int, copy: CopyBandwidth, baseline: str | None) -> list[BackendResult]:
