@@ -128,6 +128,16 @@ def test_certification_fails_for_a_wrong_backend_and_says_where(pytester):
     result.stdout.no_fnmatch_line("*rms_norm*")  # the grid of the ops it implements only
 
 
+def test_certifying_on_a_device_that_is_not_there_is_a_usage_error_not_a_green_run(pytester):
+    # every case would be refused (the op's own code can't make its inputs there): 0 checked, exit 0
+    missing = "cuda" if not torch.cuda.is_available() else "cuda:64"
+    result = pytester.runpytest("--dispatch-certify=torch", f"--dispatch-device={missing}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--dispatch-device: device '{missing}' can't be used here*"])
+    with pytest.raises(ValueError, match=f"device '{missing}' can't be used here"):
+        certify("torch", device=missing)
+
+
 def test_certification_passes_for_the_torch_reference(pytester):
     result = pytester.runpytest("--dispatch-certify=torch")
     result.assert_outcomes(passed=len(default_cases()))

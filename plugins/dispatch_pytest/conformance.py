@@ -116,11 +116,24 @@ def certify(backend: str, cases: Iterable[Case] | None = None, *, device: torch.
     tune space) or ``"default"``. Raises :class:`dispatch.UnknownBackendError` if ``backend`` is
     not loaded; never raises for what the backend does.
     """
-    device = torch.device(device) if device is not None else default_device()
+    device = usable_device(device)
     loaded = _backend(backend)
     results = tuple(run_case(backend, case, device=device, configs=configs)
                     for case in (default_cases(_ops_of(loaded)) if cases is None else cases))
     return Report(backend, loaded.info.version, str(device), results)
+
+
+def usable_device(device: torch.device | str | None) -> torch.device:
+    """``device`` (default: :func:`default_device`) as a torch.device this machine can allocate on; a
+    ValueError naming it otherwise (a run on a device that isn't there would refuse every case)."""
+    try:
+        device = torch.device(device) if device is not None else default_device()
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError, ValueError, TypeError) as exc:
+        raise ValueError(f"device {str(device)!r} can't be used here ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}); certify on 'cpu' or a device this "
+                         "machine has") from None
+    return device
 
 
 def run_case(backend: str, case: Case, *, device: torch.device | str | None = None,

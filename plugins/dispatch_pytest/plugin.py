@@ -52,6 +52,13 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"dispatch backend(s) {', '.join(map(repr, unknown))} named by {OPTION_BACKEND}/"
                 f"{OPTION_CERTIFY} are not loaded ({why}); loaded: {', '.join(sorted(dispatch.backends()))}. "
                 "See `python -m dispatch backends`.")
+    if _names(config.getoption(OPTION_CERTIFY)):
+        from .conformance import usable_device
+
+        try:
+            usable_device(config.getoption(OPTION_DEVICE))
+        except ValueError as exc:
+            raise pytest.UsageError(f"{OPTION_DEVICE}: {exc}") from None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
