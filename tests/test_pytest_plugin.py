@@ -295,3 +295,40 @@ def test_the_kit_catches_an_online_softmax_that_turns_a_long_neg_inf_run_into_na
     long = run_case("online", Case("softmax", torch.float32, (8, 1100), values="boundary"), device="cpu")
     assert short.outcome == "pass", short.reason
     assert long.outcome == FAIL and "NaN" in long.reason, long.reason
+
+
+def _norm_backend(name: str, fault: str):
+    """layer_norm through torch's, with one fault: "needs weight" (crashes without one) or
+    "requires grad" (returns a tensor that requires grad)."""
+    import torch.nn.functional as F
+
+    plugin = types.SimpleNamespace()
+    plugin.dispatch_backend_info = dispatch.hookimpl(
+        lambda: BackendInfo(name=name, version="0.0.1", ops=("layer_norm",), priority={"cpu": -50, "cuda": -50}))
+    plugin.dispatch_check = dispatch.hookimpl(lambda op, spec: Verdict.yes("torch's layer_norm"))
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        shape, eps = spec.attrs["normalized_shape"], spec.attrs["eps"]
+        if fault == "needs weight":
+            return lambda x, w, b: F.layer_norm(x, shape, w * 1, b, eps)
+        return lambda x, w, b: F.layer_norm(x, shape, w, b, eps).requires_grad_()
+    plugin.dispatch_kernel = dispatch_kernel
+    return plugin
+
+
+@pytest.mark.parametrize("fault,said", [("needs weight", "the kernel raised TypeError"),
+                                        ("requires grad", "returned a tensor that requires grad")])
+def test_certification_calls_an_op_without_its_optional_tensors_and_checks_what_dispatch_checks(fault, said):
+    from dispatch_pytest.cases import sample_cases
+
+    dispatch.register(_norm_backend("normish", fault), name="normish")
+    try:
+        report = certify("normish", sample_cases("layer_norm"), device="cpu")
+    finally:
+        dispatch.unregister("normish")
+    failed = {r.case.id: r.reason for r in report.failed}
+    assert failed and all(said in why for why in failed.values()), failed
+    if fault == "needs weight":  # exactly the calls without a weight
+        assert all("noweight" in case for case in failed)
+        assert any("noweight" in r.case.id for r in report.failed) and report.passed

@@ -140,13 +140,20 @@ class OpCase:
     @property
     def id(self) -> str:
         shape = "x".join(map(str, self.shape)) or "scalar"
-        parts = [self.op, _dtype_name(self.dtype), shape, *(f"{k}{v}" for k, v in self.options)]
+        parts = [self.op, _dtype_name(self.dtype), shape,
+                 *("-".join(f"no{name}" for name in v) if k == "absent" else f"{k}{v}" for k, v in self.options)]
         return "-".join(parts + (["grad"] if self.grad else []))
 
     def arguments(self, device: torch.device | str = "cpu") -> tuple[tuple, dict]:
+        """The sample call's arguments; option ``absent``: optional tensors passed as None instead."""
         decl = dispatch.declared_ops()[self.op]
+        options = dict(self.options)
+        absent = options.pop("absent", ())
         args, kwargs = decl.sample_call(self.shape, self.dtype, torch.device(device), zlib.crc32(self.id.encode()),
-                                   **dict(self.options))
+                                        **options)
+        if absent:
+            values = decl.bind(*args, **kwargs)
+            args, kwargs = (), {**values, **{name: None for name in absent}}
         if self.grad:
             args = tuple(a.requires_grad_(True) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point
                          else a for a in args)
@@ -157,10 +164,16 @@ class OpCase:
 
 def sample_cases(op: str) -> tuple[OpCase, ...]:
     """The grid for an op declared outside the reduction family: every float dtype on a few shapes
-    (rows, odd sizes, a 3-d input, empty rows, one long row), and backward in float32/float64."""
+    (rows, odd sizes, a 3-d input, empty rows, one long row), and backward in float32/float64;
+    then each optional tensor absent (and all of them, where there are several), forward in
+    float32 and bfloat16 and backward in float32."""
     cases = [OpCase(op, dtype, shape) for dtype in DTYPES
              for shape in ((8, 128), (7, 33), (3, 5, 17), (4, 0), (1, 4099))]
     cases += [OpCase(op, dtype, (8, 128), grad=True) for dtype in (torch.float32, torch.float64)]
+    optional = tuple(t.name for t in dispatch.declared_ops()[op].tensors if t.optional)
+    for absent in [(name,) for name in optional] + ([optional] if len(optional) > 1 else []):  # each, then all
+        cases += [OpCase(op, dtype, (7, 33), options={"absent": absent}) for dtype in (torch.float32, torch.bfloat16)]
+        cases.append(OpCase(op, torch.float32, (8, 128), options={"absent": absent}, grad=True))
     return tuple(cases)
 
 
