@@ -488,3 +488,23 @@ def test_a_backend_that_cant_be_tuned_is_still_checked_and_timed_untuned():
     w = run.result("w", "8x64", "float32")
     assert w.status == "fail" and w.median_us and "max abs err" in w.reason
     assert "tuning failed (TuneError:" in w.reason and "every candidate failed: " in w.reason  # what failed, too
+
+
+def test_a_result_with_nan_where_the_reference_has_none_has_no_finite_error():
+    import chunked_backend
+
+    dispatch.register(chunked_backend.make("nans", fault="nan"), name="nans")
+    run = compare("softmax", shapes=["8x64"], dtypes=["float32"], backends="torch,nans", **FAST)
+    nans = run.result("nans", "8x64", "float32")
+    assert nans.status == "fail" and nans.max_abs_err == float("inf") and nans.max_rel_err == float("inf")
+    assert _json_keeps_infinite_error(run)
+
+
+def _json_keeps_infinite_error(run) -> bool:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ab.json")
+        run.to_json(path)
+        again = load(path).result("nans", "8x64", "float32")
+    return again.max_abs_err == float("inf")
