@@ -508,3 +508,12 @@ def _json_keeps_infinite_error(run) -> bool:
         run.to_json(path)
         again = load(path).result("nans", "8x64", "float32")
     return again.max_abs_err == float("inf")
+
+
+def test_loading_a_file_that_is_not_a_runs_json_names_it(tmp_path):
+    run = compare("softmax", shapes=["8x64"], dtypes=["float32"], backends="torch", **FAST)
+    run.to_csv(tmp_path / "ab.csv")
+    (tmp_path / "other.json").write_text('{"rows": []}')
+    for name in ("ab.csv", "other.json", "missing.json"):
+        with pytest.raises(ValueError, match=f"'{tmp_path / name}' .*to_json"):
+            load(tmp_path / name)

@@ -22,8 +22,19 @@ from ._sweep_report import geomean, plot_sweep, sweep_markdown
 
 
 def load(path: str | Path) -> Comparison:
-    """Read a run written by :meth:`Comparison.to_json` (``--json FILE``) back."""
-    return Comparison.from_dict(json.loads(Path(path).read_text()))
+    """Read a run written by :meth:`Comparison.to_json` (``--json FILE``) back; a file that is not
+    one raises ``ValueError`` naming it and why (CSV and markdown files are for reading, not loading)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{str(path)!r} cannot be read as an A/B run ({type(exc).__name__}: {exc}); load "
+                         "reads the JSON file a run writes (to_json, --json FILE)") from None
+    try:
+        return Comparison.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{str(path)!r} is JSON but not an A/B run ({type(exc).__name__}: {exc}); load reads "
+                         "the file a run writes with to_json (--json FILE)") from None
 
 
 __all__ = ["CASE_FIELDS", "STATUSES", "BackendResult", "Comparison", "CopyBandwidth", "bytes_moved", "compare",
