@@ -517,3 +517,11 @@ def test_loading_a_file_that_is_not_a_runs_json_names_it(tmp_path):
     for name in ("ab.csv", "other.json", "missing.json"):
         with pytest.raises(ValueError, match=f"'{tmp_path / name}' .*to_json"):
             load(tmp_path / name)
+
+
+def test_arguments_the_op_refuses_are_a_one_line_user_error(capsys):
+    argv = ["ab", "rms_norm", "--shape", "8x64", "--arg", "normalized_shape=[4,64]", "--device", "cpu", "-q"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: rms_norm on 8x64 float32") and "expected input with shape" in err
+    assert "unexpected" not in err

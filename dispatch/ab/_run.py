@@ -166,9 +166,13 @@ class _Case:
 
     def __init__(self, op: str, shape, dtype, device, seed: int, options: dict[str, Any]) -> None:
         self.decl = _opdecl.get(op)
-        self.args, self.kwargs = make_call(op, shape, dtype, device, seed, **options)
-        values = self.decl.bind(*self.args, **self.kwargs)
-        self.spec = self.decl.spec(values, grad_enabled=False)
+        try:  # the op's own code (its sample and parse): torch's error for arguments it refuses
+            self.args, self.kwargs = make_call(op, shape, dtype, device, seed, **options)
+            values = self.decl.bind(*self.args, **self.kwargs)
+            self.spec = self.decl.spec(values, grad_enabled=False)
+        except RuntimeError as exc:  # (ValueError, TypeError and IndexError say it already)
+            raise ValueError(f"{op} on {shape_text(tuple(shape))} {dtype_name(dtype)}"
+                             f"{' with ' + repr(options) if options else ''}: {exc}") from exc
         self.tensors = self.decl.tensors_of(values)
         self.exact = exact_output(self.spec, self.tensors)
         self.fn = DISPATCHER.function(op).function
