@@ -28,7 +28,7 @@ from ._select import Decision, Selector, unknown_backend
 from ._spec import CallSpec
 from .autotune.cache import default_cache
 from .errors import BackendFaultError, BackendRefusedError, FaultWarning, PluginError
-from .reference import check_output, expected_output, input_safety
+from .reference import check_output, expected_output, input_safety, result_problem
 
 MAX_KEYS_PER_OP = 4096
 _tune_log = logging.getLogger("dispatch.tune")
@@ -377,10 +377,7 @@ class Dispatcher:
             self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
             return None
         try:
-            why = input_safety(copies, tensors, out)
-            if why is None and isinstance(out, torch.Tensor) and out.requires_grad:  # run under no_grad: it made one so
-                why = ("returned a tensor that requires grad (a Parameter, or one it marked so); a kernel returns a "
-                       "plain result, which autograd records through dispatch")
+            why = input_safety(copies, tensors, out) or result_problem(out)
             if why is None and expected is not None:
                 why = check_output(spec, out, expected, tensors)
                 why = None if why is None else f"differs from the reference: {why}"

@@ -78,6 +78,19 @@ def input_safety(tensors: Sequence[torch.Tensor | None], before: Sequence[torch.
     return None
 
 
+def result_problem(out: object) -> str | None:
+    """Why a kernel's result, run under ``torch.no_grad``, is not a plain result dispatch can hand
+    back (whatever its values), or None."""
+    if not isinstance(out, torch.Tensor):
+        return f"returned {type(out).__name__}, not a tensor"
+    if out.requires_grad:  # (under no_grad: the kernel made it so)
+        return ("returned a tensor that requires grad (a Parameter, or one it marked so); a kernel returns a "
+                "plain result, which autograd records through dispatch")
+    if out.layout != torch.strided:
+        return f"returned a tensor of layout {out.layout}, not a strided one"
+    return None
+
+
 def check_output(spec: CallSpec, out: object, expected: torch.Tensor,
                  tensors: Sequence[torch.Tensor | None] | None = None) -> str | None:
     """Why ``out`` is not a correct result for ``spec``, or None.
@@ -87,10 +100,9 @@ def check_output(spec: CallSpec, out: object, expected: torch.Tensor,
     where the input is ill-conditioned (fp32 rows far from zero for layer_norm) torch itself
     misses the tolerance, and a result within it widened by twice torch's own largest error is
     as accurate as torch's (the reference backend) and is correct."""
-    if not isinstance(out, torch.Tensor):
-        return f"returned {type(out).__name__}, not a tensor"
-    if out.layout != torch.strided:
-        return f"returned a tensor of layout {out.layout}, not a strided one"
+    why = result_problem(out)
+    if why is not None:
+        return why
     if out.device != expected.device:
         return f"returned a tensor on {out.device}, not on the input's device {expected.device}"
     rtol, atol = tolerance_of(spec)

@@ -274,7 +274,7 @@ def test_a_kernel_that_returns_a_meta_or_sparse_tensor_is_quarantined(make, what
     plugin.dispatch_kernel = dispatch_kernel
     dispatch.register(plugin)
     x = torch.randn(4, 16)
-    with pytest.warns(dispatch.FaultWarning, match=f"'elsewhere' differs from the reference: returned a tensor.*{what}"):
+    with pytest.warns(dispatch.FaultWarning, match=f"'elsewhere' .*returned a tensor.*{what}"):
         y = dispatch.softmax(x, -1)
     torch.testing.assert_close(y, torch.softmax(x, -1))
     torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))  # the next backend serves it

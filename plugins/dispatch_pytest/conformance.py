@@ -24,7 +24,7 @@ from attrs.validators import in_
 
 import dispatch
 from dispatch.backend import (EMPTY, Backend, CallSpec, Config, expected_output, input_safety, loaded_backends,
-                              mismatch, reference_kernel)
+                              mismatch, reference_kernel, result_problem)
 
 from .cases import Case, default_cases
 
@@ -211,13 +211,9 @@ def _check_forward(backend: Backend, case: Case, spec: CallSpec, config: Config,
         raise
     except BaseException as exc:  # SystemExit included: a plugin cannot end the process
         return f"the kernel raised {type(exc).__name__}: {exc}", None
-    if not isinstance(out, torch.Tensor):
-        return f"the kernel returned {type(out).__name__}, not a tensor", None
-    if out.requires_grad:  # (run under no_grad: it made one so; dispatch won't serve it)
-        return ("the kernel returned a tensor that requires grad (a Parameter, or one it marked so); a kernel "
-                "returns a plain result, which autograd records through dispatch"), None
-    if out.layout != torch.strided:
-        return f"the kernel returned a tensor of layout {out.layout}, not a strided one", None
+    unusable = result_problem(out)  # (as dispatch judges a result it would hand back)
+    if unusable is not None:
+        return f"the kernel {unusable}", None
     unsafe = input_safety(tuple(None if t is None else t.detach() for t in tensors), before, out)
     if unsafe is not None:
         return f"the kernel {unsafe}", None
