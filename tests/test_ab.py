@@ -515,7 +515,7 @@ def test_loading_a_file_that_is_not_a_runs_json_names_it(tmp_path):
     run.to_csv(tmp_path / "ab.csv")
     (tmp_path / "other.json").write_text('{"rows": []}')
     for name in ("ab.csv", "other.json", "missing.json"):
-        with pytest.raises(ValueError, match=f"'{tmp_path / name}' .*to_json"):
+        with pytest.raises(ValueError, match=f"A/B run '{tmp_path / name}' .*to_json"):
             load(tmp_path / name)
 
 

@@ -10,14 +10,13 @@ Long sweeps of many rows (split over GPUs, stopped and resumed, merged): ``take_
 ``torch_compiled``: torch.compile as a contender that is compiled for every shape or raises.
 """
 
-import json
 from pathlib import Path
 
 from ._result import STATUSES, BackendResult, Comparison, CopyBandwidth, bytes_moved, gbps
 from ._compiled import torch_compiled
 from ._run import compare, make_call, measure_copy_bandwidth
 from ._sweep import (CASE_FIELDS, describe_error, interleaved_rounds, load_sweep, median_round, merge_sweeps,
-                     parse_shard, pending, row_key, save_sweep, take_shard)
+                     parse_shard, pending, read_json, row_key, save_sweep, take_shard)
 from ._sweep_report import geomean, plot_sweep, sweep_markdown
 
 
@@ -25,16 +24,12 @@ def load(path: str | Path) -> Comparison:
     """Read a run written by :meth:`Comparison.to_json` (``--json FILE``) back; a file that is not
     one raises ``ValueError`` naming it and why (CSV and markdown files are for reading, not loading)."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ValueError(f"{str(path)!r} cannot be read as an A/B run ({type(exc).__name__}: {exc}); load "
-                         "reads the JSON file a run writes (to_json, --json FILE)") from None
+    data = read_json(path, "A/B run", "load reads the JSON file a run writes (to_json, --json FILE)")
     try:
         return Comparison.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"{str(path)!r} is JSON but not an A/B run ({type(exc).__name__}: {exc}); load reads "
-                         "the file a run writes with to_json (--json FILE)") from None
+        raise ValueError(f"A/B run {str(path)!r} is JSON of something else ({type(exc).__name__}: {exc}); load "
+                         "reads the file a run writes with to_json (--json FILE)") from None
 
 
 __all__ = ["CASE_FIELDS", "STATUSES", "BackendResult", "Comparison", "CopyBandwidth", "bytes_moved", "compare",

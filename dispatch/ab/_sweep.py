@@ -53,14 +53,18 @@ def pending(cases: Iterable[tuple], rows: Iterable[Mapping[str, Any]]) -> list[t
     return [c for c in cases if tuple(c) not in done]
 
 
+def read_json(path: Path, what: str, remedy: str) -> Any:
+    """The JSON in ``path``; a ValueError naming ``what`` it should be, the file, why, and ``remedy``."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{what} {str(path)!r} cannot be read ({type(exc).__name__}: {exc}); {remedy}") from None
+
+
 def load_sweep(path: str | Path) -> dict[str, Any]:
     """Read a sweep file; a file that is not one raises ``ValueError`` naming it and why."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ValueError(f"sweep file {str(path)!r} cannot be read ({type(exc).__name__}: {exc}); "
-                         "name a file written by a sweep, or move this one away") from None
+    data = read_json(path, "sweep file", "name a file written by a sweep, or move this one away")
     rows = data.get("rows") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not isinstance(data.get("meta"), dict):
         raise ValueError(f"sweep file {str(path)!r} has no 'meta' object and 'rows' list; "
