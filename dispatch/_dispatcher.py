@@ -28,7 +28,7 @@ from ._select import Decision, Selector, unknown_backend
 from ._spec import CallSpec
 from .autotune.cache import default_cache
 from .errors import BackendFaultError, BackendRefusedError, FaultWarning, PluginError
-from .reference import check_output, expected_output, input_safety, result_problem
+from .reference import check_output, expected_output, gradients_problem, input_safety, result_problem
 
 MAX_KEYS_PER_OP = 4096
 _tune_log = logging.getLogger("dispatch.tune")
@@ -274,7 +274,7 @@ class Dispatcher:
                 error = None
                 try:
                     grads = own(grad, *saved)
-                    why = None if checked else _gradients_problem(grads, saved[:n], needed)
+                    why = None if checked else gradients_problem(grads, saved[:n], needed)
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:  # SystemExit included: a backward kernel can't end the process
@@ -455,30 +455,6 @@ def _resolving() -> set:
     except AttributeError:
         _thread.resolving = set()
         return _thread.resolving
-
-
-def _gradients_problem(grads, tensors: tuple, needed: tuple[str | None, ...]) -> str | None:
-    """Why ``grads`` (a backward kernel's answer: a tensor, or one entry per input) are not
-    gradients of ``tensors``, or None. ``needed``: per input, its name where the call wants its
-    gradient, else None (a None there would pass for a zero gradient)."""
-    if isinstance(grads, torch.Tensor) or grads is None:
-        grads = (grads,)
-    if not isinstance(grads, (tuple, list)):
-        return f"its backward kernel returned {type(grads).__name__}, not gradients"
-    if len(grads) > len(tensors):
-        return f"its backward kernel returned {len(grads)} gradients for {len(tensors)} inputs"
-    grads = (*grads, *(None,) * (len(tensors) - len(grads)))
-    for g, t, name in zip(grads, tensors, needed):
-        if g is None:
-            if name is not None and t is not None:
-                return f"its backward kernel gave no gradient for {name!r}, which the call wants"
-            continue
-        if not isinstance(g, torch.Tensor):
-            return f"its backward kernel returned a {type(g).__name__} as a gradient"
-        if t is None or g.shape != t.shape or g.device != t.device:
-            want = "no gradient (the input is absent)" if t is None else f"{tuple(t.shape)} on {t.device}"
-            return f"its backward kernel returned a gradient of {tuple(g.shape)} on {g.device} for {want}"
-    return None
 
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # the classes a kernel's output may stand for

@@ -28,7 +28,8 @@ from .errors import (BackendFaultError, BackendRefusedError, DispatchError, Faul
                      PluginError, TuneError, UnknownBackendError)
 from .hookspec import hookimpl
 from .norms import norm_dims_contiguous, norm_eps, norm_layout_refusal, norm_row_stride, norm_rows, norm_size
-from .reference import example_inputs, expected_output, input_safety, reference_kernel, result_problem
+from .reference import (example_inputs, expected_output, gradients_problem, input_safety, reference_kernel,
+                        result_problem)
 from .strided import StridedPlan, StridedStep, logsumexp_steps, rows_stride, strided_plan
 from .tolerance import max_errors, mismatch, tolerance
 
@@ -43,7 +44,7 @@ __all__ = [
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance", "unique_configs",
     "norm_dims_contiguous", "norm_eps", "norm_layout_refusal", "norm_row_stride", "norm_rows", "norm_size",
     "StridedPlan", "StridedStep", "logsumexp_steps", "rows_stride", "strided_plan",
-    "python_key_op", "env_flag", "result_problem",
+    "python_key_op", "env_flag", "result_problem", "gradients_problem",
 ]
 
 

@@ -91,6 +91,30 @@ def result_problem(out: object) -> str | None:
     return None
 
 
+def gradients_problem(grads, tensors: tuple, needed: tuple[str | None, ...]) -> str | None:
+    """Why ``grads`` (a backward kernel's answer: a tensor, or one entry per input) are not
+    gradients of ``tensors``, or None. ``needed``: per input, its name where the call wants its
+    gradient, else None (a None there would pass for a zero gradient)."""
+    if isinstance(grads, torch.Tensor) or grads is None:
+        grads = (grads,)
+    if not isinstance(grads, (tuple, list)):
+        return f"its backward kernel returned {type(grads).__name__}, not gradients"
+    if len(grads) > len(tensors):
+        return f"its backward kernel returned {len(grads)} gradients for {len(tensors)} inputs"
+    grads = (*grads, *(None,) * (len(tensors) - len(grads)))
+    for g, t, name in zip(grads, tensors, needed):
+        if g is None:
+            if name is not None and t is not None:
+                return f"its backward kernel gave no gradient for {name!r}, which the call wants"
+            continue
+        if not isinstance(g, torch.Tensor):
+            return f"its backward kernel returned a {type(g).__name__} as a gradient"
+        if t is None or g.shape != t.shape or g.device != t.device:
+            want = "no gradient (the input is absent)" if t is None else f"{tuple(t.shape)} on {t.device}"
+            return f"its backward kernel returned a gradient of {tuple(g.shape)} on {g.device} for {want}"
+    return None
+
+
 def check_output(spec: CallSpec, out: object, expected: torch.Tensor,
                  tensors: Sequence[torch.Tensor | None] | None = None) -> str | None:
     """Why ``out`` is not a correct result for ``spec``, or None.

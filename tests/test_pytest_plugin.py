@@ -57,9 +57,14 @@ def naive_backend(name: str = "naive", fault: str | None = None) -> types.Simple
 
     @dispatch.hookimpl
     def dispatch_backward(op, spec):
-        if fault != "wrong backward":
-            return None
-        return lambda grad, x, y: grad * 2
+        if fault == "wrong backward":
+            return lambda grad, x, y: grad * 2
+        right = (lambda grad, x, y: y * (grad - (grad * y).sum(-1, keepdim=True)))  # softmax's (last dim)
+        if fault == "backward writes grad":
+            return lambda grad, x, y: (right(grad, x, y), grad.zero_())[0]
+        if fault == "backward extra gradient":
+            return lambda grad, x, y: (right(grad, x, y), torch.zeros_like(x))
+        return None
 
     for fn in (dispatch_backend_info, dispatch_check, dispatch_kernel, dispatch_backward):
         setattr(plugin, fn.__name__, fn)
@@ -178,6 +183,8 @@ def test_certify_returns_a_frozen_report_of_passes_refusals_and_failures():
     ("silent refusal", "refused without a reason"),
     ("writes input", "the kernel wrote into its input"),
     ("wrong backward", "backward of input differs from autograd through the reference"),
+    ("backward writes grad", "the backward kernel wrote into its input (its grad_output, an input or"),
+    ("backward extra gradient", "the backward kernel returned 2 gradients for 1 inputs"),
 ])
 def test_protocol_violations_fail_certification(fault, why):
     dispatch.register(naive_backend("faulty", fault), name="faulty")

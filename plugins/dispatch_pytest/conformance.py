@@ -23,8 +23,8 @@ from attrs import field, frozen
 from attrs.validators import in_
 
 import dispatch
-from dispatch.backend import (EMPTY, Backend, CallSpec, Config, expected_output, input_safety, loaded_backends,
-                              mismatch, reference_kernel, result_problem)
+from dispatch.backend import (EMPTY, Backend, CallSpec, Config, expected_output, gradients_problem, input_safety,
+                              loaded_backends, mismatch, reference_kernel, result_problem)
 
 from .cases import Case, default_cases
 
@@ -253,13 +253,23 @@ def _check_backward(backend: Backend, case: Case, spec: CallSpec, tensors: tuple
     grad = grad.to(device=y.device, dtype=y.dtype)
     wanted = [t for t in leaves if t is not None and t.requires_grad]
     expected = iter(torch.autograd.grad(y, wanted, grad, allow_unused=True))
+    given = (grad, *(None if t is None else t.detach() for t in tensors), y.detach())
+    before = tuple(None if t is None else t.clone() for t in given)
     try:
         with torch.no_grad():
-            got = backward(grad, *(None if t is None else t.detach() for t in tensors), y.detach())
+            got = backward(*given)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit included: a plugin cannot end the process
         return f"the backward kernel raised {type(exc).__name__}: {exc}"
+    wrote = input_safety(given, before, None)  # (its gradient, inputs and output are the user's, or autograd's)
+    if wrote is not None:
+        return f"the backward kernel {wrote} (its grad_output, an input or the forward's output)"
+    needed = tuple(arg.name if leaf is not None and leaf.requires_grad else None
+                   for arg, leaf in zip(spec.tensors, leaves))
+    problem = gradients_problem(got, tuple(None if t is None else t.detach() for t in tensors), needed)
+    if problem is not None:  # (as dispatch judges them when a training call runs it)
+        return problem.replace("its backward kernel", "the backward kernel", 1)
     got = (got,) if isinstance(got, torch.Tensor) else tuple(got)
     for arg, leaf, g in zip(spec.tensors, leaves, got + (None,) * (len(leaves) - len(got))):
         if leaf is None or not leaf.requires_grad:
