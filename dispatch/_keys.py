@@ -28,6 +28,28 @@ def device_name(device: torch.device) -> str:
     return f"{device.type}:{platform.machine() or 'unknown'}"
 
 
+def resolve_device(device: torch.device | str | None) -> torch.device:
+    """``device`` as a torch.device ("auto" or None: cuda where there is one, else cpu); one this
+    process can't run on is a ValueError that says what would work."""
+    if device is None or device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a device torch knows ({exc}); use cpu, cuda, cuda:N "
+                         "or auto") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = "no CUDA device is visible" if torch.backends.cuda.is_built() else "this torch has no CUDA"
+            raise ValueError(f"device {str(device)!r}: {why}; use cpu (or auto)")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"device {str(device)!r}: there are {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def spec_key(spec: CallSpec) -> dict[str, str]:
     """The part of every cache key that comes from the call: op, device, dtypes, bucket."""
     key = {"op": spec.op, "device": device_name(spec.device), "dtype": dtype_name(spec.dtype),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ._opdecl import (OpDecl, TensorArg, declare as declare_op, declared as declared_ops, default_examples, rows_bucket,
                       spec_of, with_strides)
-from ._keys import device_name
+from ._keys import device_name, resolve_device
 from ._backend import Backend, Fault
 from ._plugins import loaded_backends
 from ._settings import env_flag
@@ -44,7 +44,7 @@ __all__ = [
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance", "unique_configs",
     "norm_dims_contiguous", "norm_eps", "norm_layout_refusal", "norm_row_stride", "norm_rows", "norm_size",
     "StridedPlan", "StridedStep", "logsumexp_steps", "rows_stride", "strided_plan",
-    "python_key_op", "env_flag", "result_problem", "gradients_problem",
+    "python_key_op", "env_flag", "result_problem", "gradients_problem", "resolve_device",
 ]
 
 

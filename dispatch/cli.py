@@ -35,9 +35,9 @@ def parse_dtype(text: str) -> torch.dtype:
 
 
 def _device(text: str) -> torch.device:
-    from .ab._run import _device as checked
+    from ._keys import resolve_device
 
-    return checked(text)
+    return resolve_device(text)
 
 
 def cmd_backends(args: argparse.Namespace) -> int:

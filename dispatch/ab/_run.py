@@ -22,6 +22,7 @@ import torch
 
 from .. import _opdecl, _plugins, _settings
 from .._dispatcher import DISPATCHER
+from .._keys import resolve_device
 from .._select import Selector
 from ..autotune.cache import default_cache
 from ..autotune.space import TuneSettings
@@ -69,7 +70,7 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     if not shapes or not dtypes:
         raise ValueError("'shapes' and 'dtypes' must each name at least one (got "
                          f"{len(shapes)} shapes, {len(dtypes)} dtypes)")
-    device = _device(device)
+    device = resolve_device(device)
     settings = TuneSettings(warmup=warmup, rep=rep, flush_l2=flush_l2)
     names = _backend_names(backends, baseline)
     cases = [(o, s, d) for o in op_names for s in shapes for d in dtypes]
@@ -88,28 +89,6 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
             return _run(op_names, cases, names, baseline, options, device, tune, settings, copy_bytes, seed, bar)
     return _run(op_names, cases, names, baseline, options, device, tune, settings, copy_bytes, seed,
                 progress or None)
-
-
-def _device(device: torch.device | str | None) -> torch.device:
-    """``device`` as a torch.device ("auto" or None: cuda where there is one, else cpu); one this
-    process can't run on is a ValueError that says what would work."""
-    if device is None or device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device {device!r} is not a device torch knows ({exc}); use cpu, cuda, cuda:N "
-                         "or auto") from None
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            why = "no CUDA device is visible" if torch.backends.cuda.is_built() else "this torch has no CUDA"
-            raise ValueError(f"device {str(device)!r}: {why}; use cpu (or auto)")
-        if device.index is not None and device.index >= count:
-            raise ValueError(f"device {str(device)!r}: there are {count} CUDA device(s), cuda:0..cuda:{count - 1}")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def _backend_names(backends: Iterable[str] | str | None, baseline: str | None) -> list[str]:
