@@ -8,6 +8,7 @@ elements). Calls without ``out=`` never come here.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable
 
@@ -31,11 +32,9 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
         raise _no_autograd(op)
     if op == "logsumexp" and _finer(out, input):  # torch sums into out: the result as precise as out's dtype
         values = {**values, next(iter(values)): input.to(out.dtype)}
-    if _autocast.on_for(input):  # torch's autocast leaves out= calls as they are
-        with _autocast.leave_as_is(input):
-            result = function(**values, backend=backend)
-    else:
-        result = function(**values, backend=backend)  # a bad input or dim raises torch's exception here
+    # torch's autocast leaves out= calls as they are; a bad input or dim raises torch's exception here
+    with _autocast.leave_as_is(input) if _autocast.on_for(input) else contextlib.nullcontext():
+        result = function(**values, backend=backend)
     if not family and out.dtype != result.dtype:  # (an op of a package: its result's dtype, from its output rule)
         raise RuntimeError(f"{op}(): 'out' must have the result's dtype {result.dtype} (got {out.dtype}); pass "
                            f"an out of {result.dtype}")
