@@ -9,6 +9,9 @@ import dispatch
 
 import chunked_backend
 
+# where the GPU backends' tests run: their own device (the CPU serves Triton only under its interpreter)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 @pytest.fixture(params=["torch", "chunked"])
 def backend(request):
@@ -108,7 +111,7 @@ def test_a_gradient_penalty_differentiates_the_backward_as_torch_does(backend, o
 
     def loss(fn, x, w):
         y = fn(x * 1.5, w)
-        out = (y * torch.arange(16.0)).sum()
+        out = (y * torch.arange(16.0, device=DEVICE)).sum()
         gx, = torch.autograd.grad(out, x, create_graph=True)
         return out + (gx ** 2).sum()
 
@@ -120,7 +123,7 @@ def test_a_gradient_penalty_differentiates_the_backward_as_torch_does(backend, o
                 "layer_norm": lambda x, w: module.layer_norm(x, [16], w, **kw),
                 "softmax": lambda x, w: module.softmax(x * w, -1, **kw)}[op]
 
-    x0, w0 = torch.randn(4, 16, dtype=torch.float32), torch.randn(16)
+    x0, w0 = torch.randn(4, 16, dtype=torch.float32, device=DEVICE), torch.randn(16, device=DEVICE)
     got, want = [], []
     for module, into in ((dispatch, got), (F, want)):
         x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
@@ -138,7 +141,7 @@ def _modes(call):
     import torch.autograd.forward_ad as fwAD
     from torch.func import grad, vmap
 
-    x, t = torch.randn(3, 8), torch.randn(3, 8)
+    x, t = torch.randn(3, 8, device=DEVICE), torch.randn(3, 8, device=DEVICE)
 
     def forward_ad():
         with fwAD.dual_level():
@@ -150,7 +153,7 @@ def _modes(call):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             fn = torch.jit.trace(lambda a: call(dispatch, a), (x,))
-        y = torch.randn(3, 8)
+        y = torch.randn(3, 8, device=DEVICE)
         return fn(y), call(torch, y)
 
     return [("forward-mode AD", forward_ad),
@@ -160,7 +163,11 @@ def _modes(call):
             ("torch.jit.trace", traced)]
 
 
-def _norm(module, x, w=torch.randn(8), **kw):
+_W = torch.randn(8)
+
+
+def _norm(module, x, **kw):
+    w = _W.to(x.device)
     if module is torch:
         return torch.nn.functional.rms_norm(x, [8], w)
     return module.rms_norm(x, [8], w, **kw)
@@ -177,10 +184,10 @@ def test_forward_mode_ad_vmap_grad_and_jit_trace_run_torchs_own_op(backend):
         pytest.skip(f"{backend} is not available here")
     with warnings.catch_warnings(), dispatch.use(allow=[backend]):
         warnings.simplefilter("error", dispatch.FaultWarning)
-        x = torch.randn(3, 8)
+        x = torch.randn(3, 8, device=DEVICE)
         assert dispatch.explain("softmax", x, -1).decision.backend == backend  # (chosen, not forced)
         for call in (lambda m, a: m.softmax(a, -1), _norm):
-            call(dispatch, torch.randn(3, 8))  # resolved outside the modes
+            call(dispatch, torch.randn(3, 8, device=DEVICE))  # resolved outside the modes
             for mode, run in _modes(call):
                 got, want = run()
                 torch.testing.assert_close(got, want, msg=mode)
@@ -194,7 +201,7 @@ def test_a_backend_forced_under_those_modes_refuses_rather_than_run_torch_silent
         pytest.skip(f"{backend} is not available here")
     for call in (lambda m, a, **kw: m.softmax(a, -1, **kw), _norm):
         if resolved:
-            call(dispatch, torch.randn(3, 8), backend=backend)
+            call(dispatch, torch.randn(3, 8, device=DEVICE), backend=backend)
         for mode, run in _modes(lambda m, a: call(m, a, **({} if m is torch else {"backend": backend}))):
             with pytest.raises(dispatch.BackendRefusedError, match=f"{backend!r} was forced.*{mode}"):
                 run()
@@ -217,8 +224,8 @@ def test_an_input_made_under_inference_mode_with_a_weight_that_wants_its_gradien
     if backend not in dispatch.backends() or not dispatch.backends()[backend].available:
         pytest.skip(f"{backend} is not available here")
     with torch.inference_mode():
-        x = torch.randn(3, 16)
-    w = torch.randn(16, requires_grad=True)
+        x = torch.randn(3, 16, device=DEVICE)
+    w = torch.randn(16, device=DEVICE, requires_grad=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", dispatch.FaultWarning)
         y = dispatch.rms_norm(x, [16], w, backend=backend)
@@ -244,12 +251,12 @@ def test_softmax_keeps_only_its_output_for_the_backward(backend, op):
         kept.append(tuple(t.shape))
         return t
 
-    a = torch.randn(3, 8, requires_grad=True)
+    a = torch.randn(3, 8, device=DEVICE, requires_grad=True)
     h = a * 2
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = getattr(dispatch, op)(h, -1, backend=backend)
     assert len(kept) == 1
-    g = torch.randn(3, 8)
+    g = torch.randn(3, 8, device=DEVICE)
     want, = torch.autograd.grad(getattr(torch, op)(a * 2, -1), a, g)
     h.add_(1.0)  # the input changes after the call
     got, = torch.autograd.grad(y, a, g)

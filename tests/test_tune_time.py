@@ -150,7 +150,8 @@ def test_a_race_compiles_every_backend_before_timing_any():
     for c in decision.candidates:
         if c.name in ("chunked", "other"):
             assert c.compile_s is not None and c.compile_s >= 0.05 and c.timing_s is not None and c.timing_s > 0
-            assert c.tune_s == pytest.approx(c.compile_s + c.timing_s, rel=0.5, abs=0.05)
+            # the whole is its two parts and some bookkeeping (generous: a loaded machine's threads wait)
+            assert c.compile_s + c.timing_s <= c.tune_s + 1e-3 < c.compile_s + c.timing_s + 1.0
 
 
 # -- the split, in explain and the log ------------------------------------------------------------
