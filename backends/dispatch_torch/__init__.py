@@ -40,7 +40,13 @@ def dispatch_backend_info() -> BackendInfo:
                        # 16-17 GB/s over dim 0 of 4096x4096, 315-595 over dim 1 of (B, C, H, W), 377-393
                        # on a transposed view; logsumexp 92-382 (benchmarks/results/current/layouts/layouts.md),
                        # where TileLang's column kernels run 1674-2650 (tilelang_dim.md there)
+                       # softmax/log_softmax of bf16 with a float32 result (dtype=, or torch.autocast): a
+                       # cast kernel, then the float32 op (about 14 bytes moved an element, not 6); under
+                       # autocast at 32x4096 on an H100, 26.6 us a call against dispatch[triton]'s 16.7
+                       # (benchmarks/results/current/autocast/README.md). fp16 has one fused kernel: at most
+                       # a launch's difference
                        costs={"cuda": (12.5, 2500.0), "cuda:logsumexp": (80.0, 550.0),
+                              "cuda:softmax:cast": (22.0, 1070.0), "cuda:log_softmax:cast": (22.0, 1070.0),
                               "cuda:strided": (12.5, 400.0), "cuda:logsumexp:strided": (80.0, 300.0),
                               "cuda:softmax:long": (12.5, 2500.0, 0.17), "cuda:log_softmax:long": (12.5, 2500.0, 0.1),
                               "cuda:rms_norm": (15.0, 2500.0, 1.5), "cuda:layer_norm": (16.5, 2500.0, 1.5),
