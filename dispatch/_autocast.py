@@ -11,6 +11,10 @@ then dispatched as that call, to its own kernel:
 * ``"fp32_set_opt_dtype"``: ``dtype=torch.float32`` when no ``dtype`` is given and the first
   tensor is such a tensor (softmax, log_softmax).
 
+An op that declares ``autocast_in_kernel`` (the norms) has its ``"fp32"`` calls served without the
+copy of its first tensor: the kernel reads it in half precision and writes float32
+(:func:`in_kernel`), the same result with fewer bytes moved (torch.compile fuses the same cast).
+
 Whether autocast is on for the call's device is part of its key (a flag of the native tensor key;
 a part of the Python key for ops that declare a policy), so calls inside and outside an autocast
 region resolve apart, and a resolved call pays nothing for it. ``out=`` calls are left as they are
@@ -73,6 +77,16 @@ def recast(decl, values: dict[str, Any]) -> dict[str, Any] | None:
         return None
     cast = {t.name: values[t.name].float() for t in decl.tensors if _low_precision(values.get(t.name), device_type)}
     return {**values, **cast} if cast else None
+
+
+def in_kernel(decl, values: dict[str, Any], recast_values: dict[str, Any]) -> dict[str, Any] | None:
+    """``recast_values`` with the first tensor as the call gave it, where the op's kernels read it
+    in half precision and write float32 (``OpDecl.autocast_in_kernel``) and autocast cast it; else None.
+    The call is then made with ``out_dtype=torch.float32`` (``OpDecl.spec``)."""
+    first = decl.tensors[0].name
+    if not decl.autocast_in_kernel or recast_values.get(first) is values.get(first):
+        return None
+    return {**recast_values, first: values[first]}
 
 
 def traced_recast(decl) -> tuple[str, dict[str, Any]]:

@@ -31,6 +31,7 @@ from .errors import BackendFaultError, BackendRefusedError, FaultWarning, Plugin
 from .reference import check_output, expected_output, gradients_problem, input_safety, result_problem
 
 MAX_KEYS_PER_OP = 4096
+_IN_KERNEL = "autocast, read in the kernel"  # the first part of the key an autocast_in_kernel call resolves under
 _tune_log = logging.getLogger("dispatch.tune")
 
 
@@ -112,9 +113,14 @@ class Dispatcher:
             key = fn = None
         if fn is not None:  # resolved under its canonical key (a list or tuple argument)
             return fn(*decl.tensors_of(values))
+        views_keyed = getattr(key_fn, "views_keyed", False)
         recast = _autocast.recast(decl, values) if decl.autocast else None
         if recast is not None:  # under torch.autocast: served as the call torch makes (float32)
-            fn = _autocast.through(self.function(decl.name).function, decl, values, recast, backend)
+            kept = None if _tracing() else _autocast.in_kernel(decl, values, recast)
+            if kept is not None:  # the kernel reads the half-precision input and writes float32
+                fn = self._autocast_in_kernel(decl, key, values, kept, backend, views_keyed)
+            else:
+                fn = _autocast.through(self.function(decl.name).function, decl, values, recast, backend)
             if key is not None and not _tracing():
                 self.tables.setdefault(decl.name, {})[key] = fn
             return fn(*decl.tensors_of(values))
@@ -122,8 +128,33 @@ class Dispatcher:
             from . import _compile
 
             return _compile.call(decl, values, backend)
-        spec = decl.spec(values)
-        tensors = decl.tensors_of(values)
+        return self._serve(decl, key, decl.spec(values), backend, decl.tensors_of(values), views_keyed)
+
+    def _autocast_in_kernel(self, decl: _opdecl.OpDecl, key, values: dict[str, Any], kept: dict[str, Any],
+                            backend: str | None, views_keyed: bool) -> Callable[..., torch.Tensor]:
+        """``fn(*tensors)`` for a call key met under autocast whose op reads its half-precision input
+        in the kernel (:func:`dispatch._autocast.in_kernel`): the call ``kept`` (the other tensors
+        cast as autocast casts them) with a float32 result, resolved under a key of its own."""
+        names = decl.tensor_names
+        cast = tuple(i for i, name in enumerate(names) if kept[name] is not values[name])
+        fixed = {name: kept[name] for name in kept if name not in names}
+        inner = None if key is None else (_IN_KERNEL, key)
+
+        def autocast_in_kernel(*tensors: torch.Tensor | None) -> torch.Tensor:
+            if cast:
+                tensors = tuple(t.float() if i in cast else t for i, t in enumerate(tensors))
+            fn = self.tables.get(decl.name, {}).get(inner) if inner is not None else None
+            if fn is not None:
+                return fn(*tensors)
+            args = dict(fixed, **dict(zip(names, tensors)))
+            return self._serve(decl, inner, decl.spec(args, out_dtype=torch.float32), backend, tensors, views_keyed)
+
+        return autocast_in_kernel
+
+    def _serve(self, decl: _opdecl.OpDecl, key, spec: CallSpec, backend: str | None, tensors: tuple,
+               views_keyed: bool) -> torch.Tensor:
+        """Serve a call of ``spec`` that is not resolved under ``key``: torch's op where a mode or a
+        Tensor subclass asks for it, else the chosen backend (resolved under ``key``)."""
         if _torch_only():  # served by torch, and not resolved: later calls outside the mode still choose
             scope = _settings.current_scope()
             forced_name = backend or (scope.backend if scope else None) or _settings.effective(scope).backend
@@ -146,7 +177,7 @@ class Dispatcher:
             return fn(*tensors)
         if spec.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return self._call_in_capture(spec, key, backend, tensors)
-        return self.call(decl.name, key, spec, backend, tensors, views_keyed=getattr(key_fn, "views_keyed", False))
+        return self.call(decl.name, key, spec, backend, tensors, views_keyed=views_keyed)
 
     def _call_in_capture(self, spec: CallSpec, key, forced: str | None, tensors: tuple) -> torch.Tensor:
         """A key met for the first time while a CUDA graph is captured: nothing may sync or run

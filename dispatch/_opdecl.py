@@ -179,6 +179,12 @@ class OpDecl:
       are cast to float32) or ``"fp32_set_opt_dtype"`` (``dtype=torch.float32`` unless a ``dtype``
       is given). A call made under autocast is then served as that call; a device type without a
       policy takes the call as it is (as torch does for a custom op). See :mod:`dispatch._autocast`.
+    * ``autocast_in_kernel``: under an ``"fp32"`` policy, the first tensor is handed to the kernel
+      in its half precision, with the result's dtype (``spec.out_dtype``) float32, rather than as a
+      float32 copy: a kernel that reads it and computes in float32 gives the copy's result (the cast
+      is exact) without moving the copy's bytes. The op's ``output`` and ``reference`` honour
+      ``spec.out_dtype`` (the reference casts); a backend serves such calls where it says yes to
+      them. The other half-precision tensors (a weight) are still cast.
     """
 
     name: str = field(validator=instance_of(str))
@@ -198,6 +204,7 @@ class OpDecl:
     sample: Callable[..., tuple[tuple, dict[str, Any]]] = field(default=default_sample, validator=is_callable())
     out: bool = field(default=False, validator=instance_of(bool))
     autocast: tuple[tuple[str, str], ...] = field(default=(), converter=_autocast_pairs)
+    autocast_in_kernel: bool = field(default=False, validator=instance_of(bool))
     doc: str = field(default="", validator=instance_of(str))
 
     @name.validator
@@ -225,6 +232,9 @@ class OpDecl:
         if any(policy == "fp32_set_opt_dtype" for _, policy in self.autocast) and "dtype" not in names:
             raise ValueError(f"op {self.name!r}: the autocast policy 'fp32_set_opt_dtype' sets the op's 'dtype' "
                              f"argument, and 'parse' has none ({', '.join(names)}); use 'fp32'")
+        if self.autocast_in_kernel and self.autocast and not any(policy == "fp32" for _, policy in self.autocast):
+            raise ValueError(f"op {self.name!r}: 'autocast_in_kernel' applies to the autocast policy 'fp32', "
+                             f"and the op declares none (autocast={dict(self.autocast)})")
         for p in params:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise ValueError(f"op {self.name!r}: 'parse' must have named parameters only (got {p})")
@@ -262,8 +272,10 @@ class OpDecl:
         bound.apply_defaults()
         return dict(bound.arguments)
 
-    def spec(self, values: Mapping[str, Any], grad_enabled: bool | None = None) -> CallSpec:
-        """The :class:`CallSpec` of a call with ``values`` by parameter name (checked as torch would)."""
+    def spec(self, values: Mapping[str, Any], grad_enabled: bool | None = None,
+             out_dtype: torch.dtype | None = None) -> CallSpec:
+        """The :class:`CallSpec` of a call with ``values`` by parameter name (checked as torch would);
+        ``out_dtype``: the result's dtype where it is not the call's own (``autocast_in_kernel``)."""
         attributes = self.parse(**values)
         if grad_enabled is None:
             grad_enabled = torch.is_grad_enabled()
@@ -276,7 +288,8 @@ class OpDecl:
             else:
                 tensors.append(TensorSpec.of(arg.name, t, grad_enabled and arg.differentiable))
         attributes = dict(attributes)
-        out_dtype = attributes.pop("out_dtype", None)
+        parsed = attributes.pop("out_dtype", None)
+        out_dtype = parsed if out_dtype is None else out_dtype
         base = CallSpec(self.name, tensors, attributes, (), out_dtype)
         shape, dtype = self.output(base)
         return CallSpec(self.name, tensors, attributes, shape, dtype)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import torch
 from attrs import frozen
 
 from . import _autocast, _opdecl, _plugins, _settings
 from ._autograd import own_backward
-from ._dispatcher import DISPATCHER
+from ._dispatcher import _IN_KERNEL, DISPATCHER
 from ._select import Decision
 
 
@@ -72,10 +73,14 @@ def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation
     spec = fn.decl.spec(values)
     recast = _autocast.recast(fn.decl, values) if fn.decl.autocast else None
     made = None
-    if recast is not None:  # the call torch's autocast makes of it is what runs
-        made, values = spec.describe(), recast
-        spec = fn.decl.spec(values)
     key = fn.call_key(values, backend)
+    if recast is not None:  # the call torch's autocast makes of it is what runs
+        made = spec.describe()
+        kept = _autocast.in_kernel(fn.decl, values, recast)
+        if kept is not None:  # (its half-precision input read in the kernel)
+            spec, key = fn.decl.spec(kept, out_dtype=torch.float32), (_IN_KERNEL, key) if key is not None else None
+        else:
+            spec, key = fn.decl.spec(recast), fn.call_key(recast, backend)
     resolved = DISPATCHER.decisions.get(op, {}).get(key) if key is not None else None
     timing = _settings.effective().timing
     if resolved is not None:

@@ -158,7 +158,11 @@ def norm_layout_refusal(spec: CallSpec) -> str | None:
 # -- references, outputs, buckets, bytes, samples -----------------------------------------------------
 
 def _rms_reference(spec: CallSpec):
-    shape, eps = list(spec.normalized_shape), spec.eps
+    shape, eps, out_dtype = list(spec.normalized_shape), spec.eps, spec.out_dtype
+    if out_dtype != spec.dtype:  # a float32 result of a half-precision input (autocast_in_kernel): its cast
+        def rms_norm_cast(input, weight=None):
+            return F.rms_norm(input.to(out_dtype), shape, weight, eps)
+        return rms_norm_cast
 
     def rms_norm(input, weight=None):
         return F.rms_norm(input, shape, weight, eps)
@@ -166,7 +170,11 @@ def _rms_reference(spec: CallSpec):
 
 
 def _layer_reference(spec: CallSpec):
-    shape, eps = list(spec.normalized_shape), spec.eps
+    shape, eps, out_dtype = list(spec.normalized_shape), spec.eps, spec.out_dtype
+    if out_dtype != spec.dtype:
+        def layer_norm_cast(input, weight=None, bias=None):
+            return F.layer_norm(input.to(out_dtype), shape, weight, bias, eps)
+        return layer_norm_cast
 
     def layer_norm(input, weight=None, bias=None):
         return F.layer_norm(input, shape, weight, bias, eps)
@@ -174,7 +182,9 @@ def _layer_reference(spec: CallSpec):
 
 
 def _same_shape(spec: CallSpec):
-    return spec.shape, spec.dtype  # torch: the result has the input's dtype, whatever the weight's
+    # torch: the result has the input's dtype, whatever the weight's; float32 for a half-precision
+    # input read in the kernel under autocast (OpDecl.autocast_in_kernel)
+    return spec.shape, spec.out_dtype
 
 
 def norm_bucket(spec: CallSpec) -> str:
@@ -247,14 +257,15 @@ RMS_NORM = OpDecl(
     name="rms_norm", parse=_parse_rms_norm,
     tensors=(TensorArg("input"), TensorArg("weight", optional=True)),
     reference=_rms_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes, row_size=norm_size,
-    examples=_examples, autocast=torch_policy("aten::rms_norm", "fp32"), sample=_rms_sample,
+    examples=_examples, autocast=torch_policy("aten::rms_norm", "fp32"), autocast_in_kernel=True, sample=_rms_sample,
     doc="``torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)``, served by the best "
         "backend for the call.")
 LAYER_NORM = OpDecl(
     name="layer_norm", parse=_parse_layer_norm,
     tensors=(TensorArg("input"), TensorArg("weight", optional=True), TensorArg("bias", optional=True)),
     reference=_layer_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes, row_size=norm_size,
-    examples=_examples, autocast=torch_policy("aten::layer_norm", "fp32"), sample=_layer_sample,
+    examples=_examples, autocast=torch_policy("aten::layer_norm", "fp32"), autocast_in_kernel=True,
+    sample=_layer_sample,
     doc="``torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)``, served by the "
         "best backend for the call.")
 

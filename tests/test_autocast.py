@@ -24,7 +24,10 @@ from dispatch.ops import SOFTMAX
 from op_packages import op_package
 
 BF16 = torch.bfloat16
-AC_NORM = attrs.evolve(LAYER_NORM, name="ac_norm", autocast={"cpu": "fp32", "cuda": "fp32"})  # (a policy per device)
+# (a policy per device); its calls under autocast are made on float32 copies
+AC_NORM = attrs.evolve(LAYER_NORM, name="ac_norm", autocast={"cpu": "fp32", "cuda": "fp32"}, autocast_in_kernel=False)
+# the same op read in the kernel, as the built-in norms are: half-precision input, float32 result
+AC_NORM_IN = attrs.evolve(LAYER_NORM, name="ac_norm_in", autocast={"cpu": "fp32"})
 AC_SOFTMAX = attrs.evolve(SOFTMAX, name="ac_softmax", autocast={"cpu": "fp32_set_opt_dtype"})
 
 
@@ -33,7 +36,8 @@ def _recording_backend(seen: list):
     class Recording:
         @dispatch.hookimpl
         def dispatch_backend_info(self):
-            return BackendInfo(name="recording", version="1", ops=("ac_norm", "ac_softmax"), priority={"cpu": 150})
+            return BackendInfo(name="recording", version="1", ops=("ac_norm", "ac_norm_in", "ac_softmax"),
+                               priority={"cpu": 150})
 
         @dispatch.hookimpl
         def dispatch_check(self, op, spec):
@@ -44,15 +48,15 @@ def _recording_backend(seen: list):
             seen.append((op, spec.dtype, spec.out_dtype))
             if op == "ac_softmax":
                 return lambda x: torch.softmax(x, spec.dims[0], dtype=spec.out_dtype)
-            eps, shape = spec.attrs["eps"], spec.attrs["normalized_shape"]
-            return lambda x, w, b: F.layer_norm(x, shape, w, b, eps)
+            eps, shape, out_dtype = spec.attrs["eps"], spec.attrs["normalized_shape"], spec.out_dtype
+            return lambda x, w, b: F.layer_norm(x.to(out_dtype), shape, w, b, eps)
     return Recording()
 
 
 @pytest.fixture
 def ops():
     seen: list = []
-    dispatch.register(op_package(AC_NORM, AC_SOFTMAX), name="autocast_ops")
+    dispatch.register(op_package(AC_NORM, AC_NORM_IN, AC_SOFTMAX), name="autocast_ops")
     dispatch.register(_recording_backend(seen), name="recording")
     try:
         yield seen
@@ -89,6 +93,68 @@ def test_a_call_under_autocast_is_torchs_float32_call_served_by_the_kernel(ops, 
     torch.testing.assert_close(after, F.layer_norm(x, (48,), w, b))
     assert ("ac_norm", torch.float32, torch.float32) in ops  # a kernel served the float32 call
     assert ("ac_norm", BF16, BF16) in ops
+
+
+def test_an_op_read_in_the_kernel_gets_the_half_precision_input_and_a_float32_result(ops):
+    # no float32 copy of the input: the kernel reads bfloat16 and writes float32 (the copy's bytes saved)
+    x, w, b = _inputs()
+    with torch.autocast("cpu", dtype=BF16):
+        inside = dispatch.ac_norm_in(x, (48,), w, b)
+        again = dispatch.ac_norm_in(x, (48,), w, b)
+        explained = dispatch.explain("ac_norm_in", x, (48,), w, b)
+    after = dispatch.ac_norm_in(x, (48,), w, b)
+    expected = F.layer_norm(x.float(), (48,), w.float(), b.float())
+    assert inside.dtype == again.dtype == torch.float32 and after.dtype == BF16
+    torch.testing.assert_close(inside, expected)
+    torch.testing.assert_close(again, expected)
+    torch.testing.assert_close(after, F.layer_norm(x, (48,), w, b))
+    assert ops.count(("ac_norm_in", BF16, torch.float32)) == 1  # built once, for the half-precision input
+    assert ("ac_norm_in", torch.float32, torch.float32) not in ops
+    spec = explained.decision.spec
+    assert (spec.dtype, spec.out_dtype, spec.tensors[1].dtype) == (BF16, torch.float32, torch.float32)
+    assert explained.hot and explained.decision.backend == "recording"
+    assert "bfloat16, 48 float32, 48 float32->float32" in str(explained)
+
+
+def test_read_in_the_kernel_gradients_are_the_cast_calls(ops):
+    x, w, b = (t.clone().requires_grad_(True) for t in _inputs())
+    with torch.autocast("cpu", dtype=BF16):
+        out = dispatch.ac_norm_in(x, (48,), w, b)
+    out.square().sum().backward()
+    ref = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
+    F.layer_norm(ref[0].float(), (48,), ref[1].float(), ref[2].float()).square().sum().backward()
+    for got, want in zip((x, w, b), ref):
+        assert got.grad.dtype == BF16
+        torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_a_backend_that_writes_the_inputs_dtype_is_a_fault_and_torch_serves():
+    # a backend written before read-in-the-kernel calls existed, ignoring spec.out_dtype, returns
+    # bfloat16: the first call's check finds it, and the reference's float32 result is returned
+    class Ignoring:
+        @dispatch.hookimpl
+        def dispatch_backend_info(self):
+            return BackendInfo(name="ignoring", version="1", ops=("ac_norm_in",), priority={"cpu": 150})
+
+        @dispatch.hookimpl
+        def dispatch_check(self, op, spec):
+            return Verdict.yes()
+
+        @dispatch.hookimpl
+        def dispatch_kernel(self, op, spec, config):
+            return lambda x, w, b: F.layer_norm(x, spec.attrs["normalized_shape"], w.to(x.dtype), b.to(x.dtype))
+
+    dispatch.register(op_package(AC_NORM_IN), name="autocast_ops")
+    dispatch.register(Ignoring(), name="ignoring")
+    try:
+        x, w, b = _inputs()
+        with torch.autocast("cpu", dtype=BF16), pytest.warns(dispatch.FaultWarning, match="dtype torch.bfloat16"):
+            got = dispatch.ac_norm_in(x, (48,), w.float(), b.float())
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, F.layer_norm(x.float(), (48,), w.float(), b.float()))
+    finally:
+        dispatch.unregister("ignoring")
+        dispatch.unregister("autocast_ops")
 
 
 def test_set_opt_dtype_gives_float32_unless_a_dtype_is_given(ops):
@@ -175,6 +241,8 @@ def test_a_policy_is_checked_at_declaration():
         attrs.evolve(LAYER_NORM, name="bad_norm", autocast={"cuda": "fp16"})
     with pytest.raises(ValueError, match="'fp32_set_opt_dtype' sets the op's 'dtype'.*has none"):
         attrs.evolve(LAYER_NORM, name="bad_norm", autocast={"cuda": "fp32_set_opt_dtype"})
+    with pytest.raises(ValueError, match="'autocast_in_kernel' applies to the autocast policy 'fp32'"):
+        attrs.evolve(AC_SOFTMAX, name="bad_softmax", autocast_in_kernel=True)
     with pytest.raises(TypeError, match="must map device types to policies"):
         attrs.evolve(LAYER_NORM, name="bad_norm", autocast=("cuda",))
 
@@ -187,3 +255,38 @@ def test_explain_says_which_call_runs_under_autocast(ops):
     text = str(explained)
     assert "6x48 bfloat16" in text.splitlines()[0] and "under torch.autocast, served as" in text
     assert dispatch.explain("ac_norm", x, (48,), w, b).autocast is None  # outside: the call as it is
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("shape", [(64, 4096), (4, 65536), (3, 1000)])
+def test_a_norm_under_cuda_autocast_reads_its_half_precision_input_in_a_kernel(op, shape):
+    # the float32 call torch's autocast makes, served by Triton from the bfloat16 input (no float32 copy)
+    from dispatch import norms
+
+    if not dict(getattr(norms, op.upper()).autocast):
+        pytest.skip(f"this torch's autocast leaves {op} as it is")
+    gen = torch.Generator().manual_seed(0)
+    n = shape[-1]
+    x0 = (torch.randn(shape, generator=gen) * 2 + 1).to(device="cuda", dtype=BF16)
+    w0, b0 = torch.randn(n, generator=gen).cuda(), torch.randn(n, generator=gen).cuda()
+    extra = (b0,) if op == "layer_norm" else ()
+    results = []
+    for fn, kw in ((getattr(dispatch, op), {"backend": "triton"}), (getattr(dispatch, op), {}), (getattr(F, op), {})):
+        x, w, *rest = (t.clone().requires_grad_() for t in (x0, w0, *extra))
+        with torch.autocast("cuda", dtype=BF16):
+            y = fn(x, [n], w, *rest, **kw)
+        dy = torch.randn(y.shape, generator=gen.manual_seed(1)).to(y)
+        y.backward(dy)
+        results.append((y, [t.grad for t in (x, w, *rest)]))
+    (forced, forced_grads), (picked, picked_grads), (want, want_grads) = results
+    for y, grads in ((forced, forced_grads), (picked, picked_grads)):
+        assert y.dtype == want.dtype == torch.float32
+        torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
+        for g, r in zip(grads, want_grads):
+            assert g.dtype == r.dtype
+            scale = r.float().abs().max().clamp_min(1)
+            torch.testing.assert_close(g.float() / scale, r.float() / scale, rtol=2e-2, atol=2e-2)
+    with torch.autocast("cuda", dtype=BF16):
+        spec = dispatch.explain(op, x0, [n], w0, *extra, backend="triton").decision.spec
+    assert (spec.dtype, spec.out_dtype) == (BF16, torch.float32)

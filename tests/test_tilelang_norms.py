@@ -130,13 +130,21 @@ def test_long_rows_take_the_reference_backward():
     torch.testing.assert_close(x.grad, x2.grad)
 
 
+def _half_read_as_float32():
+    # a bfloat16 input whose float32 result is read in the kernel under autocast (OpDecl.autocast_in_kernel)
+    from dispatch.norms import LAYER_NORM
+
+    return LAYER_NORM.spec(LAYER_NORM.bind(torch.ones(2, 8, dtype=BF16), [8]), out_dtype=F32)
+
+
 @pytest.mark.parametrize("why,call", [
     ("float64", lambda: spec_of("rms_norm", torch.ones(2, 8, dtype=torch.float64), (8,))),
     ("input's dtype", lambda: spec_of("rms_norm", torch.ones(2, 8), (8,), torch.ones(8, dtype=BF16))),
     ("must be dense", lambda: spec_of("layer_norm", torch.ones(6, 8)[:, ::2], (4,))),
     ("don't collapse", lambda: spec_of("rms_norm", torch.ones(4, 6, 8)[::2, :3], (8,))),
     ("1048576", lambda: spec_of("rms_norm", torch.empty(1, (1 << 20) + 1), ((1 << 20) + 1,))),
-], ids=["fp64", "mixed-dtype", "gapped-row", "rows-without-one-stride", "too-long"])
+    ("float32 result", lambda: _half_read_as_float32()),
+], ids=["fp64", "mixed-dtype", "gapped-row", "rows-without-one-stride", "too-long", "autocast-read"])
 def test_refusals_say_why(why, call):
     from dispatch_tilelang import dispatch_check
 

@@ -24,6 +24,7 @@ pytest.importorskip("triton")
 
 import dispatch  # noqa: E402
 from dispatch.backend import spec_of  # noqa: E402
+from dispatch.norms import LAYER_NORM, RMS_NORM  # noqa: E402
 
 try:
     from dispatch_triton import norm_backward as NB  # noqa: E402
@@ -36,6 +37,7 @@ F32, BF16 = torch.float32, torch.bfloat16
 TOL = {F32: dict(rtol=1e-5, atol=1e-5), BF16: dict(rtol=1.6e-2, atol=1e-2)}
 GTOL = {F32: dict(rtol=1e-4, atol=1e-4), BF16: dict(rtol=5e-2, atol=5e-2)}
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+DECLS = {"rms_norm": RMS_NORM, "layer_norm": LAYER_NORM}
 
 
 def _t(shape, dtype, seed, scale=1.0, shift=0.0):
@@ -967,3 +969,43 @@ def test_finish_under_the_interpreter_is_the_last_program_only():
         pytest.skip("the interpreter's refusal")
     with pytest.raises(ValueError, match="FINISH=2.*only the last"):
         NB.make_backward("rms_norm", 9, 100, F32, 100, 1e-5, True, False, plan=dict(FINISH=2, G=3))
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("config", [None, dict(BLOCK_N=16, SPLIT=1), dict(BLOCK_N=16, SPLIT=4),
+                                    dict(BLOCK_N=16, SPLIT=1, COOP=1)],
+                         ids=["default", "chunked", "split4", "coop"])
+@pytest.mark.parametrize("absent", [False, True], ids=["wb", "plain"])
+def test_a_half_precision_input_with_a_float32_result(op, config, absent):
+    # torch.autocast's float32 call of a bfloat16 input, read in the kernel (no float32 copy): the
+    # result, the gradients of the input (bfloat16) and of the float32 weight and bias are the cast call's
+    m, n = 3, 100
+    x = _t((m, n), BF16, 6, 2.0, 5.0).requires_grad_()
+    w, b = (None, None) if absent else (_t((n,), F32, 1).requires_grad_(), _t((n,), F32, 2).requires_grad_())
+    b = b if op == "layer_norm" else None
+    decl = DECLS[op]
+    spec = decl.spec(decl.bind(x, [n], w, *((b,) if op == "layer_norm" else ())), out_dtype=F32)
+    assert N.check(spec)
+    cfg = None if config is None else dispatch.backend.Config.of(dict(ROWS=1, num_warps=1, num_stages=1, **config))
+    tensors = (x.detach(), None if w is None else w.detach()) + ((None if b is None else b.detach(),)
+                                                                if op == "layer_norm" else ())
+    y = N.kernel(spec, cfg)(*tensors)
+    leaves = [t for t in (x, w, b) if t is not None]
+    ref = (F.rms_norm(x.float(), (n,), w, spec.eps) if op == "rms_norm"
+           else F.layer_norm(x.float(), (n,), w, b, spec.eps))
+    assert y.dtype == F32
+    torch.testing.assert_close(y, ref, **TOL[F32])
+    dy = _t((m, n), F32, 7)
+    grads = [g for g in N.backward(spec)(dy, *tensors, y) if g is not None]
+    want = torch.autograd.grad(ref, leaves, dy)
+    assert [g.dtype for g in grads] == [t.dtype for t in leaves]
+    for g, r in zip(grads, want):
+        torch.testing.assert_close(g.float(), r.float(), **GTOL[BF16 if g.dtype == BF16 else F32])
+
+
+def test_a_result_dtype_other_than_the_inputs_or_float32_is_refused():
+    x, w = _t((2, 8), F32, 1), _t((8,), F32, 2)
+    spec = RMS_NORM.spec(RMS_NORM.bind(x, [8], w), out_dtype=BF16)
+    assert not N.check(spec) and "float32" in N.check(spec).reason
+    half = RMS_NORM.spec(RMS_NORM.bind(x.to(BF16), [8], w.to(BF16)), out_dtype=F32)
+    assert "weight dtype bfloat16 differs from the result's (float32)" in N.check(half).reason

@@ -44,6 +44,9 @@ def check(spec, target: str):
 
     if spec.dtype not in DTYPES:
         return Verdict.no(f"input dtype {dtype_name(spec.dtype)} not served; float32, float16 and bfloat16 are")
+    if spec.out_dtype != spec.dtype:
+        return Verdict.no(f"a {dtype_name(spec.dtype)} input with a {dtype_name(spec.out_dtype)} result (read in "
+                          "the kernel under autocast): these kernels write the input's dtype")
     for t in spec.tensors[1:]:
         if t.present and (t.dtype != spec.dtype or not t.dense):
             return Verdict.no(f"{t.name} must be contiguous and of the input's dtype ({dtype_name(spec.dtype)}); "

@@ -300,31 +300,38 @@ class NormLauncher:
 
     def __init__(self, op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, device: torch.device,
                  config: dict, eps: float, has_weight: bool, has_bias: bool, out_shape: tuple[int, ...],
-                 like_input: bool = False):
+                 like_input: bool = False, out_dtype: torch.dtype | None = None):
         if op not in NORM_OPS:
             raise ValueError(f"'op' must be one of {NORM_OPS} (got {op!r})")
         _check_config(config, n)
         anchor = torch.empty(0, device=device)
         device = anchor.device
         self.config = dict(config)
+        # the result's dtype, the weight's and the bias's: the input's, or float32 for a half-precision
+        # input read under autocast (the kernel stores in its output pointer's dtype)
+        out_dtype = dtype if out_dtype is None else out_dtype
+        if like_input and out_dtype != dtype:
+            raise ValueError(f"'like_input' makes the output like the input: its dtype {dtype} is not "
+                             f"'out_dtype' {out_dtype}")
         empty, size = torch.empty, tuple(out_shape)  # empty(*size): varargs parse faster than a tuple
         if like_input:  # a dense input of the output's shape and dtype: empty_like parses faster still
             new_y = torch.empty_like  # called as new_y(x): no Python frame
         else:
             def new_y(x):
-                return empty(*size, dtype=dtype, device=device)
+                return empty(*size, dtype=out_dtype, device=device)
         self.direct: tuple[DirectLaunch, ...] = ()
         if m == 0 or n == 0:
             def run(x, weight=None, bias=None, saved=None):
-                return empty(size, dtype=dtype, device=device)
+                return empty(size, dtype=out_dtype, device=device)
             self.run = run
             return
-        ph = placeholder(anchor, dtype)
+        ph = placeholder(anchor, out_dtype)  # an absent weight or bias: of a present one's dtype
         ph32 = placeholder(anchor, torch.float32)
         is_coop = coop(config)
         # what compile() builds with: tensors like a call's (the COOP path's workspace is its slot
         # buffer; the last, the statistics a backward takes)
-        self._stand_ins = (ph,) * 4 + (placeholder(anchor, torch.int64) if is_coop else ph32, ph32)
+        self._stand_ins = (placeholder(anchor, dtype),) + (ph,) * 3 + (
+            placeholder(anchor, torch.int64) if is_coop else ph32, ph32)
         meta = dict(IS_RMS=op == "rms_norm", HAS_WEIGHT=has_weight, HAS_BIAS=has_bias,
                     BLOCK_N=int(config["BLOCK_N"]), ROWS=int(config["ROWS"]),
                     PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(is_coop),
@@ -429,7 +436,7 @@ class NormLauncher:
             return _norm_fwd.warmup(*stand_ins, grid=(1,), **ints, **plain, **common, PHASE=0, **options)
 
         # what the compiled kernel depends on (M and eps are not specialized on: not in the key)
-        key = (dtype, tuple(sorted(plain.items())), tuple(sorted(options.items())),
+        key = (tuple(t.dtype for t in stand_ins), tuple(sorted(plain.items())), tuple(sorted(options.items())),
                tuple((k, v) for k, v in ints.items() if k not in ("M", "eps")))
         grid = (_coop_grid(m, n, config, device, compile_fn, key),)
         if _interpreting():
@@ -529,10 +536,13 @@ def check(spec) -> "Verdict":
 
     if spec.dtype not in DTYPES:
         return Verdict.no(f"input dtype {dtype_name(spec.dtype)} not served; float32, float16 and bfloat16 are")
+    if spec.out_dtype != spec.dtype and spec.out_dtype != torch.float32:
+        return Verdict.no(f"a {dtype_name(spec.dtype)} input with a {dtype_name(spec.out_dtype)} result: the "
+                          "kernels write the input's dtype, or float32 (a half-precision input under autocast)")
     for t in spec.tensors[1:]:
-        if t.present and t.dtype != spec.dtype:
-            return Verdict.no(f"{t.name} dtype {dtype_name(t.dtype)} differs from the input's "
-                              f"({dtype_name(spec.dtype)}); pass them in one dtype")
+        if t.present and t.dtype != spec.out_dtype:
+            return Verdict.no(f"{t.name} dtype {dtype_name(t.dtype)} differs from the result's "
+                              f"({dtype_name(spec.out_dtype)}); pass them in one dtype")
         if t.present and not t.dense:
             return Verdict.no(f"{t.name} must be contiguous (got strides {list(t.stride)})")
     n = norm_size(spec)
@@ -567,7 +577,8 @@ def kernel(spec, config):
     cfg = dict(config.as_dict()) if config else default_config(m, n, spec.dtype, spec.device, spec.op)
     present = [t.present for t in spec.tensors[1:]] + [False]
     return NormLauncher(spec.op, m, n, spec.dtype, norm_row_stride(spec), spec.device, cfg, norm_eps(spec),
-                        present[0], present[1], spec.out_shape, like_input=spec.input.dense).run
+                        present[0], present[1], spec.out_shape,
+                        like_input=spec.input.dense and spec.out_dtype == spec.dtype, out_dtype=spec.out_dtype).run
 
 
 def backward(spec):
