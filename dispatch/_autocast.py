@@ -93,7 +93,10 @@ def traced_recast(decl) -> tuple[str, dict[str, Any]]:
     """:func:`recast` as lines of the stand-in Dynamo traces for a compiled call (its body's
     indentation; they rebind the stand-in's arguments), with the op's policies written in as
     constants, and the names those lines read. Dynamo guards on what a traced function reads: this
-    form reads the tensors and autocast's state (which Dynamo guards anyway), not the declaration."""
+    form reads the tensors and autocast's state (which Dynamo guards anyway), not the declaration.
+    For an op read in the kernel, they set ``_ac_out_dtype`` (None before them: the stand-in's first
+    line) to the result's dtype where the first tensor is left in half precision; the node's ``args``
+    carry it."""
     first = decl.tensors[0].name
     lines = [f"    if isinstance({first}, _ac_Tensor):"]
     for i, (device_type, policy) in enumerate(decl.autocast):
@@ -102,8 +105,13 @@ def traced_recast(decl) -> tuple[str, dict[str, Any]]:
         if policy == "fp32_set_opt_dtype":
             lines.append(f"            if dtype is None and _ac_low({first}, {device_type!r}):")
             lines.append("                dtype = _ac_float32")
-        else:
-            lines += [f"            {t} = _ac_up({t}, {device_type!r})" for t in decl.tensor_names]
+            continue
+        cast = decl.tensor_names
+        if decl.autocast_in_kernel:  # the first tensor read in the kernel: the node's result is float32
+            lines.append(f"            if _ac_low({first}, {device_type!r}):")
+            lines.append("                _ac_out_dtype = _ac_float32")
+            cast = cast[1:]
+        lines += [f"            {t} = _ac_up({t}, {device_type!r})" for t in cast]
     names = {"_ac_Tensor": torch.Tensor, "_ac_enabled": torch.is_autocast_enabled, "_ac_low": _low_precision,
              "_ac_float32": torch.float32, "_ac_up": _up}
     return "\n".join(lines) + "\n", names

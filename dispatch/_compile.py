@@ -92,11 +92,19 @@ def _schema(decl: _opdecl.OpDecl) -> str:
     return f"({tensors}, str args) -> Tensor"
 
 
-def _values(decl: _opdecl.OpDecl, tensors: tuple, args: str) -> tuple[dict[str, Any], Any]:
+# the ``args`` entry of a node whose half-precision input its kernel reads under autocast, with this
+# result dtype (``OpDecl.autocast_in_kernel``; not an identifier: no op parameter has this name)
+OUT_DTYPE = "autocast out_dtype"
+
+
+def _values(decl: _opdecl.OpDecl, tensors: tuple, args: str) -> tuple[dict[str, Any], Any, Any]:
+    """The call's values by parameter name, its ``backend``, and the result dtype of a call read in
+    the kernel under autocast (else None)."""
     values = decode(args)
     backend = values.pop("backend", None)
+    out_dtype = values.pop(OUT_DTYPE, None)
     values.update(zip(decl.tensor_names, tensors))
-    return values, backend
+    return values, backend, out_dtype
 
 
 def _library() -> torch.library.Library:
@@ -137,9 +145,9 @@ _PLAIN = _plain_keys()
 _KERNELS = '''
 def impl({tensors}, _d_args):
     try:
-        {attributes}backend, = _d_attributes[_d_args]
+        {attributes}backend, _d_od = _d_attributes[_d_args]
     except KeyError:
-        {attributes}backend, = _d_remember(_d_args)
+        {attributes}backend, _d_od = _d_remember(_d_args)
     {run}
     if {aliases}:
         return _d_out.clone()
@@ -162,6 +170,15 @@ _AUTOCAST_RUN = """if _d_any_autocast() and _d_autocast_on({first}):
         _d_out = _d_function(_d_name).function({call})"""
 
 
+# a node whose half-precision input the kernel reads (traced under autocast: its args say the result's dtype)
+_IN_KERNEL_RUN = """if _d_od is not None:
+        _d_values = {values}
+        _d_decl = _d_get(_d_name)
+        _d_out = _d_in_kernel(_d_decl, _d_in_key(_d_decl, _d_values, backend), _d_values, backend)
+    else:
+        """ + _AUTOCAST_RUN.replace("\n", "\n    ")
+
+
 def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
     """The op's run-time kernels, made once: ``impl(*tensors, args)`` calls the op function (its
     resolved table, as eager calls do) with the arguments ``args`` encodes (each text decoded once);
@@ -177,20 +194,22 @@ def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
 
     def remember(args: str) -> tuple:
         values = decode(args)
-        found = (*(values.get(n, defaults.get(n)) for n in names), values.get("backend"))
+        found = (*(values.get(n, defaults.get(n)) for n in names), values.get("backend"), values.get(OUT_DTYPE))
         if len(attributes) >= _MAX_ENCODINGS:
             attributes.clear()
         attributes[args] = found
         return found
 
     tensors = decl.tensor_names
+    values = "{" + ", ".join(f"{p.name!r}: {p.name}" for p in params) + "}"
     call = ", ".join([p.name if p.kind != p.KEYWORD_ONLY else f"{p.name}={p.name}" for p in params]
                      + ["backend=backend"])
     source = _KERNELS.format(
         plain="_d_keyset.raw_repr() & _d_MASK == _d_DENSE" if _PLAIN else "False",
         tensors=", ".join(tensors), attributes="".join(f"{n}, " for n in names), call=call,
         aliases=" or ".join(f"_d_out is {t}" for t in tensors),
-        run=_AUTOCAST_RUN.format(first=tensors[0], call=call) if decl.autocast else _RUN.format(call=call),
+        run=(_IN_KERNEL_RUN.format(values=values, first=tensors[0], call=call) if decl.autocast_in_kernel
+             else _AUTOCAST_RUN.format(first=tensors[0], call=call) if decl.autocast else _RUN.format(call=call)),
         requires_grad="(" + " or ".join(f"{t}.requires_grad" if not a.optional else
                                         f"({t} is not None and {t}.requires_grad)"
                                         for t, a in zip(tensors, decl.tensors)) + ")")
@@ -201,7 +220,8 @@ def _kernels(decl: _opdecl.OpDecl, op, function) -> tuple[Any, Any]:
         "_d_below_autograd": torch._C._AutoDispatchBelowAutograd,
         "_d_after_autograd": torch._C._after_autograd_keyset, "_d_autocast_on": _autocast.on_for,
         "_d_any_autocast": torch._C._is_any_autocast_enabled,
-        "_d_leave_as_is": _autocast.leave_as_is}
+        "_d_leave_as_is": _autocast.leave_as_is, "_d_in_kernel": DISPATCHER.in_kernel,
+        "_d_in_key": DISPATCHER.in_kernel_key, "_d_get": _opdecl.get}
     exec(compile(source, f"<dispatch custom op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
     return _never_traced(namespace["impl"]), _never_traced(namespace["autograd"])
 
@@ -238,8 +258,8 @@ def register(decl: _opdecl.OpDecl) -> None:
         def fake(*tensors_and_args):
             *tensors, args = tensors_and_args
             current = _opdecl.get(name)
-            values, _backend = _values(current, tuple(tensors), args)
-            spec = current.spec(values, grad_enabled=False)
+            values, _backend, out_dtype = _values(current, tuple(tensors), args)
+            spec = current.spec(values, grad_enabled=False, out_dtype=out_dtype)
             return current.reference(spec)(*tensors)
 
         def forward(keyset, *tensors_and_args):
@@ -288,8 +308,8 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
     def impl(grad, output, *rest):
         *tensors, args, needs = rest
         current = _opdecl.get(name)
-        values, backend = _values(current, tuple(tensors), args)
-        spec = current.spec(values, grad_enabled=False)
+        values, backend, out_dtype = _values(current, tuple(tensors), args)
+        spec = current.spec(values, grad_enabled=False, out_dtype=out_dtype)
         spec = attrs.evolve(spec, tensors=[attrs.evolve(t, requires_grad=bool(n) and t.present)
                                            for t, n in zip(spec.tensors, needs)])
         grads = DISPATCHER.backward_kernel(spec, backend)(grad, *tensors, output)
@@ -318,8 +338,11 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
 
     signature, defaults = signature_source(decl)
     others = [*decl.attribute_names, "backend"]
+    # an op read in the kernel under autocast: the result's dtype, where the traced recast set one
+    carried = (", **({_OUT_DTYPE: _ac_out_dtype} if _ac_out_dtype is not None else {})"
+               if decl.autocast_in_kernel else "")
     call = (f"_op({', '.join(decl.tensor_names)}, "
-            f"_encode(_concrete({{{', '.join(f'{n!r}: {n}' for n in others)}}})))")
+            f"_encode(_concrete({{{', '.join(f'{n!r}: {n}' for n in others)}{carried}}})))")
     # out=: the custom op returns a new tensor, which is then written into out as eager's out= does
     # (torch's checks, resizing), in the traced graph (an input mutation, which torch.compile keeps)
     names = [*decl.tensor_names, *decl.attribute_names]
@@ -329,8 +352,10 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
         "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out, backend)\n")
     # under torch.autocast, the call torch would make (traced: the casts are nodes of the graph)
     recast, recast_names = _autocast.traced_recast(decl) if decl.autocast else ("", {})
-    source = f"def {decl.name}({signature}):\n{out_check}{recast}    return {call}\n"
+    first = "    _ac_out_dtype = None\n" if decl.autocast_in_kernel else ""
+    source = f"def {decl.name}({signature}):\n{first}{out_check}{recast}    return {call}\n"
     namespace = {"_op": op, "_encode": _constant_encode(), "_concrete": _concrete, "_with_out": with_out,
+                 "_OUT_DTYPE": OUT_DTYPE,
                  **recast_names, **defaults}
     exec(compile(source, f"<dispatch compiled op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
     return namespace[decl.name]

@@ -143,13 +143,25 @@ class Dispatcher:
         def autocast_in_kernel(*tensors: torch.Tensor | None) -> torch.Tensor:
             if cast:
                 tensors = tuple(t.float() if i in cast else t for i, t in enumerate(tensors))
-            fn = self.tables.get(decl.name, {}).get(inner) if inner is not None else None
-            if fn is not None:
-                return fn(*tensors)
-            args = dict(fixed, **dict(zip(names, tensors)))
-            return self._serve(decl, inner, decl.spec(args, out_dtype=torch.float32), backend, tensors, views_keyed)
+            return self.in_kernel(decl, inner, dict(fixed, **dict(zip(names, tensors))), backend, views_keyed)
 
         return autocast_in_kernel
+
+    def in_kernel_key(self, decl: _opdecl.OpDecl, values: dict[str, Any], backend: str | None):
+        """The key a call read in the kernel under autocast resolves under (None: resolved each call)."""
+        key = self.function(decl.name).call_key(values, backend)
+        return None if key is None else (_IN_KERNEL, key)
+
+    def in_kernel(self, decl: _opdecl.OpDecl, inner, values: dict[str, Any], backend: str | None,
+                  views_keyed: bool = False) -> torch.Tensor:
+        """A call of ``values`` whose half-precision input the kernel reads, with a float32 result
+        (``OpDecl.autocast_in_kernel``: an eager call under autocast, or a compiled graph's node of
+        one), resolved under ``inner``, a key that no call as made has (``(_IN_KERNEL, its key)``)."""
+        tensors = decl.tensors_of(values)
+        fn = self.tables.get(decl.name, {}).get(inner) if inner is not None else None
+        if fn is not None:
+            return fn(*tensors)
+        return self._serve(decl, inner, decl.spec(values, out_dtype=torch.float32), backend, tensors, views_keyed)
 
     def _serve(self, decl: _opdecl.OpDecl, key, spec: CallSpec, backend: str | None, tensors: tuple,
                views_keyed: bool) -> torch.Tensor:

@@ -7,7 +7,7 @@ from attrs import frozen
 
 from . import _autocast, _opdecl, _plugins, _settings
 from ._autograd import own_backward
-from ._dispatcher import _IN_KERNEL, DISPATCHER
+from ._dispatcher import DISPATCHER
 from ._select import Decision
 
 
@@ -78,7 +78,7 @@ def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation
         made = spec.describe()
         kept = _autocast.in_kernel(fn.decl, values, recast)
         if kept is not None:  # (its half-precision input read in the kernel)
-            spec, key = fn.decl.spec(kept, out_dtype=torch.float32), (_IN_KERNEL, key) if key is not None else None
+            spec, key = fn.decl.spec(kept, out_dtype=torch.float32), DISPATCHER.in_kernel_key(fn.decl, values, backend)
         else:
             spec, key = fn.decl.spec(recast), fn.call_key(recast, backend)
     resolved = DISPATCHER.decisions.get(op, {}).get(key) if key is not None else None

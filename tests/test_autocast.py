@@ -209,6 +209,34 @@ def test_a_compiled_call_under_autocast_matches_eager(ops):
         torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_a_compiled_call_read_in_the_kernel_is_one_node_of_the_half_precision_input(ops, compiler):
+    # the graph's node takes the bfloat16 input and gives float32 (no cast node before it); its
+    # kernel and its backward are the eager call's
+    x, w, b = _inputs()
+    w32, b32 = w.float(), b.float()
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(lambda t, u, v: dispatch.ac_norm_in(t, (48,), u, v), fullgraph=True,
+                                 backend=compiler)
+        xg = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=BF16):
+            got = compiled(x, w32, b32)
+            trained = compiled(xg, w32, b32)
+        want = F.layer_norm(x.float(), (48,), w32, b32)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want)
+        trained.square().sum().backward()
+        xr = x.clone().requires_grad_()
+        F.layer_norm(xr.float(), (48,), w32, b32).square().sum().backward()
+        assert xg.grad.dtype == BF16
+        torch.testing.assert_close(xg.grad, xr.grad)
+        assert ("ac_norm_in", BF16, torch.float32) in ops and ("ac_norm_in", torch.float32, torch.float32) not in ops
+        assert compiled(x, w32, b32).dtype == BF16  # outside the region: the bfloat16 call
+    finally:
+        torch._dynamo.reset()
+
+
 BUILTIN = {
     "softmax": (lambda t: dispatch.softmax(t, -1), lambda t: F.softmax(t, -1)),
     "log_softmax": (lambda t: dispatch.log_softmax(t, 0), lambda t: F.log_softmax(t, 0)),
@@ -290,3 +318,23 @@ def test_a_norm_under_cuda_autocast_reads_its_half_precision_input_in_a_kernel(o
     with torch.autocast("cuda", dtype=BF16):
         spec = dispatch.explain(op, x0, [n], w0, *extra, backend="triton").decision.spec
     assert (spec.dtype, spec.out_dtype) == (BF16, torch.float32)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_compiled_layer_norm_under_cuda_autocast_is_torchs_float32_call():
+    from dispatch import norms
+
+    if not dict(norms.LAYER_NORM.autocast):
+        pytest.skip("this torch's autocast leaves layer_norm as it is")
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4096, generator=gen).to(device="cuda", dtype=BF16)
+    w, b = torch.randn(4096, generator=gen).cuda(), torch.randn(4096, generator=gen).cuda()
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(lambda t: dispatch.layer_norm(t, [4096], w, b), fullgraph=True)
+        with torch.autocast("cuda", dtype=BF16):
+            got, want = compiled(x), F.layer_norm(x, [4096], w, b)
+        assert got.dtype == want.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        torch._dynamo.reset()
