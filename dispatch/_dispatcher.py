@@ -139,10 +139,14 @@ class Dispatcher:
         cast = tuple(i for i, name in enumerate(names) if kept[name] is not values[name])
         fixed = {name: kept[name] for name in kept if name not in names}
         inner = None if key is None else (_IN_KERNEL, key)
+        tables = self.tables
 
         def autocast_in_kernel(*tensors: torch.Tensor | None) -> torch.Tensor:
             if cast:
                 tensors = tuple(t.float() if i in cast else t for i, t in enumerate(tensors))
+            fn = tables.get(decl.name, {}).get(inner) if inner is not None else None
+            if fn is not None:  # resolved: the hot path
+                return fn(*tensors)
             return self.in_kernel(decl, inner, dict(fixed, **dict(zip(names, tensors))), backend, views_keyed)
 
         return autocast_in_kernel
