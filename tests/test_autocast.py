@@ -116,18 +116,6 @@ def test_an_op_read_in_the_kernel_gets_the_half_precision_input_and_a_float32_re
     assert "bfloat16, 48 float32, 48 float32->float32" in str(explained)
 
 
-def test_read_in_the_kernel_gradients_are_the_cast_calls(ops):
-    x, w, b = (t.clone().requires_grad_(True) for t in _inputs())
-    with torch.autocast("cpu", dtype=BF16):
-        out = dispatch.ac_norm_in(x, (48,), w, b)
-    out.square().sum().backward()
-    ref = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
-    F.layer_norm(ref[0].float(), (48,), ref[1].float(), ref[2].float()).square().sum().backward()
-    for got, want in zip((x, w, b), ref):
-        assert got.grad.dtype == BF16
-        torch.testing.assert_close(got.grad, want.grad)
-
-
 def test_a_backend_that_writes_the_inputs_dtype_is_a_fault_and_torch_serves():
     # a backend written before read-in-the-kernel calls existed, ignoring spec.out_dtype, returns
     # bfloat16: the first call's check finds it, and the reference's float32 result is returned
@@ -170,10 +158,11 @@ def test_set_opt_dtype_gives_float32_unless_a_dtype_is_given(ops):
     assert ("ac_softmax", BF16, torch.float32) in ops
 
 
-def test_gradients_flow_back_to_the_half_precision_tensors(ops):
+@pytest.mark.parametrize("op", ["ac_norm", "ac_norm_in"], ids=["cast copies", "read in the kernel"])
+def test_gradients_flow_back_to_the_half_precision_tensors(ops, op):
     x, w, b = (t.clone().requires_grad_(True) for t in _inputs())
     with torch.autocast("cpu", dtype=BF16):
-        out = dispatch.ac_norm(x, (48,), w, b)
+        out = getattr(dispatch, op)(x, (48,), w, b)
     out.square().sum().backward()
     ref = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
     F.layer_norm(ref[0].float(), (48,), ref[1].float(), ref[2].float()).square().sum().backward()
