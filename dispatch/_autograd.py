@@ -118,16 +118,33 @@ def differentiable(kernel: Callable[..., torch.Tensor], backward: Callable[..., 
 
     reference = _opdecl.get(spec.op).reference(spec)
     apply = _function_for(kernel, backward, spec).apply
-    # (a tensor made under inference_mode: autograd can't save it for a backward; torch's op saves what it needs)
+    # (a tensor made under inference_mode: autograd can't save it for a backward; torch's op saves
+    # what it needs, or raises its own error, which is the call's, not the kernel's)
     if len(spec.tensors) == 1:
         def run_one(x: torch.Tensor) -> torch.Tensor:
-            return reference(x) if x.is_inference() else apply(x)
+            return torchs_own(reference, x) if x.is_inference() else apply(x)
         return run_one
 
     def run(*tensors: torch.Tensor) -> torch.Tensor:
         if any(t is not None and t.is_inference() for t in tensors):
-            return reference(*tensors)
+            return torchs_own(reference, *tensors)
         return apply(*tensors)
 
     return run
+
+
+TORCHS_OWN = "_dispatch_torchs_own"  # marks an error torch's own op raised for a call a kernel handed it
+
+
+def torchs_own(reference: Callable[..., torch.Tensor], *tensors: torch.Tensor | None) -> torch.Tensor:
+    """``reference(*tensors)``; an error it raises is marked (:data:`TORCHS_OWN`) as torch's own for
+    the call, which the dispatcher raises as it is rather than fault the backend that handed it on."""
+    try:
+        return reference(*tensors)
+    except Exception as exc:
+        try:
+            setattr(exc, TORCHS_OWN, True)
+        except AttributeError:  # (an exception type that takes no attributes: faulted as any error)
+            pass
+        raise
 

@@ -21,7 +21,7 @@ import attrs
 import torch
 
 from . import _autocast, _backend, _opdecl, _plugins, _settings
-from ._autograd import differentiable, own_backward, reference_backward
+from ._autograd import TORCHS_OWN, differentiable, own_backward, reference_backward
 from ._keys import spec_key
 from ._opfunc import OpFunction
 from ._select import Decision, Selector, unknown_backend
@@ -367,6 +367,8 @@ class Dispatcher:
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:  # SystemExit included: a kernel cannot end the process
+                    if getattr(exc, TORCHS_OWN, False):  # torch's own op raised for the call: its error
+                        raise
                     return fault(exc, (x,))
         else:
             def run(*tensors: torch.Tensor) -> torch.Tensor:
@@ -377,6 +379,8 @@ class Dispatcher:
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:  # SystemExit included: a kernel cannot end the process
+                    if getattr(exc, TORCHS_OWN, False):
+                        raise
                     return fault(exc, tensors)
         if plain:
             guarded = run

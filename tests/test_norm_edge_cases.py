@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import dispatch
+from dispatch.backend import spec_of
 
 from backends_needed import DEVICE, KERNEL_BACKENDS
 
@@ -124,15 +125,20 @@ def test_a_wrong_kernel_still_fails_where_torch_is_inexact():
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 def test_a_result_that_is_torchs_own_at_the_calls_precision_is_not_a_fault(backend):
     # fp32 rows whose squares overflow: torch's layer_norm gives NaN there, the float64 oracle a
-    # finite row; a kernel that gives torch's NaN is right, not faulty
+    # finite row; a kernel that gives torch's NaN is right, not faulty, and one that gives neither
+    # (zeros, from a variance of inf) is a fault
     x = torch.tensor([[1e38, 3e38, -3e38, 0.0]], device=DEVICE)
     want = F.layer_norm(x, [4])
+    exact = F.layer_norm(x.double(), [4])
     try:
         got = dispatch.layer_norm(x, [4], backend=backend)
-    except dispatch.errors.BackendFaultError as exc:
-        assert not torch.isnan(want).any(), exc  # a fault only where torch's own result is not NaN
+    except dispatch.errors.BackendFaultError as exc:  # right only where the kernel's own result is wrong
+        own = dispatch.backend.loaded_backends()[backend].kernel("layer_norm", spec_of("layer_norm", x, [4]))(
+            x, None, None)
+        torchs = torch.isnan(own).any() and torch.equal(torch.isnan(own), torch.isnan(want))
+        assert not torchs and not torch.allclose(own.double(), exact, rtol=1e-5, atol=1e-5), (exc, own)
         return
     if torch.isnan(got).any():  # torch's answer at the call's precision
         assert torch.equal(torch.isnan(got), torch.isnan(want))
     else:  # or the exact one (a kernel that scales before squaring)
-        torch.testing.assert_close(got.double(), F.layer_norm(x.double(), [4]), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.double(), exact, rtol=1e-5, atol=1e-5)
