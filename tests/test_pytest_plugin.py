@@ -305,8 +305,9 @@ def test_the_kit_catches_an_online_softmax_that_turns_a_long_neg_inf_run_into_na
 
 
 def _norm_backend(name: str, fault: str):
-    """layer_norm through torch's, with one fault: "needs weight" (crashes without one) or
-    "requires grad" (returns a tensor that requires grad)."""
+    """layer_norm through torch's, with one fault: "needs weight" (crashes without one),
+    "requires grad" (returns a tensor that requires grad) or "input's dtype" (returns it where the
+    call's result is float32: a half-precision input read in the kernel under autocast)."""
     import torch.nn.functional as F
 
     plugin = types.SimpleNamespace()
@@ -316,16 +317,20 @@ def _norm_backend(name: str, fault: str):
 
     @dispatch.hookimpl
     def dispatch_kernel(op, spec, config):
-        shape, eps = spec.attrs["normalized_shape"], spec.attrs["eps"]
+        shape, eps, out = spec.attrs["normalized_shape"], spec.attrs["eps"], spec.out_dtype
         if fault == "needs weight":
-            return lambda x, w, b: F.layer_norm(x, shape, w * 1, b, eps)
-        return lambda x, w, b: F.layer_norm(x, shape, w, b, eps).requires_grad_()
+            return lambda x, w, b: F.layer_norm(x.to(out), shape, w * 1, b, eps)
+        if fault == "input's dtype":  # a float32 result asked of a half-precision input: the input's dtype
+            return lambda x, w, b: F.layer_norm(x, shape, None if w is None else w.to(x.dtype),
+                                                None if b is None else b.to(x.dtype), eps)
+        return lambda x, w, b: F.layer_norm(x.to(out), shape, w, b, eps).requires_grad_()
     plugin.dispatch_kernel = dispatch_kernel
     return plugin
 
 
 @pytest.mark.parametrize("fault,said", [("needs weight", "the kernel raised TypeError"),
-                                        ("requires grad", "returned a tensor that requires grad")])
+                                        ("requires grad", "returned a tensor that requires grad"),
+                                        ("input's dtype", "where the call's result is torch.float32")])
 def test_certification_calls_an_op_without_its_optional_tensors_and_checks_what_dispatch_checks(fault, said):
     from dispatch_pytest.cases import sample_cases
 
@@ -339,3 +344,6 @@ def test_certification_calls_an_op_without_its_optional_tensors_and_checks_what_
     if fault == "needs weight":  # exactly the calls without a weight
         assert all("noweight" in case for case in failed)
         assert any("noweight" in r.case.id for r in report.failed) and report.passed
+    if fault == "input's dtype":  # exactly autocast's calls, read in the kernel: float16 and bfloat16, with a backward
+        assert sorted(failed) == ["layer_norm-bfloat16-7x33-autocast", "layer_norm-bfloat16-8x128-autocast-grad",
+                                  "layer_norm-float16-7x33-autocast"]

@@ -136,13 +136,25 @@ class OpCase:
     shape: tuple[int, ...] = field(converter=tuple)
     options: tuple[tuple[str, object], ...] = field(default=(), converter=lambda o: tuple(sorted(dict(o).items())))
     grad: bool = field(default=False, validator=instance_of(bool))
+    # the call as torch.autocast hands it to an op that reads its half-precision input in the kernel
+    # (OpDecl.autocast_in_kernel): the input of ``dtype``, the other tensors and the result float32
+    autocast: bool = field(default=False, validator=instance_of(bool))
+
+    def __attrs_post_init__(self) -> None:
+        if self.autocast and self.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"'autocast' cases read a float16 or bfloat16 input (got dtype {self.dtype})")
 
     @property
     def id(self) -> str:
         shape = "x".join(map(str, self.shape)) or "scalar"
         parts = [self.op, _dtype_name(self.dtype), shape,
                  *("-".join(f"no{name}" for name in v) if k == "absent" else f"{k}{v}" for k, v in self.options)]
-        return "-".join(parts + (["grad"] if self.grad else []))
+        return "-".join(parts + (["autocast"] if self.autocast else []) + (["grad"] if self.grad else []))
+
+    @property
+    def out_dtype(self) -> torch.dtype | None:
+        """The result's dtype where it is not the call's own (``OpDecl.spec``'s ``out_dtype``)."""
+        return torch.float32 if self.autocast else None
 
     def arguments(self, device: torch.device | str = "cpu") -> tuple[tuple, dict]:
         """The sample call's arguments; option ``absent``: optional tensors passed as None instead."""
@@ -154,6 +166,11 @@ class OpCase:
         if absent:
             values = decl.bind(*args, **kwargs)
             args, kwargs = (), {**values, **{name: None for name in absent}}
+        if self.autocast:  # the other floating tensors as autocast casts them
+            values = decl.bind(*args, **kwargs)
+            rest = [t.name for t in decl.tensors[1:]]
+            args, kwargs = (), {k: v.float() if k in rest and isinstance(v, torch.Tensor) and v.dtype.is_floating_point
+                                else v for k, v in values.items()}
         if self.grad:
             args = tuple(a.requires_grad_(True) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point
                          else a for a in args)
@@ -166,7 +183,8 @@ def sample_cases(op: str) -> tuple[OpCase, ...]:
     """The grid for an op declared outside the reduction family: every float dtype on a few shapes
     (rows, odd sizes, a 3-d input, empty rows, one long row), and backward in float32/float64;
     then each optional tensor absent (and all of them, where there are several), forward in
-    float32 and bfloat16 and backward in float32."""
+    float32 and bfloat16 and backward in float32; for an op that reads a half-precision input in
+    the kernel under autocast, that call (bfloat16 and float16, forward; bfloat16, backward)."""
     cases = [OpCase(op, dtype, shape) for dtype in DTYPES
              for shape in ((8, 128), (7, 33), (3, 5, 17), (4, 0), (1, 4099))]
     cases += [OpCase(op, dtype, (8, 128), grad=True) for dtype in (torch.float32, torch.float64)]
@@ -174,6 +192,9 @@ def sample_cases(op: str) -> tuple[OpCase, ...]:
     for absent in [(name,) for name in optional] + ([optional] if len(optional) > 1 else []):  # each, then all
         cases += [OpCase(op, dtype, (7, 33), options={"absent": absent}) for dtype in (torch.float32, torch.bfloat16)]
         cases.append(OpCase(op, torch.float32, (8, 128), options={"absent": absent}, grad=True))
+    if dispatch.declared_ops()[op].autocast_in_kernel:  # half-precision input, float32 result
+        cases += [OpCase(op, dtype, (7, 33), autocast=True) for dtype in (torch.bfloat16, torch.float16)]
+        cases.append(OpCase(op, torch.bfloat16, (8, 128), autocast=True, grad=True))
     return tuple(cases)
 
 

@@ -26,7 +26,7 @@ import dispatch
 from dispatch.backend import (EMPTY, Backend, CallSpec, Config, expected_output, gradients_problem, input_safety,
                               loaded_backends, mismatch, reference_kernel, resolve_device, result_problem)
 
-from .cases import Case, default_cases
+from .cases import Case, OpCase, default_cases
 
 PASS, REFUSED, FAIL = "pass", "refused", "fail"
 CONFIGS = ("all", "default")
@@ -147,7 +147,7 @@ def run_case(backend: str, case: Case, *, device: torch.device | str | None = No
     try:  # the op's own code (its sample, parse and output rule): not the backend's to pass or fail
         args, kwargs = case.arguments(device)
         values = decl.bind(*args, **kwargs)
-        spec = decl.spec(values)
+        spec = decl.spec(values, out_dtype=case.out_dtype if isinstance(case, OpCase) else None)
         tensors = decl.tensors_of(values)
     except Exception as exc:  # noqa: BLE001 - reported as the case's refusal by the op
         return CaseResult(case, REFUSED, f"not a call of {case.op}: the op's own code raised "
@@ -217,6 +217,9 @@ def _check_forward(backend: Backend, case: Case, spec: CallSpec, config: Config,
         return f"the kernel {unsafe}", None
     if out.device != expected.device:
         return f"output on {out.device}, the input's device is {expected.device}", None
+    if isinstance(out, torch.Tensor) and out.dtype != spec.out_dtype and spec.out_dtype != spec.dtype:
+        return (f"returned {out.dtype} where the call's result is {spec.out_dtype} (spec.out_dtype, not the "
+                f"input's {spec.dtype}): return that dtype, or refuse the call in dispatch_check"), None
     why = mismatch(out, expected, tol)
     if why is None:
         return None, None
