@@ -120,11 +120,13 @@ def op_args(op: str, x: torch.Tensor) -> tuple:
     return ((n,), w) if op == "rms_norm" else ((n,), w, torch.randn(n, device=x.device, dtype=x.dtype))
 
 
-def contenders(op: str, compile_too: bool, python_key: bool = False, device_timing: bool = False) -> dict:
+def contenders(op: str, compile_too: bool, python_key: bool = False, device_timing: bool = False,
+               compiled_pick: bool = False) -> dict:
     """``{name: fn(x, *args)}``: torch, torch.compile'd torch, dispatch forced to each available
     backend, and dispatch's own pick (and, with ``python_key``, its pick with the Python call key;
     with ``device_timing``, its pick in a ``use(timing="device")`` block, the choice for code that
-    CUDA graphs replay: read its device time, as its wall time pays for entering the block)."""
+    CUDA graphs replay: read its device time, as its wall time pays for entering the block; with
+    ``compiled_pick``, its pick inside a torch.compile'd function, one custom-op node)."""
     tfn = torch_op(op)
     out = {"torch": tfn}
     if compile_too:
@@ -146,6 +148,8 @@ def contenders(op: str, compile_too: bool, python_key: bool = False, device_timi
                 return dispatch_op(*a)
 
         out["dispatch (pick, device timing)"] = device_pick
+    if compiled_pick:
+        out["torch.compile(dispatch)"] = torch_compiled(lambda *a: dispatch_op(*a))
     return out
 
 
@@ -203,6 +207,8 @@ def main() -> int:
                     help="also time dispatch's pick with the call key computed in Python")
     ap.add_argument("--device-timing", action="store_true",
                     help='also time dispatch\'s pick in a use(timing="device") block (for CUDA graphs)')
+    ap.add_argument("--compiled-pick", action="store_true",
+                    help="also time dispatch's pick inside a torch.compile'd function")
     ap.add_argument("--autocast", action="store_true",
                     help='time every call inside torch.autocast("cuda", dtype=torch.bfloat16)')
     a = ap.parse_args()
@@ -228,7 +234,7 @@ def run(a: argparse.Namespace) -> int:
             f.write(f"{meta['device']}, torch {meta['torch']}\n\n" + markdown(rows))
 
     for op in a.ops.split(","):
-        fns = contenders(op, not a.no_compile, a.python_key, a.device_timing)
+        fns = contenders(op, not a.no_compile, a.python_key, a.device_timing, a.compiled_pick)
         for shape in a.shapes.split(","):
             m, n = (int(v) for v in shape.split("x"))
             x = torch.randn(m, n, device="cuda").to(dtype)
