@@ -95,6 +95,7 @@ def _schema(decl: _opdecl.OpDecl) -> str:
 # the ``args`` entry of a node whose half-precision input its kernel reads under autocast, with this
 # result dtype (``OpDecl.autocast_in_kernel``; not an identifier: no op parameter has this name)
 OUT_DTYPE = "autocast out_dtype"
+_FAKE = object()  # (_node_call's backend for the fake: nothing decided)
 
 
 def _values(decl: _opdecl.OpDecl, tensors: tuple, args: str) -> tuple[dict[str, Any], Any, Any]:
@@ -105,6 +106,27 @@ def _values(decl: _opdecl.OpDecl, tensors: tuple, args: str) -> tuple[dict[str, 
     out_dtype = values.pop(OUT_DTYPE, None)
     values.update(zip(decl.tensor_names, tensors))
     return values, backend, out_dtype
+
+
+def _node_call(decl: _opdecl.OpDecl, values: dict[str, Any], out_dtype, backend: Any = _FAKE) -> tuple[Any, tuple]:
+    """``(spec, tensors)`` of a node's call: with an ``out_dtype`` (read in the kernel under
+    autocast), the call the eager one makes (:meth:`Dispatcher.in_kernel_spec`), on a float32 copy
+    of the first tensor where that is how it is made. The fake (``backend`` left out) decides
+    nothing: the copy only where the op's ``output`` rule ignores ``out_dtype``."""
+    from ._dispatcher import DISPATCHER
+
+    if out_dtype is None:
+        return decl.spec(values, grad_enabled=False), decl.tensors_of(values)
+    if backend is _FAKE:
+        spec = decl.spec(values, grad_enabled=False, out_dtype=out_dtype)
+        copied = spec.out_dtype != out_dtype
+    else:
+        spec, copied = DISPATCHER.in_kernel_spec(decl, values, backend)
+    if copied:
+        first = decl.tensor_names[0]
+        values = {**values, first: values[first].to(out_dtype)}
+        spec = decl.spec(values, grad_enabled=False)
+    return spec, decl.tensors_of(values)
 
 
 def _library() -> torch.library.Library:
@@ -259,7 +281,7 @@ def register(decl: _opdecl.OpDecl) -> None:
             *tensors, args = tensors_and_args
             current = _opdecl.get(name)
             values, _backend, out_dtype = _values(current, tuple(tensors), args)
-            spec = current.spec(values, grad_enabled=False, out_dtype=out_dtype)
+            spec, tensors = _node_call(current, values, out_dtype)
             return current.reference(spec)(*tensors)
 
         def forward(keyset, *tensors_and_args):
@@ -309,14 +331,17 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
         *tensors, args, needs = rest
         current = _opdecl.get(name)
         values, backend, out_dtype = _values(current, tuple(tensors), args)
-        spec = current.spec(values, grad_enabled=False, out_dtype=out_dtype)
+        spec, given = _node_call(current, values, out_dtype, backend)
         spec = attrs.evolve(spec, tensors=[attrs.evolve(t, requires_grad=bool(n) and t.present)
                                            for t, n in zip(spec.tensors, needs)])
-        grads = DISPATCHER.backward_kernel(spec, backend)(grad, *tensors, output)
+        grads = DISPATCHER.backward_kernel(spec, backend)(grad, *given, output)
         grads = (grads,) if isinstance(grads, torch.Tensor) or grads is None else tuple(grads)
         # None for a tensor the output does not depend on (autograd through a reference that does
-        # not read it): eager leaves its .grad None; the node's output promises a tensor: zeros
-        wanted = [torch.zeros_like(t, memory_format=torch.contiguous_format) if g is None else g
+        # not read it): eager leaves its .grad None; the node's output promises a tensor: zeros.
+        # Each in its input's dtype, as the fake promises (autograd casts an eager call's so: a
+        # float32 gradient of a bfloat16 input read in the kernel, or of its float32 copy)
+        wanted = [torch.zeros_like(t, memory_format=torch.contiguous_format) if g is None
+                  else g.to(t.dtype) if g.dtype != t.dtype and g.dtype.is_floating_point else g
                   for g, t, n in zip(grads, tensors, needs) if n]
         inputs = (grad, output, *tensors)
         # a fresh contiguous tensor each: the layout the fake promises, and never an alias of an input

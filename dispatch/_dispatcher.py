@@ -27,7 +27,7 @@ from ._opfunc import OpFunction
 from ._select import Decision, Selector, unknown_backend
 from ._spec import CallSpec
 from .autotune.cache import default_cache
-from .errors import BackendFaultError, BackendRefusedError, FaultWarning, PluginError
+from .errors import BackendFaultError, BackendRefusedError, FaultWarning, NoBackendError, PluginError
 from .reference import check_output, expected_output, gradients_problem, input_safety, result_problem
 
 MAX_KEYS_PER_OP = 4096
@@ -165,7 +165,47 @@ class Dispatcher:
         fn = self.tables.get(decl.name, {}).get(inner) if inner is not None else None
         if fn is not None:
             return fn(*tensors)
-        return self._serve(decl, inner, decl.spec(values, out_dtype=torch.float32), backend, tensors, views_keyed)
+        spec, copied = self.in_kernel_spec(decl, values, backend)
+        if copied:  # made on a float32 copy of the input, as the op would be without autocast_in_kernel
+            fn = self._on_a_float32_copy(decl, values, backend)
+            if inner is not None and not _tracing():
+                self.tables.setdefault(decl.name, {})[inner] = fn
+            return fn(*tensors)
+        return self._serve(decl, inner, spec, backend, tensors, views_keyed)
+
+    def in_kernel_spec(self, decl: _opdecl.OpDecl, values: dict[str, Any],
+                       backend: str | None) -> tuple[CallSpec, bool]:
+        """``(spec, copied)`` for a call read in the kernel under autocast: its spec (float32 result),
+        and whether it is made on a float32 copy of the input instead. It is where no kernel backend
+        would serve it (a forced backend that refuses it, or the reference chosen: a kernel may still
+        serve the float32 call) and where the op's ``output`` rule ignores ``spec.out_dtype`` (an op
+        evolved from a norm with an ``output`` of its own)."""
+        spec = decl.spec(values, out_dtype=torch.float32)
+        if spec.out_dtype != torch.float32:
+            return spec, True
+        if _torch_only() or (spec.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            return spec, False  # (torch's op serves it, or the capture's choice: nothing decided here)
+        try:
+            decision = self.decide(spec, backend)
+        except (BackendRefusedError, NoBackendError):
+            return spec, True
+        return spec, _plugins.registry().backends[decision.backend].info.reference
+
+    def _on_a_float32_copy(self, decl: _opdecl.OpDecl, values: dict[str, Any],
+                           backend: str | None) -> Callable[..., torch.Tensor]:
+        """``fn(*tensors)``: the call made on a float32 copy of its first tensor, outside autocast
+        (the float32 call autocast's policy makes, resolved as such)."""
+        function = self.function(decl.name).function
+        names = decl.tensor_names
+        fixed = {name: v for name, v in values.items() if name not in names}
+
+        def on_a_float32_copy(*tensors: torch.Tensor | None) -> torch.Tensor:
+            args = dict(fixed, **dict(zip(names, tensors)))
+            args[names[0]] = args[names[0]].float()
+            with _autocast.leave_as_is(args[names[0]]):
+                return function(**args, backend=backend)
+
+        return on_a_float32_copy
 
     def _serve(self, decl: _opdecl.OpDecl, key, spec: CallSpec, backend: str | None, tensors: tuple,
                views_keyed: bool) -> torch.Tensor:

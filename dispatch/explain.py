@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from attrs import frozen
 
 from . import _autocast, _opdecl, _plugins, _settings
@@ -77,8 +76,14 @@ def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation
     if recast is not None:  # the call torch's autocast makes of it is what runs
         made = spec.describe()
         kept = _autocast.in_kernel(fn.decl, values, recast)
-        if kept is not None:  # (its half-precision input read in the kernel)
-            spec, key = fn.decl.spec(kept, out_dtype=torch.float32), DISPATCHER.in_kernel_key(fn.decl, values, backend)
+        spec, copied = DISPATCHER.in_kernel_spec(fn.decl, kept, backend) if kept is not None else (None, True)
+        if not copied:  # (its half-precision input read in the kernel)
+            key = DISPATCHER.in_kernel_key(fn.decl, values, backend)
+        elif kept is not None:  # on a float32 copy, made outside autocast
+            first = fn.decl.tensor_names[0]
+            copy = {**kept, first: kept[first].float()}
+            with _autocast.leave_as_is(copy[first]):
+                spec, key = fn.decl.spec(copy), fn.call_key(copy, backend)
         else:
             spec, key = fn.decl.spec(recast), fn.call_key(recast, backend)
     resolved = DISPATCHER.decisions.get(op, {}).get(key) if key is not None else None

@@ -145,6 +145,141 @@ def test_a_backend_that_writes_the_inputs_dtype_is_a_fault_and_torch_serves():
         dispatch.unregister("autocast_ops")
 
 
+def _float32_only(name="fp32only"):
+    """A CPU backend of ac_norm_in that serves float32 calls and refuses a half-precision input read
+    as float32 (as TileLang's norms do); its kernel notes the dtypes it is built for."""
+    seen = []
+
+    class Float32Only:
+        @dispatch.hookimpl
+        def dispatch_backend_info(self):
+            return BackendInfo(name=name, version="1", ops=("ac_norm_in",), priority={"cpu": 150})
+
+        @dispatch.hookimpl
+        def dispatch_check(self, op, spec):
+            return Verdict.no("writes the input's dtype") if spec.out_dtype != spec.dtype else Verdict.yes()
+
+        @dispatch.hookimpl
+        def dispatch_kernel(self, op, spec, config):
+            seen.append((spec.dtype, spec.out_dtype))
+            return lambda x, w, b: F.layer_norm(x, spec.attrs["normalized_shape"], w, b, spec.attrs["eps"])
+    return Float32Only(), seen
+
+
+@pytest.mark.parametrize("how", ["forced", "use", "chosen", "compiled"])
+def test_a_backend_that_serves_only_the_float32_call_still_serves_it_on_a_copy(how):
+    # read in the kernel is a saving, not a new requirement: where the backend forced or chosen
+    # refuses the half-precision input, the call is made on a float32 copy, as before
+    backend, seen = _float32_only()
+    dispatch.register(op_package(AC_NORM_IN), name="autocast_ops")
+    dispatch.register(backend, name="fp32only")
+    try:
+        x, w, b = _inputs()
+        w32, b32 = w.float(), b.float()
+        calls = {"forced": lambda: dispatch.ac_norm_in(x, (48,), w32, b32, backend="fp32only"),
+                 "use": lambda: dispatch.ac_norm_in(x, (48,), w32, b32),
+                 "chosen": lambda: dispatch.ac_norm_in(x, (48,), w32, b32),
+                 "compiled": lambda: torch.compile(
+                     lambda t: dispatch.ac_norm_in(t, (48,), w32, b32, backend="fp32only"), fullgraph=True,
+                     backend="aot_eager")(x)}
+        torch._dynamo.reset()
+        scope = dispatch.use(backend="fp32only") if how == "use" else dispatch.use()
+        with torch.autocast("cpu", dtype=BF16), scope:
+            got = calls[how]()
+            again = calls[how]()
+            explained = dispatch.explain("ac_norm_in", x, (48,), w32, b32)
+        want = F.layer_norm(x.float(), (48,), w32, b32)
+        assert got.dtype == again.dtype == torch.float32
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(again, want)
+        assert (torch.float32, torch.float32) in seen and (BF16, torch.float32) not in seen
+        if how in ("chosen", "use"):
+            assert explained.decision.backend == "fp32only" and explained.decision.spec.dtype == torch.float32
+    finally:
+        torch._dynamo.reset()
+        dispatch.unregister("fp32only")
+        dispatch.unregister("autocast_ops")
+
+
+def test_an_op_evolved_from_a_norm_with_an_output_rule_of_its_own_returns_float32():
+    # an op made from a built-in norm keeps autocast_in_kernel; where its own output rule ignores
+    # spec.out_dtype, its calls are made on a float32 copy (torch's result dtype), eager and compiled
+    shape, eps = [48], 1e-5
+    mine = attrs.evolve(LAYER_NORM, name="my_norm", autocast={"cpu": "fp32"},
+                        output=lambda spec: (spec.shape, spec.dtype),
+                        reference=lambda spec: lambda x, w=None, b=None: F.layer_norm(x, shape, w, b, eps))
+    dispatch.register(op_package(mine), name="my_ops")
+    try:
+        x, w, b = _inputs()
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda t: dispatch.my_norm(t, (48,), w.float(), b.float()), fullgraph=True,
+                                 backend="aot_eager")
+        with torch.autocast("cpu", dtype=BF16):
+            eager, graph = dispatch.my_norm(x, (48,), w.float(), b.float()), compiled(x)
+        want = F.layer_norm(x.float(), (48,), w.float(), b.float())
+        for got in (eager, graph):
+            assert got.dtype == torch.float32
+            torch.testing.assert_close(got, want)
+    finally:
+        torch._dynamo.reset()
+        dispatch.unregister("my_ops")
+
+
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_a_backward_that_returns_a_float32_input_gradient_is_cast_in_a_compiled_graph(compiler):
+    # a float32 grad_output for a bfloat16 input: a backward kernel that returns dx in float32 is
+    # cast by autograd in eager; the compiled graph's backward node must cast it too (its buffer is
+    # read as the input's dtype by the next node)
+    class Float32Grads:
+        @dispatch.hookimpl
+        def dispatch_backend_info(self):
+            return BackendInfo(name="f32grads", version="1", ops=("ac_norm_in",), priority={"cpu": 150})
+
+        @dispatch.hookimpl
+        def dispatch_check(self, op, spec):
+            return Verdict.yes()
+
+        @dispatch.hookimpl
+        def dispatch_kernel(self, op, spec, config):
+            shape, eps, out = spec.attrs["normalized_shape"], spec.attrs["eps"], spec.out_dtype
+            return lambda x, w, b: F.layer_norm(x.to(out), shape, w, b, eps)
+
+        @dispatch.hookimpl
+        def dispatch_backward(self, op, spec):
+            shape, eps, out = spec.attrs["normalized_shape"], spec.attrs["eps"], spec.out_dtype
+
+            def backward(grad, x, w, b, y):
+                with torch.enable_grad():
+                    leaves = [x.detach().to(out).requires_grad_(), w.detach().requires_grad_(),
+                              b.detach().requires_grad_()]
+                    return torch.autograd.grad(F.layer_norm(leaves[0], shape, leaves[1], leaves[2], eps),
+                                               leaves, grad)
+            return backward
+
+    dispatch.register(op_package(AC_NORM_IN), name="autocast_ops")
+    dispatch.register(Float32Grads(), name="f32grads")
+    try:
+        x, w, b = _inputs()
+
+        def step(fn):
+            leaves = [x.clone().requires_grad_(), w.float().requires_grad_(), b.float().requires_grad_()]
+            with torch.autocast("cpu", dtype=BF16):
+                fn(*leaves).backward()
+            return leaves[0].grad
+
+        weights = torch.arange(48.0)
+        want = step(lambda t, u, v: (F.layer_norm((t * 3).float(), (48,), u, v) * weights).sum())
+        torch._dynamo.reset()
+        got = step(torch.compile(lambda t, u, v: (dispatch.ac_norm_in(t * 3, (48,), u, v) * weights).sum(),
+                                 backend=compiler, fullgraph=True))
+        assert got.dtype == BF16
+        torch.testing.assert_close(got, want)
+    finally:
+        torch._dynamo.reset()
+        dispatch.unregister("f32grads")
+        dispatch.unregister("autocast_ops")
+
+
 def test_set_opt_dtype_gives_float32_unless_a_dtype_is_given(ops):
     x, _, _ = _inputs()
     with torch.autocast("cpu", dtype=BF16):
