@@ -347,3 +347,63 @@ def test_certification_calls_an_op_without_its_optional_tensors_and_checks_what_
     if fault == "input's dtype":  # exactly autocast's calls, read in the kernel: float16 and bfloat16, with a backward
         assert sorted(failed) == ["layer_norm-bfloat16-7x33-autocast", "layer_norm-bfloat16-8x128-autocast-grad",
                                   "layer_norm-float16-7x33-autocast"]
+
+
+def _saving_rms_norm(name: str, broken: bool):
+    """rms_norm with a backward that reads each row's rstd from a buffer its forward fills
+    (``backward.saves``, the eager path); ``broken``: the forward fills twice the rstd, which the
+    backward without buffers (a compiled graph's) never sees."""
+    import torch.nn.functional as F
+
+    plugin = types.SimpleNamespace()
+    plugin.dispatch_backend_info = dispatch.hookimpl(
+        lambda: BackendInfo(name=name, version="0.0.1", ops=("rms_norm",), priority={"cpu": -50, "cuda": -50}))
+    plugin.dispatch_check = dispatch.hookimpl(lambda op, spec: Verdict.yes("rows of 2-D inputs"))
+
+    def rstd(x, eps):
+        return torch.rsqrt(x.float().pow(2).mean(-1) + eps)
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        shape, eps = spec.attrs["normalized_shape"], spec.attrs["eps"]
+
+        def kernel(x, w, saved=()):
+            if saved:
+                saved[0].copy_(rstd(x, eps) * (2 if broken else 1))
+            return F.rms_norm(x, shape, w, eps)
+        return kernel
+
+    @dispatch.hookimpl
+    def dispatch_backward(op, spec):
+        eps = spec.attrs["eps"]
+
+        def backward(grad, x, w, y, *buffers):
+            xf, g = x.float(), grad.float() * (w.float() if w is not None else 1)
+            r = (buffers[0] if buffers else rstd(x, eps))[:, None]
+            dx = r * (g - xf * r * r * (g * xf).mean(-1, keepdim=True))
+            dw = None if w is None else (grad.float() * xf * r).sum(0).to(w.dtype)
+            return dx.to(x.dtype), dw
+
+        backward.saves = lambda x, w: (torch.empty(x.shape[0], dtype=torch.float32, device=x.device),)
+        return backward
+    plugin.dispatch_kernel = dispatch_kernel
+    plugin.dispatch_backward = dispatch_backward
+    return plugin
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["right", "wrong buffers"])
+def test_certification_runs_a_backward_with_the_buffers_its_forward_fills(broken):
+    # a backward with saves has two paths: eager calls hand it the buffers the forward filled,
+    # compiled graphs call it without them; the kit checks both
+    from dispatch_pytest.cases import OpCase
+
+    dispatch.register(_saving_rms_norm("saving", broken), name="saving")
+    try:
+        report = certify("saving", [OpCase("rms_norm", torch.float32, (8, 128), grad=True)], device="cpu")
+    finally:
+        dispatch.unregister("saving")
+    if broken:
+        (failed,) = report.failed
+        assert "with the buffers the forward filled" in failed.reason and "backward of input" in failed.reason
+    else:
+        assert not report.failed and len(report.passed) == 1, report

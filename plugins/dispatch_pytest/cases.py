@@ -181,13 +181,15 @@ class OpCase:
 
 def sample_cases(op: str) -> tuple[OpCase, ...]:
     """The grid for an op declared outside the reduction family: every float dtype on a few shapes
-    (rows, odd sizes, a 3-d input, empty rows, one long row), and backward in float32/float64;
+    (rows, odd sizes, a 3-d input, empty rows, one long row), and backward in float32/float64
+    (and on rows of 9000, in float32: a backward may keep buffers from the forward there);
     then each optional tensor absent (and all of them, where there are several), forward in
     float32 and bfloat16 and backward in float32; for an op that reads a half-precision input in
     the kernel under autocast, that call (bfloat16 and float16, forward; bfloat16, backward)."""
     cases = [OpCase(op, dtype, shape) for dtype in DTYPES
              for shape in ((8, 128), (7, 33), (3, 5, 17), (4, 0), (1, 4099))]
     cases += [OpCase(op, dtype, (8, 128), grad=True) for dtype in (torch.float32, torch.float64)]
+    cases.append(OpCase(op, torch.float32, (2, 9000), grad=True))  # long rows: where a backward may use saves
     optional = tuple(t.name for t in dispatch.declared_ops()[op].tensors if t.optional)
     for absent in [(name,) for name in optional] + ([optional] if len(optional) > 1 else []):  # each, then all
         cases += [OpCase(op, dtype, (7, 33), options={"absent": absent}) for dtype in (torch.float32, torch.bfloat16)]

@@ -190,7 +190,8 @@ def run_case(backend: str, case: Case, *, device: torch.device | str | None = No
             return CaseResult(case, FAIL, where + why, (config,))
         if note is not None:
             notes.append(where + note)
-    why = _check_backward(under_test, case, spec, tensors) if case.grad else None
+    default = space.default if space is not None else EMPTY
+    why = _check_backward(under_test, case, spec, tensors, default) if case.grad else None
     if why is not None:
         return CaseResult(case, FAIL, why, tried)
     return CaseResult(case, PASS, "; ".join([verdict.reason, *notes]), tried)
@@ -238,7 +239,11 @@ def _exact(spec: CallSpec, tensors: tuple, dtype: torch.dtype) -> torch.Tensor |
     return expected_output(spec, tuple(None if t is None else t.detach() for t in tensors))
 
 
-def _check_backward(backend: Backend, case: Case, spec: CallSpec, tensors: tuple) -> str | None:
+def _check_backward(backend: Backend, case: Case, spec: CallSpec, tensors: tuple,
+                    config: Config = EMPTY) -> str | None:
+    """Why ``backend``'s backward fails ``case``, or None: as a compiled graph's backward node calls
+    it (the output alone), then, where it has ``saves``, as an eager call does (the forward kernel,
+    with ``config``, fills the buffers it hands the backward)."""
     try:
         backward = backend.backward(case.op, spec)
     except KeyboardInterrupt:
@@ -253,7 +258,7 @@ def _check_backward(backend: Backend, case: Case, spec: CallSpec, tensors: tuple
     grad = torch.randn(y.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     grad = grad.to(device=y.device, dtype=y.dtype)
     wanted = [t for t in leaves if t is not None and t.requires_grad]
-    expected = iter(torch.autograd.grad(y, wanted, grad, allow_unused=True))
+    expected = tuple(torch.autograd.grad(y, wanted, grad, allow_unused=True))
     given = (grad, *(None if t is None else t.detach() for t in tensors), y.detach())
     before = tuple(None if t is None else t.clone() for t in given)
     try:
@@ -266,16 +271,40 @@ def _check_backward(backend: Backend, case: Case, spec: CallSpec, tensors: tuple
     wrote = input_safety(given, before, None)  # (its gradient, inputs and output are the user's, or autograd's)
     if wrote is not None:
         return f"the backward kernel {wrote} (its grad_output, an input or the forward's output)"
+    why = _gradients_differ(spec, tensors, leaves, got, expected)
+    if why is not None or not hasattr(backward, "saves"):
+        return why
+    plain = tuple(None if t is None else t.detach() for t in tensors)
+    try:  # the eager path: the forward fills the buffers that backward.saves makes, the backward reads them
+        buffers = tuple(backward.saves(*plain))
+        with torch.no_grad():
+            out = backend.kernel(case.op, spec, config)(*plain, saved=buffers)
+            got = backward(grad, *plain, out, *buffers)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a plugin cannot end the process
+        return f"with the buffers its saves makes (the eager path), {type(exc).__name__} was raised: {exc}"
+    why = mismatch(out, y.detach(), dispatch.declared_ops()[spec.op].tolerance(spec.out_dtype))
+    if why is not None:
+        return f"the forward kernel given saved= buffers differs from the reference: {why}"
+    why = _gradients_differ(spec, tensors, leaves, got, expected)
+    return None if why is None else f"with the buffers the forward filled (saves, the eager path): {why}"
+
+
+def _gradients_differ(spec: CallSpec, tensors: tuple, leaves: tuple, got, expected: tuple) -> str | None:
+    """Why a backward's gradients ``got`` are not ``expected`` (autograd through the reference,
+    one per leaf that requires grad), or None."""
     needed = tuple(arg.name if leaf is not None and leaf.requires_grad else None
                    for arg, leaf in zip(spec.tensors, leaves))
     problem = gradients_problem(got, tuple(None if t is None else t.detach() for t in tensors), needed)
     if problem is not None:  # (as dispatch judges them when a training call runs it)
         return problem.replace("its backward kernel", "the backward kernel", 1)
     got = (got,) if isinstance(got, torch.Tensor) else tuple(got)
+    wanted = iter(expected)
     for arg, leaf, g in zip(spec.tensors, leaves, got + (None,) * (len(leaves) - len(got))):
         if leaf is None or not leaf.requires_grad:
             continue
-        e = next(expected)
+        e = next(wanted)
         if e is None or g is None:
             if e is not g and not (e is None and g is not None and not bool(g.abs().sum())):
                 return f"backward of {arg.name}: {'no gradient' if g is None else 'a gradient'} where autograd " \
