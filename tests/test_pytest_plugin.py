@@ -407,3 +407,32 @@ def test_certification_runs_a_backward_with_the_buffers_its_forward_fills(broken
         assert "with the buffers the forward filled" in failed.reason and "backward of input" in failed.reason
     else:
         assert not report.failed and len(report.passed) == 1, report
+
+
+def test_certification_fails_a_kernel_that_returns_one_buffer_it_keeps():
+    # a kernel that writes every call's result into one buffer it keeps changes the result a
+    # caller still holds from the call before
+    import torch.nn.functional as F
+
+    plugin = types.SimpleNamespace()
+    plugin.dispatch_backend_info = dispatch.hookimpl(
+        lambda: BackendInfo(name="keeper", version="0.0.1", ops=("rms_norm",), priority={"cpu": -50, "cuda": -50}))
+    plugin.dispatch_check = dispatch.hookimpl(lambda op, spec: Verdict.yes("one buffer"))
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        buffer = torch.empty(spec.out_shape, dtype=spec.out_dtype)
+
+        def kernel(x, w):
+            return buffer.copy_(F.rms_norm(x, spec.attrs["normalized_shape"], w, spec.attrs["eps"]))
+        return kernel
+    plugin.dispatch_kernel = dispatch_kernel
+    from dispatch_pytest.cases import OpCase
+
+    dispatch.register(plugin, name="keeper")
+    try:
+        report = certify("keeper", [OpCase("rms_norm", torch.float32, (8, 128))], device="cpu")
+    finally:
+        dispatch.unregister("keeper")
+    (failed,) = report.failed
+    assert "second call returned or wrote the first call's result" in failed.reason

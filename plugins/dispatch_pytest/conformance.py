@@ -191,6 +191,9 @@ def run_case(backend: str, case: Case, *, device: torch.device | str | None = No
         if note is not None:
             notes.append(where + note)
     default = space.default if space is not None else EMPTY
+    why = _check_fresh_result(under_test, case, spec, default, tensors)
+    if why is not None:
+        return CaseResult(case, FAIL, why, (default,))
     why = _check_backward(under_test, case, spec, tensors, default) if case.grad else None
     if why is not None:
         return CaseResult(case, FAIL, why, tried)
@@ -230,6 +233,27 @@ def _check_forward(backend: Backend, case: Case, spec: CallSpec, config: Config,
         # rounds x - max before subtracting the log-sum); matching the exact result is conformant
         return None, f"matches the exact (float64) result where the reference is off: {why}"
     return f"differs from the reference: {why}", None
+
+
+def _check_fresh_result(backend: Backend, case: Case, spec: CallSpec, config: Config, tensors: tuple) -> str | None:
+    """Why two calls of the kernel (``config``) don't each return a result of their own, or None:
+    a kernel that hands back one buffer it keeps (and writes again on the next call) changes a
+    result its caller still holds."""
+    try:
+        kernel = backend.kernel(case.op, spec, config)
+        with torch.no_grad():
+            first = kernel(*tensors)
+            kept = first.clone()
+            second = kernel(*tensors)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a plugin cannot end the process
+        return f"two calls in a row: the kernel raised {type(exc).__name__}: {exc}"
+    shared = first.numel() > 0 and second.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+    if shared or mismatch(first, kept, (0.0, 0.0)) is not None:
+        return ("the kernel's second call returned or wrote the first call's result (one buffer kept and "
+                "reused): each call must return a new tensor, since the caller keeps the one it got")
+    return None
 
 
 def _exact(spec: CallSpec, tensors: tuple, dtype: torch.dtype) -> torch.Tensor | None:
