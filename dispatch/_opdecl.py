@@ -184,7 +184,8 @@ class OpDecl:
       float32 copy: a kernel that reads it and computes in float32 gives the copy's result (the cast
       is exact) without moving the copy's bytes. The op's ``output`` and ``reference`` honour
       ``spec.out_dtype`` (the reference casts); a backend serves such calls where it says yes to
-      them. The other half-precision tensors (a weight) are still cast.
+      them, and where no kernel backend would (or ``output`` ignores ``out_dtype``) the call is
+      made on the float32 copy. The other half-precision tensors (a weight) are still cast.
     """
 
     name: str = field(validator=instance_of(str))
