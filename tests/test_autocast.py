@@ -116,24 +116,34 @@ def test_an_op_read_in_the_kernel_gets_the_half_precision_input_and_a_float32_re
     assert "bfloat16, 48 float32, 48 float32->float32" in str(explained)
 
 
-def test_a_backend_that_writes_the_inputs_dtype_is_a_fault_and_torch_serves():
-    # a backend written before read-in-the-kernel calls existed, ignoring spec.out_dtype, returns
-    # bfloat16: the first call's check finds it, and the reference's float32 result is returned
-    class Ignoring:
+def _norm_in_backend(name: str, kernel, backward=None, check=lambda spec: Verdict.yes()):
+    """A CPU backend of ac_norm_in: ``kernel(spec)`` and ``backward(spec)`` make its kernels."""
+    class NormIn:
         @dispatch.hookimpl
         def dispatch_backend_info(self):
-            return BackendInfo(name="ignoring", version="1", ops=("ac_norm_in",), priority={"cpu": 150})
+            return BackendInfo(name=name, version="1", ops=("ac_norm_in",), priority={"cpu": 150})
 
         @dispatch.hookimpl
         def dispatch_check(self, op, spec):
-            return Verdict.yes()
+            return check(spec)
 
         @dispatch.hookimpl
         def dispatch_kernel(self, op, spec, config):
-            return lambda x, w, b: F.layer_norm(x, spec.attrs["normalized_shape"], w.to(x.dtype), b.to(x.dtype))
+            return kernel(spec)
 
+        @dispatch.hookimpl
+        def dispatch_backward(self, op, spec):
+            return None if backward is None else backward(spec)
+    return NormIn()
+
+
+def test_a_backend_that_writes_the_inputs_dtype_is_a_fault_and_torch_serves():
+    # a backend written before read-in-the-kernel calls existed, ignoring spec.out_dtype, returns
+    # bfloat16: the first call's check finds it, and the reference's float32 result is returned
+    ignoring = _norm_in_backend("ignoring", lambda spec: lambda x, w, b: F.layer_norm(
+        x, spec.attrs["normalized_shape"], w.to(x.dtype), b.to(x.dtype)))
     dispatch.register(op_package(AC_NORM_IN), name="autocast_ops")
-    dispatch.register(Ignoring(), name="ignoring")
+    dispatch.register(ignoring, name="ignoring")
     try:
         x, w, b = _inputs()
         with torch.autocast("cpu", dtype=BF16), pytest.warns(dispatch.FaultWarning, match="dtype torch.bfloat16"):
@@ -150,20 +160,13 @@ def _float32_only(name="fp32only"):
     as float32 (as TileLang's norms do); its kernel notes the dtypes it is built for."""
     seen = []
 
-    class Float32Only:
-        @dispatch.hookimpl
-        def dispatch_backend_info(self):
-            return BackendInfo(name=name, version="1", ops=("ac_norm_in",), priority={"cpu": 150})
+    def kernel(spec):
+        seen.append((spec.dtype, spec.out_dtype))
+        return lambda x, w, b: F.layer_norm(x, spec.attrs["normalized_shape"], w, b, spec.attrs["eps"])
 
-        @dispatch.hookimpl
-        def dispatch_check(self, op, spec):
-            return Verdict.no("writes the input's dtype") if spec.out_dtype != spec.dtype else Verdict.yes()
-
-        @dispatch.hookimpl
-        def dispatch_kernel(self, op, spec, config):
-            seen.append((spec.dtype, spec.out_dtype))
-            return lambda x, w, b: F.layer_norm(x, spec.attrs["normalized_shape"], w, b, spec.attrs["eps"])
-    return Float32Only(), seen
+    def check(spec):
+        return Verdict.no("writes the input's dtype") if spec.out_dtype != spec.dtype else Verdict.yes()
+    return _norm_in_backend(name, kernel, check=check), seen
 
 
 @pytest.mark.parametrize("how", ["forced", "use", "chosen", "compiled"])
@@ -230,34 +233,22 @@ def test_a_backward_that_returns_a_float32_input_gradient_is_cast_in_a_compiled_
     # a float32 grad_output for a bfloat16 input: a backward kernel that returns dx in float32 is
     # cast by autograd in eager; the compiled graph's backward node must cast it too (its buffer is
     # read as the input's dtype by the next node)
-    class Float32Grads:
-        @dispatch.hookimpl
-        def dispatch_backend_info(self):
-            return BackendInfo(name="f32grads", version="1", ops=("ac_norm_in",), priority={"cpu": 150})
+    def kernel(spec):
+        shape, eps, out = spec.attrs["normalized_shape"], spec.attrs["eps"], spec.out_dtype
+        return lambda x, w, b: F.layer_norm(x.to(out), shape, w, b, eps)
 
-        @dispatch.hookimpl
-        def dispatch_check(self, op, spec):
-            return Verdict.yes()
+    def backward(spec):
+        shape, eps, out = spec.attrs["normalized_shape"], spec.attrs["eps"], spec.out_dtype
 
-        @dispatch.hookimpl
-        def dispatch_kernel(self, op, spec, config):
-            shape, eps, out = spec.attrs["normalized_shape"], spec.attrs["eps"], spec.out_dtype
-            return lambda x, w, b: F.layer_norm(x.to(out), shape, w, b, eps)
-
-        @dispatch.hookimpl
-        def dispatch_backward(self, op, spec):
-            shape, eps, out = spec.attrs["normalized_shape"], spec.attrs["eps"], spec.out_dtype
-
-            def backward(grad, x, w, b, y):
-                with torch.enable_grad():
-                    leaves = [x.detach().to(out).requires_grad_(), w.detach().requires_grad_(),
-                              b.detach().requires_grad_()]
-                    return torch.autograd.grad(F.layer_norm(leaves[0], shape, leaves[1], leaves[2], eps),
-                                               leaves, grad)
-            return backward
+        def run(grad, x, w, b, y):
+            with torch.enable_grad():
+                leaves = [x.detach().to(out).requires_grad_(), w.detach().requires_grad_(),
+                          b.detach().requires_grad_()]
+                return torch.autograd.grad(F.layer_norm(leaves[0], shape, leaves[1], leaves[2], eps), leaves, grad)
+        return run
 
     dispatch.register(op_package(AC_NORM_IN), name="autocast_ops")
-    dispatch.register(Float32Grads(), name="f32grads")
+    dispatch.register(_norm_in_backend("f32grads", kernel, backward), name="f32grads")
     try:
         x, w, b = _inputs()
 
