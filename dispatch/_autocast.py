@@ -122,15 +122,19 @@ def _up(t: Any, device_type: str) -> Any:
     return t.float() if _low_precision(t, device_type) else t
 
 
-def through(function: Callable[..., torch.Tensor], decl, values: dict[str, Any], recast_values: dict[str, Any],
+def cast_of(decl, values: dict[str, Any], recast_values: dict[str, Any]) -> tuple[int, ...]:
+    """The positions of the op's tensors that ``recast_values`` holds cast (float32 copies)."""
+    return tuple(i for i, name in enumerate(decl.tensor_names) if recast_values[name] is not values[name])
+
+
+def through(function: Callable[..., torch.Tensor], decl, recast_values: dict[str, Any], cast: tuple[int, ...],
             backend: str | None) -> Callable[..., torch.Tensor]:
     """``fn(*tensors)`` for a call key met under autocast: the call recast as ``recast_values`` were
-    (the same tensors cast, or the same ``dtype`` set: the key holds the call's dtypes and other
-    arguments), made through ``function``, the op function, where the recast call resolves under a
-    key of its own."""
+    (the tensors at positions ``cast`` cast to float32, the other arguments as they hold them: the
+    same ``dtype`` set; the key holds the call's dtypes and other arguments), made through
+    ``function``, the op function, where the recast call resolves under a key of its own."""
     names = decl.tensor_names
-    fixed = {name: recast_values[name] for name in values if name not in names}
-    cast = tuple(i for i, name in enumerate(names) if recast_values[name] is not values[name])
+    fixed = {name: v for name, v in recast_values.items() if name not in names}
 
     def autocast_call(*tensors: torch.Tensor | None) -> torch.Tensor:
         args = dict(fixed)

@@ -120,7 +120,8 @@ class Dispatcher:
             if kept is not None:  # the kernel reads the half-precision input and writes float32
                 fn = self._autocast_in_kernel(decl, key, values, kept, backend, views_keyed)
             else:
-                fn = _autocast.through(self.function(decl.name).function, decl, values, recast, backend)
+                fn = _autocast.through(self.function(decl.name).function, decl, recast,
+                                       _autocast.cast_of(decl, values, recast), backend)
             if key is not None and not _tracing():
                 self.tables.setdefault(decl.name, {})[key] = fn
             return fn(*decl.tensors_of(values))
@@ -136,15 +137,15 @@ class Dispatcher:
         in the kernel (:func:`dispatch._autocast.in_kernel`): the call ``kept`` (the other tensors
         cast as autocast casts them) with a float32 result, resolved under a key of its own."""
         names = decl.tensor_names
-        cast = tuple(i for i, name in enumerate(names) if kept[name] is not values[name])
+        cast = _autocast.cast_of(decl, values, kept)
         fixed = {name: kept[name] for name in kept if name not in names}
         inner = None if key is None else (_IN_KERNEL, key)
-        tables = self.tables
+        table = self.tables.setdefault(decl.name, {})  # (the op's one table: cleared, never replaced)
 
         def autocast_in_kernel(*tensors: torch.Tensor | None) -> torch.Tensor:
             if cast:
                 tensors = tuple(t.float() if i in cast else t for i, t in enumerate(tensors))
-            fn = tables.get(decl.name, {}).get(inner) if inner is not None else None
+            fn = table.get(inner) if inner is not None else None
             if fn is not None:  # resolved: the hot path
                 return fn(*tensors)
             return self.in_kernel(decl, inner, dict(fixed, **dict(zip(names, tensors))), backend, views_keyed)
@@ -166,8 +167,8 @@ class Dispatcher:
         if fn is not None:
             return fn(*tensors)
         spec, copied = self.in_kernel_spec(decl, values, backend)
-        if copied:  # made on a float32 copy of the input, as the op would be without autocast_in_kernel
-            fn = self._on_a_float32_copy(decl, values, backend)
+        if copied:  # autocast's float32 call (the input cast too), as without autocast_in_kernel
+            fn = _autocast.through(self.function(decl.name).function, decl, values, (0,), backend)
             if inner is not None and not _tracing():
                 self.tables.setdefault(decl.name, {})[inner] = fn
             return fn(*tensors)
@@ -190,22 +191,6 @@ class Dispatcher:
         except (BackendRefusedError, NoBackendError):
             return spec, True
         return spec, _plugins.registry().backends[decision.backend].info.reference
-
-    def _on_a_float32_copy(self, decl: _opdecl.OpDecl, values: dict[str, Any],
-                           backend: str | None) -> Callable[..., torch.Tensor]:
-        """``fn(*tensors)``: the call made on a float32 copy of its first tensor, outside autocast
-        (the float32 call autocast's policy makes, resolved as such)."""
-        function = self.function(decl.name).function
-        names = decl.tensor_names
-        fixed = {name: v for name, v in values.items() if name not in names}
-
-        def on_a_float32_copy(*tensors: torch.Tensor | None) -> torch.Tensor:
-            args = dict(fixed, **dict(zip(names, tensors)))
-            args[names[0]] = args[names[0]].float()
-            with _autocast.leave_as_is(args[names[0]]):
-                return function(**args, backend=backend)
-
-        return on_a_float32_copy
 
     def _serve(self, decl: _opdecl.OpDecl, key, spec: CallSpec, backend: str | None, tensors: tuple,
                views_keyed: bool) -> torch.Tensor:

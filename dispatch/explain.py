@@ -77,15 +77,10 @@ def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation
         made = spec.describe()
         kept = _autocast.in_kernel(fn.decl, values, recast)
         spec, copied = DISPATCHER.in_kernel_spec(fn.decl, kept, backend) if kept is not None else (None, True)
-        if not copied:  # (its half-precision input read in the kernel)
-            key = DISPATCHER.in_kernel_key(fn.decl, values, backend)
-        elif kept is not None:  # on a float32 copy, made outside autocast
-            first = fn.decl.tensor_names[0]
-            copy = {**kept, first: kept[first].float()}
-            with _autocast.leave_as_is(copy[first]):
-                spec, key = fn.decl.spec(copy), fn.call_key(copy, backend)
-        else:
+        if copied:  # the float32 call, on copies
             spec, key = fn.decl.spec(recast), fn.call_key(recast, backend)
+        else:  # its half-precision input read in the kernel
+            key = DISPATCHER.in_kernel_key(fn.decl, values, backend)
     resolved = DISPATCHER.decisions.get(op, {}).get(key) if key is not None else None
     timing = _settings.effective().timing
     if resolved is not None:
