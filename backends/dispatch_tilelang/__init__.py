@@ -75,8 +75,9 @@ def dispatch_backend_info() -> BackendInfo:
         # reference's), except layer_norm on card "smem": 2-byte rows longer
         # than 16K in shared memory with >= 512 CTAs, H200 bf16 1990-2460 GB/s at 512x32768 to
         # 64x262144, 6-21% less time than Triton's kernel (1716-2196 there), so ranked above Triton's
-        # layer_norm figure (benchmarks/results/current/norms/smem_norms/); rms_norm's were level
-        # with Triton's or behind but at 512x32768, and keep no figure
+        # layer_norm figure (benchmarks/results/current/norms/smem_norms/), but for 256 rows or more of
+        # up to 64K, where Triton's chunked walk took less since (Dec 5, norm_configs.smem_card); rms_norm's
+        # were level with Triton's or behind but at 512x32768, and keep no figure
         # over a dim that is not unit-stride (a column per thread), bf16 over dim 1 of (B, C, H, W):
         # softmax/log_softmax 1674-1954 GB/s (Triton's 2712-3179), logsumexp 1996-2650 (Triton's 1490-2389
         # then, benchmarks/results/current/layouts/tilelang_dim.md; 1860-3100 since, and ranked above this
