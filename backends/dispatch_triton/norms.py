@@ -163,10 +163,11 @@ def _split_for(m: int, nchunks: int, device) -> int:
 
 
 def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None,
-                 op: str | None = None) -> list[dict]:
+                 op: str | None = None, out_dtype: torch.dtype | None = None) -> list[dict]:
     """Candidate forward configs for ``m`` rows of ``n``, deterministic, by the bucket of ``n``
     (and, for long rows, how many programs per row ``m`` rows need to fill the device); the
-    default (:func:`default_config`) first, so that it wins ties."""
+    default (:func:`default_config`) first, so that it wins ties. ``out_dtype``: the result's
+    dtype where it is not the input's (float32 for a half-precision input read under autocast)."""
     np2 = _np2(max(int(n), 1))
     if np2 <= _MAX_ONE_PASS:
         space = _one_pass_space(max(np2, 16), dtype, op)
@@ -189,8 +190,12 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     # COOP: a row's chunks held by a group of programs (one launch, x read once); chunks of 8 to
     # 32 elements a thread (three chunks live: two in flight); 2048-element chunks (fp32 rows: 2048
     # ran 1-18% faster than 1024 at 256 x 65536 on the H200, layer_norm most)
+    # layer_norm's 2-byte rows written as float32 (autocast): 4096-element chunks of 4 warps, 47.2 us
+    # at 256 x 65536 on an H100 against 51.2 for 2048 (benchmarks/results/current/autocast/; rms_norm's
+    # not measured: as its 2-byte rows)
+    widened = op == "layer_norm" and dtype != torch.float32 and out_dtype == torch.float32
     shapes = ((2048, 4), (1024, 4), (4096, 4), (4096, 8)) if dtype == torch.float32 else \
-        ((2048, 4), (4096, 8), (4096, 4), (8192, 8))
+        ((4096, 4), (2048, 4), (4096, 8), (8192, 8)) if widened else ((2048, 4), (4096, 8), (4096, 4), (8192, 8))
     coops = [_cfg(bn, 1, 1, w, COOP=1) for bn, w in shapes if _cdiv(n, bn) <= _MAX_COOP_CHUNKS]
     if coops and op == "rms_norm" and coops[0]["BLOCK_N"] == 2048:
         # rms_norm's chunks capped at 96 registers: more programs resident, more rows in flight (fp32
@@ -207,16 +212,17 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     many = 2 * m >= 3 * _sms(device)  # rows for 1.5 programs a multiprocessor or more
     # the exchange first, but for 2-byte rows of up to 64K with rows enough: a program per row
     # walking it twice (the second pass mostly from L2) ran 2-4% faster there on the H200 for
-    # rms_norm, 1.2-1.3x for layer_norm (benchmarks/results/current/norms/)
-    if dtype != torch.float32 and np2 <= 65536 and many:
+    # rms_norm, 1.2-1.3x for layer_norm (benchmarks/results/current/norms/); written as float32, the
+    # exchange: 47.2 us at layer_norm 256 x 65536 against 57.4 for the walk (H100)
+    if dtype != torch.float32 and np2 <= 65536 and many and not widened:
         return chunked + coops + splits
     return coops + (chunked + splits if many or not splits else splits + chunked)
 
 
 def default_config(m: int, n: int, dtype: torch.dtype, device: torch.device | None = None,
-                   op: str | None = None) -> dict:
+                   op: str | None = None, out_dtype: torch.dtype | None = None) -> dict:
     """The heuristic pick (what runs with tuning off): see the module's docstring."""
-    return dict(config_space(m, n, dtype, device, op)[0])
+    return dict(config_space(m, n, dtype, device, op, out_dtype)[0])
 
 
 def _check_config(config: dict, n: int) -> None:
@@ -565,8 +571,8 @@ def tune_space(spec):
     from dispatch.backend import TuneSpace
 
     m, n = _shape(spec)
-    configs = config_space(m, n, spec.dtype, spec.device, spec.op)
-    default = default_config(m, n, spec.dtype, spec.device, spec.op)
+    configs = config_space(m, n, spec.dtype, spec.device, spec.op, spec.out_dtype)
+    default = dict(configs[0])
     return TuneSpace(configs=configs, default=default, tunables=tuple(default))
 
 
@@ -574,7 +580,7 @@ def kernel(spec, config):
     from dispatch.backend import norm_eps, norm_row_stride
 
     m, n = _shape(spec)
-    cfg = dict(config.as_dict()) if config else default_config(m, n, spec.dtype, spec.device, spec.op)
+    cfg = dict(config.as_dict()) if config else default_config(m, n, spec.dtype, spec.device, spec.op, spec.out_dtype)
     present = [t.present for t in spec.tensors[1:]] + [False]
     return NormLauncher(spec.op, m, n, spec.dtype, norm_row_stride(spec), spec.device, cfg, norm_eps(spec),
                         present[0], present[1], spec.out_shape,
