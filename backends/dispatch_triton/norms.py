@@ -190,10 +190,10 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     # COOP: a row's chunks held by a group of programs (one launch, x read once); chunks of 8 to
     # 32 elements a thread (three chunks live: two in flight); 2048-element chunks (fp32 rows: 2048
     # ran 1-18% faster than 1024 at 256 x 65536 on the H200, layer_norm most)
-    # layer_norm's 2-byte rows written as float32 (autocast): 4096-element chunks of 4 warps, 47.2 us
-    # at 256 x 65536 on an H100 against 51.2 for 2048 (benchmarks/results/current/autocast/; rms_norm's
-    # not measured: as its 2-byte rows)
-    widened = op == "layer_norm" and dtype != torch.float32 and out_dtype == torch.float32
+    # layer_norm's 2-byte rows of up to 64K written as float32 (autocast): 4096-element chunks of 4
+    # warps, 47.2 us at 256 x 65536 on an H100 against 51.2 for 2048 (benchmarks/results/current/autocast/;
+    # longer rows and rms_norm's not measured: as their 2-byte rows)
+    widened = op == "layer_norm" and dtype != torch.float32 and out_dtype == torch.float32 and np2 <= 65536
     shapes = ((2048, 4), (1024, 4), (4096, 4), (4096, 8)) if dtype == torch.float32 else \
         ((4096, 4), (2048, 4), (4096, 8), (8192, 8)) if widened else ((2048, 4), (4096, 8), (4096, 4), (8192, 8))
     coops = [_cfg(bn, 1, 1, w, COOP=1) for bn, w in shapes if _cdiv(n, bn) <= _MAX_COOP_CHUNKS]
