@@ -43,7 +43,9 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
   rms_norm's at 96 registers a thread, its 2-byte rows loading the weight for each row), except
   for 2-byte rows of up to 64K with rows for 1.5 programs a multiprocessor or more, where
   a program per row walks it twice (the second pass newest chunks first, mostly from L2) in
-  chunks of 8192 elements, 16 warps, PREFETCH and HINTS.
+  chunks of 8192 elements, 16 warps, PREFETCH and HINTS. layer_norm's 2-byte rows of up to 64K
+  written as float32 (``out_dtype``, autocast) take the exchange there, in 4096-element chunks:
+  twice the bytes written leave the walk's second read less of the L2.
   On an H200, ``COOP`` took the forward of 64 x 262144 from 61-63% to 75-85% of a same-size copy
   (rms_norm bf16/fp32, layer_norm fp32); for 2-byte rows of 32K-64K the program per row ran 2-4%
   faster for rms_norm and 23-25% for layer_norm
