@@ -114,6 +114,24 @@ def test_the_cards_pick_shared_memory_where_it_was_measured_faster(monkeypatch, 
     assert ordered[0].name == first, (op, x.shape, verdict, spec.requires_grad)
 
 
+@pytest.mark.parametrize("x", [meta(256, 65536), meta(512, 32768)])
+def test_rows_that_triton_walks_rank_tilelang_second_not_last(monkeypatch, x):
+    # Triton's chunked walk leads there; without Triton (not installed, excluded, quarantined) the
+    # shared-memory rows still rank above torch's op (a quarter of its time on the H200)
+    from dispatch._select import by_estimated_cost
+
+    import dispatch_tilelang
+
+    servers = _servers(monkeypatch)
+    n = x.shape[-1]
+    w = torch.empty(n, dtype=x.dtype, device="meta")
+    spec = cuda_spec("layer_norm", x, (n,), w, w)
+    verdict = dispatch_tilelang.dispatch_check("layer_norm", spec)
+    assert verdict.card == "smem_walked", verdict
+    ordered, _ = by_estimated_cost(servers, spec, cards={"tilelang": verdict.card})
+    assert [b.name for b in ordered] == ["triton", "tilelang", "torch"]
+
+
 @pytest.mark.parametrize("op,n,dtype,weight,bias,cluster", [
     ("layer_norm", 65536, "bfloat16", True, True, 8),
     ("layer_norm", 24584, "float32", False, True, 1),

@@ -75,9 +75,10 @@ def dispatch_backend_info() -> BackendInfo:
         # reference's), except layer_norm on card "smem": 2-byte rows longer
         # than 16K in shared memory with >= 512 CTAs, H200 bf16 1990-2460 GB/s at 512x32768 to
         # 64x262144, 6-21% less time than Triton's kernel (1716-2196 there), so ranked above Triton's
-        # layer_norm figure (benchmarks/results/current/norms/smem_norms/), but for 256 rows or more of
-        # up to 64K, where Triton's chunked walk took less since (Dec 5, norm_configs.smem_card); rms_norm's
-        # were level with Triton's or behind but at 512x32768, and keep no figure
+        # layer_norm figure (benchmarks/results/current/norms/smem_norms/); on card "smem_walked" (256
+        # rows or more of up to 64K, where Triton's chunked walk took less since, Dec 5,
+        # norm_configs.smem_card) ranked below it and above torch's; rms_norm's were level with
+        # Triton's or behind but at 512x32768, and keep no figure
         # over a dim that is not unit-stride (a column per thread), bf16 over dim 1 of (B, C, H, W):
         # softmax/log_softmax 1674-1954 GB/s (Triton's 2712-3179), logsumexp 1996-2650 (Triton's 1490-2389
         # then, benchmarks/results/current/layouts/tilelang_dim.md; 1860-3100 since, and ranked above this
@@ -102,7 +103,7 @@ def dispatch_backend_info() -> BackendInfo:
         costs={"cuda": (13.5, 3800.0), "cuda:long": (13.5, 2000.0), "cuda:cast": (13.5, 3000.0),
                "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
                "cuda:rms_norm:grad": (1e6, 1.0), "cuda:layer_norm:grad": (1e6, 1.0),
-               "cuda:layer_norm:smem": (13.5, 2900.0),
+               "cuda:layer_norm:smem": (13.5, 2900.0), "cuda:layer_norm:smem_walked": (13.5, 2700.0),
                "cuda:softmax:strided": (13.5, 1800.0), "cuda:log_softmax:strided": (13.5, 1800.0),
                "cuda:logsumexp:strided": (13.5, 2300.0), "cuda:tiles": (13.5, 2900.0),
                "cuda:logsumexp:tiles": (13.5, 2300.0), "cuda:rows": (13.5, 3600.0),

@@ -155,17 +155,18 @@ def smem_card(m: int, n: int, config: dict, dtype: str) -> str:
     """The verdict card of a call served by ``config``: ``"smem"`` where the chunk-in-shared-memory
     kernels took less time than Triton's on the H200: 2-byte rows longer than 16K with at least 512
     CTAs (rows x cluster; with fewer, 4 x 262144 and 32 x 151936, Triton's were the faster; rows
-    of up to 16K and fp32 rows were level or behind), but for ``_WALKED_ROWS`` rows or more of up
-    to 64K, which Triton walks twice in chunks, the second read from L2: 23.7 us against 26.1 at
-    256 x 65536, 24.4 against 25.6 at 512 x 32768 (device time, Dec 5); else none."""
+    of up to 16K and fp32 rows were level or behind); ``"smem_walked"`` for ``_WALKED_ROWS`` rows
+    or more of up to 64K among those, which Triton walks twice in chunks, the second read from L2,
+    in less time: 23.7 us against 26.1 at 256 x 65536, 24.4 against 25.6 at 512 x 32768 (device
+    time, Dec 5), so that its figures rank below Triton's and above torch's; else none."""
     from .cuda_kernels import DTYPE_BYTES
 
     if config.get("smem") != 1 or DTYPE_BYTES[dtype] != 2 or n <= 16384 or m * int(config["cluster"]) < 512:
         return ""
-    return "" if n <= 65536 and m >= _WALKED_ROWS else "smem"
+    return "smem_walked" if n <= 65536 and m >= _WALKED_ROWS else "smem"
 
 
-_WALKED_ROWS = 256  # smem_card: from here rows of up to 64K are Triton's (its chunked walk)
+_WALKED_ROWS = 256  # smem_card: from here rows of up to 64K rank below Triton's (its chunked walk)
 
 
 def default_config(m: int, n: int, target: str, dtype: str = "float32", stride: int = 0) -> dict:
