@@ -5,8 +5,8 @@ For each case (op, M x N): a bfloat16 input, float32 weight (and bias: a model's
 result in float32 (what ``dispatch`` runs for ``torch.autocast("cuda", dtype=torch.bfloat16)``).
 The candidates are every config of ``dispatch_triton.norms.config_space`` for the bfloat16 call,
 for the float32 call and for the call itself (``out_dtype=torch.float32``), and for rows of up to
-16384 a grid of one-pass tiles (rows a tile, warps, persistent programs a multiprocessor, the
-weight loaded for each tile). Each is built with ``NormLauncher(..., out_dtype=torch.float32)``,
+16384 a grid of one-pass tiles (1, 2 or 4 rows a tile of at most 16384 elements, warps,
+persistent programs a multiprocessor, the weight loaded for each tile). Each is built with ``NormLauncher(..., out_dtype=torch.float32)``,
 checked against torch's float32 op on the same input and timed with ``triton.testing.do_bench``
 (L2 flushed, median of 100); torch eager (``F.layer_norm(x.float(), ...)``) and torch.compile of
 the same function are timed the same way.
@@ -43,7 +43,7 @@ def candidates(tn, op: str, m: int, n: int, device: torch.device) -> list[dict]:
             if c not in out:
                 out.append(c)
     if n <= 16384:
-        for rows, warps, persist in itertools.product((1, 2) if n < 4096 else (1,), (4, 8, 16, 32), (0, 1, 2)):
+        for rows, warps, persist in itertools.product((1, 2, 4), (4, 8, 16, 32), (0, 1, 2)):
             if rows * n > 16384 or (persist and warps * persist > 32):
                 continue
             for extra in ({}, {"WB_EACH": 1}) if persist == 2 else ({},):
