@@ -288,7 +288,8 @@ class Dispatcher:
                 raise
             except BaseException as exc:  # dispatch_kernel or dispatch_backward raised (or exited)
                 fault = _plugins.registry().backends[decision.backend].fault_of(exc)
-                self._fault(decision, _backend.raised_in(fault.hook if fault else "dispatch_kernel", exc), exc)
+                hook = fault.hook if fault else "dispatch_kernel"
+                self._fault(decision, _backend.raised_in(hook, exc), exc, hook)
                 continue
             out = self._validate(decision, fn, tensors)
             if out is not None:
@@ -467,19 +468,22 @@ class Dispatcher:
 
     # -- faults ----------------------------------------------------------------------------------
 
-    def _fault(self, decision: Decision, what: str, exc: BaseException | None) -> None:
+    def _fault(self, decision: Decision, what: str, exc: BaseException | None, hook: str | None = None) -> None:
+        """``decision``'s backend faulted (``what``; in its hook ``hook``, or None: in its kernel):
+        raised as a :class:`BackendFaultError` where the call forced it or strict mode is on, else
+        quarantined for the call's bucket with a :class:`FaultWarning`."""
         spec = decision.spec
-        message = (f"backend {decision.backend!r} {what} on {spec.describe()} "
-                   f"(bucket {decision.bucket}); it is quarantined for this key")
+        message = f"backend {decision.backend!r} {what} on {spec.describe()} (bucket {decision.bucket})"
         if _settings.settings().strict or decision.forced:
-            raise BackendFaultError(message + ("" if not _settings.settings().strict
-                                               else "; strict mode forbids falling back"),
-                                    backend=decision.backend, op=spec.op) from exc
+            why = ("it was forced, so no other backend serves this call" if decision.forced
+                   else "strict mode forbids falling back")
+            raise BackendFaultError(f"{message}; {why}", backend=decision.backend, hook=hook, op=spec.op) from exc
         qkey = _bucket_key(spec)
         bucket = self._quarantine.setdefault(qkey, {})
         if decision.backend not in bucket:
             bucket[decision.backend] = what
-            warnings.warn(message + " and the next backend serves it", FaultWarning, stacklevel=4)
+            warnings.warn(f"{message}; it is quarantined for this key and the next backend serves it", FaultWarning,
+                          stacklevel=4)
 
     def _fault_and_rerun(self, decision: Decision, key, what: str, tensors: tuple,
                          exc: BaseException, views_keyed: bool = False) -> torch.Tensor:

@@ -326,8 +326,13 @@ def test_a_hook_that_exits_is_a_fault_of_its_backend_and_the_call_is_served(hook
     if hook != "kernel_call":  # the kernel is not a hook: its fault is the quarantine, not a hook record
         assert recorded and recorded[0].hook == hook and type(exc).__name__ in recorded[0].error
     if hook != "dispatch_check":  # a refusal is not a fault: forced, it is a BackendRefusedError
-        with pytest.raises(dispatch.BackendFaultError, match="quitter"):
+        with pytest.raises(dispatch.BackendFaultError, match="quitter") as info:
             dispatch.softmax(torch.randn(70, 300), backend="quitter")  # a bucket not yet quarantined
+        # the error names the hook (None: the kernel itself) and says why nothing else served the call
+        assert info.value.hook == (None if hook == "kernel_call" else hook), info.value
+        assert info.value.backend == "quitter" and info.value.op == "softmax"
+        assert "it was forced, so no other backend serves this call" in str(info.value)
+        assert "quarantined" not in str(info.value)
 
 
 def test_an_info_hook_that_exits_is_a_plugin_error_at_registration():
