@@ -120,7 +120,8 @@ class Registry:
                 try:
                     self._pm.check_pending()
                 except pluggy.PluginValidationError as exc:  # a hookimpl of no known hook: a misspelt name
-                    known = ", ".join(sorted(n for n in dir(self._pm.hook) if n.startswith("dispatch_")))
+                    known = ", ".join(sorted(n for n in dir(self._pm.hook) if n.startswith("dispatch_")
+                                             and getattr(self._pm.hook, n).has_spec()))  # not the misspelt one
                     raise PluginError(f"plugin {plugin_name!r} from {origin}: {exc}; the hooks are {known} "
                                       "(docs/writing-a-backend.md)") from exc
                 hooks = _hook_functions(self._pm, plugin_name)
