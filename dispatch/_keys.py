@@ -50,6 +50,14 @@ def resolve_device(device: torch.device | str | None) -> torch.device:
     return device
 
 
+def device_flag(text: str) -> torch.device:
+    """A command line's ``--device``: :func:`resolve_device`, its error naming the flag."""
+    try:
+        return resolve_device(text)
+    except ValueError as exc:
+        raise ValueError(f"--device {str(exc).removeprefix('device ')}") from None
+
+
 def spec_key(spec: CallSpec) -> dict[str, str]:
     """The part of every cache key that comes from the call: op, device, dtypes, bucket."""
     key = {"op": spec.op, "device": device_name(spec.device), "dtype": dtype_name(spec.dtype),

@@ -35,9 +35,9 @@ def parse_dtype(text: str) -> torch.dtype:
 
 
 def _device(text: str) -> torch.device:
-    from ._keys import resolve_device
+    from ._keys import device_flag
 
-    return resolve_device(text)
+    return device_flag(text)
 
 
 def cmd_backends(args: argparse.Namespace) -> int:

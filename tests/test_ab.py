@@ -453,10 +453,10 @@ def test_arguments_no_compared_op_takes_are_an_error_not_ignored(capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
 @pytest.mark.parametrize("argv,said", [
-    (["explain", "softmax", "--shape", "4x16", "--device", "cuda"], "device 'cuda': "),
-    (["tune", "softmax", "--shape", "4x16", "--device", "cuda:1"], "device 'cuda:1': "),
-    (["ab", "softmax", "--shape", "4x16", "--device", "cuda", "-q"], "device 'cuda': "),
-    (["explain", "softmax", "--shape", "4x16", "--device", "tpu"], "device 'tpu' is not a device torch knows"),
+    (["explain", "softmax", "--shape", "4x16", "--device", "cuda"], "error: --device 'cuda': "),
+    (["tune", "softmax", "--shape", "4x16", "--device", "cuda:1"], "error: --device 'cuda:1': "),
+    (["ab", "softmax", "--shape", "4x16", "--device", "cuda", "-q"], "error: --device 'cuda': "),
+    (["explain", "softmax", "--shape", "4x16", "--device", "tpu"], "error: --device 'tpu' is not a device torch knows"),
     (["explain", "rms_norm", "--shape", "4x16", "--arg", "normalized_shape=[17]"],
      "rms_norm on --shape 4x16 --arg normalized_shape=[17]: Given normalized_shape=[17]"),
     (["explain", "softmax", "--shape", "4x16", "--dim", "5"],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 EPILOG = """\
 exit status: 0 every backend that ran passed (refusals are fine), 1 a backend failed the parity
-check or raised, 2 bad arguments or an unknown backend.
+check or raised, 2 bad arguments, an unknown backend or a file that could not be written.
 example: python -m dispatch ab softmax --shape 4096x4096 --shape 8192x1024 --dtype bfloat16 \\
              --backends torch,triton,tilelang --tune --json ab.json --plot ab.png"""
 
@@ -64,13 +64,16 @@ def cmd_ab(args: argparse.Namespace) -> int:
         _plugins.registry()  # plugins may declare the ops
         if not any("dim" in _opdecl.get(op).attribute_names for op in args.ops):
             raise ValueError(f"--dim {args.dim}: none of {', '.join(args.ops)} takes a dim")
+    from .._keys import device_flag
+
+    device = device_flag(args.device)
     for flag in ("json", "csv", "markdown", "plot"):
         check_writable(f"--{flag}", getattr(args, flag))  # before the run, not after it
     run = compare(args.ops, shapes=args.shape, dtypes=args.dtype or [torch.float32], backends=args.backends,
                   baseline=None if args.baseline.lower() == "none" else args.baseline,
                   dim=-1 if args.dim is None else args.dim,
                   options=dict(args.arg or ()),
-                  device=args.device, tune=args.tune, warmup=args.warmup, rep=args.rep,
+                  device=device, tune=args.tune, warmup=args.warmup, rep=args.rep,
                   flush_l2=not args.no_flush, progress=not args.quiet)
     print_table(run)
     return write_outputs(run, json=args.json, csv=args.csv, markdown=args.markdown, plot=args.plot) or (
