@@ -60,6 +60,12 @@ def costs(_instance: Any, attribute: Any, value: Any) -> None:
                         f"(got {_shown(value)})")
 
 
+def text(_instance: Any, attribute: Any, value: Any) -> None:
+    """A str (attrs' own check raises a tuple that shows the attribute's repr)."""
+    if not isinstance(value, str):
+        raise TypeError(f"'{attribute.name}' must be a str (got {value!r}, of type {type(value).__name__})")
+
+
 def exact_bool(_instance: Any, attribute: Any, value: Any) -> None:
     """True or False, not a truthy stand-in."""
     if not isinstance(value, bool):

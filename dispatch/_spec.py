@@ -9,7 +9,7 @@ import torch
 from attrs import field, frozen
 from attrs.validators import deep_iterable, instance_of, optional
 
-from ._card_checks import costs, exact_bool, frozen_mapping, frozen_set, op_collection, priorities, string_mapping
+from ._card_checks import costs, exact_bool, frozen_mapping, frozen_set, op_collection, priorities, string_mapping, text
 
 
 @frozen
@@ -267,12 +267,12 @@ class BackendInfo:
     kernels depend on (the DSL, say); they enter every cache key.
     """
 
-    name: str = field(validator=instance_of(str))
-    version: str = field(validator=instance_of(str))
+    name: str = field(validator=text)
+    version: str = field(validator=text)
     ops: frozenset[str] = field(converter=frozen_set, validator=[op_collection, deep_iterable(instance_of(str))])
     priority: Mapping[str, int] = field(factory=dict, converter=frozen_mapping, validator=priorities)
     versions: Mapping[str, str] = field(factory=dict, converter=frozen_mapping, validator=string_mapping)
-    description: str = field(default="", validator=instance_of(str))
+    description: str = field(default="", validator=text)
     available: Verdict = field(factory=Verdict.yes, validator=instance_of(Verdict))
     reference: bool = field(default=False, validator=exact_bool)
     costs: Mapping[str, tuple[float, ...]] = field(factory=dict, converter=frozen_mapping, validator=costs)
