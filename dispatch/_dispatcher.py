@@ -502,7 +502,8 @@ _RUN_AGAIN = object()
 class _TuneNotice:
     """The progress of a tune that a call runs (``autotune=True``): silent for its first
     ``AFTER_S`` seconds, then a line on the ``dispatch.tune`` logger at WARNING (shown on stderr
-    unless logging is set up otherwise) every ``EVERY_S`` seconds while the call waits."""
+    unless logging is set up otherwise) at the tune's next step, and at the first step of every
+    ``EVERY_S`` seconds after, while the call waits (a step is a config compiled or timed)."""
 
     AFTER_S = 5.0
     EVERY_S = 30.0
