@@ -6,10 +6,10 @@ result in float32 (what ``dispatch`` runs for ``torch.autocast("cuda", dtype=tor
 The candidates are every config of ``dispatch_triton.norms.config_space`` for the bfloat16 call,
 for the float32 call and for the call itself (``out_dtype=torch.float32``), and for rows of up to
 16384 a grid of one-pass tiles (1, 2 or 4 rows a tile of at most 16384 elements, warps,
-persistent programs a multiprocessor, the weight loaded for each tile). Each is built with ``NormLauncher(..., out_dtype=torch.float32)``,
-checked against torch's float32 op on the same input and timed with ``triton.testing.do_bench``
-(L2 flushed, median of 100); torch eager (``F.layer_norm(x.float(), ...)``) and torch.compile of
-the same function are timed the same way.
+persistent programs a multiprocessor, the weight loaded for each tile). Each is built with
+``NormLauncher(..., out_dtype=torch.float32)``, checked against torch's float32 op on the same
+input and timed with ``triton.testing.do_bench`` (L2 flushed, median of 100); torch eager
+(``F.layer_norm(x.float(), ...)``) and torch.compile of the same function are timed the same way.
 
     python3 configs.py OUT                          # the cases of the results page
     python3 configs.py OUT --cases 512x32768,64x262144 --op layer_norm
