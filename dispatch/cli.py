@@ -90,6 +90,8 @@ def parse_arg(text: str) -> tuple[str, object]:
     name, sep, value = text.partition("=")
     if not sep or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"--arg must look like NAME=VALUE, e.g. eps=1e-6 (got {text!r})")
+    if value.lower() in ("true", "false"):  # a shell's spelling of a bool: never the string "false"
+        return name, value.lower() == "true"
     try:
         return name, ast.literal_eval(value)
     except (ValueError, SyntaxError):

@@ -209,6 +209,9 @@ def norm_bytes(spec: CallSpec) -> int:
 
 def _sample(shape, dtype, device, seed=0, *, normalized_shape=None, eps=None, weight=True, bias=True,
             layer=False):
+    for name, flag in (("weight", weight), ("bias", bias)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"'{name}' of a sample is True or False: whether the call has one (got {flag!r})")
     gen = torch.Generator(device="cpu").manual_seed(seed)
     shape = tuple(shape)
     if normalized_shape is None:

@@ -181,6 +181,11 @@ def test_cli_explain_and_ab_take_norm_arguments(capsys):
     assert main(["ab", "rms_norm", "--shape", "2x3x8", "--dtype", "float32", "--backends", "torch",
                  "--arg", "normalized_shape=[3, 8]", "--arg", "eps=0.1"]) == 0
     assert "pass" in capsys.readouterr().out
+    # a shell's "false" is False, not the (true) string "false"; anything else but a bool is refused
+    assert main(["explain", "layer_norm", "--shape", "4x32", "--arg", "weight=false", "--arg", "bias=false"]) == 0
+    assert "layer_norm(4x32 float32, eps=" in capsys.readouterr().out
+    assert main(["explain", "layer_norm", "--shape", "4x32", "--arg", "weight=no"]) == 2
+    assert "'weight' of a sample is True or False" in capsys.readouterr().err
 
 
 def test_ab_compare_reports_bytes_of_input_weight_and_output():
