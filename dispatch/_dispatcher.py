@@ -281,7 +281,11 @@ class Dispatcher:
 
     def _resolve(self, spec: CallSpec, forced: str | None, key, tensors: tuple, plain: bool = False):
         while True:
-            decision = self.decide(spec, forced)
+            try:
+                decision = self.decide(spec, forced)
+            except BackendRefusedError as exc:
+                _raise_torchs_own(spec, tensors, exc)
+                raise
             try:
                 fn = self._build(decision, key, plain)
             except KeyboardInterrupt:
@@ -592,6 +596,18 @@ def _resolved(tensors: tuple) -> tuple:
 
 def _has_reference(registry) -> bool:
     return any(b.info.reference for b in registry.backends.values())
+
+
+def _raise_torchs_own(spec: CallSpec, tensors: tuple, refused: BackendRefusedError) -> None:
+    """A forced backend refused a call that only the reference would serve: where torch's op itself
+    refuses it (an integer input to softmax, a float64 weight of a float32 layer_norm), torch's
+    error is raised, as the call without ``backend=`` raises it; else nothing."""
+    registry = _plugins.registry()
+    backends = [registry.backends.get(name) for name in refused.servers]
+    if not backends or not all(b is not None and b.info.reference for b in backends):
+        return
+    with torch.no_grad():
+        _opdecl.get(spec.op).reference(spec)(*tensors)  # raises torch's error, or returns: then the refusal stands
 
 
 

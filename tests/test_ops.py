@@ -121,6 +121,29 @@ def test_bad_input_raises_torchs_exception_type(call):
     assert ours is not None and ours[0] is torch_err[0], (ours, torch_err)
 
 
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+@pytest.mark.parametrize("call,torch_call", [
+    (lambda **kw: dispatch.softmax(torch.arange(8).reshape(2, 4), -1, **kw),
+     lambda: torch.softmax(torch.arange(8).reshape(2, 4), -1)),
+    (lambda **kw: dispatch.log_softmax(torch.ones(2, 4), -1, dtype=torch.int64, **kw),
+     lambda: torch.log_softmax(torch.ones(2, 4), -1, dtype=torch.int64)),
+    (lambda **kw: dispatch.layer_norm(torch.ones(2, 8), [8], torch.ones(8, dtype=torch.float64), **kw),
+     lambda: torch.nn.functional.layer_norm(torch.ones(2, 8), [8], torch.ones(8, dtype=torch.float64))),
+], ids=["int-input", "int-dtype", "float64-weight"])
+def test_a_forced_backend_on_a_call_torch_refuses_raises_torchs_error(backend, call, torch_call):
+    # the backend refuses it, and only torch's op would take it: torch's own error, as without backend=
+    if backend not in dispatch.backends():
+        pytest.skip(f"{backend} not loaded")
+    torch_err = _raised(torch_call)
+    assert torch_err is not None
+    assert _raised(call)[0] is torch_err[0]
+    ours = _raised(lambda: call(backend=backend))
+    assert ours is not None and ours[0] is torch_err[0], (ours, torch_err)
+    # a call only the reference serves, which torch does take: the refusal stands, naming the backend
+    with pytest.raises(dispatch.BackendRefusedError, match=f"backend '{backend}' was forced"):
+        dispatch.softmax(torch.ones(2, 4, dtype=torch.float64), -1, backend=backend)
+
+
 def test_integer_input_with_float_dtype_cast_works_like_torch():
     x = torch.arange(6).reshape(2, 3)
     torch.testing.assert_close(dispatch.softmax(x, -1, dtype=torch.float32), torch.softmax(x, -1, dtype=torch.float32))
