@@ -451,6 +451,18 @@ def test_arguments_no_compared_op_takes_are_an_error_not_ignored(capsys):
         assert "--dim 0: rms_norm takes no dim; it takes " in capsys.readouterr().err
 
 
+def test_a_comparison_of_no_op_or_of_two_dims_is_an_error_and_options_dim_is_the_dim(capsys):
+    with pytest.raises(ValueError, match="'op' must name at least one op"):
+        compare([], shapes=["4x8"], backends="torch", warmup=1, rep=1, device="cpu")
+    with pytest.raises(ValueError, match="dim is given twice: dim=1 and options=.'dim': 0."):
+        compare("softmax", shapes=["4x8"], backends="torch", warmup=1, rep=1, device="cpu", dim=1, options={"dim": 0})
+    run = compare("softmax", shapes=["4x8"], backends="torch", warmup=1, rep=1, device="cpu", options={"dim": 0})
+    assert [r["dim"] for r in run.rows()] == [0]  # not the default -1
+    for command in (["ab"], ["explain"]):
+        assert main([*command, "softmax", "--shape", "4x8", "--dim", "1", "--arg", "dim=0", "--device", "cpu"]) == 2
+        assert "--dim 1 and --arg dim=0 both give the dim: give one" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
 @pytest.mark.parametrize("argv,said", [
     (["explain", "softmax", "--shape", "4x16", "--device", "cuda"], "error: --device 'cuda': "),

@@ -62,6 +62,8 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     the reason is the load failure).
     """
     op_names = (op,) if isinstance(op, str) else tuple(op)
+    if not op_names:
+        raise ValueError("'op' must name at least one op (got none): a comparison of nothing passes nothing")
     _plugins.registry()  # plugins may declare ops
     for name in op_names:
         _opdecl.get(name)  # a ValueError naming the declared ops
@@ -81,7 +83,9 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
                          f"they take {', '.join(sorted(taken)) or 'none'}")
     if dim != -1 and "dim" not in taken:
         raise ValueError(f"'dim' is an argument of none of {', '.join(op_names)} (got dim={dim}); leave it -1")
-    options = {**(options or {}), "dim": dim}
+    if options and "dim" in options and dim != -1 and options["dim"] != dim:
+        raise ValueError(f"dim is given twice: dim={dim} and options={{'dim': {options['dim']!r}}}; give one")
+    options = {"dim": dim, **(options or {})}  # options' dim where it gives one
     if progress is True:
         from ._progress import rich_progress
 

@@ -58,6 +58,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1 (got {args.threads}); leave it out for torch's default")
         torch.set_num_threads(args.threads)
+    if args.dim is not None and "dim" in dict(args.arg or ()):
+        raise ValueError(f"--dim {args.dim} and --arg dim={dict(args.arg)['dim']!r} both give the dim: give one")
     if args.dim is not None:
         from .. import _opdecl, _plugins
 
