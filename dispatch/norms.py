@@ -52,7 +52,9 @@ def _check(input, normalized_shape, params, eps, eps_may_be_none: bool) -> dict:
         if not eps_may_be_none:
             raise TypeError
         eps = _compute_epsilon(input.dtype)  # resolved now: the float64 oracle must use this one too
-    elif isinstance(eps, numbers.Real):  # Python's and numpy's ints and floats, bools
+    elif isinstance(eps, numbers.Real) and (isinstance(eps, (int, float)) or hasattr(eps, "__index__")
+                                            or type(eps).__module__ == "numpy"):
+        # Python's and numpy's ints and floats, bools (not a Fraction: torch refuses it)
         eps = float(eps)
     elif (isinstance(eps, torch.Tensor) and eps.dim() == 0 and not eps.requires_grad
           and not eps.dtype.is_complex):  # torch reads a 0-d tensor as its number

@@ -124,6 +124,7 @@ _BAD = [
     ("int-input", lambda m, f: f(m)(torch.ones(2, 4, dtype=torch.int64), (4,))),
     ("list-input", lambda m, f: f(m)([[1.0] * 4], (4,))),
     ("eps-str", lambda m, f: f(m)(_X, (4,), eps="x")),
+    ("eps-fraction", lambda m, f: f(m)(_X, (4,), eps=__import__("fractions").Fraction(1, 100000))),
 ]
 
 
