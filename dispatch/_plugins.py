@@ -183,7 +183,7 @@ class Registry:
             package = self._op_plugins.pop(name, None)
             if backend is None and package is None:
                 raise KeyError(f"no backend or op package named {name!r} is registered (registered: "
-                               f"{', '.join([*self._backends, *self._op_plugins])})")
+                               f"{', '.join(sorted({*self._backends, *self._op_plugins}))})")
             plugin = backend.plugin if backend is not None else package[0]
             if backend is not None and package is None:
                 for plugin_name, (other, _ops) in list(self._op_plugins.items()):

@@ -474,3 +474,10 @@ def test_a_plugin_that_waits_at_import_on_dispatch_work_in_a_thread_is_a_load_fa
                           env={**os.environ, "DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "0"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "plugins have been loading in another thread for over 1 s" in done.stdout
+
+
+def test_unregistering_an_unknown_name_lists_each_registered_name_once():
+    with pytest.raises(KeyError, match="no backend or op package named 'nope'") as info:
+        dispatch.unregister("nope")
+    listed = str(info.value).split("(registered: ")[1].rstrip(")'\"").split(", ")
+    assert "torch" in listed and len(listed) == len(set(listed)), listed
