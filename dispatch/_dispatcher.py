@@ -104,8 +104,7 @@ class Dispatcher:
 
     def miss(self, decl: _opdecl.OpDecl, key_fn, backend, values: dict[str, Any]) -> torch.Tensor:
         """A call whose key is not resolved yet: check its arguments (torch's errors), resolve, run."""
-        if backend is not None and (not isinstance(backend, str) or not backend):
-            raise TypeError(f"'backend' must be a backend name (a non-empty str) or None (got {backend!r})")
+        check_backend_arg(backend)
         try:
             key = key_fn(**values, backend=backend)
             fn = self.tables.get(decl.name, {}).get(key)
@@ -592,6 +591,12 @@ def _resolved(tensors: tuple) -> tuple:
     same strides (the kernel was built for the call's strides: a view with gaps between its rows
     must not reach it as a dense copy); the user's are untouched."""
     return tuple(None if t is None else _opdecl.with_strides(t, t.stride()) for t in tensors)
+
+
+def check_backend_arg(backend: Any) -> None:
+    """A call's ``backend=``: a backend name or None, else a TypeError that says so."""
+    if backend is not None and (not isinstance(backend, str) or not backend):
+        raise TypeError(f"'backend' must be a backend name (a non-empty str) or None (got {backend!r})")
 
 
 def _has_reference(registry) -> bool:

@@ -6,7 +6,7 @@ from attrs import frozen
 
 from . import _autocast, _opdecl, _plugins, _settings
 from ._autograd import own_backward
-from ._dispatcher import DISPATCHER
+from ._dispatcher import DISPATCHER, check_backend_arg
 from ._select import Decision
 
 
@@ -67,7 +67,10 @@ def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation
     was raced, the shape bucket, and whether the decision came from the cache. Runs no kernel
     unless tuning is on and the key is new (then it tunes, as the call would).
     """
+    check_backend_arg(backend)
     fn = DISPATCHER.function(op)
+    if fn.decl.out:  # the op's out= does not change what serves the call
+        kwargs.pop("out", None)
     values = fn.decl.bind(*args, **kwargs)
     spec = fn.decl.spec(values)
     recast = _autocast.recast(fn.decl, values) if fn.decl.autocast else None

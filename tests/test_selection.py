@@ -578,3 +578,17 @@ def test_a_non_contiguous_input_gets_a_bucket_of_its_own():
     assert bucket(channels_last, 1) == "M<=65536,N<=256,dim-3,strided"
     assert bucket(torch.empty(2048, 32768, dtype=torch.bfloat16)[:, :32000], -1) == "M<=4096,N<=32768,lastdim,strided"
     assert bucket(torch.empty(2048, 32000, dtype=torch.bfloat16), -1) == "M<=4096,N<=32768,lastdim"
+
+
+def test_explain_takes_the_call_as_the_op_does():
+    # what the op refuses explain refuses the same way; what the op takes (out=) explain takes
+    x, y = torch.randn(4, 8), torch.empty(4, 8)
+    for bad in (1, ""):
+        with pytest.raises(TypeError, match="'backend' must be a backend name"):
+            dispatch.softmax(x, -1, backend=bad)
+        with pytest.raises(TypeError, match="'backend' must be a backend name"):
+            dispatch.explain("softmax", x, -1, backend=bad)
+    plain = dispatch.explain("softmax", x, -1).decision.backend
+    assert dispatch.explain("softmax", x, -1, out=y).decision.backend == plain
+    with pytest.raises(TypeError, match="out"):
+        dispatch.explain("rms_norm", x, [8], out=y)  # rms_norm takes no out=, as torch's
