@@ -165,6 +165,8 @@ class Selector(Tuner):
     def select(self, spec: CallSpec, forced: str | None = None, scope: Scope | None = None,
                excluded: dict[str, str] | None = None) -> Decision:
         excluded = excluded or {}
+        named_by = ("the call's backend=" if forced else "dispatch.use(...)" if scope and scope.backend
+                    else "dispatch.configure(backend=...) or DISPATCH_BACKEND")
         forced = forced or (scope.backend if scope else None) or self.settings.backend
         judged = self.verdicts(spec, scope, excluded)
         candidates = [Candidate(b.name, v) for b, v in judged]
@@ -172,7 +174,7 @@ class Selector(Tuner):
         bucket = shape_bucket(spec)
         policy = self.settings.policy
         if forced is not None:
-            return self._forced(spec, forced, judged, candidates, servers, bucket)
+            return self._forced(spec, forced, judged, candidates, servers, bucket, named_by)
         if not servers:
             lines = "; ".join(f"{c.name}: {c.verdict.reason}" for c in candidates) or "no backend is loaded"
             raise NoBackendError(f"no backend can serve {spec.describe()}: {lines}")
@@ -252,10 +254,10 @@ class Selector(Tuner):
         return Decision(spec, value["backend"], Config.of(value.get("config") or {}), reason, self.settings.policy,
                         candidates, bucket, config_source="shipped table")
 
-    def _forced(self, spec, forced, judged, candidates, servers, bucket) -> Decision:
+    def _forced(self, spec, forced, judged, candidates, servers, bucket, named_by: str = "") -> Decision:
         by_name = {b.name: (b, v) for b, v in judged}
         if forced not in by_name:
-            raise unknown_backend(forced, by_name)
+            raise unknown_backend(forced, by_name, named_by)
         backend, verdict = by_name[forced]
         if not verdict.ok:
             names = tuple(b.name for b in servers)
@@ -374,8 +376,10 @@ def _split_of(result: TuneResult | None, tuned_now: bool) -> tuple[float | None,
     return result.compile_s, result.timing_s
 
 
-def unknown_backend(name: str, loaded: Iterable[str]) -> UnknownBackendError:
-    """The error for a forced backend ``name`` that is not loaded."""
+def unknown_backend(name: str, loaded: Iterable[str], named_by: str = "") -> UnknownBackendError:
+    """The error for a forced backend ``name`` (named by ``named_by``, where said) that is not loaded."""
     names = ", ".join(sorted(loaded)) or "none"
-    return UnknownBackendError(f"backend {name!r} is not loaded; loaded backends: {names} "
-                               "(see `python -m dispatch backends` for load failures)")
+    several = ("; a forced backend is one name (to let several serve, allow them: allow=... or DISPATCH_ALLOW)"
+               if "," in name else "")
+    return UnknownBackendError(f"backend {name!r} is not loaded; loaded backends: {names} (see `python -m dispatch "
+                               f"backends` for load failures){f'; {named_by} named it' if named_by else ''}{several}")

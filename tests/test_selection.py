@@ -592,3 +592,19 @@ def test_explain_takes_the_call_as_the_op_does():
     assert dispatch.explain("softmax", x, -1, out=y).decision.backend == plain
     with pytest.raises(TypeError, match="out"):
         dispatch.explain("rms_norm", x, [8], out=y)  # rms_norm takes no out=, as torch's
+
+
+def test_an_unknown_forced_backend_says_which_setting_named_it():
+    x = torch.randn(2, 4)
+    with pytest.raises(UnknownBackendError, match=r"'tritn' is not loaded.*; the call's backend= named it$"):
+        dispatch.softmax(x, -1, backend="tritn")
+    with pytest.raises(UnknownBackendError, match=r"'tritn' is not loaded.*; dispatch.use\(...\) named it$"):
+        with dispatch.use("tritn"):
+            dispatch.softmax(x, -1)
+    dispatch.configure(backend="torch,triton")
+    try:
+        with pytest.raises(UnknownBackendError, match=r"DISPATCH_BACKEND named it; a forced backend is one name.*"
+                                                      r"DISPATCH_ALLOW"):
+            dispatch.softmax(x, -1)
+    finally:
+        dispatch.configure(backend=None)
