@@ -99,6 +99,10 @@ class Scope:
         if outer is None:
             return self
         allow = self.allow if outer.allow is None else (outer.allow if self.allow is None else outer.allow & self.allow)
+        if allow is not None and not allow:
+            raise ValueError(f"use(allow={sorted(self.allow)}) inside use(allow={sorted(outer.allow)}) allows no "
+                             "backend (nested allow lists intersect), so no call could be served; allow one the "
+                             "outer block allows, or leave allow out")
         return Scope(backend=self.backend or outer.backend, allow=allow, deny=outer.deny | self.deny,
                      timing=self.timing or outer.timing)
 

@@ -608,3 +608,13 @@ def test_an_unknown_forced_backend_says_which_setting_named_it():
             dispatch.softmax(x, -1)
     finally:
         dispatch.configure(backend=None)
+
+
+def test_nested_allow_lists_that_share_no_backend_name_both_lists():
+    with pytest.raises(ValueError, match=r"use\(allow=\['triton'\]\) inside use\(allow=\['torch'\]\) allows no "):
+        with dispatch.use(allow=["torch"]):
+            with dispatch.use(allow=["triton"]):
+                pass
+    with dispatch.use(allow=["torch", "triton"]):  # intersecting lists are fine
+        with dispatch.use(allow=["torch"]):
+            assert dispatch.explain("softmax", torch.randn(2, 4), -1).decision.backend == "torch"
