@@ -463,6 +463,15 @@ def test_a_comparison_of_no_op_or_of_two_dims_is_an_error_and_options_dim_is_the
         assert "--dim 1 and --arg dim=0 both give the dim: give one" in capsys.readouterr().err
 
 
+def test_a_call_only_torchs_kernel_refuses_is_a_user_error_not_an_internal_one(capsys):
+    assert main(["ab", "softmax", "--shape", "4x8", "--arg", "dtype=int32", "--device", "cpu", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "torch's op refuses it: " in err and "not implemented for 'Int'" in err and "unexpected" not in err, err
+    with pytest.raises(ValueError, match="softmax on 4x8 float32 .*torch's op refuses it"):
+        compare("softmax", shapes=["4x8"], backends="torch", warmup=1, rep=1, device="cpu",
+                options={"dtype": torch.int32})
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
 @pytest.mark.parametrize("argv,said", [
     (["explain", "softmax", "--shape", "4x16", "--device", "cuda"], "error: --device 'cuda': "),
