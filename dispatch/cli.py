@@ -260,6 +260,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
     elif args.action == "export":
         print(f"exported {cache.export(args.file)} entries to {args.file}")
     elif args.action == "import":
+        if not Path(args.file).is_file():
+            raise ValueError(f"cache import {args.file}: no such file; give a file that `cache export` wrote")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CacheWarning)  # the report below names every rejected entry
             report = cache.import_(args.file)

@@ -58,6 +58,11 @@ def test_cache_import_of_a_huge_nesting_is_one_line(tmp_path, capsys):
     assert "imported 0, rejected 1" in _one_line(capsys.readouterr().err)
 
 
+def test_cache_import_of_a_missing_file_is_a_bad_argument(tmp_path, capsys):
+    assert main(["cache", "import", str(tmp_path / "absent.json")]) == 2  # a bad argument, not a rejected entry
+    assert "absent.json: no such file" in _one_line(capsys.readouterr().err)
+
+
 def test_cache_import_names_each_rejected_entry_on_one_line(tmp_path, capsys):
     good = {"key": {"kind": "decision", "op": "softmax"}, "value": {"backend": "torch"}}
     bad = {"key": {"kind": "decision", "op": "log_softmax"}, "value": {"backend": "torch", "timings": {"torch": "x"}}}
