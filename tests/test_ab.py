@@ -546,3 +546,18 @@ def test_arguments_the_op_refuses_are_a_one_line_user_error(capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: rms_norm on 8x64 float32") and "expected input with shape" in err
     assert "unexpected" not in err
+
+
+@pytest.mark.parametrize("bad,said", [
+    ({"tune": "no"}, "'tune' must be True or False (got 'no')"),
+    ({"flush_l2": "no"}, "'flush_l2' must be True or False"),
+    ({"warmup": "5"}, "'warmup' must be an int (got '5')"),
+    ({"rep": 2.5}, "'rep' must be an int (got 2.5)"),
+    ({"copy_bytes": 0}, "'copy_bytes' must be a positive int"),
+    ({"progress": "yes"}, "'progress' must be True, False or a callable"),
+    ({"options": [("dim", 0)]}, "'options' must be a dict"),
+], ids=["tune", "flush_l2", "warmup", "rep", "copy_bytes", "progress", "options"])
+def test_compare_names_a_bad_plain_argument_before_running_anything(bad, said):
+    with pytest.raises((TypeError, ValueError)) as info:
+        compare("softmax", shapes=["4x8"], backends="torch", device="cpu", **{"warmup": 1, "rep": 1, **bad})
+    assert said in str(info.value)

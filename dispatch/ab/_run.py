@@ -61,6 +61,8 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     :class:`~dispatch.UnknownBackendError`, unless it failed to load (then it is ``refused``, and
     the reason is the load failure).
     """
+    _check_arguments(tune=tune, flush_l2=flush_l2, warmup=warmup, rep=rep, seed=seed, copy_bytes=copy_bytes,
+                     progress=progress, options=options)
     op_names = (op,) if isinstance(op, str) else tuple(op)
     if not op_names:
         raise ValueError("'op' must name at least one op (got none): a comparison of nothing passes nothing")
@@ -93,6 +95,25 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
             return _run(op_names, cases, names, baseline, options, device, tune, settings, copy_bytes, seed, bar)
     return _run(op_names, cases, names, baseline, options, device, tune, settings, copy_bytes, seed,
                 progress or None)
+
+
+def _check_arguments(*, tune, flush_l2, warmup, rep, seed, copy_bytes, progress, options) -> None:
+    """compare()'s plain arguments, each checked before anything runs: a TypeError or ValueError
+    naming the argument, what it got and what would work."""
+    for name, value in (("tune", tune), ("flush_l2", flush_l2)):
+        if not isinstance(value, bool):
+            raise TypeError(f"'{name}' must be True or False (got {value!r})")
+    for name, value, least in (("warmup", warmup, 1), ("rep", rep, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"'{name}' must be an int (got {value!r})")
+        if value < least:
+            raise ValueError(f"'{name}' must be >= {least} (got {value})")
+    if copy_bytes is not None and (isinstance(copy_bytes, bool) or not isinstance(copy_bytes, int) or copy_bytes < 1):
+        raise ValueError(f"'copy_bytes' must be a positive int or None for the default (got {copy_bytes!r})")
+    if not (isinstance(progress, bool) or callable(progress)):
+        raise TypeError(f"'progress' must be True, False or a callable (done, total, what) (got {progress!r})")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"'options' must be a dict of the op's other arguments, like {{'eps': 1e-6}} (got {options!r})")
 
 
 def _backend_names(backends: Iterable[str] | str | None, baseline: str | None) -> list[str]:
