@@ -385,6 +385,8 @@ class Dispatcher:
                 raise AssertionError(f"{decision.backend!r} forced under a mode that runs torch's op")
 
         def fault(exc: BaseException, tensors: tuple) -> torch.Tensor:
+            if getattr(exc, TORCHS_OWN, False):  # torch's own op raised for the call: its error, no fault
+                raise exc
             return self._fault_and_rerun(decision, key, f"raised {type(exc).__name__}: {exc}", tensors, exc, plain)
 
         if len(tensors_spec) == 1:
@@ -396,8 +398,6 @@ class Dispatcher:
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:  # SystemExit included: a kernel cannot end the process
-                    if getattr(exc, TORCHS_OWN, False):  # torch's own op raised for the call: its error
-                        raise
                     return fault(exc, (x,))
         else:
             def run(*tensors: torch.Tensor) -> torch.Tensor:
@@ -408,8 +408,6 @@ class Dispatcher:
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:  # SystemExit included: a kernel cannot end the process
-                    if getattr(exc, TORCHS_OWN, False):
-                        raise
                     return fault(exc, tensors)
         if plain:
             guarded = run

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from . import _plugins, _settings
+from ._keys import device_flag
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -32,12 +33,6 @@ def parse_dtype(text: str) -> torch.dtype:
         raise argparse.ArgumentTypeError(
             f"--dtype must be a floating dtype like float32, float16, bfloat16, float64 (got {text!r})")
     return dtype
-
-
-def _device(text: str) -> torch.device:
-    from ._keys import device_flag
-
-    return device_flag(text)
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
@@ -126,7 +121,7 @@ def _call(args: argparse.Namespace) -> tuple[tuple, dict]:
         raise ValueError(f"--shape {'x'.join(map(str, args.shape))}: its {args.dtype} input would take "
                          f"{numel * args.dtype.itemsize / 2**30:.1f} GiB; the CLI makes inputs of up to "
                          f"{_MAX_INPUT_BYTES // 2**30} GiB")
-    call_args, call_kwargs = make_call(args.op, args.shape, args.dtype, _device(args.device), **options)
+    call_args, call_kwargs = make_call(args.op, args.shape, args.dtype, device_flag(args.device), **options)
     try:  # arguments torch refuses are the caller's error, said in one line
         decl.spec(decl.bind(*call_args, **call_kwargs), grad_enabled=False)
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
