@@ -7,6 +7,12 @@ and Triton's defaults through dispatch, torch, and a copy of the same bytes, tim
 checked against torch first, on the benchmark input and on rows of -inf, +inf and NaN.
 
     python3 benchmarks/sweep_smem_rows.py --out out/smem_rows
+
+``--small-chunks`` adds every cluster of 1-16 CTAs at 64, 128 and 256 threads whose chunk fits,
+however small (the config space keeps chunks of 16 KB or more): few long rows, where a row's
+chunks are all the CTAs the GPU runs.
+
+    python3 benchmarks/sweep_smem_rows.py --small-chunks --shapes 1x32000,8x128256,1x262144 --out out/few
 """
 
 from __future__ import annotations
@@ -47,17 +53,36 @@ def label(cfg: dict) -> str:
     return f"tilelang {fam} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}"
 
 
+def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
+    """Every chunk-in-shared-memory config of 1-16 chunks at 64-256 threads that launches, with at most
+    1/8 of the covered row padding, whatever its chunk's size."""
+    out = []
+    for cluster in (1, 2, 4, 8, 16):
+        for threads in (64, 128, 256):
+            cfg = C._smem_config(n, dtype, cluster, threads)
+            tile = cfg["tile_n"]
+            if (cluster * tile - n) * 8 <= cluster * tile \
+                    and smem_rows.check_launch(n, dtype, tile, cluster, 1, threads) is None:
+                out.append(cfg)
+    return out
+
+
 def main() -> None:
-    args = race_arguments("softmax", "bfloat16,float32").parse_args()
+    ap = race_arguments("softmax", "bfloat16,float32")
+    ap.add_argument("--small-chunks", action="store_true",
+                    help="also every cluster of 1-16 at 64-256 threads, chunks of any size (few long rows)")
+    args = ap.parse_args()
 
     import torch
 
     import dispatch
-    from dispatch_tilelang import build as B, configs as C
+    from dispatch_tilelang import build as B, configs as C, smem_rows
 
     cases = []
     for op, m, n, dtype in row_cases(args, SHAPES):
         cfgs = [c for c in C.config_space(op, m, n, dtype, "cuda") if c.get("smem")]
+        if args.small_chunks:
+            cfgs += [c for c in small_chunk_configs(C, smem_rows, n, dtype) if c not in cfgs]
         cfgs.append(C.default_config(op, m, n, dtype, "cuda", row_stride=n + 8))  # the register default
         cases.append((op, m, n, dtype, cfgs))
     t0 = time.time()

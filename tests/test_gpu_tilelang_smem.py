@@ -84,6 +84,19 @@ def test_dispatch_default_runs_it_and_matches_torch(op, n_cols):
     check(op, getattr(dispatch, op)(x, -1, backend="tilelang"), x)
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("n_rows,n_cols", [(1, 16384), (1, 17000), (1, 32000), (8, 32000), (4, 65536),
+                                           (8, 128256), (1, 262144)])
+def test_few_rows_default_matches_torch_on_edge_rows(op, n_rows, n_cols):
+    cfg = C.default_config(op, n_rows, n_cols, torch.bfloat16, "cuda")
+    assert cfg.get("smem") == 1, cfg
+    x = edge_rows(7, n_cols, torch.bfloat16, cfg["tile_n"])[:n_rows].contiguous()
+    before = x.clone()
+    check(op, getattr(dispatch, op)(x, -1, backend="tilelang"), x)
+    check(op, B.build(op, n_rows, n_cols, torch.bfloat16, torch.bfloat16, cfg, "cuda")(x), x)
+    assert torch.equal(x.nan_to_num(), before.nan_to_num())
+
+
 def test_replays_from_a_cuda_graph_with_new_inputs():
     cfg = smem(32768, 8)
     k = B.build("softmax", 4, 262144, torch.bfloat16, torch.bfloat16, cfg, "cuda")

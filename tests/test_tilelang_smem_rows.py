@@ -103,6 +103,29 @@ def test_log_softmax_takes_chunks_of_8k_to_16k_from_32k_to_128k(n_cols, softmax,
         assert C.validate_config(op, n_cols, "bfloat16", cfg, "cuda") is None
 
 
+@pytest.mark.parametrize("n_rows,n_cols,op,want", [
+    # the configs that led the H100 sweep of few long rows (benchmarks/results/current/rows_kernels/few_rows/)
+    (1, 32000, "softmax", (8192, 4, 128)),  # 8.0 us; one CTA of 32768 (the many-row rule) took 10.3
+    (1, 32000, "logsumexp", (8192, 4, 128)),  # 7.1 against 8.1
+    (8, 128256, "softmax", (16384, 8, 256)),  # 11.1 against 11.7 at 128 threads
+    (8, 128256, "logsumexp", (16384, 8, 256)),  # 9.4 against 10.5
+    (1, 262144, "softmax", (32768, 8, 256)),  # the many-row rule's own, no faster config of eight chunks
+    (9, 32000, "softmax", (32768, 1, 256)),  # past FEW_ROWS: the many-row rule
+])
+def test_few_rows_are_cut_into_more_chunks(n_rows, n_cols, op, want):
+    cfg = C.default_config(op, n_rows, n_cols, "bfloat16", "cuda")
+    assert (cfg["tile_n"], cfg["cluster"], cfg["threads"]) == want, cfg
+
+
+def test_every_few_row_default_launches_and_covers_its_row():
+    for n_cols in range(C.SMEM_MIN_COLS, C.SMEM_MAX_COLS + 1, 8 * 997):
+        for op in ("softmax", "log_softmax", "logsumexp"):
+            few, many = (C.default_config(op, m, n_cols, "bfloat16", "cuda") for m in (1, 4096))
+            assert C.validate_config(op, n_cols, "bfloat16", few, "cuda") is None, (n_cols, few)
+            assert few.get("smem") == 1 and few["cluster"] * few["tile_n"] >= n_cols, (n_cols, few)
+            assert few["cluster"] >= many["cluster"] or not many.get("smem"), (n_cols, few, many)
+
+
 def test_space_offers_the_family_next_to_the_register_ones():
     space = C.config_space("softmax", 1024, 65536, "bfloat16", "cuda")
     fams = C.families(space, "cuda")

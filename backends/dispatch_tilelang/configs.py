@@ -194,7 +194,14 @@ def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str, smem: bool 
     return unique_configs(configs)
 
 
-def _smem_default(op: str, n_cols: int, dtype: str) -> dict | None:
+# Calls of this many rows or fewer: a row's chunks are about all the CTAs there are, so the default
+# cuts rows into more of them (``_smem_default``; measured at 1 and 8 rows).
+FEW_ROWS = 8
+# ... in chunks of about this many columns (or more, up to eight chunks).
+FEW_ROWS_CHUNK = 8192
+
+
+def _smem_default(op: str, n_rows: int, n_cols: int, dtype: str) -> dict | None:
     """The chunk-in-shared-memory default, where it led on the H200 (bf16 softmax, us; the register
     families' default and Triton's in brackets; benchmarks/results/current/rows_kernels/smem_rows/):
 
@@ -212,7 +219,14 @@ def _smem_default(op: str, n_cols: int, dtype: str) -> dict | None:
 
     The best of them had each thread copy 256 bytes (16 vectors); fp32 rows (at best level with
     the register families), odd rows (no 16-byte copies) and GPUs older than sm_90 (not measured)
-    keep the register families."""
+    keep the register families.
+
+    Calls of :data:`FEW_ROWS` rows or fewer leave most of the GPU idle under those rules (one CTA
+    for a row of 32000): their rows go in chunks of about 8K columns, up to eight (longer chunks
+    past 64K), 128 threads for chunks of up to 8K, else 256 (H100, device time in us, the rule's
+    config against the one before, softmax / logsumexp: 1 x 32000 8.0 / 7.1 against 10.3 / 8.1,
+    8 x 128256 11.1 / 9.4 against 11.7 / 10.5; 1 x 262144 as before;
+    benchmarks/results/current/rows_kernels/few_rows/)."""
     if DTYPE_BYTES[dtype] != 2 or n_cols % 8 or not SMEM_MIN_COLS <= n_cols <= SMEM_MAX_COLS:
         return None
     if not cuda_supports_clusters():
@@ -228,6 +242,13 @@ def _smem_default(op: str, n_cols: int, dtype: str) -> dict | None:
         cluster = 8
     threads = 128 if -(-n_cols // cluster) <= (10240 if log_rows else 16384) else 256
     cfg = _smem_config(n_cols, dtype, cluster, threads)
+    if n_rows <= FEW_ROWS:
+        few = max(cluster, min(8, _pow2_ceil(-(-n_cols // FEW_ROWS_CHUNK))))
+        wide = 128 if -(-n_cols // few) <= FEW_ROWS_CHUNK else 256
+        for t in (wide, 384 - wide):  # the other where this one's rounding leaves the last CTA nothing
+            cand = _smem_config(n_cols, dtype, few, t)
+            if smem_rows.check_launch(n_cols, dtype, cand["tile_n"], few, 1, t) is None:
+                return cand
     return cfg if smem_rows.check_launch(n_cols, dtype, cfg["tile_n"], cluster, 1, threads) is None else None
 
 
@@ -240,7 +261,7 @@ def cuda_default_config(op: str, n_rows: int, n_cols: int, dtype: str, smem: boo
     two vectors a thread and 128 threads a CTA ran at 3875-3894, the best of every row config.
     2-byte rows of 16K-256K (a multiple of 8; with ``smem``, dense rows written in their own dtype):
     the chunk-in-shared-memory family (``_smem_default``)."""
-    chunked = _smem_default(op, n_cols, dtype) if smem else None
+    chunked = _smem_default(op, n_rows, n_cols, dtype) if smem else None
     if chunked is not None:
         return chunked
     if n_cols <= ROW_FAMILY_MAX_COLS:
