@@ -11,7 +11,7 @@ from ._plugins import LoadFailure, backends, faults, load_failures, refresh, reg
 from ._settings import Settings, configure, reset, settings, use
 from ._spec import BackendInfo, CallSpec, TensorSpec, Verdict
 from .errors import (BackendFaultError, BackendRefusedError, DispatchError, FaultWarning, NoBackendError,
-                     PluginError, TuneError, UnknownBackendError)
+                     PluginError, PluginLoadWarning, TuneError, UnknownBackendError)
 from .distributed import AgreementWarning
 from .explain import Explanation, explain
 from .hookspec import hookimpl
@@ -61,7 +61,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "AgreementWarning", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "DispatchError", "Explanation",
-    "FaultWarning", "LoadFailure", "NoBackendError", "OpDecl", "PluginError", "Settings", "TensorArg", "TensorSpec",
+    "FaultWarning", "LoadFailure", "NoBackendError", "OpDecl", "PluginError", "PluginLoadWarning", "Settings", "TensorArg", "TensorSpec",
     "TuneError", "UnknownBackendError", "Verdict", "backends", "configure", "declared_ops", "explain", "faults",
     "hookimpl", "layer_norm", "load_failures", "log_softmax", "logsumexp", "op", "refresh", "register", "reset", "rms_norm", "settings",
     "softmax", "unregister", "use",

@@ -6,6 +6,7 @@ import os
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import entry_points
 from types import MappingProxyType
@@ -18,7 +19,7 @@ from . import _opdecl, hookspec
 from ._backend import Backend, Fault, contained
 from ._settings import env_flag
 from ._spec import BackendInfo
-from .errors import PluginError
+from .errors import PluginError, PluginLoadWarning
 
 ENTRY_POINT_GROUP = "dispatch.backends"
 ENV_DISABLE_AUTOLOAD = "DISPATCH_DISABLE_PLUGIN_AUTOLOAD"
@@ -194,7 +195,9 @@ class Registry:
             self._pm.unregister(plugin=plugin)
 
     def load_entry_points(self, environ: Mapping[str, str] = os.environ) -> None:
-        """Load every ``dispatch.backends`` entry point that may load; record the ones that fail."""
+        """Load every ``dispatch.backends`` entry point that may load; record the ones that fail, and
+        warn of each (:class:`~dispatch.errors.PluginLoadWarning`)."""
+        failed_before = len(self._failures)
         autoload = not env_flag(environ.get(ENV_DISABLE_AUTOLOAD), ENV_DISABLE_AUTOLOAD)
         named = {n for n in environ.get(ENV_PLUGINS, "").replace(" ", "").split(",") if n}
         taken: dict[str, tuple[str, str]] = {}  # name -> (origin, value) of the entry point that has it
@@ -240,6 +243,10 @@ class Registry:
                 self.unregister(backend.name)
                 self._failures.append(LoadFailure(backend.name, f"backend {backend.name!r}", f"ValueError: {exc}"))
         self._loaded = True
+        for failure in self._failures[failed_before:]:
+            warnings.warn(f"backend plugin {failure.name!r} ({failure.origin}) failed to load and is skipped: "
+                          f"{failure.error} (`python -m dispatch backends -v` shows the traceback)",
+                          PluginLoadWarning, stacklevel=2)
 
 
 def _check_ops(info: BackendInfo, declaring: set[str]) -> None:

@@ -48,5 +48,9 @@ class PluginError(DispatchError):
     """A plugin author's mistake: a malformed hook answer or a backend that breaks the protocol."""
 
 
+class PluginLoadWarning(UserWarning):
+    """A backend plugin failed to load and was skipped; ``dispatch.load_failures()`` holds why."""
+
+
 class FaultWarning(RuntimeWarning):
     """A backend faulted on a key and was quarantined for it; another backend served the call."""

@@ -260,6 +260,20 @@ def test_a_plugin_that_exits_at_import_is_a_load_failure(monkeypatch, tmp_path):
     assert "dispatch_test_exits" not in sys.modules
 
 
+def test_a_plugin_that_fails_to_load_is_a_warning_naming_it_and_why(monkeypatch, tmp_path):
+    (tmp_path / "dispatch_test_broken.py").write_text("raise ImportError('needs libfoo 2')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _fake_eps(monkeypatch, EntryPoint("broken", "dispatch_test_broken", _plugins.ENTRY_POINT_GROUP))
+    registry = _plugins.Registry()
+    with pytest.warns(dispatch.PluginLoadWarning) as seen:
+        registry.load_entry_points(environ={"DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "1", "DISPATCH_PLUGINS": "broken,nosuch"})
+    messages = [str(w.message) for w in seen]
+    assert len(messages) == 2, messages  # one a failure, each once
+    assert any("'broken'" in m and "ImportError: needs libfoo 2" in m and "skipped" in m for m in messages)
+    assert any("'nosuch'" in m and "no installed entry point" in m for m in messages)
+    assert set(registry.backends) == {"torch"}
+
+
 def test_a_real_ctrl_c_during_plugin_import_still_stops_the_process(monkeypatch, tmp_path):
     (tmp_path / "dispatch_test_interrupted.py").write_text("raise KeyboardInterrupt\n")
     monkeypatch.syspath_prepend(str(tmp_path))
