@@ -141,6 +141,18 @@ def test_cache_dir_defaults_to_the_user_cache_dir(monkeypatch):
     assert default_cache_dir().name == "dispatch"
 
 
+def test_a_blank_cache_dir_is_warned_of_and_the_default_taken(monkeypatch, tmp_path):
+    from dispatch.autotune import CacheWarning, default_cache_dir
+
+    monkeypatch.delenv("DISPATCH_CACHE_DIR")
+    default = default_cache_dir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", "  ")
+    with pytest.warns(CacheWarning, match="DISPATCH_CACHE_DIR='  ' is blank"):
+        assert default_cache_dir() == default  # not a folder named "  " wherever the process runs
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- every entry is checked against the schema --------------------------------------------------
 
 def _race_once(shape=(8, 64)):

@@ -542,6 +542,10 @@ def test_a_compile_worker_count_that_is_not_a_number_is_named_in_a_warning(monke
     assert n >= 1
     monkeypatch.setenv(compiling.ENV_WORKERS, "3")
     assert compiling.default_workers() == 3
+    for few in ("0", "-3"):  # no thread at all: warned of, not taken as one
+        monkeypatch.setenv(compiling.ENV_WORKERS, few)
+        with pytest.warns(RuntimeWarning, match=f"DISPATCH_COMPILE_WORKERS='{few}'.*1 or more"):
+            assert compiling.default_workers() == n
 
 
 def test_a_call_that_waits_on_a_long_tune_says_so_and_a_short_one_does_not(caplog, monkeypatch):

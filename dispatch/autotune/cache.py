@@ -39,11 +39,14 @@ class CacheWarning(UserWarning):
 def default_cache_dir() -> Path:
     """``$DISPATCH_CACHE_DIR`` if set, else the user cache dir (``~/.cache/dispatch`` on Linux)."""
     env = os.environ.get(ENV_CACHE_DIR)
-    if env:
+    if env and env.strip():
         return Path(env).expanduser()
     from platformdirs import user_cache_dir
 
-    return Path(user_cache_dir("dispatch", appauthor=False))
+    default = Path(user_cache_dir("dispatch", appauthor=False))
+    if env:
+        warnings.warn(f"{ENV_CACHE_DIR}={env!r} is blank: the cache is in {default}", CacheWarning, stacklevel=2)
+    return default
 
 
 def _key_text(key: Mapping[str, str]) -> str:

@@ -43,10 +43,13 @@ def default_workers() -> int:
     env = os.environ.get(ENV_WORKERS, "").strip()
     if env:
         try:
-            return max(1, int(env))
+            workers = int(env)
         except ValueError:
-            warnings.warn(f"{ENV_WORKERS}={env!r} is not a whole number of threads (e.g. 1 or 8); "
-                          f"compiling on {cpus}, one per CPU", RuntimeWarning, stacklevel=2)
+            workers = 0
+        if workers >= 1:
+            return workers
+        warnings.warn(f"{ENV_WORKERS}={env!r} is not a whole number of threads of 1 or more (e.g. 1 or 8); "
+                      f"compiling on {cpus}, one per CPU", RuntimeWarning, stacklevel=2)
     return cpus
 
 
