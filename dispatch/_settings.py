@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import numbers
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Callable
 
 import attrs
@@ -36,7 +37,7 @@ def _names(value: Iterable[str] | str | None, what: str) -> frozenset[str] | Non
     if isinstance(value, str):
         value = [v for v in value.replace(" ", "").split(",") if v]
     try:
-        if isinstance(value, (bytes, bytearray)):
+        if isinstance(value, (bytes, bytearray, Mapping)):  # (a mapping's keys would pass for names)
             raise TypeError
         names = frozenset(value)
     except TypeError:
@@ -75,8 +76,8 @@ def _bool(instance, attribute, value) -> None:
 
 def _positive_seconds(value) -> float:
     try:
-        seconds = float(value)
-    except (TypeError, ValueError):
+        seconds = float(value) if isinstance(value, numbers.Real) else -1.0  # (float('10') would take a str)
+    except (TypeError, ValueError, OverflowError):
         seconds = -1.0
     if isinstance(value, bool) or not seconds > 0:
         raise ValueError(f"'distributed_timeout' must be a number of seconds > 0 (got {value!r})")
