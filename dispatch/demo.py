@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,9 +88,23 @@ def run_demo(out: Path | str = "dispatch-demo", warmup: int = DEMO_WARMUP, rep: 
     return run, status
 
 
+def _check_writable(out: Path) -> None:
+    """Refuse an ``--out`` the demo could not write into, before its A/B runs rather than after."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--out {str(out)!r}: cannot write there ({exc.strerror or exc}); name a folder "
+                         "this user may write") from None
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.warmup < 1 or args.rep < 1:
         raise ValueError(f"--warmup and --rep must be >= 1 (got {args.warmup}, {args.rep})")
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0 (0: torch's default; got {args.threads})")
+    _check_writable(Path(args.out))
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     run, status = run_demo(args.out, warmup=args.warmup, rep=args.rep, progress=not args.quiet)

@@ -29,7 +29,10 @@ def tune_call(op: str, *args, backends: str | None = None, progress: bool = Fals
     decl = DISPATCHER.function(op).decl
     spec = decl.spec(decl.bind(*args, **kwargs))
     settings = attrs.evolve(_settings.effective(), autotune=True, policy="measured")
-    if backends:
+    if backends is not None:
+        if isinstance(backends, str) and not backends.replace(",", "").strip():
+            raise ValueError(f"backends={backends!r} names no backend: name one or more, comma-separated "
+                             "(e.g. 'triton,torch'), or leave it out to tune every backend that serves the call")
         settings = attrs.evolve(settings, allow=backends)
         loaded = _plugins.registry().backends
         unknown = sorted(name for name in settings.allow if name not in loaded)

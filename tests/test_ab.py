@@ -261,6 +261,24 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "torch" in run.backends
 
 
+def test_demo_and_tune_refuse_bad_options_before_any_work(tmp_path, capsys, monkeypatch):
+    from dispatch.cli import main
+
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "cache"))
+    threads = torch.get_num_threads()
+    assert main(["demo", "--threads", "-3", "--out", str(tmp_path / "a")]) == 2
+    assert "--threads must be >= 0 (0: torch's default; got -3)" in capsys.readouterr().err
+    assert torch.get_num_threads() == threads
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the folder would go: nothing can be written under it
+    assert main(["demo", "--out", str(blocked / "demo"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "cannot write there" in err and "A/B took" not in err
+    assert main(["tune", "softmax", "--shape", "4x8", "--device", "cpu", "--backends", ""]) == 2
+    assert "backends='' names no backend" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.json"))  # nothing tuned
+
+
 # -- sweeps of many rows: shards, resume, merge, interleaved rounds, table and plot ------------------
 
 SWEEP_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
