@@ -579,3 +579,25 @@ def test_compare_names_a_bad_plain_argument_before_running_anything(bad, said):
     with pytest.raises((TypeError, ValueError)) as info:
         compare("softmax", shapes=["4x8"], backends="torch", device="cpu", **{"warmup": 1, "rep": 1, **bad})
     assert said in str(info.value)
+
+
+@pytest.mark.parametrize("bad,said", [
+    ({"op": 3}, "'op' must be an op name or a list of them, like 'softmax'"),
+    ({"op": ["softmax", 3]}, "'op' must hold op names, str (got 3 in ['softmax', 3])"),
+    ({"shapes": (4, 8)}, "'shapes' must be a list of shapes, like [(4096, 4096)] or ['64x256'] (got (4, 8); "
+                         "for one shape: [(4, 8)])"),
+    ({"shapes": "4x8"}, "for one shape: ['4x8']"),  # (not the shapes '4', 'x' and '8')
+    ({"shapes": 5}, "'shapes' must be a list of shapes"),
+    ({"shapes": ["4x-8"]}, "'shape' must be whole sizes >= 0, like (64, 256) or '64x256' (got '4x-8')"),
+    ({"shapes": [(4, 8.0)]}, "'shape' must be whole sizes >= 0"),
+    ({"dtypes": torch.float32}, "'dtypes' must be a list of dtypes, like [torch.bfloat16] or ['float32'] "
+                                "(got torch.float32; for one dtype: [torch.float32])"),
+    ({"backends": [3]}, "'backends' must hold backend names, str (got 3 in [3])"),
+    ({"backends": 3}, "'backends' must be backend names"),
+], ids=["op", "op item", "one shape", "shape str", "shapes int", "negative", "float size", "one dtype",
+        "backend item", "backends int"])
+def test_compare_names_a_wrongly_typed_case_argument(bad, said):
+    args = {"op": "softmax", "shapes": ["4x8"], "backends": "torch", **bad}
+    with pytest.raises((TypeError, ValueError)) as info:
+        compare(args.pop("op"), device="cpu", warmup=1, rep=1, **args)
+    assert said in str(info.value)

@@ -37,12 +37,16 @@ def as_shape(value: tuple[int, ...] | list[int] | str) -> tuple[int, ...]:
     """``(64, 256)``, ``[64, 256]`` or ``"64x256"`` -> ``(64, 256)``."""
     if isinstance(value, str):
         try:
-            return tuple(int(s) for s in value.lower().split("x")) if value not in ("", "scalar") else ()
+            shape = tuple(int(s) for s in value.lower().split("x")) if value not in ("", "scalar") else ()
         except ValueError:
             raise ValueError(f"'shape' must look like '64x256' (got {value!r})") from None
-    shape = tuple(value)
-    if not all(isinstance(s, int) and s >= 0 for s in shape):
-        raise ValueError(f"'shape' must be sizes >= 0 (got {value!r})")
+    else:
+        try:
+            shape = tuple(value)
+        except TypeError:
+            raise TypeError(f"'shape' must be a shape like (64, 256) or '64x256' (got {value!r})") from None
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise ValueError(f"'shape' must be whole sizes >= 0, like (64, 256) or '64x256' (got {value!r})")
     return shape
 
 

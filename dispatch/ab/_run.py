@@ -63,14 +63,24 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     """
     _check_arguments(tune=tune, flush_l2=flush_l2, warmup=warmup, rep=rep, seed=seed, copy_bytes=copy_bytes,
                      progress=progress, options=options)
-    op_names = (op,) if isinstance(op, str) else tuple(op)
+    op_names = (op,) if isinstance(op, str) else tuple(
+        _listed(op, "op", "an op name or a list of them, like 'softmax' or ['softmax', 'log_softmax']"))
     if not op_names:
         raise ValueError("'op' must name at least one op (got none): a comparison of nothing passes nothing")
     _plugins.registry()  # plugins may declare ops
     for name in op_names:
+        if not isinstance(name, str):
+            raise TypeError(f"'op' must hold op names, str (got {name!r} in {op!r})")
         _opdecl.get(name)  # a ValueError naming the declared ops
-    shapes = [as_shape(s) for s in shapes]
-    dtypes = [as_dtype(d) for d in dtypes]
+    if isinstance(shapes, str) or (isinstance(shapes, (tuple, list)) and shapes
+                                   and all(isinstance(s, int) for s in shapes)):
+        raise TypeError(f"'shapes' must be a list of shapes, like [(4096, 4096)] or ['64x256'] (got {shapes!r}; "
+                        f"for one shape: [{shapes!r}])")
+    shapes = [as_shape(s) for s in _listed(shapes, "shapes", "a list of shapes, like [(4096, 4096)] or ['64x256']")]
+    if isinstance(dtypes, (str, torch.dtype)):
+        raise TypeError(f"'dtypes' must be a list of dtypes, like [torch.bfloat16] or ['float32'] (got {dtypes!r}; "
+                        f"for one dtype: [{dtypes!r}])")
+    dtypes = [as_dtype(d) for d in _listed(dtypes, "dtypes", "a list of dtypes, like [torch.bfloat16] or ['float32']")]
     if not shapes or not dtypes:
         raise ValueError("'shapes' and 'dtypes' must each name at least one (got "
                          f"{len(shapes)} shapes, {len(dtypes)} dtypes)")
@@ -116,6 +126,15 @@ def _check_arguments(*, tune, flush_l2, warmup, rep, seed, copy_bytes, progress,
         raise TypeError(f"'options' must be a dict of the op's other arguments, like {{'eps': 1e-6}} (got {options!r})")
 
 
+def _listed(value: Any, name: str, what: str) -> list:
+    """The items of compare()'s list argument ``name``; a TypeError naming it and ``what`` it must be
+    when it is no collection."""
+    try:
+        return list(value)
+    except TypeError:
+        raise TypeError(f"'{name}' must be {what} (got {value!r})") from None
+
+
 def _backend_names(backends: Iterable[str] | str | None, baseline: str | None) -> list[str]:
     loaded = dict(_plugins.registry().backends)
     failed = {f.name for f in _plugins.load_failures()}
@@ -124,7 +143,11 @@ def _backend_names(backends: Iterable[str] | str | None, baseline: str | None) -
     elif isinstance(backends, str):
         names = [n for n in backends.replace(" ", "").split(",") if n]
     else:
-        names = list(backends)
+        names = _listed(backends, "backends",
+                        "backend names, like ['torch', 'triton'] or 'torch,triton', or None for all")
+        for n in names:
+            if not isinstance(n, str):
+                raise TypeError(f"'backends' must hold backend names, str (got {n!r} in {backends!r})")
     if baseline is not None:
         names = [baseline] + [n for n in names if n != baseline]
     names = list(dict.fromkeys(names))
