@@ -44,8 +44,8 @@ Forward, by the row length's bucket (the default of each; the tune space holds a
   for 2-byte rows of up to 64K with rows for 1.5 programs a multiprocessor or more, where
   a program per row walks it twice (the second pass newest chunks first, mostly from L2) in
   chunks of 8192 elements, 16 warps, PREFETCH and HINTS. layer_norm's 2-byte rows of up to 64K
-  written as float32 (``out_dtype``, autocast) take the exchange there, in 4096-element chunks:
-  twice the bytes written leave the walk's second read less of the L2.
+  written as float32 (``out_dtype``, autocast) take the exchange there, in 4096-element chunks
+  past 32K and 2048 up to it: twice the bytes written leave the walk's second read less of the L2.
   On an H200, ``COOP`` took the forward of 64 x 262144 from 61-63% to 75-85% of a same-size copy
   (rms_norm bf16/fp32, layer_norm fp32); for 2-byte rows of 32K-64K the program per row ran 2-4%
   faster for rms_norm and 23-25% for layer_norm
@@ -192,12 +192,14 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     # COOP: a row's chunks held by a group of programs (one launch, x read once); chunks of 8 to
     # 32 elements a thread (three chunks live: two in flight); 2048-element chunks (fp32 rows: 2048
     # ran 1-18% faster than 1024 at 256 x 65536 on the H200, layer_norm most)
-    # layer_norm's 2-byte rows of up to 64K written as float32 (autocast): 4096-element chunks of 4
-    # warps, 47.2 us at 256 x 65536 on an H100 against 51.2 for 2048 (benchmarks/results/current/autocast/;
-    # longer rows and rms_norm's not measured: as their 2-byte rows)
+    # layer_norm's 2-byte rows of up to 64K written as float32 (autocast): past 32K, 4096-element chunks
+    # of 4 warps (H100, 256 x 65536: 47.2 and 47.6 us in two runs against 51.2 and 51.0 for 2048); up to
+    # 32K, 2048 (512 x 32768: 47.9 against 55.0 for 4096; benchmarks/results/current/autocast/; longer
+    # rows and rms_norm's not measured: as their 2-byte rows)
     widened = op == "layer_norm" and dtype != torch.float32 and out_dtype == torch.float32 and np2 <= 65536
     shapes = ((2048, 4), (1024, 4), (4096, 4), (4096, 8)) if dtype == torch.float32 else \
-        ((4096, 4), (2048, 4), (4096, 8), (8192, 8)) if widened else ((2048, 4), (4096, 8), (4096, 4), (8192, 8))
+        ((4096, 4), (2048, 4), (4096, 8), (8192, 8)) if widened and np2 > 32768 else \
+        ((2048, 4), (4096, 4), (4096, 8), (8192, 8)) if widened else ((2048, 4), (4096, 8), (4096, 4), (8192, 8))
     coops = [_cfg(bn, 1, 1, w, COOP=1) for bn, w in shapes if _cdiv(n, bn) <= _MAX_COOP_CHUNKS]
     if coops and op == "rms_norm" and coops[0]["BLOCK_N"] == 2048:
         # rms_norm's chunks capped at 96 registers: more programs resident, more rows in flight (fp32
