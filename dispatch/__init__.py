@@ -61,7 +61,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "AgreementWarning", "BackendFaultError", "BackendInfo", "BackendRefusedError", "CallSpec", "DispatchError", "Explanation",
-    "FaultWarning", "LoadFailure", "NoBackendError", "OpDecl", "PluginError", "PluginLoadWarning", "Settings", "TensorArg", "TensorSpec",
+    "FaultWarning", "LoadFailure", "NoBackendError", "OpDecl", "PluginError", "PluginLoadWarning", "Settings",
+    "TensorArg", "TensorSpec",
     "TuneError", "UnknownBackendError", "Verdict", "backends", "configure", "declared_ops", "explain", "faults",
     "hookimpl", "layer_norm", "load_failures", "log_softmax", "logsumexp", "op", "refresh", "register", "reset", "rms_norm", "settings",
     "softmax", "unregister", "use",

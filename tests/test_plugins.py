@@ -266,7 +266,8 @@ def test_a_plugin_that_fails_to_load_is_a_warning_naming_it_and_why(monkeypatch,
     _fake_eps(monkeypatch, EntryPoint("broken", "dispatch_test_broken", _plugins.ENTRY_POINT_GROUP))
     registry = _plugins.Registry()
     with pytest.warns(dispatch.PluginLoadWarning) as seen:
-        registry.load_entry_points(environ={"DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "1", "DISPATCH_PLUGINS": "broken,nosuch"})
+        registry.load_entry_points(environ={"DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "1",
+                                            "DISPATCH_PLUGINS": "broken,nosuch"})
     messages = [str(w.message) for w in seen]
     assert len(messages) == 2, messages  # one a failure, each once
     assert any("'broken'" in m and "ImportError: needs libfoo 2" in m and "skipped" in m for m in messages)
