@@ -10,6 +10,7 @@ explain, A/B, the CLI and the conformance kit) is derived from it.
 from __future__ import annotations
 
 import inspect
+import keyword
 import pkgutil
 import sys
 import threading
@@ -210,8 +211,9 @@ class OpDecl:
 
     @name.validator
     def _check_name(self, _attribute, value: str) -> None:
-        if not value.isidentifier() or value.startswith("_"):
-            raise ValueError(f"'name' must be a public identifier like 'rms_norm' (got {value!r})")
+        if not value.isidentifier() or value.startswith("_") or keyword.iskeyword(value):
+            raise ValueError(f"'name' must be a public identifier like 'rms_norm', not a Python keyword "
+                             f"(got {value!r})")
         if value.endswith("_backward"):  # torch.compile's node for op X's backward is dispatch::X_backward
             raise ValueError(f"'name' must not end in '_backward' (got {value!r}): such names are kept for "
                              "each op's compiled backward (dispatch::<op>_backward); an op's backward is its "
@@ -222,6 +224,12 @@ class OpDecl:
         names = [p.name for p in params]
         if not self.tensors:
             raise ValueError(f"op {self.name!r}: 'tensors' must name at least one tensor parameter (got none)")
+        twice = next((t.name for t in self.tensors if self.tensor_names.count(t.name) > 1), None)
+        if twice is not None:
+            raise ValueError(f"op {self.name!r}: 'tensors' names {twice!r} more than once")
+        if self.out and "out" in names:
+            raise ValueError(f"op {self.name!r}: 'parse' has a parameter 'out', and out=True adds torch's "
+                             "keyword-only out= itself; leave 'out' out of parse")
         for t in self.tensors:
             if t.name not in names:
                 raise ValueError(f"op {self.name!r}: tensor {t.name!r} is not a parameter of 'parse' "
@@ -284,6 +292,8 @@ class OpDecl:
         tensors = []
         for arg in self.tensors:
             t = values[arg.name]
+            if (t is not None or not arg.optional) and not isinstance(t, torch.Tensor):  # (parse let it through)
+                raise TypeError(f"{self.name}(): argument '{arg.name}' must be Tensor, not {type(t).__name__}")
             if t is None:
                 tensors.append(TensorSpec.absent(arg.name, arg.absent_dtype or first.dtype))
             else:

@@ -140,11 +140,16 @@ class Registry:
                     info = self._backend_info(hooks, plugin_name, name, origin)
                     if self._loaded:  # while entry points load, ops may be declared later: checked after
                         _check_ops(info, {d.name for d in decls})
+                names = [d.name for d in decls]
+                twice = next((n for n in names if names.count(n) > 1), None)
+                if twice is not None:
+                    raise PluginError(f"plugin {plugin_name!r} from {origin}: dispatch_ops returns op {twice!r} "
+                                      f"{names.count(twice)} times; op names must be unique")
                 for decl in decls:
-                    known = _opdecl.declared().get(decl.name)
-                    if known is not None and known is not decl:
+                    if _opdecl.declared().get(decl.name) is not None:  # (the same OpDecl too: whose op would it be?)
                         raise PluginError(f"plugin {plugin_name!r} from {origin} declares op {decl.name!r}, which "
-                                          "is already declared; op names must be unique")
+                                          f"is already declared by {_opdecl.origin(decl.name)}; op names must be "
+                                          "unique")
                     shadowed = _opdecl.shadowed_by_dispatch(decl.name)
                     if shadowed:
                         raise PluginError(f"plugin {plugin_name!r} from {origin} declares op {decl.name!r}: {shadowed}")

@@ -343,3 +343,67 @@ def test_an_op_named_like_dispatchs_own_api_is_refused(name):
         torch.testing.assert_close(getattr(dispatch, f"{name}_rows")(torch.ones(2, 4), -1), torch.full((2, 4), 0.25))
     finally:
         dispatch.unregister("shadowing_ops")
+
+
+def _rowsum(name: str = "rowsum", **fields):
+    from dispatch.backend import OpDecl, TensorArg
+
+    return OpDecl(**{"name": name, "parse": lambda input: {}, "tensors": (TensorArg("input"),),
+                     "reference": lambda spec: lambda input: input.sum(-1),
+                     "output": lambda spec: (spec.shape[:-1], spec.dtype), **fields})
+
+
+@pytest.mark.parametrize("name", ["class", "None", "lambda"])
+def test_an_op_named_like_a_python_keyword_is_refused_at_its_declaration(name):
+    # dispatch.<keyword> could never be called: its generated function would not even compile
+    with pytest.raises(ValueError, match=f"not a Python keyword \\(got '{name}'\\)"):
+        _rowsum(name)
+
+
+def test_an_op_declared_by_two_packages_is_refused_for_the_second_and_kept_for_the_first():
+    decl = _rowsum()
+    dispatch.register(op_package(decl), name="rowsum_a")
+    try:
+        with pytest.raises(dispatch.PluginError, match="op 'rowsum', which is already declared by plugin 'rowsum_a'"):
+            dispatch.register(op_package(decl), name="rowsum_b")  # the same OpDecl: whose op would it be?
+        with pytest.raises(KeyError):
+            dispatch.unregister("rowsum_b")  # never registered
+        torch.testing.assert_close(dispatch.rowsum(torch.ones(2, 3)), torch.full((2,), 3.0))
+    finally:
+        dispatch.unregister("rowsum_a")
+    assert "rowsum" not in dispatch.declared_ops()
+
+
+def test_a_package_returning_one_op_name_twice_is_refused_whole():
+    with pytest.raises(dispatch.PluginError, match="dispatch_ops returns op 'twin' 2 times"):
+        dispatch.register(op_package(_rowsum("twin"), _rowsum("twin")), name="twin_ops")
+    assert "twin" not in dispatch.declared_ops()
+    dispatch.register(op_package(_rowsum("twin")), name="twin_ops")  # nothing of the refused one stayed
+    dispatch.unregister("twin_ops")
+
+
+def test_declarations_that_could_not_be_called_are_refused_naming_the_field():
+    from dispatch.backend import TensorArg
+
+    with pytest.raises(ValueError, match="'tensors' names 'input' more than once"):
+        _rowsum(tensors=(TensorArg("input"), TensorArg("input")))
+    with pytest.raises(ValueError, match="'parse' has a parameter 'out', and out=True adds"):
+        _rowsum(parse=lambda input, out=None: {}, out=True)
+
+
+def test_a_non_tensor_for_a_declared_tensor_is_torchs_type_error():
+    from dispatch.backend import TensorArg
+
+    decl = _rowsum("masked_rowsum", parse=lambda input, mask=None: {},
+                   tensors=(TensorArg("input"), TensorArg("mask", optional=True)),
+                   reference=lambda spec: lambda input, mask: input.sum(-1))
+    dispatch.register(op_package(decl), name="masked_rowsum_ops")
+    try:
+        for bad, kind in (([True, False, True], "list"), (3, "int")):
+            with pytest.raises(TypeError, match=f"masked_rowsum\\(\\): argument 'mask' must be Tensor, not {kind}"):
+                dispatch.masked_rowsum(torch.ones(2, 3), mask=bad)
+        with pytest.raises(TypeError, match="argument 'input' must be Tensor, not NoneType"):
+            dispatch.masked_rowsum(None)
+        torch.testing.assert_close(dispatch.masked_rowsum(torch.ones(2, 3)), torch.full((2,), 3.0))
+    finally:
+        dispatch.unregister("masked_rowsum_ops")
