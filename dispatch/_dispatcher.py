@@ -28,7 +28,7 @@ from ._select import Decision, Selector, unknown_backend
 from ._spec import CallSpec
 from .autotune.cache import default_cache
 from .errors import BackendFaultError, BackendRefusedError, FaultWarning, NoBackendError, PluginError
-from .reference import check_output, expected_output, gradients_problem, input_safety, result_problem
+from .reference import check_output, expected_output, gradients_problem, input_safety, result_problem, tolerance_of
 
 MAX_KEYS_PER_OP = 4096
 _IN_KERNEL = "autocast, read in the kernel"  # the first part of the key an autocast_in_kernel call resolves under
@@ -444,6 +444,7 @@ class Dispatcher:
         if backend.info.reference or vkey in self._validated:
             return _RUN_AGAIN
         kernel = getattr(fn, "__wrapped__", fn)
+        tolerance_of(spec)  # (the op's own: a TypeError naming OpDecl.tolerance, not the backend's fault)
         try:
             with torch.no_grad():
                 expected = expected_output(spec, tensors) if _has_reference(registry) else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import numbers
 import pkgutil
 import sys
 import threading
@@ -286,6 +287,9 @@ class OpDecl:
         """The :class:`CallSpec` of a call with ``values`` by parameter name (checked as torch would);
         ``out_dtype``: the result's dtype where it is not the call's own (``autocast_in_kernel``)."""
         attributes = self.parse(**values)
+        if not isinstance(attributes, Mapping):
+            raise TypeError(f"op {self.name!r}: OpDecl.parse must return a dict of the op's attributes, like "
+                            f"{{'dims': (1,)}} or {{}} (got {attributes!r})")
         if grad_enabled is None:
             grad_enabled = torch.is_grad_enabled()
         first = values[self.tensors[0].name]
@@ -302,8 +306,38 @@ class OpDecl:
         parsed = attributes.pop("out_dtype", None)
         out_dtype = parsed if out_dtype is None else out_dtype
         base = CallSpec(self.name, tensors, attributes, (), out_dtype)
-        shape, dtype = self.output(base)
+        result = self.output(base)
+        try:
+            shape, dtype = result
+            shape = tuple(shape)
+            ok = isinstance(dtype, torch.dtype)  # (the sizes may be symbolic, or tensors under a tracer)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise TypeError(f"op {self.name!r}: OpDecl.output must return the result's (shape, dtype), like "
+                            f"((4, 8), torch.float32) (got {result!r})")
         return CallSpec(self.name, tensors, attributes, shape, dtype)
+
+    def tolerance_of(self, dtype: torch.dtype) -> tuple[float, float]:
+        """``tolerance(dtype)``, checked: two numbers >= 0, else a TypeError naming this field."""
+        tol = self.tolerance(dtype)
+        try:
+            rtol, atol = tol
+            ok = all(isinstance(v, numbers.Real) and not isinstance(v, bool) and v >= 0 for v in (rtol, atol))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise TypeError(f"op {self.name!r}: OpDecl.tolerance must return (rtol, atol), two numbers >= 0 "
+                            f"(got {tol!r} for {dtype})")
+        return float(rtol), float(atol)
+
+    def bytes_of(self, spec: CallSpec) -> int:
+        """``bytes_moved(spec)``, checked: an int >= 0, else a TypeError naming this field."""
+        n = self.bytes_moved(spec)
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise TypeError(f"op {self.name!r}: OpDecl.bytes_moved must return the bytes a call moves, an int >= 0 "
+                            f"(got {n!r})")
+        return int(n)
 
     def tensors_of(self, values: Mapping[str, Any]) -> tuple[torch.Tensor | None, ...]:
         return tuple(values[name] for name in self.tensor_names)

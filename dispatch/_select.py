@@ -88,7 +88,7 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec, timing: str = 
     if len(servers) < 2:
         return list(servers), {}
     decl = _opdecl.get(spec.op)
-    nbytes = decl.bytes_moved(spec)
+    nbytes = decl.bytes_of(spec)
     row_size = decl.row_size(spec) if decl.row_size is not None else 0
     strided = not (getattr(spec, "reads_rows", True) and spec.input.dense)  # only reductions have dims
     cast = spec.out_dtype != spec.dtype

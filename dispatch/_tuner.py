@@ -51,7 +51,7 @@ def flushes_l2(spec: CallSpec) -> bool:
     if spec.device.type != "cuda":
         return True
     index = spec.device.index if spec.device.index is not None else torch.cuda.current_device()
-    return _opdecl.get(spec.op).bytes_moved(spec) >= WARM_FRACTION * _l2_bytes(index)
+    return _opdecl.get(spec.op).bytes_of(spec) >= WARM_FRACTION * _l2_bytes(index)
 
 
 @functools.lru_cache(maxsize=None)

@@ -56,7 +56,7 @@ def example_inputs(spec: CallSpec, seed: int = 0) -> tuple[torch.Tensor | None, 
 
 def tolerance_of(spec: CallSpec) -> tuple[float, float]:
     """``(rtol, atol)`` for the op's result in its output dtype."""
-    return _opdecl.get(spec.op).tolerance(spec.out_dtype)
+    return _opdecl.get(spec.op).tolerance_of(spec.out_dtype)
 
 
 def input_safety(tensors: Sequence[torch.Tensor | None], before: Sequence[torch.Tensor | None],

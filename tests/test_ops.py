@@ -394,16 +394,63 @@ def test_declarations_that_could_not_be_called_are_refused_naming_the_field():
 def test_a_non_tensor_for_a_declared_tensor_is_torchs_type_error():
     from dispatch.backend import TensorArg
 
-    decl = _rowsum("masked_rowsum", parse=lambda input, mask=None: {},
+    decl = _rowsum("rowsum_mask", parse=lambda input, mask=None: {},
                    tensors=(TensorArg("input"), TensorArg("mask", optional=True)),
                    reference=lambda spec: lambda input, mask: input.sum(-1))
-    dispatch.register(op_package(decl), name="masked_rowsum_ops")
+    dispatch.register(op_package(decl), name="rowsum_mask_ops")
     try:
         for bad, kind in (([True, False, True], "list"), (3, "int")):
-            with pytest.raises(TypeError, match=f"masked_rowsum\\(\\): argument 'mask' must be Tensor, not {kind}"):
-                dispatch.masked_rowsum(torch.ones(2, 3), mask=bad)
+            with pytest.raises(TypeError, match=f"rowsum_mask\\(\\): argument 'mask' must be Tensor, not {kind}"):
+                dispatch.rowsum_mask(torch.ones(2, 3), mask=bad)
         with pytest.raises(TypeError, match="argument 'input' must be Tensor, not NoneType"):
-            dispatch.masked_rowsum(None)
-        torch.testing.assert_close(dispatch.masked_rowsum(torch.ones(2, 3)), torch.full((2,), 3.0))
+            dispatch.rowsum_mask(None)
+        torch.testing.assert_close(dispatch.rowsum_mask(torch.ones(2, 3)), torch.full((2,), 3.0))
     finally:
-        dispatch.unregister("masked_rowsum_ops")
+        dispatch.unregister("rowsum_mask_ops")
+
+
+def test_an_ops_own_hook_answering_nonsense_is_a_type_error_naming_the_field_not_a_backends_fault():
+    import types
+
+    from dispatch import BackendInfo, Verdict
+    from dispatch.ab import compare
+
+    decl = _rowsum("odd_rowsum", tolerance=lambda dtype: "tight")
+    backend = types.SimpleNamespace(
+        dispatch_backend_info=dispatch.hookimpl(lambda: BackendInfo(name="rowsums", version="1", ops=("odd_rowsum",),
+                                                                    priority={"cpu": 1})),
+        dispatch_check=dispatch.hookimpl(lambda op, spec: Verdict.yes()),
+        dispatch_kernel=dispatch.hookimpl(lambda op, spec, config: lambda input: input.sum(-1)))
+    dispatch.register(op_package(decl), name="odd_rowsum_ops")
+    dispatch.register(backend, name="rowsums")
+    try:
+        with pytest.raises(TypeError, match=r"op 'odd_rowsum': OpDecl.tolerance must return \(rtol, atol\), two "
+                                            r"numbers >= 0 \(got 'tight' for torch.float32\)"):
+            dispatch.odd_rowsum(torch.ones(2, 3), backend="rowsums")
+        assert not dispatch.faults()  # the backend is not blamed for the op's answer
+    finally:
+        dispatch.unregister("rowsums")
+        dispatch.unregister("odd_rowsum_ops")
+    dispatch.register(op_package(_rowsum("big_rowsum", bytes_moved=lambda spec: -5)), name="big_rowsum_ops")
+    try:
+        with pytest.raises(TypeError, match=r"op 'big_rowsum': OpDecl.bytes_moved must return the bytes a call "
+                                            r"moves, an int >= 0 \(got -5\)"):
+            compare("big_rowsum", shapes=["4x8"], backends="torch", device="cpu", warmup=1, rep=1)
+    finally:
+        dispatch.unregister("big_rowsum_ops")
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("parse", lambda input: None, r"OpDecl.parse must return a dict of the op's attributes, like \{'dims': \(1,\)\} "
+                                  r"or \{\} \(got None\)"),
+    ("output", lambda spec: (2,), r"OpDecl.output must return the result's \(shape, dtype\), like "
+                                  r"\(\(4, 8\), torch.float32\) \(got \(2,\)\)"),
+    ("output", lambda spec: None, r"OpDecl.output must return the result's \(shape, dtype\)"),
+])
+def test_a_parse_or_output_answering_nonsense_is_named_at_the_call(field, value, said):
+    dispatch.register(op_package(_rowsum("bad_rowsum", **{field: value})), name="bad_rowsum_ops")
+    try:
+        with pytest.raises(TypeError, match=f"op 'bad_rowsum': {said}"):
+            dispatch.bad_rowsum(torch.ones(2, 3))
+    finally:
+        dispatch.unregister("bad_rowsum_ops")

@@ -77,7 +77,7 @@ def bytes_moved(op: str, shape: tuple[int, ...], dtype: torch.dtype, dim: int = 
     given = {"dim": dim, "dtype": out_dtype, "keepdim": keepdim}
     options = {**{k: v for k, v in given.items() if k in decl.attribute_names}, **options}
     args, kwargs = make_call(op, tuple(shape), dtype, torch.device("meta"), 0, **options)
-    return decl.bytes_moved(decl.spec(decl.bind(*args, **kwargs), grad_enabled=False))
+    return decl.bytes_of(decl.spec(decl.bind(*args, **kwargs), grad_enabled=False))
 
 
 def gbps(nbytes: int, median_us: float | None) -> float | None:

@@ -419,7 +419,7 @@ def _finish(runs: list[_Run], inputs, dim: int, copy: CopyBandwidth, baseline: s
         case = inputs[(run.op, run.shape, run.dtype)]
         f = dict(run.fields)
         out_dtype = f.pop("out_dtype", None) or case.spec.out_dtype
-        nbytes = case.decl.bytes_moved(case.spec)
+        nbytes = case.decl.bytes_of(case.spec)
         median = f.get("median_us")
         rate = gbps(nbytes, median)
         base = base_us.get((run.op, run.shape, run.dtype))
