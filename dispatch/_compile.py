@@ -44,6 +44,7 @@ from ._out import with_out
 
 _NAMESPACE = "dispatch"
 _registered: dict[str, Any] = {}
+_substituted: dict[str, tuple[Any, str]] = {}  # name -> (the op function its stand-in replaces, the op's schema)
 _lock = threading.RLock()
 _lib: torch.library.Library | None = None
 _MAX_ENCODINGS = 1024  # decoded ``args`` texts kept per op
@@ -264,15 +265,22 @@ def _never_traced(kernel):
 
 
 def register(decl: _opdecl.OpDecl) -> None:
-    """Make op ``decl.name`` a custom op and its function a Dynamo-substituted call of it (once per name)."""
+    """Make op ``decl.name`` a custom op (once per name) and its function a Dynamo-substituted call of
+    it: again for the function of an op declared anew under its name (after ``unregister`` or
+    ``refresh``) with the same tensors, whose custom op it shares."""
     with _lock:
-        if decl.name in _registered:
-            return
         from torch._dynamo import substitute_in_graph
 
         from ._dispatcher import DISPATCHER
 
         name = decl.name
+        if name in _registered:
+            function = DISPATCHER.function(name).function
+            replaced, schema = _substituted[name]
+            if function is not replaced and schema == _schema(decl):
+                substitute_in_graph(function, skip_signature_check=True)(_stand_in(decl, _registered[name]))
+                _substituted[name] = (function, schema)
+            return
         lib = _library()
         lib.define(name + _schema(decl), tags=(torch.Tag.pt2_compliant_tag,))
         op = getattr(getattr(torch.ops, _NAMESPACE), name).default
@@ -310,7 +318,9 @@ def register(decl: _opdecl.OpDecl) -> None:
         lib.impl(name, impl, "CompositeExplicitAutograd")
         lib.impl(name, autograd, "Autograd", with_keyset=True)
         torch.library.register_fake(f"{_NAMESPACE}::{name}", fake, lib=lib)
-        substitute_in_graph(DISPATCHER.function(name).function, skip_signature_check=True)(_stand_in(decl, op))
+        function = DISPATCHER.function(name).function
+        substitute_in_graph(function, skip_signature_check=True)(_stand_in(decl, op))
+        _substituted[name] = (function, _schema(decl))
         _registered[name] = op
 
 

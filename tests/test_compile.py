@@ -115,6 +115,27 @@ def test_a_third_party_op_compiles_from_its_declaration():
         dispatch.unregister("rowsum_ops_local")
 
 
+def test_an_op_declared_anew_under_its_name_compiles_again():
+    # unregister (or refresh) and register a package again: a new OpDecl and op function under the
+    # old name; its calls still go into the graph as the op's custom op, not traced as Python
+    from dispatch.backend import OpDecl, TensorArg
+
+    def declare(scale):
+        return OpDecl(name="scaled_sums", parse=lambda input: {}, tensors=(TensorArg("input"),),
+                      reference=lambda spec: lambda input: input.sum(-1) * scale,
+                      output=lambda spec: (spec.shape[:-1], spec.dtype))
+
+    x = torch.randn(3, 8)
+    for scale in (1.0, 2.0):
+        torch._dynamo.reset()
+        dispatch.register(op_package(declare(scale)), name="scaled_sums_ops")
+        try:
+            compiled = torch.compile(lambda t: dispatch.scaled_sums(t) + 1, fullgraph=True, backend="aot_eager")
+            torch.testing.assert_close(compiled(x), x.sum(-1) * scale + 1)
+        finally:
+            dispatch.unregister("scaled_sums_ops")
+
+
 def test_an_op_whose_arguments_are_all_tensors_compiles_and_exports():
     # no attribute besides the tensors (the guide's masked_mean is one): its custom op's kernel
     # decodes the backend alone
