@@ -349,8 +349,18 @@ class Dispatcher:
             if not broken:
                 error = None
                 try:
-                    grads = own(grad, *saved)
-                    why = None if checked else gradients_problem(grads, saved[:n], needed)
+                    if checked:
+                        grads = own(grad, *saved)
+                        why = None
+                    else:  # its first answer, on copies: one that writes into the gradient or the forward's
+                        # tensors (the user's) is a fault, as a forward kernel writing into its input is
+                        theirs = (grad, *saved[:n + 1])
+                        copies = tuple(None if t is None else _opdecl.with_strides(t.detach(), t.stride())
+                                       for t in theirs)
+                        grads = own(*copies, *saved[n + 1:])
+                        unsafe = input_safety(copies, theirs, None)  # (writes only: a gradient may be grad_output)
+                        why = (f"its backward kernel {unsafe} (its grad_output, an input or the forward's output)"
+                               if unsafe else gradients_problem(grads, saved[:n], needed))
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:  # SystemExit included: a backward kernel can't end the process

@@ -182,6 +182,36 @@ def _none(op, spec):
     return backward
 
 
+def _writes_grad(op, spec):
+    def backward(grad, x, y):
+        g = y * (grad - (grad * y).sum(-1, keepdim=True))
+        grad.zero_()  # the user's grad_output
+        return g
+    return backward
+
+
+def _writes_output(op, spec):
+    def backward(grad, x, y):
+        g = y * (grad - (grad * y).sum(-1, keepdim=True))
+        y.mul_(0)  # the user's forward result
+        return g
+    return backward
+
+
+@pytest.mark.parametrize("hook", [_writes_grad, _writes_output], ids=["grad_output", "output"])
+def test_a_backward_kernel_writing_into_the_users_tensors_is_a_fault_and_they_stay(hook):
+    _with_backward(hook)
+    x = torch.randn(4, 16, requires_grad=True)
+    y = dispatch.softmax(x, -1)
+    assert dispatch.explain("softmax", x, -1).decision.backend == "bwd"
+    g = torch.randn(4, 16)
+    y_before, g_before = y.detach().clone(), g.clone()
+    with pytest.warns(dispatch.FaultWarning, match="'bwd'.*backward kernel wrote into its input"):
+        (grad,) = torch.autograd.grad(y, x, g)
+    assert torch.equal(y.detach(), y_before) and torch.equal(g, g_before)
+    torch.testing.assert_close(grad, torch.autograd.grad(torch.softmax(x, -1), x, g)[0])
+
+
 @pytest.mark.parametrize("hook", [_raising, _wrong_shape, _too_many, _none],
                          ids=["raises", "wrong-shape", "too-many", "none-for-a-wanted-gradient"])
 def test_a_broken_backward_kernel_is_a_fault_and_the_step_gets_the_references_gradients(hook):
