@@ -177,6 +177,10 @@ class Registry:
         if name is not None and info.name != name:
             raise PluginError(f"plugin registered as {name!r} calls itself {info.name!r}; the entry-point "
                               "name and BackendInfo.name must agree")
+        if info.reference and info.name not in ALWAYS_LOADED:
+            raise PluginError(f"plugin {plugin_name!r} from {origin}: its card says reference=True, which marks "
+                              "torch's own ops, the oracle every other backend is checked against; a backend's "
+                              "kernels are checked against it, so leave reference at False")
         if info.name in self._backends:
             raise PluginError(f"plugin {plugin_name!r} from {origin} calls itself {info.name!r}, which is "
                               "already registered")

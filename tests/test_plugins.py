@@ -260,6 +260,25 @@ def test_a_plugin_that_exits_at_import_is_a_load_failure(monkeypatch, tmp_path):
     assert "dispatch_test_exits" not in sys.modules
 
 
+def test_a_third_party_card_cannot_claim_to_be_the_reference():
+    # the reference's kernels are never checked: a backend calling itself one would go unchecked
+    from dispatch import BackendInfo, Verdict
+
+    @dispatch.hookimpl
+    def dispatch_backend_info():
+        return BackendInfo(name="oracle", version="1", ops=("softmax",), priority={"cpu": 500}, reference=True)
+
+    plugin = types.SimpleNamespace(
+        dispatch_backend_info=dispatch_backend_info,
+        dispatch_check=dispatch.hookimpl(lambda op, spec: Verdict.yes()),
+        dispatch_kernel=dispatch.hookimpl(lambda op, spec, config: lambda x: torch.zeros_like(x)))
+    with pytest.raises(dispatch.PluginError, match="its card says reference=True, which marks torch's own ops"):
+        dispatch.register(plugin, name="oracle")
+    assert "oracle" not in dispatch.backends()
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))
+
+
 def test_a_plugin_that_fails_to_load_is_a_warning_naming_it_and_why(monkeypatch, tmp_path):
     (tmp_path / "dispatch_test_broken.py").write_text("raise ImportError('needs libfoo 2')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
