@@ -28,7 +28,8 @@ from ._select import Decision, Selector, unknown_backend
 from ._spec import CallSpec
 from .autotune.cache import default_cache
 from .errors import BackendFaultError, BackendRefusedError, FaultWarning, NoBackendError, PluginError
-from .reference import check_output, expected_output, gradients_problem, input_safety, result_problem, tolerance_of
+from .reference import (_overlaps, check_output, expected_output, gradients_problem, input_safety, result_problem,
+                        tolerance_of)
 
 MAX_KEYS_PER_OP = 4096
 _IN_KERNEL = "autocast, read in the kernel"  # the first part of the key an autocast_in_kernel call resolves under
@@ -460,6 +461,8 @@ class Dispatcher:
                 expected = expected_output(spec, tensors) if _has_reference(registry) else None
                 copies = tuple(None if t is None else _opdecl.with_strides(t.detach(), t.stride()) for t in tensors)
                 out = kernel(*copies)
+                # twice: a kernel that hands back one buffer it keeps would change a result the caller holds
+                again = kernel(*copies) if isinstance(out, torch.Tensor) and out.numel() else None
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # SystemExit included: a kernel cannot end the process
@@ -470,6 +473,10 @@ class Dispatcher:
             if why is None and expected is not None:
                 why = check_output(spec, out, expected, tensors)
                 why = None if why is None else f"differs from the reference: {why}"
+            if why is None and isinstance(again, torch.Tensor) and again.numel() and again.device.type != "meta" \
+                    and again.layout == torch.strided and _overlaps(again, out):
+                why = ("returned the same memory from two calls (a buffer it keeps and writes again: the next call "
+                       "would change a result the caller still holds); a kernel returns a new tensor each call")
         except Exception as exc:  # a result the checks can't read (of a tensor type torch can't copy, say)
             why = f"returned a result that could not be checked ({type(exc).__name__}: {exc})"
         if why is not None:

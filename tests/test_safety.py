@@ -149,6 +149,29 @@ def test_a_kernel_or_backward_that_exits_cannot_end_the_process():
         y.sum().backward()
 
 
+def test_a_kernel_handing_back_one_buffer_it_keeps_is_quarantined_and_earlier_results_stay():
+    plugin = chunked_backend.make("keeper", priority=500)
+    kept = {}
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        def run(x):
+            out = kept.setdefault(tuple(x.shape), torch.empty_like(x))
+            torch.softmax(x, -1, out=out)
+            return out
+        return run
+
+    plugin.dispatch_kernel = dispatch_kernel
+    dispatch.register(plugin)
+    x = torch.randn(4, 16)
+    with pytest.warns(dispatch.FaultWarning, match="'keeper' returned the same memory from two calls"):
+        first = dispatch.softmax(x, -1)
+    held = first.clone()
+    dispatch.softmax(torch.randn(4, 16), -1)  # served elsewhere now: the first result stays the caller's
+    assert torch.equal(first, held)
+    torch.testing.assert_close(first, torch.softmax(x, -1))
+
+
 def _with_backward(backward_hook, name="bwd"):
     """The chunked test backend (right forward, priority above torch's) with ``backward_hook`` as
     its dispatch_backward."""

