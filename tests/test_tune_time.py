@@ -561,3 +561,15 @@ def test_a_call_that_waits_on_a_long_tune_says_so_and_a_short_one_does_not(caplo
     said = [r.getMessage() for r in caplog.records if "for this call" in r.getMessage()]
     assert said and said[0].startswith("tuning softmax(8x512 float32") and "python -m dispatch tune" in said[0]
     assert len(said) == 1  # then once every EVERY_S seconds at most
+
+
+@pytest.mark.parametrize("value", [torch.float32, [4, 8], float("nan"), object()],
+                         ids=["dtype", "list", "nan", "object"])
+def test_a_tune_space_with_a_value_the_cache_could_not_keep_is_refused_where_it_is_made(value):
+    # it would work with tuning off, then break the first tune (or key its decision on nothing stable)
+    from dispatch.backend import TuneSpace
+
+    with pytest.raises(TypeError, match=r"'config' values must be plain: str, int, a finite float, bool or None "
+                                        r"\(got c="):
+        TuneSpace(configs=[{"c": 1}, {"c": value}], default={"c": 1})
+    assert TuneSpace(configs=[{"c": 1}, {"c": 2.5, "name": "x", "on": True, "off": None}], default={"c": 1})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -15,6 +16,11 @@ def _as_items(value: Any) -> tuple[tuple[str, Any], ...]:
     if isinstance(value, Config):
         return value.items
     if isinstance(value, Mapping):
+        for k, v in value.items():
+            plain = v is None or isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v))
+            if not plain:  # (what the decision cache stores as JSON, hashes and compares)
+                raise TypeError(f"'config' values must be plain: str, int, a finite float, bool or None (got "
+                                f"{k}={v!r} in {dict(value)!r})")
         return tuple(sorted((str(k), v) for k, v in value.items()))
     raise TypeError(f"'config' must be a mapping of names to values (got {value!r})")
 
