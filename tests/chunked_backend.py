@@ -3,8 +3,9 @@
 ``make(name, fault=...)`` builds a fresh plugin object; ``fault`` makes it misbehave on purpose:
 "raise" (every kernel call raises), "nan" (returns NaN), "wrong" (off by 10%), "slow" (sleeps),
 "writes input" (right result, then zeroes its input), "alias" (writes its result into its input and
-returns the input), "raise later" (raises from its third call on), "raw memory" (reads the input's
-memory as a GPU kernel does, so a lazily negated view reads as its raw values).
+returns the input), "raise later" (raises from its fifth call on: two cases' first calls, each
+run twice, pass), "raw memory" (reads the input's memory as a GPU kernel does, so a lazily negated
+view reads as its raw values).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def make(name: str = "chunked", fault: str | None = None, priority: int = 50, ca
 
         def run(x):
             calls.append(op)
-            if fault == "raise" or (fault == "raise later" and len(calls) >= 3):
+            if fault == "raise" or (fault == "raise later" and len(calls) >= 5):
                 raise RuntimeError(f"{name} kernel crashed")
             if fault == "slow":
                 time.sleep(0.002)
