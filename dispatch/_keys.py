@@ -38,6 +38,16 @@ def resolve_device(device: torch.device | str | None) -> torch.device:
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"device {device!r} is not a device torch knows ({exc}); use cpu, cuda, cuda:N "
                          "or auto") from None
+    if device.type == "meta":
+        raise ValueError(f"device {str(device)!r} holds no data: nothing run there can be checked or timed; use cpu, "
+                         "cuda, cuda:N or auto")
+    if device.type not in ("cpu", "cuda"):
+        try:
+            torch.empty(1, device=device)
+        except Exception as exc:  # noqa: BLE001 - whatever the device's runtime says: it can't be used here
+            said = (str(exc).splitlines() or [""])[0]
+            raise ValueError(f"device {str(device)!r} can't be used in this process ({type(exc).__name__}: {said}); "
+                             "use cpu, cuda, cuda:N or auto") from None
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:

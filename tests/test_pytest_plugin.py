@@ -143,6 +143,25 @@ def test_certifying_on_a_device_that_is_not_there_is_a_usage_error_not_a_green_r
         certify("torch", device=missing)
 
 
+@pytest.mark.parametrize("options", [["--dispatch-certify=torch", "--dispatch-device=meta"],
+                                     ["--dispatch-certify="], ["--dispatch-certify=,"], ["--dispatch-backend="]],
+                         ids=["meta device", "empty certify", "comma certify", "empty backend"])
+def test_an_option_that_would_run_or_check_nothing_is_a_usage_error(pytester, options):
+    result = pytester.runpytest(*options)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    said = "holds no data" if "meta" in options[-1] else "names no backend"
+    result.stderr.fnmatch_lines([f"*{said}*"])
+
+
+def test_certify_names_a_meta_device_or_a_case_that_is_not_one():
+    with pytest.raises(ValueError, match="device 'meta' can't be used here .*holds no data"):
+        certify("torch", device="meta")
+    with pytest.raises(TypeError, match=r"'cases' must hold dispatch_pytest.cases.Case \(or OpCase\) objects.*got 1"):
+        certify("torch", cases=[1], device="cpu")
+    with pytest.raises(TypeError, match="'cases' must be an iterable"):
+        certify("torch", cases=5, device="cpu")
+
+
 def test_certification_passes_for_the_torch_reference(pytester):
     result = pytester.runpytest("--dispatch-certify=torch")
     result.assert_outcomes(passed=len(default_cases()))

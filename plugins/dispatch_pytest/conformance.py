@@ -118,6 +118,16 @@ def certify(backend: str, cases: Iterable[Case] | None = None, *, device: torch.
     """
     device = usable_device(device)
     loaded = _backend(backend)
+    if cases is not None:
+        try:
+            cases = list(cases)
+        except TypeError:
+            raise TypeError(f"'cases' must be an iterable of dispatch_pytest.cases.Case (or OpCase), or None for "
+                            f"the default grid (got {cases!r})") from None
+        bad = next((c for c in cases if not isinstance(c, (Case, OpCase))), None)
+        if bad is not None:
+            raise TypeError(f"'cases' must hold dispatch_pytest.cases.Case (or OpCase) objects, like "
+                            f"Case('softmax', torch.float32, (4, 16)) (got {bad!r})")
     results = tuple(run_case(backend, case, device=device, configs=configs)
                     for case in (default_cases(_ops_of(loaded)) if cases is None else cases))
     return Report(backend, loaded.info.version, str(device), results)

@@ -39,6 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "dispatch_conformance: a conformance case added by --dispatch-certify")
+    for option in (OPTION_BACKEND, OPTION_CERTIFY):
+        given = config.getoption(option)
+        if given and not _names(given):  # (an empty value would run nothing and say nothing)
+            raise pytest.UsageError(f"{option}={','.join(given)} names no backend: name one or more, comma-separated "
+                                    "(see `python -m dispatch backends`)")
     named = _names(config.getoption(OPTION_BACKEND)) + _names(config.getoption(OPTION_CERTIFY))
     if named:
         import dispatch
