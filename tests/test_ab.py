@@ -137,7 +137,7 @@ def test_protocol_warms_everything_before_timing_anything(monkeypatch):
                   progress=lambda done, total, what: progress.append((done, total, what)), **FAST)
     first_timing = events.index(("measure",))
     assert {e for e in events[:first_timing]} == {("call", "alpha"), ("call", "beta")}
-    assert events[:first_timing].count(("call", "alpha")) == 4  # a first call per case, untimed (its check runs it twice)
+    assert events[:first_timing].count(("call", "alpha")) == 4  # a first call per case, untimed (checked: run twice)
     assert run.baseline is None and all(r.speedup is None for r in run.results)
     assert progress[-1][0] == progress[-1][1] == 2 * 2 * 2 + 1
 
