@@ -129,6 +129,12 @@ class Backend:
                             settings=settings)
         if result is not None and not isinstance(result, TuneResult):
             raise self._malformed("dispatch_native_tune", result, "a dispatch.autotune.TuneResult or None")
+        if result is not None and result.config not in space.configs:  # (else cached, then refused as stale)
+            error = PluginError(f"backend {self.name!r}: dispatch_native_tune returned config {result.config}, which "
+                                f"is not in the tune space it was given ({', '.join(map(str, space.configs[:4]))}"
+                                f"{', ...' if len(space.configs) > 4 else ''}); it must pick one of them")
+            self._record("dispatch_native_tune", error)
+            raise error
         return result
 
     def backward(self, op: str, spec: CallSpec) -> Callable | None:

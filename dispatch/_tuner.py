@@ -238,6 +238,9 @@ class Tuner:
         result = None
         if space is not None:
             result = backend.native_tune(spec.op, spec, space, xs, settings)
+            if input_safety(xs, before, None) is not None:
+                raise TuneError(f"native tuning of {what} (its dispatch_native_tune hook) wrote into the example "
+                                "inputs it was given; the backend is not used for this call")
             if result is not None and expected is not None:
                 out = backend.kernel(spec.op, spec, result.config)(*xs)
                 why = input_safety(xs, before, out) or check_output(spec, out, expected)

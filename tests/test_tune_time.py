@@ -573,3 +573,30 @@ def test_a_tune_space_with_a_value_the_cache_could_not_keep_is_refused_where_it_
                                         r"\(got c="):
         TuneSpace(configs=[{"c": 1}, {"c": value}], default={"c": 1})
     assert TuneSpace(configs=[{"c": 1}, {"c": 2.5, "name": "x", "on": True, "off": None}], default={"c": 1})
+
+
+@pytest.mark.parametrize("fault", ["outside", "writes"])
+def test_a_native_tune_hook_answering_outside_its_space_or_writing_its_example_is_named(fault):
+    import chunked_backend
+
+    from dispatch.autotune import Config, TuneResult
+    from dispatch.tune import tune_call
+
+    plugin = chunked_backend.make("native", priority=500)
+
+    @dispatch.hookimpl
+    def dispatch_native_tune(op, spec, space, example, settings):
+        if fault == "writes":
+            example[0].zero_()
+            return TuneResult(config=space.default, latency_us=1.0)
+        return TuneResult(config=Config.of(chunk=12345), latency_us=1.0)
+
+    plugin.dispatch_native_tune = dispatch_native_tune
+    dispatch.register(plugin)
+    said = ("dispatch_native_tune returned config chunk=12345, which is not in the tune space it was given "
+            r"\(chunk=8, chunk=64, chunk=1024\); it must pick one of them"
+            if fault == "outside" else "its dispatch_native_tune hook\\) wrote into the example inputs")
+    with pytest.raises(dispatch.DispatchError, match=said):
+        tune_call("softmax", torch.randn(4, 16), -1, backends="native")
+    x = torch.randn(4, 16)
+    torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))
