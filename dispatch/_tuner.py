@@ -254,7 +254,8 @@ class Tuner:
                 return lambda: kernel(*xs)
 
             result = sweep(candidates, make_runner, expected, spec.device, settings, what=what, progress=progress,
-                           tolerance=tolerance_of(spec), first=space.default if space is not None else None)
+                           tolerance=tolerance_of(spec), first=space.default if space is not None else None,
+                           intact=lambda: input_safety(xs, before, None))
         why = input_safety(xs, before, None)
         if why is not None:  # a kernel that writes into its input can't win a race, nor be cached
             raise TuneError(f"tuning {what}: a candidate {why}; the backend is not used for this call")

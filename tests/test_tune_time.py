@@ -600,3 +600,29 @@ def test_a_native_tune_hook_answering_outside_its_space_or_writing_its_example_i
         tune_call("softmax", torch.randn(4, 16), -1, backends="native")
     x = torch.randn(4, 16)
     torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))
+
+
+def test_a_tune_candidate_writing_into_its_input_is_named_and_ends_the_sweep():
+    import chunked_backend
+
+    from dispatch.tune import tune_call
+
+    plugin = chunked_backend.make("scribbler", priority=500)
+    inner = plugin.dispatch_kernel
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        run = inner(op, spec, config)
+        if config.get("chunk") != 8:
+            return run
+
+        def scribble(x):
+            out = run(x)
+            x.mul_(2)  # the chunk=8 candidate writes into its input
+            return out
+        return scribble
+
+    plugin.dispatch_kernel = dispatch_kernel
+    dispatch.register(plugin)
+    with pytest.raises(dispatch.DispatchError, match="candidate chunk=8 wrote into its input; the backend is not used"):
+        tune_call("softmax", torch.randn(4, 16), -1, backends="scribbler")

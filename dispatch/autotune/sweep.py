@@ -48,7 +48,7 @@ def sweep(candidates: Sequence[Config], make_runner: Callable[[Config], Callable
           reference: torch.Tensor | None, device: torch.device, settings: TuneSettings = TuneSettings(),
           what: str = "kernel", progress: Callable[[Config], None] | None = None,
           tolerance: tuple[float, float] | None = None, first: Config | None = None,
-          timer: Callable[..., Timing] | None = None) -> TuneResult:
+          timer: Callable[..., Timing] | None = None, intact: Callable[[], str | None] | None = None) -> TuneResult:
     """Measure every candidate and return the winner with every timing and failure.
 
     ``make_runner(config)`` builds a zero-argument callable that runs the kernel on fixed inputs.
@@ -62,7 +62,10 @@ def sweep(candidates: Sequence[Config], make_runner: Callable[[Config], Callable
     ``settings.early_stop`` times the best full median so far (``TuneSettings.stop_above_us``).
     Such a candidate keeps that shorter timing (fewer ``reps``); it cannot win, being far behind
     one timed in full. Ties are still resolved in the candidates' order. ``timer`` (default
-    :func:`~dispatch.autotune.timer.measure`) takes ``(fn, device, settings, config)``.
+    :func:`~dispatch.autotune.timer.measure`) takes ``(fn, device, settings, config)``. ``intact``,
+    asked after each candidate's first run: why the shared inputs are no longer what they were (a
+    candidate wrote into them), or None; such a candidate ends the sweep with a :class:`TuneError`
+    naming it (the inputs of every later candidate would be wrong).
     """
     timer = timer or measure
     order = list(candidates)
@@ -83,6 +86,9 @@ def sweep(candidates: Sequence[Config], make_runner: Callable[[Config], Callable
         except BaseException as exc:  # a candidate's crash (SystemExit too) is data, not a crash of the sweep
             failures.append(Failure(config, f"{type(exc).__name__}: {exc}"))
             continue
+        broken = intact() if intact is not None else None
+        if broken is not None:
+            raise TuneError(f"tuning {what}: candidate {config} {broken}; the backend is not used for this call")
         if reference is not None:
             why = mismatch(out, reference, tolerance) if isinstance(out, torch.Tensor) else (
                 f"returned {type(out).__name__}, not a tensor")
