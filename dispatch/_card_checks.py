@@ -7,6 +7,24 @@ from types import MappingProxyType
 from typing import Any
 
 
+def kind_of(kind: type, what: str = ""):
+    """attrs' ``instance_of`` with a message of one line: ``'name' must be a str (got 123)`` (attrs'
+    own shows a tuple holding the whole attribute's repr). ``what``: how to say the kind, where its
+    name would not ("a dispatch.Verdict, like Verdict.yes()")."""
+    said = what or ("a torch.dtype" if kind is torch_dtype() else f"a {kind.__name__}")
+
+    def check(_instance: Any, attribute: Any, value: Any) -> None:
+        if not isinstance(value, kind):
+            raise TypeError(f"'{attribute.name}' must be {said} (got {value!r})")
+    return check
+
+
+def torch_dtype() -> type:
+    import torch
+
+    return torch.dtype
+
+
 def frozen_mapping(value: Any) -> Any:
     """A read-only copy of a mapping; anything else passes through for the validator to name."""
     return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value

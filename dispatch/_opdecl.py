@@ -21,10 +21,11 @@ from typing import Any
 
 import torch
 from attrs import field, frozen
-from attrs.validators import deep_iterable, instance_of, is_callable
+from attrs.validators import deep_iterable, is_callable
 from attrs.validators import optional as maybe
 
 from ._autocast import AUTOCAST_DEVICE_TYPES, AUTOCAST_POLICIES
+from ._card_checks import kind_of
 from ._spec import CallSpec, TensorSpec
 from .tolerance import tolerance as dtype_tolerance
 
@@ -41,10 +42,10 @@ class TensorArg:
     it); None means the first tensor's dtype. ``differentiable`` says whether autograd flows to it.
     """
 
-    name: str = field(validator=instance_of(str))
-    optional: bool = field(default=False, validator=instance_of(bool))
-    absent_dtype: torch.dtype | None = field(default=None, validator=maybe(instance_of(torch.dtype)))
-    differentiable: bool = field(default=True, validator=instance_of(bool))
+    name: str = field(validator=kind_of(str))
+    optional: bool = field(default=False, validator=kind_of(bool))
+    absent_dtype: torch.dtype | None = field(default=None, validator=maybe(kind_of(torch.dtype)))
+    differentiable: bool = field(default=True, validator=kind_of(bool))
 
 
 def _default_bucket(spec: CallSpec) -> str:
@@ -147,6 +148,14 @@ def _autocast_pairs(value: Mapping[str, str] | tuple) -> tuple[tuple[str, str], 
     return pairs
 
 
+def _tensor_args(value: Any) -> tuple:
+    """``OpDecl.tensors`` as a tuple; one TensorArg, a name or a non-collection is a TypeError saying how."""
+    if isinstance(value, (str, TensorArg)) or not isinstance(value, (tuple, list)):
+        raise TypeError(f"'tensors' must be a tuple of TensorArg, like (TensorArg('input'), TensorArg('weight', "
+                        f"optional=True)) (got {value!r})")
+    return tuple(value)
+
+
 @frozen
 class OpDecl:
     """An op, declared once.
@@ -190,13 +199,13 @@ class OpDecl:
       made on the float32 copy. The other half-precision tensors (a weight) are still cast.
     """
 
-    name: str = field(validator=instance_of(str))
+    name: str = field(validator=kind_of(str))
     parse: Callable[..., dict[str, Any]] = field(validator=is_callable())
-    tensors: tuple[TensorArg, ...] = field(converter=tuple, validator=deep_iterable(instance_of(TensorArg)))
+    tensors: tuple[TensorArg, ...] = field(converter=_tensor_args, validator=deep_iterable(kind_of(TensorArg)))
     reference: Callable[[CallSpec], Kernel] = field(validator=is_callable())
     output: Callable[[CallSpec], tuple[tuple[int, ...], torch.dtype]] = field(validator=is_callable())
     backward: Callable[[CallSpec], Callable[..., Any]] | None = field(default=None, validator=maybe(is_callable()))
-    backward_reads_inputs: bool = field(default=True, validator=instance_of(bool))
+    backward_reads_inputs: bool = field(default=True, validator=kind_of(bool))
     bucket: Callable[[CallSpec], str] = field(default=_default_bucket, validator=is_callable())
     bytes_moved: Callable[[CallSpec], int] = field(default=_default_bytes, validator=is_callable())
     flops: Callable[[CallSpec], int] | None = field(default=None, validator=maybe(is_callable()))
@@ -205,10 +214,10 @@ class OpDecl:
     examples: Callable[..., tuple[torch.Tensor | None, ...]] = field(default=default_examples,
                                                                      validator=is_callable())
     sample: Callable[..., tuple[tuple, dict[str, Any]]] = field(default=default_sample, validator=is_callable())
-    out: bool = field(default=False, validator=instance_of(bool))
+    out: bool = field(default=False, validator=kind_of(bool))
     autocast: tuple[tuple[str, str], ...] = field(default=(), converter=_autocast_pairs)
-    autocast_in_kernel: bool = field(default=False, validator=instance_of(bool))
-    doc: str = field(default="", validator=instance_of(str))
+    autocast_in_kernel: bool = field(default=False, validator=kind_of(bool))
+    doc: str = field(default="", validator=kind_of(str))
 
     @name.validator
     def _check_name(self, _attribute, value: str) -> None:

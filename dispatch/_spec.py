@@ -7,9 +7,10 @@ from typing import Any
 
 import torch
 from attrs import field, frozen
-from attrs.validators import deep_iterable, instance_of, optional
+from attrs.validators import deep_iterable, optional
 
-from ._card_checks import costs, exact_bool, frozen_mapping, frozen_set, op_collection, priorities, string_mapping, text
+from ._card_checks import (costs, exact_bool, frozen_mapping, frozen_set, kind_of, op_collection, priorities,
+                           string_mapping, text)
 
 
 @frozen
@@ -20,13 +21,13 @@ class TensorSpec:
     the same key with and without it), shape ``()`` and stride ``()``.
     """
 
-    name: str = field(validator=instance_of(str))
-    dtype: torch.dtype = field(validator=instance_of(torch.dtype))
+    name: str = field(validator=kind_of(str))
+    dtype: torch.dtype = field(validator=kind_of(torch.dtype))
     shape: tuple[int, ...] = field(default=(), converter=tuple)
     stride: tuple[int, ...] = field(default=(), converter=tuple)
-    device: torch.device | None = field(default=None, validator=optional(instance_of(torch.device)))
-    present: bool = field(default=True, validator=instance_of(bool))
-    requires_grad: bool = field(default=False, validator=instance_of(bool))
+    device: torch.device | None = field(default=None, validator=optional(kind_of(torch.device)))
+    present: bool = field(default=True, validator=kind_of(bool))
+    requires_grad: bool = field(default=False, validator=kind_of(bool))
 
     @classmethod
     def of(cls, name: str, t: torch.Tensor, grad_enabled: bool = True) -> TensorSpec:
@@ -85,11 +86,11 @@ class CallSpec:
     shape and dtype. ``dtype``/``shape``/``stride``/``device`` are the first tensor's.
     """
 
-    op: str = field(validator=instance_of(str))
-    tensors: tuple[TensorSpec, ...] = field(converter=tuple, validator=deep_iterable(instance_of(TensorSpec)))
+    op: str = field(validator=kind_of(str))
+    tensors: tuple[TensorSpec, ...] = field(converter=tuple, validator=deep_iterable(kind_of(TensorSpec)))
     attributes: tuple[tuple[str, Any], ...] = field(converter=lambda a: tuple(sorted(dict(a).items())))
     out_shape: tuple[int, ...] = field(default=(), converter=tuple)
-    out_dtype: torch.dtype | None = field(default=None, validator=optional(instance_of(torch.dtype)))
+    out_dtype: torch.dtype | None = field(default=None, validator=optional(kind_of(torch.dtype)))
 
     def __attrs_post_init__(self) -> None:
         if not self.tensors or not self.tensors[0].present:
@@ -235,9 +236,9 @@ class Verdict:
     ``"<device type>:<op>:tiles"`` and ``"<device type>:tiles"`` come first
     (:meth:`BackendInfo.estimate_us`)."""
 
-    ok: bool = field(validator=instance_of(bool))
-    reason: str = field(default="", validator=instance_of(str))
-    card: str = field(default="", validator=instance_of(str))
+    ok: bool = field(validator=kind_of(bool))
+    reason: str = field(default="", validator=kind_of(str))
+    card: str = field(default="", validator=kind_of(str))
 
     @classmethod
     def yes(cls, reason: str = "serves this call", card: str = "") -> Verdict:
@@ -269,11 +270,12 @@ class BackendInfo:
 
     name: str = field(validator=text)
     version: str = field(validator=text)
-    ops: frozenset[str] = field(converter=frozen_set, validator=[op_collection, deep_iterable(instance_of(str))])
+    ops: frozenset[str] = field(converter=frozen_set, validator=[op_collection, deep_iterable(kind_of(str))])
     priority: Mapping[str, int] = field(factory=dict, converter=frozen_mapping, validator=priorities)
     versions: Mapping[str, str] = field(factory=dict, converter=frozen_mapping, validator=string_mapping)
     description: str = field(default="", validator=text)
-    available: Verdict = field(factory=Verdict.yes, validator=instance_of(Verdict))
+    available: Verdict = field(factory=Verdict.yes, validator=kind_of(
+        Verdict, "a dispatch.Verdict, like Verdict.yes() or Verdict.no('tilelang is not installed')"))
     reference: bool = field(default=False, validator=exact_bool)
     costs: Mapping[str, tuple[float, ...]] = field(factory=dict, converter=frozen_mapping, validator=costs)
 

@@ -454,3 +454,22 @@ def test_a_parse_or_output_answering_nonsense_is_named_at_the_call(field, value,
             dispatch.bad_rowsum(torch.ones(2, 3))
     finally:
         dispatch.unregister("bad_rowsum_ops")
+
+
+def test_a_wrongly_typed_field_is_one_line_naming_it():
+    # (attrs' own message is a tuple holding the whole attribute's repr)
+    from dispatch import BackendInfo
+    from dispatch.backend import TensorArg
+
+    for make, said in ((lambda: _rowsum(123), "'name' must be a str (got 123)"),
+                       (lambda: _rowsum(tensors="input"), "'tensors' must be a tuple of TensorArg, like "
+                                                          "(TensorArg('input'), TensorArg('weight', optional=True)) "
+                                                          "(got 'input')"),
+                       (lambda: _rowsum(tensors=TensorArg("input")), "'tensors' must be a tuple of TensorArg"),
+                       (lambda: TensorArg("input", absent_dtype="float32"),
+                        "'absent_dtype' must be a torch.dtype (got 'float32')"),
+                       (lambda: BackendInfo(name="x", version="1", ops=("softmax",), available=False),
+                        "'available' must be a dispatch.Verdict, like Verdict.yes() or Verdict.no(")):
+        with pytest.raises(TypeError) as info:
+            make()
+        assert str(info.value).startswith(said) and "Attribute(" not in str(info.value), str(info.value)

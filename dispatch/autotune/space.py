@@ -9,7 +9,9 @@ from types import MappingProxyType
 from typing import Any
 
 from attrs import field, frozen
-from attrs.validators import deep_iterable, ge, instance_of
+from attrs.validators import deep_iterable, ge
+
+from .._card_checks import kind_of
 
 
 def _as_items(value: Any) -> tuple[tuple[str, Any], ...]:
@@ -89,7 +91,7 @@ class TuneSpace:
 
     configs: tuple[Config, ...] = field(converter=_configs)
     default: Config = field(converter=Config.of)
-    tunables: tuple[str, ...] = field(default=(), converter=tuple, validator=deep_iterable(instance_of(str)))
+    tunables: tuple[str, ...] = field(default=(), converter=tuple, validator=deep_iterable(kind_of(str)))
     aliases: Mapping[str, str] = field(factory=dict, converter=_mapping)
     build_keys: tuple[str, ...] = field(default=(), converter=tuple)
     pruned: tuple[tuple[Config, str], ...] = field(default=(), converter=tuple)
@@ -124,7 +126,7 @@ class Failure:
 class TuneResult:
     """The outcome of a sweep. A result always has a config and a latency: never None."""
 
-    config: Config = field(validator=instance_of(Config))
+    config: Config = field(validator=kind_of(Config))
     latency_us: float = field(converter=float, validator=ge(0.0))
     spread_us: float = field(default=0.0, converter=float)
     timings: tuple[Timing, ...] = field(default=(), converter=tuple)
