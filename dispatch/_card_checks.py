@@ -46,11 +46,31 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _device_type(text: str) -> bool:
+    """``text`` names a device type torch knows (``cuda``, ``cpu``, ``mps``...): a typo would be a
+    figure or a rank that never applies."""
+    import torch
+
+    try:
+        return torch.device(text).type == text
+    except (RuntimeError, ValueError):
+        return False
+
+
+def _unknown_device_type(attribute: Any, keys: Iterable[str]) -> None:
+    bad = next((k for k in keys if not _device_type(k.split(":")[0])), None)
+    if bad is not None:
+        raise ValueError(f"'{attribute.name}' keys must start with a device type torch knows, like 'cuda' or 'cpu' "
+                         f"(got {bad!r}): a misspelt one would never apply")
+
+
 def priorities(_instance: Any, attribute: Any, value: Any) -> None:
-    """``{device type (str): rank (int)}``; a bool, a float (NaN included) or a str is refused."""
+    """``{device type (str): rank (int)}``; a bool, a float (NaN included) or a str is refused, and
+    a device type torch does not know."""
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and _is_int(v) for k, v in value.items()):
         raise TypeError(f"'{attribute.name}' must be a mapping of device type (str) to an int rank, "
                         f"like {{'cuda': 100, 'cpu': 0}} (got {_shown(value)})")
+    _unknown_device_type(attribute, value)
 
 
 def string_mapping(_instance: Any, attribute: Any, value: Any) -> None:
@@ -76,6 +96,7 @@ def costs(_instance: Any, attribute: Any, value: Any) -> None:
         raise TypeError(f"'{attribute.name}' must be a mapping of device type (str) to (launch us, GB/s) or "
                         f"(launch us, GB/s, ns per element of a row), like {{'cuda': (16.0, 3500.0)}} "
                         f"(got {_shown(value)})")
+    _unknown_device_type(attribute, value)
 
 
 def text(_instance: Any, attribute: Any, value: Any) -> None:

@@ -207,6 +207,8 @@ BAD_CARDS = [
     ({"costs": {"cuda": (10.0, 1000.0, -1.0)}}, "'costs' must be"),
     ({"costs": {"cuda": (10.0, 1000.0, 1.0, 2.0)}}, "'costs' must be"),
     ({"costs": {"cuda": (10.0, 1000.0, float("inf"))}}, "'costs' must be"),
+    ({"priority": {"cpux": 200}}, "'priority' keys must start with a device type torch knows"),  # a typo: never applies
+    ({"costs": {"gpu:softmax": (1.0, 2.0)}}, "'costs' keys must start with a device type torch knows"),
 ]
 
 
