@@ -115,12 +115,13 @@ class Backend:
         failed = self._call("dispatch_precompile", op=op, spec=spec, configs=tuple(configs))
         if failed is None:
             return None
+        answer = failed
         try:
-            failed = tuple(failed)
+            failed = tuple(failed) if not isinstance(failed, (str, bytes)) else (failed,)
         except TypeError:
             failed = (failed,)
         if not all(isinstance(f, Failure) for f in failed):
-            raise self._malformed("dispatch_precompile", failed, "dispatch.backend.Failure records or None")
+            raise self._malformed("dispatch_precompile", answer, "dispatch.backend.Failure records or None")
         return failed
 
     def native_tune(self, op: str, spec: CallSpec, space: TuneSpace, example: tuple,

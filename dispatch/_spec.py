@@ -248,8 +248,8 @@ class Verdict:
 
     @classmethod
     def no(cls, reason: str) -> Verdict:
-        if not reason:
-            raise ValueError("a refusal must say why: 'reason' must be a non-empty str (got '')")
+        if not isinstance(reason, str) or not reason:
+            raise ValueError(f"a refusal must say why: 'reason' must be a non-empty str (got {reason!r})")
         return cls(False, reason)
 
     def __bool__(self) -> bool:

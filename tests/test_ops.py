@@ -473,3 +473,11 @@ def test_a_wrongly_typed_field_is_one_line_naming_it():
         with pytest.raises(TypeError) as info:
             make()
         assert str(info.value).startswith(said) and "Attribute(" not in str(info.value), str(info.value)
+
+
+def test_a_refusal_without_a_reason_says_what_it_got():
+    from dispatch import Verdict
+
+    for reason in (None, "", 3):
+        with pytest.raises(ValueError, match=f"'reason' must be a non-empty str \\(got {reason!r}\\)"):
+            Verdict.no(reason)

@@ -114,6 +114,21 @@ def test_a_raising_precompile_hook_costs_the_head_start_not_the_tune():
     assert decision.backend == "chunked" and decision.tune is not None and len(decision.tune.timings) == 3
 
 
+def test_a_precompile_hook_answering_a_str_is_named_with_what_it_returned():
+    plugin = chunked_backend.make("chunked", priority=200)
+
+    @dispatch.hookimpl
+    def dispatch_precompile(op, spec, configs):
+        return "oops"
+
+    plugin.dispatch_precompile = dispatch_precompile
+    dispatch.register(plugin)
+    dispatch.configure(autotune=True, allow=["chunked"])
+    dispatch.explain("softmax", torch.randn(8, 64))  # the tune still runs (the head start is lost)
+    said = [f.error for f in dispatch.faults() if "dispatch_precompile" in str(f.error)]
+    assert said and "returned 'oops' (str)" in str(said[-1]), said
+
+
 def test_compile_all_runs_on_a_pool_and_reports_in_order():
     seen = set()
     lock = threading.Lock()
