@@ -17,7 +17,7 @@ def reference_backward(spec: CallSpec) -> Callable[..., object]:
     """
     decl = _opdecl.get(spec.op)
     if decl.backward is not None:
-        declared = decl.backward(spec)
+        declared = _checked_declared(spec, decl.backward(spec))
         if decl.backward_reads_inputs:
             return declared
 
@@ -31,6 +31,42 @@ def reference_backward(spec: CallSpec) -> Callable[..., object]:
         leaves = [t.detach().requires_grad_(t.dtype.is_floating_point) if t is not None else None
                   for t in saved[:-1]]
         return _through(reference, grad, leaves, [t is not None and t.requires_grad for t in leaves])
+    return backward
+
+
+class _Shape:
+    """An input's shape and device, where its tensor was not kept (what a gradient is checked against)."""
+
+    def __init__(self, shape: torch.Size, device: torch.device) -> None:
+        self.shape, self.device = shape, device
+
+
+def _checked_declared(spec: CallSpec, declared: object) -> Callable[..., object]:
+    """The op's declared backward function, whose first answer is checked as a backend's backward
+    kernel's is (one gradient per wanted input, of its shape and device): a wrong one is the op's
+    TypeError naming ``OpDecl.backward``, not a gradient handed on (or None taken for zero)."""
+    from .reference import gradients_problem
+
+    if not callable(declared):
+        def unusable(grad, *saved):  # (raised where the gradient is asked for: the op's error, not a backend's)
+            raise TypeError(f"op {spec.op!r}: OpDecl.backward(spec) must return a function (grad_output, *tensors, "
+                            f"output) -> gradients (got {declared!r})")
+        return unusable
+    n = len(spec.tensors)
+    needed = tuple(t.name if t.requires_grad else None for t in spec.tensors)
+    checked = False
+
+    def backward(grad, *saved):
+        nonlocal checked
+        grads = declared(grad, *saved)
+        if not checked:  # (an output-only backward gets None for each input: the spec has their shapes)
+            shapes = tuple(s if s is not None or not t.present else _Shape(torch.Size(t.shape), grad.device)
+                           for s, t in zip(saved[:n], spec.tensors))
+            why = gradients_problem(grads, shapes, needed)
+            if why is not None:
+                raise TypeError(f"op {spec.op!r}: OpDecl.backward {why.removeprefix('its backward kernel ')}")
+            checked = True
+        return grads
     return backward
 
 

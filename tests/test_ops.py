@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -481,3 +483,32 @@ def test_a_refusal_without_a_reason_says_what_it_got():
     for reason in (None, "", 3):
         with pytest.raises(ValueError, match=f"'reason' must be a non-empty str \\(got {reason!r}\\)"):
             Verdict.no(reason)
+
+
+@pytest.mark.parametrize("backward,said", [
+    (lambda spec: (lambda grad, input, out: None), "OpDecl.backward gave no gradient for 'input'"),
+    (lambda spec: (lambda grad, input, out: grad), "OpDecl.backward returned a gradient of (2,) on cpu for (2, 3)"),
+    (lambda spec: 5, "OpDecl.backward(spec) must return a function"),
+], ids=["none", "wrong shape", "not a function"])
+def test_a_declared_backward_answering_wrongly_is_the_ops_type_error_not_a_gradient(backward, said):
+    # served by a kernel backend, the op's declared backward gives the gradients: checked as a
+    # backend's own backward kernel is (None would have passed for a zero gradient)
+    import types
+
+    from dispatch import BackendInfo, Verdict
+
+    decl = _rowsum("grad_rowsum", backward=backward)
+    backend = types.SimpleNamespace(
+        dispatch_backend_info=dispatch.hookimpl(lambda: BackendInfo(name="rowsums", version="1", ops=("grad_rowsum",),
+                                                                    priority={"cpu": 1})),
+        dispatch_check=dispatch.hookimpl(lambda op, spec: Verdict.yes()),
+        dispatch_kernel=dispatch.hookimpl(lambda op, spec, config: lambda input: input.sum(-1)))
+    dispatch.register(op_package(decl), name="grad_rowsum_ops")
+    dispatch.register(backend, name="rowsums")
+    try:
+        x = torch.ones(2, 3, requires_grad=True)
+        with pytest.raises(TypeError, match=f"op 'grad_rowsum': {re.escape(said)}"):
+            dispatch.grad_rowsum(x, backend="rowsums").sum().backward()
+    finally:
+        dispatch.unregister("rowsums")
+        dispatch.unregister("grad_rowsum_ops")
