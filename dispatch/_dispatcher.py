@@ -353,6 +353,9 @@ class Dispatcher:
                     if checked:
                         grads = own(grad, *saved)
                         why = None
+                    elif grad.is_cuda and torch.cuda.is_current_stream_capturing():  # nothing may sync: shapes only
+                        grads = own(grad, *saved)
+                        why = gradients_problem(grads, saved[:n], needed)
                     else:  # its first answer, on copies: one that writes into the gradient or the forward's
                         # tensors (the user's) is a fault, as a forward kernel writing into its input is
                         theirs = (grad, *saved[:n + 1])
