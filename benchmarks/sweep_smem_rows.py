@@ -8,8 +8,8 @@ checked against torch first, on the benchmark input and on rows of -inf, +inf an
 
     python3 benchmarks/sweep_smem_rows.py --out out/smem_rows
 
-``--held`` adds each shared-memory config's held form (``smem: 2``, the chunk read once into
-registers) where it launches. ``--small-chunks`` adds every cluster of 1-16 CTAs at 64, 128 and 256 threads whose chunk fits,
+``--held`` adds the held form (``smem: 2``, the chunk read once into registers) at clusters of
+1-16 and 256 or 512 threads, where it launches (:func:`held_configs`). ``--small-chunks`` adds every cluster of 1-16 CTAs at 64, 128 and 256 threads whose chunk fits,
 however small (the config space keeps chunks of 16 KB or more): few long rows, where a row's
 chunks are all the CTAs the GPU runs.
 
@@ -87,7 +87,8 @@ def main() -> None:
     ap.add_argument("--small-chunks", action="store_true",
                     help="also every cluster of 1-16 at 64-256 threads, chunks of any size (few long rows)")
     ap.add_argument("--held", action="store_true",
-                    help="also each config's held form (smem=2: the chunk read once into registers), where it launches")
+                    help="also the held form (smem=2: the chunk read once into registers) at clusters of 1-16, "
+                         "256 or 512 threads, where it launches")
     args = ap.parse_args()
 
     import torch
