@@ -130,12 +130,14 @@ class Backend:
                             settings=settings)
         if result is not None and not isinstance(result, TuneResult):
             raise self._malformed("dispatch_native_tune", result, "a dispatch.autotune.TuneResult or None")
-        if result is not None and result.config not in space.configs:  # (else cached, then refused as stale)
-            error = PluginError(f"backend {self.name!r}: dispatch_native_tune returned config {result.config}, which "
-                                f"is not in the tune space it was given ({', '.join(map(str, space.configs[:4]))}"
-                                f"{', ...' if len(space.configs) > 4 else ''}); it must pick one of them")
-            self._record("dispatch_native_tune", error)
-            raise error
+        if result is not None and result.config not in space.configs:  # (cached, it would be refused as stale)
+            # recorded against the hook, and dispatch's own sweep tunes the space instead (a DSL's
+            # autotuner keyed more coarsely than the space, say, may hand back another call's winner)
+            self._record("dispatch_native_tune", PluginError(
+                f"backend {self.name!r}: dispatch_native_tune returned config {result.config}, which is not in the "
+                f"tune space it was given ({', '.join(map(str, space.configs[:4]))}"
+                f"{', ...' if len(space.configs) > 4 else ''}); dispatch's sweep tuned the space instead"))
+            return None
         return result
 
     def backward(self, op: str, spec: CallSpec) -> Callable | None:
