@@ -3,7 +3,7 @@
 A config is a flat dict. On ``"cuda"``: ``block_m`` and ``threads`` are JIT (tunable)
 parameters; ``tile_n``, ``cluster`` and ``smem`` are build-time keys that pick the kernel family
 (see ``cuda_kernels``; ``smem: 1``, present only where set, the chunk-in-shared-memory family of
-``smem_rows``; ``smem: 2`` its held form, ``smem_rows.held_program``, which no space or default
+``smem_rows``; ``smem: 2`` its held form, ``smem_rows.program(held=True)``, which no space or default
 offers: a config names it). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
 key (see ``cpu_kernels``). Every list is in a deterministic order, and every config in it is
 one ``cuda_kernels.check_launch`` / ``check_cpu_config`` accepts.

@@ -143,10 +143,18 @@ def row_words(cluster: int):
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
             held: bool = False):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
-    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``. ``held``
-    (config ``smem: 2``): :func:`held_program`."""
-    if held:
-        return held_program(op, n_cols, in_dtype, out_dtype, tile_n, cluster, arch)
+    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``.
+
+    ``held`` (config ``smem: 2``): after the copy, the chunk is read once into registers
+    (``tile_n / threads`` float32 a thread) and worked there: the max, then ``e = exp(x - max)``
+    kept in place of ``x`` (softmax; log_softmax keeps ``x``) and summed, and the output written
+    from registers: one read of shared memory and one ``exp`` an element for softmax, where the
+    shared-memory form walks it three times and takes two. Each chunk's ``e`` is carried to the
+    row's shift by one factor a CTA, 0 for a chunk of only ``-inf`` (never ``0 * inf``). Compiled
+    for sm_90 with no spills at up to 64 values a thread (softmax 80 registers at 256 threads,
+    log_softmax 128). Not yet timed on a GPU: no config space or default offers it;
+    ``benchmarks/sweep_smem_rows.py --held`` races it against the other forms, and
+    ``tests/test_gpu_tilelang_smem.py`` checks it on edge rows."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[in_dtype]
@@ -156,7 +164,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     @tilelang.jit(target=target, out_idx=[1])
     def smem_rows(block_m, threads):
         trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
-        reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
+        reason = check_launch(N, in_dtype, TILE, C, block_m, threads, held=held)
         if reason is not None:
             raise ValueError(reason)
         SUB = vec * threads
@@ -164,11 +172,17 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
         M = T.dynamic("m")
         y_shape = (M,) if lse else (M, N)
 
+        def value(xs, xr, base, i, k, j):  # element k * SUB + j of this CTA's chunk, as float32
+            if held:
+                return xr[i, k * SUB + j]
+            return T.if_then_else(base + k * SUB + j < N, T.cast(xs[i, k * SUB + j], F32), neg_inf())
+
         @T.prim_func
         def main(x: T.Tensor((M, N), in_dtype), y: T.Tensor(y_shape, out_dtype)):
             with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
                 xs = T.alloc_shared((1, TILE), in_dtype)
-                xf = T.alloc_fragment((1, SUB), F32)
+                # held: the chunk in registers (xr); else a sub-tile's staging fragment (xf)
+                xr = T.alloc_fragment((1, TILE if held else SUB), F32)
                 acc = T.alloc_fragment((1, SUB), F32)
                 m = T.alloc_fragment((1,), F32)
                 s = T.alloc_fragment((1,), F32)
@@ -178,7 +192,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 gsh = T.alloc_fragment((1,), F32)
                 fin = T.alloc_fragment((1,), F32)
                 # one row a CTA: thread t owns the t-th 16-byte vector of a sub-tile; stats in every thread
-                layouts = {xf: _fragment_layout(1, SUB, threads, vec), acc: _fragment_layout(1, SUB, threads, vec)}
+                layouts = {xr: _fragment_layout(1, TILE if held else SUB, threads, vec),
+                           acc: _fragment_layout(1, SUB, threads, vec)}
                 for stat in (m, s, sh, gm, gs, gsh, fin):
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
@@ -187,134 +202,28 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 base = cx * TILE
 
                 T.copy(x[bx, base], xs, prefer_instruction="cp_async")
+                if held:
+                    for i, j in T.Parallel(1, TILE):  # the chunk's one read of shared memory
+                        xr[i, j] = T.if_then_else(base + j < N, T.cast(xs[i, j], F32), neg_inf())
 
                 T.fill(acc, neg_inf())
                 for k in T.serial(NS):
                     for i, j in T.Parallel(1, SUB):
-                        acc[i, j] = T.max(acc[i, j], T.if_then_else(base + k * SUB + j < N,
-                                                                    T.cast(xs[i, k * SUB + j], F32), neg_inf()))
+                        acc[i, j] = T.max(acc[i, j], value(xs, xr, base, i, k, j))
                 T.reduce_max(acc, m, dim=1)
                 for i in T.Parallel(1):
                     sh[i] = safe_max(m[i])
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(1, SUB):
-                        acc[i, j] += T.if_then_else(base + k * SUB + j < N,
-                                                    exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
-                T.reduce_sum(acc, s, dim=1)
-
-                if C > 1:
-                    mine[0] = m[0]
-                    mine[1] = s[0]
-                    trade(mine, peers[cx, :], got)
-                    for i in T.Parallel(1):
-                        gm[i] = neg_inf()
-                        for r in T.unroll(C):
-                            gm[i] = T.max(gm[i], peers[r, 0])
-                        gsh[i] = safe_max(gm[i])
-                        gs[i] = 0.0
-                        for r in T.unroll(C):
-                            gs[i] += rescale(peers[r, 1], safe_max(peers[r, 0]), gsh[i])
-                else:
-                    for i in T.Parallel(1):
-                        gm[i] = m[i]
-                        gs[i] = s[i]
-                        gsh[i] = sh[i]
-
-                if lse:
-                    if cx == 0:
-                        y[bx] = T.cast(logsumexp_value(gm[0], gs[0]), out_dtype)
-                else:
-                    for i in T.Parallel(1):
-                        fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
-                    for k in T.serial(NS):
-                        for i, j in T.Parallel(1, SUB):
-                            if base + k * SUB + j < N:
-                                if log:
-                                    y[bx, base + k * SUB + j] = T.cast(
-                                        (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
-                                else:
-                                    y[bx, base + k * SUB + j] = T.cast(
-                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)
-                if C > 1:
-                    T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
-
-        return main
-
-    return smem_rows
-
-
-@functools.lru_cache(maxsize=None)
-def held_program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int,
-                 arch: str | None = None):
-    """The held form (config ``smem: 2``): each CTA copies its chunk into shared memory with
-    ``cp.async`` as :func:`program` does, then reads it once into registers (``tile_n / threads``
-    float32 a thread) and works there: the max, then ``e = exp(x - max)`` kept in place of ``x``
-    (softmax; log_softmax keeps ``x``) and summed, the chunks' (max, sum) pairs exchanged, and the
-    output written from registers: one ``exp`` an element for softmax, where :func:`program`
-    walks shared memory three times and takes two. Each chunk's sum is carried to the row's
-    shift by one factor a CTA (:func:`~dispatch_tilelang._numerics.rescale`'s guard: a chunk of
-    only ``-inf`` contributes 0, never ``0 * inf``). Compiled for sm_90 with no spills at up to 64
-    values a thread (softmax 80 registers at 256 threads, log_softmax 128). Not yet timed on a
-    GPU: no config space or default offers it; ``benchmarks/sweep_smem_rows.py --held`` races it
-    against the other forms, and ``tests/test_gpu_tilelang_smem.py`` checks it on edge rows."""
-    target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
-    N, C, TILE = n_cols, cluster, tile_n
-    vec = 16 // DTYPE_BYTES[in_dtype]
-    lse = op == "logsumexp"
-    log = op == "log_softmax"
-
-    @tilelang.jit(target=target, out_idx=[1])
-    def smem_rows_held(block_m, threads):
-        trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
-        reason = check_launch(N, in_dtype, TILE, C, block_m, threads, held=True)
-        if reason is not None:
-            raise ValueError(reason)
-        SUB = vec * threads
-        NS = TILE // SUB
-        M = T.dynamic("m")
-        y_shape = (M,) if lse else (M, N)
-
-        @T.prim_func
-        def main(x: T.Tensor((M, N), in_dtype), y: T.Tensor(y_shape, out_dtype)):
-            with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
-                xs = T.alloc_shared((1, TILE), in_dtype)
-                xr = T.alloc_fragment((1, TILE), F32)
-                acc = T.alloc_fragment((1, SUB), F32)
-                m = T.alloc_fragment((1,), F32)
-                s = T.alloc_fragment((1,), F32)
-                sh = T.alloc_fragment((1,), F32)
-                gm = T.alloc_fragment((1,), F32)
-                gs = T.alloc_fragment((1,), F32)
-                gsh = T.alloc_fragment((1,), F32)
-                fin = T.alloc_fragment((1,), F32)
-                layouts = {xr: _fragment_layout(1, TILE, threads, vec), acc: _fragment_layout(1, SUB, threads, vec)}
-                for stat in (m, s, sh, gm, gs, gsh, fin):
-                    layouts[stat] = _row_stat_layout(1, threads)
-                T.annotate_layout(layouts)
-                if C > 1:
-                    mine, peers, got = words(cx)
-                base = cx * TILE
-
-                T.copy(x[bx, base], xs, prefer_instruction="cp_async")
-                for i, j in T.Parallel(1, TILE):  # the chunk's one read of shared memory
-                    xr[i, j] = T.if_then_else(base + j < N, T.cast(xs[i, j], F32), neg_inf())
-
-                T.fill(acc, neg_inf())
-                for k in T.serial(NS):
-                    for i, j in T.Parallel(1, SUB):
-                        acc[i, j] = T.max(acc[i, j], xr[i, k * SUB + j])
-                T.reduce_max(acc, m, dim=1)
-                for i in T.Parallel(1):
-                    sh[i] = safe_max(m[i])
-                T.fill(acc, 0.0)
-                for k in T.serial(NS):
-                    for i, j in T.Parallel(1, SUB):
-                        if log:  # x stays for the output
-                            acc[i, j] += exp_fast(xr[i, k * SUB + j] - sh[i])
-                        else:  # exp(x - shift) takes x's place
+                        if held and not log:  # exp(x - shift) takes x's place (log_softmax keeps x)
                             xr[i, k * SUB + j] = exp_fast(xr[i, k * SUB + j] - sh[i])
                             acc[i, j] += xr[i, k * SUB + j]
+                        elif held:
+                            acc[i, j] += exp_fast(xr[i, k * SUB + j] - sh[i])
+                        else:
+                            acc[i, j] += T.if_then_else(base + k * SUB + j < N,
+                                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
                 T.reduce_sum(acc, s, dim=1)
 
                 if C > 1:
@@ -342,20 +251,26 @@ def held_program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: in
                     for i in T.Parallel(1):
                         if log:
                             fin[i] = log_sum(gm[i], gs[i])
-                        else:  # this chunk's exp(x - shift) to the row's shift, over the row's sum; a chunk of
-                            # only -inf (each exp 0) takes 0, not exp(-shift), which may overflow
+                        elif held:  # this chunk's exp(x - shift) to the row's shift, over the row's sum; a
+                            # chunk of only -inf (each exp 0) takes 0, not exp(-shift), which may overflow
                             fin[i] = T.if_then_else(m[i] == neg_inf(), T.float32(0),
                                                     T.exp(sh[i] - gsh[i])) * softmax_scale(gm[i], gs[i])
+                        else:
+                            fin[i] = softmax_scale(gm[i], gs[i])
                     for k in T.serial(NS):
                         for i, j in T.Parallel(1, SUB):
                             if base + k * SUB + j < N:
-                                if log:
-                                    y[bx, base + k * SUB + j] = T.cast((xr[i, k * SUB + j] - gsh[i]) - fin[i], out_dtype)
-                                else:
+                                if held and not log:
                                     y[bx, base + k * SUB + j] = T.cast(xr[i, k * SUB + j] * fin[i], out_dtype)
+                                elif log:
+                                    y[bx, base + k * SUB + j] = T.cast(
+                                        (value(xs, xr, base, i, k, j) - gsh[i]) - fin[i], out_dtype)
+                                else:
+                                    y[bx, base + k * SUB + j] = T.cast(
+                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)
                 if C > 1:
                     T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
 
         return main
 
-    return smem_rows_held
+    return smem_rows
