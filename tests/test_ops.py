@@ -355,6 +355,19 @@ def _rowsum(name: str = "rowsum", **fields):
                      "output": lambda spec: (spec.shape[:-1], spec.dtype), **fields})
 
 
+def _rowsum_backend(op: str):
+    """A backend named "rowsums" serving ``op`` (a row sum) on the CPU, below torch's priority."""
+    import types
+
+    from dispatch import BackendInfo, Verdict
+
+    return types.SimpleNamespace(
+        dispatch_backend_info=dispatch.hookimpl(lambda: BackendInfo(name="rowsums", version="1", ops=(op,),
+                                                                    priority={"cpu": 1})),
+        dispatch_check=dispatch.hookimpl(lambda op, spec: Verdict.yes()),
+        dispatch_kernel=dispatch.hookimpl(lambda op, spec, config: lambda input: input.sum(-1)))
+
+
 @pytest.mark.parametrize("name", ["class", "None", "lambda"])
 def test_an_op_named_like_a_python_keyword_is_refused_at_its_declaration(name):
     # dispatch.<keyword> could never be called: its generated function would not even compile
@@ -412,17 +425,10 @@ def test_a_non_tensor_for_a_declared_tensor_is_torchs_type_error():
 
 
 def test_an_ops_own_hook_answering_nonsense_is_a_type_error_naming_the_field_not_a_backends_fault():
-    import types
-
-    from dispatch import BackendInfo, Verdict
     from dispatch.ab import compare
 
     decl = _rowsum("odd_rowsum", tolerance=lambda dtype: "tight")
-    backend = types.SimpleNamespace(
-        dispatch_backend_info=dispatch.hookimpl(lambda: BackendInfo(name="rowsums", version="1", ops=("odd_rowsum",),
-                                                                    priority={"cpu": 1})),
-        dispatch_check=dispatch.hookimpl(lambda op, spec: Verdict.yes()),
-        dispatch_kernel=dispatch.hookimpl(lambda op, spec, config: lambda input: input.sum(-1)))
+    backend = _rowsum_backend("odd_rowsum")
     dispatch.register(op_package(decl), name="odd_rowsum_ops")
     dispatch.register(backend, name="rowsums")
     try:
@@ -493,16 +499,8 @@ def test_a_refusal_without_a_reason_says_what_it_got():
 def test_a_declared_backward_answering_wrongly_is_the_ops_type_error_not_a_gradient(backward, said):
     # served by a kernel backend, the op's declared backward gives the gradients: checked as a
     # backend's own backward kernel is (None would have passed for a zero gradient)
-    import types
-
-    from dispatch import BackendInfo, Verdict
-
     decl = _rowsum("grad_rowsum", backward=backward)
-    backend = types.SimpleNamespace(
-        dispatch_backend_info=dispatch.hookimpl(lambda: BackendInfo(name="rowsums", version="1", ops=("grad_rowsum",),
-                                                                    priority={"cpu": 1})),
-        dispatch_check=dispatch.hookimpl(lambda op, spec: Verdict.yes()),
-        dispatch_kernel=dispatch.hookimpl(lambda op, spec, config: lambda input: input.sum(-1)))
+    backend = _rowsum_backend("grad_rowsum")
     dispatch.register(op_package(decl), name="grad_rowsum_ops")
     dispatch.register(backend, name="rowsums")
     try:
