@@ -72,15 +72,12 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
         if not isinstance(name, str):
             raise TypeError(f"'op' must hold op names, str (got {name!r} in {op!r})")
         _opdecl.get(name)  # a ValueError naming the declared ops
-    if isinstance(shapes, str) or (isinstance(shapes, (tuple, list)) and shapes
-                                   and all(isinstance(s, int) for s in shapes)):
-        raise TypeError(f"'shapes' must be a list of shapes, like [(4096, 4096)] or ['64x256'] (got {shapes!r}; "
-                        f"for one shape: [{shapes!r}])")
-    shapes = [as_shape(s) for s in _listed(shapes, "shapes", "a list of shapes, like [(4096, 4096)] or ['64x256']")]
-    if isinstance(dtypes, (str, torch.dtype)):
-        raise TypeError(f"'dtypes' must be a list of dtypes, like [torch.bfloat16] or ['float32'] (got {dtypes!r}; "
-                        f"for one dtype: [{dtypes!r}])")
-    dtypes = [as_dtype(d) for d in _listed(dtypes, "dtypes", "a list of dtypes, like [torch.bfloat16] or ['float32']")]
+    one_shape = isinstance(shapes, str) or (isinstance(shapes, (tuple, list)) and shapes
+                                            and all(isinstance(s, int) for s in shapes))
+    shapes = [as_shape(s) for s in _listed(shapes, "shapes", "a list of shapes, like [(4096, 4096)] or ['64x256']",
+                                           one="shape" if one_shape else None)]
+    dtypes = [as_dtype(d) for d in _listed(dtypes, "dtypes", "a list of dtypes, like [torch.bfloat16] or ['float32']",
+                                           one="dtype" if isinstance(dtypes, (str, torch.dtype)) else None)]
     if not shapes or not dtypes:
         raise ValueError("'shapes' and 'dtypes' must each name at least one (got "
                          f"{len(shapes)} shapes, {len(dtypes)} dtypes)")
@@ -126,9 +123,12 @@ def _check_arguments(*, tune, flush_l2, warmup, rep, seed, copy_bytes, progress,
         raise TypeError(f"'options' must be a dict of the op's other arguments, like {{'eps': 1e-6}} (got {options!r})")
 
 
-def _listed(value: Any, name: str, what: str) -> list:
+def _listed(value: Any, name: str, what: str, one: str | None = None) -> list:
     """The items of compare()'s list argument ``name``; a TypeError naming it and ``what`` it must be
-    when it is no collection."""
+    when it is no collection, or when ``one`` names what ``value`` is instead: one item of the list
+    (a lone shape), shown wrapped in the list it would be."""
+    if one is not None:
+        raise TypeError(f"'{name}' must be {what} (got {value!r}; for one {one}: [{value!r}])")
     try:
         return list(value)
     except TypeError:
