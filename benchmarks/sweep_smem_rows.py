@@ -8,8 +8,7 @@ checked against torch first, on the benchmark input and on rows of -inf, +inf an
 
     python3 benchmarks/sweep_smem_rows.py --out out/smem_rows
 
-``--held`` adds the held form (``smem: 2``, the chunk read once into registers) at clusters of
-1-16 and 256 or 512 threads, where it launches (:func:`held_configs`). ``--small-chunks`` adds every cluster of 1-16 CTAs at 64, 128 and 256 threads whose chunk fits,
+``--small-chunks`` adds every cluster of 1-16 CTAs at 64, 128 and 256 threads whose chunk fits,
 however small (the config space keeps chunks of 16 KB or more): few long rows, where a row's
 chunks are all the CTAs the GPU runs.
 
@@ -50,7 +49,7 @@ def check(torch, y, op, x):
 
 
 def label(cfg: dict) -> str:
-    fam = {1: "smem", 2: "held"}.get(cfg.get("smem", 0)) or ("row" if cfg["tile_n"] == 0 else "split")
+    fam = "smem" if cfg.get("smem") else ("row" if cfg["tile_n"] == 0 else "split")
     return f"tilelang {fam} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}"
 
 
@@ -68,27 +67,10 @@ def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
     return out
 
 
-def held_configs(C, n: int, dtype: str) -> list[dict]:
-    """The held form (``smem: 2``) at every cluster of 1-16 and 256 or 512 threads whose chunks hold 16 KB
-    or more, at most 1/8 of the covered row padding, at most 64 values a thread."""
-    out = []
-    for cluster in (1, 2, 4, 8, 16):
-        for threads in (256, 512):  # (1024 threads would cap a thread at 64 registers: its 64 values spill)
-            cfg = {**C._smem_config(n, dtype, cluster, threads), "smem": 2}
-            tile = cfg["tile_n"]
-            if tile * C.DTYPE_BYTES[dtype] >= C.SMEM_MIN_BYTES and (cluster * tile - n) * 8 <= cluster * tile \
-                    and C.validate_config("softmax", n, dtype, cfg, "cuda") is None:
-                out.append(cfg)
-    return out
-
-
 def main() -> None:
     ap = race_arguments("softmax", "bfloat16,float32")
     ap.add_argument("--small-chunks", action="store_true",
                     help="also every cluster of 1-16 at 64-256 threads, chunks of any size (few long rows)")
-    ap.add_argument("--held", action="store_true",
-                    help="also the held form (smem=2: the chunk read once into registers) at clusters of 1-16, "
-                         "256 or 512 threads, where it launches")
     args = ap.parse_args()
 
     import torch
@@ -101,8 +83,6 @@ def main() -> None:
         cfgs = [c for c in C.config_space(op, m, n, dtype, "cuda") if c.get("smem")]
         if args.small_chunks:
             cfgs += [c for c in small_chunk_configs(C, smem_rows, n, dtype) if c not in cfgs]
-        if args.held:
-            cfgs += [h for h in held_configs(C, n, dtype) if C.validate_config(op, n, dtype, h, "cuda") is None]
         cfgs.append(C.default_config(op, m, n, dtype, "cuda", row_stride=n + 8))  # the register default
         cases.append((op, m, n, dtype, cfgs))
     t0 = time.time()

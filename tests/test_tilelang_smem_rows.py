@@ -29,12 +29,7 @@ def smem(tile_n, cluster, threads=256, block_m=1):
     (32768, "bfloat16", smem(32000, 1), "tile_n=32000 must be a positive multiple of 8 x 256 threads"),
     (32768, "bfloat16", smem(32768, 1, threads=48), "threads must be a multiple of 32"),
     (262144, "bfloat16", smem(8192, 32), "cluster must be in [1, 16] (got 32)"),
-    (32768, "bfloat16", {**smem(32768, 1), "smem": 3}, "smem must be 0 (the register families), 1 (a chunk in "
-                                                        "shared memory) or 2"),
-    (65536, "bfloat16", {**smem(16384, 4, threads=128), "smem": 2},
-     "smem=2 holds a chunk in registers, at most 64 values a thread at 128 threads: tile_n=16384 is 128"),
-    (65536, "bfloat16", {**smem(65536, 1, threads=1024), "smem": 2},
-     "at most 32 values a thread at 1024 threads: tile_n=65536 is 64"),
+    (32768, "bfloat16", {**smem(32768, 1), "smem": 2}, "smem must be 0 or 1 (got 2)"),
 ])
 def test_refused_configs_say_which_value_and_what_would_work(n_cols, dtype, cfg, why):
     assert why in C.validate_config("softmax", n_cols, dtype, cfg, "cuda")
@@ -155,26 +150,6 @@ def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange(monkeypatch):
     for src in (eight, padded):
         assert "tma_store_cluster" in src and ".wait(0)" in src and "cluster_wait" in src
     assert "cp_async_gs_conditional<16>" in padded  # the last chunk's columns past N are not read
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_the_held_form_reads_shared_memory_once_and_takes_one_exp_an_element(monkeypatch):
-    """smem=2: the chunk copied as smem=1 copies it, then read once into registers; softmax keeps
-    exp(x - max) there, so it reads shared memory once where smem=1 walks it three times, and
-    takes half the exps. No space or default offers it: a config names it."""
-    monkeypatch.setenv("DISPATCH_TILELANG_CUDA_ARCH", "sm_90")
-    cfg = smem(16384, 4)
-    srcs = {}
-    for form in (1, 2):
-        jit, build = C.split_config({**cfg, "smem": form}, "cuda")
-        srcs[form] = B.jit_program("softmax", 65536, "bfloat16", "bfloat16", "cuda", build)(**jit).get_kernel_source()
-    reads = {form: src.count("(bfloat16_t*)xs)") - src.count("cp_async_gs<16>((&(((bfloat16_t*)xs)") for form, src in
-             srcs.items()}
-    assert reads == {1: 3, 2: 1}, reads
-    assert srcs[2].count("exp2f") * 2 == srcs[1].count("exp2f") and "float xr[64]" in srcs[2]
-    assert "tma_store_cluster" in srcs[2] and "cluster_wait" in srcs[2]
-    assert not any(c.get("smem") == 2 for n in (16384, 65536, 262144)
-                   for c in C.config_space("softmax", 64, n, "bfloat16", "cuda"))
 
 
 def test_gpus_older_than_sm90_keep_the_register_families(monkeypatch):

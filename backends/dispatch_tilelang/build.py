@@ -58,8 +58,7 @@ def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str
         if ins != outs:
             raise ValueError(f"the chunk-in-shared-memory family (smem=1) writes its input's dtype (got {ins} -> {outs}); "
                              "the register families (smem=0) serve a cast")
-        return smem_rows.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch(),
-                                 held=build["smem"] == 2)
+        return smem_rows.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch())
     if target == "cuda":
         from . import cuda_kernels
 

@@ -3,8 +3,7 @@
 A config is a flat dict. On ``"cuda"``: ``block_m`` and ``threads`` are JIT (tunable)
 parameters; ``tile_n``, ``cluster`` and ``smem`` are build-time keys that pick the kernel family
 (see ``cuda_kernels``; ``smem: 1``, present only where set, the chunk-in-shared-memory family of
-``smem_rows``; ``smem: 2`` its held form, ``smem_rows.program(held=True)``, which no space or default
-offers: a config names it). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
+``smem_rows``). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
 key (see ``cpu_kernels``). Every list is in a deterministic order, and every config in it is
 one ``cuda_kernels.check_launch`` / ``check_cpu_config`` accepts.
 
@@ -389,15 +388,14 @@ def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, An
         return check_cpu_config(n_cols, {**jit_kwargs, **build})
     if build["cluster"] > 1 and not cuda_supports_clusters():
         return "thread-block clusters (cluster > 1) need an sm_90+ GPU"
-    if build["smem"] not in (0, 1, 2):
-        return (f"smem must be 0 (the register families), 1 (a chunk in shared memory) or 2 (a chunk copied "
-                f"through shared memory into registers) (got {build['smem']})")
+    if build["smem"] not in (0, 1):
+        return f"smem must be 0 or 1 (got {build['smem']})"
     if build["smem"]:
         if not cuda_supports_clusters():
-            return "the chunk-in-shared-memory family (smem=1 or 2) runs on sm_90+ GPUs (it was measured there only)"
+            return "the chunk-in-shared-memory family (smem=1) runs on sm_90+ GPUs (it was measured there only)"
         if row_stride:
-            return f"the chunk-in-shared-memory family (smem=1 or 2) reads dense rows only (got row_stride={row_stride})"
+            return f"the chunk-in-shared-memory family (smem=1) reads dense rows only (got row_stride={row_stride})"
         return smem_rows.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"],
-                                      jit_kwargs["block_m"], jit_kwargs["threads"], held=build["smem"] == 2)
+                                      jit_kwargs["block_m"], jit_kwargs["threads"])
     return cuda_kernels.check_launch(n_cols, dtype_name(in_dtype), build["tile_n"], build["cluster"],
                                      jit_kwargs["block_m"], jit_kwargs["threads"], row_stride)

@@ -30,14 +30,8 @@ MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
 
 
-# The held form (``smem: 2``) keeps a thread's share of its chunk in registers, as float32: at most this many.
-HELD_MAX_PER_THREAD = 64
-
-
-def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int,
-                 held: bool = False) -> str | None:
-    """Why this (tile_n, cluster, block_m, threads) cannot run, or None; ``held``: the form that
-    holds the chunk in registers after the copy (``smem: 2``)."""
+def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int) -> str | None:
+    """Why this (tile_n, cluster, block_m, threads) cannot run, or None."""
     vec = 16 // DTYPE_BYTES[dtype]
     if block_m != 1:
         return f"the shared-memory family holds one row's chunk a CTA: block_m must be 1 (got {block_m})"
@@ -59,11 +53,6 @@ def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: in
     if tile_n * DTYPE_BYTES[dtype] > SMEM_BYTES:
         return (f"a chunk of {tile_n} {dtype} exceeds {SMEM_BYTES} bytes of shared memory: "
                 "a larger cluster would split it")
-    per_thread = tile_n // threads
-    if held and (per_thread > HELD_MAX_PER_THREAD or (threads > 512 and per_thread > HELD_MAX_PER_THREAD // 2)):
-        most = HELD_MAX_PER_THREAD if threads <= 512 else HELD_MAX_PER_THREAD // 2  # (1024 threads: 64 registers each)
-        return (f"smem=2 holds a chunk in registers, at most {most} values a thread at {threads} threads: "
-                f"tile_n={tile_n} is {per_thread}; more threads (up to 512) or a larger cluster would do")
     return None
 
 
@@ -140,21 +129,9 @@ def row_words(cluster: int):
 
 
 @functools.lru_cache(maxsize=None)
-def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            held: bool = False):
+def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
-    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``.
-
-    ``held`` (config ``smem: 2``): after the copy, the chunk is read once into registers
-    (``tile_n / threads`` float32 a thread) and worked there: the max, then ``e = exp(x - max)``
-    kept in place of ``x`` (softmax; log_softmax keeps ``x``) and summed, and the output written
-    from registers: one read of shared memory and one ``exp`` an element for softmax, where the
-    shared-memory form walks it three times and takes two. Each chunk's ``e`` is carried to the
-    row's shift by one factor a CTA, 0 for a chunk of only ``-inf`` (never ``0 * inf``). Compiled
-    for sm_90 with no spills at up to 64 values a thread (softmax 80 registers at 256 threads,
-    log_softmax 128). Not yet timed on a GPU: no config space or default offers it;
-    ``benchmarks/sweep_smem_rows.py --held`` races it against the other forms, and
-    ``tests/test_gpu_tilelang_smem.py`` checks it on edge rows."""
+    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[in_dtype]
@@ -164,7 +141,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     @tilelang.jit(target=target, out_idx=[1])
     def smem_rows(block_m, threads):
         trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
-        reason = check_launch(N, in_dtype, TILE, C, block_m, threads, held=held)
+        reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
         SUB = vec * threads
@@ -172,17 +149,11 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
         M = T.dynamic("m")
         y_shape = (M,) if lse else (M, N)
 
-        def value(xs, xr, base, i, k, j):  # element k * SUB + j of this CTA's chunk, as float32
-            if held:
-                return xr[i, k * SUB + j]
-            return T.if_then_else(base + k * SUB + j < N, T.cast(xs[i, k * SUB + j], F32), neg_inf())
-
         @T.prim_func
         def main(x: T.Tensor((M, N), in_dtype), y: T.Tensor(y_shape, out_dtype)):
             with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
                 xs = T.alloc_shared((1, TILE), in_dtype)
-                # held: the chunk in registers (xr); else a sub-tile's staging fragment (xf)
-                xr = T.alloc_fragment((1, TILE if held else SUB), F32)
+                xf = T.alloc_fragment((1, SUB), F32)
                 acc = T.alloc_fragment((1, SUB), F32)
                 m = T.alloc_fragment((1,), F32)
                 s = T.alloc_fragment((1,), F32)
@@ -192,8 +163,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 gsh = T.alloc_fragment((1,), F32)
                 fin = T.alloc_fragment((1,), F32)
                 # one row a CTA: thread t owns the t-th 16-byte vector of a sub-tile; stats in every thread
-                layouts = {xr: _fragment_layout(1, TILE if held else SUB, threads, vec),
-                           acc: _fragment_layout(1, SUB, threads, vec)}
+                layouts = {xf: _fragment_layout(1, SUB, threads, vec), acc: _fragment_layout(1, SUB, threads, vec)}
                 for stat in (m, s, sh, gm, gs, gsh, fin):
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
@@ -202,28 +172,20 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 base = cx * TILE
 
                 T.copy(x[bx, base], xs, prefer_instruction="cp_async")
-                if held:
-                    for i, j in T.Parallel(1, TILE):  # the chunk's one read of shared memory
-                        xr[i, j] = T.if_then_else(base + j < N, T.cast(xs[i, j], F32), neg_inf())
 
                 T.fill(acc, neg_inf())
                 for k in T.serial(NS):
                     for i, j in T.Parallel(1, SUB):
-                        acc[i, j] = T.max(acc[i, j], value(xs, xr, base, i, k, j))
+                        acc[i, j] = T.max(acc[i, j], T.if_then_else(base + k * SUB + j < N,
+                                                                    T.cast(xs[i, k * SUB + j], F32), neg_inf()))
                 T.reduce_max(acc, m, dim=1)
                 for i in T.Parallel(1):
                     sh[i] = safe_max(m[i])
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(1, SUB):
-                        if held and not log:  # exp(x - shift) takes x's place (log_softmax keeps x)
-                            xr[i, k * SUB + j] = exp_fast(xr[i, k * SUB + j] - sh[i])
-                            acc[i, j] += xr[i, k * SUB + j]
-                        elif held:
-                            acc[i, j] += exp_fast(xr[i, k * SUB + j] - sh[i])
-                        else:
-                            acc[i, j] += T.if_then_else(base + k * SUB + j < N,
-                                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
+                        acc[i, j] += T.if_then_else(base + k * SUB + j < N,
+                                                    exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
                 T.reduce_sum(acc, s, dim=1)
 
                 if C > 1:
@@ -249,22 +211,13 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                         y[bx] = T.cast(logsumexp_value(gm[0], gs[0]), out_dtype)
                 else:
                     for i in T.Parallel(1):
-                        if log:
-                            fin[i] = log_sum(gm[i], gs[i])
-                        elif held:  # this chunk's exp(x - shift) to the row's shift, over the row's sum; a
-                            # chunk of only -inf (each exp 0) takes 0, not exp(-shift), which may overflow
-                            fin[i] = T.if_then_else(m[i] == neg_inf(), T.float32(0),
-                                                    T.exp(sh[i] - gsh[i])) * softmax_scale(gm[i], gs[i])
-                        else:
-                            fin[i] = softmax_scale(gm[i], gs[i])
+                        fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
                     for k in T.serial(NS):
                         for i, j in T.Parallel(1, SUB):
                             if base + k * SUB + j < N:
-                                if held and not log:
-                                    y[bx, base + k * SUB + j] = T.cast(xr[i, k * SUB + j] * fin[i], out_dtype)
-                                elif log:
+                                if log:
                                     y[bx, base + k * SUB + j] = T.cast(
-                                        (value(xs, xr, base, i, k, j) - gsh[i]) - fin[i], out_dtype)
+                                        (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
                                 else:
                                     y[bx, base + k * SUB + j] = T.cast(
                                         exp_fast(T.cast(xs[i, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)
