@@ -6,6 +6,8 @@ kept whole (see ``deal``).
 
     python3 benchmarks/run_tests_sharded.py --shards 4 --out OUTDIR [pytest args, e.g. tests/]
 Writes OUTDIR/pytest_shard<i>.log and OUTDIR/pytest_summary.txt; exits non-zero if any shard failed.
+``--resume DIR`` runs only the tests that have no outcome in DIR's shard logs (a run whose shards were
+stopped at ``--timeout``): keep DIR's logs with the new ones for the whole suite's outcome.
 """
 
 from __future__ import annotations
@@ -46,11 +48,20 @@ def deal(ids: list[str], k: int) -> list[list[str]]:
     return shards
 
 
+OUTCOME = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)\b")
+
+
+def finished(log_text: str) -> set[str]:
+    """The test ids that a ``pytest -v`` log gives an outcome."""
+    return {m.group(1) for m in map(OUTCOME.match, log_text.splitlines()) if m}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--out", default=".")
     ap.add_argument("--timeout", type=float, default=540, help="seconds before the shards are stopped")
+    ap.add_argument("--resume", default="", help="a previous --out folder: run only what its shard logs lack")
     a, rest = ap.parse_known_args()
     paths = rest or ["tests/"]
     os.makedirs(a.out, exist_ok=True)
@@ -60,6 +71,15 @@ def main() -> int:
     if not ids:
         print(collected.stdout[-3000:], collected.stderr[-3000:])
         return 2
+    if a.resume:
+        logs = [os.path.join(a.resume, f) for f in os.listdir(a.resume) if re.match(r"pytest_shard\d+\.log$", f)]
+        if not logs:
+            print(f"--resume {a.resume!r}: no pytest_shard<i>.log there")
+            return 2
+        done = set().union(*(finished(open(f).read()) for f in logs))
+        print(f"--resume: {len(done)} of {len(ids)} tests have an outcome in {a.resume}; running the other "
+              f"{len(ids) - len(done & set(ids))}")
+        ids = [t for t in ids if t not in done]
     shards = deal(ids, a.shards)
     start = time.time()
     procs = []

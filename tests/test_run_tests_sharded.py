@@ -34,3 +34,16 @@ def test_the_slow_conformance_tests_go_to_different_shards_and_small_modules_sta
         assert len({where[t] for t in small if f"test_small_{m}.py" in t}) == 1
     assert len({where[t] for t in others}) == 1  # the rest of the conformance tests' module stays whole
     assert len({where[t] for t in big}) == 5  # a module past its share is dealt round-robin
+
+
+def test_resume_reads_each_outcome_of_a_verbose_log_and_nothing_else():
+    log = "\n".join([
+        "tests/test_a.py::test_x[softmax-dtype0] PASSED [ 10%]",
+        "tests/test_a.py::test_y SKIPPED (no GPU) [ 20%]",
+        "tests/test_b.py::test_z[1-2] FAILED [ 30%]",
+        "tests/test_b.py::test_w XFAIL (known) [ 40%]",
+        "tests/test_b.py::test_stopped_midway ",  # the run was killed while it ran
+        "FAILED tests/test_b.py::test_z[1-2] - AssertionError",  # the -rfE summary line
+    ])
+    assert runner.finished(log) == {"tests/test_a.py::test_x[softmax-dtype0]", "tests/test_a.py::test_y",
+                                    "tests/test_b.py::test_z[1-2]", "tests/test_b.py::test_w"}
