@@ -28,8 +28,8 @@ from ._select import Decision, Selector, unknown_backend
 from ._spec import CallSpec
 from .autotune.cache import default_cache
 from .errors import BackendFaultError, BackendRefusedError, FaultWarning, NoBackendError, PluginError
-from .reference import (_overlaps, check_output, expected_output, gradients_problem, input_safety, result_problem,
-                        tolerance_of)
+from .reference import (_overlaps, check_declared_output, check_output, expected_output, gradients_problem,
+                        input_safety, result_problem, tolerance_of)
 
 MAX_KEYS_PER_OP = 4096
 _IN_KERNEL = "autocast, read in the kernel"  # the first part of the key an autocast_in_kernel call resolves under
@@ -448,20 +448,31 @@ class Dispatcher:
         or the reference. A kernel that wrote into its input, returned an alias of it, raised or
         differs from the reference is quarantined for the key.
 
-        Returns the output, ``_RUN_AGAIN`` when the call must be made again (grad mode, or the
-        reference), or None when the backend faulted (selection then runs again).
+        The reference backend's own first call on the key is held to the op's ``output`` rule
+        (so is the reference's shape here): a TypeError naming ``OpDecl.output`` where they differ.
+
+        Returns the output, ``_RUN_AGAIN`` when the call must be made again (grad mode, or a
+        validated key), or None when the backend faulted (selection then runs again).
         """
         registry = _plugins.registry()
         backend = registry.backends[decision.backend]
         spec = decision.spec
         vkey = (decision.backend, decision.config, _bucket_key(spec), spec.input.dense)
-        if backend.info.reference or vkey in self._validated:
+        if vkey in self._validated:
             return _RUN_AGAIN
+        if backend.info.reference:  # torch's ops on the user's tensors, held to the op's output rule once
+            out = fn(*tensors)
+            check_declared_output(spec, out)
+            self._validated.add(vkey)
+            return out
         kernel = getattr(fn, "__wrapped__", fn)
         tolerance_of(spec)  # (the op's own: a TypeError naming OpDecl.tolerance, not the backend's fault)
+        with torch.no_grad():  # (the reference's errors are the call's, not the backend's)
+            expected = expected_output(spec, tensors) if _has_reference(registry) else None
+        if expected is not None:  # (computed wide, then cast: its shape is the reference's)
+            check_declared_output(spec, expected, dtype=False)
         try:
             with torch.no_grad():
-                expected = expected_output(spec, tensors) if _has_reference(registry) else None
                 copies = tuple(None if t is None else _opdecl.with_strides(t.detach(), t.stride()) for t in tensors)
                 out = kernel(*copies)
                 # twice: a kernel that hands back one buffer it keeps would change a result the caller holds

@@ -78,6 +78,21 @@ def input_safety(tensors: Sequence[torch.Tensor | None], before: Sequence[torch.
     return None
 
 
+def check_declared_output(spec: CallSpec, result: object, dtype: bool = True) -> None:
+    """Raise a TypeError naming ``OpDecl.output`` where the op's reference returned ``result`` of
+    another shape (or, with ``dtype``, another dtype) than the op's ``output`` rule gives for
+    ``spec``: that rule is what ``torch.compile`` traces with and what every backend's result is
+    held to, so the two must agree."""
+    if not isinstance(result, torch.Tensor):
+        raise TypeError(f"op {spec.op!r}: OpDecl.reference returned {type(result).__name__}, not a tensor, "
+                        f"on {spec.describe()}")
+    if tuple(result.shape) != tuple(spec.out_shape) or (dtype and result.dtype != spec.out_dtype):
+        got = f"{tuple(result.shape)} {result.dtype}" if dtype else f"shape {tuple(result.shape)}"
+        said = f"{tuple(spec.out_shape)} {spec.out_dtype}" if dtype else f"shape {tuple(spec.out_shape)}"
+        raise TypeError(f"op {spec.op!r}: OpDecl.output says {said} on {spec.describe()}, but OpDecl.reference "
+                        f"returned {got}; make the output rule give what the reference returns")
+
+
 def result_problem(out: object) -> str | None:
     """Why a kernel's result, run under ``torch.no_grad``, is not a plain result dispatch can hand
     back (whatever its values), or None."""

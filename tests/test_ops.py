@@ -464,6 +464,30 @@ def test_a_parse_or_output_answering_nonsense_is_named_at_the_call(field, value,
         dispatch.unregister("bad_rowsum_ops")
 
 
+@pytest.mark.parametrize("backend,output,said", [
+    # a dtype the reference does not return: torch.compile would trace float32 and get bfloat16
+    ("torch", lambda spec: (spec.shape[:-1], torch.float32),
+     r"OpDecl.output says \(2,\) torch.float32 .* but OpDecl.reference returned \(2,\) torch.bfloat16"),
+    # a shape the reference does not return, whichever backend serves: a kernel is held to the reference
+    ("torch", lambda spec: (spec.shape, spec.dtype),
+     r"OpDecl.output says \(2, 3\) torch.bfloat16 .* but OpDecl.reference returned \(2,\) torch.bfloat16"),
+    ("rowsums", lambda spec: (spec.shape, spec.dtype),
+     r"OpDecl.output says shape \(2, 3\) .* but OpDecl.reference returned shape \(2,\)"),
+])
+def test_an_output_rule_the_reference_contradicts_is_the_ops_type_error(backend, output, said):
+    dispatch.register(op_package(_rowsum("liar_rowsum", output=output)), name="liar_rowsum_ops")
+    dispatch.register(_rowsum_backend("liar_rowsum"), name="rowsums")
+    try:
+        x = torch.ones(2, 3, dtype=torch.bfloat16)
+        for _ in range(2):  # the second call is resolved anew, not served unchecked
+            with pytest.raises(TypeError, match=f"op 'liar_rowsum': {said}"):
+                dispatch.liar_rowsum(x, backend=backend)
+        assert not dispatch.faults()  # the op's declaration is wrong, not the backend
+    finally:
+        dispatch.unregister("rowsums")
+        dispatch.unregister("liar_rowsum_ops")
+
+
 def test_a_wrongly_typed_field_is_one_line_naming_it():
     # (attrs' own message is a tuple holding the whole attribute's repr)
     from dispatch import BackendInfo
