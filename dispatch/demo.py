@@ -1,4 +1,5 @@
-"""``python -m dispatch demo``: which backend serves each op, then an A/B of every backend on this machine."""
+"""``python -m dispatch demo``: which backend serves each op, then an A/B of every backend on this machine
+(its GPU where torch sees one, else its CPU)."""
 
 from __future__ import annotations
 
@@ -16,28 +17,37 @@ from ._spec import dtype_name
 DEMO_SHAPES = ((64, 256), (16, 2048))
 DEMO_WARMUP = 5
 DEMO_REP = 20
+#: On a GPU: rows of a model's hidden size and a vocabulary's few long rows, in bfloat16.
+GPU_SHAPES = ((4096, 4096), (8, 32000))
+GPU_WARMUP = 25
+GPU_REP = 100
 #: torch's CPU threads in the demo: its shapes are too small to gain from more, and on a shared or
 #: 2-core machine OpenMP threads stall for milliseconds when another process holds a core.
 DEMO_THREADS = 1
 
 
-def _tour_inputs() -> list[tuple[torch.Tensor, int]]:
+def _tour_inputs(device: str = "cpu") -> list[tuple[torch.Tensor, int]]:
     gen = torch.Generator().manual_seed(0)
-    return [(torch.randn(8, 128, generator=gen), -1),
-            (torch.randn(4, 1000, generator=gen).to(torch.bfloat16), -1),
-            (torch.randn(2, 3, 64, generator=gen, dtype=torch.float64), 1)]
+    if device == "cpu":
+        shapes = [((8, 128), torch.float32, -1), ((4, 1000), torch.bfloat16, -1), ((2, 3, 64), torch.float64, 1)]
+    else:  # a model's rows, a vocabulary's few long rows, a reduction over dim 0, and a dtype kernels refuse
+        shapes = [((4096, 4096), torch.bfloat16, -1), ((8, 32000), torch.bfloat16, -1),
+                  ((4096, 1024), torch.float32, 0), ((2, 3, 64), torch.float64, 1)]
+    return [(torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype), dim)
+            for shape, dtype, dim in shapes]
 
 
-def tour(console) -> None:
-    """Call each op on a few CPU tensors and say which backend served each call, and why."""
+def tour(console, device: str = "cpu") -> None:
+    """Call each op on a few tensors of ``device`` and say which backend served each call, and why."""
     import dispatch
 
     calls = []
+    inputs = _tour_inputs(device)
     for op in ("softmax", "log_softmax", "logsumexp"):
-        calls += [(op, (x, dim), f"dim={dim}") for x, dim in _tour_inputs()]
-    for x, _ in _tour_inputs()[:2]:  # the norms over the last dim, with a weight (and layer_norm's bias)
+        calls += [(op, (x, dim), f"dim={dim}") for x, dim in inputs]
+    for x, _ in inputs[:2]:  # the norms over the last dim, with a weight (and layer_norm's bias)
         n = x.shape[-1]
-        w, b = torch.ones(n, dtype=x.dtype), torch.zeros(n, dtype=x.dtype)
+        w, b = torch.ones(n, dtype=x.dtype, device=x.device), torch.zeros(n, dtype=x.dtype, device=x.device)
         calls += [("rms_norm", (x, [n], w), "weight"), ("layer_norm", (x, [n], w, b), "weight+bias")]
     for op, args, what in calls:
         x = args[0]
@@ -53,10 +63,29 @@ def tour(console) -> None:
                               highlight=False, markup=False)
 
 
-def run_demo(out: Path | str = "dispatch-demo", warmup: int = DEMO_WARMUP, rep: int = DEMO_REP,
-             progress: bool = True):
-    """The tour, then ``compare("softmax")`` on :data:`DEMO_SHAPES` fp32 across every loaded
-    backend; writes ``ab.md``, ``ab.json``, ``ab.csv`` and ``ab.png`` to ``out``. Returns the run."""
+def resolve_device(device: str) -> str:
+    """``"auto"``: ``"cuda"`` where torch sees a CUDA device, else ``"cpu"``; ``"cuda"`` without one
+    is refused (a ValueError naming the option)."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda (got {device!r})")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device 'cuda': torch sees no CUDA device here (torch.cuda.is_available() is False; "
+                         f"torch {torch.__version__}); use --device cpu, or auto")
+    return device
+
+
+def run_demo(out: Path | str = "dispatch-demo", warmup: int | None = None, rep: int | None = None,
+             progress: bool = True, device: str = "auto"):
+    """The tour, then ``compare("softmax")`` across every loaded backend: on the CPU at
+    :data:`DEMO_SHAPES` in float32, on a GPU (``device`` ``"cuda"``, or ``"auto"`` where there is
+    one) at :data:`GPU_SHAPES` in bfloat16. Writes ``ab.md``, ``ab.json``, ``ab.csv`` and ``ab.png``
+    to ``out``. Returns the run and the writing's status."""
+    device = resolve_device(device)
+    gpu = device == "cuda"
+    warmup = warmup if warmup is not None else (GPU_WARMUP if gpu else DEMO_WARMUP)
+    rep = rep if rep is not None else (GPU_REP if gpu else DEMO_REP)
     from rich.console import Console
 
     import dispatch
@@ -72,13 +101,17 @@ def run_demo(out: Path | str = "dispatch-demo", warmup: int = DEMO_WARMUP, rep: 
     loaded = dispatch.backends()
     console.print(f"[bold]backends:[/] {', '.join(sorted(loaded))}" + "".join(
         f"\n  [red]failed to load[/] {f.name}: {f.error}" for f in dispatch.load_failures()), highlight=False)
-    console.print("\n[bold]1. each op on a few CPU tensors, and the backend that served it[/]")
-    tour(console)
-    shapes = ", ".join("x".join(map(str, s)) for s in DEMO_SHAPES)
-    console.print(f"\n[bold]2. A/B: softmax {shapes} float32 on the CPU, every backend, warmup {warmup}, rep {rep}, "
-                  f"{torch.get_num_threads()} torch thread(s)[/]")
+    where = torch.cuda.get_device_name() if gpu else "CPU"
+    console.print(f"\n[bold]1. each op on a few {where} tensors, and the backend that served it[/]", highlight=False)
+    tour(console, device)
+    shapes_ = GPU_SHAPES if gpu else DEMO_SHAPES
+    dtype = torch.bfloat16 if gpu else torch.float32
+    shapes = ", ".join("x".join(map(str, s)) for s in shapes_)
+    threads = "" if gpu else f", {torch.get_num_threads()} torch thread(s)"
+    console.print(f"\n[bold]2. A/B: softmax {shapes} {dtype_name(dtype)} on the {where}, every backend, warmup {warmup}, "
+                  f"rep {rep}{threads}[/]", highlight=False)
     start = time.perf_counter()
-    run = compare("softmax", shapes=DEMO_SHAPES, dtypes=[torch.float32], backends=None, device="cpu",
+    run = compare("softmax", shapes=shapes_, dtypes=[dtype], backends=None, device=device,
                   warmup=warmup, rep=rep, progress=progress)
     print_table(run)
     out = Path(out)
@@ -100,14 +133,15 @@ def _check_writable(out: Path) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if args.warmup < 1 or args.rep < 1:
+    if (args.warmup is not None and args.warmup < 1) or (args.rep is not None and args.rep < 1):
         raise ValueError(f"--warmup and --rep must be >= 1 (got {args.warmup}, {args.rep})")
+    device = resolve_device(args.device)
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0 (0: torch's default; got {args.threads})")
     _check_writable(Path(args.out))
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    run, status = run_demo(args.out, warmup=args.warmup, rep=args.rep, progress=not args.quiet)
+    run, status = run_demo(args.out, warmup=args.warmup, rep=args.rep, progress=not args.quiet, device=device)
     return status or (0 if run.ok else 1)
 
 
@@ -116,12 +150,17 @@ def add_parser(sub) -> None:
     if "demo" in sub.choices:
         return
     p = sub.add_parser("demo", help="the tour: which backend serves each op, then an A/B table and plot",
-                       description="The tour: call each op on a few CPU tensors and show which backend served "
-                                   "it and why; then A/B every installed backend on softmax on this machine's "
-                                   "CPU and write the table (md, json, csv) and the plot to --out.")
+                       description="The tour: call each op on a few tensors and show which backend served "
+                                   "it and why; then A/B every installed backend on softmax and write the table "
+                                   "(md, json, csv) and the plot to --out. On the GPU where there is one "
+                                   "(--device auto), else on the CPU.")
     p.add_argument("--out", default="dispatch-demo", help="where to write ab.{md,json,csv,png} (./dispatch-demo)")
-    p.add_argument("--warmup", type=int, default=DEMO_WARMUP, help=f"A/B warm-up calls (default {DEMO_WARMUP})")
-    p.add_argument("--rep", type=int, default=DEMO_REP, help=f"A/B timed calls (default {DEMO_REP})")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where the tour and the A/B run (default auto: the GPU where torch sees one, else the CPU)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help=f"A/B warm-up calls (default {DEMO_WARMUP} on the CPU, {GPU_WARMUP} on a GPU)")
+    p.add_argument("--rep", type=int, default=None,
+                   help=f"A/B timed calls (default {DEMO_REP} on the CPU, {GPU_REP} on a GPU)")
     p.add_argument("--threads", type=int, default=DEMO_THREADS,
                    help=f"torch CPU threads (default {DEMO_THREADS}: steady timings on a busy machine; "
                         "0: torch's default)")

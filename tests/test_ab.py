@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -245,11 +246,15 @@ def test_cli_passes_softmax_its_own_dtype_argument(capsys):
     assert "pass" in capsys.readouterr().out
 
 
-def test_demo_runs_end_to_end(tmp_path):
+@pytest.mark.parametrize("device", [
+    "auto",  # the GPU where there is one, else the CPU
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")),
+])
+def test_demo_runs_end_to_end(tmp_path, device):
     env = {**os.environ, "DISPATCH_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, "-m", "dispatch", "demo", "--out", str(tmp_path / "demo"),
-                           "--warmup", "1", "--rep", "2", "-q"], capture_output=True, text=True, env=env,
-                          timeout=300)
+                           "--device", device, "--warmup", "1", "--rep", "2", "-q"], capture_output=True, text=True,
+                          env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "-> torch" in proc.stdout and "A/B took" in proc.stdout
     for op in ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm"):  # the tour calls each op
@@ -257,8 +262,22 @@ def test_demo_runs_end_to_end(tmp_path):
     for name in ("ab.json", "ab.csv", "ab.md", "ab.png"):
         assert (tmp_path / "demo" / name).stat().st_size > 0
     run = load(tmp_path / "demo" / "ab.json")
-    assert {r.shape for r in run.results} == {(64, 256), (16, 2048)}
+    gpu = torch.cuda.is_available()
+    assert {r.shape for r in run.results} == ({(4096, 4096), (8, 32000)} if gpu else {(64, 256), (16, 2048)})
+    assert run.device.split(":")[0] == ("cuda" if gpu else "cpu")
     assert "torch" in run.backends
+    if gpu:  # the tour's bfloat16 rows on the GPU go to a kernel backend, not torch
+        assert re.search(r"softmax +4096x4096 bfloat16 dim=-1 +-> (triton|tilelang) ", proc.stdout), proc.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a CUDA device")
+def test_demo_on_cuda_without_a_gpu_is_refused_naming_the_option(tmp_path, capsys):
+    from dispatch.cli import main
+
+    assert main(["demo", "--device", "cuda", "--out", str(tmp_path / "demo"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "--device 'cuda': torch sees no CUDA device here" in err and "use --device cpu, or auto" in err
+    assert not (tmp_path / "demo").exists()  # refused before any work
 
 
 def test_demo_and_tune_refuse_bad_options_before_any_work(tmp_path, capsys, monkeypatch):
