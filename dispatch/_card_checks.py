@@ -80,21 +80,26 @@ def string_mapping(_instance: Any, attribute: Any, value: Any) -> None:
                         f"(got {_shown(value)})")
 
 
+#: A card's figure for calls its backend should serve only when nothing with figures does (or a race
+#: or table picks it): its estimated cost is infinite, so the estimate ranks it after every other.
+LAST = "last"
+
+
 def costs(_instance: Any, attribute: Any, value: Any) -> None:
     """``{device type, "device type:op", "device type:op:grad", "device type:strided",
     "device type:op:strided", "device type:long", "device type:op:long", "device type:cast" or
-    "device type:op:cast" (str): (launch us, GB/s) or (launch us, GB/s, row ns)}``, finite, us >= 0,
-    GB/s > 0, row ns >= 0."""
+    "device type:op:cast" (str): (launch us, GB/s) or (launch us, GB/s, row ns), or "last"}``,
+    finite, us >= 0, GB/s > 0, row ns >= 0; ``"last"``: such calls rank after every figure."""
     import math
 
     def ok(v: Any) -> bool:
-        return (isinstance(v, tuple) and len(v) in (2, 3)
+        return v == LAST or (isinstance(v, tuple) and len(v) in (2, 3)
                 and all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in v)
                 and v[0] >= 0 and v[1] > 0 and (len(v) == 2 or v[2] >= 0))
 
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and ok(v) for k, v in value.items()):
-        raise TypeError(f"'{attribute.name}' must be a mapping of device type (str) to (launch us, GB/s) or "
-                        f"(launch us, GB/s, ns per element of a row), like {{'cuda': (16.0, 3500.0)}} "
+        raise TypeError(f"'{attribute.name}' must be a mapping of device type (str) to (launch us, GB/s), "
+                        f"(launch us, GB/s, ns per element of a row) or {LAST!r}, like {{'cuda': (16.0, 3500.0)}} "
                         f"(got {_shown(value)})")
     _unknown_device_type(attribute, value)
 

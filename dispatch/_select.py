@@ -9,6 +9,8 @@ or the static order (each backend's priority for the device type).
 
 from __future__ import annotations
 
+import math
+
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -100,6 +102,10 @@ def by_estimated_cost(servers: Sequence[Backend], spec: CallSpec, timing: str = 
         return list(servers), {}
     order = {b.name: i for i, b in enumerate(servers)}
     return sorted(servers, key=lambda b: (estimates[b.name], order[b.name])), estimates
+
+
+def _shown_us(estimate: float) -> str:
+    return "last (its card ranks such calls after every figure)" if math.isinf(estimate) else f"{estimate:.1f} us"
 
 
 def allowed(name: str, settings: Settings, scope: Scope | None) -> str | None:
@@ -224,7 +230,7 @@ class Selector(Tuner):
                 why = "the only backend that serves this call"
             elif estimates:
                 why = (f"lowest estimated cost on {spec.device.type} (launch + bytes moved / bandwidth, from the "
-                       "backends' cards): " + ", ".join(f"{b.name} {estimates[b.name]:.1f} us"
+                       "backends' cards): " + ", ".join(f"{b.name} {_shown_us(estimates[b.name])}"
                                                         + (f" ('{cards[b.name]}' figures)" if b.name in cards else "")
                                                         for b in servers))
             else:

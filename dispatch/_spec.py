@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,7 +11,7 @@ import torch
 from attrs import field, frozen
 from attrs.validators import deep_iterable, optional
 
-from ._card_checks import (costs, exact_bool, frozen_mapping, frozen_set, kind_of, op_collection, priorities,
+from ._card_checks import (LAST, costs, exact_bool, frozen_mapping, frozen_set, kind_of, op_collection, priorities,
                            string_mapping, text)
 
 
@@ -277,7 +279,7 @@ class BackendInfo:
     available: Verdict = field(factory=Verdict.yes, validator=kind_of(
         Verdict, "a dispatch.Verdict, like Verdict.yes() or Verdict.no('tilelang is not installed')"))
     reference: bool = field(default=False, validator=exact_bool)
-    costs: Mapping[str, tuple[float, ...]] = field(factory=dict, converter=frozen_mapping, validator=costs)
+    costs: Mapping[str, tuple[float, ...] | str] = field(factory=dict, converter=frozen_mapping, validator=costs)
 
     @name.validator
     def _check_name(self, _attribute, value: str) -> None:
@@ -291,8 +293,8 @@ class BackendInfo:
         (when ``launch``) + bytes / GB/s, or + ``row_size`` x the third figure (ns per element of a
         row) when there is one and that is longer: a kernel that gives each row to one block takes
         at least one row's time, however few the rows. None when the card gives no figures for that
-        device type. A ``"<device type>:<op>"`` entry (``"cuda:rms_norm"``) overrides the device
-        type's for that op, and for a call autograd records (``grad``), a ``"<device type>:<op>:grad"``
+        device type; infinity where its figure is ``"last"``. A ``"<device type>:<op>"`` entry
+        (``"cuda:rms_norm"``) overrides the device type's for that op, and for a call autograd records (``grad``), a ``"<device type>:<op>:grad"``
         entry overrides both: a backend whose forward is fast but whose backward is not says so there.
         For a call that does not reduce the last dim of a contiguous input (``strided``), a
         ``"<device type>:<op>:strided"`` or ``"<device type>:strided"`` entry comes first. For other
@@ -319,6 +321,8 @@ class BackendInfo:
         cost = next((self.costs[k] for k in keys if k in self.costs), None)
         if cost is None:
             return None
+        if cost == LAST:
+            return math.inf
         launch_us, gbps, *row_ns = cost
         return (launch_us if launch else 0.0) + max(nbytes / (gbps * 1e3), row_size * sum(row_ns) / 1e3)
 

@@ -302,6 +302,24 @@ def test_with_tuning_off_the_cards_cost_figures_order_small_and_large_calls():
     assert "lowest estimated cost" in large.reason and measurement_count() == before
 
 
+def test_a_card_figure_of_last_ranks_its_backend_after_every_figure_and_says_so():
+    """A backend that serves a call but should take it only when raced, forced or tabled: its card's
+    "last" puts it behind every backend with figures, however high its priority, with a readable
+    reason (not a huge made-up launch time); forced, it still serves."""
+    dispatch.register(_costed("last_card", {"cpu": (1.0, 1e6), "cpu:softmax": "last"}, priority=50))
+    dispatch.register(_costed("wide", {"cpu": (50.0, 1000.0)}))
+    dispatch.configure(allow=["last_card", "wide"])
+    x = torch.randn(2, 16)
+    decision = dispatch.explain("softmax", x).decision
+    assert decision.backend == "wide"
+    assert "last_card last (its card ranks such calls after every figure)" in decision.reason
+    torch.testing.assert_close(dispatch.softmax(x, -1, backend="last_card"), torch.softmax(x, -1))
+    info = dispatch.BackendInfo(name="x", version="1", ops=("softmax",), costs={"cuda:softmax": "last"})
+    assert info.estimate_us("cuda", 10, op="softmax") == float("inf") and info.estimate_us("cuda", 10) is None
+    with pytest.raises(TypeError, match=r"\(launch us, GB/s, ns per element of a row\) or 'last'"):
+        dispatch.BackendInfo(name="x", version="1", ops=("softmax",), costs={"cuda": "first"})
+
+
 def test_device_timing_drops_the_launch_from_the_estimate_and_keys_decisions_apart():
     """Under CUDA graphs a call costs its device time only: the backend with the costly launch but
     more bandwidth then serves small calls too, and wall and device decisions are cached apart."""

@@ -67,7 +67,7 @@ def dispatch_backend_info() -> BackendInfo:
         # H200, tvm-ffi call: 1.1-1.8 us a dispatched call more than dispatch[torch] back to back at
         # decode shapes (benchmarks/results/current/launch/launch_decode.md; the figure below was
         # measured on a slower host start, 13.5 against torch's 12.5), ~3800 GB/s on bandwidth rows
-        # rms_norm/layer_norm: never the estimated-cost choice (a huge launch figure), nor under autograd
+        # rms_norm/layer_norm: never the estimated-cost choice ("last"), nor under autograd
         # (the backward with a row's chunks in shared memory, sm_90+, took 0.90-1.97x the device time
         # of Triton's whole backward at 1024-262144, bf16 and fp32, from CUDA-graph replays, and a
         # training step 0.95-1.40x with more eager wall time at 7 of 10 shapes:
@@ -101,8 +101,8 @@ def dispatch_backend_info() -> BackendInfo:
         # x): level with Triton at N = 256, 6-10% behind at 1024, 21-24% at 4096 (2800 against 3680 GB/s)
         # (benchmarks/results/current/cast_rows/)
         costs={"cuda": (13.5, 3800.0), "cuda:long": (13.5, 2000.0), "cuda:cast": (13.5, 3000.0),
-               "cuda:rms_norm": (1e6, 1.0), "cuda:layer_norm": (1e6, 1.0),
-               "cuda:rms_norm:grad": (1e6, 1.0), "cuda:layer_norm:grad": (1e6, 1.0),
+               "cuda:rms_norm": "last", "cuda:layer_norm": "last",
+               "cuda:rms_norm:grad": "last", "cuda:layer_norm:grad": "last",
                "cuda:layer_norm:smem": (13.5, 2900.0), "cuda:layer_norm:smem_walked": (13.5, 2700.0),
                "cuda:softmax:strided": (13.5, 1800.0), "cuda:log_softmax:strided": (13.5, 1800.0),
                "cuda:logsumexp:strided": (13.5, 2300.0), "cuda:tiles": (13.5, 2900.0),
