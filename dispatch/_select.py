@@ -10,7 +10,6 @@ or the static order (each backend's priority for the device type).
 from __future__ import annotations
 
 import math
-
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 from collections.abc import Mapping
 from typing import Any
 
@@ -294,8 +293,9 @@ class BackendInfo:
         row) when there is one and that is longer: a kernel that gives each row to one block takes
         at least one row's time, however few the rows. None when the card gives no figures for that
         device type; infinity where its figure is ``"last"``. A ``"<device type>:<op>"`` entry
-        (``"cuda:rms_norm"``) overrides the device type's for that op, and for a call autograd records (``grad``), a ``"<device type>:<op>:grad"``
-        entry overrides both: a backend whose forward is fast but whose backward is not says so there.
+        (``"cuda:rms_norm"``) overrides the device type's for that op, and for a call autograd
+        records (``grad``), a ``"<device type>:<op>:grad"`` entry overrides both: a backend whose
+        forward is fast but whose backward is not says so there.
         For a call that does not reduce the last dim of a contiguous input (``strided``), a
         ``"<device type>:<op>:strided"`` or ``"<device type>:strided"`` entry comes first. For other
         calls whose rows are longer than :data:`LONG_ROW` elements, a ``"<device type>:<op>:long"``

@@ -104,14 +104,14 @@ def run_demo(out: Path | str = "dispatch-demo", warmup: int | None = None, rep: 
     where = torch.cuda.get_device_name() if gpu else "CPU"
     console.print(f"\n[bold]1. each op on a few {where} tensors, and the backend that served it[/]", highlight=False)
     tour(console, device)
-    shapes_ = GPU_SHAPES if gpu else DEMO_SHAPES
+    ab_shapes = GPU_SHAPES if gpu else DEMO_SHAPES
     dtype = torch.bfloat16 if gpu else torch.float32
-    shapes = ", ".join("x".join(map(str, s)) for s in shapes_)
+    shapes = ", ".join("x".join(map(str, s)) for s in ab_shapes)
     threads = "" if gpu else f", {torch.get_num_threads()} torch thread(s)"
-    console.print(f"\n[bold]2. A/B: softmax {shapes} {dtype_name(dtype)} on the {where}, every backend, warmup {warmup}, "
-                  f"rep {rep}{threads}[/]", highlight=False)
+    console.print(f"\n[bold]2. A/B: softmax {shapes} {dtype_name(dtype)} on the {where}, every backend, "
+                  f"warmup {warmup}, rep {rep}{threads}[/]", highlight=False)
     start = time.perf_counter()
-    run = compare("softmax", shapes=shapes_, dtypes=[dtype], backends=None, device=device,
+    run = compare("softmax", shapes=ab_shapes, dtypes=[dtype], backends=None, device=device,
                   warmup=warmup, rep=rep, progress=progress)
     print_table(run)
     out = Path(out)
