@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ._keys import device_flag
 from ._spec import dtype_name
 
 #: Small enough that the A/B takes seconds even with Triton's interpreter on the CPU.
@@ -26,9 +27,9 @@ GPU_REP = 100
 DEMO_THREADS = 1
 
 
-def _tour_inputs(device: str = "cpu") -> list[tuple[torch.Tensor, int]]:
+def _tour_inputs(device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, int]]:
     gen = torch.Generator().manual_seed(0)
-    if device == "cpu":
+    if torch.device(device).type == "cpu":
         shapes = [((8, 128), torch.float32, -1), ((4, 1000), torch.bfloat16, -1), ((2, 3, 64), torch.float64, 1)]
     else:  # a model's rows, a vocabulary's few long rows, a reduction over dim 0, and a dtype kernels refuse
         shapes = [((4096, 4096), torch.bfloat16, -1), ((8, 32000), torch.bfloat16, -1),
@@ -37,7 +38,7 @@ def _tour_inputs(device: str = "cpu") -> list[tuple[torch.Tensor, int]]:
             for shape, dtype, dim in shapes]
 
 
-def tour(console, device: str = "cpu") -> None:
+def tour(console, device: torch.device | str = "cpu") -> None:
     """Call each op on a few tensors of ``device`` and say which backend served each call, and why."""
     import dispatch
 
@@ -63,27 +64,14 @@ def tour(console, device: str = "cpu") -> None:
                               highlight=False, markup=False)
 
 
-def resolve_device(device: str) -> str:
-    """``"auto"``: ``"cuda"`` where torch sees a CUDA device, else ``"cpu"``; ``"cuda"`` without one
-    is refused (a ValueError naming the option)."""
-    if device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"--device must be auto, cpu or cuda (got {device!r})")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device 'cuda': torch sees no CUDA device here (torch.cuda.is_available() is False; "
-                         f"torch {torch.__version__}); use --device cpu, or auto")
-    return device
-
-
 def run_demo(out: Path | str = "dispatch-demo", warmup: int | None = None, rep: int | None = None,
-             progress: bool = True, device: str = "auto"):
+             progress: bool = True, device: torch.device | str = "auto"):
     """The tour, then ``compare("softmax")`` across every loaded backend: on the CPU at
     :data:`DEMO_SHAPES` in float32, on a GPU (``device`` ``"cuda"``, or ``"auto"`` where there is
     one) at :data:`GPU_SHAPES` in bfloat16. Writes ``ab.md``, ``ab.json``, ``ab.csv`` and ``ab.png``
     to ``out``. Returns the run and the writing's status."""
-    device = resolve_device(device)
-    gpu = device == "cuda"
+    device = device_flag(device) if isinstance(device, str) else device
+    gpu = device.type == "cuda"
     warmup = warmup if warmup is not None else (GPU_WARMUP if gpu else DEMO_WARMUP)
     rep = rep if rep is not None else (GPU_REP if gpu else DEMO_REP)
     from rich.console import Console
@@ -135,7 +123,7 @@ def _check_writable(out: Path) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     if (args.warmup is not None and args.warmup < 1) or (args.rep is not None and args.rep < 1):
         raise ValueError(f"--warmup and --rep must be >= 1 (got {args.warmup}, {args.rep})")
-    device = resolve_device(args.device)
+    device = device_flag(args.device)
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0 (0: torch's default; got {args.threads})")
     _check_writable(Path(args.out))

@@ -93,3 +93,16 @@ def make(name: str = "chunked", fault: str | None = None, priority: int = 50, ca
         setattr(plugin, fn.__name__, fn)
     plugin.calls = calls
     return plugin
+
+
+def with_kernel(plugin, wrap):
+    """``plugin`` (from :func:`make`) with its kernel replaced by ``wrap(run, config)``, ``run`` the
+    chunked kernel of the same call and config: a kernel that misbehaves on purpose."""
+    inner = plugin.dispatch_kernel
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        return wrap(inner(op=op, spec=spec, config=config), config)
+
+    plugin.dispatch_kernel = dispatch_kernel
+    return plugin

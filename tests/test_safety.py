@@ -221,12 +221,18 @@ def _writes_output(op, spec):
     return backward
 
 
-@pytest.mark.parametrize("hook", [_writes_grad, _writes_output], ids=["grad_output", "output"])
-def test_a_backward_kernel_writing_into_the_users_tensors_is_a_fault_and_they_stay(hook):
+def _served_by_bwd(hook):
+    """``(x, softmax(x))`` of a call the backend "bwd" with backward ``hook`` serves, autograd recording."""
     _with_backward(hook)
     x = torch.randn(4, 16, requires_grad=True)
     y = dispatch.softmax(x, -1)
     assert dispatch.explain("softmax", x, -1).decision.backend == "bwd"
+    return x, y
+
+
+@pytest.mark.parametrize("hook", [_writes_grad, _writes_output], ids=["grad_output", "output"])
+def test_a_backward_kernel_writing_into_the_users_tensors_is_a_fault_and_they_stay(hook):
+    x, y = _served_by_bwd(hook)
     g = torch.randn(4, 16)
     y_before, g_before = y.detach().clone(), g.clone()
     with pytest.warns(dispatch.FaultWarning, match="'bwd'.*backward kernel wrote into its input"):
@@ -238,10 +244,7 @@ def test_a_backward_kernel_writing_into_the_users_tensors_is_a_fault_and_they_st
 @pytest.mark.parametrize("hook", [_raising, _wrong_shape, _too_many, _none],
                          ids=["raises", "wrong-shape", "too-many", "none-for-a-wanted-gradient"])
 def test_a_broken_backward_kernel_is_a_fault_and_the_step_gets_the_references_gradients(hook):
-    _with_backward(hook)
-    x = torch.randn(4, 16, requires_grad=True)
-    y = dispatch.softmax(x, -1)
-    assert dispatch.explain("softmax", x, -1).decision.backend == "bwd"
+    x, y = _served_by_bwd(hook)
     proj = torch.randn(4, 16)
     with pytest.warns(dispatch.FaultWarning, match="'bwd'.*backward kernel"):
         (grad,) = torch.autograd.grad((y * proj).sum(), x)
@@ -294,16 +297,8 @@ def test_a_tune_space_hook_that_raises_is_said_and_strict_mode_refuses_the_fallb
 def test_a_kernel_that_returns_a_tensor_requiring_grad_is_quarantined():
     # torch's result of a call autograd doesn't record does not require grad; one whose kernel
     # handed back a Parameter would grow a graph in the user's code
-    plugin = chunked_backend.make("marks", priority=500)
-    inner = plugin.dispatch_kernel
-
-    @dispatch.hookimpl
-    def dispatch_kernel(op, spec, config):
-        run = inner(op, spec, config)
-        return lambda x: torch.nn.Parameter(run(x))
-
-    plugin.dispatch_kernel = dispatch_kernel
-    dispatch.register(plugin)
+    dispatch.register(chunked_backend.with_kernel(chunked_backend.make("marks", priority=500),
+                                                  lambda run, config: lambda x: torch.nn.Parameter(run(x))))
     x = torch.randn(4, 16)
     with pytest.warns(dispatch.FaultWarning, match="'marks' returned a tensor that requires grad"):
         y = dispatch.softmax(x, -1)
@@ -316,16 +311,8 @@ def test_a_kernel_that_returns_a_tensor_requiring_grad_is_quarantined():
     (lambda y: y.to_sparse(), "layout torch.sparse_coo, not a strided one"),
 ], ids=["meta", "sparse"])
 def test_a_kernel_that_returns_a_meta_or_sparse_tensor_is_quarantined(make, what):
-    plugin = chunked_backend.make("elsewhere", priority=500)
-    inner = plugin.dispatch_kernel
-
-    @dispatch.hookimpl
-    def dispatch_kernel(op, spec, config):
-        run = inner(op, spec, config)
-        return lambda x: make(run(x))
-
-    plugin.dispatch_kernel = dispatch_kernel
-    dispatch.register(plugin)
+    dispatch.register(chunked_backend.with_kernel(chunked_backend.make("elsewhere", priority=500),
+                                                  lambda run, config: lambda x: make(run(x))))
     x = torch.randn(4, 16)
     with pytest.warns(dispatch.FaultWarning, match=f"'elsewhere' .*returned a tensor.*{what}"):
         y = dispatch.softmax(x, -1)

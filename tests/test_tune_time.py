@@ -351,21 +351,14 @@ def _cache_files():
 
 
 def test_ctrl_c_during_a_race_leaves_only_whole_entries():
-    plugin = chunked_backend.make("chunked", priority=200)
-    inner = plugin.dispatch_kernel
-
-    @dispatch.hookimpl
-    def dispatch_kernel(op, spec, config):
-        run = inner(op=op, spec=spec, config=config)
-
+    def interrupting(run, config):
         def interrupted(x):
             if config.get("chunk") == 1024:
                 raise KeyboardInterrupt
             return run(x)
         return interrupted
 
-    plugin.dispatch_kernel = dispatch_kernel
-    dispatch.register(plugin)
+    dispatch.register(chunked_backend.with_kernel(chunked_backend.make("chunked", priority=200), interrupting))
     dispatch.configure(autotune=True, policy="measured", allow=TEST_BACKENDS)
     with pytest.raises(KeyboardInterrupt):
         dispatch.softmax(torch.randn(8, 64))
@@ -592,8 +585,6 @@ def test_a_tune_space_with_a_value_the_cache_could_not_keep_is_refused_where_it_
 
 @pytest.mark.parametrize("fault", ["outside", "writes"])
 def test_a_native_tune_hook_answering_outside_its_space_or_writing_its_example_is_named(fault):
-    import chunked_backend
-
     from dispatch.autotune import Config, TuneResult
     from dispatch.tune import tune_call
 
@@ -622,16 +613,9 @@ def test_a_native_tune_hook_answering_outside_its_space_or_writing_its_example_i
 
 
 def test_a_tune_candidate_writing_into_its_input_is_named_and_ends_the_sweep():
-    import chunked_backend
-
     from dispatch.tune import tune_call
 
-    plugin = chunked_backend.make("scribbler", priority=500)
-    inner = plugin.dispatch_kernel
-
-    @dispatch.hookimpl
-    def dispatch_kernel(op, spec, config):
-        run = inner(op, spec, config)
+    def scribbling(run, config):
         if config.get("chunk") != 8:
             return run
 
@@ -641,7 +625,6 @@ def test_a_tune_candidate_writing_into_its_input_is_named_and_ends_the_sweep():
             return out
         return scribble
 
-    plugin.dispatch_kernel = dispatch_kernel
-    dispatch.register(plugin)
+    dispatch.register(chunked_backend.with_kernel(chunked_backend.make("scribbler", priority=500), scribbling))
     with pytest.raises(dispatch.DispatchError, match="candidate chunk=8 wrote into its input; the backend is not used"):
         tune_call("softmax", torch.randn(4, 16), -1, backends="scribbler")
