@@ -12,6 +12,10 @@ checked against torch first, on the benchmark input and on rows of -inf, +inf an
 however small (the config space keeps chunks of 16 KB or more): few long rows, where a row's
 chunks are all the CTAs the GPU runs.
 
+``--fast`` adds each chunk-in-shared-memory config's ``fast`` twin (``smem_rows.program(...,
+fast=True)``: each exponent one fused multiply-add, the kernel built with fast math), built apart
+from the config space, checked the same way.
+
     python3 benchmarks/sweep_smem_rows.py --small-chunks --shapes 1x32000,8x128256,1x262144 --out out/few
 """
 
@@ -67,10 +71,38 @@ def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
     return out
 
 
+def fast_twins(B, smem_rows, cases) -> dict:
+    """The ``fast`` twin of every chunk-in-shared-memory config of ``cases``, compiled on a thread pool:
+    {(op, n, dtype, sorted config items): kernel}; a failed build is printed and left out."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = {(op, n, dtype, tuple(sorted(cfg.items()))): (op, n, dtype, cfg)
+            for op, _m, n, dtype, cfgs in cases for cfg in cfgs if cfg.get("smem")}
+
+    def one(job):
+        op, n, dtype, cfg = job
+        return B.compile_program(lambda: smem_rows.program(op, n, dtype, dtype, cfg["tile_n"], cfg["cluster"],
+                                                           B.cuda_arch(), fast=True),
+                                 {"block_m": 1, "threads": cfg["threads"]})
+
+    t0, out = time.time(), {}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+        futures = {key: pool.submit(one, job) for key, job in jobs.items()}
+        for key, fut in futures.items():
+            try:
+                out[key] = fut.result()
+            except Exception as exc:  # noqa: BLE001
+                print("BUILD FAIL fast", key, f"{type(exc).__name__}: {exc}"[:300], flush=True)
+    print(f"built {len(out)} fast twins in {time.time() - t0:.0f} s", flush=True)
+    return out
+
+
 def main() -> None:
     ap = race_arguments("softmax", "bfloat16,float32")
     ap.add_argument("--small-chunks", action="store_true",
                     help="also every cluster of 1-16 at 64-256 threads, chunks of any size (few long rows)")
+    ap.add_argument("--fast", action="store_true",
+                    help="also each smem config's fast twin (one FMA an exponent, built with fast math)")
     args = ap.parse_args()
 
     import torch
@@ -115,6 +147,15 @@ def main() -> None:
                 print("FAIL", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
                 continue
             fns[label(cfg) + (" (default)" if cfg == default else "")] = (lambda k=k: k(x))
+            twin = twins.get((op, n, dtype, tuple(sorted(cfg.items()))))
+            if twin is not None:
+                try:
+                    check(torch, twin(e), op, e)
+                    check(torch, twin(x), op, x)
+                except Exception as exc:  # noqa: BLE001
+                    print("FAIL fast", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
+                else:
+                    fns[label(cfg) + " fast"] = (lambda k=twin: k(x))
         for name in ("triton (default)", "tilelang (default)"):
             check(torch, fns[name](), op, x)
         nbytes = (x.numel() + (m if op == "logsumexp" else x.numel())) * x.element_size()

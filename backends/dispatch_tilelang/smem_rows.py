@@ -23,7 +23,7 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import F32, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+from ._numerics import F32, LOG2E, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
 MAX_CLUSTER = 16
@@ -129,16 +129,22 @@ def row_words(cluster: int):
 
 
 @functools.lru_cache(maxsize=None)
-def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
+def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
+            fast: bool = False):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
-    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``."""
+    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``.
+
+    ``fast``: each element's exponent one fused multiply-add (``x * log2 e - max * log2 e``, the
+    product of the max rounded once a CTA) and the kernel built with fast math (``ex2.approx.ftz``,
+    no denormal fix-up around each ``exp2``)."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
+    configs = {"tl.enable_fast_math": True} if fast else None
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[in_dtype]
     lse = op == "logsumexp"
     log = op == "log_softmax"
 
-    @tilelang.jit(target=target, out_idx=[1])
+    @tilelang.jit(target=target, out_idx=[1], pass_configs=configs)
     def smem_rows(block_m, threads):
         trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
         reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
@@ -162,9 +168,11 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 gs = T.alloc_fragment((1,), F32)
                 gsh = T.alloc_fragment((1,), F32)
                 fin = T.alloc_fragment((1,), F32)
+                shl = T.alloc_fragment((1,), F32)  # the shifts times log2 e (``fast``)
+                gshl = T.alloc_fragment((1,), F32)
                 # one row a CTA: thread t owns the t-th 16-byte vector of a sub-tile; stats in every thread
                 layouts = {xf: _fragment_layout(1, SUB, threads, vec), acc: _fragment_layout(1, SUB, threads, vec)}
-                for stat in (m, s, sh, gm, gs, gsh, fin):
+                for stat in (m, s, sh, gm, gs, gsh, fin, shl, gshl):
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
                 if C > 1:
@@ -181,11 +189,17 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 T.reduce_max(acc, m, dim=1)
                 for i in T.Parallel(1):
                     sh[i] = safe_max(m[i])
+                    if fast:
+                        shl[i] = sh[i] * T.float32(LOG2E)
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(1, SUB):
-                        acc[i, j] += T.if_then_else(base + k * SUB + j < N,
-                                                    exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
+                        if fast:
+                            acc[i, j] += T.if_then_else(base + k * SUB + j < N, T.exp2(
+                                T.cast(xs[i, k * SUB + j], F32) * T.float32(LOG2E) - shl[i]), 0.0)
+                        else:
+                            acc[i, j] += T.if_then_else(base + k * SUB + j < N,
+                                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
                 T.reduce_sum(acc, s, dim=1)
 
                 if C > 1:
@@ -212,12 +226,18 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 else:
                     for i in T.Parallel(1):
                         fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
+                        if fast:
+                            gshl[i] = gsh[i] * T.float32(LOG2E)
                     for k in T.serial(NS):
                         for i, j in T.Parallel(1, SUB):
                             if base + k * SUB + j < N:
                                 if log:
                                     y[bx, base + k * SUB + j] = T.cast(
                                         (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
+                                elif fast:
+                                    y[bx, base + k * SUB + j] = T.cast(T.exp2(
+                                        T.cast(xs[i, k * SUB + j], F32) * T.float32(LOG2E) - gshl[i]) * fin[i],
+                                        out_dtype)
                                 else:
                                     y[bx, base + k * SUB + j] = T.cast(
                                         exp_fast(T.cast(xs[i, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)
