@@ -134,9 +134,10 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``.
 
-    ``fast``: each element's exponent one fused multiply-add (``x * log2 e - max * log2 e``, the
-    product of the max rounded once a CTA) and the kernel built with fast math (``ex2.approx.ftz``,
-    no denormal fix-up around each ``exp2``)."""
+    ``fast``: each element's exponent one fused multiply-add (``x * log2 e - shift * log2 e``, the
+    shift's product rounded once a CTA and traded with the partial sums, so that its rounding
+    cancels between a row's sum and its output) and the kernel built with fast math
+    (``ex2.approx.ftz``, no denormal fix-up around each ``exp2``)."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     configs = {"tl.enable_fast_math": True} if fast else None
     N, C, TILE = n_cols, cluster, tile_n
@@ -205,6 +206,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 if C > 1:
                     mine[0] = m[0]
                     mine[1] = s[0]
+                    if fast:  # the shift times log2 e that this chunk's sum was taken at
+                        mine[2] = shl[0]
                     trade(mine, peers[cx, :], got)
                     for i in T.Parallel(1):
                         gm[i] = neg_inf()
@@ -212,13 +215,23 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                             gm[i] = T.max(gm[i], peers[r, 0])
                         gsh[i] = safe_max(gm[i])
                         gs[i] = 0.0
-                        for r in T.unroll(C):
-                            gs[i] += rescale(peers[r, 1], safe_max(peers[r, 0]), gsh[i])
+                        if fast:
+                            # each partial carried by the difference of the rounded products, so that
+                            # the rounding of the row's shift times log2 e cancels between sum and output
+                            gshl[i] = gsh[i] * T.float32(LOG2E)
+                            for r in T.unroll(C):
+                                gs[i] += T.if_then_else(peers[r, 1] == T.float32(0), T.float32(0),
+                                                        peers[r, 1] * T.exp2(peers[r, 2] - gshl[i]))
+                        else:
+                            for r in T.unroll(C):
+                                gs[i] += rescale(peers[r, 1], safe_max(peers[r, 0]), gsh[i])
                 else:
                     for i in T.Parallel(1):
                         gm[i] = m[i]
                         gs[i] = s[i]
                         gsh[i] = sh[i]
+                        if fast:
+                            gshl[i] = shl[i]
 
                 if lse:
                     if cx == 0:
@@ -226,8 +239,6 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 else:
                     for i in T.Parallel(1):
                         fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
-                        if fast:
-                            gshl[i] = gsh[i] * T.float32(LOG2E)
                     for k in T.serial(NS):
                         for i, j in T.Parallel(1, SUB):
                             if base + k * SUB + j < N:
