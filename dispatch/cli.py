@@ -36,13 +36,14 @@ def parse_dtype(text: str) -> torch.dtype:
 
 
 def cmd_backends(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from ._console import console as output
+
     table = Table(title="dispatch backends")
     for column in ("name", "version", "ops", "available", "priority", "depends on"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a long word folds onto the next line, never cut short
     for name, info in sorted(_plugins.backends().items()):
         available = "yes" if info.available else f"no: {info.available.reason}"
         priority = ", ".join(f"{k} {v}" for k, v in sorted(info.priority.items()))
@@ -50,7 +51,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
         ops = "every declared op" if info.reference else ", ".join(sorted(info.ops))
         cells = (name + (" (reference)" if info.reference else ""), info.version, ops, available, priority, versions)
         table.add_row(*(escape(cell) for cell in cells))  # a plugin's text is text, not rich markup
-    console = Console()
+    console = output()
     console.print(table)
     from . import _opdecl
 

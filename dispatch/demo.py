@@ -74,13 +74,12 @@ def run_demo(out: Path | str = "dispatch-demo", warmup: int | None = None, rep: 
     gpu = device.type == "cuda"
     warmup = warmup if warmup is not None else (GPU_WARMUP if gpu else DEMO_WARMUP)
     rep = rep if rep is not None else (GPU_REP if gpu else DEMO_REP)
-    from rich.console import Console
-
     import dispatch
+    from dispatch._console import console as output
     from dispatch.ab import compare
     from dispatch.ab.cli import print_table, write_outputs
 
-    console = Console() if Console().is_terminal else Console(width=200)
+    console = output()
     if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
         # Triton runs kernels on the CPU only in its interpreter, which must be on before triton is imported.
         os.environ["TRITON_INTERPRET"] = "1"

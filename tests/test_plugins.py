@@ -158,6 +158,24 @@ def test_cli_lists_backends_and_load_failures():
     assert ("failed to load" in out) or ("no load failures" in out)
 
 
+def test_cli_backends_table_into_a_pipe_loses_no_word():
+    # a log or a pipe gets the whole table, whatever $COLUMNS says (test runners set it to 80)
+    out = subprocess.run([sys.executable, "-m", "dispatch", "backends"], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "COLUMNS": "80"}).stdout
+    row = next(line for line in out.splitlines() if "tilelang" in line)
+    assert all(op in row for op in ("layer_norm", "log_softmax", "logsumexp")), row
+
+
+def test_cli_backends_table_folds_long_words_in_a_narrow_console(monkeypatch, capsys):
+    from dispatch import _console, cli
+
+    monkeypatch.setattr(_console, "PIPE_WIDTH", 70)
+    assert cli.main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 70
+    assert "\u2026" not in out  # rich's ellipsis: a cell cut short
+
+
 def test_hooks_may_declare_a_subset_of_the_hookspec_arguments():
     plugin = chunked_backend.make("partial", priority=150)
 

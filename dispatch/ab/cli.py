@@ -83,11 +83,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def print_table(run) -> None:
-    from rich.console import Console
+    from .._console import console as output
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)  # a pipe or a file: don't squeeze the table into 80 columns
+    console = output()
     console.print(run.table())
     bad = [r for r in run.results if r.status in ("fail", "error")]
     if bad:
