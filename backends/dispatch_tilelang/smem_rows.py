@@ -191,7 +191,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 for i in T.Parallel(1):
                     sh[i] = safe_max(m[i])
                     if fast:
-                        shl[i] = sh[i] * T.float32(LOG2E)
+                        shl[i] = T.ieee_mul(sh[i], T.float32(LOG2E))  # rounded: never fused into a later add
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(1, SUB):
@@ -218,7 +218,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                         if fast:
                             # each partial carried by the difference of the rounded products, so that
                             # the rounding of the row's shift times log2 e cancels between sum and output
-                            gshl[i] = gsh[i] * T.float32(LOG2E)
+                            gshl[i] = T.ieee_mul(gsh[i], T.float32(LOG2E))
                             for r in T.unroll(C):
                                 gs[i] += T.if_then_else(peers[r, 1] == T.float32(0), T.float32(0),
                                                         peers[r, 1] * T.exp2(peers[r, 2] - gshl[i]))
