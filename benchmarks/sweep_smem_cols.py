@@ -7,6 +7,9 @@ Every kernel's output is checked against torch first, on the benchmark input and
 whose columns hold -inf, +inf and NaN.
 
     python3 benchmarks/sweep_smem_cols.py --out out/smem_cols
+
+``--fast`` adds each config's ``fast`` twin (``smem_cols.program(..., fast=True)``: each exponent
+one fused multiply-add, the kernel built with fast math), checked the same way.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def edge_input(torch, shape, dim, dtype):
     v[0, r // 2, 2] = float("nan")
     v[0, : r - 1, 3] = -float("inf")
     v[-1, r // 2:, -1] = -float("inf")
+    v[:, :, 4] += 1000  # columns far from zero: a shift's rounding must not show
+    v[:, :, 5] = v[:, :, 5] / 8 - 20000
     return x.to(dtype).cuda()
 
 
@@ -73,6 +78,8 @@ def main() -> None:
     ap.add_argument("--cases", default=CASES, help="shape:dim list, e.g. 32x1024x64x64:1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=12)
+    ap.add_argument("--fast", action="store_true",
+                    help="also each config's fast twin (one FMA an exponent, built with fast math)")
     args = ap.parse_args()
 
     import tilelang
@@ -92,12 +99,13 @@ def main() -> None:
     lock = threading.Lock()
     kernels = {}
 
-    def build(op, key, dtype, cfg):
+    def build(op, key, dtype, cfg, fast=False):
         with lock:
             rows = smem_cols.tile_rows(key[1], dtype, cfg["block_i"], cfg["cluster"], cfg["threads"])
-            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"])
+            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"], fast=fast)
             prim = prog.get_tir(threads=cfg["threads"])
-        return tilelang.compile(prim, out_idx=[1], target=prog.target)
+        return tilelang.compile(prim, out_idx=[1], target=prog.target,
+                                pass_configs={"tl.enable_fast_math": True} if fast else None)
 
     t0 = time.time()
     jobs = {}
@@ -106,6 +114,8 @@ def main() -> None:
             key = view3(shape, dim)
             for cfg in cfgs:
                 jobs[(op, key, dtype, label(cfg))] = pool.submit(build, op, key, dtype, cfg)
+                if args.fast:
+                    jobs[(op, key, dtype, label(cfg) + " fast")] = pool.submit(build, op, key, dtype, cfg, True)
         for k, fut in jobs.items():
             try:
                 kernels[k] = fut.result()
@@ -132,8 +142,8 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001
             print("tilelang default:", f"{type(exc).__name__}: {exc}"[:300], flush=True)
         check(torch, fns["triton (default)"](), op, x, dim)
-        for cfg in cfgs:
-            k = kernels.get((op, key, dtype, label(cfg)))
+        for name in [label(cfg) + twin for cfg in cfgs for twin in ("", " fast")]:
+            k = kernels.get((op, key, dtype, name))
             if k is None:
                 continue
             try:
@@ -143,9 +153,9 @@ def main() -> None:
                 k(x.view(key))
                 assert torch.equal(xs, x), "input changed"
             except Exception as exc:  # noqa: BLE001
-                print("FAIL", op, shape, dim, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
+                print("FAIL", op, shape, dim, dtype, name, f"{type(exc).__name__}: {exc}"[:400], flush=True)
                 continue
-            fns[label(cfg)] = (lambda k=k: k(x.view(key)))
+            fns[name] = (lambda k=k: k(x.view(key)))
         nbytes = (x.numel() + (x.numel() // key[1] if op == "logsumexp" else x.numel())) * x.element_size()
         copy_bytes = 2 * x.numel() * x.element_size()  # the copy reads x and writes it
         case = f"{'x'.join(map(str, shape))}, dim {dim}"

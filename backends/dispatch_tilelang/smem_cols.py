@@ -19,7 +19,7 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import F32, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+from ._numerics import F32, LOG2E, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
 from .cuda_kernels import DTYPE_BYTES, share
 from .smem_rows import trade_words
 
@@ -72,9 +72,14 @@ def _column_layout(block_i: int, lanes: int, vec: int, groups: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, tile_r: int, cluster: int,
-            arch: str | None = None):
-    """The ``@tilelang.jit`` program (tunable ``threads``) of one (op, (outer, R, inner), dtypes, tile)."""
+            arch: str | None = None, fast: bool = False):
+    """The ``@tilelang.jit`` program (tunable ``threads``) of one (op, (outer, R, inner), dtypes, tile).
+
+    ``fast``: as ``smem_rows.program``'s, each exponent one fused multiply-add against the shift's
+    product (rounded by an IEEE multiply wherever it is taken, so that it is the same number in a
+    column's sum and its output) and the kernel built with fast math."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
+    configs = {"tl.enable_fast_math": True} if fast else None
     outer, R, inner = key
     BI, TR, C = block_i, tile_r, cluster
     vec = 16 // DTYPE_BYTES[in_dtype]
@@ -83,7 +88,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
     lse = op == "logsumexp"
     log = op == "log_softmax"
 
-    @tilelang.jit(target=target, out_idx=[1])
+    @tilelang.jit(target=target, out_idx=[1], pass_configs=configs)
     def smem_cols(threads):
         # a tuple or a macro among the free variables would fail TileLang's autotuner: made here
         trade = trade_words(C)
@@ -105,8 +110,10 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                 sh = T.alloc_fragment((BI,), F32)
                 gsh = T.alloc_fragment((BI,), F32)
                 fin = T.alloc_fragment((BI,), F32)
+                shl = T.alloc_fragment((BI,), F32)  # the shifts times log2 e (``fast``)
+                gshl = T.alloc_fragment((BI,), F32)
                 layouts = {acc: _tile_layout(SR, BI, lanes, vec, G)}
-                for stat in (m, s, sh, gsh, fin):
+                for stat in (m, s, sh, gsh, fin, shl, gshl):
                     layouts[stat] = _column_layout(BI, lanes, vec, G)
                 T.annotate_layout(layouts)
                 if C > 1:
@@ -133,11 +140,17 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                 T.reduce_max(acc, m, dim=0, batch=vec)
                 for j in T.Parallel(BI):
                     sh[j] = safe_max(m[j])
+                    if fast:
+                        shl[j] = T.ieee_mul(sh[j], T.float32(LOG2E))
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(SR, BI):
-                        acc[i, j] += T.if_then_else(r0 + k * SR + i < R,
-                                                    exp_fast(T.cast(xs[k * SR + i, j], F32) - sh[j]), 0.0)
+                        if fast:
+                            acc[i, j] += T.if_then_else(r0 + k * SR + i < R, T.exp2(
+                                T.cast(xs[k * SR + i, j], F32) * T.float32(LOG2E) - shl[j]), 0.0)
+                        else:
+                            acc[i, j] += T.if_then_else(r0 + k * SR + i < R,
+                                                        exp_fast(T.cast(xs[k * SR + i, j], F32) - sh[j]), 0.0)
                 T.reduce_sum(acc, s, dim=0, batch=vec)
 
                 if C > 1:
@@ -154,8 +167,15 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                             g[0] = T.max(g[0], peers[r, 0, tx])
                         g[1] = safe_max(g[0])
                         g[2] = 0.0
-                        for r in T.unroll(C):
-                            g[2] += rescale(peers[r, 1, tx], safe_max(peers[r, 0, tx]), g[1])
+                        if fast:  # each partial carried by the difference of the rounded products
+                            for r in T.unroll(C):
+                                g[2] += T.if_then_else(
+                                    peers[r, 1, tx] == T.float32(0), T.float32(0), peers[r, 1, tx] * T.exp2(
+                                        T.ieee_mul(safe_max(peers[r, 0, tx]), T.float32(LOG2E))
+                                        - T.ieee_mul(g[1], T.float32(LOG2E))))
+                        else:
+                            for r in T.unroll(C):
+                                g[2] += rescale(peers[r, 1, tx], safe_max(peers[r, 0, tx]), g[1])
                         if lse:
                             if cx == 0:
                                 y[bo, i0 + tx] = T.cast(logsumexp_value(g[0], g[2]), out_dtype)
@@ -166,9 +186,13 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                         for j in T.Parallel(BI):
                             gsh[j] = cs[0, j]
                             fin[j] = cs[1, j]
+                            if fast:
+                                gshl[j] = T.ieee_mul(gsh[j], T.float32(LOG2E))
                 else:
                     for j in T.Parallel(BI):
                         gsh[j] = sh[j]
+                        if fast:
+                            gshl[j] = shl[j]
                         if lse:
                             y[bo, i0 + j] = T.cast(logsumexp_value(m[j], s[j]), out_dtype)
                         else:
@@ -181,6 +205,10 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                                 if log:
                                     y[bo, r0 + k * SR + i, i0 + j] = T.cast(
                                         (T.cast(xs[k * SR + i, j], F32) - gsh[j]) - fin[j], out_dtype)
+                                elif fast:
+                                    y[bo, r0 + k * SR + i, i0 + j] = T.cast(T.exp2(
+                                        T.cast(xs[k * SR + i, j], F32) * T.float32(LOG2E) - gshl[j]) * fin[j],
+                                        out_dtype)
                                 else:
                                     y[bo, r0 + k * SR + i, i0 + j] = T.cast(
                                         exp_fast(T.cast(xs[k * SR + i, j], F32) - gsh[j]) * fin[j], out_dtype)
