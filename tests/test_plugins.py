@@ -160,6 +160,7 @@ def test_cli_lists_backends_and_load_failures():
 
 def test_cli_backends_table_into_a_pipe_loses_no_word():
     # a log or a pipe gets the whole table, whatever $COLUMNS says (test runners set it to 80)
+    pytest.importorskip("tilelang")  # its row lists five ops, which 80 columns cut short
     out = subprocess.run([sys.executable, "-m", "dispatch", "backends"], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "COLUMNS": "80"}).stdout
     row = next(line for line in out.splitlines() if "tilelang" in line)
