@@ -23,7 +23,8 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import F32, LOG2E, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+from ._numerics import (F32, LOG2E, exp_fast, log_sum, logsumexp_value, neg_inf, pos_inf, rescale, safe_max,
+                        softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
 MAX_CLUSTER = 16
@@ -130,14 +131,21 @@ def row_words(cluster: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            fast: bool = False):
+            fast: bool = False, keep: bool = False):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``.
 
     ``fast``: each element's exponent one fused multiply-add (``x * log2 e - shift * log2 e``, the
     shift's product rounded once a CTA and traded with the partial sums, so that its rounding
     cancels between a row's sum and its output) and the kernel built with fast math
-    (``ex2.approx.ftz``, no denormal fix-up around each ``exp2``)."""
+    (``ex2.approx.ftz``, no denormal fix-up around each ``exp2``).
+
+    ``keep`` (softmax, with ``fast``): one ``exp2`` an element, not two: the sum's walk writes each
+    exponential back over its element in shared memory, in the input's dtype, and the output's
+    walk scales it by ``exp2(shl_chunk - shl_row) / sum``; the output is rounded twice (within
+    an ulp of the input's dtype, where torch's is within half of one)."""
+    if keep and not (fast and op == "softmax"):
+        raise ValueError(f"keep=True is a form of fast softmax (got op={op!r}, fast={fast})")
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     configs = {"tl.enable_fast_math": True} if fast else None
     N, C, TILE = n_cols, cluster, tile_n
@@ -195,7 +203,12 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(1, SUB):
-                        if fast:
+                        if keep:
+                            xf[i, j] = T.if_then_else(base + k * SUB + j < N, T.exp2(
+                                T.cast(xs[i, k * SUB + j], F32) * T.float32(LOG2E) - shl[i]), 0.0)
+                            acc[i, j] += xf[i, j]
+                            xs[i, k * SUB + j] = T.cast(xf[i, j], in_dtype)  # its own slot: this thread's
+                        elif fast:
                             acc[i, j] += T.if_then_else(base + k * SUB + j < N, T.exp2(
                                 T.cast(xs[i, k * SUB + j], F32) * T.float32(LOG2E) - shl[i]), 0.0)
                         else:
@@ -239,12 +252,21 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 else:
                     for i in T.Parallel(1):
                         fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
+                        if keep:  # this chunk's exponentials carried to the row's shift; the factor of
+                            # a chunk of -inf would overflow: 0 instead where the row's sum is a number
+                            # (a NaN, all -inf or +inf row keeps its NaN ``fin``)
+                            fin[i] = T.if_then_else(
+                                T.And(s[i] == T.float32(0), T.And(gs[i] > T.float32(0), gs[i] < pos_inf())),
+                                T.float32(0), fin[i] * T.exp2(shl[i] - gshl[i]))
                     for k in T.serial(NS):
                         for i, j in T.Parallel(1, SUB):
                             if base + k * SUB + j < N:
                                 if log:
                                     y[bx, base + k * SUB + j] = T.cast(
                                         (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
+                                elif keep:
+                                    y[bx, base + k * SUB + j] = T.cast(T.cast(xs[i, k * SUB + j], F32) * fin[i],
+                                                                       out_dtype)
                                 elif fast:
                                     y[bx, base + k * SUB + j] = T.cast(T.exp2(
                                         T.cast(xs[i, k * SUB + j], F32) * T.float32(LOG2E) - gshl[i]) * fin[i],
