@@ -9,7 +9,8 @@ whose columns hold -inf, +inf and NaN.
     python3 benchmarks/sweep_smem_cols.py --out out/smem_cols
 
 ``--fast`` adds each config's ``fast`` twin (``smem_cols.program(..., fast=True)``: each exponent
-one fused multiply-add, the kernel built with fast math), checked the same way.
+one fused multiply-add, the kernel built with fast math), checked the same way; ``--keep``
+(softmax) its ``keep`` twin too (one exp an element, kept in shared memory between the walks).
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--fast", action="store_true",
                     help="also each config's fast twin (one FMA an exponent, built with fast math)")
+    ap.add_argument("--keep", action="store_true",
+                    help="also each softmax config's keep twin (fast, one exp an element kept in shared memory)")
     args = ap.parse_args()
 
     import tilelang
@@ -99,10 +102,10 @@ def main() -> None:
     lock = threading.Lock()
     kernels = {}
 
-    def build(op, key, dtype, cfg, fast=False):
+    def build(op, key, dtype, cfg, fast=False, keep=False):
         with lock:
             rows = smem_cols.tile_rows(key[1], dtype, cfg["block_i"], cfg["cluster"], cfg["threads"])
-            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"], fast=fast)
+            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"], fast=fast, keep=keep)
             prim = prog.get_tir(threads=cfg["threads"])
         return tilelang.compile(prim, out_idx=[1], target=prog.target,
                                 pass_configs={"tl.enable_fast_math": True} if fast else None)
@@ -116,6 +119,8 @@ def main() -> None:
                 jobs[(op, key, dtype, label(cfg))] = pool.submit(build, op, key, dtype, cfg)
                 if args.fast:
                     jobs[(op, key, dtype, label(cfg) + " fast")] = pool.submit(build, op, key, dtype, cfg, True)
+                if args.keep and op == "softmax":
+                    jobs[(op, key, dtype, label(cfg) + " keep")] = pool.submit(build, op, key, dtype, cfg, True, True)
         for k, fut in jobs.items():
             try:
                 kernels[k] = fut.result()
@@ -142,7 +147,7 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001
             print("tilelang default:", f"{type(exc).__name__}: {exc}"[:300], flush=True)
         check(torch, fns["triton (default)"](), op, x, dim)
-        for name in [label(cfg) + twin for cfg in cfgs for twin in ("", " fast")]:
+        for name in [label(cfg) + twin for cfg in cfgs for twin in ("", " fast", " keep")]:
             k = kernels.get((op, key, dtype, name))
             if k is None:
                 continue

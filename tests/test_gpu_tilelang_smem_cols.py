@@ -122,11 +122,12 @@ def test_a_config_from_a_longer_R_leaves_its_last_ctas_empty_and_right(op):
     check(run(x), reference(op, x, dim))
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op,keep", [(op, False) for op in OPS] + [("softmax", True)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_fast_form_matches_torch_on_edge_columns_and_columns_far_from_zero(op, dtype):
-    """``smem_cols.program(..., fast=True)`` (one fused multiply-add an exponent, fast math), offered by no
-    config until timed: built here alone, at every cluster of the space's configs of one call."""
+def test_fast_form_matches_torch_on_edge_columns_and_columns_far_from_zero(op, keep, dtype):
+    """``smem_cols.program(..., fast=True)`` (one fused multiply-add an exponent, fast math; ``keep``: one
+    exp an element, kept in shared memory), offered by no config until timed: built here alone, at
+    every cluster of the space's configs of one call."""
     import tilelang
 
     shape, dim = (2, 4096, 256), 1
@@ -137,7 +138,7 @@ def test_fast_form_matches_torch_on_edge_columns_and_columns_far_from_zero(op, d
     space = smem_cols.configs(key, name)
     for cfg in {c["cluster"]: c for c in space}.values():
         rows = smem_cols.tile_rows(key[1], name, cfg["block_i"], cfg["cluster"], cfg["threads"])
-        prog = smem_cols.program(op, key, name, name, cfg["block_i"], rows, cfg["cluster"], fast=True)
+        prog = smem_cols.program(op, key, name, name, cfg["block_i"], rows, cfg["cluster"], fast=True, keep=keep)
         k = tilelang.compile(prog.get_tir(threads=cfg["threads"]), out_idx=[1], target=prog.target,
                              pass_configs={"tl.enable_fast_math": True})
         for x in (edge_input(shape, dim, dtype), far.to(dtype).cuda()):

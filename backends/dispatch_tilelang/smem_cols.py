@@ -72,12 +72,16 @@ def _column_layout(block_i: int, lanes: int, vec: int, groups: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, tile_r: int, cluster: int,
-            arch: str | None = None, fast: bool = False):
+            arch: str | None = None, fast: bool = False, keep: bool = False):
     """The ``@tilelang.jit`` program (tunable ``threads``) of one (op, (outer, R, inner), dtypes, tile).
 
     ``fast``: as ``smem_rows.program``'s, each exponent one fused multiply-add against the shift's
     product (rounded by an IEEE multiply wherever it is taken, so that it is the same number in a
-    column's sum and its output) and the kernel built with fast math."""
+    column's sum and its output) and the kernel built with fast math. ``keep`` (softmax, with
+    ``fast``): as ``smem_rows.program``'s, one ``exp2`` an element, written back over the element
+    in shared memory and scaled by the output's walk."""
+    if keep and not (fast and op == "softmax"):
+        raise ValueError(f"keep=True is a form of fast softmax (got op={op!r}, fast={fast})")
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     configs = {"tl.enable_fast_math": True} if fast else None
     outer, R, inner = key
@@ -105,6 +109,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
             with T.Kernel(outer * NI, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
                 xs = T.alloc_shared((TR, BI), in_dtype)
                 acc = T.alloc_fragment((SR, BI), F32)
+                ef = T.alloc_fragment((SR, BI), F32)  # a step's exponentials (``keep``)
                 m = T.alloc_fragment((BI,), F32)
                 s = T.alloc_fragment((BI,), F32)
                 sh = T.alloc_fragment((BI,), F32)
@@ -112,7 +117,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                 fin = T.alloc_fragment((BI,), F32)
                 shl = T.alloc_fragment((BI,), F32)  # the shifts times log2 e (``fast``)
                 gshl = T.alloc_fragment((BI,), F32)
-                layouts = {acc: _tile_layout(SR, BI, lanes, vec, G)}
+                layouts = {acc: _tile_layout(SR, BI, lanes, vec, G), ef: _tile_layout(SR, BI, lanes, vec, G)}
                 for stat in (m, s, sh, gsh, fin, shl, gshl):
                     layouts[stat] = _column_layout(BI, lanes, vec, G)
                 T.annotate_layout(layouts)
@@ -145,7 +150,12 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(SR, BI):
-                        if fast:
+                        if keep:
+                            ef[i, j] = T.if_then_else(r0 + k * SR + i < R, T.exp2(
+                                T.cast(xs[k * SR + i, j], F32) * T.float32(LOG2E) - shl[j]), 0.0)
+                            acc[i, j] += ef[i, j]
+                            xs[k * SR + i, j] = T.cast(ef[i, j], in_dtype)
+                        elif fast:
                             acc[i, j] += T.if_then_else(r0 + k * SR + i < R, T.exp2(
                                 T.cast(xs[k * SR + i, j], F32) * T.float32(LOG2E) - shl[j]), 0.0)
                         else:
@@ -198,6 +208,11 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                         else:
                             fin[j] = log_sum(m[j], s[j]) if log else softmax_scale(m[j], s[j])
 
+                if keep:  # each column's exponentials carried to its shift; the factor of a column
+                    # chunk of -inf would overflow: 0 instead where the column's ``fin`` is a number
+                    for j in T.Parallel(BI):
+                        fin[j] = T.if_then_else(T.And(s[j] == T.float32(0), fin[j] > T.float32(0)), T.float32(0),
+                                                fin[j] * T.exp2(shl[j] - gshl[j]))
                 if not lse:
                     for k in T.serial(NS):
                         for i, j in T.Parallel(SR, BI):
@@ -205,6 +220,9 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                                 if log:
                                     y[bo, r0 + k * SR + i, i0 + j] = T.cast(
                                         (T.cast(xs[k * SR + i, j], F32) - gsh[j]) - fin[j], out_dtype)
+                                elif keep:
+                                    y[bo, r0 + k * SR + i, i0 + j] = T.cast(T.cast(xs[k * SR + i, j], F32) * fin[j],
+                                                                            out_dtype)
                                 elif fast:
                                     y[bo, r0 + k * SR + i, i0 + j] = T.cast(T.exp2(
                                         T.cast(xs[k * SR + i, j], F32) * T.float32(LOG2E) - gshl[j]) * fin[j],
