@@ -66,6 +66,18 @@ def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, case: dict,
     return rows
 
 
+def built(futures: dict) -> dict:
+    """{key: kernel} of ``{key: future}`` builds; a build that raised is printed (``BUILD FAIL key:
+    why``) and left out."""
+    out = {}
+    for key, fut in futures.items():
+        try:
+            out[key] = fut.result()
+        except Exception as exc:  # noqa: BLE001 - one failed build must not end the sweep
+            print("BUILD FAIL", key, f"{type(exc).__name__}: {exc}"[:600], flush=True)
+    return out
+
+
 def race_arguments(ops: str, dtypes: str) -> argparse.ArgumentParser:
     """The options of a shared-memory race over rows (``sweep_smem_rows.py``, ``sweep_smem_norms.py``):
     ``--out``, ``--dtypes``, ``--ops``, ``--shapes`` (``M x N`` for every dtype), ``--rounds`` and

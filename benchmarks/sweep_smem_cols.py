@@ -25,7 +25,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import race_table, saver, write_race_markdown  # noqa: E402
+from sweep_harness import built, race_table, saver, write_race_markdown  # noqa: E402
 
 # shape:dim
 CASES = "32x1024x64x64:1,64x256x56x56:1,4096x4096:0,32x2048x2048:1,8x4096x1024:1"
@@ -100,7 +100,6 @@ def main() -> None:
                 cases.append((op, shape, dim, dtype, smem_cols.configs(view3(shape, dim), dtype)))
 
     lock = threading.Lock()
-    kernels = {}
 
     def build(op, key, dtype, cfg, fast=False, keep=False):
         with lock:
@@ -121,11 +120,7 @@ def main() -> None:
                     jobs[(op, key, dtype, label(cfg) + " fast")] = pool.submit(build, op, key, dtype, cfg, True)
                 if args.keep and op == "softmax":
                     jobs[(op, key, dtype, label(cfg) + " keep")] = pool.submit(build, op, key, dtype, cfg, True, True)
-        for k, fut in jobs.items():
-            try:
-                kernels[k] = fut.result()
-            except Exception as exc:  # noqa: BLE001
-                print("BUILD FAIL", k, f"{type(exc).__name__}: {exc}"[:600], flush=True)
+        kernels = built(jobs)
     print(f"built {len(kernels)} of {len(jobs)} in {time.time() - t0:.0f} s", flush=True)
 
     records = []

@@ -29,7 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import built, race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "2048x16384,2097x32000,2048x32768,1024x65536,512x131072,256x151936,256x262144,8x128256,1x262144",
           "float32": "2048x16384,1024x32768,1024x65536"}
@@ -90,14 +90,9 @@ def fast_twins(B, smem_rows, cases, forms: tuple[str, ...]) -> dict:
                                                            B.cuda_arch(), fast=True, keep=form == "keep"),
                                  {"block_m": 1, "threads": cfg["threads"]})
 
-    t0, out = time.time(), {}
+    t0 = time.time()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
-        futures = {key: pool.submit(one, job) for key, job in jobs.items()}
-        for key, fut in futures.items():
-            try:
-                out[key] = fut.result()
-            except Exception as exc:  # noqa: BLE001
-                print("BUILD FAIL fast", key, f"{type(exc).__name__}: {exc}"[:300], flush=True)
+        out = built({key: pool.submit(one, job) for key, job in jobs.items()})
     print(f"built {len(out)} twins ({', '.join(forms)}) in {time.time() - t0:.0f} s", flush=True)
     return out
 
