@@ -53,6 +53,34 @@ def exp_fast(v):
     return T.exp2(v * T.float32(LOG2E))
 
 
+def log2_shift(shift):
+    """``shift * log2 e`` for the fast forms (:func:`exp_shifted`), rounded by an IEEE multiply, which
+    the compiler never fuses into a later add: the same number wherever it is taken, so that its
+    rounding cancels between a row's sum and its output."""
+    return T.ieee_mul(shift, T.float32(LOG2E))
+
+
+def exp_shifted(v, shl):
+    """``exp(v - shift)`` as ``exp2(v * log2 e - shl)``, ``shl`` the shift's :func:`log2_shift`: one
+    fused multiply-add and one ``ex2`` (:func:`exp_fast` of ``v - shift`` takes a subtraction, a
+    multiply and the ``ex2``)."""
+    return T.exp2(v * T.float32(LOG2E) - shl)
+
+
+def rescale_log2(s_old, shl_old, shl_new):
+    """:func:`rescale` of a sum taken by :func:`exp_shifted`: its shifts as :func:`log2_shift` products."""
+    return T.if_then_else(s_old == T.float32(0), T.float32(0), s_old * T.exp2(shl_old - shl_new))
+
+
+def kept_scale(fin, s_part, shl_part, shl_row):
+    """The factor that turns a part's kept exponentials (taken at ``shl_part``, summing to ``s_part``)
+    into the row's output, ``fin`` the row's (``1/sum``, NaN for a NaN row): ``fin`` carried to the
+    row's shift. A part of -inf in a row whose ``fin`` is a number gets 0, not an overflowing
+    factor; a NaN ``fin`` stays NaN."""
+    return T.if_then_else(T.And(s_part == T.float32(0), fin > T.float32(0)), T.float32(0),
+                          fin * T.exp2(shl_part - shl_row))
+
+
 def is_inf(v):
     """``v`` is +inf or -inf (no ``fabs``: the C codegen cannot print it)."""
     return T.Or(v == pos_inf(), v == neg_inf())

@@ -19,7 +19,8 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import F32, LOG2E, exp_fast, log_sum, logsumexp_value, neg_inf, rescale, safe_max, softmax_scale
+from ._numerics import (F32, exp_fast, exp_shifted, kept_scale, log2_shift, log_sum, logsumexp_value, neg_inf,
+                        rescale, rescale_log2, safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, share
 from .smem_rows import trade_words
 
@@ -146,18 +147,18 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                 for j in T.Parallel(BI):
                     sh[j] = safe_max(m[j])
                     if fast:
-                        shl[j] = T.ieee_mul(sh[j], T.float32(LOG2E))
+                        shl[j] = log2_shift(sh[j])
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(SR, BI):
                         if keep:
-                            ef[i, j] = T.if_then_else(r0 + k * SR + i < R, T.exp2(
-                                T.cast(xs[k * SR + i, j], F32) * T.float32(LOG2E) - shl[j]), 0.0)
+                            ef[i, j] = T.if_then_else(r0 + k * SR + i < R,
+                                                      exp_shifted(T.cast(xs[k * SR + i, j], F32), shl[j]), 0.0)
                             acc[i, j] += ef[i, j]
                             xs[k * SR + i, j] = T.cast(ef[i, j], in_dtype)
                         elif fast:
-                            acc[i, j] += T.if_then_else(r0 + k * SR + i < R, T.exp2(
-                                T.cast(xs[k * SR + i, j], F32) * T.float32(LOG2E) - shl[j]), 0.0)
+                            acc[i, j] += T.if_then_else(r0 + k * SR + i < R,
+                                                        exp_shifted(T.cast(xs[k * SR + i, j], F32), shl[j]), 0.0)
                         else:
                             acc[i, j] += T.if_then_else(r0 + k * SR + i < R,
                                                         exp_fast(T.cast(xs[k * SR + i, j], F32) - sh[j]), 0.0)
@@ -177,12 +178,10 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                             g[0] = T.max(g[0], peers[r, 0, tx])
                         g[1] = safe_max(g[0])
                         g[2] = 0.0
-                        if fast:  # each partial carried by the difference of the rounded products
+                        if fast:
                             for r in T.unroll(C):
-                                g[2] += T.if_then_else(
-                                    peers[r, 1, tx] == T.float32(0), T.float32(0), peers[r, 1, tx] * T.exp2(
-                                        T.ieee_mul(safe_max(peers[r, 0, tx]), T.float32(LOG2E))
-                                        - T.ieee_mul(g[1], T.float32(LOG2E))))
+                                g[2] += rescale_log2(peers[r, 1, tx], log2_shift(safe_max(peers[r, 0, tx])),
+                                                     log2_shift(g[1]))
                         else:
                             for r in T.unroll(C):
                                 g[2] += rescale(peers[r, 1, tx], safe_max(peers[r, 0, tx]), g[1])
@@ -197,7 +196,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                             gsh[j] = cs[0, j]
                             fin[j] = cs[1, j]
                             if fast:
-                                gshl[j] = T.ieee_mul(gsh[j], T.float32(LOG2E))
+                                gshl[j] = log2_shift(gsh[j])
                 else:
                     for j in T.Parallel(BI):
                         gsh[j] = sh[j]
@@ -208,11 +207,9 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                         else:
                             fin[j] = log_sum(m[j], s[j]) if log else softmax_scale(m[j], s[j])
 
-                if keep:  # each column's exponentials carried to its shift; the factor of a column
-                    # chunk of -inf would overflow: 0 instead where the column's ``fin`` is a number
+                if keep:
                     for j in T.Parallel(BI):
-                        fin[j] = T.if_then_else(T.And(s[j] == T.float32(0), fin[j] > T.float32(0)), T.float32(0),
-                                                fin[j] * T.exp2(shl[j] - gshl[j]))
+                        fin[j] = kept_scale(fin[j], s[j], shl[j], gshl[j])
                 if not lse:
                     for k in T.serial(NS):
                         for i, j in T.Parallel(SR, BI):
@@ -224,9 +221,8 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                                     y[bo, r0 + k * SR + i, i0 + j] = T.cast(T.cast(xs[k * SR + i, j], F32) * fin[j],
                                                                             out_dtype)
                                 elif fast:
-                                    y[bo, r0 + k * SR + i, i0 + j] = T.cast(T.exp2(
-                                        T.cast(xs[k * SR + i, j], F32) * T.float32(LOG2E) - gshl[j]) * fin[j],
-                                        out_dtype)
+                                    y[bo, r0 + k * SR + i, i0 + j] = T.cast(
+                                        exp_shifted(T.cast(xs[k * SR + i, j], F32), gshl[j]) * fin[j], out_dtype)
                                 else:
                                     y[bo, r0 + k * SR + i, i0 + j] = T.cast(
                                         exp_fast(T.cast(xs[k * SR + i, j], F32) - gsh[j]) * fin[j], out_dtype)

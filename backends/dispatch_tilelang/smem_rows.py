@@ -23,8 +23,8 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import (F32, LOG2E, exp_fast, log_sum, logsumexp_value, neg_inf, pos_inf, rescale, safe_max,
-                        softmax_scale)
+from ._numerics import (F32, exp_fast, exp_shifted, kept_scale, log2_shift, log_sum, logsumexp_value, neg_inf,
+                        rescale, rescale_log2, safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
 MAX_CLUSTER = 16
@@ -136,8 +136,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``.
 
     ``fast``: each element's exponent one fused multiply-add (``x * log2 e - shift * log2 e``, the
-    shift's product rounded once a CTA and traded with the partial sums, so that its rounding
-    cancels between a row's sum and its output) and the kernel built with fast math
+    shift's product rounded the same wherever it is taken, so that its rounding cancels between a
+    row's sum and its output: ``_numerics.exp_shifted``) and the kernel built with fast math
     (``ex2.approx.ftz``, no denormal fix-up around each ``exp2``).
 
     ``keep`` (softmax, with ``fast``): one ``exp2`` an element, not two: the sum's walk writes each
@@ -199,18 +199,18 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 for i in T.Parallel(1):
                     sh[i] = safe_max(m[i])
                     if fast:
-                        shl[i] = T.ieee_mul(sh[i], T.float32(LOG2E))  # rounded: never fused into a later add
+                        shl[i] = log2_shift(sh[i])
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(1, SUB):
                         if keep:
-                            xf[i, j] = T.if_then_else(base + k * SUB + j < N, T.exp2(
-                                T.cast(xs[i, k * SUB + j], F32) * T.float32(LOG2E) - shl[i]), 0.0)
+                            xf[i, j] = T.if_then_else(base + k * SUB + j < N,
+                                                      exp_shifted(T.cast(xs[i, k * SUB + j], F32), shl[i]), 0.0)
                             acc[i, j] += xf[i, j]
                             xs[i, k * SUB + j] = T.cast(xf[i, j], in_dtype)  # its own slot: this thread's
                         elif fast:
-                            acc[i, j] += T.if_then_else(base + k * SUB + j < N, T.exp2(
-                                T.cast(xs[i, k * SUB + j], F32) * T.float32(LOG2E) - shl[i]), 0.0)
+                            acc[i, j] += T.if_then_else(base + k * SUB + j < N,
+                                                        exp_shifted(T.cast(xs[i, k * SUB + j], F32), shl[i]), 0.0)
                         else:
                             acc[i, j] += T.if_then_else(base + k * SUB + j < N,
                                                         exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
@@ -219,8 +219,6 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 if C > 1:
                     mine[0] = m[0]
                     mine[1] = s[0]
-                    if fast:  # the shift times log2 e that this chunk's sum was taken at
-                        mine[2] = shl[0]
                     trade(mine, peers[cx, :], got)
                     for i in T.Parallel(1):
                         gm[i] = neg_inf()
@@ -229,12 +227,9 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                         gsh[i] = safe_max(gm[i])
                         gs[i] = 0.0
                         if fast:
-                            # each partial carried by the difference of the rounded products, so that
-                            # the rounding of the row's shift times log2 e cancels between sum and output
-                            gshl[i] = T.ieee_mul(gsh[i], T.float32(LOG2E))
+                            gshl[i] = log2_shift(gsh[i])
                             for r in T.unroll(C):
-                                gs[i] += T.if_then_else(peers[r, 1] == T.float32(0), T.float32(0),
-                                                        peers[r, 1] * T.exp2(peers[r, 2] - gshl[i]))
+                                gs[i] += rescale_log2(peers[r, 1], log2_shift(safe_max(peers[r, 0])), gshl[i])
                         else:
                             for r in T.unroll(C):
                                 gs[i] += rescale(peers[r, 1], safe_max(peers[r, 0]), gsh[i])
@@ -252,12 +247,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 else:
                     for i in T.Parallel(1):
                         fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
-                        if keep:  # this chunk's exponentials carried to the row's shift; the factor of
-                            # a chunk of -inf would overflow: 0 instead where the row's sum is a number
-                            # (a NaN, all -inf or +inf row keeps its NaN ``fin``)
-                            fin[i] = T.if_then_else(
-                                T.And(s[i] == T.float32(0), T.And(gs[i] > T.float32(0), gs[i] < pos_inf())),
-                                T.float32(0), fin[i] * T.exp2(shl[i] - gshl[i]))
+                        if keep:
+                            fin[i] = kept_scale(fin[i], s[i], shl[i], gshl[i])
                     for k in T.serial(NS):
                         for i, j in T.Parallel(1, SUB):
                             if base + k * SUB + j < N:
@@ -268,9 +259,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                                     y[bx, base + k * SUB + j] = T.cast(T.cast(xs[i, k * SUB + j], F32) * fin[i],
                                                                        out_dtype)
                                 elif fast:
-                                    y[bx, base + k * SUB + j] = T.cast(T.exp2(
-                                        T.cast(xs[i, k * SUB + j], F32) * T.float32(LOG2E) - gshl[i]) * fin[i],
-                                        out_dtype)
+                                    y[bx, base + k * SUB + j] = T.cast(
+                                        exp_shifted(T.cast(xs[i, k * SUB + j], F32), gshl[i]) * fin[i], out_dtype)
                                 else:
                                     y[bx, base + k * SUB + j] = T.cast(
                                         exp_fast(T.cast(xs[i, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)
