@@ -7,10 +7,6 @@ Every kernel's output is checked against torch first, on the benchmark input and
 whose columns hold -inf, +inf and NaN.
 
     python3 benchmarks/sweep_smem_cols.py --out out/smem_cols
-
-``--fast`` adds each config's ``fast`` twin (``smem_cols.program(..., fast=True)``: each exponent
-one fused multiply-add, the kernel built with fast math), checked the same way; ``--keep``
-(softmax) its ``keep`` twin too (one exp an element, kept in shared memory between the walks).
 """
 
 from __future__ import annotations
@@ -79,10 +75,6 @@ def main() -> None:
     ap.add_argument("--cases", default=CASES, help="shape:dim list, e.g. 32x1024x64x64:1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=12)
-    ap.add_argument("--fast", action="store_true",
-                    help="also each config's fast twin (one FMA an exponent, built with fast math)")
-    ap.add_argument("--keep", action="store_true",
-                    help="also each softmax config's keep twin (fast, one exp an element kept in shared memory)")
     args = ap.parse_args()
 
     import tilelang
@@ -101,13 +93,12 @@ def main() -> None:
 
     lock = threading.Lock()
 
-    def build(op, key, dtype, cfg, fast=False, keep=False):
+    def build(op, key, dtype, cfg):
         with lock:
             rows = smem_cols.tile_rows(key[1], dtype, cfg["block_i"], cfg["cluster"], cfg["threads"])
-            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"], fast=fast, keep=keep)
+            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"])
             prim = prog.get_tir(threads=cfg["threads"])
-        return tilelang.compile(prim, out_idx=[1], target=prog.target,
-                                pass_configs={"tl.enable_fast_math": True} if fast else None)
+        return tilelang.compile(prim, out_idx=[1], target=prog.target, pass_configs=prog.pass_configs)
 
     t0 = time.time()
     jobs = {}
@@ -116,10 +107,6 @@ def main() -> None:
             key = view3(shape, dim)
             for cfg in cfgs:
                 jobs[(op, key, dtype, label(cfg))] = pool.submit(build, op, key, dtype, cfg)
-                if args.fast:
-                    jobs[(op, key, dtype, label(cfg) + " fast")] = pool.submit(build, op, key, dtype, cfg, True)
-                if args.keep and op == "softmax":
-                    jobs[(op, key, dtype, label(cfg) + " keep")] = pool.submit(build, op, key, dtype, cfg, True, True)
         kernels = built(jobs)
     print(f"built {len(kernels)} of {len(jobs)} in {time.time() - t0:.0f} s", flush=True)
 
@@ -142,7 +129,7 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001
             print("tilelang default:", f"{type(exc).__name__}: {exc}"[:300], flush=True)
         check(torch, fns["triton (default)"](), op, x, dim)
-        for name in [label(cfg) + twin for cfg in cfgs for twin in ("", " fast", " keep")]:
+        for name in map(label, cfgs):
             k = kernels.get((op, key, dtype, name))
             if k is None:
                 continue

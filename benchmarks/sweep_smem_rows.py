@@ -12,11 +12,6 @@ checked against torch first, on the benchmark input and on rows of -inf, +inf an
 however small (the config space keeps chunks of 16 KB or more): few long rows, where a row's
 chunks are all the CTAs the GPU runs.
 
-``--fast`` adds each chunk-in-shared-memory config's ``fast`` twin (``smem_rows.program(...,
-fast=True)``: each exponent one fused multiply-add, the kernel built with fast math), built apart
-from the config space, checked the same way; ``--keep`` (softmax) its ``keep`` twin too (one exp an
-element, kept in shared memory between the walks).
-
     python3 benchmarks/sweep_smem_rows.py --small-chunks --shapes 1x32000,8x128256,1x262144 --out out/few
 """
 
@@ -29,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import built, race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "2048x16384,2097x32000,2048x32768,1024x65536,512x131072,256x151936,256x262144,8x128256,1x262144",
           "float32": "2048x16384,1024x32768,1024x65536"}
@@ -74,37 +69,10 @@ def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
     return out
 
 
-def fast_twins(B, smem_rows, cases, forms: tuple[str, ...]) -> dict:
-    """The twins (``forms``: "fast", "keep") of every chunk-in-shared-memory config of ``cases``
-    ("keep" for softmax only), compiled on a thread pool: {(op, n, dtype, sorted config items,
-    form): kernel}; a failed build is printed and left out."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    jobs = {(op, n, dtype, tuple(sorted(cfg.items())), form): (op, n, dtype, cfg, form)
-            for op, _m, n, dtype, cfgs in cases for cfg in cfgs if cfg.get("smem")
-            for form in forms if form == "fast" or op == "softmax"}
-
-    def one(job):
-        op, n, dtype, cfg, form = job
-        return B.compile_program(lambda: smem_rows.program(op, n, dtype, dtype, cfg["tile_n"], cfg["cluster"],
-                                                           B.cuda_arch(), fast=True, keep=form == "keep"),
-                                 {"block_m": 1, "threads": cfg["threads"]})
-
-    t0 = time.time()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
-        out = built({key: pool.submit(one, job) for key, job in jobs.items()})
-    print(f"built {len(out)} twins ({', '.join(forms)}) in {time.time() - t0:.0f} s", flush=True)
-    return out
-
-
 def main() -> None:
     ap = race_arguments("softmax", "bfloat16,float32")
     ap.add_argument("--small-chunks", action="store_true",
                     help="also every cluster of 1-16 at 64-256 threads, chunks of any size (few long rows)")
-    ap.add_argument("--fast", action="store_true",
-                    help="also each smem config's fast twin (one FMA an exponent, built with fast math)")
-    ap.add_argument("--keep", action="store_true",
-                    help="also each softmax smem config's keep twin (fast, one exp an element kept in shared memory)")
     args = ap.parse_args()
 
     import torch
@@ -125,8 +93,6 @@ def main() -> None:
         for cfg, why in failed:
             print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
-    forms = tuple(f for f, on in (("fast", args.fast), ("keep", args.keep)) if on)
-    twins = fast_twins(B, smem_rows, cases, forms) if forms else {}
 
     records = []
     save = saver(args.out, "smem_rows", {"command": " ".join(sys.argv), "columns": "op | dtype | M x N"}, records,
@@ -151,17 +117,6 @@ def main() -> None:
                 print("FAIL", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
                 continue
             fns[label(cfg) + (" (default)" if cfg == default else "")] = (lambda k=k: k(x))
-            for form in forms:
-                twin = twins.get((op, n, dtype, tuple(sorted(cfg.items())), form))
-                if twin is None:
-                    continue
-                try:
-                    check(torch, twin(e), op, e)
-                    check(torch, twin(x), op, x)
-                except Exception as exc:  # noqa: BLE001
-                    print("FAIL", form, op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
-                else:
-                    fns[f"{label(cfg)} {form}"] = (lambda k=twin: k(x))
         for name in ("triton (default)", "tilelang (default)"):
             check(torch, fns[name](), op, x)
         nbytes = (x.numel() + (m if op == "logsumexp" else x.numel())) * x.element_size()

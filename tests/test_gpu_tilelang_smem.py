@@ -138,21 +138,14 @@ def far_rows(m, n, dtype):
     return x.to(dtype).cuda()
 
 
-@pytest.mark.parametrize("op,keep", [(op, False) for op in OPS] + [("softmax", True)])
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("n_cols,dtypes,cfg", CASES, ids=lambda v: str(v) if isinstance(v, int) else None)
-def test_fast_form_matches_torch_on_edge_rows_and_rows_far_from_zero(op, keep, n_cols, dtypes, cfg):
-    """``smem_rows.program(..., fast=True)``: the exponent as one fused multiply-add against the shift's
-    rounded product, built with fast math (``keep``: one exp an element, kept in shared memory);
-    offered by no config until timed, so built here alone."""
-    from dispatch_tilelang import smem_rows
-
+def test_matches_torch_on_rows_far_from_zero(op, n_cols, dtypes, cfg):
+    """Each exponent a fused multiply-add against the shift's rounded product: that rounding, up to
+    2e-3 at rows about 3e4, must cancel (softmax) or be taken off (log_softmax, logsumexp)."""
     for dtype in dtypes:
-        name = str(dtype).removeprefix("torch.")
-        fitted = C.fit_config(n_cols, dtype, cfg)
-        k = B.compile_program(lambda: smem_rows.program(op, n_cols, name, name, fitted["tile_n"], fitted["cluster"],
-                                                        B.cuda_arch(), fast=True, keep=keep),
-                              {"block_m": 1, "threads": fitted["threads"]})
-        for x in (edge_rows(7, n_cols, dtype, fitted["tile_n"]), far_rows(6, n_cols, dtype)):
-            before = x.clone()
-            check(op, k(x), x)
-            assert torch.equal(x.nan_to_num(), before.nan_to_num())
+        k = B.build(op, 6, n_cols, dtype, dtype, cfg, "cuda")
+        x = far_rows(6, n_cols, dtype)
+        before = x.clone()
+        check(op, k(x), x)
+        assert torch.equal(x, before)

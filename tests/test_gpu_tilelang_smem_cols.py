@@ -122,26 +122,21 @@ def test_a_config_from_a_longer_R_leaves_its_last_ctas_empty_and_right(op):
     check(run(x), reference(op, x, dim))
 
 
-@pytest.mark.parametrize("op,keep", [(op, False) for op in OPS] + [("softmax", True)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_fast_form_matches_torch_on_edge_columns_and_columns_far_from_zero(op, keep, dtype):
-    """``smem_cols.program(..., fast=True)`` (one fused multiply-add an exponent, fast math; ``keep``: one
-    exp an element, kept in shared memory), offered by no config until timed: built here alone, at
-    every cluster of the space's configs of one call."""
-    import tilelang
-
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_matches_torch_on_edge_columns_and_columns_far_from_zero(op, dtype):
+    """Each exponent a fused multiply-add against the shift's rounded product (softmax: one exp an
+    element, kept in shared memory): that rounding, up to 2e-3 at columns about 3e4, must cancel
+    (softmax) or be taken off (log_softmax, logsumexp), at every cluster of the call's configs."""
     shape, dim = (2, 4096, 256), 1
-    far = torch.randn(shape) * 3
+    far = torch.randn(shape, generator=torch.Generator().manual_seed(1)) * 3
     far[0] += 1000
     far[1] = far[1] / 8 - (20000 if dtype == torch.bfloat16 else 30000)
     key, name = (2, 4096, 256), str(dtype).removeprefix("torch.")
-    space = smem_cols.configs(key, name)
-    for cfg in {c["cluster"]: c for c in space}.values():
-        rows = smem_cols.tile_rows(key[1], name, cfg["block_i"], cfg["cluster"], cfg["threads"])
-        prog = smem_cols.program(op, key, name, name, cfg["block_i"], rows, cfg["cluster"], fast=True, keep=keep)
-        k = tilelang.compile(prog.get_tir(threads=cfg["threads"]), out_idx=[1], target=prog.target,
-                             pass_configs={"tl.enable_fast_math": True})
-        for x in (edge_input(shape, dim, dtype), far.to(dtype).cuda()):
+    for x in (edge_input(shape, dim, dtype), far.to(dtype).cuda()):
+        spec = spec_of(op, x, dim)
+        for cfg in {c["cluster"]: c for c in smem_cols.configs(key, name)}.values():
             before = x.clone()
-            check(k(x).view(reference(op, x, dim).shape), reference(op, x, dim))
+            run = strided.kernel(spec, dispatch.backend.Config.of(dict(cfg, smem=1)), "cuda")
+            check(run(x), reference(op, x, dim))
             assert torch.equal(x.view(torch.uint8), before.view(torch.uint8))

@@ -23,8 +23,8 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import (F32, exp_fast, exp_shifted, kept_scale, log2_shift, log_sum, logsumexp_value, neg_inf,
-                        rescale, rescale_log2, safe_max, softmax_scale)
+from ._numerics import (F32, exp_shifted, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf, rescale_log2,
+                        safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
 MAX_CLUSTER = 16
@@ -130,30 +130,22 @@ def row_words(cluster: int):
 
 
 @functools.lru_cache(maxsize=None)
-def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            fast: bool = False, keep: bool = False):
+def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``.
 
-    ``fast``: each element's exponent one fused multiply-add (``x * log2 e - shift * log2 e``, the
-    shift's product rounded the same wherever it is taken, so that its rounding cancels between a
-    row's sum and its output: ``_numerics.exp_shifted``) and the kernel built with fast math
-    (``ex2.approx.ftz``, no denormal fix-up around each ``exp2``).
-
-    ``keep`` (softmax, with ``fast``): one ``exp2`` an element, not two: the sum's walk writes each
-    exponential back over its element in shared memory, in the input's dtype, and the output's
-    walk scales it by ``exp2(shl_chunk - shl_row) / sum``; the output is rounded twice (within
-    an ulp of the input's dtype, where torch's is within half of one)."""
-    if keep and not (fast and op == "softmax"):
-        raise ValueError(f"keep=True is a form of fast softmax (got op={op!r}, fast={fast})")
+    Each element's exponent is one fused multiply-add, ``x * log2 e - shift * log2 e``, the shift's
+    product rounded the same wherever it is taken (``_numerics.exp_shifted``), and the kernel is
+    built with fast math (``ex2.approx.ftz``, no denormal fix-up around each ``exp2``): 1-3% less
+    time than a subtraction, a multiply and a plain ``exp2`` at the defaults' configs
+    (benchmarks/results/current/rows_kernels/smem_rows/fast_form/)."""
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
-    configs = {"tl.enable_fast_math": True} if fast else None
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[in_dtype]
     lse = op == "logsumexp"
     log = op == "log_softmax"
 
-    @tilelang.jit(target=target, out_idx=[1], pass_configs=configs)
+    @tilelang.jit(target=target, out_idx=[1], pass_configs={"tl.enable_fast_math": True})
     def smem_rows(block_m, threads):
         trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
         reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
@@ -168,7 +160,6 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
         def main(x: T.Tensor((M, N), in_dtype), y: T.Tensor(y_shape, out_dtype)):
             with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
                 xs = T.alloc_shared((1, TILE), in_dtype)
-                xf = T.alloc_fragment((1, SUB), F32)
                 acc = T.alloc_fragment((1, SUB), F32)
                 m = T.alloc_fragment((1,), F32)
                 s = T.alloc_fragment((1,), F32)
@@ -177,10 +168,10 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 gs = T.alloc_fragment((1,), F32)
                 gsh = T.alloc_fragment((1,), F32)
                 fin = T.alloc_fragment((1,), F32)
-                shl = T.alloc_fragment((1,), F32)  # the shifts times log2 e (``fast``)
+                shl = T.alloc_fragment((1,), F32)  # the shifts times log2 e
                 gshl = T.alloc_fragment((1,), F32)
                 # one row a CTA: thread t owns the t-th 16-byte vector of a sub-tile; stats in every thread
-                layouts = {xf: _fragment_layout(1, SUB, threads, vec), acc: _fragment_layout(1, SUB, threads, vec)}
+                layouts = {acc: _fragment_layout(1, SUB, threads, vec)}
                 for stat in (m, s, sh, gm, gs, gsh, fin, shl, gshl):
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
@@ -198,22 +189,12 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 T.reduce_max(acc, m, dim=1)
                 for i in T.Parallel(1):
                     sh[i] = safe_max(m[i])
-                    if fast:
-                        shl[i] = log2_shift(sh[i])
+                    shl[i] = log2_shift(sh[i])
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
                     for i, j in T.Parallel(1, SUB):
-                        if keep:
-                            xf[i, j] = T.if_then_else(base + k * SUB + j < N,
-                                                      exp_shifted(T.cast(xs[i, k * SUB + j], F32), shl[i]), 0.0)
-                            acc[i, j] += xf[i, j]
-                            xs[i, k * SUB + j] = T.cast(xf[i, j], in_dtype)  # its own slot: this thread's
-                        elif fast:
-                            acc[i, j] += T.if_then_else(base + k * SUB + j < N,
-                                                        exp_shifted(T.cast(xs[i, k * SUB + j], F32), shl[i]), 0.0)
-                        else:
-                            acc[i, j] += T.if_then_else(base + k * SUB + j < N,
-                                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - sh[i]), 0.0)
+                        acc[i, j] += T.if_then_else(base + k * SUB + j < N,
+                                                    exp_shifted(T.cast(xs[i, k * SUB + j], F32), shl[i]), 0.0)
                 T.reduce_sum(acc, s, dim=1)
 
                 if C > 1:
@@ -226,44 +207,31 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                             gm[i] = T.max(gm[i], peers[r, 0])
                         gsh[i] = safe_max(gm[i])
                         gs[i] = 0.0
-                        if fast:
-                            gshl[i] = log2_shift(gsh[i])
-                            for r in T.unroll(C):
-                                gs[i] += rescale_log2(peers[r, 1], log2_shift(safe_max(peers[r, 0])), gshl[i])
-                        else:
-                            for r in T.unroll(C):
-                                gs[i] += rescale(peers[r, 1], safe_max(peers[r, 0]), gsh[i])
+                        gshl[i] = log2_shift(gsh[i])
+                        for r in T.unroll(C):
+                            gs[i] += rescale_log2(peers[r, 1], log2_shift(safe_max(peers[r, 0])), gshl[i])
                 else:
                     for i in T.Parallel(1):
                         gm[i] = m[i]
                         gs[i] = s[i]
                         gsh[i] = sh[i]
-                        if fast:
-                            gshl[i] = shl[i]
+                        gshl[i] = shl[i]
 
                 if lse:
                     if cx == 0:
-                        y[bx] = T.cast(logsumexp_value(gm[0], gs[0]), out_dtype)
+                        y[bx] = T.cast(logsumexp_shifted(gm[0], gs[0], gshl[0]), out_dtype)
                 else:
                     for i in T.Parallel(1):
-                        fin[i] = log_sum(gm[i], gs[i]) if log else softmax_scale(gm[i], gs[i])
-                        if keep:
-                            fin[i] = kept_scale(fin[i], s[i], shl[i], gshl[i])
+                        fin[i] = log_sum_shifted(gm[i], gs[i], gsh[i], gshl[i]) if log else softmax_scale(gm[i], gs[i])
                     for k in T.serial(NS):
                         for i, j in T.Parallel(1, SUB):
                             if base + k * SUB + j < N:
                                 if log:
                                     y[bx, base + k * SUB + j] = T.cast(
                                         (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
-                                elif keep:
-                                    y[bx, base + k * SUB + j] = T.cast(T.cast(xs[i, k * SUB + j], F32) * fin[i],
-                                                                       out_dtype)
-                                elif fast:
-                                    y[bx, base + k * SUB + j] = T.cast(
-                                        exp_shifted(T.cast(xs[i, k * SUB + j], F32), gshl[i]) * fin[i], out_dtype)
                                 else:
                                     y[bx, base + k * SUB + j] = T.cast(
-                                        exp_fast(T.cast(xs[i, k * SUB + j], F32) - gsh[i]) * fin[i], out_dtype)
+                                        exp_shifted(T.cast(xs[i, k * SUB + j], F32), gshl[i]) * fin[i], out_dtype)
                 if C > 1:
                     T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
 
