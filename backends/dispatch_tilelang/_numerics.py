@@ -55,9 +55,9 @@ def exp_fast(v):
 
 
 def log2_shift(shift):
-    """``shift * log2 e`` for the fast forms (:func:`exp_shifted`), rounded by an IEEE multiply, which
-    the compiler never fuses into a later add: the same number wherever it is taken, so that its
-    rounding cancels between a row's sum and its output."""
+    """``shift * log2 e`` for the shared-memory kernels' :func:`exp_shifted`, rounded by an IEEE
+    multiply, which the compiler never fuses into a later add: the same number wherever it is
+    taken, so that its rounding cancels between a row's sum and its output."""
     return T.ieee_mul(shift, T.float32(LOG2E))
 
 
