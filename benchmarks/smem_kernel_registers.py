@@ -1,0 +1,76 @@
+"""Registers a thread of TileLang's shared-memory rows kernel (``smem_rows``) takes, as ptxas
+compiles it for sm_90a: one line per distinct (op, chunk, threads) of the config space.
+
+    python3 benchmarks/smem_kernel_registers.py [--ops softmax,log_softmax] [--cols 32768,65536,131072,262144]
+
+Needs ``nvcc`` (no GPU): the kernel's CUDA source from TileLang, compiled with the flags TileLang's
+build passes (``--use_fast_math`` where the program asks for fast math). A CTA's registers
+(``threads x registers``, out of 64K an SM) cap how many CTAs an SM holds next to the cap of
+their chunks in shared memory, so a jump here explains a jump in a long-row sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "backends"))
+
+SM_REGISTERS, SM_SMEM = 65536, 228 * 1024
+
+
+def registers(source: str, fast_math: bool) -> str:
+    """ptxas's "Used N registers" line for ``source``, or its error's tail."""
+    import tilelang
+
+    tl = os.path.dirname(tilelang.__file__)
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = os.path.join(tmp, "k.cu")
+        with open(cu, "w") as f:
+            f.write(source)
+        cmd = ["nvcc", "-std=c++20", "-w", "-gencode", "arch=compute_90a,code=sm_90a", "-DENABLE_BF16",
+               f"-I{tl}/src", f"-I{tl}/3rdparty/cutlass/include", "-Xptxas", "-v", "-cubin",
+               "-o", os.path.join(tmp, "k.cubin"), cu] + (["--use_fast_math"] if fast_math else [])
+        out = subprocess.run(cmd, capture_output=True, text=True).stderr
+    found = re.search(r"Used (\d+) registers", out)
+    return found.group(1) if found else "error: " + out.strip()[-300:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", default="softmax,log_softmax")
+    ap.add_argument("--cols", default="32768,65536,131072,262144")
+    ap.add_argument("--dtype", default="bfloat16")
+    a = ap.parse_args()
+
+    from dispatch_tilelang import configs as C
+    from dispatch_tilelang import smem_rows
+    from dispatch_tilelang.cuda_kernels import DTYPE_BYTES
+
+    seen = set()
+    print("| op | chunk | cluster | threads | walk steps | registers | CTAs an SM: by registers / by shared memory |")
+    print("|---|---|---|---|---|---|---|")
+    for op in a.ops.split(","):
+        for n in map(int, a.cols.split(",")):
+            for cfg in C._cuda_smem_configs(n, a.dtype):
+                tile, cluster, threads = cfg["tile_n"], cfg["cluster"], cfg["threads"]
+                if (op, tile, threads, cluster > 1) in seen:
+                    continue
+                seen.add((op, tile, threads, cluster > 1))
+                program = smem_rows.program(op, n, a.dtype, a.dtype, tile, cluster, "sm_90")
+                kernel = program(block_m=1, threads=threads)
+                fast = bool((getattr(program, "pass_configs", None) or {}).get("tl.enable_fast_math"))
+                regs = registers(kernel.get_kernel_source(), fast)
+                steps = tile // (16 // DTYPE_BYTES[a.dtype] * threads)
+                by_regs = SM_REGISTERS // (threads * -(-int(regs) // 8) * 8) if regs.isdigit() else "?"
+                by_smem = SM_SMEM // (tile * DTYPE_BYTES[a.dtype] + 2048)
+                print(f"| {op} | {tile} | {cluster} | {threads} | {steps} | {regs} | {by_regs} / {by_smem} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
