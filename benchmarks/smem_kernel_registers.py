@@ -21,11 +21,12 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-SM_REGISTERS, SM_SMEM = 65536, 228 * 1024
+SM_REGISTERS = 65536
 
 
-def registers(source: str, fast_math: bool) -> str:
-    """ptxas's "Used N registers" line for ``source``, or its error's tail."""
+def registers(source: str, fast_math: bool) -> tuple[str, str]:
+    """ptxas's registers a thread and bytes of spill stores for ``source`` (an error's tail for both
+    where it failed)."""
     import tilelang
 
     tl = os.path.dirname(tilelang.__file__)
@@ -37,8 +38,10 @@ def registers(source: str, fast_math: bool) -> str:
                f"-I{tl}/src", f"-I{tl}/3rdparty/cutlass/include", "-Xptxas", "-v", "-cubin",
                "-o", os.path.join(tmp, "k.cubin"), cu] + (["--use_fast_math"] if fast_math else [])
         out = subprocess.run(cmd, capture_output=True, text=True).stderr
-    found = re.search(r"Used (\d+) registers", out)
-    return found.group(1) if found else "error: " + out.strip()[-300:]
+    regs, spills = re.search(r"Used (\d+) registers", out), re.search(r"(\d+) bytes spill stores", out)
+    if regs is None:
+        return ("error: " + out.strip()[-300:],) * 2
+    return regs.group(1), spills.group(1) if spills else "0"
 
 
 def main() -> None:
@@ -46,6 +49,8 @@ def main() -> None:
     ap.add_argument("--ops", default="softmax,log_softmax")
     ap.add_argument("--cols", default="32768,65536,131072,262144")
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--min-blocks", action="store_true",
+                    help="each config built with the CTAs an SM holds by shared memory as its launch bound")
     a = ap.parse_args()
 
     from dispatch_tilelang import configs as C
@@ -53,8 +58,9 @@ def main() -> None:
     from dispatch_tilelang.cuda_kernels import DTYPE_BYTES
 
     seen = set()
-    print("| op | chunk | cluster | threads | walk steps | registers | CTAs an SM: by registers / by shared memory |")
-    print("|---|---|---|---|---|---|---|")
+    print("| op | chunk | cluster | threads | walk steps | registers | spill bytes | CTAs an SM: by registers / "
+          "by shared memory and threads |")
+    print("|---|---|---|---|---|---|---|---|")
     for op in a.ops.split(","):
         for n in map(int, a.cols.split(",")):
             for cfg in C._cuda_smem_configs(n, a.dtype):
@@ -62,14 +68,16 @@ def main() -> None:
                 if (op, tile, threads, cluster > 1) in seen:
                     continue
                 seen.add((op, tile, threads, cluster > 1))
-                program = smem_rows.program(op, n, a.dtype, a.dtype, tile, cluster, "sm_90")
+                by_smem = smem_rows.ctas_by_smem(tile, a.dtype, threads)
+                bound = {"min_blocks": by_smem} if a.min_blocks else {}
+                program = smem_rows.program(op, n, a.dtype, a.dtype, tile, cluster, "sm_90", **bound)
                 kernel = program(block_m=1, threads=threads)
                 fast = bool((getattr(program, "pass_configs", None) or {}).get("tl.enable_fast_math"))
-                regs = registers(kernel.get_kernel_source(), fast)
+                regs, spills = registers(kernel.get_kernel_source(), fast)
                 steps = tile // (16 // DTYPE_BYTES[a.dtype] * threads)
                 by_regs = SM_REGISTERS // (threads * -(-int(regs) // 8) * 8) if regs.isdigit() else "?"
-                by_smem = SM_SMEM // (tile * DTYPE_BYTES[a.dtype] + 2048)
-                print(f"| {op} | {tile} | {cluster} | {threads} | {steps} | {regs} | {by_regs} / {by_smem} |", flush=True)
+                print(f"| {op} | {tile} | {cluster} | {threads} | {steps} | {regs} | {spills} | {by_regs} / {by_smem} |",
+                      flush=True)
 
 
 if __name__ == "__main__":
