@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,8 @@ def main() -> None:
                     help="each config built with the CTAs an SM holds by shared memory as its launch bound")
     a = ap.parse_args()
 
+    if shutil.which("nvcc") is None:
+        ap.error("needs nvcc on PATH (the CUDA toolkit; no GPU)")
     from dispatch_tilelang import configs as C
     from dispatch_tilelang import smem_rows
     from dispatch_tilelang.cuda_kernels import DTYPE_BYTES
