@@ -66,7 +66,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for op in a.ops.split(","):
         for n in map(int, a.cols.split(",")):
-            for cfg in C._cuda_smem_configs(n, a.dtype):
+            for cfg in (c for c in C.config_space(op, 256, n, a.dtype, "cuda") if c.get("smem")):
                 tile, cluster, threads = cfg["tile_n"], cfg["cluster"], cfg["threads"]
                 if (op, tile, threads, cluster > 1) in seen:
                     continue
