@@ -1,12 +1,14 @@
 """Registers a thread of TileLang's shared-memory rows kernel (``smem_rows``) takes, as ptxas
 compiles it for sm_90a: one line per distinct (op, chunk, threads) of the config space.
 
-    python3 benchmarks/smem_kernel_registers.py [--ops softmax,log_softmax] [--cols 32768,65536,131072,262144]
+    python3 benchmarks/smem_kernel_registers.py [--ops softmax,log_softmax] [--cols 32768,65536,131072,262144] [--unbound]
 
 Needs ``nvcc`` (no GPU): the kernel's CUDA source from TileLang, compiled with the flags TileLang's
 build passes (``--use_fast_math`` where the program asks for fast math). A CTA's registers
 (``threads x registers``, out of 64K an SM) cap how many CTAs an SM holds next to the cap of
-their chunks in shared memory, so a jump here explains a jump in a long-row sweep.
+their chunks in shared memory, so a jump here explains a jump in a long-row sweep. The kernel's
+launch bound (``smem_rows.launch_bound``) asks ptxas for a number of CTAs an SM; ``--unbound``
+compiles each config without it.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
-
-SM_REGISTERS = 65536
 
 
 def registers(source: str, fast_math: bool) -> tuple[str, str]:
@@ -50,8 +50,7 @@ def main() -> None:
     ap.add_argument("--ops", default="softmax,log_softmax")
     ap.add_argument("--cols", default="32768,65536,131072,262144")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--min-blocks", action="store_true",
-                    help="each config built with the CTAs an SM holds by shared memory as its launch bound")
+    ap.add_argument("--unbound", action="store_true", help="each config built without the kernel's launch bound")
     a = ap.parse_args()
 
     if shutil.which("nvcc") is None:
@@ -61,27 +60,26 @@ def main() -> None:
     from dispatch_tilelang.cuda_kernels import DTYPE_BYTES
 
     seen = set()
-    print("| op | chunk | cluster | threads | walk steps | registers | spill bytes | CTAs an SM: by registers / "
-          "by shared memory and threads |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| op | chunk | cluster | threads | walk steps | launch bound | registers | spill bytes | CTAs an SM: "
+          "by registers / by shared memory and threads |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for op in a.ops.split(","):
         for n in map(int, a.cols.split(",")):
             for cfg in (c for c in C.config_space(op, 256, n, a.dtype, "cuda") if c.get("smem")):
                 tile, cluster, threads = cfg["tile_n"], cfg["cluster"], cfg["threads"]
-                if (op, tile, threads, cluster > 1) in seen:
+                if (op, tile, threads, cluster) in seen:
                     continue
-                seen.add((op, tile, threads, cluster > 1))
-                by_smem = smem_rows.ctas_by_smem(tile, a.dtype, threads)
-                bound = {"min_blocks": by_smem} if a.min_blocks else {}
-                program = smem_rows.program(op, n, a.dtype, a.dtype, tile, cluster, "sm_90", **bound)
+                seen.add((op, tile, threads, cluster))
+                program = smem_rows.program(op, n, a.dtype, a.dtype, tile, cluster, "sm_90", bound=not a.unbound)
                 kernel = program(block_m=1, threads=threads)
                 fast = bool((getattr(program, "pass_configs", None) or {}).get("tl.enable_fast_math"))
                 regs, spills = registers(kernel.get_kernel_source(), fast)
                 steps = tile // (16 // DTYPE_BYTES[a.dtype] * threads)
-                by_regs = SM_REGISTERS // (threads * -(-int(regs) // 8) * 8) if regs.isdigit() else "?"
-                print(f"| {op} | {tile} | {cluster} | {threads} | {steps} | {regs} | {spills} | {by_regs} / {by_smem} |",
-                      flush=True)
-
+                bound = "-" if a.unbound else smem_rows.launch_bound(tile, a.dtype, threads)
+                by_regs = smem_rows.SM_REGISTERS // (threads * -(-int(regs) // 8) * 8) if regs.isdigit() else "?"
+                by_smem = smem_rows.ctas_by_smem(tile, a.dtype, threads)
+                print(f"| {op} | {tile} | {cluster} | {threads} | {steps} | {bound} | {regs} | {spills} | "
+                      f"{by_regs} / {by_smem} |", flush=True)
 
 if __name__ == "__main__":
     main()

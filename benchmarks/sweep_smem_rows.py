@@ -14,9 +14,9 @@ chunks are all the CTAs the GPU runs.
 
     python3 benchmarks/sweep_smem_rows.py --small-chunks --shapes 1x32000,8x128256,1x262144 --out out/few
 
-``--bound`` adds each chunk-in-shared-memory config's twin built with ``min_blocks`` (its launch
-bound asks for the CTAs an SM holds by shared memory, so that ptxas keeps its registers from
-capping them lower; ``benchmarks/smem_kernel_registers.py`` shows where they would), timed next to it.
+``--unbound`` adds each chunk-in-shared-memory config's twin built without the kernel's launch
+bound (``smem_rows.launch_bound``; ``benchmarks/smem_kernel_registers.py [--unbound]`` shows a
+thread's registers either way), timed next to it.
 """
 
 from __future__ import annotations
@@ -73,9 +73,9 @@ def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
     return out
 
 
-def bound_twins(B, smem_rows, cases) -> dict:
-    """Each chunk-in-shared-memory config of ``cases`` built with ``min_blocks`` = the CTAs an SM holds
-    by shared memory, on a thread pool: {(op, n, dtype, sorted config items): kernel}."""
+def unbound_twins(B, smem_rows, cases) -> dict:
+    """Each chunk-in-shared-memory config of ``cases`` built without its launch bound, on a thread
+    pool: {(op, n, dtype, sorted config items): kernel}."""
     from concurrent.futures import ThreadPoolExecutor
 
     jobs = {(op, n, dtype, tuple(sorted(cfg.items()))): (op, n, dtype, cfg)
@@ -83,15 +83,14 @@ def bound_twins(B, smem_rows, cases) -> dict:
 
     def one(job):
         op, n, dtype, cfg = job
-        bound = smem_rows.ctas_by_smem(cfg["tile_n"], dtype, cfg["threads"])
         return B.compile_program(lambda: smem_rows.program(op, n, dtype, dtype, cfg["tile_n"], cfg["cluster"],
-                                                           B.cuda_arch(), min_blocks=bound),
+                                                           B.cuda_arch(), bound=False),
                                  {"block_m": 1, "threads": cfg["threads"]})
 
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
         out = built({key: pool.submit(one, job) for key, job in jobs.items()})
-    print(f"built {len(out)} bound twins in {time.time() - t0:.0f} s", flush=True)
+    print(f"built {len(out)} unbound twins in {time.time() - t0:.0f} s", flush=True)
     return out
 
 
@@ -99,9 +98,8 @@ def main() -> None:
     ap = race_arguments("softmax", "bfloat16,float32")
     ap.add_argument("--small-chunks", action="store_true",
                     help="also every cluster of 1-16 at 64-256 threads, chunks of any size (few long rows)")
-    ap.add_argument("--bound", action="store_true",
-                    help="also each smem config's twin whose launch bound asks for the CTAs an SM holds by shared "
-                         "memory (ptxas keeps its registers from capping them lower)")
+    ap.add_argument("--unbound", action="store_true",
+                    help="also each smem config's twin built without the kernel's launch bound")
     args = ap.parse_args()
 
     import torch
@@ -122,7 +120,7 @@ def main() -> None:
         for cfg, why in failed:
             print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
-    twins = bound_twins(B, smem_rows, cases) if args.bound else {}
+    twins = unbound_twins(B, smem_rows, cases) if args.unbound else {}
 
     records = []
     save = saver(args.out, "smem_rows", {"command": " ".join(sys.argv), "columns": "op | dtype | M x N"}, records,
@@ -153,9 +151,9 @@ def main() -> None:
                     check(torch, twin(e), op, e)
                     check(torch, twin(x), op, x)
                 except Exception as exc:  # noqa: BLE001
-                    print("FAIL bound", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
+                    print("FAIL unbound", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
                 else:
-                    fns[label(cfg) + " bound"] = (lambda k=twin: k(x))
+                    fns[label(cfg) + " unbound"] = (lambda k=twin: k(x))
         for name in ("triton (default)", "tilelang (default)"):
             check(torch, fns[name](), op, x)
         nbytes = (x.numel() + (m if op == "logsumexp" else x.numel())) * x.element_size()

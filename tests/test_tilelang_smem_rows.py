@@ -137,15 +137,23 @@ def test_space_offers_the_family_next_to_the_register_ones():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange(monkeypatch):
     """One CTA: the chunk copied with cp.async, no cluster. Eight: each chunk's (max, sum) copied
-    into every peer, completing on the peer's mbarrier, and a cluster barrier before leaving."""
+    into every peer, completing on the peer's mbarrier, and a cluster barrier before leaving. Each
+    launch bound asks for the CTAs an SM holds by their chunks (228 KB an SM, 2 KB more a CTA),
+    never so many that a thread has fewer than 40 registers."""
     monkeypatch.setenv("DISPATCH_TILELANG_CUDA_ARCH", "sm_90")
     jobs = [("softmax", 32768, "bfloat16", smem(32768, 1)), ("log_softmax", 262144, "bfloat16", smem(32768, 8)),
-            ("logsumexp", 151936, "float16", smem(20480, 8))]
+            ("logsumexp", 151936, "float16", smem(20480, 8)), ("softmax", 131072, "bfloat16", smem(8192, 16)),
+            ("log_softmax", 65536, "bfloat16", smem(8192, 8, threads=128))]
     srcs = []
     for op, n, dt, cfg in jobs:  # one at a time: see build._TRACE_LOCK
         jit, build = C.split_config(cfg, "cuda")
         srcs.append(B.jit_program(op, n, dt, dt, "cuda", build)(**jit).get_kernel_source())
-    one, eight, padded = srcs
+    one, eight, padded, sixteen, narrow = srcs
+    # chunks of 64 KB: 3 an SM; 40 KB: 5; 16 KB at 256 threads: 12 by shared memory, 8 by threads,
+    # 6 by 40 registers (8 left 32, and ptxas spilled); at 128 threads: 12
+    for src, ctas in ((one, "256, 3"), (eight, "256, 3"), (padded, "256, 5"), (sixteen, "256, 6"),
+                      (narrow, "128, 12")):
+        assert f"__launch_bounds__({ctas})" in src
     assert "cp_async_gs<16>" in one and "cluster" not in one
     for src in (eight, padded):
         assert "tma_store_cluster" in src and ".wait(0)" in src and "cluster_wait" in src

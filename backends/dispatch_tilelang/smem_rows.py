@@ -29,13 +29,27 @@ from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
-SM_SMEM_BYTES, SM_THREADS = 228 * 1024, 2048  # an sm_90 SM's shared memory (1 KB of it reserved a CTA), threads
+SM_SMEM_BYTES, SM_THREADS, SM_REGISTERS = 228 * 1024, 2048, 65536  # an sm_90 SM's shared memory (1 KB of it
+# reserved a CTA), threads and registers
+MIN_REGISTERS = 40  # a thread's registers the launch bound leaves at least (at 32, ptxas spilled)
 
 
 def ctas_by_smem(tile_n: int, dtype: str, threads: int) -> int:
     """The CTAs of a config that an sm_90 SM holds by their chunks in shared memory (with the
     cluster's words and the reserved KB) and by their threads: registers aside."""
     return max(1, min(SM_SMEM_BYTES // (tile_n * DTYPE_BYTES[dtype] + 2048), SM_THREADS // threads))
+
+
+def launch_bound(tile_n: int, dtype: str, threads: int) -> int:
+    """The CTAs an SM that the kernel's launch bound asks for (``__launch_bounds__(threads, k)``, so
+    that ptxas keeps each thread's registers to what ``k`` CTAs leave): those its chunks in shared
+    memory let an SM hold (:func:`ctas_by_smem`), but no more than leave a thread
+    :data:`MIN_REGISTERS` registers. Unbounded, ptxas gave 8-step walks 72 registers a thread (3
+    CTAs of 256 threads an SM where shared memory holds 6); bound, a config takes 3-11% less time
+    where that cap was lower, about the same elsewhere; asking for 8 CTAs of 256 threads (32
+    registers) spilled and took 21-62% more (H100; benchmarks/results/current/rows_kernels/
+    smem_rows/launch_bound/)."""
+    return max(1, min(ctas_by_smem(tile_n, dtype, threads), SM_REGISTERS // (threads * MIN_REGISTERS)))
 
 
 def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int) -> str | None:
@@ -138,11 +152,11 @@ def row_words(cluster: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            min_blocks: int = 0):
+            bound: bool = True):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
-    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``;
-    ``min_blocks`` > 0 the launch bound's CTAs an SM (``__launch_bounds__(threads, min_blocks)``:
-    ptxas keeps registers to what that many CTAs leave; no config sets it).
+    dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``. Its launch
+    bound asks for :func:`launch_bound` CTAs an SM; ``bound=False`` builds it without (a sweep's
+    twin to time it against).
 
     Each element's exponent is one fused multiply-add, ``x * log2 e - shift * log2 e``, the shift's
     product rounded the same wherever it is taken (``_numerics.exp_shifted``), and the kernel is
@@ -170,8 +184,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
         @T.prim_func
         def main(x: T.Tensor((M, N), in_dtype), y: T.Tensor(y_shape, out_dtype)):
             with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
-                if min_blocks:
-                    T.annotate_min_blocks_per_sm(min_blocks)
+                if bound:
+                    T.annotate_min_blocks_per_sm(launch_bound(TILE, in_dtype, threads))
                 xs = T.alloc_shared((1, TILE), in_dtype)
                 acc = T.alloc_fragment((1, SUB), F32)
                 m = T.alloc_fragment((1,), F32)
