@@ -46,9 +46,9 @@ def launch_bound(tile_n: int, dtype: str, threads: int) -> int:
     memory let an SM hold (:func:`ctas_by_smem`), but no more than leave a thread
     :data:`MIN_REGISTERS` registers. Unbound, ptxas gave 8-step walks 72 registers a thread (3 CTAs
     of 256 threads an SM where shared memory holds 6); bound, those configs took 4.5-11% less time
-    (log_softmax 512 x 131072's default 7.5%), the others within -0.9% to +1.8%; asking for 8 CTAs
-    of 256 threads (32 registers) spilled at a cluster of 16 and took 21-62% more (H100;
-    benchmarks/results/current/rows_kernels/smem_rows/launch_bound/)."""
+    (log_softmax 512 x 131072's default 6.6-7.5%), the others -1% to +2.2%; asking for 8 CTAs of
+    256 threads (32 registers) spilled at a cluster of 16 and took 21-62% more, 6 took 0-6% less
+    (H100; benchmarks/results/current/rows_kernels/smem_rows/launch_bound/)."""
     return max(1, min(ctas_by_smem(tile_n, dtype, threads), SM_REGISTERS // (threads * MIN_REGISTERS)))
 
 
