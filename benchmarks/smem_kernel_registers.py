@@ -1,5 +1,5 @@
 """Registers a thread of TileLang's shared-memory rows kernel (``smem_rows``) takes, as ptxas
-compiles it for sm_90a: one line per distinct (op, chunk, threads) of the config space.
+compiles it for sm_90a: one line per distinct (op, chunk, cluster, threads) of the config space.
 
     python3 benchmarks/smem_kernel_registers.py [--ops softmax,log_softmax] [--cols 32768,65536,131072,262144] [--unbound]
 
@@ -80,6 +80,7 @@ def main() -> None:
                 by_smem = smem_rows.ctas_by_smem(tile, a.dtype, threads)
                 print(f"| {op} | {tile} | {cluster} | {threads} | {steps} | {bound} | {regs} | {spills} | "
                       f"{by_regs} / {by_smem} |", flush=True)
+
 
 if __name__ == "__main__":
     main()
