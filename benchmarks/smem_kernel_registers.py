@@ -1,7 +1,10 @@
 """Registers a thread of TileLang's shared-memory rows kernel (``smem_rows``) takes, as ptxas
-compiles it for sm_90a: one line per distinct (op, chunk, cluster, threads) of the config space.
+compiles it for sm_90a: one line per distinct (op, chunk, cluster, threads) of the config space;
+with ``--cases``, of its tiles over a leading dim (``smem_cols``): one line per config of
+``smem_cols.configs`` at each case, built as shipped and with a launch bound.
 
     python3 benchmarks/smem_kernel_registers.py [--ops softmax,log_softmax] [--cols 32768,65536,131072,262144] [--unbound]
+    python3 benchmarks/smem_kernel_registers.py --ops softmax --cases 4096x4096:0,8x150x128x128:1
 
 Needs ``nvcc`` (no GPU): the kernel's CUDA source from TileLang, compiled with the flags TileLang's
 build passes (``--use_fast_math`` where the program asks for fast math). A CTA's registers
@@ -51,10 +54,13 @@ def main() -> None:
     ap.add_argument("--cols", default="32768,65536,131072,262144")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--unbound", action="store_true", help="each config built without the kernel's launch bound")
+    ap.add_argument("--cases", default="", help="shape:dim list: the smem_cols kernel's configs at each")
     a = ap.parse_args()
 
     if shutil.which("nvcc") is None:
         ap.error("needs nvcc on PATH (the CUDA toolkit; no GPU)")
+    if a.cases:
+        return cols_registers(a.ops.split(","), a.cases.split(","), a.dtype)
     from dispatch_tilelang import configs as C
     from dispatch_tilelang import smem_rows
     from dispatch_tilelang.cuda_kernels import DTYPE_BYTES
@@ -80,6 +86,41 @@ def main() -> None:
                 by_smem = smem_rows.ctas_by_smem(tile, a.dtype, threads)
                 print(f"| {op} | {tile} | {cluster} | {threads} | {steps} | {bound} | {regs} | {spills} | "
                       f"{by_regs} / {by_smem} |", flush=True)
+
+
+def cols_registers(ops: list[str], cases: list[str], dtype: str) -> None:
+    """One line per config of ``smem_cols.configs`` at each ``shape:dim`` case: its registers as
+    shipped and with the launch bound, and the CTAs an SM that each leaves."""
+    from dispatch_tilelang import smem_cols, smem_rows
+    from dispatch_tilelang.cuda_kernels import DTYPE_BYTES
+
+    print("| op | case | block_i | cluster | threads | tile KB | registers (spill bytes) | with a bound of k: "
+          "registers (spill bytes) | CTAs an SM: by registers, unbound / by shared memory and threads |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for op in ops:
+        for case in cases:
+            shape_s, dim_s = case.split(":")
+            shape, dim = [int(v) for v in shape_s.split("x")], int(dim_s)
+            outer, inner = 1, 1
+            for v in shape[:dim]:
+                outer *= v
+            for v in shape[dim + 1:]:
+                inner *= v
+            key = (outer, shape[dim], inner)
+            for cfg in smem_cols.configs(key, dtype):
+                bi, c, t = cfg["block_i"], cfg["cluster"], cfg["threads"]
+                tr = smem_cols.tile_rows(key[1], dtype, bi, c, t)
+                got = []
+                for bound in (False, True):
+                    program = smem_cols.program(op, key, dtype, dtype, bi, tr, c, "sm_90", bound=bound)
+                    fast = bool((getattr(program, "pass_configs", None) or {}).get("tl.enable_fast_math"))
+                    got.append(registers(program(threads=t).get_kernel_source(), fast))
+                (regs, spills), (bregs, bspills) = got
+                k = smem_cols.launch_bound(dtype, bi, tr, c, t)
+                by_regs = smem_rows.SM_REGISTERS // (t * -(-int(regs) // 8) * 8) if regs.isdigit() else "?"
+                by_smem = smem_rows.ctas_an_sm(smem_cols.smem_bytes(dtype, bi, tr, c), t)
+                print(f"| {op} | {case} | {bi} | {c} | {t} | {tr * bi * DTYPE_BYTES[dtype] / 1024:.0f} | {regs} ({spills}) | "
+                      f"k={k}: {bregs} ({bspills}) | {by_regs} / {by_smem} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ For each case, a contiguous tensor reduced over one of its leading dims: every c
 ``smem_cols.configs``, TileLang's and Triton's defaults through dispatch, torch, and a copy of
 the same bytes, timed with ``triton.testing.do_bench`` (L2 flushed, median) in interleaved rounds.
 Every kernel's output is checked against torch first, on the benchmark input and on an input
-whose columns hold -inf, +inf and NaN.
+whose columns hold -inf, +inf and NaN. ``--bound`` adds each config's twin built with a launch
+bound (``smem_cols.launch_bound``: the CTAs an SM that shared memory and threads allow, a thread
+left 40 registers at least), checked and timed the same way.
 
-    python3 benchmarks/sweep_smem_cols.py --out out/smem_cols
+    python3 benchmarks/sweep_smem_cols.py --out out/smem_cols [--bound]
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def main() -> None:
     ap.add_argument("--cases", default=CASES, help="shape:dim list, e.g. 32x1024x64x64:1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=12)
+    ap.add_argument("--bound", action="store_true", help="also each config's twin built with a launch bound")
     args = ap.parse_args()
 
     import tilelang
@@ -93,10 +96,10 @@ def main() -> None:
 
     lock = threading.Lock()
 
-    def build(op, key, dtype, cfg):
+    def build(op, key, dtype, cfg, bound=False):
         with lock:
             rows = smem_cols.tile_rows(key[1], dtype, cfg["block_i"], cfg["cluster"], cfg["threads"])
-            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"])
+            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"], bound=bound)
             prim = prog.get_tir(threads=cfg["threads"])
         return tilelang.compile(prim, out_idx=[1], target=prog.target, pass_configs=prog.pass_configs)
 
@@ -107,6 +110,8 @@ def main() -> None:
             key = view3(shape, dim)
             for cfg in cfgs:
                 jobs[(op, key, dtype, label(cfg))] = pool.submit(build, op, key, dtype, cfg)
+                if args.bound:
+                    jobs[(op, key, dtype, label(cfg) + " bound")] = pool.submit(build, op, key, dtype, cfg, True)
         kernels = built(jobs)
     print(f"built {len(kernels)} of {len(jobs)} in {time.time() - t0:.0f} s", flush=True)
 
@@ -129,7 +134,8 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001
             print("tilelang default:", f"{type(exc).__name__}: {exc}"[:300], flush=True)
         check(torch, fns["triton (default)"](), op, x, dim)
-        for name in map(label, cfgs):
+        names = [label(c) + twin for c in cfgs for twin in (("", " bound") if args.bound else ("",))]
+        for name in names:
             k = kernels.get((op, key, dtype, name))
             if k is None:
                 continue

@@ -22,7 +22,7 @@ import tilelang.language as T
 from ._numerics import (F32, exp_shifted, kept_scale, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf,
                         rescale_log2, safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, share
-from .smem_rows import trade_words
+from .smem_rows import min_blocks, trade_words
 
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024
@@ -59,6 +59,19 @@ def check_launch(key: tuple, dtype: str, block_i: int, tile_r: int, cluster: int
     return None
 
 
+def smem_bytes(dtype: str, block_i: int, tile_r: int, cluster: int) -> int:
+    """A CTA's shared memory: its tile and, in a cluster, the (max, sum) words it trades (its own,
+    its peers', the merged ones) and the cluster's barrier."""
+    words = 0 if cluster == 1 else (4 + 2 * cluster) * block_i * 4 + 8 * cluster
+    return tile_r * block_i * DTYPE_BYTES[dtype] + words
+
+
+def launch_bound(dtype: str, block_i: int, tile_r: int, cluster: int, threads: int) -> int:
+    """The CTAs an SM that a launch bound asks for: as many as shared memory and threads let an SM
+    hold (``smem_rows.min_blocks``), no more than leave a thread 40 registers."""
+    return min_blocks(smem_bytes(dtype, block_i, tile_r, cluster), threads)
+
+
 def _tile_layout(rows: int, block_i: int, lanes: int, vec: int, groups: int):
     """Thread ``t`` holds vector ``t % lanes`` of tile rows ``t // lanes``, ``t // lanes + groups``, ..."""
     return T.Fragment((rows, block_i), forward_thread_fn=lambda i, j: (i % groups) * lanes + j // vec,
@@ -73,8 +86,11 @@ def _column_layout(block_i: int, lanes: int, vec: int, groups: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, tile_r: int, cluster: int,
-            arch: str | None = None):
+            arch: str | None = None, bound: bool = False):
     """The ``@tilelang.jit`` program (tunable ``threads``) of one (op, (outer, R, inner), dtypes, tile).
+    ``bound=True`` builds it with a launch bound of :func:`launch_bound` CTAs an SM, a sweep's twin:
+    on an H100 it moved the defaults by -2.2% to +1.9% and no bound config led, so the shipped
+    kernel has none (benchmarks/results/current/layouts/smem_cols/launch_bound/).
 
     As ``smem_rows.program``'s, each exponent is one fused multiply-add against the shift's product
     (rounded by an IEEE multiply wherever it is taken, so that it is the same number in a column's
@@ -109,6 +125,8 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
         @T.prim_func
         def main(x: T.Tensor((outer, R, inner), in_dtype), y: T.Tensor(y_shape, out_dtype)):
             with T.Kernel(outer * NI, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
+                if bound:
+                    T.annotate_min_blocks_per_sm(launch_bound(in_dtype, BI, TR, C, threads))
                 xs = T.alloc_shared((TR, BI), in_dtype)
                 acc = T.alloc_fragment((SR, BI), F32)
                 ef = T.alloc_fragment((SR, BI), F32)  # a step's exponentials (softmax)

@@ -34,22 +34,34 @@ SM_SMEM_BYTES, SM_THREADS, SM_REGISTERS = 228 * 1024, 2048, 65536  # an sm_90 SM
 MIN_REGISTERS = 40  # a thread's registers the launch bound leaves at least (at 32, ptxas spilled)
 
 
+def ctas_an_sm(smem_bytes: int, threads: int) -> int:
+    """The CTAs that an sm_90 SM holds by their shared memory (``smem_bytes`` a CTA, and the KB
+    reserved a CTA) and by their threads: registers aside."""
+    return max(1, min(SM_SMEM_BYTES // (smem_bytes + 1024), SM_THREADS // threads))
+
+
+def min_blocks(smem_bytes: int, threads: int) -> int:
+    """The CTAs an SM that a launch bound asks for (``__launch_bounds__(threads, k)``, so that ptxas
+    keeps each thread's registers to what ``k`` CTAs leave): those that shared memory and threads
+    let an SM hold (:func:`ctas_an_sm`), but no more than leave a thread :data:`MIN_REGISTERS`
+    registers."""
+    return max(1, min(ctas_an_sm(smem_bytes, threads), SM_REGISTERS // (threads * MIN_REGISTERS)))
+
+
 def ctas_by_smem(tile_n: int, dtype: str, threads: int) -> int:
     """The CTAs of a config that an sm_90 SM holds by their chunks in shared memory (with the
-    cluster's words and the reserved KB) and by their threads: registers aside."""
-    return max(1, min(SM_SMEM_BYTES // (tile_n * DTYPE_BYTES[dtype] + 2048), SM_THREADS // threads))
+    cluster's words) and by their threads: registers aside."""
+    return ctas_an_sm(tile_n * DTYPE_BYTES[dtype] + 1024, threads)
 
 
 def launch_bound(tile_n: int, dtype: str, threads: int) -> int:
-    """The CTAs an SM that the kernel's launch bound asks for (``__launch_bounds__(threads, k)``, so
-    that ptxas keeps each thread's registers to what ``k`` CTAs leave): those its chunks in shared
-    memory let an SM hold (:func:`ctas_by_smem`), but no more than leave a thread
-    :data:`MIN_REGISTERS` registers. Unbound, ptxas gave 8-step walks 72 registers a thread (3 CTAs
+    """The CTAs an SM that the kernel's launch bound asks for (:func:`min_blocks` of its chunk and
+    the cluster's words). Unbound, ptxas gave 8-step walks 72 registers a thread (3 CTAs
     of 256 threads an SM where shared memory holds 6); bound, those configs took 4.5-11% less time
     (log_softmax 512 x 131072's default 6.6-7.5%), the others -1% to +2.2%; asking for 8 CTAs of
     256 threads (32 registers) spilled at a cluster of 16 and took 21-62% more, 6 took 0-6% less
     (H100; benchmarks/results/current/rows_kernels/smem_rows/launch_bound/)."""
-    return max(1, min(ctas_by_smem(tile_n, dtype, threads), SM_REGISTERS // (threads * MIN_REGISTERS)))
+    return min_blocks(tile_n * DTYPE_BYTES[dtype] + 1024, threads)
 
 
 def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int) -> str | None:
