@@ -141,7 +141,9 @@ def test_the_cards_send_tiled_softmax_to_tilelang_and_logsumexp_to_triton():
 def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange():
     """One CTA a column tile: the tile copied with cp.async, no cluster. Four: each CTA's column
     (max, sum) pairs copied into every peer, completing on the peer's mbarrier; R cut unevenly:
-    the copies past R not made."""
+    the copies past R not made. The shipped kernel has no launch bound; its twin built with
+    ``bound=True`` asks for the CTAs an SM that its tile and threads allow, a thread left 40
+    registers at least."""
     one = smem_cols.program("softmax", (64, 256, 3136), "bfloat16", "bfloat16", 64, 256, 1,
                             arch="sm_90")(threads=128).get_kernel_source()
     four = smem_cols.program("logsumexp", (8, 1000, 1024), "bfloat16", "float32", 64, 256, 4,
@@ -149,6 +151,14 @@ def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange():
     assert "cp_async_gs<16>" in one and "cluster" not in one
     assert "tma_store_cluster" in four and ".wait(0)" in four and "cluster_wait" in four
     assert "cp_async_gs_conditional<16>" in four
+    assert "__launch_bounds__(128, 1)" in one and "__launch_bounds__(128, 1)" in four
+    # 32 KB tiles: 6 an SM (228 KB, 1 KB reserved a CTA); 8 KB tiles in a cluster of 4: 16 by their
+    # shared memory and threads, 12 by 40 registers
+    wide = smem_cols.program("softmax", (64, 256, 3136), "bfloat16", "bfloat16", 64, 256, 1, arch="sm_90",
+                             bound=True)(threads=128).get_kernel_source()
+    short = smem_cols.program("logsumexp", (8, 256, 1024), "bfloat16", "float32", 64, 64, 4, arch="sm_90",
+                              bound=True)(threads=128).get_kernel_source()
+    assert "__launch_bounds__(128, 6)" in wide and "__launch_bounds__(128, 12)" in short
 
 
 
