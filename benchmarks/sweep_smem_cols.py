@@ -6,9 +6,10 @@ the same bytes, timed with ``triton.testing.do_bench`` (L2 flushed, median) in i
 Every kernel's output is checked against torch first, on the benchmark input and on an input
 whose columns hold -inf, +inf and NaN. ``--bound`` adds each config's twin built with a launch
 bound (``smem_cols.launch_bound``: the CTAs an SM that shared memory and threads allow, a thread
-left 40 registers at least), checked and timed the same way.
+left 40 registers at least), checked and timed the same way; ``--staged`` its twin that copies
+its tile in parts and walks each part for the max as it lands.
 
-    python3 benchmarks/sweep_smem_cols.py --out out/smem_cols [--bound]
+    python3 benchmarks/sweep_smem_cols.py --out out/smem_cols [--bound | --staged]
 """
 
 from __future__ import annotations
@@ -78,7 +79,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--bound", action="store_true", help="also each config's twin built with a launch bound")
+    ap.add_argument("--staged", action="store_true", help="also each config's twin that walks its tile for the max "
+                    "part by part as it lands")
     args = ap.parse_args()
+    if args.bound and args.staged:
+        ap.error("one twin a sweep: --bound or --staged")
+    twin = "bound" if args.bound else "staged" if args.staged else ""
 
     import tilelang
     import torch
@@ -96,10 +102,11 @@ def main() -> None:
 
     lock = threading.Lock()
 
-    def build(op, key, dtype, cfg, bound=False):
+    def build(op, key, dtype, cfg, twin=""):
         with lock:
             rows = smem_cols.tile_rows(key[1], dtype, cfg["block_i"], cfg["cluster"], cfg["threads"])
-            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"], bound=bound)
+            prog = smem_cols.program(op, key, dtype, dtype, cfg["block_i"], rows, cfg["cluster"],
+                                      **({twin: True} if twin else {}))
             prim = prog.get_tir(threads=cfg["threads"])
         return tilelang.compile(prim, out_idx=[1], target=prog.target, pass_configs=prog.pass_configs)
 
@@ -110,8 +117,8 @@ def main() -> None:
             key = view3(shape, dim)
             for cfg in cfgs:
                 jobs[(op, key, dtype, label(cfg))] = pool.submit(build, op, key, dtype, cfg)
-                if args.bound:
-                    jobs[(op, key, dtype, label(cfg) + " bound")] = pool.submit(build, op, key, dtype, cfg, True)
+                if twin:
+                    jobs[(op, key, dtype, f"{label(cfg)} {twin}")] = pool.submit(build, op, key, dtype, cfg, twin)
         kernels = built(jobs)
     print(f"built {len(kernels)} of {len(jobs)} in {time.time() - t0:.0f} s", flush=True)
 
@@ -134,7 +141,7 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001
             print("tilelang default:", f"{type(exc).__name__}: {exc}"[:300], flush=True)
         check(torch, fns["triton (default)"](), op, x, dim)
-        names = [label(c) + twin for c in cfgs for twin in (("", " bound") if args.bound else ("",))]
+        names = [label(c) + name for c in cfgs for name in (("", " " + twin) if twin else ("",))]
         for name in names:
             k = kernels.get((op, key, dtype, name))
             if k is None:

@@ -16,7 +16,8 @@ chunks are all the CTAs the GPU runs.
 
 ``--unbound`` adds each chunk-in-shared-memory config's twin built without the kernel's launch
 bound (``smem_rows.launch_bound``; ``benchmarks/smem_kernel_registers.py [--unbound]`` shows a
-thread's registers either way), timed next to it.
+thread's registers either way), timed next to it. ``--staged`` adds each one's twin that copies
+its chunk in parts and walks each part for the max as it lands (``smem_rows.program(staged=True)``).
 """
 
 from __future__ import annotations
@@ -73,9 +74,12 @@ def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
     return out
 
 
-def unbound_twins(B, smem_rows, cases) -> dict:
-    """Each chunk-in-shared-memory config of ``cases`` built without its launch bound, on a thread
-    pool: {(op, n, dtype, sorted config items): kernel}."""
+TWINS = {"unbound": {"bound": False}, "staged": {"staged": True}}  # a twin's name: how smem_rows.program builds it
+
+
+def twin_kernels(B, smem_rows, cases, twin: str) -> dict:
+    """Each chunk-in-shared-memory config of ``cases`` built as its ``twin`` (of :data:`TWINS`), on
+    a thread pool: {(op, n, dtype, sorted config items): kernel}."""
     from concurrent.futures import ThreadPoolExecutor
 
     jobs = {(op, n, dtype, tuple(sorted(cfg.items()))): (op, n, dtype, cfg)
@@ -84,13 +88,13 @@ def unbound_twins(B, smem_rows, cases) -> dict:
     def one(job):
         op, n, dtype, cfg = job
         return B.compile_program(lambda: smem_rows.program(op, n, dtype, dtype, cfg["tile_n"], cfg["cluster"],
-                                                           B.cuda_arch(), bound=False),
+                                                           B.cuda_arch(), **TWINS[twin]),
                                  {"block_m": 1, "threads": cfg["threads"]})
 
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
         out = built({key: pool.submit(one, job) for key, job in jobs.items()})
-    print(f"built {len(out)} unbound twins in {time.time() - t0:.0f} s", flush=True)
+    print(f"built {len(out)} {twin} twins in {time.time() - t0:.0f} s", flush=True)
     return out
 
 
@@ -100,6 +104,8 @@ def main() -> None:
                     help="also every cluster of 1-16 at 64-256 threads, chunks of any size (few long rows)")
     ap.add_argument("--unbound", action="store_true",
                     help="also each smem config's twin built without the kernel's launch bound")
+    ap.add_argument("--staged", action="store_true",
+                    help="also each smem config's twin that walks its chunk for the max part by part as it lands")
     args = ap.parse_args()
 
     import torch
@@ -120,7 +126,10 @@ def main() -> None:
         for cfg, why in failed:
             print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
-    twins = unbound_twins(B, smem_rows, cases) if args.unbound else {}
+    if args.unbound and args.staged:
+        ap.error("one twin a sweep: --unbound or --staged")
+    twin_name = "unbound" if args.unbound else "staged" if args.staged else ""
+    twins = twin_kernels(B, smem_rows, cases, twin_name) if twin_name else {}
 
     records = []
     save = saver(args.out, "smem_rows", {"command": " ".join(sys.argv), "columns": "op | dtype | M x N"}, records,
@@ -141,7 +150,7 @@ def main() -> None:
             kernels = [(label(cfg) + (" (default)" if cfg == default else ""),
                         lambda cfg=cfg: B.build(op, m, n, dtype, dtype, cfg, "cuda"))]
             if twin is not None:
-                kernels.append((label(cfg) + " unbound", lambda twin=twin: twin))
+                kernels.append((label(cfg) + " " + twin_name, lambda twin=twin: twin))
             for name, make in kernels:  # a twin is timed only next to its kernel
                 try:
                     k = make()

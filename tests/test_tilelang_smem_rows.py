@@ -7,6 +7,7 @@ no shared memory to stage a chunk in and never sees the key.
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -158,6 +159,29 @@ def test_builds_for_sm90_with_async_copies_and_a_cluster_exchange(monkeypatch):
     for src in (eight, padded):
         assert "tma_store_cluster" in src and ".wait(0)" in src and "cluster_wait" in src
     assert "cp_async_gs_conditional<16>" in padded  # the last chunk's columns past N are not read
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_staged_twin_waits_for_each_part_of_its_chunk_in_turn():
+    """``staged=True``: the chunk is copied in parts that divide its walk, each part its own cp.async
+    group of 16-byte copies (the last chunk's past N not read), and the max walk waits for one more
+    group at each part; the shipped build waits once for the whole chunk."""
+    from dispatch_tilelang import smem_rows
+
+    def source(n, tile, cluster, dtype, threads, **twin):
+        return smem_rows.program("softmax", n, dtype, dtype, tile, cluster, "sm_90", **twin)(
+            block_m=1, threads=threads).get_kernel_source()
+
+    # 16384 bf16 at 256 threads: 8 walk steps, 8 parts; 20480 fp16: 10 steps, 5 parts of 2
+    for n, tile, cluster, dtype, parts in ((65536, 16384, 4, "bfloat16", 8), (151936, 20480, 8, "float16", 5)):
+        staged = source(n, tile, cluster, dtype, 256, staged=True)
+        assert staged.count("cp_async_commit()") == parts
+        waits = [int(w) for w in re.findall(r"cp_async_wait<(\d+)>", staged)]
+        assert waits == list(range(parts - 1, -1, -1))
+        assert "cp_async_gs<4>" not in staged and "cp_async_gs_conditional<4>" not in staged
+    assert "cp_async_gs_conditional<16>" in staged
+    plain = source(65536, 16384, 4, "bfloat16", 256)
+    assert plain.count("cp_async_commit()") == 1 and "cp_async_wait<0>" in plain and "cp_async_wait<1>" not in plain
 
 
 def test_gpus_older_than_sm90_keep_the_register_families(monkeypatch):

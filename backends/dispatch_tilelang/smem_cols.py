@@ -22,7 +22,7 @@ import tilelang.language as T
 from ._numerics import (F32, exp_shifted, kept_scale, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf,
                         rescale_log2, safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, share
-from .smem_rows import min_blocks, trade_words
+from .smem_rows import STAGES, min_blocks, trade_words
 
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024
@@ -86,11 +86,13 @@ def _column_layout(block_i: int, lanes: int, vec: int, groups: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, tile_r: int, cluster: int,
-            arch: str | None = None, bound: bool = False):
+            arch: str | None = None, bound: bool = False, staged: bool = False):
     """The ``@tilelang.jit`` program (tunable ``threads``) of one (op, (outer, R, inner), dtypes, tile).
     ``bound=True`` builds it with a launch bound of :func:`launch_bound` CTAs an SM, a sweep's twin:
     on an H100 it moved the defaults by -2.2% to +1.9% and no bound config led, so the shipped
-    kernel has none (benchmarks/results/current/layouts/smem_cols/launch_bound/).
+    kernel has none (benchmarks/results/current/layouts/smem_cols/launch_bound/). ``staged=True`` (a
+    sweep's twin) copies the tile in up to ``smem_rows.STAGES`` parts, each its own ``cp.async``
+    group, and walks each part for the max as soon as it has landed.
 
     As ``smem_rows.program``'s, each exponent is one fused multiply-add against the shift's product
     (rounded by an IEEE multiply wherever it is taken, so that it is the same number in a column's
@@ -120,6 +122,8 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
         G = threads // lanes
         SR = UNROLL * G
         NS = TR // SR
+        P = max(d for d in range(1, STAGES + 1) if NS % d == 0)  # the staged copy's parts, NS // P walk steps each
+        PR = TR // P
         y_shape = (outer, inner) if lse else (outer, R, inner)
 
         @T.prim_func
@@ -155,13 +159,23 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                 i0 = (bx % NI) * BI
                 r0 = cx * TR
 
-                T.copy(x[bo, r0:r0 + TR, i0:i0 + BI], xs, prefer_instruction="cp_async")
-
-                T.fill(acc, neg_inf())
-                for k in T.serial(NS):
-                    for i, j in T.Parallel(SR, BI):
-                        acc[i, j] = T.max(acc[i, j], T.if_then_else(r0 + k * SR + i < R,
-                                                                    T.cast(xs[k * SR + i, j], F32), neg_inf()))
+                if staged:
+                    for p in T.unroll(P, explicit=True):
+                        T.async_copy(x[bo, r0 + p * PR:r0 + (p + 1) * PR, i0:i0 + BI], xs[p * PR:(p + 1) * PR, :])
+                    T.fill(acc, neg_inf())
+                    for p in T.unroll(P, explicit=True):
+                        T.ptx_wait_group(P - 1 - p)
+                        for k in T.serial(NS // P):
+                            for i, j in T.Parallel(SR, BI):
+                                acc[i, j] = T.max(acc[i, j], T.if_then_else(
+                                    r0 + p * PR + k * SR + i < R, T.cast(xs[p * PR + k * SR + i, j], F32), neg_inf()))
+                else:
+                    T.copy(x[bo, r0:r0 + TR, i0:i0 + BI], xs, prefer_instruction="cp_async")
+                    T.fill(acc, neg_inf())
+                    for k in T.serial(NS):
+                        for i, j in T.Parallel(SR, BI):
+                            acc[i, j] = T.max(acc[i, j], T.if_then_else(r0 + k * SR + i < R,
+                                                                        T.cast(xs[k * SR + i, j], F32), neg_inf()))
                 T.reduce_max(acc, m, dim=0, batch=vec)
                 for j in T.Parallel(BI):
                     sh[j] = safe_max(m[j])

@@ -31,6 +31,7 @@ MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024  # a CTA's chunk in shared memory (sm_90: 227 KB a CTA at most)
 SM_SMEM_BYTES, SM_THREADS, SM_REGISTERS = 228 * 1024, 2048, 65536  # an sm_90 SM's shared memory (1 KB of it
 # reserved a CTA), threads and registers
+STAGES = 8  # the most parts a staged copy of a chunk is cut into (each a cp.async group)
 MIN_REGISTERS = 40  # a thread's registers the launch bound leaves at least (at 32, ptxas spilled)
 
 
@@ -164,11 +165,13 @@ def row_words(cluster: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            bound: bool = True):
+            bound: bool = True, staged: bool = False):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``. Its launch
     bound asks for :func:`launch_bound` CTAs an SM; ``bound=False`` builds it without (a sweep's
-    twin to time it against).
+    twin to time it against). ``staged=True`` (a sweep's twin) copies the chunk in up to
+    :data:`STAGES` parts, each its own ``cp.async`` group, and walks each part for the max as soon
+    as it has landed, while the later parts are still in flight.
 
     Each element's exponent is one fused multiply-add, ``x * log2 e - shift * log2 e``, the shift's
     product rounded the same wherever it is taken (``_numerics.exp_shifted``), and the kernel is
@@ -190,6 +193,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
             raise ValueError(reason)
         SUB = vec * threads
         NS = TILE // SUB
+        P = max(d for d in range(1, STAGES + 1) if NS % d == 0)  # the staged copy's parts, NS // P walk steps each
+        PART = TILE // P
         M = T.dynamic("m")
         y_shape = (M,) if lse else (M, N)
 
@@ -218,13 +223,24 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                     mine, peers, got = words(cx)
                 base = cx * TILE
 
-                T.copy(x[bx, base], xs, prefer_instruction="cp_async")
-
-                T.fill(acc, neg_inf())
-                for k in T.serial(NS):
-                    for i, j in T.Parallel(1, SUB):
-                        acc[i, j] = T.max(acc[i, j], T.if_then_else(base + k * SUB + j < N,
-                                                                    T.cast(xs[i, k * SUB + j], F32), neg_inf()))
+                if staged:
+                    for p in T.unroll(P, explicit=True):
+                        T.async_copy(x[bx, base + p * PART:base + (p + 1) * PART], xs[0, p * PART:(p + 1) * PART])
+                    T.fill(acc, neg_inf())
+                    for p in T.unroll(P, explicit=True):
+                        T.ptx_wait_group(P - 1 - p)
+                        for k in T.serial(NS // P):
+                            for i, j in T.Parallel(1, SUB):
+                                acc[i, j] = T.max(acc[i, j], T.if_then_else(
+                                    base + p * PART + k * SUB + j < N, T.cast(xs[i, p * PART + k * SUB + j], F32),
+                                    neg_inf()))
+                else:
+                    T.copy(x[bx, base], xs, prefer_instruction="cp_async")
+                    T.fill(acc, neg_inf())
+                    for k in T.serial(NS):
+                        for i, j in T.Parallel(1, SUB):
+                            acc[i, j] = T.max(acc[i, j], T.if_then_else(base + k * SUB + j < N,
+                                                                        T.cast(xs[i, k * SUB + j], F32), neg_inf()))
                 T.reduce_max(acc, m, dim=1)
                 for i in T.Parallel(1):
                     sh[i] = safe_max(m[i])
