@@ -92,7 +92,9 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
     on an H100 it moved the defaults by -2.2% to +1.9% and no bound config led, so the shipped
     kernel has none (benchmarks/results/current/layouts/smem_cols/launch_bound/). ``staged=True`` (a
     sweep's twin) copies the tile in up to ``smem_rows.STAGES`` parts, each its own ``cp.async``
-    group, and walks each part for the max as soon as it has landed.
+    group, and walks each part for the max as soon as it has landed: on an H100 4.6% slower at the
+    default of dim 0 of 4096 x 4096, level elsewhere, so not shipped
+    (benchmarks/results/current/layouts/smem_cols/staged/).
 
     As ``smem_rows.program``'s, each exponent is one fused multiply-add against the shift's product
     (rounded by an IEEE multiply wherever it is taken, so that it is the same number in a column's
