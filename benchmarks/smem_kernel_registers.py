@@ -119,7 +119,8 @@ def cols_registers(ops: list[str], cases: list[str], dtype: str) -> None:
                 k = smem_cols.launch_bound(dtype, bi, tr, c, t)
                 by_regs = smem_rows.SM_REGISTERS // (t * -(-int(regs) // 8) * 8) if regs.isdigit() else "?"
                 by_smem = smem_rows.ctas_an_sm(smem_cols.smem_bytes(dtype, bi, tr, c), t)
-                print(f"| {op} | {case} | {bi} | {c} | {t} | {tr * bi * DTYPE_BYTES[dtype] / 1024:.0f} | {regs} ({spills}) | "
+                kb = tr * bi * DTYPE_BYTES[dtype] / 1024
+                print(f"| {op} | {case} | {bi} | {c} | {t} | {kb:.0f} | {regs} ({spills}) | "
                       f"k={k}: {bregs} ({bspills}) | {by_regs} / {by_smem} |", flush=True)
 
 

@@ -128,6 +128,13 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
         PR = TR // P
         y_shape = (outer, inner) if lse else (outer, R, inner)
 
+        @T.macro
+        def walk_max(acc, xs, r0, start, steps):  # the running max over `steps` walk steps of a tile from row `start`
+            for k in T.serial(steps):
+                for i, j in T.Parallel(SR, BI):
+                    acc[i, j] = T.max(acc[i, j], T.if_then_else(r0 + start + k * SR + i < R,
+                                                                T.cast(xs[start + k * SR + i, j], F32), neg_inf()))
+
         @T.prim_func
         def main(x: T.Tensor((outer, R, inner), in_dtype), y: T.Tensor(y_shape, out_dtype)):
             with T.Kernel(outer * NI, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
@@ -167,17 +174,11 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                     T.fill(acc, neg_inf())
                     for p in T.unroll(P, explicit=True):
                         T.ptx_wait_group(P - 1 - p)
-                        for k in T.serial(NS // P):
-                            for i, j in T.Parallel(SR, BI):
-                                acc[i, j] = T.max(acc[i, j], T.if_then_else(
-                                    r0 + p * PR + k * SR + i < R, T.cast(xs[p * PR + k * SR + i, j], F32), neg_inf()))
+                        walk_max(acc, xs, r0, p * PR, NS // P)
                 else:
                     T.copy(x[bo, r0:r0 + TR, i0:i0 + BI], xs, prefer_instruction="cp_async")
                     T.fill(acc, neg_inf())
-                    for k in T.serial(NS):
-                        for i, j in T.Parallel(SR, BI):
-                            acc[i, j] = T.max(acc[i, j], T.if_then_else(r0 + k * SR + i < R,
-                                                                        T.cast(xs[k * SR + i, j], F32), neg_inf()))
+                    walk_max(acc, xs, r0, 0, NS)
                 T.reduce_max(acc, m, dim=0, batch=vec)
                 for j in T.Parallel(BI):
                     sh[j] = safe_max(m[j])

@@ -200,6 +200,13 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
         M = T.dynamic("m")
         y_shape = (M,) if lse else (M, N)
 
+        @T.macro
+        def walk_max(acc, xs, base, start, steps):  # the running max over `steps` walk steps of a chunk from `start`
+            for k in T.serial(steps):
+                for i, j in T.Parallel(1, SUB):
+                    acc[i, j] = T.max(acc[i, j], T.if_then_else(base + start + k * SUB + j < N,
+                                                                T.cast(xs[i, start + k * SUB + j], F32), neg_inf()))
+
         @T.prim_func
         def main(x: T.Tensor((M, N), in_dtype), y: T.Tensor(y_shape, out_dtype)):
             with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
@@ -231,18 +238,11 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                     T.fill(acc, neg_inf())
                     for p in T.unroll(P, explicit=True):
                         T.ptx_wait_group(P - 1 - p)
-                        for k in T.serial(NS // P):
-                            for i, j in T.Parallel(1, SUB):
-                                acc[i, j] = T.max(acc[i, j], T.if_then_else(
-                                    base + p * PART + k * SUB + j < N, T.cast(xs[i, p * PART + k * SUB + j], F32),
-                                    neg_inf()))
+                        walk_max(acc, xs, base, p * PART, NS // P)
                 else:
                     T.copy(x[bx, base], xs, prefer_instruction="cp_async")
                     T.fill(acc, neg_inf())
-                    for k in T.serial(NS):
-                        for i, j in T.Parallel(1, SUB):
-                            acc[i, j] = T.max(acc[i, j], T.if_then_else(base + k * SUB + j < N,
-                                                                        T.cast(xs[i, k * SUB + j], F32), neg_inf()))
+                    walk_max(acc, xs, base, 0, NS)
                 T.reduce_max(acc, m, dim=1)
                 for i in T.Parallel(1):
                     sh[i] = safe_max(m[i])
