@@ -61,8 +61,8 @@ def check_launch(key: tuple, dtype: str, block_i: int, tile_r: int, cluster: int
 
 def smem_bytes(dtype: str, block_i: int, tile_r: int, cluster: int) -> int:
     """A CTA's shared memory: its tile and, in a cluster, the (max, sum) words it trades (its own,
-    its peers', the merged ones) and the cluster's barrier."""
-    words = 0 if cluster == 1 else (4 + 2 * cluster) * block_i * 4 + 8 * cluster
+    its peers', the merged ones) and the cluster's barrier (one mbarrier)."""
+    words = 0 if cluster == 1 else (4 + 2 * cluster) * block_i * 4 + 8
     return tile_r * block_i * DTYPE_BYTES[dtype] + words
 
 
