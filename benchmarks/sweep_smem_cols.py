@@ -55,8 +55,10 @@ def edge_input(torch, shape, dim, dtype):
 
 
 def reference(torch, op, x, dim):
-    xf = x.float()
-    return (torch.logsumexp(xf, dim) if op == "logsumexp" else getattr(torch, op)(xf, dim)).to(x.dtype)
+    # float64: torch's own fp32 log_softmax over a leading dim is off by up to 2e-5 (H100), twice the
+    # fp32 tolerance, where these kernels stay within 2.5e-6
+    xd = x.double()
+    return (torch.logsumexp(xd, dim) if op == "logsumexp" else getattr(torch, op)(xd, dim)).to(x.dtype)
 
 
 def check(torch, y, op, x, dim):

@@ -94,6 +94,21 @@ def test_refused_tiles_say_which_value_and_what_would_work(key, cfg, why):
     assert why in smem_cols.check_config(key, "bfloat16", cfg)
 
 
+def test_a_long_r_over_few_column_tiles_takes_128_byte_rows():
+    """128-byte tile rows where the grid has 256 column tiles at that width, or 1024 CTAs at tiles
+    of 64 KB: dim 1 of 8x4096x1024 (128 column tiles, 8 chunks of R) and dim 0 of a 4096x4096 fp32
+    matrix (128 and 8) take them; dim 0 of a bf16 4096x4096 (64 and 8: 512 CTAs) and a short R
+    over few column tiles keep 64-byte rows."""
+    def config(bi, cluster):
+        return {"block_i": bi, "cluster": cluster, "threads": 128}
+
+    assert smem_cols.default_config((8, 4096, 1024), "bfloat16") == config(64, 8)
+    assert smem_cols.default_config((1, 4096, 4096), "float32") == config(32, 8)
+    assert smem_cols.default_config((1, 4096, 4096), "bfloat16") == config(32, 8)
+    assert smem_cols.default_config((2, 256, 4096), "bfloat16") == config(32, 1)
+    assert smem_cols.default_config((32, 1024, 4096), "bfloat16") == config(64, 2)  # 2048 column tiles
+
+
 def test_a_config_tuned_on_one_r_serves_every_r_of_its_bucket():
     """Decisions are kept per bucket (R up to the next power of two): the tile's rows are derived
     from R, not tuned, so the config tuned at the top of a bucket runs at its bottom too (the last

@@ -299,9 +299,7 @@ def tile_configs(key: tuple, dtype: str, threads: int = 128) -> list[dict]:
         bi = row_bytes // size
         if bi < 16 // size or inner % bi:
             continue
-        c = 1
-        while c < MAX_CLUSTER and R * row_bytes > c * TILE_BYTES:
-            c *= 2
+        c = _fewest_chunks(R, row_bytes)
         while c < MAX_CLUSTER and outer * (inner // bi) * c < MIN_CTAS and R * row_bytes > 2 * c * 8192:
             c *= 2
         if _fits(key, dtype, bi, c, threads):
@@ -309,11 +307,26 @@ def tile_configs(key: tuple, dtype: str, threads: int = 128) -> list[dict]:
     return out
 
 
+def _fewest_chunks(R: int, row_bytes: int) -> int:
+    """The fewest chunks (a power of two, up to :data:`MAX_CLUSTER`) that cut ``R`` rows of
+    ``row_bytes`` into tiles of at most :data:`TILE_BYTES`."""
+    c = 1
+    while c < MAX_CLUSTER and R * row_bytes > c * TILE_BYTES:
+        c *= 2
+    return c
+
+
 def default_config(key: tuple, dtype: str) -> dict | None:
     """Tile rows of 128 bytes where the grid has :data:`MIN_TILES` column tiles or more at that
-    width, else of 64 (else the widest that divides a row); 128 threads. None where ``R`` is
-    shorter than :data:`MIN_R` or no tile fits (``R`` too long for 16 chunks of :data:`TILE_BYTES`,
-    rows not a whole number of 32 bytes)."""
+    width, or :data:`MIN_CTAS` CTAs or more at tiles of :data:`TILE_BYTES` (a long ``R`` over few
+    column tiles); else of 64 (else the widest that divides a row); 128 threads. None where ``R``
+    is shorter than :data:`MIN_R` or no tile fits (``R`` too long for 16 chunks of
+    :data:`TILE_BYTES`, rows not a whole number of 32 bytes).
+
+    The second clause, on an H100 (benchmarks/results/current/layouts/smem_cols/wide_rows/): dim 1
+    of 8x4096x1024 bf16 softmax 60.5 -> 58.2 us, log_softmax 61.7 -> 58.0, dim 0 of 4096x4096 fp32
+    softmax 63.8 -> 57.5 (on an H200, Dec 4, before the fast form: 56.1 -> 55.2 and 51.1 -> 46.5);
+    dim 0 of 4096x4096 bf16, 512 CTAs at 128-byte rows, keeps 64-byte rows (32.3 us against 35.2)."""
     outer, R, inner = key
     configs = tile_configs(key, dtype)
     if R < MIN_R or not configs:
@@ -321,8 +334,10 @@ def default_config(key: tuple, dtype: str) -> dict | None:
     size = DTYPE_BYTES[dtype]
     by_width = {c["block_i"] * size: c for c in configs}
     wide = by_width.get(128)
-    if wide is not None and outer * (inner // wide["block_i"]) >= MIN_TILES:
-        return wide
+    if wide is not None:
+        tiles = outer * (inner // wide["block_i"])
+        if tiles >= MIN_TILES or tiles * _fewest_chunks(R, 128) >= MIN_CTAS:
+            return wide
     return by_width.get(64) or configs[0]
 
 
