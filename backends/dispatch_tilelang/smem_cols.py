@@ -28,7 +28,7 @@ MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024
 UNROLL = 2  # tile rows a thread holds a step: two 16-byte vectors in flight from shared memory
 TILE_BYTES = 64 * 1024  # the largest tile the configs offer: three CTAs an SM
-MIN_CTAS = 1024  # R is cut finer (a larger cluster) while the grid has fewer CTAs than this
+MIN_CTAS = 1024  # R is cut finer (a larger cluster) while the grid has fewer CTAs than this (and see default_config)
 MIN_TILES = 256  # column tiles of 128-byte rows, or narrower tiles
 MIN_R = 128  # the default's shortest R (measured from 256 up)
 
