@@ -3,7 +3,7 @@ compiles it for sm_90a: one line per distinct (op, chunk, cluster, threads) of t
 with ``--cases``, of its tiles over a leading dim (``smem_cols``): one line per config of
 ``smem_cols.configs`` at each case, built as shipped and with a launch bound.
 
-    python3 benchmarks/smem_kernel_registers.py [--ops softmax,log_softmax] [--cols 32768,65536,131072,262144] [--unbound]
+    python3 benchmarks/smem_kernel_registers.py [--ops softmax,log_softmax] [--cols 32768,65536,131072] [--unbound]
     python3 benchmarks/smem_kernel_registers.py --ops softmax --cases 4096x4096:0,8x150x128x128:1
 
 Needs ``nvcc`` (no GPU): the kernel's CUDA source from TileLang, compiled with the flags TileLang's
@@ -48,6 +48,19 @@ def registers(source: str, fast_math: bool) -> tuple[str, str]:
     return regs.group(1), spills.group(1) if spills else "0"
 
 
+def program_registers(program, **jit_kwargs) -> tuple[str, str]:
+    """:func:`registers` of a ``@tilelang.jit`` program built with ``jit_kwargs``, with its fast math."""
+    fast = bool((getattr(program, "pass_configs", None) or {}).get("tl.enable_fast_math"))
+    return registers(program(**jit_kwargs).get_kernel_source(), fast)
+
+
+def ctas_by_registers(regs: str, threads: int) -> int | str:
+    """The CTAs of ``threads`` an sm_90 SM holds by their registers (allocated 8 a thread at a time)."""
+    from dispatch_tilelang.smem_rows import SM_REGISTERS
+
+    return SM_REGISTERS // (threads * -(-int(regs) // 8) * 8) if regs.isdigit() else "?"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", default="softmax,log_softmax")
@@ -77,12 +90,10 @@ def main() -> None:
                     continue
                 seen.add((op, tile, threads, cluster))
                 program = smem_rows.program(op, n, a.dtype, a.dtype, tile, cluster, "sm_90", bound=not a.unbound)
-                kernel = program(block_m=1, threads=threads)
-                fast = bool((getattr(program, "pass_configs", None) or {}).get("tl.enable_fast_math"))
-                regs, spills = registers(kernel.get_kernel_source(), fast)
+                regs, spills = program_registers(program, block_m=1, threads=threads)
                 steps = tile // (16 // DTYPE_BYTES[a.dtype] * threads)
                 bound = "-" if a.unbound else smem_rows.launch_bound(tile, a.dtype, threads)
-                by_regs = smem_rows.SM_REGISTERS // (threads * -(-int(regs) // 8) * 8) if regs.isdigit() else "?"
+                by_regs = ctas_by_registers(regs, threads)
                 by_smem = smem_rows.ctas_by_smem(tile, a.dtype, threads)
                 print(f"| {op} | {tile} | {cluster} | {threads} | {steps} | {bound} | {regs} | {spills} | "
                       f"{by_regs} / {by_smem} |", flush=True)
@@ -93,6 +104,7 @@ def cols_registers(ops: list[str], cases: list[str], dtype: str) -> None:
     shipped and with the launch bound, and the CTAs an SM that each leaves."""
     from dispatch_tilelang import smem_cols, smem_rows
     from dispatch_tilelang.cuda_kernels import DTYPE_BYTES
+    from sweep_smem_cols import view3
 
     print("| op | case | block_i | cluster | threads | tile KB | registers (spill bytes) | with a bound of k: "
           "registers (spill bytes) | CTAs an SM: by registers, unbound / by shared memory and threads |")
@@ -100,24 +112,15 @@ def cols_registers(ops: list[str], cases: list[str], dtype: str) -> None:
     for op in ops:
         for case in cases:
             shape_s, dim_s = case.split(":")
-            shape, dim = [int(v) for v in shape_s.split("x")], int(dim_s)
-            outer, inner = 1, 1
-            for v in shape[:dim]:
-                outer *= v
-            for v in shape[dim + 1:]:
-                inner *= v
-            key = (outer, shape[dim], inner)
+            key = view3([int(v) for v in shape_s.split("x")], int(dim_s))
             for cfg in smem_cols.configs(key, dtype):
                 bi, c, t = cfg["block_i"], cfg["cluster"], cfg["threads"]
                 tr = smem_cols.tile_rows(key[1], dtype, bi, c, t)
-                got = []
-                for bound in (False, True):
-                    program = smem_cols.program(op, key, dtype, dtype, bi, tr, c, "sm_90", bound=bound)
-                    fast = bool((getattr(program, "pass_configs", None) or {}).get("tl.enable_fast_math"))
-                    got.append(registers(program(threads=t).get_kernel_source(), fast))
-                (regs, spills), (bregs, bspills) = got
+                (regs, spills), (bregs, bspills) = (
+                    program_registers(smem_cols.program(op, key, dtype, dtype, bi, tr, c, "sm_90", bound=bound),
+                                      threads=t) for bound in (False, True))
                 k = smem_cols.launch_bound(dtype, bi, tr, c, t)
-                by_regs = smem_rows.SM_REGISTERS // (t * -(-int(regs) // 8) * 8) if regs.isdigit() else "?"
+                by_regs = ctas_by_registers(regs, t)
                 by_smem = smem_rows.ctas_an_sm(smem_cols.smem_bytes(dtype, bi, tr, c), t)
                 kb = tr * bi * DTYPE_BYTES[dtype] / 1024
                 print(f"| {op} | {case} | {bi} | {c} | {t} | {kb:.0f} | {regs} ({spills}) | "

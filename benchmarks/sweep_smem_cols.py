@@ -80,12 +80,11 @@ def main() -> None:
     ap.add_argument("--cases", default=CASES, help="shape:dim list, e.g. 32x1024x64x64:1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=12)
-    ap.add_argument("--bound", action="store_true", help="also each config's twin built with a launch bound")
-    ap.add_argument("--staged", action="store_true", help="also each config's twin that walks its tile for the max "
-                    "part by part as it lands")
+    twin_args = ap.add_mutually_exclusive_group()
+    twin_args.add_argument("--bound", action="store_true", help="also each config's twin built with a launch bound")
+    twin_args.add_argument("--staged", action="store_true", help="also each config's twin that walks its tile for "
+                           "the max part by part as it lands")
     args = ap.parse_args()
-    if args.bound and args.staged:
-        ap.error("one twin a sweep: --bound or --staged")
     twin = "bound" if args.bound else "staged" if args.staged else ""
 
     import tilelang

@@ -102,10 +102,11 @@ def main() -> None:
     ap = race_arguments("softmax", "bfloat16,float32")
     ap.add_argument("--small-chunks", action="store_true",
                     help="also every cluster of 1-16 at 64-256 threads, chunks of any size (few long rows)")
-    ap.add_argument("--unbound", action="store_true",
-                    help="also each smem config's twin built without the kernel's launch bound")
-    ap.add_argument("--staged", action="store_true",
-                    help="also each smem config's twin that walks its chunk for the max part by part as it lands")
+    twin_args = ap.add_mutually_exclusive_group()
+    twin_args.add_argument("--unbound", action="store_true",
+                           help="also each smem config's twin built without the kernel's launch bound")
+    twin_args.add_argument("--staged", action="store_true", help="also each smem config's twin that walks its "
+                           "chunk for the max part by part as it lands")
     args = ap.parse_args()
 
     import torch
@@ -126,8 +127,6 @@ def main() -> None:
         for cfg, why in failed:
             print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
-    if args.unbound and args.staged:
-        ap.error("one twin a sweep: --unbound or --staged")
     twin_name = "unbound" if args.unbound else "staged" if args.staged else ""
     twins = twin_kernels(B, smem_rows, cases, twin_name) if twin_name else {}
 

@@ -22,7 +22,7 @@ import tilelang.language as T
 from ._numerics import (F32, exp_shifted, kept_scale, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf,
                         rescale_log2, safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, share
-from .smem_rows import STAGES, min_blocks, trade_words
+from .smem_rows import min_blocks, staged_parts, trade_words
 
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024
@@ -124,7 +124,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
         G = threads // lanes
         SR = UNROLL * G
         NS = TR // SR
-        P = max(d for d in range(1, STAGES + 1) if NS % d == 0)  # the staged copy's parts, NS // P walk steps each
+        P = staged_parts(NS)  # the staged copy's parts, NS // P walk steps each
         PR = TR // P
         y_shape = (outer, inner) if lse else (outer, R, inner)
 

@@ -49,10 +49,21 @@ def min_blocks(smem_bytes: int, threads: int) -> int:
     return max(1, min(ctas_an_sm(smem_bytes, threads), SM_REGISTERS // (threads * MIN_REGISTERS)))
 
 
+def staged_parts(steps: int) -> int:
+    """The parts a staged copy cuts a walk of ``steps`` steps into: the most, up to
+    :data:`STAGES`, that divide it."""
+    return max(d for d in range(1, STAGES + 1) if steps % d == 0)
+
+
+def _chunk_bytes(tile_n: int, dtype: str) -> int:
+    """A CTA's shared memory: its chunk, and 1 KB for the cluster's words."""
+    return tile_n * DTYPE_BYTES[dtype] + 1024
+
+
 def ctas_by_smem(tile_n: int, dtype: str, threads: int) -> int:
     """The CTAs of a config that an sm_90 SM holds by their chunks in shared memory (with the
     cluster's words) and by their threads: registers aside."""
-    return ctas_an_sm(tile_n * DTYPE_BYTES[dtype] + 1024, threads)
+    return ctas_an_sm(_chunk_bytes(tile_n, dtype), threads)
 
 
 def launch_bound(tile_n: int, dtype: str, threads: int) -> int:
@@ -62,7 +73,7 @@ def launch_bound(tile_n: int, dtype: str, threads: int) -> int:
     (log_softmax 512 x 131072's default 6.6-7.5%), the others -1% to +2.2%; asking for 8 CTAs of
     256 threads (32 registers) spilled at a cluster of 16 and took 21-62% more, 6 took 0-6% less
     (H100; benchmarks/results/current/rows_kernels/smem_rows/launch_bound/)."""
-    return min_blocks(tile_n * DTYPE_BYTES[dtype] + 1024, threads)
+    return min_blocks(_chunk_bytes(tile_n, dtype), threads)
 
 
 def check_launch(n_cols: int, dtype: str, tile_n: int, cluster: int, block_m: int, threads: int) -> str | None:
@@ -195,7 +206,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
             raise ValueError(reason)
         SUB = vec * threads
         NS = TILE // SUB
-        P = max(d for d in range(1, STAGES + 1) if NS % d == 0)  # the staged copy's parts, NS // P walk steps each
+        P = staged_parts(NS)  # the staged copy's parts, NS // P walk steps each
         PART = TILE // P
         M = T.dynamic("m")
         y_shape = (M,) if lse else (M, N)
