@@ -1,10 +1,14 @@
 """Registers a thread of TileLang's shared-memory rows kernel (``smem_rows``) takes, as ptxas
 compiles it for sm_90a: one line per distinct (op, chunk, cluster, threads) of the config space;
 with ``--cases``, of its tiles over a leading dim (``smem_cols``): one line per config of
-``smem_cols.configs`` at each case, built as shipped and with a launch bound.
+``smem_cols.configs`` at each case, built as shipped and with a launch bound; with ``--norms``, of
+the norms' chunk-in-shared-memory forward (``smem_norms``, a weight, and layer_norm's bias): one
+line per distinct config of the norm config space at each row length, built without and with
+the launch bound, and which of the two ships (``smem_norms.ships_bound``).
 
     python3 benchmarks/smem_kernel_registers.py [--ops softmax,log_softmax] [--cols 32768,65536,131072] [--unbound]
     python3 benchmarks/smem_kernel_registers.py --ops softmax --cases 4096x4096:0,8x150x128x128:1
+    python3 benchmarks/smem_kernel_registers.py --norms --ops rms_norm,layer_norm --cols 16384,65536,262144
 
 Needs ``nvcc`` (no GPU): the kernel's CUDA source from TileLang, compiled with the flags TileLang's
 build passes (``--use_fast_math`` where the program asks for fast math). A CTA's registers
@@ -68,12 +72,16 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--unbound", action="store_true", help="each config built without the kernel's launch bound")
     ap.add_argument("--cases", default="", help="shape:dim list: the smem_cols kernel's configs at each")
+    ap.add_argument("--norms", action="store_true", help="the smem_norms kernel's configs at each of --cols "
+                    "(--ops rms_norm,layer_norm)")
     a = ap.parse_args()
 
     if shutil.which("nvcc") is None:
         ap.error("needs nvcc on PATH (the CUDA toolkit; no GPU)")
     if a.cases:
         return cols_registers(a.ops.split(","), a.cases.split(","), a.dtype)
+    if a.norms:
+        return norms_registers(a.ops.split(","), [int(n) for n in a.cols.split(",")], a.dtype)
     from dispatch_tilelang import configs as C
     from dispatch_tilelang import smem_rows
     from dispatch_tilelang.cuda_kernels import DTYPE_BYTES
@@ -125,6 +133,31 @@ def cols_registers(ops: list[str], cases: list[str], dtype: str) -> None:
                 kb = tr * bi * DTYPE_BYTES[dtype] / 1024
                 print(f"| {op} | {case} | {bi} | {c} | {t} | {kb:.0f} | {regs} ({spills}) | "
                       f"k={k}: {bregs} ({bspills}) | {by_regs} / {by_smem} |", flush=True)
+
+
+def norms_registers(ops: list[str], cols: list[int], dtype: str) -> None:
+    """One line per distinct chunk-in-shared-memory config of the norm config space at each row
+    length: its registers without and with the launch bound, which ships, and the CTAs an SM that
+    each leaves."""
+    from dispatch_tilelang import norm_configs, smem_norms, smem_rows
+
+    print("| op | N | chunk | cluster | threads | unbound: registers (spill bytes) | with a bound of k: registers "
+          "(spill bytes) | ships | CTAs an SM: by registers, unbound / by shared memory and threads |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for op in ops:
+        if op not in ("rms_norm", "layer_norm"):
+            raise SystemExit(f"--norms takes --ops rms_norm and/or layer_norm (got {op!r})")
+        for n in cols:
+            for cfg in (c for c in norm_configs.config_space(256, n, "cuda", dtype) if c.get("smem")):
+                tile, c, t = cfg["tile_n"], cfg["cluster"], cfg["threads"]
+                (regs, spills), (bregs, bspills) = (
+                    program_registers(smem_norms.program(op, n, dtype, True, op == "layer_norm", 1e-5, tile, c,
+                                                         "sm_90", bound=bound), block_m=1, threads=t)
+                    for bound in (False, True))
+                k = smem_rows.launch_bound(tile, dtype, t)
+                ships = "bound" if smem_norms.ships_bound(c, t) else "unbound"
+                print(f"| {op} | {n} | {tile} | {c} | {t} | {regs} ({spills}) | k={k}: {bregs} ({bspills}) | {ships} | "
+                      f"{ctas_by_registers(regs, t)} / {smem_rows.ctas_by_smem(tile, dtype, t)} |", flush=True)
 
 
 if __name__ == "__main__":

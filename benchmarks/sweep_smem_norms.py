@@ -13,6 +13,12 @@ benchmark input and on rows far from zero with one massive element each.
 option of ``smem_norms.program``: the sum and the squares about a shift in one walk of the chunk),
 labelled "... walks2", checked the same way (the hard rows also hold a massive element at column
 0, which moves the first chunk's shift off its mean and so takes its squares' second walk).
+
+``--bound-twin``: each chunk-in-shared-memory config also built the other way as to the launch
+bound (``smem_norms.program(bound=...)``; :func:`smem_norms.ships_bound` says which configs
+ship with it), labelled "... bound" or "... unbound" (with ``--two-walks``, layer_norm's
+"... walks2 bound" or "... walks2 unbound" too), checked the same way;
+``benchmarks/smem_kernel_registers.py --norms`` shows a thread's registers either way.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import built, race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "4096x4096,2048x8192,1024x16384,512x32768,256x65536,128x131072,32x151936,64x262144,4x262144",
           "float32": "1024x16384,256x65536,64x262144"}
@@ -61,11 +67,55 @@ def label(cfg: dict) -> str:
     return f"tilelang {'chunks' if cfg['tile_n'] else 'rows'} t{cfg['threads']} tile{cfg['tile_n']}"
 
 
+def twins(args, op: str, cfg: dict) -> list[tuple[str, dict]]:
+    """The twins of a chunk-in-shared-memory config that the flags ask for: (label, how
+    ``smem_norms.program`` builds it)."""
+    from dispatch_tilelang.smem_norms import ships_bound
+
+    if not cfg.get("smem"):
+        return []
+    ships = ships_bound(cfg["cluster"], cfg["threads"])
+    flip = ("unbound" if ships else "bound", {"bound": not ships})
+    out = [flip] if args.bound_twin else []
+    if args.two_walks and op == "layer_norm":
+        out.append(("walks2", {"walks": 2}))
+        if args.bound_twin:
+            out.append((f"walks2 {flip[0]}", {"walks": 2, **flip[1]}))
+    return out
+
+
+def twin_kernels(smem_norms, args, cases) -> dict:
+    """Every twin (:func:`twins`) of the configs of ``cases``, built on a thread pool:
+    {(op, n, dtype, sorted config items, twin label): kernel}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dispatch_tilelang.build import compile_program
+
+    jobs = {(op, n, dtype, tuple(sorted(cfg.items())), twin): (op, n, dtype, cfg, kwargs)
+            for op, _m, n, dtype, cfgs, _ in cases for cfg in cfgs for twin, kwargs in twins(args, op, cfg)}
+
+    def one(job):
+        op, n, dtype, cfg, kwargs = job
+        return compile_program(lambda: smem_norms.program(op, n, dtype, True, op == "layer_norm", EPS, cfg["tile_n"],
+                                                          cfg["cluster"], **kwargs),
+                               {"block_m": 1, "threads": cfg["threads"]})
+
+    if not jobs:
+        return {}
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+        out = built({key: pool.submit(one, job) for key, job in jobs.items()})
+    print(f"built {len(out)} twins in {time.time() - t0:.0f} s", flush=True)
+    return out
+
+
 def main() -> None:
     ap = race_arguments("rms_norm,layer_norm", "bfloat16,float32")
     ap.add_argument("--time-limit", type=float, default=0, help="seconds after which no case is begun (0: none)")
     ap.add_argument("--two-walks", action="store_true",
                     help="layer_norm: each shared-memory config also with walks=2 (see above)")
+    ap.add_argument("--bound-twin", action="store_true",
+                    help="each shared-memory config also built the other way as to the launch bound (see above)")
     args = ap.parse_args()
 
     import torch
@@ -86,6 +136,7 @@ def main() -> None:
         for cfg, why in NM.build_all(op, n, dtype, True, op == "layer_norm", EPS, "cuda", 0, cfgs):
             print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
+    twin_built = twin_kernels(smem_norms, args, cases)
 
     records = []
     save = saver(args.out, "smem_norms", {"command": " ".join(sys.argv), "columns": "op | dtype | M x N"}, records,
@@ -116,16 +167,17 @@ def main() -> None:
                 print("FAIL", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
                 continue
             fns[label(cfg) + (" (default)" if cfg == default else "")] = (lambda k=k, bb=bb: k(x, w, bb))
-            if args.two_walks and op == "layer_norm" and cfg.get("smem"):
-                try:
-                    k2 = smem_norms.program(op, n, dtype, True, True, EPS, cfg["tile_n"], cfg["cluster"],
-                                            walks=2)(block_m=1, threads=cfg["threads"])
-                    for xc in (hard_rows(torch, 5, n, tdt, head=True), hard, x):
-                        check(torch, k2(xc, w, b), op, xc, w, b)
-                except Exception as exc:  # noqa: BLE001
-                    print("FAIL walks2", op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
+            for twin, _ in twins(args, op, cfg):
+                k2 = twin_built.get((op, n, dtype, tuple(sorted(cfg.items())), twin))
+                if k2 is None:
                     continue
-                fns[label(cfg) + " walks2"] = (lambda k2=k2: k2(x, w, b))
+                try:
+                    for xc in (hard_rows(torch, 5, n, tdt, head=True), hard, x):
+                        check(torch, k2(xc, w, bb), op, xc, w, b)
+                except Exception as exc:  # noqa: BLE001
+                    print("FAIL", twin, op, m, n, dtype, cfg, f"{type(exc).__name__}: {exc}"[:400], flush=True)
+                    continue
+                fns[f"{label(cfg)} {twin}"] = (lambda k2=k2, bb=bb: k2(x, w, bb))
         for name in ("triton (default)", "tilelang (default)"):
             check(torch, fns[name](), op, x, w, b)
         params = len(wb) * n * x.element_size()

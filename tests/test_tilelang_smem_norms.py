@@ -163,3 +163,24 @@ def test_the_sm90_build_of_layer_norm_in_two_walks(n, dtype, cluster):
     assert src[2].count("AllReduce<tl::SumOp") == 3 and src[3].count("AllReduce<tl::SumOp") == 2
     with pytest.raises(ValueError, match="walks must be 2 or 3"):
         smem_norms.program("layer_norm", n, dtype, True, True, 1e-5, cfg["tile_n"], cluster, arch="sm_90", walks=1)
+
+
+def test_large_clusters_at_256_threads_ship_with_the_launch_bound():
+    """Clusters of 8 or 16 chunks at 256 threads ship with the rows kernel's launch bound (the CTAs
+    an SM that their chunks allow); one or two chunks a row, and 128 threads, ship without, as the
+    H100 sweep found faster; a sweep's twin builds either way."""
+    from dispatch_tilelang import smem_norms
+
+    def source(op, n, cluster, threads, **twin):
+        cfg = NM.smem_config(n, "bfloat16", cluster, threads)
+        return smem_norms.program(op, n, "bfloat16", True, op == "layer_norm", 1e-5, cfg["tile_n"], cluster,
+                                  arch="sm_90", **twin)(block_m=1, threads=threads).get_kernel_source()
+
+    # 16 chunks of 16384 (32 KB): 6 CTAs an SM by shared memory; 8 of 20480 (40 KB): 5
+    assert "__launch_bounds__(256, 6)" in source("layer_norm", 262144, 16, 256)
+    assert "__launch_bounds__(256, 5)" in source("rms_norm", 151936, 8, 256)
+    for op, n, cluster, threads in (("layer_norm", 16384, 1, 256), ("layer_norm", 65536, 8, 128),
+                                    ("rms_norm", 32768, 2, 256)):
+        assert f"__launch_bounds__({threads}, 1)" in source(op, n, cluster, threads)
+    assert "__launch_bounds__(256, 6)" in source("layer_norm", 16384, 1, 256, bound=True)
+    assert "__launch_bounds__(256, 1)" in source("layer_norm", 262144, 16, 256, bound=False)

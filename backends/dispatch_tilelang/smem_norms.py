@@ -9,8 +9,8 @@ A CTA copies its chunk into shared memory with ``cp.async`` and walks it there:
   memory, so no element far from the rest costs precision); one exchange of (sum, M2); the row's
   mean and M2 merged from the chunks by Chan et al.'s rule, ``M2 = sum_r M2_r + n_r (mean_r -
   mean)^2``, with each chunk's count ``n_r`` a constant; the output. With ``walks=2`` (an
-  option of :func:`program`, not yet a config: it has not run on a GPU) the sum and the squares
-  come from one walk, of ``d = x - shift`` with the shift the mean of the chunk's first
+  option of :func:`program`, not a config: on an H100 it moved the defaults by -2% to +3.5%) the
+  sum and the squares come from one walk, of ``d = x - shift`` with the shift the mean of the chunk's first
   ``SHIFT_GROUP`` elements; ``M2 = sum d^2 - (sum d)^2 / n`` then cancels only where the shift
   lies farther from the chunk's mean than the chunk's spread, and there the squares are walked
   again about the mean.
@@ -18,6 +18,9 @@ A CTA copies its chunk into shared memory with ``cp.async`` and walks it there:
 The exchange is :mod:`.smem_rows`': each chunk's two words go to every peer with ``cp.async.bulk``
 into distributed shared memory, completing on the peer's mbarrier. The row is read from HBM once
 and written once; ``w`` and ``b`` are read by every row (from L2 past the first).
+
+Clusters of 8 CTAs or more at 256 threads carry the rows kernel's launch bound
+(:func:`ships_bound`).
 
 ``y = (x - mean) * rstd [* w] [+ b]`` in fp32, rounded once to x's dtype; ``M`` is dynamic (rows
 on ``blockIdx.x``), ``N`` static, dense rows only; an absent weight or bias is a build-time choice.
@@ -33,7 +36,7 @@ import tilelang.language as T
 from ._numerics import F32, nonneg
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout
 from .norm_kernels import _affine
-from .smem_rows import check_launch, row_words, trade_words
+from .smem_rows import check_launch, launch_bound, row_words, trade_words
 
 
 def chunk_count(n: int, tile: int, r):
@@ -52,13 +55,28 @@ def chan_term(peers, r, mean, n: int, tile: int):
 SHIFT_GROUP = 16  # walks=2: the chunk's first elements whose mean is the shift
 
 
+def ships_bound(cluster: int, threads: int) -> bool:
+    """Whether the shipped kernel of a config carries the launch bound: clusters of 8 CTAs or more
+    at 256 threads. On an H100 (bf16, a weight and layer_norm's bias; the bound twin of each config
+    timed next to it) the bound took 4-18% off layer_norm's configs there whose registers held an
+    SM to 3-5 CTAs where their chunks allow 6-8 (layer_norm 64 x 262144's default, 16 chunks of
+    16384: 40.5 -> 36.1 us; rms_norm's took 32-49 registers, its configs moved -8% to +2%); at one
+    or two chunks a row (1024 x 16384, 512 x 32768) the same bound cost layer_norm up to 6%, and
+    at 128 threads it moved configs by -3% to +9%
+    (benchmarks/results/current/norms/smem_norms/launch_bound/)."""
+    return cluster >= 8 and threads >= 256
+
+
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int,
-            cluster: int, arch: str | None = None, walks: int = 3):
+            cluster: int, arch: str | None = None, walks: int = 3, bound: bool | None = None):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtype, weight/bias present, eps, tile_n, cluster); ``arch`` pins the target as in
     ``cuda_kernels.program``. ``walks``: layer_norm's walks of its chunk in shared memory, 3 or 2
-    (see the module's docstring; rms_norm walks it twice either way)."""
+    (see the module's docstring; rms_norm walks it twice either way). ``bound``: whether the
+    kernel carries the rows kernel's launch bound (``smem_rows.launch_bound``: the CTAs an SM that
+    its chunk in shared memory allows, each thread kept to what they leave); None, as shipped
+    (:func:`ships_bound`), True or False a sweep's twin."""
     if walks not in (2, 3):
         raise ValueError(f"walks must be 2 or 3 (got {walks!r})")
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
@@ -93,6 +111,8 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
         def main(x: T.Tensor((M, N), dtype), w: T.Tensor((N,), dtype), b: T.Tensor((N,), dtype),
                  y: T.Tensor((M, N), dtype)):
             with T.Kernel(M, C, threads=threads, cluster_dims=(1, C, 1)) as (bx, cx):
+                if ships_bound(C, threads) if bound is None else bound:
+                    T.annotate_min_blocks_per_sm(launch_bound(TILE, dtype, threads))
                 xs = T.alloc_shared((1, TILE), dtype)
                 acc = T.alloc_fragment((1, SUB), F32)
                 s = T.alloc_fragment((1,), F32)
