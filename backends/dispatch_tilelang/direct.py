@@ -208,15 +208,16 @@ class NormCallPath(CallPath):
         self.state = "adapter" if self.executable is not None else "adapter only"
         exe = entry_of(self.executable) if self.executable is not None else None
         empty, kernel_shape, out_shape = torch.empty, (m, n), self.out_shape
-        callee, armed = self.abi == "callee", [False]
+        callee, armed, reshaped = self.abi == "callee", [False], self.out_shape != (m, n)
 
         def direct(x, weight=None, bias=None):
             a, w, b = prepare(x, weight, bias)
             if callee:
-                return exe(a, w, b, a).view(out_shape)
-            out = empty(kernel_shape, dtype=out_dtype, device=x.device)
-            exe(a, w, b, out)
-            return out.view(out_shape)
+                out = exe(a, w, b, a)
+            else:
+                out = empty(kernel_shape, dtype=out_dtype, device=x.device)
+                exe(a, w, b, out)
+            return out.view(out_shape) if reshaped else out
 
         until_armed = self._until_armed(direct, armed)
 

@@ -184,6 +184,8 @@ def aligned(t: torch.Tensor) -> torch.Tensor:
 def rows_of(x: torch.Tensor, m: int, n: int, stride: int) -> torch.Tensor:
     """``x`` as the (m, n) view the programs take: dense rows, or rows ``stride`` apart (the
     strides a kernel of that stride checks; a single row is given dense strides)."""
+    if m > 1 and x.dim() == 2:  # already the rows (of n: the last dim is the one normalized)
+        return x
     rows = x.reshape(m, n)  # the leading dims collapse to one stride (the check said so): a view
     return rows.as_strided((m, n), (n, 1)) if m <= 1 and not stride else rows
 
@@ -205,11 +207,14 @@ def kernel(spec, config, target: str):
 
     cuda, stride = target == "cuda", parts[-1]
 
-    def prepare(x, weight=None, bias=None):
-        ph = placeholder(x, dtype, (n,))
-        args = (rows_of(x, m, n, stride), ph if weight is None else weight.reshape(n),
-                ph if bias is None else bias.reshape(n))
-        return tuple(aligned(a) for a in args) if cuda else args
+    def flat(t, x):  # weight or bias as (n,), or the cached stand-in on x's device
+        if t is None:
+            return placeholder(x, dtype, (n,))
+        return t if t.dim() == 1 else t.reshape(n)
+
+    def prepare(x, weight=None, bias=None):  # host time a call: no reshape of what is already its shape
+        args = (rows_of(x, m, n, stride), flat(weight, x), flat(bias, x))
+        return (aligned(args[0]), aligned(args[1]), aligned(args[2])) if cuda else args
 
     if cuda:  # the executable's call once checked (direct.NormCallPath): the adapter's costs host time
         from .direct import NormCallPath
