@@ -80,8 +80,8 @@ def dispatch_backend_info() -> BackendInfo:
         # norm_configs.smem_card) ranked below it and above torch's; rms_norm's were level with
         # Triton's or behind but at 512x32768, and keep no figure. The smem cards' launch is Triton's
         # norms' 13.0 us: since a norm call's inputs are prepared without reshapes (Dec 6), its kernel
-        # on an H100 cost 8.3-13.1 us a back-to-back call against Triton's 11.1-14.7, and the pick at
-        # layer_norm 64x65536 and 32x262144 15.6 / 16.0 us a call against Triton's 18.8 / 19.3
+        # on an H100 cost 8.3-13.1 us a back-to-back call against Triton's 11.1-14.7, and a call of
+        # layer_norm 64x65536 and 32x262144 forced to it 15.6 / 16.0 us against Triton's 18.8 / 19.3
         # (benchmarks/results/current/norms/smem_norms/host_path/)
         # over a dim that is not unit-stride (a column per thread), bf16 over dim 1 of (B, C, H, W):
         # softmax/log_softmax 1674-1954 GB/s (Triton's 2712-3179), logsumexp 1996-2650 (Triton's 1490-2389

@@ -57,12 +57,12 @@ SHIFT_GROUP = 16  # walks=2: the chunk's first elements whose mean is the shift
 
 def ships_bound(cluster: int, threads: int) -> bool:
     """Whether the shipped kernel of a config carries the launch bound: clusters of 8 CTAs or more
-    at 256 threads. On an H100 (bf16, a weight and layer_norm's bias; the bound twin of each config
-    timed next to it) the bound took 4-18% off layer_norm's configs there whose registers held an
-    SM to 3-5 CTAs where their chunks allow 6-8 (layer_norm 64 x 262144's default, 16 chunks of
-    16384: 40.5 -> 36.1 us; rms_norm's took 32-49 registers, its configs moved -8% to +2%); at one
-    or two chunks a row (1024 x 16384, 512 x 32768) the same bound cost layer_norm up to 6%, and
-    at 128 threads it moved configs by -3% to +9%
+    at 256 threads. On an H100 (bf16, a weight and layer_norm's bias; each config timed next to
+    its twin), at such configs whose registers held an SM to 3-5 CTAs where their chunks allow 6-8,
+    the bound took 4-18% off layer_norm at 5 of 6 (layer_norm 64 x 262144's default, 16 chunks of
+    16384: 40.5 -> 36.1 us) and 8% off rms_norm at both of its; the others moved -4% to +2%. At
+    one or two chunks a row (1024 x 16384, 512 x 32768) it cost layer_norm up to 6%, and at 128
+    threads it moved configs by -4% to +10%
     (benchmarks/results/current/norms/smem_norms/launch_bound/)."""
     return cluster >= 8 and threads >= 256
 
