@@ -78,6 +78,19 @@ def built(futures: dict) -> dict:
     return out
 
 
+def build_on_pool(jobs: dict, build, what: str, workers: int | None = None) -> dict:
+    """{key: build(job)} of ``jobs`` ({key: job}), built on a thread pool of ``workers`` (the CPUs;
+    TileLang's compiles release the GIL and overlap); a build that raised is printed and left out
+    (:func:`built`). Prints how many were built and how long it took."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 4) as pool:
+        out = built({key: pool.submit(build, job) for key, job in jobs.items()})
+    print(f"built {len(out)} of {len(jobs)} {what} in {time.time() - t0:.0f} s", flush=True)
+    return out
+
+
 def race_arguments(ops: str, dtypes: str) -> argparse.ArgumentParser:
     """The options of a shared-memory race over rows (``sweep_smem_rows.py``, ``sweep_smem_norms.py``):
     ``--out``, ``--dtypes``, ``--ops``, ``--shapes`` (``M x N`` for every dtype), ``--rounds`` and

@@ -15,16 +15,14 @@ its tile in parts and walks each part for the max as it lands.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import os
 import sys
 import threading
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import built, race_table, saver, write_race_markdown  # noqa: E402
+from sweep_harness import build_on_pool, race_table, saver, write_race_markdown  # noqa: E402
 
 # shape:dim
 CASES = "32x1024x64x64:1,64x256x56x56:1,4096x4096:0,32x2048x2048:1,8x4096x1024:1"
@@ -111,17 +109,14 @@ def main() -> None:
             prim = prog.get_tir(threads=cfg["threads"])
         return tilelang.compile(prim, out_idx=[1], target=prog.target, pass_configs=prog.pass_configs)
 
-    t0 = time.time()
     jobs = {}
-    with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-        for op, shape, dim, dtype, cfgs in cases:
-            key = view3(shape, dim)
-            for cfg in cfgs:
-                jobs[(op, key, dtype, label(cfg))] = pool.submit(build, op, key, dtype, cfg)
-                if twin:
-                    jobs[(op, key, dtype, f"{label(cfg)} {twin}")] = pool.submit(build, op, key, dtype, cfg, twin)
-        kernels = built(jobs)
-    print(f"built {len(kernels)} of {len(jobs)} in {time.time() - t0:.0f} s", flush=True)
+    for op, shape, dim, dtype, cfgs in cases:
+        key = view3(shape, dim)
+        for cfg in cfgs:
+            jobs[(op, key, dtype, label(cfg))] = (op, key, dtype, cfg)
+            if twin:
+                jobs[(op, key, dtype, f"{label(cfg)} {twin}")] = (op, key, dtype, cfg, twin)
+    kernels = build_on_pool(jobs, lambda job: build(*job), "kernels", args.workers)
 
     records = []
     save = saver(args.out, "smem_cols", {"command": " ".join(sys.argv), "columns": "op | dtype | shape, dim"}, records,

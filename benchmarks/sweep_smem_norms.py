@@ -30,7 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import built, race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import build_on_pool, race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "4096x4096,2048x8192,1024x16384,512x32768,256x65536,128x131072,32x151936,64x262144,4x262144",
           "float32": "1024x16384,256x65536,64x262144"}
@@ -87,8 +87,6 @@ def twins(args, op: str, cfg: dict) -> list[tuple[str, dict]]:
 def twin_kernels(smem_norms, args, cases) -> dict:
     """Every twin (:func:`twins`) of the configs of ``cases``, built on a thread pool:
     {(op, n, dtype, sorted config items, twin label): kernel}."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from dispatch_tilelang.build import compile_program
 
     jobs = {(op, n, dtype, tuple(sorted(cfg.items())), twin): (op, n, dtype, cfg, kwargs)
@@ -100,13 +98,7 @@ def twin_kernels(smem_norms, args, cases) -> dict:
                                                           cfg["cluster"], **kwargs),
                                {"block_m": 1, "threads": cfg["threads"]})
 
-    if not jobs:
-        return {}
-    t0 = time.time()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
-        out = built({key: pool.submit(one, job) for key, job in jobs.items()})
-    print(f"built {len(out)} twins in {time.time() - t0:.0f} s", flush=True)
-    return out
+    return build_on_pool(jobs, one, "twins") if jobs else {}
 
 
 def main() -> None:

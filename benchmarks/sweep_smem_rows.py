@@ -29,7 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import built, race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import build_on_pool, race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "2048x16384,2097x32000,2048x32768,1024x65536,512x131072,256x151936,256x262144,8x128256,1x262144",
           "float32": "2048x16384,1024x32768,1024x65536"}
@@ -80,8 +80,6 @@ TWINS = {"unbound": {"bound": False}, "staged": {"staged": True}}  # a twin's na
 def twin_kernels(B, smem_rows, cases, twin: str) -> dict:
     """Each chunk-in-shared-memory config of ``cases`` built as its ``twin`` (of :data:`TWINS`), on
     a thread pool: {(op, n, dtype, sorted config items): kernel}."""
-    from concurrent.futures import ThreadPoolExecutor
-
     jobs = {(op, n, dtype, tuple(sorted(cfg.items()))): (op, n, dtype, cfg)
             for op, _m, n, dtype, cfgs in cases for cfg in cfgs if cfg.get("smem")}
 
@@ -91,11 +89,7 @@ def twin_kernels(B, smem_rows, cases, twin: str) -> dict:
                                                            B.cuda_arch(), **TWINS[twin]),
                                  {"block_m": 1, "threads": cfg["threads"]})
 
-    t0 = time.time()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
-        out = built({key: pool.submit(one, job) for key, job in jobs.items()})
-    print(f"built {len(out)} {twin} twins in {time.time() - t0:.0f} s", flush=True)
-    return out
+    return build_on_pool(jobs, one, f"{twin} twins")
 
 
 def main() -> None:
