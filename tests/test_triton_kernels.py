@@ -219,7 +219,7 @@ def test_refusals():
 
 
 SPLIT_PIPE_CFG = C._cfg("split_pipe", 512, 1, 1, 4)  # a row over cdiv(N, 512) programs, pipelined a row ahead
-CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all chunks, then a merge
+CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all chunks, the last merges
 
 
 ONEPASS_2K_CFG = C._cfg("onepass", 2048, 1, 1, 4)  # one row of up to 2048 a program
@@ -353,13 +353,13 @@ def test_logsumexp_long_rows_default_to_chunks_small_enough_to_fill_the_device()
     assert C.default_config("logsumexp", 1024, 65536, F32)["BLOCK_N"] == 8192
     many = C.default_config("logsumexp", 1024, 65536, BF16)  # 2-byte rows: persistent programs over chunks
     assert many["path"] == "chunks" and many["BLOCK_N"] == 4096
-    few = C.default_config("logsumexp", 1, 262144, BF16)  # 2048-element chunks: 128 of them, in one launch
+    few = C.default_config("logsumexp", 1, 262144, BF16)  # 2048-element chunks: 128 of them, one program each
     assert few["path"] == "split" and few["BLOCK_N"] == 2048 and 262144 // 2048 <= C.MAX_SPLIT
-    big = C.LSE_ONE_LAUNCH_MAX
+    big = C.LSE_SPLIT_MAX
     for m, n in ((1, 40000), (8, 128256), (2 * sms, 32768), (40, big // 40 + 1), (64, big // 64 + 1), (64, big // 64)):
         for dtype in (F32, BF16):
             c = C.default_config("logsumexp", m, n, dtype)
-            # 2-byte rows: the chunks' two launches only where the input is large enough to pay for them
+            # 2-byte rows: persistent programs over chunks only where the input is over 8M elements
             want = "chunks" if dtype == BF16 and m * n > big else "split"
             assert c["path"] == want and c["BLOCK_N"] // c["num_warps"] == 2048, (m, n, dtype, c)  # 64 a thread
             assert m * C._cdiv(n, c["BLOCK_N"]) >= 2 * sms or c["BLOCK_N"] == 2048
@@ -405,6 +405,25 @@ def test_logsumexp_chunks_path(config):
         torch.testing.assert_close(out.cpu(), reference("logsumexp", wide[:, :1200], F32), atol=2e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="'chunks' writes one value per row"):
         L.run("softmax", randn(2, 3000, F32), F32, config)
+
+
+@pytest.mark.parametrize("config", [CHUNKS_CFG] + ([] if DEV == "cpu" else [dict(CHUNKS_CFG, FAST_EXP=1)]),
+                         ids=cfg_id)
+def test_logsumexp_chunks_of_rows_a_whole_number_of_chunks(config):
+    # rows of exactly 4 and 2 chunks load without a mask an element: every row's last chunk to
+    # arrive (over programs that take several chunks each) still merges the right partials, special
+    # values included, and a second launch finds the arrival counters zeroed
+    for dtype in (F32, BF16):
+        check("logsumexp", randn(9, 2048, dtype, seed=5), dtype, config)
+    check("logsumexp", special_rows(1024).to(DEV), F32, config)
+    check("logsumexp", special_rows(1024).to(DEV).to(BF16), BF16, config)
+    wide = randn(6, 1536, BF16, seed=7)
+    out, launch = L.prepare("logsumexp", wide[:, 256:1280], F32, config)  # strided rows of 1024, in place
+    assert L.Launcher("logsumexp", 6, 1024, BF16, F32, wide.stride(0), wide.device, config).grid[0] <= 6 * 2
+    for _ in range(3):
+        out.fill_(NAN)
+        launch()
+        torch.testing.assert_close(out.cpu(), reference("logsumexp", wide[:, 256:1280], F32), atol=2e-5, rtol=1e-5)
 
 
 def test_logsumexp_chunks_take_one_program_each():

@@ -64,9 +64,7 @@ def autotuned(op: str, do_bench=None):
                 def prune(configs, named_args, **kwargs):
                     x = named_args["x_ptr"]
                     n = int(named_args["N"])
-                    # 'chunks' takes two launches, which a triton.autotune launch cannot make
-                    allowed = [_cfg_key(c) for c in config_space(op, int(named_args["M"]), n, x.dtype)
-                               if c["path"] != "chunks"]
+                    allowed = [_cfg_key(c) for c in config_space(op, int(named_args["M"]), n, x.dtype)]
                     if _interpreting() and op != "logsumexp":
                         # the interpreter runs programs one by one: split partials could never meet
                         allowed = [k for k in allowed

@@ -107,7 +107,7 @@ def _sync_buffer(device: torch.device, rows_needed: int) -> torch.Tensor:
 
 
 def _lse_buffers(device: torch.device, rows: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sync, ws)`` of the current stream for logsumexp's split path: the arrival counters and the
+    """``(sync, ws)`` of the current stream for logsumexp's split and chunks paths: the arrival counters and the
     fp32 workspace of ``partials`` (max, sum) pairs; while a CUDA graph is captured, ones private to
     the captured launch.
 
@@ -123,28 +123,10 @@ def _lse_buffers(device: torch.device, rows: int, partials: int) -> tuple[torch.
 
 
 def _lse_stream_buffers(key, rows: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sync, ws)`` of the stream ``key`` (device, stream) for logsumexp's split path."""
+    """``(sync, ws)`` of the stream ``key`` (device, stream) for logsumexp's split and chunks paths."""
     device = key[0]
     return (_per_stream(_SYNC, key, int(_ROW_OFF) + rows, torch.int32, device),
             _per_stream(_WS, key, 2 * partials, torch.float32, device))
-
-
-def _workspace_view(key, partials: int) -> torch.Tensor:
-    """Exactly ``partials`` (max, sum) pairs of the fp32 workspace of the stream ``key`` (a view)."""
-    return _per_stream(_WS, key, 2 * partials, torch.float32, key[0])[:2 * partials]
-
-
-def _chunks_workspace(device: torch.device, partials: int, views: dict) -> torch.Tensor:
-    """logsumexp's chunks: the fp32 workspace of ``partials`` (max, sum) pairs, a view of exactly
-    that many of the current stream's (kept in ``views``, one per stream, by the launcher that
-    asks); while a CUDA graph is captured, one private to the captured launch."""
-    key = _stream_key(device)
-    if _stream_capturing(key):
-        return torch.empty(2 * partials, dtype=torch.float32, device=device)
-    ws = views.get(key)
-    if ws is None:
-        ws = views[key] = _workspace_view(key, partials)
-    return ws
 
 
 def _slot_words(partials: int) -> int:

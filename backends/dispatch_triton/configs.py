@@ -169,7 +169,7 @@ def config_space(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> list[
     return _space(op, _np2(max(int(n_cols), 1)), esz, _device_sms())
 
 
-LSE_ONE_LAUNCH_MAX = 1 << 23  # elements: logsumexp of long 2-byte rows in one launch up to here (default_config)
+LSE_SPLIT_MAX = 1 << 23  # elements: logsumexp of long 2-byte rows one program a chunk up to here (default_config)
 
 
 def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
@@ -200,15 +200,17 @@ def default_config(op: str, n_rows: int, n_cols: int, dtype: torch.dtype) -> dic
             want = _cfg("onepass", np2, 1, 1, max(1, min(16, np2 // 256)))
     elif lse:
         # a row in chunks of 64 elements a thread: the largest chunk (up to 8192 for fp32, 4096 for
-        # 2-byte rows) that still gives every SM two; fp32 one program a chunk, 2-byte rows
-        # persistent programs whose next chunk loads while they reduce one
-        # (the chunks' two launches cost a caller twice the host time of one: where the whole input
-        # is 8M elements or fewer, its device time is below that, and 2-byte rows take ``split``
-        # too: bf16 32x151936 7.6 us a call against 14.0, 1x32768 7.7 against 15.5)
+        # 2-byte rows) that still gives every SM two; fp32 one program a chunk (``split``), 2-byte
+        # rows of inputs over 8M elements persistent programs whose next chunk loads while they
+        # reduce one (``chunks``; on an H200 3105 GB/s against split's 2913 at 256x262144). Up to 8M
+        # elements 2-byte rows take ``split`` too: when ``chunks`` took two launches it cost a
+        # caller twice the host time (bf16 32x151936 7.6 us a call against 14.0), and in one launch
+        # it is still 1-14% slower there on an H100 (64x65536 11.6 us against 11.2,
+        # benchmarks/results/current/rows_kernels/lse_one_launch/)
         sizes = (8192, 4096) if esz == 4 else (4096,)
         bn = next((b for b in sizes if int(n_rows) * _cdiv(int(n_cols), b) >= 2 * sms), 2048)
-        one_launch = esz == 4 or int(n_rows) * int(n_cols) <= LSE_ONE_LAUNCH_MAX
-        want = _with_fast_exp(_cfg("split" if one_launch else "chunks", bn, 1, 1, bn // 2048))
+        one_program_a_chunk = esz == 4 or int(n_rows) * int(n_cols) <= LSE_SPLIT_MAX
+        want = _with_fast_exp(_cfg("split" if one_program_a_chunk else "chunks", bn, 1, 1, bn // 2048))
         if want not in space:  # rows too long for chunks: streamed, cut over programs when rows are few
             want = _cfg("split_online", 2048, 1, 32, 4, 2) if n_rows < 4 * sms else _cfg("online", 4096, 1, 1, 8, 2)
     else:

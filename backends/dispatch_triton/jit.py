@@ -23,15 +23,17 @@ so that one Triton autotuner can choose among all of them:
     for a second chunk in flight.
 
 ``chunks`` (PATH 4, logsumexp only)
-    Two launches: persistent programs walk all chunks of all rows, each chunk held in registers
-    while the next one loads, and write per-chunk (max, sum) partials; then one program per row
-    merges its partials. Nothing waits, and the row is read once.
+    Persistent programs walk all chunks of all rows, each chunk held in registers while the next
+    one loads, and write per-chunk (max, sum) partials; the last chunk of a row to arrive merges
+    them (as ``split`` does for logsumexp). Nothing waits, the row is read once, one launch. Rows
+    that are a whole number of chunks (``EVEN``) load without a mask an element.
 
 The partials of the split paths meet through :mod:`dispatch_triton.exchange` (epoch-tagged words,
 tickets that decide a program's group; the host caps ``n_split`` at the SM count, and one program
 per SM always fits, so a group's programs are resident together). logsumexp needs no waiting: the
 last segment of a row to arrive (an acq_rel counter that it resets) merges and writes, so its
-``split`` path takes one program per chunk rather than persistent groups. The Triton interpreter
+``split`` path takes one program per chunk rather than persistent groups (``chunks``: persistent
+programs over chunks). The Triton interpreter
 runs programs one after another, so there partials could never meet in one launch: the split
 paths then run as two launches (``PHASE`` 1 publishes, ``PHASE`` 2 merges and writes), the same
 code minus the wait.
@@ -131,11 +133,17 @@ def _exp(x, FAST_EXP: tl.constexpr):
     2**-126 flushed to 0), where ``tl.exp`` also scales inputs whose result would be subnormal.
     Inline PTX: a GPU only (the launchers refuse it under the interpreter)."""
     if FAST_EXP:
-        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * 1.4426950408889634],
-                                      dtype=tl.float32, is_pure=True, pack=1)
+        y = _exp2_fast(x * 1.4426950408889634)
     else:
         y = tl.exp(x)
     return y
+
+
+@triton.jit
+def _exp2_fast(v):
+    # 2**v in one ex2.approx.ftz.f32 (inline PTX: a GPU only)
+    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [v], dtype=tl.float32, is_pure=True,
+                                     pack=1)
 
 
 @triton.jit
@@ -323,13 +331,24 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
 
 
 @triton.jit
-def _lse_chunk_load(x_ptr, t64, n_split, total, N, stride_xm, ALIGN: tl.constexpr, BLOCK_N: tl.constexpr,
-                    V: tl.constexpr):
-    # chunk t64 of all rows' chunks (all -inf past the last): its raw values and, with ALIGN, its
-    # window and the row's straddling groups (as _chunk_load)
+def _lse_chunk_load(x_ptr, t64, n_split, end, N, stride_xm, ALIGN: tl.constexpr, EVEN: tl.constexpr,
+                    BLOCK_N: tl.constexpr, V: tl.constexpr):
+    # chunk t64 of all rows' chunks (all -inf from chunk ``end`` on): its raw values and, with ALIGN,
+    # its window and the row's straddling groups (as _chunk_load). EVEN (every chunk whole): no mask
+    # an element, one predicate for the chunk (nothing loads from ``end`` on; those values are never
+    # used)
     row = t64 // n_split
     c = t64 % n_split
-    lim = tl.where(t64 < total, N, 0)
+    if EVEN:
+        cols = tl.arange(0, BLOCK_N)
+        if _INTERPRETED:  # its loads take no mask made from a scalar's
+            whole = cols < tl.where(t64 < end, BLOCK_N, 0)
+        else:
+            whole = tl.broadcast_to(t64 < end, [BLOCK_N])
+        x = tl.load(x_ptr + row * stride_xm + c * BLOCK_N + cols, mask=whole, eviction_policy="evict_first")
+        xe = tl.full([2 * V], float("-inf"), x.dtype)
+        return x, xe
+    lim = tl.where(t64 < end, N, 0)
     if ALIGN:
         x, xe = _read_window(x_ptr, row, stride_xm, c, lim, BLOCK_N, V)
     else:
@@ -340,29 +359,58 @@ def _lse_chunk_load(x_ptr, t64, n_split, total, N, stride_xm, ALIGN: tl.constexp
 
 
 @triton.jit
-def _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE: tl.constexpr, BLOCK_N: tl.constexpr, OUT_TY,
-                FAST_EXP: tl.constexpr, ALIGN: tl.constexpr, V: tl.constexpr):
-    # PATH 4, logsumexp only, two launches. PHASE 0: persistent programs take the M * n_split
-    # chunks of the rows in turn (program p: chunks p, p + P, ...), each chunk held in registers
-    # while the next is already loading, and write its (max, sum) to the workspace: no program
-    # ever waits on another. PHASE 2: one program per row merges its partials and writes.
-    n_split = tl.cdiv(N, BLOCK_N)
-    pid = tl.program_id(0)
-    if PHASE == 2:
-        if pid < M:
-            big_m, big_e, s = _combine(ws_ptr, pid.to(tl.int64) * n_split, n_split)
-            tl.store(out_ptr + pid, _cvt(tl.log(s) + big_e, OUT_TY))
+def _lse_partial(xr, er, OUT_TY, ALIGN: tl.constexpr, FAST_EXP: tl.constexpr):
+    # a chunk's (max, sum of exp about it) from its raw values; with FAST_EXP each exp is one fused
+    # multiply-add and one ex2.approx (exp2(x * log2e - max * log2e))
+    if FAST_EXP:
+        x = _finish_load(xr, xr, False, OUT_TY)
+        m = tl.max(x, 0)
+        if ALIGN:
+            xe = _finish_load(er, er, False, OUT_TY)
+            m = tl.maximum(m, tl.max(xe, 0))
+        ml = _eff(m) * 1.4426950408889634
+        s = tl.sum(_exp2_fast(x * 1.4426950408889634 - ml), 0)
+        if ALIGN:
+            s += tl.sum(_exp2_fast(xe * 1.4426950408889634 - ml), 0)
     else:
-        nprog = tl.num_programs(0)
-        total = M * n_split
-        xr, er = _lse_chunk_load(x_ptr, pid.to(tl.int64), n_split, total, N, stride_xm, ALIGN, BLOCK_N, V)
-        for t in range(pid, total, nprog):
-            t64 = tl.cast(t, tl.int64)
-            xr_n, er_n = _lse_chunk_load(x_ptr, t64 + nprog, n_split, total, N, stride_xm, ALIGN, BLOCK_N, V)
-            m_c, s_c = _partial(xr, xr, er, False, OUT_TY, ALIGN, FAST_EXP)
-            tl.store(ws_ptr + t64 * 2, m_c)
-            tl.store(ws_ptr + t64 * 2 + 1, s_c)
-            xr, er = xr_n, er_n
+        m, s = _partial(xr, xr, er, False, OUT_TY, ALIGN, FAST_EXP)
+    return m, s
+
+
+@triton.jit
+def _lse_chunks(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N: tl.constexpr, OUT_TY,
+                FAST_EXP: tl.constexpr, ALIGN: tl.constexpr, EVEN: tl.constexpr, V: tl.constexpr):
+    # PATH 4, logsumexp only, one launch: persistent programs each take a run of consecutive chunks
+    # (program p: chunks [p * T // P, (p + 1) * T // P) of the T = M * n_split chunks of all rows),
+    # each chunk held in registers while the next one is already loading, and write every chunk's
+    # (max, sum) to the workspace. Where a program leaves a row it adds the chunks it took of it to
+    # the row's acq_rel counter (one atomic, and the fence before it, per row a program touches, not
+    # per chunk: the fence waits for the chunk in flight); the program that completes the count
+    # merges the row's partials, writes it and resets the counter. No program ever waits on another.
+    n_split = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0)
+    total = M.to(tl.int64) * n_split
+    lo = pid * total // nprog
+    hi = (pid + 1) * total // nprog
+    xr, er = _lse_chunk_load(x_ptr, lo, n_split, hi, N, stride_xm, ALIGN, EVEN, BLOCK_N, V)
+    taken = 0
+    for t in range(lo, hi):
+        xr_n, er_n = _lse_chunk_load(x_ptr, t + 1, n_split, hi, N, stride_xm, ALIGN, EVEN, BLOCK_N, V)
+        m_c, s_c = _lse_partial(xr, er, OUT_TY, ALIGN, FAST_EXP)
+        tl.store(ws_ptr + t * 2, m_c)
+        tl.store(ws_ptr + t * 2 + 1, s_c)
+        taken += 1
+        if (t % n_split == n_split - 1) | (t == hi - 1):  # this program's last chunk of the row
+            tl.debug_barrier()
+            row = t // n_split
+            old = tl.atomic_add(sync_ptr + _ROW_OFF + row, taken, sem="acq_rel")
+            if old + taken == n_split:
+                big_m, big_e, s = _combine(ws_ptr, row * n_split, n_split)
+                tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
+                tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
+            taken = 0
+        xr, er = xr_n, er_n
 
 
 @triton.jit(do_not_specialize=["N_BUCKET"])
@@ -375,13 +423,14 @@ def _softmax_kernel(
     NW: tl.constexpr, NS: tl.constexpr,  # noqa: ARG001 - mirrors of num_warps/num_stages for the grid
     FAST_EXP: tl.constexpr = 0,
     ALIGN: tl.constexpr = 0,
+    EVEN: tl.constexpr = 0,
 ):
     OUT_TY = out_ptr.dtype.element_ty
     V: tl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth  # elements per 16 bytes (ALIGN)
     tl.static_assert(not (ALIGN and HAS_MASK), "ALIGN reads rows without a mask")
     pid = tl.program_id(0)
     if PATH == 4:
-        _lse_chunks(x_ptr, out_ptr, ws_ptr, M, N, stride_xm, PHASE, BLOCK_N, OUT_TY, FAST_EXP, ALIGN, V)
+        _lse_chunks(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N, OUT_TY, FAST_EXP, ALIGN, EVEN, V)
     elif PATH == 0 and ALIGN:  # one row a program (the launcher's condition), through its window
         _window_row(x_ptr, out_ptr, pid, N, stride_xm, stride_om, OP, OUT_TY, FAST_EXP, BLOCK_N, V)
     elif PATH == 0:

@@ -12,8 +12,8 @@ from dispatch.backend import placeholder  # stand-ins for absent optional tensor
 
 from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_sms, _n_split, _np2
 from .direct import DirectLaunch
-from .buffers import (_captured_zeros, _chunks_workspace, _lse_buffers, _lse_stream_buffers, _slot_entry, _slot_words,
-                      _split_slots, _sync_buffer, _tick, _workspace_view, per_stream)
+from .buffers import (_captured_zeros, _lse_buffers, _lse_stream_buffers, _slot_entry, _slot_words,
+                      _split_slots, _sync_buffer, _tick, per_stream)
 from .jit import _interpreting, _softmax_kernel, fast_exp_of
 
 
@@ -301,7 +301,8 @@ class Launcher:
         ints = (M, N, self.row_stride, N if op != "logsumexp" else 1, mask_arg.stride(0) if has_mask else 0, _np2(N))
         meta = dict(OP=_OP_CODE[op], HAS_MASK=has_mask, PATH=code, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps,
                     NS=stages, FAST_EXP=fast_exp_of(config),
-                    ALIGN=_align(op, code, N, self.row_stride, ns, bn, has_mask, self.in_dtype, self.out_dtype, rows))
+                    ALIGN=_align(op, code, N, self.row_stride, ns, bn, has_mask, self.in_dtype, self.out_dtype, rows),
+                    EVEN=int(code == 4 and N % bn == 0))
         self.align = meta["ALIGN"]
         # the grid is sized from the kernel compiled for these arguments' dtypes: stand-ins for x and out
         occ_args = (placeholder(anchor, self.in_dtype), placeholder(anchor, self.out_dtype), mask_arg, ws, sync, slots,
@@ -331,32 +332,7 @@ class Launcher:
             return grid, self._build_interpreted(launcher, code, ns, mask_arg, ws, sync, slots), None
         # the split paths on a GPU: each stream's buffers bound into launches of their own once
         # (per_stream), a private one for each launch while a CUDA graph is captured
-        if code == 4:  # logsumexp's chunks: the partials, then one program per row merges them
-            # k1 writes the workspace, its argument (so the arming check can compare it), on every
-            # stream; k2 merges while a CUDA graph is captured, a merge per stream otherwise
-            partials, k1, k2 = M * ns, launcher(0, writes=3), launcher(2, on=(M,))
-
-            def make(key):  # the stream's workspace, exactly this launch's partials of it
-                ws_s = _workspace_view(key, partials)
-                merge = launcher(2, on=(M,), fixed=(mask_arg, ws_s, sync, slots))
-                self.direct.append(merge)
-                return ws_s, merge
-
-            current = per_stream(device, make)
-
-            def launch(x, out):
-                bound = current()
-                if bound is None:  # captured: a workspace private to the captured launch
-                    ws_g = torch.empty(2 * partials, dtype=torch.float32, device=device)
-                    k1.launch(x, out, mask_arg, ws_g, sync, slots)
-                    k2.launch(x, out, mask_arg, ws_g, sync, slots)
-                    return
-                ws_s, merge = bound
-                k1.launch(x, out, mask_arg, ws_s, sync, slots)
-                merge.launch(x, out)
-
-            self.direct, self._templates = [k1], (k1, k2)
-        elif op != "logsumexp" and ns > 1:
+        if op != "logsumexp" and ns > 1:
             need = M * ns  # the partials of every row, each program publishing one per row
             k_graph, words = launcher(0), _slot_words(need)
 
@@ -378,7 +354,7 @@ class Launcher:
                 k.launch(x, out)
 
             self.direct, self._templates = [], (k_graph,)
-        else:  # logsumexp over several programs per row: the last to arrive combines
+        else:  # logsumexp over several programs per row (split, chunks): the last to arrive combines
             partials, k_graph = M * ns, launcher(0)
 
             def make(key):  # the stream's counters (left zeroed by every launch) and workspace
@@ -403,17 +379,7 @@ class Launcher:
     def _build_interpreted(self, launcher, code, ns, mask_arg, ws, sync, slots):
         """``launch`` of the split paths under the interpreter: the buffers looked up per launch."""
         op, M, device = self.op, self.M, self.device
-        if code == 4:  # logsumexp's chunks: the partials, then one program per row merges them
-            k1, k2, partials = launcher(0, writes=3), launcher(2, on=(self.M,)), M * ns
-            views: dict = {}  # per stream: exactly this launch's partials of the stream's workspace
-
-            def launch(x, out):
-                ws_s = _chunks_workspace(device, partials, views)
-                k1.launch(x, out, mask_arg, ws_s, sync, slots)
-                k2.launch(x, out, mask_arg, ws_s, sync, slots)
-
-            self.direct = self._templates = (k1, k2)
-        elif op != "logsumexp" and ns > 1:
+        if op != "logsumexp" and ns > 1:
             # the interpreter runs programs one by one: partials could never meet in one launch
             need, k1, k2 = M * ns, launcher(1), launcher(2)
 
@@ -423,7 +389,7 @@ class Launcher:
                 k2.launch(x, out, mask_arg, ws, sync, buf)
 
             self.direct = self._templates = (k1, k2)
-        else:  # logsumexp over several programs per row: the last to arrive combines
+        else:  # logsumexp over several programs per row (split, chunks): the last to arrive combines
             k0, partials = launcher(0), M * ns
 
             def launch(x, out):
