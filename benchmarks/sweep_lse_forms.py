@@ -4,7 +4,7 @@ logsumexp reads each element once and writes one value a row. In bf16 it has hel
 an H200 at every row length (72-79% of a copy there) while fp32 reaches 3.6-4.0: a 2-byte element
 costs the kernel as much work as a 4-byte one, for half the bytes. This script times, in one
 persistent kernel that walks every chunk of every row (the next chunk loading while one is reduced,
-as Triton's ``chunks`` path does), what a chunk costs in each form:
+as Triton's ``chunks`` path does; rows a whole number of chunks), what a chunk costs in each form:
 
 - ``read``: the sum of the chunk's values (a load and a convert an element: the floor)
 - ``max``: the chunk's max only
@@ -13,6 +13,7 @@ as Triton's ``chunks`` path does), what a chunk costs in each form:
 - ``group``: the max of each thread's group of ``G`` elements (one 16-byte load), the exps about the
   group's max, and the groups' sums rescaled by one exp a group: no wait for the chunk's max before
   the exps
+- ``unpack``: ``twopass`` with each pair of bf16 widened to fp32 by one shift and one mask (inline PTX)
 - ``packed``: ``twopass`` with two exps in one ``ex2.approx.ftz.bf16x2`` (their arguments rounded to
   bf16: checked against torch below, for the record)
 
@@ -43,7 +44,7 @@ import dispatch
 from sweep_harness import race_table, write_race_markdown
 
 LOG2E = 1.4426950408889634
-FORMS = {"read": 0, "max": 1, "twopass": 2, "group": 3, "packed": 4}
+FORMS = {"read": 0, "max": 1, "twopass": 2, "group": 3, "packed": 4, "unpack": 5}
 _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")  # tl.exp2 there: no inline PTX
 
 
@@ -64,8 +65,19 @@ def _ex2_bf16x2(v):
 
 
 @triton.jit
+def _widen_bf16x2(v):
+    if _INTERPRETED:
+        return v.to(tl.float32)
+    return tl.inline_asm_elementwise("shl.b32 $0, $2, 16;\n\tand.b32 $1, $2, 0xffff0000;", "=r,=r,r", [v],
+                                     dtype=tl.float32, is_pure=True, pack=2)
+
+
+@triton.jit
 def _chunk_ms(xr, FORM: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr):
-    x = xr.to(tl.float32)
+    if FORM == 5:
+        x = _widen_bf16x2(xr)
+    else:
+        x = xr.to(tl.float32)
     L: tl.constexpr = 1.4426950408889634
     if FORM == 0:
         m = tl.max(x, 0) * 0.0
@@ -73,7 +85,7 @@ def _chunk_ms(xr, FORM: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr):
     elif FORM == 1:
         m = tl.max(x, 0)
         s = m * 0.0
-    elif FORM == 2:
+    elif FORM == 2 or FORM == 5:
         m = tl.max(x, 0)
         me = tl.where(tl.abs(m) == float("inf"), 0.0, m)
         s = tl.sum(_ex2(x * L - me * L), 0)
@@ -93,23 +105,29 @@ def _chunk_ms(xr, FORM: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr):
 
 
 @triton.jit
+def _chunk(x_ptr, t, n_split, total, stride, BLOCK_N: tl.constexpr):
+    # chunk t of all rows' chunks, rows a whole number of chunks (one predicate for the chunk,
+    # nothing loaded from ``total`` on), as Triton's ``chunks`` path loads them
+    cols = tl.arange(0, BLOCK_N)
+    if _INTERPRETED:
+        ok = cols < tl.where(t < total, BLOCK_N, 0)
+    else:
+        ok = tl.broadcast_to(t < total, [BLOCK_N])
+    return tl.load(x_ptr + (t // n_split) * stride + (t % n_split) * BLOCK_N + cols, mask=ok,
+                   eviction_policy="evict_first")
+
+
+@triton.jit
 def _lse_forms(x_ptr, ws_ptr, total, n_split, N, stride, FORM: tl.constexpr, BLOCK_N: tl.constexpr,
                G: tl.constexpr):
     # persistent programs over every chunk of every row (program p: chunks p, p + P, ...), the next
     # chunk loading while this one is reduced; each chunk's (max, sum) to the workspace
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_N)
-    t = pid.to(tl.int64)
-    xr = tl.load(x_ptr + (t // n_split) * stride + (t % n_split) * BLOCK_N + cols,
-                 mask=(t % n_split) * BLOCK_N + cols < tl.where(t < total, N, 0), other=float("-inf"),
-                 eviction_policy="evict_first")
+    xr = _chunk(x_ptr, pid.to(tl.int64), n_split, total, stride, BLOCK_N)
     for t0 in range(pid, total, nprog):
         t = tl.cast(t0, tl.int64)
-        tn = t + nprog
-        xn = tl.load(x_ptr + (tn // n_split) * stride + (tn % n_split) * BLOCK_N + cols,
-                     mask=(tn % n_split) * BLOCK_N + cols < tl.where(tn < total, N, 0), other=float("-inf"),
-                     eviction_policy="evict_first")
+        xn = _chunk(x_ptr, t + nprog, n_split, total, stride, BLOCK_N)
         m, s = _chunk_ms(xr, FORM, BLOCK_N, G)
         tl.store(ws_ptr + t * 2, m)
         tl.store(ws_ptr + t * 2 + 1, s)
@@ -120,7 +138,9 @@ def form_call(x: torch.Tensor, form: str, block_n: int, warps: int, per_sm: int)
     """A callable running one form over ``x`` (M x N, contiguous), and the function that merges its
     partials into the rows' logsumexp (the merge is for checking, not timed)."""
     m, n = x.shape
-    n_split = triton.cdiv(n, block_n)
+    if n % block_n:
+        raise ValueError(f"rows of {n} are not a whole number of {block_n}-element chunks")
+    n_split = n // block_n
     total = m * n_split
     ws = torch.empty(total * 2, device=x.device, dtype=torch.float32)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
@@ -188,7 +208,7 @@ def main() -> None:
                         print(f"{dtype} {shape} {label}: max error {err:.3g}", flush=True)
                         fns[label] = launch
             for form in [f for f in args.forms.split(",") if f]:
-                if form == "packed" and dt != torch.bfloat16:
+                if form in ("packed", "unpack") and dt != torch.bfloat16:
                     continue
                 for cfg in args.configs.split(","):
                     bn, w, per = map(int, cfg.split("x"))

@@ -426,6 +426,20 @@ def test_logsumexp_chunks_of_rows_a_whole_number_of_chunks(config):
         torch.testing.assert_close(out.cpu(), reference("logsumexp", wide[:, 256:1280], F32), atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("config", [CHUNKS_CFG] + ([] if DEV == "cpu" else [dict(CHUNKS_CFG, FAST_EXP=1)]),
+                         ids=cfg_id)
+def test_logsumexp_chunks_of_rows_far_from_zero(config):
+    # each exp is taken about the chunk's max (with FAST_EXP as exp2(x * log2e - max * log2e), one
+    # fused multiply-add): rows around +-1e4 and 3e4, whole chunks and a ragged last one, keep the
+    # fp32 result within its tolerance of torch's in float64
+    for n in (2048, 3000):
+        for offset in (1e4, -1e4, 3e4):
+            x = randn(6, n, F32, seed=int(offset) % 97 + n) + offset
+            got = L.run("logsumexp", x, F32, config)
+            want = torch.logsumexp(x.cpu().double(), -1)
+            torch.testing.assert_close(got.cpu().double(), want, atol=2e-5, rtol=1e-5)
+
+
 def test_logsumexp_chunks_take_one_program_each():
     # nothing in logsumexp's split path waits, so it takes one program per chunk of every row
     # (7 rows of 6 chunks: 42 programs) rather than persistent groups
