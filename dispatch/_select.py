@@ -345,10 +345,12 @@ class Selector(Tuner):
             timings = list(finals.values())
         latency = {t.config["name"]: t.median_us for t in timings}
         reference = next((b.name for b in servers if b.info.reference), None)
-        best = pick_backend(timings, reference)
+        on_device = spec.device.type == "cuda" and (self.settings.timing == "device" or flushes_l2(spec))
+        best = pick_backend(timings, reference, on_device=on_device)
         winner = best.config["name"]
         result = results[winner]
-        reason = (f"{race_verdict(timings, best, reference)}: {winner} {latency[winner]:.2f} us"
+        reason = (f"{race_verdict(timings, best, reference, on_device=on_device)}: {winner} "
+                  f"{latency[winner]:.2f} us"
                   + "".join(f", {n} {us:.2f} us" for n, us in latency.items() if n != winner))
         if finals is not None:
             reason += f" (back-to-back calls, {best.reps} rounds in turn)"

@@ -25,22 +25,32 @@ def pick_winner(timings: Sequence[Timing], tie_tolerance: float) -> Timing:
     raise AssertionError("unreachable: the minimum is within its own tolerance")
 
 
-def pick_backend(timings: Sequence[Timing], reference: str | None, settings: TuneSettings = TuneSettings()) -> Timing:
+def pick_backend(timings: Sequence[Timing], reference: str | None, settings: TuneSettings = TuneSettings(),
+                 on_device: bool = False) -> Timing:
     """The winner of a race between backends (each timing's config is ``{"name": backend}``): the
     fastest, as :func:`pick_winner` picks, unless ``reference`` (the reference backend's name) is
-    within ``settings.reference_margin`` of it: a kernel must beat the reference clearly to serve
-    in its place."""
+    within the margin of it (:func:`reference_margin`): a kernel must beat the reference clearly
+    to serve in its place."""
     best = pick_winner(timings, settings.tie_tolerance)
     ref = next((t for t in timings if t.config.get("name") == reference), None)
-    if ref is not None and ref is not best and ref.median_us <= best.median_us * (1.0 + settings.reference_margin):
+    margin = reference_margin(settings, on_device)
+    if ref is not None and ref is not best and ref.median_us <= best.median_us * (1.0 + margin):
         return ref
     return best
 
 
-def race_verdict(timings: Sequence[Timing], winner: Timing, reference: str | None) -> str:
+def reference_margin(settings: TuneSettings, on_device: bool) -> float:
+    """The lead a backend needs over the reference to win a race: ``settings.reference_margin``
+    for wall times of launch-bound calls, ``settings.device_reference_margin`` where the race was
+    timed on the device (``on_device``: a GPU call from a flushed L2, or ``timing="device"``)."""
+    return settings.device_reference_margin if on_device else settings.reference_margin
+
+
+def race_verdict(timings: Sequence[Timing], winner: Timing, reference: str | None,
+                 settings: TuneSettings = TuneSettings(), on_device: bool = False) -> str:
     """Why ``winner`` won a race between backends, in a few words (explain and the cache show it)."""
     if min(t.median_us for t in timings) < winner.median_us * (1.0 - 1e-9) and winner.config.get("name") == reference:
-        return f"within {TuneSettings().reference_margin:.0%} of the fastest when raced, so the reference"
+        return f"within {reference_margin(settings, on_device):.0%} of the fastest when raced, so the reference"
     return "fastest when raced"
 
 
