@@ -10,13 +10,16 @@ processes, each with its own empty decision cache:
     Tuning on and no shipped tables (``DISPATCH_TABLES_DIR`` an empty folder; with tuning on a
     shipped decision would still answer first). The first call races every backend (its seconds
     are recorded); the call is timed.
+``cards`` (in place of ``tuned`` with ``--against cards``)
+    Tuning off and no shipped tables: what a user got before the tables, the backends' cost
+    cards' pick and its default config. The ratio then says what the tables buy.
 
 Timing is the protocol's (:func:`dispatch.autotune.measure`): CUDA events with L2 flushed between
 repetitions, and, for a call whose host side outlasts its kernel, its back-to-back rate. Each
 call is timed in ``--rounds`` rounds, the cases taking turns, and the median round kept. Writes
 ``shipped.json`` and ``shipped.md`` under ``--out``::
 
-    python3 benchmarks/bench_shipped.py --out DIR [--cases op:dtype:MxN,...] [--rounds 3]
+    python3 benchmarks/bench_shipped.py --out DIR [--cases op:dtype:MxN,...] [--rounds 3] [--against cards]
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def child(phase: str, cases: list[str], rounds: int) -> None:
 def run_phase(phase: str, cases: str, rounds: int, timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, DISPATCH_CACHE_DIR=f"{tmp}/dispatch")
-        if phase == "tuned":  # no shipped decisions: with tuning on they would still answer first
+        if phase in ("tuned", "cards"):  # no shipped decisions (with tuning on they would still answer first)
             os.makedirs(f"{tmp}/no-tables")
             env["DISPATCH_TABLES_DIR"] = f"{tmp}/no-tables"
         proc = subprocess.run([sys.executable, __file__, "--child", phase, "--cases", cases, "--rounds", str(rounds)],
@@ -84,13 +87,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--against", choices=("tuned", "cards"), default="tuned",
+                    help="the other phase: a fresh race (tuned) or tuning off without the tables (cards)")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         child(a.child, a.cases.split(","), a.rounds)
         return 0
     shipped = run_phase("shipped", a.cases, a.rounds, a.timeout)
-    tuned = run_phase("tuned", a.cases, a.rounds, a.timeout)
+    tuned = run_phase(a.against, a.cases, a.rounds, a.timeout)
+    other = "tuned" if a.against == "tuned" else "no table"
     rows, within = [], 0
     for case in a.cases.split(","):
         s, t = shipped[case], tuned[case]
@@ -99,27 +105,29 @@ def main() -> int:
         ok = ratio <= 1.03
         within += ok
         rows.append({"case": case, "shipped": s, "tuned": t, "same_choice": same, "ratio": ratio, "within_3pct": ok})
-        print(f"{case:32s} shipped {s['backend']:8s} {s['us']:9.2f} us ({s['source']})  tuned {t['backend']:8s} "
-              f"{t['us']:9.2f} us (race {t['first_call_s']:.1f} s)  ratio {ratio:.3f}"
+        print(f"{case:32s} shipped {s['backend']:8s} {s['us']:9.2f} us ({s['source']})  {other} {t['backend']:8s} "
+              f"{t['us']:9.2f} us (first call {t['first_call_s']:.1f} s)  ratio {ratio:.3f}"
               f"{'' if ok else '  > 3%'}{'  same choice' if same else ''}", flush=True)
-    print(f"{within}/{len(rows)} within 3% of the tuned pick; "
+    print(f"{within}/{len(rows)} within 3% of the {other} pick; "
           f"{sum(r['shipped']['source'] == 'shipped table' for r in rows)}/{len(rows)} from the shipped table")
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         import torch
 
-        meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rounds": a.rounds}
+        meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rounds": a.rounds,
+                "against": a.against}
         with open(os.path.join(a.out, "shipped.json"), "w") as f:
             json.dump({**meta, "rows": rows}, f, indent=1)
         lines = [f"{meta['device']}, torch {meta['torch']}; us per call (median of {a.rounds} rounds)", "",
-                 "| case | shipped (tuning off) | us | tuned (fresh race) | us | race s | same choice | shipped / tuned |",
+                 f"| case | shipped (tuning off) | us | {'tuned (fresh race)' if a.against == 'tuned' else 'no table (cards)'}"
+                 f" | us | first call s | same choice | shipped / {other} |",
                  "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             s, t = r["shipped"], r["tuned"]
             lines.append(f"| {r['case']} | {s['backend']} ({s['source']}) | {s['us']:.2f} | {t['backend']} | "
                          f"{t['us']:.2f} | {t['first_call_s']:.1f} | {'yes' if r['same_choice'] else 'no'} | {r['ratio']:.3f}{'' if r['within_3pct'] else ' (>3%)'} |")
         lines.append("")
-        lines.append(f"{within} of {len(rows)} within 3% of the tuned pick.")
+        lines.append(f"{within} of {len(rows)} within 3% of the {other} pick.")
         with open(os.path.join(a.out, "shipped.md"), "w") as f:
             f.write("\n".join(lines) + "\n")
     return 0
