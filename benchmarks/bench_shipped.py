@@ -118,9 +118,9 @@ def main() -> int:
                 "against": a.against}
         with open(os.path.join(a.out, "shipped.json"), "w") as f:
             json.dump({**meta, "rows": rows}, f, indent=1)
+        against = "tuned (fresh race)" if a.against == "tuned" else "no table (cards)"
         lines = [f"{meta['device']}, torch {meta['torch']}; us per call (median of {a.rounds} rounds)", "",
-                 f"| case | shipped (tuning off) | us | {'tuned (fresh race)' if a.against == 'tuned' else 'no table (cards)'}"
-                 f" | us | first call s | same choice | shipped / {other} |",
+                 f"| case | shipped (tuning off) | us | {against} | us | first call s | same choice | shipped / {other} |",
                  "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             s, t = r["shipped"], r["tuned"]

@@ -345,7 +345,7 @@ class Selector(Tuner):
             timings = list(finals.values())
         latency = {t.config["name"]: t.median_us for t in timings}
         reference = next((b.name for b in servers if b.info.reference), None)
-        on_device = spec.device.type == "cuda" and (self.settings.timing == "device" or flushes_l2(spec))
+        on_device = races_on_device(spec, self.settings.timing)
         best = pick_backend(timings, reference, on_device=on_device)
         winner = best.config["name"]
         result = results[winner]
@@ -367,6 +367,13 @@ class Selector(Tuner):
                       for c in candidates]
         return Decision(spec, winner, result.config, reason, "measured", candidates, bucket,
                         config_source=result.source, tune=result)
+
+
+def races_on_device(spec: CallSpec, timing: str) -> bool:
+    """Whether a race between backends for ``spec`` is timed on the device (a GPU call timed from a
+    flushed L2, or any under ``timing="device"``), so that a smaller lead over the reference decides
+    it (:func:`~dispatch.autotune.sweep.reference_margin`)."""
+    return spec.device.type == "cuda" and (timing == "device" or flushes_l2(spec))
 
 
 def _finals_wanted(spec: CallSpec, timing: str, contenders: int) -> bool:

@@ -41,7 +41,7 @@ from attrs import frozen
 
 from ._keys import spec_key
 from ._backend import Backend
-from ._select import Candidate, Decision, Selector
+from ._select import Candidate, Decision, Selector, races_on_device
 from ._settings import Scope, Settings, current_scope
 from ._spec import CallSpec
 from .autotune.space import EMPTY, Config, Timing
@@ -311,7 +311,8 @@ class _Agreement:
                            "first in the static order of the other backends every rank serves"}
         timings = [Timing(Config.of(name=n), v) for n, v in slowest.items()]
         reference = next((b.name for b in self.servers if b.info.reference), None)
-        winner = pick_backend(timings, reference).config["name"]
+        winner = pick_backend(timings, reference, on_device=races_on_device(self.spec, self.selector.settings.timing)
+                              ).config["name"]
         lowest = min(latencies)
         spread = ", ".join(f"{n} {v:.2f} us" for n, v in slowest.items())
         config = latencies[lowest][winner]["config"]
