@@ -1,7 +1,8 @@
 """Shipped decisions against a fresh tune: does a new user, tuning off, get what tuning would give?
 
-For each case (default: the shapes and ops the shipped H200 table was made from, bf16), two fresh
-processes, each with its own empty decision cache:
+For each case (default: the shapes and ops the shipped H200 table was made from, bf16; rms_norm and
+layer_norm are called with a weight, and a bias, as ``python -m dispatch tune`` calls them), two
+fresh processes, each with its own empty decision cache:
 
 ``shipped``
     Tuning off (the default). The first call resolves; ``explain`` says where the decision came
@@ -37,6 +38,23 @@ SWEEP = ("262144x256", "65536x1024", "16384x4096", "4096x16384", "1024x65536", "
 DEFAULT_CASES = ",".join(f"{op}:bfloat16:{s}" for op in ("softmax", "log_softmax", "logsumexp") for s in SWEEP)
 
 
+def call_args(op: str, dtype, shape: tuple[int, ...], device: str = "cuda") -> tuple:
+    """The arguments of a case's call: the softmax family over the last dim of ``randn * 4``; any
+    other op (rms_norm, layer_norm: with weight, and bias) as ``python -m dispatch tune`` makes it
+    (the op's sample factory), so that the call meets the table's key."""
+    import torch
+
+    if op in ("softmax", "log_softmax", "logsumexp"):
+        return ((torch.randn(*shape, device=device) * 4).to(dtype), -1)
+    from dispatch.ab import make_call
+
+    args, kwargs = make_call(op, shape, dtype, torch.device(device))
+    if kwargs:
+        raise ValueError(f"{op}: its sample call takes keyword arguments {sorted(kwargs)}; bench_shipped passes "
+                         "positional ones only")
+    return tuple(args)
+
+
 def child(phase: str, cases: list[str], rounds: int) -> None:
     import torch
 
@@ -47,17 +65,16 @@ def child(phase: str, cases: list[str], rounds: int) -> None:
     calls, out = [], {}
     for case in cases:
         op, dtype, shape = case.split(":")
-        m, n = (int(v) for v in shape.split("x"))
-        x = (torch.randn(m, n, device="cuda") * 4).to(getattr(torch, dtype))
+        args = call_args(op, getattr(torch, dtype), tuple(int(v) for v in shape.split("x")))
         fn = getattr(dispatch, op)
         start = time.perf_counter()
-        fn(x, -1)
+        fn(*args)
         torch.cuda.synchronize()
         first_s = time.perf_counter() - start
-        d = dispatch.explain(op, x, -1).decision
+        d = dispatch.explain(op, *args).decision
         out[case] = {"backend": d.backend, "config": d.config.as_dict(), "source": d.config_source,
                      "reason": d.reason[:300], "first_call_s": round(first_s, 3), "samples_us": []}
-        calls.append((case, lambda fn=fn, x=x: fn(x, -1)))
+        calls.append((case, lambda fn=fn, args=args: fn(*args)))
     settings = TuneSettings(warmup=25, rep=100)
     for _ in range(rounds):
         for case, call in calls:
