@@ -109,6 +109,16 @@ def test_a_race_timed_on_the_device_needs_a_smaller_lead_over_the_reference(kern
     assert pick_backend(timings, "torch").config["name"] == "torch"
 
 
+def test_a_race_on_the_cpu_keeps_the_launch_bound_margin():
+    # CPU times are the host's: whatever the timing asked for, a race there is not one timed on the
+    # device, so a backend needs the 10% lead over the reference
+    from dispatch._select import races_on_device
+
+    spec = dispatch.explain("softmax", torch.randn(4, 32)).decision.spec
+    assert spec.device.type == "cpu"
+    assert not races_on_device(spec, "wall") and not races_on_device(spec, "device")
+
+
 @pytest.mark.parametrize("fault", ["raise", "nan", "wrong"])
 def test_a_faulty_backend_is_quarantined_for_the_key_and_the_call_is_still_correct(fault):
     bad = chunked_backend.make("bad", fault=fault, priority=200)
