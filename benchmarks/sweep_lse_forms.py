@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 import dispatch
+from dispatch_triton.jit import _exp2_fast, _lse_chunk_load
 from sweep_harness import race_table, write_race_markdown
 
 LOG2E = 1.4426950408889634
@@ -52,8 +53,7 @@ _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")  # tl.exp
 def _ex2(v):
     if _INTERPRETED:
         return tl.exp2(v)
-    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [v], dtype=tl.float32, is_pure=True,
-                                     pack=1)
+    return _exp2_fast(v)
 
 
 @triton.jit
@@ -105,29 +105,17 @@ def _chunk_ms(xr, FORM: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr):
 
 
 @triton.jit
-def _chunk(x_ptr, t, n_split, total, stride, BLOCK_N: tl.constexpr):
-    # chunk t of all rows' chunks, rows a whole number of chunks (one predicate for the chunk,
-    # nothing loaded from ``total`` on), as Triton's ``chunks`` path loads them
-    cols = tl.arange(0, BLOCK_N)
-    if _INTERPRETED:
-        ok = cols < tl.where(t < total, BLOCK_N, 0)
-    else:
-        ok = tl.broadcast_to(t < total, [BLOCK_N])
-    return tl.load(x_ptr + (t // n_split) * stride + (t % n_split) * BLOCK_N + cols, mask=ok,
-                   eviction_policy="evict_first")
-
-
-@triton.jit
 def _lse_forms(x_ptr, ws_ptr, total, n_split, N, stride, FORM: tl.constexpr, BLOCK_N: tl.constexpr,
                G: tl.constexpr):
     # persistent programs over every chunk of every row (program p: chunks p, p + P, ...), the next
-    # chunk loading while this one is reduced; each chunk's (max, sum) to the workspace
+    # chunk loading while this one is reduced, each loaded as the shipped ``chunks`` path loads a
+    # whole chunk (EVEN); each chunk's (max, sum) to the workspace
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    xr = _chunk(x_ptr, pid.to(tl.int64), n_split, total, stride, BLOCK_N)
+    xr, _ = _lse_chunk_load(x_ptr, pid.to(tl.int64), n_split, total, N, stride, 0, 1, BLOCK_N, 8)
     for t0 in range(pid, total, nprog):
         t = tl.cast(t0, tl.int64)
-        xn = _chunk(x_ptr, t + nprog, n_split, total, stride, BLOCK_N)
+        xn, _ = _lse_chunk_load(x_ptr, t + nprog, n_split, total, N, stride, 0, 1, BLOCK_N, 8)
         m, s = _chunk_ms(xr, FORM, BLOCK_N, G)
         tl.store(ws_ptr + t * 2, m)
         tl.store(ws_ptr + t * 2 + 1, s)
