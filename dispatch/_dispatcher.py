@@ -305,15 +305,25 @@ class Dispatcher:
         return self.selector(scope, spec).select(spec, forced, scope, self._quarantine.get(qkey))
 
     def backward_kernel(self, spec: CallSpec, forced: str | None) -> Callable:
-        """The backward a call of ``spec`` gets, as its eager call gets it: the chosen backend's own
-        backward kernel, or the op's reference backward (what a compiled graph's backward node
-        runs). ``spec``'s tensors say which gradients are wanted; made once per spec, backend
-        forced and ``use()`` scope."""
+        """The backward that a compiled graph's backward node runs for a call of ``spec`` (whose
+        tensors say which gradients are wanted): that of the backend whose forward the graph's
+        forward node ran (own kernel, else the op's reference backward). The forward node is an
+        inference call (no ``autograd.Function`` around it, so no autograd host cost to weigh): its
+        pick can differ from an eager training call's, and the gradients follow the forward that
+        ran. Where that backend refuses the training call, the eager training call's backend's.
+        Made once per spec, backend forced and ``use()`` scope."""
         key = (spec, forced, _settings.current_scope())
         fn = self._backwards.get(key)
         if fn is None:
-            decision = self.decide(spec, forced)
-            fn = self._backward(_plugins.registry().backends[decision.backend], decision, None)
+            inference = attrs.evolve(spec, tensors=[attrs.evolve(t, requires_grad=False) for t in spec.tensors])
+            decision = self.decide(inference, forced)
+            backend = _plugins.registry().backends[decision.backend]
+            if backend.check(spec.op, spec):
+                decision = attrs.evolve(decision, spec=spec)
+            else:
+                decision = self.decide(spec, forced)
+                backend = _plugins.registry().backends[decision.backend]
+            fn = self._backward(backend, decision, None)
             if len(self._backwards) >= MAX_KEYS_PER_OP:
                 self._backwards.clear()
             self._backwards[key] = fn

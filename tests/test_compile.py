@@ -476,3 +476,63 @@ def test_a_torch_func_transform_compiled_matches_torchs_ops(transform):
     torch._dynamo.reset()
     x = torch.randn(3, 8)
     torch.testing.assert_close(torch.compile(wrap(ours), backend="aot_eager")(x), wrap(theirs)(x))
+
+
+class _Named(list):
+    """A backend's kernel calls, appended to a shared list under the backend's name."""
+
+    def __init__(self, name: str, into: list) -> None:
+        super().__init__()
+        self.name, self.into = name, into
+
+    def append(self, op) -> None:
+        super().append(op)
+        self.into.append(self.name)
+
+
+def _costed_with_backward(name: str, costs: dict, ran: list):
+    """A softmax backend with cost figures whose forward and backward kernels say they ran (in ``ran``:
+    ``"<name>"`` a forward, ``"<name> backward"`` a backward)."""
+    plugin = chunked_backend.make(name, priority=0, calls=_Named(name, ran))
+
+    @dispatch.hookimpl
+    def dispatch_backend_info():
+        return dispatch.BackendInfo(name=name, version="1.0", ops=("softmax",), priority={"cpu": 0}, costs=costs)
+
+    def dispatch_backward(op, spec):
+        def backward(grad, x, y):
+            ran.append(f"{name} backward")
+            return y * (grad - (grad * y).sum(-1, keepdim=True))
+        return backward if op == "softmax" else None
+
+    plugin.dispatch_backend_info = dispatch_backend_info
+    plugin.dispatch_backward = dispatch.hookimpl(specname="dispatch_backward")(dispatch_backward)
+    return plugin
+
+
+def test_a_compiled_backward_runs_the_backward_of_the_backend_whose_forward_ran():
+    # A compiled graph's forward node is an inference call (no autograd.Function around it): its
+    # pick may differ from an eager training call's, whose figures count autograd's host cost on a
+    # backend's own backward. The backward node must then run the backward of the backend whose
+    # forward ran, not the one an eager training call would have picked.
+    ran: list[str] = []
+    dispatch.register(_costed_with_backward("fast_forward", {"cpu": (1.0, 1000.0), "cpu:softmax:grad": (100.0, 10.0)},
+                                            ran))
+    dispatch.register(_costed_with_backward("steady", {"cpu": (5.0, 500.0)}, ran))
+    dispatch.configure(allow=["fast_forward", "steady"])
+    x = torch.randn(64, 256, requires_grad=True)
+    assert dispatch.explain("softmax", x).decision.backend == "steady"  # an eager training call
+    assert dispatch.explain("softmax", x.detach()).decision.backend == "fast_forward"
+    f = torch.compile(lambda t: (dispatch.softmax(t, -1) * torch.arange(256.0)).sum(), fullgraph=True,
+                      backend="aot_eager")
+    ran.clear()
+    f(x).backward()
+    assert set(ran) == {"fast_forward", "fast_forward backward"} and ran[-1] == "fast_forward backward", ran
+    xr = x.detach().clone().requires_grad_(True)
+    (torch.softmax(xr, -1) * torch.arange(256.0)).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    ran.clear()
+    x.grad = None
+    (dispatch.softmax(x, -1) * torch.arange(256.0)).sum().backward()  # eager: steady, forward and backward
+    assert set(ran) == {"steady", "steady backward"} and ran[-1] == "steady backward", ran
+    torch.testing.assert_close(x.grad, xr.grad)
