@@ -39,7 +39,7 @@ from typing import Any
 import attrs
 import torch
 
-from . import _autocast, _opdecl
+from . import _autocast, _opdecl, _settings
 from ._out import with_out
 
 _NAMESPACE = "dispatch"
@@ -337,14 +337,28 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
     lib.define(f"{name}_backward(Tensor grad, Tensor output, {tensors}, str args, bool[] needs) -> Tensor[]",
                tags=(torch.Tag.pt2_compliant_tag,))
 
-    def impl(grad, output, *rest):
-        *tensors, args, needs = rest
-        current = _opdecl.get(name)
-        values, backend, out_dtype = _values(current, tuple(tensors), args)
+    def resolve(current, tensors, args, needs):
+        # (backward, the tensors it takes): the call's spec built, its backward chosen
+        values, backend, out_dtype = _values(current, tensors, args)
         spec, given = _node_call(current, values, out_dtype, backend)
         spec = attrs.evolve(spec, tensors=[attrs.evolve(t, requires_grad=bool(n) and t.present)
                                            for t, n in zip(spec.tensors, needs)])
-        grads = DISPATCHER.backward_kernel(spec, backend)(grad, *given, output)
+        return DISPATCHER.backward_kernel(spec, backend), given, out_dtype is None
+
+    def impl(grad, output, *rest):
+        *tensors, args, needs = rest
+        tensors = tuple(tensors)
+        current = _opdecl.get(name)
+        key = (current, args, tuple(needs), _settings.current_scope(),
+               *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
+        backward = DISPATCHER.node_backward(key)
+        if backward is not None:  # met before: the tensors as they came (no float32 copy made)
+            given = tensors
+        else:
+            backward, given, keep = resolve(current, tensors, args, needs)
+            if keep:  # (a call read in the kernel under autocast may take a copy: resolved each time)
+                DISPATCHER.node_backward(key, backward)
+        grads = backward(grad, *given, output)
         grads = (grads,) if isinstance(grads, torch.Tensor) or grads is None else tuple(grads)
         # None for a tensor the output does not depend on (autograd through a reference that does
         # not read it): eager leaves its .grad None; the node's output promises a tensor: zeros.

@@ -329,6 +329,18 @@ class Dispatcher:
             self._backwards[key] = fn
         return fn
 
+    def node_backward(self, key: tuple, backward: Callable | None = None) -> Callable | None:
+        """The backward (a :meth:`backward_kernel`) kept under ``key`` for a compiled graph's backward
+        node, or None; with ``backward``, keep it there. ``key``: what the node reads of a call (its
+        op, arguments text, wanted gradients, ``use()`` scope and tensors' dtypes, shapes, strides
+        and devices), so that a node met again builds no spec. Forgotten with the resolved calls."""
+        if backward is None:
+            return self._backwards.get(key)
+        if len(self._backwards) >= MAX_KEYS_PER_OP:
+            self._backwards.clear()
+        self._backwards[key] = backward
+        return backward
+
     def _build(self, decision: Decision, key, plain: bool = False) -> Callable[..., torch.Tensor]:
         backend = _plugins.registry().backends[decision.backend]
         spec = decision.spec

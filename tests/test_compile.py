@@ -536,3 +536,10 @@ def test_a_compiled_backward_runs_the_backward_of_the_backend_whose_forward_ran(
     (dispatch.softmax(x, -1) * torch.arange(256.0)).sum().backward()  # eager: steady, forward and backward
     assert set(ran) == {"steady", "steady backward"} and ran[-1] == "steady backward", ran
     torch.testing.assert_close(x.grad, xr.grad)
+    for deny, expected in (([], "fast_forward"), (["fast_forward"], "steady")):  # a node met again; then
+        dispatch.configure(allow=["fast_forward", "steady"], deny=deny)  # settings that change the pick
+        ran.clear()
+        x.grad = None
+        f(x).backward()
+        assert set(ran) == {expected, f"{expected} backward"} and ran[-1] == f"{expected} backward", (deny, ran)
+        torch.testing.assert_close(x.grad, xr.grad)
