@@ -92,7 +92,7 @@ def bwd_bytes(op: str, m: int, n: int, esz: int, affine: bool) -> int:
 _COMPILED: dict = {}
 
 
-def _runners(op: str, backends: list[str], compiled: bool, auto: bool = True):
+def _runners(op: str, backends: list[str], compiled: bool, auto: bool = True, compiled_dispatch: bool = False):
     fn = TORCH[op]
     out = {"torch eager": fn}
     if compiled:
@@ -104,6 +104,10 @@ def _runners(op: str, backends: list[str], compiled: bool, auto: bool = True):
         out[f"dispatch[{name}]"] = (lambda b: lambda *a, **k: dispatch_fn(*a, backend=b, **k))(name)
     if auto:
         out["dispatch (auto)"] = dispatch_fn
+    if compiled_dispatch:  # dispatch's pick in a compiled function: its nodes decide as inference calls
+        if ("dispatch", op) not in _COMPILED:
+            _COMPILED["dispatch", op] = torch_compiled(lambda *a, **k: dispatch_fn(*a, **k))
+        out["torch.compile(dispatch)"] = _COMPILED["dispatch", op]
     return out
 
 
@@ -254,7 +258,8 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
                                   file=sys.stderr)
                             same_copy[key] = None
                     same = same_copy[key]
-                    for name, run in _runners(op, backends, not args.no_compile, args.auto).items():
+                    for name, run in _runners(op, backends, not args.no_compile, args.auto,
+                                              args.compiled_dispatch).items():
                         row = {"op": op, "dtype": dtype_name, "M": m, "N": n, "direction": direction,
                                "impl": name, "bytes": nbytes}
                         try:
@@ -284,7 +289,7 @@ def sweep(args, device, settings, copy_gbs, rows: list[dict], save) -> list[dict
                                  + (f"  x{row['vs_eager']:.2f} vs eager" if "vs_eager" in row else "")
                                  + (f"  WRONG: {row['check'][:100]}" if row.get("check", "ok") != "ok" else "")
                                  if "us" in row else row["error"][:90])
-                        print(f"{op:10} {dtype_name:8} {m:>7}x{n:<7} {direction:8} {name:20} {shown}", flush=True)
+                        print(f"{op:10} {dtype_name:8} {m:>7}x{n:<7} {direction:8} {name:23} {shown}", flush=True)
                 save()  # a run stopped part way keeps every finished case
     return rows
 
@@ -361,6 +366,9 @@ def main() -> int:
     parser.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    parser.add_argument("--compiled-dispatch", action="store_true",
+                        help="add a torch.compile(dispatch) column: dispatch's pick inside a compiled function "
+                             "(a compiled training step's backward node runs the backward of the forward's backend)")
     parser.add_argument("--no-affine", action="store_true", help="no weight/bias")
     parser.add_argument("--forward-only", action="store_true")
     parser.add_argument("--device", default="cuda")
