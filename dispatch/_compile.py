@@ -10,8 +10,9 @@ per key, same cache, same explain, the settings and ``use()`` scope in force whe
 fake (meta) implementation runs the op's reference on fake tensors (shapes, dtypes and strides as
 torch's, symbolic sizes included). Its backward is a second custom op,
 ``dispatch::name_backward(grad, output, *tensors, args, needs) -> Tensor[]``, which runs the
-backward of the backend whose forward the graph's forward node ran (its own backward kernel, else
-the op's reference backward), so a compiled training step keeps dispatch's backward kernels too.
+backward of the backend a training call of the op gets when chosen by its device time (its own
+backward kernel, else the op's reference backward; no autograd host cost is weighed, as the node
+pays none), so a compiled training step keeps dispatch's backward kernels too.
 
 What a compiled graph pays per call on top of the eager call is one trip through torch's
 dispatcher into one Python kernel: the op's own autograd kernel (made once per op, from its
@@ -326,8 +327,9 @@ def register(decl: _opdecl.OpDecl) -> None:
 
 def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
     """``dispatch::<op>_backward(grad, output, *tensors, args, needs) -> Tensor[]``: the gradients of
-    the tensors that ``needs`` marks, by the backward of the backend whose forward the forward
-    node ran (its own kernel, else the op's reference backward; :meth:`Dispatcher.backward_kernel`),
+    the tensors that ``needs`` marks, by the backward of the backend a training call gets when
+    chosen by its device time (its own kernel, else the op's reference backward;
+    :meth:`Dispatcher.backward_kernel`),
     one opaque node in a compiled graph's backward. The gradients are contiguous (the fake's
     layout)."""
     from ._dispatcher import DISPATCHER

@@ -306,24 +306,22 @@ class Dispatcher:
 
     def backward_kernel(self, spec: CallSpec, forced: str | None) -> Callable:
         """The backward that a compiled graph's backward node runs for a call of ``spec`` (whose
-        tensors say which gradients are wanted): that of the backend whose forward the graph's
-        forward node ran (own kernel, else the op's reference backward). The forward node is an
-        inference call (no ``autograd.Function`` around it, so no autograd host cost to weigh): its
-        pick can differ from an eager training call's, and the gradients follow the forward that
-        ran. Where that backend refuses the training call, the eager training call's backend's.
-        Made once per spec, backend forced and ``use()`` scope."""
-        key = (spec, forced, _settings.current_scope())
+        tensors say which gradients are wanted): the chosen backend's own kernel, else the op's
+        reference backward. Chosen as a training call by its device time, from the cards (tuning
+        off): the node launches its kernels with no ``autograd.Function`` around them, so the host
+        cost that an eager training call's pick weighs is not paid there (with it, norms of up to
+        16M elements went to torch's reference backward, which computes the forward again); nor may
+        it follow the forward node's pick, an inference call's (TileLang's norm forward of few long
+        rows, whose backward takes up to twice Triton's time). Made once per spec, backend forced and
+        ``use()`` scope; nothing is raced in a backward pass."""
+        scope = _settings.current_scope()
+        key = (spec, forced, scope)
         fn = self._backwards.get(key)
         if fn is None:
-            inference = attrs.evolve(spec, tensors=[attrs.evolve(t, requires_grad=False) for t in spec.tensors])
-            decision = self.decide(inference, forced)
-            backend = _plugins.registry().backends[decision.backend]
-            if backend.check(spec.op, spec):
-                decision = attrs.evolve(decision, spec=spec)
-            else:
-                decision = self.decide(spec, forced)
-                backend = _plugins.registry().backends[decision.backend]
-            fn = self._backward(backend, decision, None)
+            settings = attrs.evolve(_settings.effective(scope), autotune=False, timing="device")
+            selector = Selector(_plugins.registry(), default_cache(), settings)
+            decision = selector.select(spec, forced, scope, self._quarantine.get(_bucket_key(spec)))
+            fn = self._backward(_plugins.registry().backends[decision.backend], decision, None)
             if len(self._backwards) >= MAX_KEYS_PER_OP:
                 self._backwards.clear()
             self._backwards[key] = fn
