@@ -412,11 +412,12 @@ class Dispatcher:
         gets wrappers without a loop (the common hot path)."""
         tensors_spec = decision.spec.tensors
         complex_ = any(t.present and t.dtype.is_complex for t in tensors_spec)
-        reference = _opdecl.get(decision.spec.op).reference(decision.spec)  # under a mode of _torch_only
         if decision.forced:  # a kernel backend (the reference is never guarded): raises
             def reference(*_: torch.Tensor) -> torch.Tensor:
                 _refuse_if_forced(decision.spec, decision.backend)
                 raise AssertionError(f"{decision.backend!r} forced under a mode that runs torch's op")
+        else:  # under a mode of _torch_only
+            reference = _opdecl.get(decision.spec.op).reference(decision.spec)
 
         def fault(exc: BaseException, tensors: tuple) -> torch.Tensor:
             if getattr(exc, TORCHS_OWN, False):  # torch's own op raised for the call: its error, no fault
