@@ -314,18 +314,23 @@ class Dispatcher:
         it follow the forward node's pick, an inference call's (TileLang's norm forward of few long
         rows, whose backward takes up to twice Triton's time). Made once per spec, backend forced and
         ``use()`` scope; nothing is raced in a backward pass."""
-        scope = _settings.current_scope()
-        key = (spec, forced, scope)
+        key = (spec, forced, _settings.current_scope())
         fn = self._backwards.get(key)
         if fn is None:
-            settings = attrs.evolve(_settings.effective(scope), autotune=False, timing="device")
-            selector = Selector(_plugins.registry(), default_cache(), settings)
-            decision = selector.select(spec, forced, scope, self._quarantine.get(_bucket_key(spec)))
+            decision = self.compiled_backward_decision(spec, forced)
             fn = self._backward(_plugins.registry().backends[decision.backend], decision, None)
             if len(self._backwards) >= MAX_KEYS_PER_OP:
                 self._backwards.clear()
             self._backwards[key] = fn
         return fn
+
+    def compiled_backward_decision(self, spec: CallSpec, forced: str | None) -> Decision:
+        """The decision whose backward a compiled graph's backward node runs for a training call of
+        ``spec`` (:meth:`backward_kernel`): by device time, from the cards, nothing tuned."""
+        scope = _settings.current_scope()
+        settings = attrs.evolve(_settings.effective(scope), autotune=False, timing="device")
+        selector = Selector(_plugins.registry(), default_cache(), settings)
+        return selector.select(spec, forced, scope, self._quarantine.get(_bucket_key(spec)))
 
     def node_backward(self, key: tuple, backward: Callable | None = None) -> Callable | None:
         """The backward (a :meth:`backward_kernel`) kept under ``key`` for a compiled graph's backward

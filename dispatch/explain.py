@@ -17,6 +17,7 @@ class Explanation:
     decision: Decision
     hot: bool  # already resolved in this process (the call would be a lookup and a call)
     backward: str | None = None  # for a call autograd records: which backward its gradients take
+    compiled_backward: str | None = None  # and the one a torch.compile'd step's backward node runs
     timing: str = "wall"  # what the call is raced by where it is made (settings, or its use() block)
     autocast: str | None = None  # the call as made, where torch.autocast recast it (the decision is the recast call's)
 
@@ -41,6 +42,8 @@ class Explanation:
         lines.append(f"  why: {d.reason}")
         if self.backward is not None:
             lines.append(f"  backward: {self.backward}")
+        if self.compiled_backward is not None:
+            lines.append(f"  backward in a torch.compile'd step: {self.compiled_backward}")
         lines.append(f"  cached decision: {'yes' if d.cached else 'no'}    resolved in this process: "
                      f"{'yes' if self.hot else 'no'}")
         if d.agreed:
@@ -86,11 +89,27 @@ def explain(op: str, *args, backend: str | None = None, **kwargs) -> Explanation
             key = DISPATCHER.in_kernel_key(fn.decl, values, backend)
     resolved = DISPATCHER.decisions.get(op, {}).get(key) if key is not None else None
     timing = _settings.effective().timing
+    compiled = _compiled_backward(spec, backend)
     if resolved is not None:
-        return Explanation(resolved, hot=True, backward=_backward(resolved), timing=timing, autocast=made)
+        return Explanation(resolved, hot=True, backward=_backward(resolved), compiled_backward=compiled,
+                           timing=timing, autocast=made)
     _plugins.registry()
     decision = DISPATCHER.decide(spec, backend)
-    return Explanation(decision, hot=False, backward=_backward(decision), timing=timing, autocast=made)
+    return Explanation(decision, hot=False, backward=_backward(decision), compiled_backward=compiled,
+                       timing=timing, autocast=made)
+
+
+def _compiled_backward(spec, backend: str | None) -> str | None:
+    """Which backward a torch.compile'd training step's backward node runs for a call of ``spec``
+    (a training call chosen by device time: :meth:`Dispatcher.backward_kernel`), in words; None
+    for a call autograd does not record."""
+    if not spec.requires_grad:
+        return None
+    try:
+        decision = DISPATCHER.compiled_backward_decision(spec, backend)
+    except Exception as exc:  # noqa: BLE001 - said as the node would meet it
+        return f"none: {type(exc).__name__}: {exc}"
+    return _backward(decision)
 
 
 def _backward(decision: Decision) -> str | None:

@@ -526,8 +526,12 @@ def test_a_compiled_backward_node_chooses_by_device_time_not_autograd_host_cost(
     dispatch.register(_costed_with_backward("steady", {"cpu": (5.0, 500.0)}, ran))
     dispatch.configure(allow=["wide", "steady"])
     x = torch.randn(64, 256, requires_grad=True)
-    assert dispatch.explain("softmax", x).decision.backend == "steady"  # an eager training call
+    explained = dispatch.explain("softmax", x)  # an eager training call, and what a compiled step runs
+    assert explained.decision.backend == "steady"
+    assert "backward: steady's own backward kernel" in str(explained)
+    assert "backward in a torch.compile'd step: wide's own backward kernel" in str(explained)
     assert dispatch.explain("softmax", x.detach()).decision.backend == "wide"
+    assert "torch.compile'd step" not in str(dispatch.explain("softmax", x.detach()))
     f = torch.compile(lambda t: (dispatch.softmax(t, -1) * torch.arange(256.0)).sum(), fullgraph=True,
                       backend="aot_eager")
     ran.clear()
@@ -557,6 +561,7 @@ def test_a_compiled_backward_node_does_not_follow_a_forward_whose_backward_ranks
     dispatch.register(_costed_with_backward("steady", {"cpu": (5.0, 500.0)}, ran))
     dispatch.configure(allow=["forward_only", "steady"])
     x = torch.randn(64, 256, requires_grad=True)
+    assert "backward in a torch.compile'd step: steady's own backward kernel" in str(dispatch.explain("softmax", x))
     f = torch.compile(lambda t: (dispatch.softmax(t, -1) * torch.arange(256.0)).sum(), fullgraph=True,
                       backend="aot_eager")
     ran.clear()
