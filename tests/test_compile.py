@@ -568,3 +568,21 @@ def test_a_compiled_backward_node_does_not_follow_a_forward_whose_backward_ranks
     f(x).backward()
     assert set(ran) == {"forward_only", "steady backward"} and ran[-1] == "steady backward", ran
     _softmax_grads_match(x)
+
+
+def test_a_backward_node_met_again_with_other_strides_or_sizes_gives_their_gradients():
+    # The backward node keeps its chosen backward per call layout: met again with rows of another
+    # length, or with strided rows, it must not reuse a backward made for another layout (the Triton
+    # norm backward is built for its rows' shape)
+    pytest.importorskip("triton")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    f = torch.compile(lambda t, w: dispatch.rms_norm(t, t.shape[-1:], w, backend="triton").square().sum(),
+                      backend="aot_eager", dynamic=True)
+    for x in (torch.randn(6, 32, device=dev), torch.randn(6, 64, device=dev)[:, :32], torch.randn(5, 16, device=dev)):
+        x.requires_grad_(True)  # (a slice of a tensor that records no gradient: a leaf of its own)
+        w = torch.randn(x.shape[-1], device=dev, requires_grad=True)
+        f(x, w).backward()
+        xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+        torch.nn.functional.rms_norm(xr, x.shape[-1:], wr).square().sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(w.grad, wr.grad, rtol=1e-4, atol=1e-4)
