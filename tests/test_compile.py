@@ -510,6 +510,18 @@ def _costed_with_backward(name: str, costs: dict, ran: list):
     return plugin
 
 
+def _compiled_step_beside_steady(name: str, costs: dict, ran: list):
+    """``(x, f)``: backends ``name`` (with ``costs``) and "steady" registered and the only ones
+    allowed (their kernel calls said in ``ran``), an input that requires grad, and a compiled
+    function of a softmax call whose backward takes the two nodes."""
+    dispatch.register(_costed_with_backward(name, costs, ran))
+    dispatch.register(_costed_with_backward("steady", {"cpu": (5.0, 500.0)}, ran))
+    dispatch.configure(allow=[name, "steady"])
+    f = torch.compile(lambda t: (dispatch.softmax(t, -1) * torch.arange(256.0)).sum(), fullgraph=True,
+                      backend="aot_eager")
+    return torch.randn(64, 256, requires_grad=True), f
+
+
 def _softmax_grads_match(x: torch.Tensor) -> None:
     xr = x.detach().clone().requires_grad_(True)
     (torch.softmax(xr, -1) * torch.arange(256.0)).sum().backward()
@@ -522,18 +534,13 @@ def test_a_compiled_backward_node_chooses_by_device_time_not_autograd_host_cost(
     # launch figure, which for a training call stands for autograd's host cost). An eager training
     # call keeps weighing that cost: here it goes to "steady", the compiled step to "wide".
     ran: list[str] = []
-    dispatch.register(_costed_with_backward("wide", {"cpu": (1.0, 1000.0), "cpu:softmax:grad": (100.0, 1000.0)}, ran))
-    dispatch.register(_costed_with_backward("steady", {"cpu": (5.0, 500.0)}, ran))
-    dispatch.configure(allow=["wide", "steady"])
-    x = torch.randn(64, 256, requires_grad=True)
+    x, f = _compiled_step_beside_steady("wide", {"cpu": (1.0, 1000.0), "cpu:softmax:grad": (100.0, 1000.0)}, ran)
     explained = dispatch.explain("softmax", x)  # an eager training call, and what a compiled step runs
     assert explained.decision.backend == "steady"
     assert "backward: steady's own backward kernel" in str(explained)
     assert "backward in a torch.compile'd step: wide's own backward kernel" in str(explained)
     assert dispatch.explain("softmax", x.detach()).decision.backend == "wide"
     assert "torch.compile'd step" not in str(dispatch.explain("softmax", x.detach()))
-    f = torch.compile(lambda t: (dispatch.softmax(t, -1) * torch.arange(256.0)).sum(), fullgraph=True,
-                      backend="aot_eager")
     ran.clear()
     f(x).backward()
     assert set(ran) == {"wide", "wide backward"} and ran[-1] == "wide backward", ran
@@ -557,13 +564,8 @@ def test_a_compiled_backward_node_does_not_follow_a_forward_whose_backward_ranks
     # calls last (a fast forward, a slow backward: TileLang's norms). The backward node then runs
     # another backend's backward, and the gradients are right.
     ran: list[str] = []
-    dispatch.register(_costed_with_backward("forward_only", {"cpu": (1.0, 1000.0), "cpu:softmax:grad": "last"}, ran))
-    dispatch.register(_costed_with_backward("steady", {"cpu": (5.0, 500.0)}, ran))
-    dispatch.configure(allow=["forward_only", "steady"])
-    x = torch.randn(64, 256, requires_grad=True)
+    x, f = _compiled_step_beside_steady("forward_only", {"cpu": (1.0, 1000.0), "cpu:softmax:grad": "last"}, ran)
     assert "backward in a torch.compile'd step: steady's own backward kernel" in str(dispatch.explain("softmax", x))
-    f = torch.compile(lambda t: (dispatch.softmax(t, -1) * torch.arange(256.0)).sum(), fullgraph=True,
-                      backend="aot_eager")
     ran.clear()
     f(x).backward()
     assert set(ran) == {"forward_only", "steady backward"} and ran[-1] == "steady backward", ran
