@@ -37,17 +37,18 @@ import sys
 import threading
 from typing import Any
 
-import attrs
 import torch
 
 from . import _autocast, _opdecl, _settings
 from ._out import with_out
 
 _NAMESPACE = "dispatch"
+_TRAINING = "dispatch_training"  # the forward nodes of compiled training steps that keep buffers (_training_op)
 _registered: dict[str, Any] = {}
 _substituted: dict[str, tuple[Any, str]] = {}  # name -> (the op function its stand-in replaces, the op's schema)
 _lock = threading.RLock()
 _lib: torch.library.Library | None = None
+_training_lib: torch.library.Library | None = None
 _MAX_ENCODINGS = 1024  # decoded ``args`` texts kept per op
 
 
@@ -100,10 +101,18 @@ OUT_DTYPE = "autocast out_dtype"
 _FAKE = object()  # (_node_call's backend for the fake: nothing decided)
 
 
+_decoded: dict[str, dict[str, Any]] = {}  # ``args`` texts decoded (at most _MAX_ENCODINGS)
+
+
 def _values(decl: _opdecl.OpDecl, tensors: tuple, args: str) -> tuple[dict[str, Any], Any, Any]:
     """The call's values by parameter name, its ``backend``, and the result dtype of a call read in
     the kernel under autocast (else None)."""
-    values = decode(args)
+    decoded = _decoded.get(args)
+    if decoded is None:
+        if len(_decoded) >= _MAX_ENCODINGS:
+            _decoded.clear()
+        decoded = _decoded[args] = decode(args)
+    values = dict(decoded)
     backend = values.pop("backend", None)
     out_dtype = values.pop(OUT_DTYPE, None)
     values.update(zip(decl.tensor_names, tensors))
@@ -136,6 +145,13 @@ def _library() -> torch.library.Library:
     if _lib is None:
         _lib = torch.library.Library(_NAMESPACE, "FRAGMENT")
     return _lib
+
+
+def _training_library() -> torch.library.Library:
+    global _training_lib
+    if _training_lib is None:
+        _training_lib = torch.library.Library(_TRAINING, "FRAGMENT")
+    return _training_lib
 
 
 def _plain_keys() -> tuple[int, int] | None:
@@ -179,7 +195,7 @@ def impl({tensors}, _d_args):
 
 def autograd(_d_keyset, {tensors}, _d_args):
     if {requires_grad} and _d_grad_enabled():
-        return _d_Function.apply(_d_keyset, {tensors}, _d_args)
+        return _d_Function.apply(_d_keyset, {tensors}, _d_args)[0]
     if {plain}:
         return impl({tensors}, _d_args)
     with _d_below_autograd():
@@ -294,21 +310,34 @@ def register(decl: _opdecl.OpDecl) -> None:
             return current.reference(spec)(*tensors)
 
         def forward(keyset, *tensors_and_args):
+            # (output, *buffers): the op's declared ``saved`` buffers from its training node, which
+            # its backward node reads where the backend that filled them runs the backward
             *tensors, args = tensors_and_args
             with torch._C._AutoDispatchBelowAutograd():
-                return op.redispatch(keyset & torch._C._after_autograd_keyset, *tensors, args)
+                keys = keyset & torch._C._after_autograd_keyset
+                if _opdecl.get(name).saved is None:
+                    return (op.redispatch(keys, *tensors, args),)
+                needs = [t is not None and t.requires_grad for t in tensors]
+                out, buffers = training_op.redispatch(keys, *tensors, args, needs)
+                return (out, *buffers)
 
         def setup_context(ctx, inputs, output):  # (apart from forward: what torch.func transforms need)
             _keyset, *tensors, args = inputs
+            out, *buffers = output
             ctx.args = args
             ctx.absent = tuple(t is None for t in tensors)
-            ctx.save_for_backward(*(t for t in tensors if t is not None), output)
+            ctx.n_buffers = len(buffers)
+            ctx.save_for_backward(*(t for t in tensors if t is not None), out, *buffers)
+            if buffers:
+                ctx.mark_non_differentiable(*buffers)
 
-        def backward(ctx, grad):
-            saved = iter(ctx.saved_tensors[:-1])
+        def backward(ctx, grad, *_buffers_grads):
+            kept = ctx.saved_tensors
+            at = len(kept) - ctx.n_buffers - 1  # the output's place; the buffers follow it
+            saved = iter(kept[:at])
             tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
             needs = [bool(n) and t is not None for n, t in zip(ctx.needs_input_grad[1:], tensors)]
-            found = iter(backward_op(grad, ctx.saved_tensors[-1], *tensors, ctx.args, needs))
+            found = iter(backward_op(grad, kept[at], *tensors, list(kept[at + 1:]), ctx.args, needs))
             return (None, *(next(found) if n else None for n in needs), None)
 
         backward_op = _backward_op(decl, lib)
@@ -316,6 +345,7 @@ def register(decl: _opdecl.OpDecl) -> None:
                         {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
                          "backward": staticmethod(backward)})
         impl, autograd = _kernels(decl, op, function)
+        training_op = _training_op(decl, impl)
         lib.impl(name, impl, "CompositeExplicitAutograd")
         lib.impl(name, autograd, "Autograd", with_keyset=True)
         torch.library.register_fake(f"{_NAMESPACE}::{name}", fake, lib=lib)
@@ -325,42 +355,94 @@ def register(decl: _opdecl.OpDecl) -> None:
         _registered[name] = op
 
 
-def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
-    """``dispatch::<op>_backward(grad, output, *tensors, args, needs) -> Tensor[]``: the gradients of
-    the tensors that ``needs`` marks, by the backward of the backend a training call gets when
-    chosen by its device time (its own kernel, else the op's reference backward;
-    :meth:`Dispatcher.backward_kernel`),
-    one opaque node in a compiled graph's backward. The gradients are contiguous (the fake's
-    layout)."""
+def _training_op(decl: _opdecl.OpDecl, plain):
+    """``dispatch_training::<op>(*tensors, args, needs) -> (Tensor, Tensor[])``: the forward node of a
+    compiled training step of an op that declares ``saved`` buffers (:attr:`OpDecl.saved`): the
+    output, as the plain node ``plain`` gives it, and the buffers, filled by the kernel where the
+    backend it runs has its own backward in the step (:meth:`Dispatcher.saving_forward`), else
+    new and unfilled. Its own namespace: no op's name can meet it there."""
     from ._dispatcher import DISPATCHER
+
+    name = decl.name
+    lib = _training_library()
+    tensors = ", ".join(f"Tensor{'?' if t.optional else ''} {t.name}" for t in decl.tensors)
+    lib.define(f"{name}({tensors}, str args, bool[] needs) -> (Tensor, Tensor[])",
+               tags=(torch.Tag.pt2_compliant_tag,))
+
+    def impl(*rest):
+        *tensors, args, needs = rest
+        tensors = tuple(tensors)
+        current = _opdecl.get(name)
+        values, backend, out_dtype = _values(current, tensors, args)
+        if out_dtype is not None:  # (read in the kernel under autocast: the plain node's call, nothing saved)
+            out = plain(*tensors, args)
+            spec, _given = _node_call(current, values, out_dtype, backend)
+            return out, _unfilled(current, spec, tensors)
+        key = (current, args, tuple(needs), _settings.current_scope(),
+               *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
+        return DISPATCHER.saving_forward(current, key, values, backend, tuple(needs), lambda: plain(*tensors, args))
+
+    def fake(*rest):
+        *tensors, args, _needs = rest
+        current = _opdecl.get(name)
+        values, _backend, out_dtype = _values(current, tuple(tensors), args)
+        spec, given = _node_call(current, values, out_dtype)
+        return current.reference(spec)(*given), _unfilled(current, spec, tensors)
+
+    lib.impl(name, _never_traced(impl), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{_TRAINING}::{name}", fake, lib=lib)
+    return getattr(getattr(torch.ops, _TRAINING), name).default
+
+
+def _unfilled(decl: _opdecl.OpDecl, spec, tensors) -> list[torch.Tensor]:
+    """New buffers of the op's declared ``saved`` shapes, on the first tensor's device."""
+    device = tensors[0].device
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in (decl.saved(spec) if decl.saved else ())]
+
+
+def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
+    """``dispatch_training::<op>_backward(grad, output, *tensors, saved, args, needs) -> Tensor[]``:
+    the gradients of the tensors that ``needs`` marks, by the backward of the backend a training
+    call gets when chosen by its device time (its own kernel, else the op's reference backward;
+    :meth:`Dispatcher.backward_kernel`), one opaque node in a compiled graph's backward. ``saved``:
+    the forward node's buffers (:func:`_training_op`), handed to that backward where its backend's
+    forward filled them. The gradients are contiguous (the fake's layout). Also defined as
+    ``dispatch::<op>_backward(grad, output, *tensors, args, needs)``, without buffers: the node of
+    graphs compiled before buffers were kept (torch's compiled-graph caches may hold them)."""
+    from ._dispatcher import DISPATCHER, SAVED_BY, with_needs
 
     name = decl.name
     tensors = ", ".join(f"Tensor{'?' if t.optional else ''} {t.name}" for t in decl.tensors)
     lib.define(f"{name}_backward(Tensor grad, Tensor output, {tensors}, str args, bool[] needs) -> Tensor[]",
                tags=(torch.Tag.pt2_compliant_tag,))
+    training = _training_library()
+    training.define(f"{name}_backward(Tensor grad, Tensor output, {tensors}, Tensor[] saved, str args, "
+                    "bool[] needs) -> Tensor[]", tags=(torch.Tag.pt2_compliant_tag,))
 
     def resolve(current, tensors, args, needs):
-        # (backward, the tensors it takes): the call's spec built, its backward chosen
+        # ((backend, backward), the tensors it takes): the call's spec built, its backward chosen
         values, backend, out_dtype = _values(current, tensors, args)
         spec, given = _node_call(current, values, out_dtype, backend)
-        spec = attrs.evolve(spec, tensors=[attrs.evolve(t, requires_grad=bool(n) and t.present)
-                                           for t, n in zip(spec.tensors, needs)])
-        return DISPATCHER.backward_kernel(spec, backend), given, out_dtype is None
+        return DISPATCHER.backward_kernel(with_needs(spec, needs), backend), given, out_dtype is None
 
     def impl(grad, output, *rest):
-        *tensors, args, needs = rest
+        *tensors, saved, args, needs = rest
         tensors = tuple(tensors)
         current = _opdecl.get(name)
         key = (current, args, tuple(needs), _settings.current_scope(),
                *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
-        backward = DISPATCHER.node_backward(key)
-        if backward is not None:  # met before: the tensors as they came (no float32 copy made)
+        found = DISPATCHER.node_backward(key)
+        if found is not None:  # met before: the tensors as they came (no float32 copy made)
             given = tensors
         else:
-            backward, given, keep = resolve(current, tensors, args, needs)
+            found, given, keep = resolve(current, tensors, args, needs)
             if keep:  # (a call read in the kernel under autocast may take a copy: resolved each time)
-                DISPATCHER.node_backward(key, backward)
-        grads = backward(grad, *given, output)
+                DISPATCHER.node_backward(key, found)
+        backend, backward = found
+        if saved and hasattr(backward, "saves") and all(getattr(b, SAVED_BY, None) == backend for b in saved):
+            grads = backward(grad, *given, output, *saved)
+        else:
+            grads = backward(grad, *given, output)
         grads = (grads,) if isinstance(grads, torch.Tensor) or grads is None else tuple(grads)
         # None for a tensor the output does not depend on (autograd through a reference that does
         # not read it): eager leaves its .grad None; the node's output promises a tensor: zeros.
@@ -375,12 +457,20 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
                 for g in wanted]
 
     def fake(grad, output, *rest):
-        *tensors, _args, needs = rest
+        *tensors, _saved, _args, needs = rest
         return [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t, n in zip(tensors, needs) if n]
 
-    lib.impl(f"{name}_backward", _never_traced(impl), "CompositeExplicitAutograd")
-    torch.library.register_fake(f"{_NAMESPACE}::{name}_backward", fake, lib=lib)
-    return getattr(getattr(torch.ops, _NAMESPACE), f"{name}_backward").default
+    def without_buffers(grad, output, *rest):
+        return impl(grad, output, *rest[:-2], [], *rest[-2:])
+
+    def fake_without_buffers(grad, output, *rest):
+        return fake(grad, output, *rest[:-2], [], *rest[-2:])
+
+    training.impl(f"{name}_backward", _never_traced(impl), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{_TRAINING}::{name}_backward", fake, lib=training)
+    lib.impl(f"{name}_backward", _never_traced(without_buffers), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{_NAMESPACE}::{name}_backward", fake_without_buffers, lib=lib)
+    return getattr(getattr(torch.ops, _TRAINING), f"{name}_backward").default
 
 
 def _stand_in(decl: _opdecl.OpDecl, op) -> Any:

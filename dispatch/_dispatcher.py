@@ -32,6 +32,9 @@ from .reference import (_overlaps, check_declared_output, check_output, expected
                         input_safety, result_problem, tolerance_of)
 
 MAX_KEYS_PER_OP = 4096
+# the attribute that marks a compiled forward node's saved buffers with the backend whose forward
+# filled them (Dispatcher.saving_forward): the backward node hands them to that backend's backward only
+SAVED_BY = "_dispatch_saved_by"
 _IN_KERNEL = "autocast, read in the kernel"  # the first part of the key an autocast_in_kernel call resolves under
 _tune_log = logging.getLogger("dispatch.tune")
 
@@ -45,7 +48,8 @@ class Dispatcher:
         self._locks_lock = threading.Lock()
         self._quarantine: dict[tuple, dict[str, str]] = {}
         self._validated: set[tuple] = set()
-        self._backwards: dict[tuple, Callable] = {}  # (spec, forced backend, scope) -> backward kernel
+        self._backwards: dict[tuple, tuple[str, Callable]] = {}  # (spec, forced, scope) -> (backend, backward)
+        self._savings: dict[tuple, tuple] = {}  # a compiled forward node's call -> its plan (saving_forward)
 
     def clear(self) -> None:
         """Forget every resolved call (settings or backends changed); quarantines are kept."""
@@ -55,6 +59,7 @@ class Dispatcher:
             table.clear()
         self._validated.clear()
         self._backwards.clear()
+        self._savings.clear()
 
     def reset(self) -> None:
         """Forget resolved calls and quarantines."""
@@ -304,25 +309,26 @@ class Dispatcher:
         scope = _settings.current_scope()
         return self.selector(scope, spec).select(spec, forced, scope, self._quarantine.get(qkey))
 
-    def backward_kernel(self, spec: CallSpec, forced: str | None) -> Callable:
-        """The backward that a compiled graph's backward node runs for a call of ``spec`` (whose
-        tensors say which gradients are wanted): the chosen backend's own kernel, else the op's
-        reference backward. Chosen as a training call by its device time, from the cards (tuning
-        off): the node launches its kernels with no ``autograd.Function`` around them, so the host
-        cost that an eager training call's pick weighs is not paid there (with it, norms of up to
-        16M elements went to torch's reference backward, which computes the forward again); nor may
-        it follow the forward node's pick, an inference call's (TileLang's norm forward of few long
-        rows, whose backward takes up to twice Triton's time). Made once per spec, backend forced and
-        ``use()`` scope; nothing is raced in a backward pass."""
+    def backward_kernel(self, spec: CallSpec, forced: str | None) -> tuple[str, Callable]:
+        """``(backend, backward)``: the backward that a compiled graph's backward node runs for a call
+        of ``spec`` (whose tensors say which gradients are wanted), and whose it is: the chosen
+        backend's own kernel, else the op's reference backward. Chosen as a training call by its
+        device time, from the cards (tuning off): the node launches its kernels with no
+        ``autograd.Function`` around them, so the host cost that an eager training call's pick
+        weighs is not paid there (with it, norms of up to 16M elements went to torch's reference
+        backward, which computes the forward again); nor may it follow the forward node's pick, an
+        inference call's (TileLang's norm forward of few long rows, whose backward takes up to twice
+        Triton's time). Made once per spec, backend forced and ``use()`` scope; nothing is raced in
+        a backward pass."""
         key = (spec, forced, _settings.current_scope())
-        fn = self._backwards.get(key)
-        if fn is None:
+        found = self._backwards.get(key)
+        if found is None:
             decision = self.compiled_backward_decision(spec, forced)
-            fn = self._backward(_plugins.registry().backends[decision.backend], decision, None)
+            found = (decision.backend, self._backward(_plugins.registry().backends[decision.backend], decision, None))
             if len(self._backwards) >= MAX_KEYS_PER_OP:
                 self._backwards.clear()
-            self._backwards[key] = fn
-        return fn
+            self._backwards[key] = found
+        return found
 
     def compiled_backward_decision(self, spec: CallSpec, forced: str | None) -> Decision:
         """The decision whose backward a compiled graph's backward node runs for a training call of
@@ -332,17 +338,72 @@ class Dispatcher:
         selector = Selector(_plugins.registry(), default_cache(), settings)
         return selector.select(spec, forced, scope, self._quarantine.get(_bucket_key(spec)))
 
-    def node_backward(self, key: tuple, backward: Callable | None = None) -> Callable | None:
-        """The backward (a :meth:`backward_kernel`) kept under ``key`` for a compiled graph's backward
-        node, or None; with ``backward``, keep it there. ``key``: what the node reads of a call (its
-        op, arguments text, wanted gradients, ``use()`` scope and tensors' dtypes, shapes, strides
-        and devices), so that a node met again builds no spec. Forgotten with the resolved calls."""
+    def node_backward(self, key: tuple, backward: tuple[str, Callable] | None = None) -> tuple[str, Callable] | None:
+        """The ``(backend, backward)`` (a :meth:`backward_kernel`) kept under ``key`` for a compiled
+        graph's backward node, or None; with ``backward``, keep it there. ``key``: what the node reads
+        of a call (its op, arguments text, wanted gradients, ``use()`` scope and tensors' dtypes,
+        shapes, strides and devices), so that a node met again builds no spec. Forgotten with the
+        resolved calls."""
         if backward is None:
             return self._backwards.get(key)
         if len(self._backwards) >= MAX_KEYS_PER_OP:
             self._backwards.clear()
         self._backwards[key] = backward
         return backward
+
+    def saving_forward(self, decl: _opdecl.OpDecl, node_key: tuple, values: dict[str, Any], backend: str | None,
+                       needs: tuple[bool, ...], plain: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, list]:
+        """``(output, buffers)`` of a compiled training step's forward node of an op that declares
+        ``saved`` buffers. Where the call is resolved (as the plain node ``plain`` resolves it: an
+        inference call) to a backend whose own backward is the one the step's backward node runs
+        (:meth:`backward_kernel`, for the gradients ``needs`` marks) and asks its forward to fill
+        buffers of the op's declared shapes (``saves``), that backend's kernel runs with them, and
+        each is marked with the backend's name (:data:`SAVED_BY`), for the backward node. Otherwise
+        (a call not resolved yet, another backend's backward or none asking, a view the guard
+        resolves, a mode that runs torch's op, a kernel that raised here: the plain call then meets
+        it under its guard) ``plain()`` and new, unfilled, unmarked buffers. ``node_key``: the
+        node's call, under which its plan is kept while the call's resolution stands."""
+        plan = self._savings.get(node_key)
+        if plan is None or self.tables.get(decl.name, {}).get(plan[0]) is not plan[1]:
+            plan = self._saving_plan(decl, values, backend, needs)
+            if len(self._savings) >= MAX_KEYS_PER_OP:
+                self._savings.clear()
+            self._savings[node_key] = plan
+        _call_key, _fn, kernel, saves, name, layout = plan
+        tensors = decl.tensors_of(values)
+        if kernel is not None and not _torch_only() and not any(
+                t is not None and (t.is_neg() or t.is_conj()) for t in tensors):
+            buffers = tuple(saves(*tensors))
+            if tuple((tuple(b.shape), b.dtype) for b in buffers) == layout:
+                try:
+                    out = kernel(*tensors, saved=buffers)
+                except Exception:  # noqa: BLE001 - the plain call meets it again, under its guard
+                    pass
+                else:
+                    for b in buffers:
+                        setattr(b, SAVED_BY, name)
+                    return out, list(buffers)
+        device = tensors[0].device
+        return plain(), [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in layout]
+
+    def _saving_plan(self, decl: _opdecl.OpDecl, values: dict[str, Any], backend: str | None,
+                     needs: tuple[bool, ...]) -> tuple:
+        """``(call key, resolved function, kernel, saves, backend, layout)`` for :meth:`saving_forward`;
+        kernel None: nothing is filled (the call not resolved yet, or its backend's backward is not
+        the step's or asks for nothing)."""
+        call_key = self.function(decl.name).call_key(values, backend)
+        fn = self.tables.get(decl.name, {}).get(call_key) if call_key is not None else None
+        decision = self.decisions.get(decl.name, {}).get(call_key) if fn is not None else None
+        spec = decl.spec(values, grad_enabled=False)
+        layout = tuple((tuple(shape), dtype) for shape, dtype in decl.saved(spec))
+        if decision is None:
+            return call_key, fn, None, None, None, layout
+        kernel = getattr(fn, "__wrapped__", None)  # (the reference backend's function has none)
+        name, backward = self.backward_kernel(with_needs(spec, needs), backend)
+        saves = getattr(backward, "saves", None)
+        if name != decision.backend or saves is None:
+            kernel = None
+        return call_key, fn, kernel, saves, name, layout
 
     def _build(self, decision: Decision, key, plain: bool = False) -> Callable[..., torch.Tensor]:
         backend = _plugins.registry().backends[decision.backend]
@@ -602,6 +663,12 @@ _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # the classes a kernel's ou
 _forward_ad = torch.autograd.forward_ad
 _jit_tracing = torch._C._is_tracing
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+def with_needs(spec: CallSpec, needs) -> CallSpec:
+    """``spec`` with its tensors wanting a gradient where ``needs`` says (and present)."""
+    return attrs.evolve(spec, tensors=[attrs.evolve(t, requires_grad=bool(n) and t.present)
+                                       for t, n in zip(spec.tensors, needs)])
 
 
 def _torch_only() -> bool:

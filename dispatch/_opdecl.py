@@ -174,6 +174,12 @@ class OpDecl:
       None means autograd through the reference. ``backward_reads_inputs=False``: it reads the
       output only (softmax's), so a call served with it keeps no input for its backward (it gets
       None for each): less memory, and the input may change after the call.
+    * ``saved(spec) -> ((shape, dtype), ...)`` (optional): the buffers a backend's forward may fill
+      for its own backward (a norm's per-row statistics; the backward's ``saves``, see
+      :func:`dispatch.hookspec.dispatch_backward`), as shapes and dtypes known before any backend
+      is chosen. A ``torch.compile``d training step needs them so: its forward node hands them to
+      its backward node, which gets them only where the same backend filled them (else the backward
+      runs without them). None: a compiled step keeps no such buffers.
     * ``bucket(spec) -> str``: the shape bucket (decisions are cached per bucket).
     * ``bytes_moved(spec) -> int`` (and ``flops``): for GB/s, % of copy and roofline.
     * ``row_size(spec) -> int`` (optional): how many elements one result row reduces over (N of a
@@ -206,6 +212,8 @@ class OpDecl:
     output: Callable[[CallSpec], tuple[tuple[int, ...], torch.dtype]] = field(validator=is_callable())
     backward: Callable[[CallSpec], Callable[..., Any]] | None = field(default=None, validator=maybe(is_callable()))
     backward_reads_inputs: bool = field(default=True, validator=kind_of(bool))
+    saved: Callable[[CallSpec], tuple[tuple[tuple[int, ...], torch.dtype], ...]] | None = field(
+        default=None, validator=maybe(is_callable()))
     bucket: Callable[[CallSpec], str] = field(default=_default_bucket, validator=is_callable())
     bytes_moved: Callable[[CallSpec], int] = field(default=_default_bytes, validator=is_callable())
     flops: Callable[[CallSpec], int] | None = field(default=None, validator=maybe(is_callable()))

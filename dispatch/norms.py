@@ -203,6 +203,14 @@ def norm_bucket(spec: CallSpec) -> str:
     return ",".join(parts)
 
 
+def _row_statistics(per_row: int):
+    """``OpDecl.saved`` of a norm: one float32 buffer of ``per_row`` statistics a row (rms_norm: its
+    rstd; layer_norm: its rstd and mean), the buffer a backend's forward fills for its backward."""
+    def saved(spec: CallSpec) -> tuple[tuple[tuple[int, ...], torch.dtype], ...]:
+        return (((per_row * norm_rows(spec),), torch.float32),)
+    return saved
+
+
 def norm_bytes(spec: CallSpec) -> int:
     """The input (and weight/bias) read once, the output written once."""
     read = sum(t.numel * t.dtype.itemsize for t in spec.tensors if t.present)
@@ -261,14 +269,16 @@ def _examples(spec: CallSpec, seed: int = 0):
 RMS_NORM = OpDecl(
     name="rms_norm", parse=_parse_rms_norm,
     tensors=(TensorArg("input"), TensorArg("weight", optional=True)),
-    reference=_rms_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes, row_size=norm_size,
+    reference=_rms_reference, output=_same_shape, saved=_row_statistics(1), bucket=norm_bucket,
+    bytes_moved=norm_bytes, row_size=norm_size,
     examples=_examples, autocast=torch_policy("aten::rms_norm", "fp32"), autocast_in_kernel=True, sample=_rms_sample,
     doc="``torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)``, served by the best "
         "backend for the call.")
 LAYER_NORM = OpDecl(
     name="layer_norm", parse=_parse_layer_norm,
     tensors=(TensorArg("input"), TensorArg("weight", optional=True), TensorArg("bias", optional=True)),
-    reference=_layer_reference, output=_same_shape, bucket=norm_bucket, bytes_moved=norm_bytes, row_size=norm_size,
+    reference=_layer_reference, output=_same_shape, saved=_row_statistics(2), bucket=norm_bucket,
+    bytes_moved=norm_bytes, row_size=norm_size,
     examples=_examples, autocast=torch_policy("aten::layer_norm", "fp32"), autocast_in_kernel=True,
     sample=_layer_sample,
     doc="``torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)``, served by the "

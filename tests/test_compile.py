@@ -588,3 +588,145 @@ def test_a_backward_node_met_again_with_other_strides_or_sizes_gives_their_gradi
         torch.nn.functional.rms_norm(xr, x.shape[-1:], wr).square().sum().backward()
         torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(w.grad, wr.grad, rtol=1e-4, atol=1e-4)
+
+
+def _keeper(ran: list, stats_seen: list):
+    """An rms_norm backend ("keeper") whose forward fills its backward's buffer of each row's rstd
+    when asked (``saves``), and whose backward says whether it was handed the buffer."""
+    import types
+
+    plugin = types.SimpleNamespace()
+
+    def rstd_of(x, eps):
+        return torch.rsqrt(x.float().square().mean(-1) + eps)
+
+    def eps_of(spec, x):
+        eps = spec.attrs.get("eps")
+        return torch.finfo(x.dtype).eps if eps is None else eps
+
+    @dispatch.hookimpl
+    def dispatch_backend_info():
+        return dispatch.BackendInfo(name="keeper", version="1.0", ops=("rms_norm",), priority={"cpu": 200},
+                                    costs={"cpu": (1.0, 1000.0)})
+
+    @dispatch.hookimpl
+    def dispatch_check(op, spec):
+        return dispatch.Verdict.yes() if spec.tensors[1].present and spec.ndim == 2 else dispatch.Verdict.no("2-D, weight")
+
+    @dispatch.hookimpl
+    def dispatch_kernel(op, spec, config):
+        def run(x, weight=None, saved=None):
+            rstd = rstd_of(x, eps_of(spec, x))
+            if saved is not None:
+                saved[0].copy_(rstd)
+            ran.append("keeper forward" + (" saving" if saved is not None else ""))
+            return (x.float() * rstd[:, None] * weight.float()).to(x.dtype)
+        return run
+
+    @dispatch.hookimpl
+    def dispatch_backward(op, spec):
+        def backward(grad, x, weight, y, *stats):
+            ran.append("keeper backward" + (" with stats" if stats else ""))
+            rstd = rstd_of(x, eps_of(spec, x))
+            if stats:
+                stats_seen.append(torch.equal(stats[0], rstd))
+            xhat = x.float() * rstd[:, None]
+            g = grad.float() * weight.float()
+            dx = rstd[:, None] * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+            return dx.to(x.dtype), (grad.float() * xhat).sum(0).to(weight.dtype)
+
+        backward.saves = lambda x, *rest: (torch.empty(x.shape[0], dtype=torch.float32, device=x.device),)
+        return backward
+
+    for hook in (dispatch_backend_info, dispatch_check, dispatch_kernel, dispatch_backward):
+        setattr(plugin, hook.__name__, hook)
+    return plugin
+
+
+def _rms_grads_match(x, w) -> None:
+    xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+    torch.nn.functional.rms_norm(xr, x.shape[-1:], wr).square().sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(w.grad, wr.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_a_compiled_training_step_hands_the_forward_statistics_to_the_same_backends_backward():
+    # An eager training call's forward fills the buffers its backend's backward asks for (a norm's
+    # row statistics); a compiled step's forward node now does too, and the backward node hands
+    # them on where the backend that filled them runs the backward: here "keeper", forward and
+    # backward. Its first call resolves the forward (no buffers filled: the plain call).
+    ran: list[str] = []
+    seen: list[bool] = []
+    dispatch.register(_keeper(ran, seen))
+    dispatch.configure(allow=["keeper", "torch"])
+    f = torch.compile(lambda t, w: dispatch.rms_norm(t, t.shape[-1:], w).square().sum(), fullgraph=True,
+                      backend="aot_eager")
+    x = torch.randn(8, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    for _ in range(3):
+        ran.clear()
+        x.grad = w.grad = None
+        f(x, w).backward()
+        _rms_grads_match(x, w)
+    assert ran == ["keeper forward saving", "keeper backward with stats"], ran
+    assert seen and all(seen), seen  # the buffer held the rows' rstd
+    ran.clear()
+    x.grad = w.grad = None
+    with torch.no_grad():  # an inference graph: the plain node, nothing saved
+        torch.compile(lambda t, w: dispatch.rms_norm(t, t.shape[-1:], w), fullgraph=True, backend="aot_eager")(x, w)
+    assert ran == ["keeper forward"], ran
+
+
+def test_a_backward_node_of_another_backend_is_not_handed_buffers_it_did_not_fill():
+    # The step's backward runs under settings that deny the forward's backend: torch's backward
+    # runs, with the statistics left out, and the gradients are right. Then allowed again, the
+    # backward node goes back to "keeper" with the buffers.
+    ran: list[str] = []
+    dispatch.register(_keeper(ran, []))
+    dispatch.configure(allow=["keeper", "torch"])
+    f = torch.compile(lambda t, w: dispatch.rms_norm(t, t.shape[-1:], w).square().sum(), fullgraph=True,
+                      backend="aot_eager")
+    x = torch.randn(8, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    f(x, w).backward()  # (resolves the forward)
+    for deny, expected in ((["keeper"], ["keeper forward saving"]),
+                           ([], ["keeper forward saving", "keeper backward with stats"])):
+        ran.clear()
+        x.grad = w.grad = None
+        loss = f(x, w)
+        with dispatch.use(deny=deny):
+            loss.backward()
+        assert ran == expected, (deny, ran)
+        _rms_grads_match(x, w)
+
+
+def test_a_compiled_triton_norm_backward_of_long_rows_gets_its_forwards_statistics(monkeypatch):
+    # Triton's backward of long rows reads the row statistics its forward stores (else it
+    # computes them again); a compiled step's nodes now pass them along, with real kernels.
+    pytest.importorskip("triton")
+    from dispatch_triton import norm_backward
+
+    made, given = norm_backward.make_backward, []
+
+    def spying(*args, **kwargs):
+        backward = made(*args, **kwargs)
+
+        def spy(grad, *rest):
+            given.append(len(rest))
+            return backward(grad, *rest)
+        if hasattr(backward, "saves"):
+            spy.saves = backward.saves
+        return spy
+
+    monkeypatch.setattr(norm_backward, "make_backward", spying)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    f = torch.compile(lambda t, w: dispatch.rms_norm(t, t.shape[-1:], w, backend="triton").square().sum(),
+                      fullgraph=True, backend="aot_eager")
+    x = torch.randn(3, 9000, device=dev, requires_grad=True)  # rows longer than 8192: the split backward
+    w = torch.randn(9000, device=dev, requires_grad=True)
+    for _ in range(2):
+        given.clear()
+        x.grad = w.grad = None
+        f(x, w).backward()
+        _rms_grads_match(x, w)
+    assert given == [4], given  # (input, weight, output, statistics)
