@@ -354,56 +354,69 @@ class Dispatcher:
     def saving_forward(self, decl: _opdecl.OpDecl, node_key: tuple, values: dict[str, Any], backend: str | None,
                        needs: tuple[bool, ...], plain: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, list]:
         """``(output, buffers)`` of a compiled training step's forward node of an op that declares
-        ``saved`` buffers. Where the call is resolved (as the plain node ``plain`` resolves it: an
-        inference call) to a backend whose own backward is the one the step's backward node runs
-        (:meth:`backward_kernel`, for the gradients ``needs`` marks) and asks its forward to fill
-        buffers of the op's declared shapes (``saves``), that backend's kernel runs with them, and
-        each is marked with the backend's name (:data:`SAVED_BY`), for the backward node. Otherwise
-        (a call not resolved yet, another backend's backward or none asking, a view the guard
-        resolves, a mode that runs torch's op, a kernel that raised here: the plain call then meets
-        it under its guard) ``plain()`` and new, unfilled, unmarked buffers. ``node_key``: the
-        node's call, under which its plan is kept while the call's resolution stands."""
+        ``saved`` buffers. Where the backend whose backward the step's backward node runs (a
+        training call by device time, for the gradients ``needs`` marks: :meth:`backward_kernel`)
+        asks its forward to fill buffers of the op's declared shapes (``saves``), the node runs
+        that backend's forward, as an eager training call under ``timing="device"`` would: its
+        kernel, checked against the reference on its first call as any is, fills them, and each is
+        marked with the backend's name (:data:`SAVED_BY`) for the backward node. Otherwise (no
+        buffers asked for, the reference's backward, a view the guard resolves, a mode that runs
+        torch's op, a CUDA graph being captured before the plan is made, a kernel that faulted)
+        the plain node's call ``plain()`` (an inference call) and new, unfilled, unmarked buffers.
+        ``node_key``: the node's call, under which its plan is kept until settings or backends
+        change."""
         plan = self._savings.get(node_key)
-        if plan is None or self.tables.get(decl.name, {}).get(plan[0]) is not plan[1]:
+        if plan is None:
             plan = self._saving_plan(decl, values, backend, needs)
-            if len(self._savings) >= MAX_KEYS_PER_OP:
-                self._savings.clear()
-            self._savings[node_key] = plan
-        _call_key, _fn, kernel, saves, name, layout = plan
+            if plan[0] is not None or not _capturing(decl.tensors_of(values)):
+                if len(self._savings) >= MAX_KEYS_PER_OP:
+                    self._savings.clear()
+                self._savings[node_key] = plan
+        kernel, saves, decision, layout, qkey = plan
         tensors = decl.tensors_of(values)
-        if kernel is not None and not _torch_only() and not any(
-                t is not None and (t.is_neg() or t.is_conj()) for t in tensors):
+        if kernel is not None and decision.backend not in self._quarantine.get(qkey, ()) and not _torch_only() \
+                and not any(t is not None and (t.is_neg() or t.is_conj()) for t in tensors):
             buffers = tuple(saves(*tensors))
             if tuple((tuple(b.shape), b.dtype) for b in buffers) == layout:
                 try:
                     out = kernel(*tensors, saved=buffers)
-                except Exception:  # noqa: BLE001 - the plain call meets it again, under its guard
-                    pass
+                except Exception as exc:  # noqa: BLE001 - a fault of the backend; the plain call serves
+                    self._savings[node_key] = (None, None, decision, layout, qkey)
+                    self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
                 else:
                     for b in buffers:
-                        setattr(b, SAVED_BY, name)
+                        setattr(b, SAVED_BY, decision.backend)
                     return out, list(buffers)
         device = tensors[0].device
         return plain(), [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in layout]
 
     def _saving_plan(self, decl: _opdecl.OpDecl, values: dict[str, Any], backend: str | None,
                      needs: tuple[bool, ...]) -> tuple:
-        """``(call key, resolved function, kernel, saves, backend, layout)`` for :meth:`saving_forward`;
-        kernel None: nothing is filled (the call not resolved yet, or its backend's backward is not
-        the step's or asks for nothing)."""
-        call_key = self.function(decl.name).call_key(values, backend)
-        fn = self.tables.get(decl.name, {}).get(call_key) if call_key is not None else None
-        decision = self.decisions.get(decl.name, {}).get(call_key) if fn is not None else None
+        """``(kernel, saves, decision, layout, quarantine key)`` for :meth:`saving_forward`; kernel
+        None: the node fills nothing."""
         spec = decl.spec(values, grad_enabled=False)
         layout = tuple((tuple(shape), dtype) for shape, dtype in decl.saved(spec))
-        if decision is None:
-            return call_key, fn, None, None, None, layout
-        kernel = getattr(fn, "__wrapped__", None)  # (the reference backend's function has none)
-        name, backward = self.backward_kernel(with_needs(spec, needs), backend)
+        tensors = decl.tensors_of(values)
+        nothing = (None, None, None, layout, None)
+        if _torch_only() or _capturing(tensors):  # (nothing may be checked or synced while capturing)
+            return nothing
+        training = with_needs(spec, needs)
+        name, backward = self.backward_kernel(training, backend)
         saves = getattr(backward, "saves", None)
-        if name != decision.backend or saves is None:
-            kernel = None
-        return call_key, fn, kernel, saves, name, layout
+        chosen = _plugins.registry().backends[name]
+        if saves is None or chosen.info.reference:
+            return nothing
+        decision = self.compiled_backward_decision(training, backend)
+        if decision.backend != name:  # (the two decisions disagree: settings changed in between)
+            return nothing
+        try:
+            kernel = chosen.kernel(decl.name, decision.spec, decision.config)
+        except Exception as exc:  # noqa: BLE001 - dispatch_kernel raised: a fault of the backend
+            self._fault(decision, _backend.raised_in("dispatch_kernel", exc), exc, "dispatch_kernel")
+            return nothing
+        if self._validate(decision, kernel, tensors) is None:  # faulted (quarantined, said)
+            return nothing
+        return kernel, saves, decision, layout, _bucket_key(decision.spec)
 
     def _build(self, decision: Decision, key, plain: bool = False) -> Callable[..., torch.Tensor]:
         backend = _plugins.registry().backends[decision.backend]
@@ -663,6 +676,12 @@ _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # the classes a kernel's ou
 _forward_ad = torch.autograd.forward_ad
 _jit_tracing = torch._C._is_tracing
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+def _capturing(tensors) -> bool:
+    """Whether a CUDA graph is being captured on the current stream of these CUDA tensors."""
+    first = next((t for t in tensors if t is not None), None)
+    return first is not None and first.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def with_needs(spec: CallSpec, needs) -> CallSpec:

@@ -109,7 +109,16 @@ def _compiled_backward(spec, backend: str | None) -> str | None:
         decision = DISPATCHER.compiled_backward_decision(spec, backend)
     except Exception as exc:  # noqa: BLE001 - said as the node would meet it
         return f"none: {type(exc).__name__}: {exc}"
-    return _backward(decision)
+    said = _backward(decision)
+    chosen = _plugins.registry().backends[decision.backend]
+    if _opdecl.get(spec.op).saved is not None and not chosen.info.reference:
+        try:
+            own = own_backward(chosen, spec)
+        except Exception:  # noqa: BLE001 - (said by _backward)
+            own = None
+        if own is not None and hasattr(own, "saves"):  # (Dispatcher.saving_forward)
+            said += f", after {decision.backend}'s forward, which fills the buffers it reads"
+    return said
 
 
 def _backward(decision: Decision) -> str | None:

@@ -590,9 +590,10 @@ def test_a_backward_node_met_again_with_other_strides_or_sizes_gives_their_gradi
         torch.testing.assert_close(w.grad, wr.grad, rtol=1e-4, atol=1e-4)
 
 
-def _keeper(ran: list, stats_seen: list):
-    """An rms_norm backend ("keeper") whose forward fills its backward's buffer of each row's rstd
-    when asked (``saves``), and whose backward says whether it was handed the buffer."""
+def _keeper(ran: list, stats_seen: list, costs: dict | None = None, name: str = "keeper", saving: bool = True):
+    """An rms_norm backend (``name``) whose forward fills its backward's buffer of each row's rstd
+    when asked (``saves``), and whose backward says whether it was handed the buffer (first in the
+    static order, or ranked by ``costs``); ``saving`` False: no backward of its own."""
     import types
 
     plugin = types.SimpleNamespace()
@@ -606,8 +607,8 @@ def _keeper(ran: list, stats_seen: list):
 
     @dispatch.hookimpl
     def dispatch_backend_info():
-        return dispatch.BackendInfo(name="keeper", version="1.0", ops=("rms_norm",), priority={"cpu": 200},
-                                    costs={"cpu": (1.0, 1000.0)})
+        return dispatch.BackendInfo(name=name, version="1.0", ops=("rms_norm",), priority={"cpu": 200},
+                                    costs=costs or {"cpu": (1.0, 1000.0)})
 
     @dispatch.hookimpl
     def dispatch_check(op, spec):
@@ -619,14 +620,17 @@ def _keeper(ran: list, stats_seen: list):
             rstd = rstd_of(x, eps_of(spec, x))
             if saved is not None:
                 saved[0].copy_(rstd)
-            ran.append("keeper forward" + (" saving" if saved is not None else ""))
+            ran.append(f"{name} forward" + (" saving" if saved is not None else ""))
             return (x.float() * rstd[:, None] * weight.float()).to(x.dtype)
         return run
 
     @dispatch.hookimpl
     def dispatch_backward(op, spec):
+        if not saving:
+            return None
+
         def backward(grad, x, weight, y, *stats):
-            ran.append("keeper backward" + (" with stats" if stats else ""))
+            ran.append(f"{name} backward" + (" with stats" if stats else ""))
             rstd = rstd_of(x, eps_of(spec, x))
             if stats:
                 stats_seen.append(torch.equal(stats[0], rstd))
@@ -654,7 +658,7 @@ def test_a_compiled_training_step_hands_the_forward_statistics_to_the_same_backe
     # An eager training call's forward fills the buffers its backend's backward asks for (a norm's
     # row statistics); a compiled step's forward node now does too, and the backward node hands
     # them on where the backend that filled them runs the backward: here "keeper", forward and
-    # backward. Its first call resolves the forward (no buffers filled: the plain call).
+    # backward.
     ran: list[str] = []
     seen: list[bool] = []
     dispatch.register(_keeper(ran, seen))
@@ -730,3 +734,33 @@ def test_a_compiled_triton_norm_backward_of_long_rows_gets_its_forwards_statisti
         f(x, w).backward()
         _rms_grads_match(x, w)
     assert given == [4], given  # (input, weight, output, statistics)
+
+
+def test_a_compiled_training_step_runs_the_forward_of_the_backend_whose_backward_it_runs():
+    # "quick" wins the inference call (the plain forward node's pick) and ranks last for training
+    # calls; "keeper" is the training call's pick by device time, and its backward asks for the
+    # forward's statistics: a compiled training step runs keeper's forward, which fills them, as an
+    # eager training call under timing="device" does. An inference call still gets quick's.
+    ran: list[str] = []
+    dispatch.register(_keeper(ran, [], costs={"cpu": (5.0, 500.0)}))
+    dispatch.register(_keeper(ran, [], costs={"cpu": (1.0, 1000.0), "cpu:rms_norm:grad": "last"}, name="quick",
+                              saving=False))
+    dispatch.configure(allow=["keeper", "quick"])
+    x = torch.randn(8, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    assert dispatch.explain("rms_norm", x.detach(), (64,), w.detach()).decision.backend == "quick"
+    said = str(dispatch.explain("rms_norm", x, (64,), w))
+    assert ("backward in a torch.compile'd step: keeper's own backward kernel, after keeper's forward, which fills "
+            "the buffers it reads") in said, said
+    f = torch.compile(lambda t, w: dispatch.rms_norm(t, t.shape[-1:], w).square().sum(), fullgraph=True,
+                      backend="aot_eager")
+    for i in range(3):  # (the first call also checks keeper's forward against the reference, on copies)
+        ran.clear()
+        x.grad = w.grad = None
+        f(x, w).backward()
+        _rms_grads_match(x, w)
+        assert ran[-2:] == ["keeper forward saving", "keeper backward with stats"] and (i == 0 or len(ran) == 2), ran
+    ran.clear()
+    with torch.no_grad():
+        torch.compile(lambda t, w: dispatch.rms_norm(t, t.shape[-1:], w), fullgraph=True, backend="aot_eager")(x, w)
+    assert set(ran) == {"quick forward"}, ran  # (its first call checked on copies too)
