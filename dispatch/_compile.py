@@ -54,13 +54,22 @@ _MAX_ENCODINGS = 1024  # decoded ``args`` texts kept per op
 
 # -- the non-tensor arguments, as text a graph can carry -------------------------------------------
 
+# the nodes' format, carried in every ``args`` text: torch's caches of compiled graphs key a graph by
+# its text, not by the code of the nodes it calls, so a change to the nodes' schemas or to what they
+# return changes this number, and a graph compiled for other nodes is never taken from the cache
+GRAPH_FORMAT = 2
+_FORMAT = "graph format"  # (not an identifier: no op parameter has this name)
+
+
 def encode(values: dict[str, Any]) -> str:
-    """The call's non-tensor arguments as JSON, each value tagged with its type."""
-    return json.dumps({k: _tag(v) for k, v in values.items()}, sort_keys=True)
+    """The call's non-tensor arguments as JSON, each value tagged with its type (and the nodes'
+    format, :data:`GRAPH_FORMAT`)."""
+    return json.dumps({_FORMAT: _tag(GRAPH_FORMAT), **{k: _tag(v) for k, v in values.items()}}, sort_keys=True)
 
 
 def decode(text: str) -> dict[str, Any]:
-    return {k: _untag(v) for k, v in json.loads(text).items()}
+    """The values :func:`encode` took, by name (the format left out)."""
+    return {k: _untag(v) for k, v in json.loads(text).items() if k != _FORMAT}
 
 
 def _tag(v: Any) -> Any:

@@ -764,3 +764,19 @@ def test_a_compiled_training_step_runs_the_forward_of_the_backend_whose_backward
     with torch.no_grad():
         torch.compile(lambda t, w: dispatch.rms_norm(t, t.shape[-1:], w), fullgraph=True, backend="aot_eager")(x, w)
     assert set(ran) == {"quick forward"}, ran  # (its first call checked on copies too)
+
+
+def test_a_compiled_graph_carries_its_nodes_format_so_a_cache_never_mixes_them(monkeypatch):
+    # torch's caches of compiled graphs key a graph by its text, not by the code of the nodes it
+    # calls: a graph made for nodes of another format (other schemas, other outputs) must not be
+    # taken for these, so the format is part of every node's arguments text
+    import dispatch._compile as compiled
+
+    def graph_code():
+        torch._dynamo.reset()
+        return torch._dynamo.explain(lambda t: dispatch.softmax(t, -1))(torch.randn(4, 8)).graphs[0].code
+
+    first = graph_code()
+    assert f'"graph format": ["int", {compiled.GRAPH_FORMAT}]' in first, first
+    monkeypatch.setattr(compiled, "GRAPH_FORMAT", compiled.GRAPH_FORMAT + 1)
+    assert graph_code() != first
