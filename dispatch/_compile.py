@@ -9,10 +9,13 @@ calls the op function itself, so a compiled graph dispatches exactly as eager do
 per key, same cache, same explain, the settings and ``use()`` scope in force when it runs. Its
 fake (meta) implementation runs the op's reference on fake tensors (shapes, dtypes and strides as
 torch's, symbolic sizes included). Its backward is a second custom op,
-``dispatch::name_backward(grad, output, *tensors, args, needs) -> Tensor[]``, which runs the
-backward of the backend a training call of the op gets when chosen by its device time (its own
-backward kernel, else the op's reference backward; no autograd host cost is weighed, as the node
-pays none), so a compiled training step keeps dispatch's backward kernels too.
+``dispatch_training::name_backward(grad, output, *tensors, saved, args, needs) -> Tensor[]``,
+which runs the backward of the backend a training call of the op gets when chosen by its device
+time (its own backward kernel, else the op's reference backward; no autograd host cost is weighed,
+as the node pays none), so a compiled training step keeps dispatch's backward kernels too. For an
+op that declares ``saved`` buffers (a norm's row statistics) a training step's forward node is
+``dispatch_training::name(*tensors, args, needs) -> (Tensor, Tensor[])``, which returns them
+with the output (filled where the step's backward reads them: ``Dispatcher.saving_forward``).
 
 What a compiled graph pays per call on top of the eager call is one trip through torch's
 dispatcher into one Python kernel: the op's own autograd kernel (made once per op, from its
