@@ -376,17 +376,19 @@ class Dispatcher:
         tensors = decl.tensors_of(values)
         if kernel is not None and decision.backend not in self._quarantine.get(qkey, ()) and not _torch_only() \
                 and not any(t is not None and (t.is_neg() or t.is_conj()) for t in tensors):
-            buffers = tuple(saves(*tensors))
-            if tuple((tuple(b.shape), b.dtype) for b in buffers) == layout:
-                try:
-                    out = kernel(*tensors, saved=buffers)
-                except Exception as exc:  # noqa: BLE001 - a fault of the backend; the plain call serves
-                    self._savings[node_key] = (None, None, decision, layout, qkey)
-                    self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
-                else:
+            try:
+                buffers = tuple(saves(*tensors))
+                out = (kernel(*tensors, saved=buffers)
+                       if tuple((tuple(b.shape), b.dtype) for b in buffers) == layout else None)
+            except Exception as exc:  # noqa: BLE001 - a fault of the backend; the plain call serves
+                self._savings[node_key] = (None, None, decision, layout, qkey)
+                self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
+            else:
+                if out is not None:
                     for b in buffers:
                         setattr(b, SAVED_BY, decision.backend)
                     return out, list(buffers)
+                self._savings[node_key] = (None, None, decision, layout, qkey)  # (buffers of other shapes)
         device = tensors[0].device
         return plain(), [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in layout]
 

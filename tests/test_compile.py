@@ -590,10 +590,12 @@ def test_a_backward_node_met_again_with_other_strides_or_sizes_gives_their_gradi
         torch.testing.assert_close(w.grad, wr.grad, rtol=1e-4, atol=1e-4)
 
 
-def _keeper(ran: list, stats_seen: list, costs: dict | None = None, name: str = "keeper", saving: bool = True):
+def _keeper(ran: list, stats_seen: list, costs: dict | None = None, name: str = "keeper", saving: bool = True,
+            broken_saving: bool = False):
     """An rms_norm backend (``name``) whose forward fills its backward's buffer of each row's rstd
     when asked (``saves``), and whose backward says whether it was handed the buffer (first in the
-    static order, or ranked by ``costs``); ``saving`` False: no backward of its own."""
+    static order, or ranked by ``costs``); ``saving`` False: no backward of its own;
+    ``broken_saving``: its forward raises when asked to fill the buffer."""
     import types
 
     plugin = types.SimpleNamespace()
@@ -619,6 +621,8 @@ def _keeper(ran: list, stats_seen: list, costs: dict | None = None, name: str = 
         def run(x, weight=None, saved=None):
             rstd = rstd_of(x, eps_of(spec, x))
             if saved is not None:
+                if broken_saving:
+                    raise RuntimeError("keeper's saving forward crashed")
                 saved[0].copy_(rstd)
             ran.append(f"{name} forward" + (" saving" if saved is not None else ""))
             return (x.float() * rstd[:, None] * weight.float()).to(x.dtype)
@@ -780,3 +784,44 @@ def test_a_compiled_graph_carries_its_nodes_format_so_a_cache_never_mixes_them(m
     assert f'"graph format": ["int", {compiled.GRAPH_FORMAT}]' in first, first
     monkeypatch.setattr(compiled, "GRAPH_FORMAT", compiled.GRAPH_FORMAT + 1)
     assert graph_code() != first
+
+
+def test_a_forward_node_whose_saving_kernel_raises_is_a_fault_and_the_plain_call_serves():
+    # The training step's forward node runs keeper's kernel with the buffers; it raises: a fault
+    # of the backend (a FaultWarning, keeper quarantined for the training call's bucket), and the
+    # node's plain call serves the step, whose backward then runs without the buffers. Gradients
+    # are right throughout.
+    ran: list[str] = []
+    dispatch.register(_keeper(ran, [], broken_saving=True))
+    dispatch.configure(allow=["keeper", "torch"])
+    f = torch.compile(lambda t, w: dispatch.rms_norm(t, t.shape[-1:], w).square().sum(), fullgraph=True,
+                      backend="aot_eager")
+    x = torch.randn(8, 64, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    with pytest.warns(dispatch.FaultWarning, match="keeper's saving forward crashed"):
+        f(x, w).backward()
+    _rms_grads_match(x, w)
+    for _ in range(2):
+        ran.clear()
+        x.grad = w.grad = None
+        f(x, w).backward()
+        _rms_grads_match(x, w)
+        assert "keeper forward saving" not in ran and not any("with stats" in r for r in ran), ran
+
+
+def test_the_backward_node_without_buffers_is_kept_for_graphs_compiled_before_them():
+    # A graph compiled before a training step's nodes kept buffers (and held in torch's caches of
+    # compiled graphs) calls dispatch::<op>_backward(grad, output, *tensors, args, needs)
+    import dispatch._compile as compiled
+
+    compiled.install()
+    torch.compile(lambda t: dispatch.rms_norm(t, t.shape[-1:]), backend="aot_eager")(torch.randn(2, 8))
+    x = torch.randn(4, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    y = torch.nn.functional.rms_norm(x, (16,), w)
+    g = torch.randn_like(y)
+    args = compiled.encode({"normalized_shape": (16,), "eps": None, "backend": None})
+    dx, dw = torch.ops.dispatch.rms_norm_backward(g, y.detach(), x.detach(), w.detach(), args, [True, True])
+    ex, ew = torch.autograd.grad(y, (x, w), g)
+    torch.testing.assert_close(dx, ex, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(dw, ew, rtol=1e-4, atol=1e-5)
