@@ -390,8 +390,7 @@ def _training_op(decl: _opdecl.OpDecl, plain):
             out = plain(*tensors, args)
             spec, _given = _node_call(current, values, out_dtype, backend)
             return out, _unfilled(current, spec, tensors)
-        key = (current, args, tuple(needs), _settings.current_scope(),
-               *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
+        key = _node_key(current, args, needs, tensors)
         return DISPATCHER.saving_forward(current, key, values, backend, tuple(needs), lambda: plain(*tensors, args))
 
     def fake(*rest):
@@ -404,6 +403,13 @@ def _training_op(decl: _opdecl.OpDecl, plain):
     lib.impl(name, _never_traced(impl), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{_TRAINING}::{name}", fake, lib=lib)
     return getattr(getattr(torch.ops, _TRAINING), name).default
+
+
+def _node_key(decl: _opdecl.OpDecl, args: str, needs, tensors: tuple) -> tuple:
+    """What a training step's node reads of its call: the op, its arguments text, the wanted
+    gradients, the ``use()`` scope and the tensors' dtypes, shapes, strides and devices."""
+    return (decl, args, tuple(needs), _settings.current_scope(),
+            *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
 
 
 def _unfilled(decl: _opdecl.OpDecl, spec, tensors) -> list[torch.Tensor]:
@@ -441,8 +447,7 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
         *tensors, saved, args, needs = rest
         tensors = tuple(tensors)
         current = _opdecl.get(name)
-        key = (current, args, tuple(needs), _settings.current_scope(),
-               *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
+        key = _node_key(current, args, needs, tensors)
         found = DISPATCHER.node_backward(key)
         if found is not None:  # met before: the tensors as they came (no float32 copy made)
             given = tensors
