@@ -385,13 +385,17 @@ def _training_op(decl: _opdecl.OpDecl, plain):
         *tensors, args, needs = rest
         tensors = tuple(tensors)
         current = _opdecl.get(name)
+        key = _node_key(current, args, needs, tensors)
+        found = DISPATCHER.saving_forward(current, key, tensors)  # (a node met before)
+        if found is not None:
+            return found
         values, backend, out_dtype = _values(current, tensors, args)
         if out_dtype is not None:  # (read in the kernel under autocast: the plain node's call, nothing saved)
             out = plain(*tensors, args)
             spec, _given = _node_call(current, values, out_dtype, backend)
             return out, _unfilled(current, spec, tensors)
-        key = _node_key(current, args, needs, tensors)
-        return DISPATCHER.saving_forward(current, key, values, backend, tuple(needs), lambda: plain(*tensors, args))
+        plan = DISPATCHER.saving_plan(current, key, values, backend, tuple(needs), plain, args)
+        return DISPATCHER.saving_forward(current, key, tensors, plan)
 
     def fake(*rest):
         *tensors, args, _needs = rest

@@ -351,29 +351,23 @@ class Dispatcher:
         self._backwards[key] = backward
         return backward
 
-    def saving_forward(self, decl: _opdecl.OpDecl, node_key: tuple, values: dict[str, Any], backend: str | None,
-                       needs: tuple[bool, ...], plain: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, list]:
+    def saving_forward(self, decl: _opdecl.OpDecl, node_key: tuple, tensors: tuple,
+                       plan: tuple | None = None) -> tuple[torch.Tensor, list] | None:
         """``(output, buffers)`` of a compiled training step's forward node of an op that declares
-        ``saved`` buffers. Where the backend whose backward the step's backward node runs (a
-        training call by device time, for the gradients ``needs`` marks: :meth:`backward_kernel`)
-        asks its forward to fill buffers of the op's declared shapes (``saves``), the node runs
-        that backend's forward, as an eager training call under ``timing="device"`` would: its
-        kernel, checked against the reference on its first call as any is, fills them, and each is
-        marked with the backend's name (:data:`SAVED_BY`) for the backward node. Otherwise (no
-        buffers asked for, the reference's backward, a view the guard resolves, a mode that runs
-        torch's op, a CUDA graph being captured before the plan is made, a kernel that faulted)
-        the plain node's call ``plain()`` (an inference call) and new, unfilled, unmarked buffers.
-        ``node_key``: the node's call, under which its plan is kept until settings or backends
-        change."""
-        plan = self._savings.get(node_key)
+        ``saved`` buffers, by the plan kept under ``node_key`` (the node's call) or ``plan``
+        (:meth:`saving_plan`); None where there is none yet. Where the backend whose backward the
+        step's backward node runs (a training call by device time: :meth:`backward_kernel`) asks
+        its forward to fill buffers of the op's declared shapes (``saves``), the node runs that
+        backend's forward, as an eager training call under ``timing="device"`` would: its kernel,
+        checked against the reference on its first call as any is, fills them, and each is marked
+        with the backend's name (:data:`SAVED_BY`) for the backward node. Otherwise (no buffers
+        asked for, the reference's backward, a view the guard resolves, a mode that runs torch's
+        op, a CUDA graph being captured when the plan was made, a kernel that faulted) the plain
+        node's call (an inference call) and new, unfilled, unmarked buffers."""
+        plan = plan or self._savings.get(node_key)
         if plan is None:
-            plan = self._saving_plan(decl, values, backend, needs)
-            if plan[0] is not None or not _capturing(decl.tensors_of(values)):
-                if len(self._savings) >= MAX_KEYS_PER_OP:
-                    self._savings.clear()
-                self._savings[node_key] = plan
-        kernel, saves, decision, layout, qkey = plan
-        tensors = decl.tensors_of(values)
+            return None
+        kernel, saves, decision, layout, qkey, plain, args = plan
         if kernel is not None and decision.backend not in self._quarantine.get(qkey, ()) and not _torch_only() \
                 and not any(t is not None and (t.is_neg() or t.is_conj()) for t in tensors):
             try:
@@ -381,44 +375,50 @@ class Dispatcher:
                 out = (kernel(*tensors, saved=buffers)
                        if tuple((tuple(b.shape), b.dtype) for b in buffers) == layout else None)
             except Exception as exc:  # noqa: BLE001 - a fault of the backend; the plain call serves
-                self._savings[node_key] = (None, None, decision, layout, qkey)
+                self._savings[node_key] = (None, *plan[1:])
                 self._fault(decision, f"raised {type(exc).__name__}: {exc}", exc)
             else:
                 if out is not None:
                     for b in buffers:
                         setattr(b, SAVED_BY, decision.backend)
                     return out, list(buffers)
-                self._savings[node_key] = (None, None, decision, layout, qkey)  # (buffers of other shapes)
+                self._savings[node_key] = (None, *plan[1:])  # (buffers of other shapes: never filled)
         device = tensors[0].device
-        return plain(), [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in layout]
+        return plain(*tensors, args), [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in layout]
 
-    def _saving_plan(self, decl: _opdecl.OpDecl, values: dict[str, Any], backend: str | None,
-                     needs: tuple[bool, ...]) -> tuple:
-        """``(kernel, saves, decision, layout, quarantine key)`` for :meth:`saving_forward`; kernel
-        None: the node fills nothing."""
+    def saving_plan(self, decl: _opdecl.OpDecl, node_key: tuple, values: dict[str, Any], backend: str | None,
+                    needs: tuple[bool, ...], plain: Callable, args: str) -> tuple:
+        """The plan of :meth:`saving_forward` for a node's call (``values``, the gradients ``needs``
+        marks; ``plain(*tensors, args)``: the plain node's call), kept under ``node_key`` until
+        settings or backends change (not while a CUDA graph is captured: nothing may be checked
+        then): ``(kernel, saves, decision, layout, quarantine key, plain, args)``, kernel None
+        where the node fills nothing."""
         spec = decl.spec(values, grad_enabled=False)
         layout = tuple((tuple(shape), dtype) for shape, dtype in decl.saved(spec))
         tensors = decl.tensors_of(values)
-        nothing = (None, None, None, layout, None)
-        if _torch_only() or _capturing(tensors):  # (nothing may be checked or synced while capturing)
+        nothing = (None, None, None, layout, None, plain, args)
+        if _capturing(tensors) or _torch_only():  # (made again by the next call outside them)
             return nothing
+        plan = nothing
         training = with_needs(spec, needs)
         name, backward = self.backward_kernel(training, backend)
         saves = getattr(backward, "saves", None)
         chosen = _plugins.registry().backends[name]
-        if saves is None or chosen.info.reference:
-            return nothing
-        decision = self.compiled_backward_decision(training, backend)
-        if decision.backend != name:  # (the two decisions disagree: settings changed in between)
-            return nothing
-        try:
-            kernel = chosen.kernel(decl.name, decision.spec, decision.config)
-        except Exception as exc:  # noqa: BLE001 - dispatch_kernel raised: a fault of the backend
-            self._fault(decision, _backend.raised_in("dispatch_kernel", exc), exc, "dispatch_kernel")
-            return nothing
-        if self._validate(decision, kernel, tensors) is None:  # faulted (quarantined, said)
-            return nothing
-        return kernel, saves, decision, layout, _bucket_key(decision.spec)
+        decision = None
+        if saves is not None and not chosen.info.reference:
+            decision = self.compiled_backward_decision(training, backend)
+        if decision is not None and decision.backend == name:  # (else settings changed in between)
+            try:
+                kernel = chosen.kernel(decl.name, decision.spec, decision.config)
+            except Exception as exc:  # noqa: BLE001 - dispatch_kernel raised: a fault of the backend
+                self._fault(decision, _backend.raised_in("dispatch_kernel", exc), exc, "dispatch_kernel")
+            else:
+                if self._validate(decision, kernel, tensors) is not None:  # (None: faulted, said)
+                    plan = (kernel, saves, decision, layout, _bucket_key(decision.spec), plain, args)
+        if len(self._savings) >= MAX_KEYS_PER_OP:
+            self._savings.clear()
+        self._savings[node_key] = plan
+        return plan
 
     def _build(self, decision: Decision, key, plain: bool = False) -> Callable[..., torch.Tensor]:
         backend = _plugins.registry().backends[decision.backend]

@@ -156,7 +156,7 @@ def _tensor_args(value: Any) -> tuple:
     return tuple(value)
 
 
-@frozen
+@frozen(cache_hash=True)  # (a key of the compiled nodes' tables, hashed each call)
 class OpDecl:
     """An op, declared once.
 
