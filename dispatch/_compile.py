@@ -411,9 +411,29 @@ def _training_op(decl: _opdecl.OpDecl, plain):
 
 def _node_key(decl: _opdecl.OpDecl, args: str, needs, tensors: tuple) -> tuple:
     """What a training step's node reads of its call: the op, its arguments text, the wanted
-    gradients, the ``use()`` scope and the tensors' dtypes, shapes, strides and devices."""
+    gradients, the ``use()`` scope and the tensors' dtypes, shapes, strides and devices (read
+    natively, as the op functions' keys are, where the native key is built)."""
+    native = _native_key()
+    if native is not None:
+        try:
+            return (decl, args, tuple(needs), _settings.current_scope(),
+                    *[None if t is None else native(t) for t in tensors])
+        except (RuntimeError, TypeError):  # (no strides, or symbolic sizes: the Python key's)
+            pass
     return (decl, args, tuple(needs), _settings.current_scope(),
             *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
+
+
+_native_found: list = []
+
+
+def _native_key():
+    """The native ``tensor_key`` (:mod:`dispatch._native`), or None; looked up once."""
+    if not _native_found:
+        from . import _native
+
+        _native_found.append(_native.tensor_key())
+    return _native_found[0]
 
 
 def _unfilled(decl: _opdecl.OpDecl, spec, tensors) -> list[torch.Tensor]:
