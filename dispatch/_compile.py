@@ -449,8 +449,8 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
     :meth:`Dispatcher.backward_kernel`), one opaque node in a compiled graph's backward. ``saved``:
     the forward node's buffers (:func:`_training_op`), handed to that backward where its backend's
     forward filled them. The gradients are contiguous (the fake's layout). Also defined as
-    ``dispatch::<op>_backward(grad, output, *tensors, args, needs)``, without buffers: the node of
-    graphs compiled before buffers were kept (torch's compiled-graph caches may hold them)."""
+    ``dispatch::<op>_backward(grad, output, *tensors, args, needs)``, without buffers: the node
+    that graphs made before buffers were kept call (an exported program that holds one)."""
     from ._dispatcher import DISPATCHER, SAVED_BY, with_needs
 
     name = decl.name

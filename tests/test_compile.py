@@ -809,9 +809,9 @@ def test_a_forward_node_whose_saving_kernel_raises_is_a_fault_and_the_plain_call
         assert "keeper forward saving" not in ran and not any("with stats" in r for r in ran), ran
 
 
-def test_the_backward_node_without_buffers_is_kept_for_graphs_compiled_before_them():
-    # A graph compiled before a training step's nodes kept buffers (and held in torch's caches of
-    # compiled graphs) calls dispatch::<op>_backward(grad, output, *tensors, args, needs)
+def test_the_backward_node_without_buffers_is_kept_for_graphs_made_before_them():
+    # A graph made before a training step's nodes kept buffers (an exported program that holds
+    # one) calls dispatch::<op>_backward(grad, output, *tensors, args, needs)
     import dispatch._compile as compiled
 
     compiled.install()
