@@ -138,5 +138,7 @@ def dispatch_backward(op: str, spec: CallSpec) -> Callable[..., torch.Tensor] | 
     backend's own forward kernel fills when called as ``kernel(*tensors, saved=buffers)`` (what
     its backward would otherwise recompute, a norm's per-row statistics), handed back after the
     output: ``backward(grad_output, *tensors, output, *buffers)``. The backward must also run
-    without them (a torch.compile graph's backward node calls it with the output alone).
+    without them: a torch.compile'd step hands them on only where the op declares their shapes
+    (``OpDecl.saved``) and this backend's forward filled them; otherwise it calls the backward
+    with the output alone.
     """
