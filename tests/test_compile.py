@@ -658,11 +658,16 @@ def _rms_grads_match(x, w) -> None:
     torch.testing.assert_close(w.grad, wr.grad, rtol=1e-4, atol=1e-4)
 
 
-def test_a_compiled_training_step_hands_the_forward_statistics_to_the_same_backends_backward():
+@pytest.mark.parametrize("node_key", ["native", "python"])
+def test_a_compiled_training_step_hands_the_forward_statistics_to_the_same_backends_backward(node_key, monkeypatch):
     # An eager training call's forward fills the buffers its backend's backward asks for (a norm's
     # row statistics); a compiled step's forward node now does too, and the backward node hands
     # them on where the backend that filled them runs the backward: here "keeper", forward and
-    # backward.
+    # backward. The nodes key their calls natively where the native key is built, else in Python.
+    import dispatch._compile as compiled
+
+    if node_key == "python":
+        monkeypatch.setattr(compiled, "_native_found", [None])
     ran: list[str] = []
     seen: list[bool] = []
     dispatch.register(_keeper(ran, seen))
