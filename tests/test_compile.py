@@ -659,7 +659,8 @@ def _rms_grads_match(x, w) -> None:
 
 
 @pytest.mark.parametrize("node_key", ["native", "python"])
-def test_a_compiled_training_step_hands_the_forward_statistics_to_the_same_backends_backward(node_key, monkeypatch):
+def test_a_compiled_training_step_hands_the_forward_statistics_to_the_same_backends_backward(node_key,
+                                                                                            monkeypatch):
     # An eager training call's forward fills the buffers its backend's backward asks for (a norm's
     # row statistics); a compiled step's forward node now does too, and the backward node hands
     # them on where the backend that filled them runs the backward: here "keeper", forward and
