@@ -614,7 +614,9 @@ def _keeper(ran: list, stats_seen: list, costs: dict | None = None, name: str = 
 
     @dispatch.hookimpl
     def dispatch_check(op, spec):
-        return dispatch.Verdict.yes() if spec.tensors[1].present and spec.ndim == 2 else dispatch.Verdict.no("2-D, weight")
+        if spec.tensors[1].present and spec.ndim == 2:
+            return dispatch.Verdict.yes()
+        return dispatch.Verdict.no("2-D inputs with a weight only")
 
     @dispatch.hookimpl
     def dispatch_kernel(op, spec, config):
