@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from . import _autocast, _opdecl, _settings
+from . import _autocast, _native, _opdecl, _settings
 from ._out import with_out
 
 _NAMESPACE = "dispatch"
@@ -113,18 +113,10 @@ OUT_DTYPE = "autocast out_dtype"
 _FAKE = object()  # (_node_call's backend for the fake: nothing decided)
 
 
-_decoded: dict[str, dict[str, Any]] = {}  # ``args`` texts decoded (at most _MAX_ENCODINGS)
-
-
 def _values(decl: _opdecl.OpDecl, tensors: tuple, args: str) -> tuple[dict[str, Any], Any, Any]:
     """The call's values by parameter name, its ``backend``, and the result dtype of a call read in
     the kernel under autocast (else None)."""
-    decoded = _decoded.get(args)
-    if decoded is None:
-        if len(_decoded) >= _MAX_ENCODINGS:
-            _decoded.clear()
-        decoded = _decoded[args] = decode(args)
-    values = dict(decoded)
+    values = decode(args)
     backend = values.pop("backend", None)
     out_dtype = values.pop(OUT_DTYPE, None)
     values.update(zip(decl.tensor_names, tensors))
@@ -373,7 +365,7 @@ def _training_op(decl: _opdecl.OpDecl, plain):
     output, as the plain node ``plain`` gives it, and the buffers, filled by the kernel where the
     backend it runs has its own backward in the step (:meth:`Dispatcher.saving_forward`), else
     new and unfilled. Its own namespace: no op's name can meet it there."""
-    from ._dispatcher import DISPATCHER
+    from ._dispatcher import DISPATCHER, unfilled
 
     name = decl.name
     lib = _training_library()
@@ -390,11 +382,8 @@ def _training_op(decl: _opdecl.OpDecl, plain):
         if found is not None:
             return found
         values, backend, out_dtype = _values(current, tensors, args)
-        if out_dtype is not None:  # (read in the kernel under autocast: the plain node's call, nothing saved)
-            out = plain(*tensors, args)
-            spec, _given = _node_call(current, values, out_dtype, backend)
-            return out, _unfilled(current, spec, tensors)
-        plan = DISPATCHER.saving_plan(current, key, values, backend, tuple(needs), plain, args)
+        # (a call read in the kernel under autocast: the plain node's call, nothing filled)
+        plan = DISPATCHER.saving_plan(current, key, values, backend, tuple(needs), plain, args, out_dtype is None)
         return DISPATCHER.saving_forward(current, key, tensors, plan)
 
     def fake(*rest):
@@ -402,7 +391,7 @@ def _training_op(decl: _opdecl.OpDecl, plain):
         current = _opdecl.get(name)
         values, _backend, out_dtype = _values(current, tuple(tensors), args)
         spec, given = _node_call(current, values, out_dtype)
-        return current.reference(spec)(*given), _unfilled(current, spec, tensors)
+        return current.reference(spec)(*given), unfilled(current.saved(spec), tensors[0].device)
 
     lib.impl(name, _never_traced(impl), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{_TRAINING}::{name}", fake, lib=lib)
@@ -413,7 +402,7 @@ def _node_key(decl: _opdecl.OpDecl, args: str, needs, tensors: tuple) -> tuple:
     """What a training step's node reads of its call: the op, its arguments text, the wanted
     gradients, the ``use()`` scope and the tensors' dtypes, shapes, strides and devices (read
     natively, as the op functions' keys are, where the native key is built)."""
-    native = _native_key()
+    native = _native.tensor_key()
     if native is not None:
         try:
             return (decl, args, tuple(needs), _settings.current_scope(),
@@ -422,24 +411,6 @@ def _node_key(decl: _opdecl.OpDecl, args: str, needs, tensors: tuple) -> tuple:
             pass
     return (decl, args, tuple(needs), _settings.current_scope(),
             *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in tensors])
-
-
-_native_found: list = []
-
-
-def _native_key():
-    """The native ``tensor_key`` (:mod:`dispatch._native`), or None; looked up once."""
-    if not _native_found:
-        from . import _native
-
-        _native_found.append(_native.tensor_key())
-    return _native_found[0]
-
-
-def _unfilled(decl: _opdecl.OpDecl, spec, tensors) -> list[torch.Tensor]:
-    """New buffers of the op's declared ``saved`` shapes, on the first tensor's device."""
-    device = tensors[0].device
-    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in (decl.saved(spec) if decl.saved else ())]
 
 
 def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
@@ -479,8 +450,8 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
             found, given, keep = resolve(current, tensors, args, needs)
             if keep:  # (a call read in the kernel under autocast may take a copy: resolved each time)
                 DISPATCHER.node_backward(key, found)
-        backend, backward = found
-        if saved and hasattr(backward, "saves") and all(getattr(b, SAVED_BY, None) == backend for b in saved):
+        decision, backward = found
+        if saved and hasattr(backward, "saves") and all(getattr(b, SAVED_BY, None) == decision.backend for b in saved):
             grads = backward(grad, *given, output, *saved)
         else:
             grads = backward(grad, *given, output)

@@ -48,7 +48,7 @@ class Dispatcher:
         self._locks_lock = threading.Lock()
         self._quarantine: dict[tuple, dict[str, str]] = {}
         self._validated: set[tuple] = set()
-        self._backwards: dict[tuple, tuple[str, Callable]] = {}  # (spec, forced, scope) -> (backend, backward)
+        self._backwards: dict[tuple, tuple[Decision, Callable]] = {}  # (spec, forced, scope) -> (decision, backward)
         self._savings: dict[tuple, tuple] = {}  # a compiled forward node's call -> its plan (saving_forward)
 
     def clear(self) -> None:
@@ -309,9 +309,9 @@ class Dispatcher:
         scope = _settings.current_scope()
         return self.selector(scope, spec).select(spec, forced, scope, self._quarantine.get(qkey))
 
-    def backward_kernel(self, spec: CallSpec, forced: str | None) -> tuple[str, Callable]:
-        """``(backend, backward)``: the backward that a compiled graph's backward node runs for a call
-        of ``spec`` (whose tensors say which gradients are wanted), and whose it is: the chosen
+    def backward_kernel(self, spec: CallSpec, forced: str | None) -> tuple[Decision, Callable]:
+        """``(decision, backward)``: the backward that a compiled graph's backward node runs for a
+        call of ``spec`` (whose tensors say which gradients are wanted), and its decision: the chosen
         backend's own kernel, else the op's reference backward. Chosen as a training call by its
         device time, from the cards (tuning off): the node launches its kernels with no
         ``autograd.Function`` around them, so the host cost that an eager training call's pick
@@ -324,7 +324,7 @@ class Dispatcher:
         found = self._backwards.get(key)
         if found is None:
             decision = self.compiled_backward_decision(spec, forced)
-            found = (decision.backend, self._backward(_plugins.registry().backends[decision.backend], decision, None))
+            found = (decision, self._backward(_plugins.registry().backends[decision.backend], decision, None))
             if len(self._backwards) >= MAX_KEYS_PER_OP:
                 self._backwards.clear()
             self._backwards[key] = found
@@ -338,8 +338,9 @@ class Dispatcher:
         selector = Selector(_plugins.registry(), default_cache(), settings)
         return selector.select(spec, forced, scope, self._quarantine.get(_bucket_key(spec)))
 
-    def node_backward(self, key: tuple, backward: tuple[str, Callable] | None = None) -> tuple[str, Callable] | None:
-        """The ``(backend, backward)`` (a :meth:`backward_kernel`) kept under ``key`` for a compiled
+    def node_backward(self, key: tuple, backward: tuple[Decision, Callable] | None = None
+                      ) -> tuple[Decision, Callable] | None:
+        """The ``(decision, backward)`` (a :meth:`backward_kernel`) kept under ``key`` for a compiled
         graph's backward node, or None; with ``backward``, keep it there. ``key``: what the node reads
         of a call (its op, arguments text, wanted gradients, ``use()`` scope and tensors' dtypes,
         shapes, strides and devices), so that a node met again builds no spec. Forgotten with the
@@ -383,16 +384,15 @@ class Dispatcher:
                         setattr(b, SAVED_BY, decision.backend)
                     return out, list(buffers)
                 self._savings[node_key] = (None, *plan[1:])  # (buffers of other shapes: never filled)
-        device = tensors[0].device
-        return plain(*tensors, args), [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in layout]
+        return plain(*tensors, args), unfilled(layout, tensors[0].device)
 
     def saving_plan(self, decl: _opdecl.OpDecl, node_key: tuple, values: dict[str, Any], backend: str | None,
-                    needs: tuple[bool, ...], plain: Callable, args: str) -> tuple:
+                    needs: tuple[bool, ...], plain: Callable, args: str, fill: bool = True) -> tuple:
         """The plan of :meth:`saving_forward` for a node's call (``values``, the gradients ``needs``
-        marks; ``plain(*tensors, args)``: the plain node's call), kept under ``node_key`` until
-        settings or backends change (not while a CUDA graph is captured: nothing may be checked
-        then): ``(kernel, saves, decision, layout, quarantine key, plain, args)``, kernel None
-        where the node fills nothing."""
+        marks; ``plain(*tensors, args)``: the plain node's call; ``fill`` False: the plain call's
+        always), kept under ``node_key`` until settings or backends change (not while a CUDA graph
+        is captured: nothing may be checked then): ``(kernel, saves, decision, layout, quarantine
+        key, plain, args)``, kernel None where the node fills nothing."""
         spec = decl.spec(values, grad_enabled=False)
         layout = tuple((tuple(shape), dtype) for shape, dtype in decl.saved(spec))
         tensors = decl.tensors_of(values)
@@ -400,14 +400,10 @@ class Dispatcher:
         if _capturing(tensors) or _torch_only():  # (made again by the next call outside them)
             return nothing
         plan = nothing
-        training = with_needs(spec, needs)
-        name, backward = self.backward_kernel(training, backend)
+        decision, backward = self.backward_kernel(with_needs(spec, needs), backend) if fill else (None, None)
         saves = getattr(backward, "saves", None)
-        chosen = _plugins.registry().backends[name]
-        decision = None
+        chosen = _plugins.registry().backends[decision.backend] if decision is not None else None
         if saves is not None and not chosen.info.reference:
-            decision = self.compiled_backward_decision(training, backend)
-        if decision is not None and decision.backend == name:  # (else settings changed in between)
             try:
                 kernel = chosen.kernel(decl.name, decision.spec, decision.config)
             except Exception as exc:  # noqa: BLE001 - dispatch_kernel raised: a fault of the backend
@@ -684,6 +680,11 @@ def _capturing(tensors) -> bool:
     """Whether a CUDA graph is being captured on the current stream of these CUDA tensors."""
     first = next((t for t in tensors if t is not None), None)
     return first is not None and first.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def unfilled(layout, device: torch.device) -> list[torch.Tensor]:
+    """New buffers of ``layout`` (``(shape, dtype)`` pairs, an op's ``saved``) on ``device``."""
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in layout]
 
 
 def with_needs(spec: CallSpec, needs) -> CallSpec:

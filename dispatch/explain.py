@@ -110,13 +110,12 @@ def _compiled_backward(spec, backend: str | None) -> str | None:
     except Exception as exc:  # noqa: BLE001 - said as the node would meet it
         return f"none: {type(exc).__name__}: {exc}"
     said = _backward(decision)
-    chosen = _plugins.registry().backends[decision.backend]
-    if _opdecl.get(spec.op).saved is not None and not chosen.info.reference:
+    if _opdecl.get(spec.op).saved is not None and not _plugins.registry().backends[decision.backend].info.reference:
         try:
-            own = own_backward(chosen, spec)
+            _decision, backward = DISPATCHER.backward_kernel(spec, backend)  # (the node's own, kept)
         except Exception:  # noqa: BLE001 - (said by _backward)
-            own = None
-        if own is not None and hasattr(own, "saves"):  # (Dispatcher.saving_forward)
+            backward = None
+        if hasattr(backward, "saves"):  # (Dispatcher.saving_plan: the forward node runs its forward)
             said += f", after {decision.backend}'s forward, which fills the buffers it reads"
     return said
 
