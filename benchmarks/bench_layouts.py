@@ -94,6 +94,9 @@ CASES = {
     "rows_2048x30001": Case((2048, 30001), -1, "odd N"),
     "dims12_64x512x512": Case((64, 512, 512), (1, 2), "several dims"),
     "dims02_512x64x512": Case((512, 64, 512), (0, 2), "several dims"),
+    # rows of 128 under a longer leading reduced dim; per head over batch and keys: rows of 256 in 4-D
+    "dims02_4096x64x128": Case((4096, 64, 128), (0, 2), "several dims"),
+    "dims13_16x64x32x256": Case((16, 64, 32, 256), (1, 3), "several dims"),
     # many short rows: attention scores over 256 and 512 keys, an odd 1000, a router's 128 and 64 experts
     "rows_262144x256": Case((262144, 256), -1, "short rows"),
     "rows_131072x512": Case((131072, 512), -1, "short rows"),

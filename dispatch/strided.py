@@ -12,7 +12,8 @@ the leading dims collapse to rows one stride apart (a slice ``x[:, :n]`` of wide
 logsumexp over reduced dims that don't collapse (dims 0 and 2 of a contiguous ``(A, B, C)``) can
 still be served without a copy, in steps (:func:`logsumexp_steps`): the first reduces one group of
 the dims that does collapse, reading the input in place; each later one reduces the previous
-step's result (contiguous, fp32). The logsumexp of logsumexps is the logsumexp of the whole.
+step's result (contiguous, fp32). The logsumexp of logsumexps is the logsumexp of the whole. A
+step whose plan reads rows (:func:`row_view`) can go to a backend's row kernels.
 """
 
 from __future__ import annotations
@@ -140,11 +141,33 @@ def _runs(dims, shape, stride) -> list[list[int]]:
     return runs
 
 
-def logsumexp_steps(shape, stride, dims) -> tuple[StridedStep, ...] | str:
+ROWS_FIRST_MIN = 64  # reduced elements a row needs for rows_first to take it first
+
+
+def row_view(p: StridedPlan) -> tuple[int, int, int] | None:
+    """``(rows, row length, row stride)`` where ``p`` reads rows, as a kernel of rows takes them: the
+    reduced dim unit-stride (2 elements or more) and the kept dims one group (outer or inner), its
+    rows one stride apart, not overlapping, and written in order; else None."""
+    if p.outer1 or (p.outer > 1 and p.inner > 1) or p.R < 2 or p.x_strides[1] != 1 or p.outer * p.inner == 0:
+        return None
+    m = p.outer * p.inner
+    k = 0 if p.inner == 1 else 2
+    stride = p.x_strides[k] if m > 1 else p.R
+    if stride < p.R or (m > 1 and p.out_strides[k] != 1):
+        return None
+    return m, p.R, stride
+
+
+def logsumexp_steps(shape, stride, dims, rows_first: bool = False) -> tuple[StridedStep, ...] | str:
     """The steps of logsumexp over ``dims`` of an input of ``shape``/``stride`` (one step when the
     dims collapse), or why there are none. Each step reduces the group of dims that leaves the
     most columns to read along (an inner dim of more than one element), the longest of those
-    first; every step after the first reads a contiguous tensor of the kept dims."""
+    first; every step after the first reads a contiguous tensor of the kept dims.
+
+    ``rows_first``: for a backend whose row kernels serve steps that read rows (:func:`row_view`),
+    a group read as rows of at least ``ROWS_FIRST_MIN`` elements goes before the others, the
+    longest rows first: rows are read whole and in order, and what the later steps read is the
+    input over the row length, in fp32."""
     shape, stride, dims = tuple(int(s) for s in shape), tuple(int(s) for s in stride), tuple(sorted(set(dims)))
     steps: list[StridedStep] = []
     while True:
@@ -154,7 +177,7 @@ def logsumexp_steps(shape, stride, dims) -> tuple[StridedStep, ...] | str:
         best = None
         for run in _runs(dims, shape, stride):
             q = strided_plan(shape, stride, run, reduced_output=True)
-            if isinstance(q, StridedPlan) and (best is None or (q.inner == 1, -q.R) < (best[1].inner == 1, -best[1].R)):
+            if isinstance(q, StridedPlan) and (best is None or _rank(q, rows_first) < _rank(best[1], rows_first)):
                 best = (tuple(run), q)
         if best is None:
             return f"{whole}, and no group of them can be reduced first without a copy"
@@ -164,3 +187,9 @@ def logsumexp_steps(shape, stride, dims) -> tuple[StridedStep, ...] | str:
         shape = tuple(shape[i] for i in kept)
         stride = contiguous_strides(shape)
         dims = tuple(kept.index(d) for d in dims if d not in run)
+
+
+def _rank(q: StridedPlan, rows_first: bool) -> tuple:
+    """How early logsumexp_steps takes a group of plan ``q`` (lowest first)."""
+    rows = rows_first and q.R >= ROWS_FIRST_MIN and row_view(q) is not None
+    return (not rows, q.inner == 1, -q.R)

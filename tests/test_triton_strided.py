@@ -155,6 +155,8 @@ STEP_CASES = [
     ("dims_0_2_4_of_5d", (2, 3, 4, 5, 6), lambda t: t, (0, 2, 4)),
     ("dims_0_2_of_permuted", (6, 5, 7), lambda t: t.permute(2, 0, 1), (0, 2)),
     ("dims_0_1_of_sliced", (4, 7, 5), lambda t: t[:, :3, :], (0, 1)),  # strides 35 and 5
+    ("dims_0_2_rows_first", (80, 3, 70), lambda t: t, (0, 2)),  # rows of 70 before dim 0's 80: the row kernel
+    ("dims_0_3_rows_first_sliced", (100, 3, 2, 90), lambda t: t[..., :70], (0, 3)),  # rows of 70, 90 apart
 ]
 
 
@@ -191,7 +193,12 @@ def test_logsumexp_over_dims_that_do_not_collapse_runs_in_steps(name, shape, vie
     sp = step_plan(x.shape, x.stride(), dims)
     assert isinstance(sp, StepPlan) and len(sp.steps) >= 2
     assert sp.steps[0].stride == tuple(x.stride())  # the first step reads the input itself
-    assert "strided kernel in" in str(dispatch.explain("logsumexp", x, dims))  # the verdict says so
+    rows = sp.first_rows is not None  # a first step that reads rows runs the row kernel
+    if "rows_first" in name:  # rows long enough to go first, though the other reduced dim is longer
+        assert rows and sp.steps[0].dims == (len(shape) - 1,)
+    said = str(dispatch.explain("logsumexp", x, dims, backend="triton"))  # the verdict says which kernels
+    assert f"logsumexp in {len(sp.steps)} steps" in said
+    assert ("step 1: the row kernel" if rows else "step 1: the strided kernel") in said
     for keepdim in (False, True):
         got = dispatch.logsumexp(x, dims, keepdim=keepdim, backend="triton")
         want = torch.logsumexp(x, dims, keepdim=keepdim)

@@ -27,6 +27,7 @@ import threading
 import torch
 
 from dispatch.backend import StridedPlan, StridedStep, Verdict, logsumexp_steps, strided_plan
+from dispatch.backend import row_view as rows_of_plan
 
 from .availability import dtype_name
 
@@ -56,17 +57,11 @@ def _first(p) -> StridedPlan:
 
 def row_view(p: StridedPlan, target: str) -> tuple[int, int, int] | None:
     """``(rows, row length, row stride)`` where a step's plan reads rows that ``target``'s row
-    kernels take: the reduced dim unit-stride (2 elements or more) and the kept dims one group
-    (outer or inner), its rows one stride apart (not overlapping; on the C target dense) and
-    written in order; else None."""
-    if p.outer1 or (p.outer > 1 and p.inner > 1) or p.R < 2 or p.x_strides[1] != 1 or p.outer * p.inner == 0:
+    kernels take (:func:`dispatch.backend.row_view`; on the C target dense rows only); else None."""
+    rows = rows_of_plan(p)
+    if rows is None or (target == "c" and rows[2] != rows[1]):
         return None
-    m = p.outer * p.inner
-    k = 0 if p.inner == 1 else 2
-    stride = p.x_strides[k] if m > 1 else p.R
-    if stride < p.R or (m > 1 and p.out_strides[k] != 1) or (target == "c" and stride != p.R):
-        return None
-    return m, p.R, stride
+    return rows
 
 
 def _refusal(p: StridedPlan, target: str) -> str | None:

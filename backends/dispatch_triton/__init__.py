@@ -145,8 +145,12 @@ def _strided_verdict(op: str, spec: CallSpec) -> Verdict:
     from .strided_steps import StepPlan
 
     if isinstance(p, StepPlan):
-        return Verdict.yes(f"serves this call (strided kernel in {len(p.steps)} steps, each over reduced dims "
-                           "that collapse; the first reads the input in place)")
+        from dispatch.backend import row_view
+
+        kinds = "; ".join(f"step {i + 1}: {'the row kernel' if row_view(st.plan) else 'the strided kernel'}"
+                          for i, st in enumerate(p.steps))
+        return Verdict.yes(f"serves this call (logsumexp in {len(p.steps)} steps, each over reduced dims that "
+                           f"collapse; the first reads the input in place; {kinds})")
     return Verdict.yes("serves this call (strided kernel: reduced dim read in place)")
 
 
@@ -161,22 +165,29 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
         from . import norms
 
         return norms.tune_space(spec)
-    from .configs import config_space, default_config, prune
-
     if not _row_kernel(spec):
         from . import strided
 
         from .strided_steps import StepPlan
 
         p = _strided_plan(op, spec)
+        if isinstance(p, StepPlan) and p.first_rows:  # a first step of rows: the row kernel's configs
+            m, n, _ = p.first_rows
+            return _row_tune_space(op, m, n, spec.dtype)
         first = p.first if isinstance(p, StepPlan) else p  # in steps: the first step's config is tuned
         itemsize = spec.dtype.itemsize
         default = strided.default_config(first, spec.device, itemsize)
         return TuneSpace(configs=strided.config_space(first, spec.device, itemsize), default=default,
                          tunables=strided.TUNABLES)
     m, n = _rows(spec)
-    default = default_config(op, m, n, spec.dtype)
-    configs, pruned = prune(op, m, n, spec.dtype, config_space(op, m, n, spec.dtype), default)
+    return _row_tune_space(op, m, n, spec.dtype)
+
+
+def _row_tune_space(op: str, m: int, n: int, dtype: torch.dtype) -> TuneSpace:
+    from .configs import config_space, default_config, prune
+
+    default = default_config(op, m, n, dtype)
+    configs, pruned = prune(op, m, n, dtype, config_space(op, m, n, dtype), default)
     return TuneSpace(configs=configs, default=default, tunables=tuple(default),
                      pruned=[(Config.of(c), why) for c, why in pruned])
 
@@ -204,9 +215,8 @@ def dispatch_kernel(op: str, spec: CallSpec, config) -> object:
 
         p = _strided_plan(op, spec)
         if isinstance(p, StepPlan):
-            cfg = (dict(config.as_dict()) if config
-                   else strided.default_config(p.first, spec.device, spec.dtype.itemsize))
-            return StepLauncher(p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
+            cfg = dict(config.as_dict()) if config else None  # None: the first step's default
+            return StepLauncher(p, spec.dtype, spec.out_dtype, spec.out_shape, spec.device, cfg).run
         cfg = dict(config.as_dict()) if config else strided.default_config(p, spec.device, spec.dtype.itemsize)
         return strided.StridedLauncher(op, p, spec.out_dtype, spec.out_shape, spec.device, cfg).run
     m, n = _rows(spec)
