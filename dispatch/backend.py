@@ -30,7 +30,7 @@ from .hookspec import hookimpl
 from .norms import norm_dims_contiguous, norm_eps, norm_layout_refusal, norm_row_stride, norm_rows, norm_size
 from .reference import (example_inputs, expected_output, gradients_problem, input_safety, reference_kernel,
                         result_problem)
-from .strided import StridedPlan, StridedStep, logsumexp_steps, row_view, rows_stride, strided_plan
+from .strided import ROWS_FIRST_MIN, StridedPlan, StridedStep, logsumexp_steps, row_view, rows_stride, strided_plan
 from .tolerance import max_errors, mismatch, tolerance
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
     "hookimpl", "lasting_zeros", "max_errors", "measure", "mismatch", "pick_winner", "placeholder", "seed_kwargs", "source_hash",
     "split_build_keys", "strip_build_keys", "sweep", "to_config_keys", "tolerance", "unique_configs",
     "norm_dims_contiguous", "norm_eps", "norm_layout_refusal", "norm_row_stride", "norm_rows", "norm_size",
-    "StridedPlan", "StridedStep", "logsumexp_steps", "row_view", "rows_stride", "strided_plan",
+    "ROWS_FIRST_MIN", "StridedPlan", "StridedStep", "logsumexp_steps", "row_view", "rows_stride", "strided_plan",
     "python_key_op", "env_flag", "result_problem", "gradients_problem", "resolve_device",
 ]
 

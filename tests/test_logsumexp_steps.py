@@ -10,7 +10,8 @@ import torch
 
 import dispatch
 from backends_needed import require_backend
-from dispatch.backend import StridedPlan, contiguous_strides, logsumexp_steps, row_view, strided_plan
+from dispatch.backend import (ROWS_FIRST_MIN, StridedPlan, contiguous_strides, logsumexp_steps, row_view,
+                              strided_plan)
 
 CASES = [  # (base shape, view of it, reduced dims)
     ((6, 5, 7), lambda t: t, (0, 2)),
@@ -54,7 +55,7 @@ def test_rows_first_reads_rows_of_the_input_first_where_they_are_long():
     assert [st.dims for st in rows] == [(2,), (0,)]
     assert row_view(rows[0].plan) == (512 * 64, 512, 512)  # rows, row length, row stride
     assert rows[1].shape == (512, 64) and row_view(rows[1].plan) is None
-    short = torch.empty(512, 64, 32, device="meta")  # rows of 32: too short to go first
+    short = torch.empty(512, 64, ROWS_FIRST_MIN // 2, device="meta")  # rows too short to go first
     assert [st.dims for st in logsumexp_steps(short.shape, short.stride(), (0, 2), rows_first=True)] == [(0,), (1,)]
 
 
