@@ -199,6 +199,7 @@ def test_logsumexp_over_dims_that_do_not_collapse_runs_in_steps(name, shape, vie
     said = str(dispatch.explain("logsumexp", x, dims, backend="triton"))  # the verdict says which kernels
     assert f"logsumexp in {len(sp.steps)} steps" in said
     assert ("step 1: the row kernel" if rows else "step 1: the strided kernel") in said
+    assert ("path=" in said) == rows  # the first step's config: a row kernel config where it reads rows
     for keepdim in (False, True):
         got = dispatch.logsumexp(x, dims, keepdim=keepdim, backend="triton")
         want = torch.logsumexp(x, dims, keepdim=keepdim)

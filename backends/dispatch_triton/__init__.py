@@ -18,7 +18,8 @@ import torch
 
 import dispatch
 from dispatch.backend import (BackendInfo, CallSpec, Config, Timing, TuneResult, TuneSpace, Verdict,
-                              contiguous_strides, dist_version, do_bench, env_flag, hookimpl, measure, source_hash)
+                              contiguous_strides, dist_version, do_bench, env_flag, hookimpl, measure, row_view,
+                              source_hash)
 
 NAME = "triton"
 OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the ops these kernels implement
@@ -145,8 +146,6 @@ def _strided_verdict(op: str, spec: CallSpec) -> Verdict:
     from .strided_steps import StepPlan
 
     if isinstance(p, StepPlan):
-        from dispatch.backend import row_view
-
         kinds = "; ".join(f"step {i + 1}: {'the row kernel' if row_view(st.plan) else 'the strided kernel'}"
                           for i, st in enumerate(p.steps))
         return Verdict.yes(f"serves this call (logsumexp in {len(p.steps)} steps, each over reduced dims that "

@@ -68,10 +68,10 @@ def _step_launcher(st: StridedStep, in_dtype: torch.dtype, out_dtype: torch.dtyp
 class StepLauncher:
     """``run(x)``: logsumexp of ``x`` (of ``in_dtype``) by the steps of ``sp`` into a new
     ``out_shape`` tensor; the first step runs ``config``, the later ones (each over a fraction of
-    the input, in fp32) their default."""
+    the input, in fp32) their default (``config`` None: the first step's default too)."""
 
     def __init__(self, sp: StepPlan, in_dtype: torch.dtype, out_dtype: torch.dtype, out_shape, device,
-                 config: dict):
+                 config: dict | None):
         self.plan = sp
         self.launchers = []
         for i, st in enumerate(sp.steps):
