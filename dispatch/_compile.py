@@ -378,13 +378,13 @@ def _training_op(decl: _opdecl.OpDecl, plain):
         tensors = tuple(tensors)
         current = _opdecl.get(name)
         key = _node_key(current, args, needs, tensors)
-        found = DISPATCHER.saving_forward(current, key, tensors)  # (a node met before)
+        found = DISPATCHER.saving_forward(key, tensors)  # (a node met before)
         if found is not None:
             return found
         values, backend, out_dtype = _values(current, tensors, args)
         # (a call read in the kernel under autocast: the plain node's call, nothing filled)
         plan = DISPATCHER.saving_plan(current, key, values, backend, tuple(needs), plain, args, out_dtype is None)
-        return DISPATCHER.saving_forward(current, key, tensors, plan)
+        return DISPATCHER.saving_forward(key, tensors, plan)
 
     def fake(*rest):
         *tensors, args, _needs = rest

@@ -352,8 +352,8 @@ class Dispatcher:
         self._backwards[key] = backward
         return backward
 
-    def saving_forward(self, decl: _opdecl.OpDecl, node_key: tuple, tensors: tuple,
-                       plan: tuple | None = None) -> tuple[torch.Tensor, list] | None:
+    def saving_forward(self, node_key: tuple, tensors: tuple, plan: tuple | None = None
+                       ) -> tuple[torch.Tensor, list] | None:
         """``(output, buffers)`` of a compiled training step's forward node of an op that declares
         ``saved`` buffers, by the plan kept under ``node_key`` (the node's call) or ``plan``
         (:meth:`saving_plan`); None where there is none yet. Where the backend whose backward the

@@ -170,9 +170,9 @@ def dispatch_tune_space(op: str, spec: CallSpec) -> TuneSpace:
         from .strided_steps import StepPlan
 
         p = _strided_plan(op, spec)
-        if isinstance(p, StepPlan) and p.first_rows:  # a first step of rows: the row kernel's configs
-            m, n, _ = p.first_rows
-            return _row_tune_space(op, m, n, spec.dtype)
+        rows = p.first_rows if isinstance(p, StepPlan) else None
+        if rows:  # a first step of rows: the row kernel's configs
+            return _row_tune_space(op, rows[0], rows[1], spec.dtype)
         first = p.first if isinstance(p, StepPlan) else p  # in steps: the first step's config is tuned
         itemsize = spec.dtype.itemsize
         default = strided.default_config(first, spec.device, itemsize)
