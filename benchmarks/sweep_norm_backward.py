@@ -129,10 +129,6 @@ def _split_variants(plan_of, base: dict) -> list[dict]:
     # or fewer row groups)
     out += [dict(maxnreg=r) for r in (80, 96, 104, 128, 160, 168, 192, 255)
             if base["COOP"] and _fits(base["num_warps"], r)]
-    # the one launch one row ahead, not two (two rows' chunks in registers, not three), also at
-    # fewer registers (more programs resident)
-    if base["COOP"]:
-        out += [dict(AHEAD=1)] + [dict(AHEAD=1, maxnreg=r) for r in (96, 104) if _fits(base["num_warps"], r)]
     for bn in (2048, 4096, 8192):
         for warps in (4, 8, 16):
             if not 4 <= _ept(bn, warps) <= 32:
@@ -196,8 +192,6 @@ def label(plan: dict) -> str:
         bits.append(f"st{plan['num_stages']}")
     if plan.get("FINISH"):
         bits.append(f"finish{plan['FINISH']}")
-    if plan.get("COOP") and plan.get("AHEAD", 2) != 2:
-        bits.append(f"ahead{plan['AHEAD']}")
     if plan.get("STAGES", 1) > 1:
         bits.append(f"stages{plan['STAGES']}")
     return " ".join(bits)

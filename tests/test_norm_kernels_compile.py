@@ -82,13 +82,12 @@ _TRITON = textwrap.dedent("""
             build(_norm_bwd_split, bwd, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms, BLOCK_N=2048,
                                              CHUNKS_P2=8, EV=1 if hints else 0, PREFETCH=prefetch, SAVED=saved))
         # the one-launch exchange of long rows (it runs only on a GPU: here it must at least build),
-        # recomputing the rows' statistics or given them (SAVED), with the column sums finished in
-        # the launch (FINISH), two rows ahead or one (AHEAD)
-        for saved, finish, ahead in ((False, 0, 2), (True, 0, 2), (True, 128, 2), (False, 0, 1), (True, 128, 1)):
+        # recomputing the rows' statistics or given them (SAVED)
+        # and with the column sums finished in the launch (FINISH)
+        for saved, finish in ((False, 0), (True, 0), (True, 128)):
             build(_norm_bwd_coop, bwd | {"slot_ptr": "*i64"}, dict(flags, WANT_DW=affine, WANT_DB=affine and not rms,
                                                                  BLOCK_N=2048, CHUNKS_P2=32, SLOT_OFF=64, SAVED=saved,
-                                                                 FINISH=finish, FINISH_CW=128, FINISH_BG=32,
-                                                                 AHEAD=ahead),
+                                                                 FINISH=finish, FINISH_CW=128, FINISH_BG=32),
                   warps=8)
     build(_column_sum, {"p_ptr": "*fp32", "out0_ptr": "*bf16", "out1_ptr": "*bf16"}, dict(BLOCK_G=128, BLOCK_N=32))
     print("compiled")

@@ -258,18 +258,16 @@ def test_backward_plan_overrides(op, plan, split, dtype):
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("dtype", [F32, BF16])
-@pytest.mark.parametrize("ahead", [2, 1])
-def test_the_one_launch_exchange_runs_on_a_gpu_only(op, dtype, ahead):
+def test_the_one_launch_exchange_runs_on_a_gpu_only(op, dtype):
     # on a GPU, the long-row backward in one launch whose programs exchange their sums (5 chunks a
-    # row, 7 rows over 2 groups), two rows ahead or one (AHEAD); the interpreter runs programs one
-    # after another, where a group's sums could never meet: there a COOP plan resolves to the
-    # two-launch path
-    over = dict(COOP=True, AHEAD=ahead)
-    plan = NB.backward_plan(7, 300, dtype, DEV, (2, 64), over)
-    assert plan["kind"] == "split" and plan["COOP"] is (DEV.type == "cuda") and plan["AHEAD"] == ahead
-    _backward_vs_torch(op, 7, 300, dtype, (2, 64), shift=0.5, tol=1e-4 if dtype == F32 else 3e-2, plan=over)
+    # row, 7 rows over 2 groups); the interpreter runs programs one after another, where a group's
+    # sums could never meet: there a COOP plan resolves to the two-launch path
+    plan = NB.backward_plan(7, 300, dtype, DEV, (2, 64), dict(COOP=True))
+    assert plan["kind"] == "split" and plan["COOP"] is (DEV.type == "cuda")
+    _backward_vs_torch(op, 7, 300, dtype, (2, 64), shift=0.5, tol=1e-4 if dtype == F32 else 3e-2, plan=dict(COOP=True))
     if DEV.type == "cuda":  # again: the next launch's words carry a new tag, the old ones never count
-        _backward_vs_torch(op, 7, 300, dtype, (2, 64), shift=0.5, tol=1e-4 if dtype == F32 else 3e-2, plan=over)
+        _backward_vs_torch(op, 7, 300, dtype, (2, 64), shift=0.5, tol=1e-4 if dtype == F32 else 3e-2,
+                           plan=dict(COOP=True))
 
 
 @pytest.mark.skipif(DEV.type != "cuda", reason="the one-launch exchange runs on a GPU only")
@@ -357,8 +355,6 @@ def test_long_row_finish_needs_the_one_launch_exchange():
     (dict(BLOCK_N=48), (2, 64), "BLOCK_N=48"), (dict(STAGES=3, PREFETCH=True), None, "STAGES=3.*PREFETCH=False"),
     (dict(STAGES=0, PREFETCH=False), None, "STAGES=0"), (dict(STAGES=2), (2, 64), "STAGES=2"),
     (dict(FINISH=3), None, "FINISH=3.*power of two"), (dict(FINISH=256), None, "FINISH=256.*BLOCK_N=128"),
-    (dict(AHEAD=3), (2, 64), "AHEAD=3.*1 or 2"), (dict(AHEAD=True), (2, 64), "AHEAD=True.*1 or 2"),
-    (dict(AHEAD=1), None, "AHEAD=1.*not a key of a 'rows' plan"),
 ])
 def test_backward_plan_override_refused(plan, split, match):
     with pytest.raises(ValueError, match=match):

@@ -73,7 +73,7 @@ def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
 
 _PLAN_KEYS = {"rows": ("ROWS", "num_warps", "G", "maxnreg", "num_stages", "EVICT", "PREFETCH", "STAGES", "FINISH"),
               "split": ("BLOCK_N", "num_warps", "GR", "maxnreg", "num_stages", "HINTS", "PREFETCH", "COOP",
-                        "SAVED", "FINISH", "AHEAD")}
+                        "SAVED", "FINISH")}
 
 
 _FLAGS = ("EVICT", "PREFETCH", "HINTS", "COOP", "SAVED")  # the plan's bool entries
@@ -89,8 +89,6 @@ def _check_overrides(overrides: dict, kind: str) -> None:
             ok = isinstance(value, bool)
         elif key == "FINISH":
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0 and not value & (value - 1)
-        elif key == "AHEAD":
-            ok = value in (1, 2) and not isinstance(value, bool)
         else:
             ok = (value is None and key == "maxnreg") or (isinstance(value, int) and not isinstance(value, bool)
                                                           and value > 0)
@@ -98,8 +96,6 @@ def _check_overrides(overrides: dict, kind: str) -> None:
             wanted = "a positive int or None" if key == "maxnreg" else "a positive int"
             if key in _FLAGS:
                 wanted = "a bool"
-            elif key == "AHEAD":
-                wanted = "1 or 2"
             elif key == "FINISH":
                 wanted = "0 or a power of two"
             raise ValueError(f"backward plan override {key}={value!r}: {wanted} is wanted")
@@ -122,14 +118,14 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     tiles' loads going to shared memory, with ``PREFETCH`` False; ``FINISH``: see ``grads``) or
     "split" (long rows: ``GR`` row groups times ``S`` chunks of ``BLOCK_N``; ``HINTS``: L2
     hints, ``PREFETCH``: the next row loaded ahead, ``COOP``: one launch whose groups exchange
-    their sums, on a GPU where a group of ``S`` programs fits at once, ``AHEAD`` rows ahead: 1 or
-    2); both with the launch options ``maxnreg`` (None: none) and ``num_stages``.
+    their sums, on a GPU where a group of ``S`` programs fits at once); both with the launch
+    options ``maxnreg`` (None: none) and ``num_stages``.
 
     ``split``: ``(row groups, chunk length)`` forces the long-row path (tests reach it with short rows).
     ``overrides``: entries that replace the computed ones (a "rows" plan: ``ROWS``, ``num_warps``,
     ``G``, ``maxnreg``, ``num_stages``, ``EVICT``, ``PREFETCH``, ``STAGES``, ``FINISH``; a "split" plan:
     ``BLOCK_N``, ``num_warps``, ``GR``, ``maxnreg``, ``num_stages``, ``HINTS``, ``PREFETCH``, ``COOP``,
-    ``SAVED``, ``FINISH``, ``AHEAD``); ``FINISH``: the column sums taken in the launch, by that many of the
+    ``SAVED``, ``FINISH``); ``FINISH``: the column sums taken in the launch, by that many of the
     programs that finish last (0: by a second launch; a "split" plan's only with ``COOP``);
     ``grads``: the parameter gradients wanted (1: dweight; 2: dweight and dbias), which decide the
     rows' ``FINISH``; ``op``: "rms_norm" or "layer_norm" where known (their long rows' registers
@@ -234,7 +230,7 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
                          f"programs (GR={groups} x S={chunks}) can finish the column sums")
     return dict(kind="split", BLOCK_N=block, GR=groups, S=chunks, num_warps=warps, maxnreg=maxnreg,
                 num_stages=stages, HINTS=over.get("HINTS", esz <= 2), PREFETCH=over.get("PREFETCH", esz <= 2),
-                COOP=coop, SAVED=over.get("SAVED", True), FINISH=finish, AHEAD=over.get("AHEAD", 2))
+                COOP=coop, SAVED=over.get("SAVED", True), FINISH=finish)
 
 
 def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
@@ -303,7 +299,6 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
                                                                      CHUNKS_P2=_np2(s), SLOT_OFF=_SLOT_OFF,
                                                                      SAVED=saved, FINISH=finish, FINISH_CW=cw,
                                                                      FINISH_BG=min(_np2(g), max(1, 4096 // cw)),
-                                                                     AHEAD=plan["AHEAD"],
                                                                      **flags),
                                     options, enabled=enabled, checked=(0, 2, 3), fixed=fixed)
                 stages = (coop,)

@@ -531,7 +531,6 @@ def _norm_bwd_coop(
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
     BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr, SAVED: tl.constexpr = False,
     FINISH: tl.constexpr = 0, FINISH_CW: tl.constexpr = 32, FINISH_BG: tl.constexpr = 1,
-    AHEAD: tl.constexpr = 2,
 ):
     # The backward of long rows in one launch: persistent programs in groups of S = cdiv(N,
     # BLOCK_N), each holding one chunk of a row (x and dy) in registers; it publishes the chunk's
@@ -539,9 +538,7 @@ def _norm_bwd_coop(
     # chunks of the row (_gather), and writes its chunk of dx from registers: x and dy are read
     # once. Pipelined one row ahead (as the softmax split_pipe path): a program publishes the sums
     # of its NEXT row before it awaits this row's, so they have had a whole iteration to arrive,
-    # while the row after next loads. AHEAD 1: one row ahead, not two (two rows' chunks in
-    # registers, not three): the next row loads while this one is worked, and its sums are
-    # published after this row's dx.
+    # while the row after next loads.
     # A program's group comes from a ticket taken in dispatch order, and the tag of its words
     # from the launch's epoch (see dispatch_triton.exchange): only the group holding the
     # highest ticket may wait on programs not yet resident, and the host sizes the grid so that
@@ -567,20 +564,15 @@ def _norm_bwd_coop(
     if grp < M:
         _coop_publish(slot_ptr, SLOT_OFF + tl.cast(grp, tl.int64) * S * NW + c * NW, xr, dyr, r0, r1, w, cmask, nc,
                       tag, HAS_WEIGHT, IS_RMS, SAVED)
-    if AHEAD == 2:
-        xr_n, dyr_n, r0_n, r1_n = _coop_chunk(x_ptr, dy_ptr, st_ptr, grp + n_groups, stride_xm, stride_dym, cols, M,
-                                              N, IS_RMS, SAVED)
+    xr_n, dyr_n, r0_n, r1_n = _coop_chunk(x_ptr, dy_ptr, st_ptr, grp + n_groups, stride_xm, stride_dym, cols, M, N,
+                                          IS_RMS, SAVED)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
-        if AHEAD == 2:
-            if nrow < M:
-                _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * NW + c * NW, xr_n, dyr_n, r0_n, r1_n,
-                              w, cmask, nc, tag, HAS_WEIGHT, IS_RMS, SAVED)
-            xr_nn, dyr_nn, r0_nn, r1_nn = _coop_chunk(x_ptr, dy_ptr, st_ptr, nrow + n_groups, stride_xm, stride_dym,
-                                                      cols, M, N, IS_RMS, SAVED)
-        else:
-            xr_n, dyr_n, r0_n, r1_n = _coop_chunk(x_ptr, dy_ptr, st_ptr, nrow, stride_xm, stride_dym, cols, M, N,
-                                                  IS_RMS, SAVED)
+        if nrow < M:
+            _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * NW + c * NW, xr_n, dyr_n, r0_n, r1_n, w,
+                          cmask, nc, tag, HAS_WEIGHT, IS_RMS, SAVED)
+        xr_nn, dyr_nn, r0_nn, r1_nn = _coop_chunk(x_ptr, dy_ptr, st_ptr, nrow + n_groups, stride_xm, stride_dym, cols,
+                                                  M, N, IS_RMS, SAVED)
         r64 = tl.cast(row, tl.int64)
         if SAVED:
             sgx, sg = _gather_saved(slot_ptr, SLOT_OFF + r64 * S * NW, S, tag, IS_RMS, CHUNKS_P2)
@@ -596,19 +588,14 @@ def _norm_bwd_coop(
             acc_w += dy * xhat
         if WANT_DB:
             acc_b += dy
-        if AHEAD == 1:
-            if nrow < M:
-                _coop_publish(slot_ptr, SLOT_OFF + tl.cast(nrow, tl.int64) * S * NW + c * NW, xr_n, dyr_n, r0_n, r1_n,
-                              w, cmask, nc, tag, HAS_WEIGHT, IS_RMS, SAVED)
         xr = xr_n
         dyr = dyr_n
         r0 = r0_n
         r1 = r1_n
-        if AHEAD == 2:
-            xr_n = xr_nn
-            dyr_n = dyr_nn
-            r0_n = r0_nn
-            r1_n = r1_nn
+        xr_n = xr_nn
+        dyr_n = dyr_nn
+        r0_n = r0_nn
+        r1_n = r1_nn
     if grp < n_groups:
         _store_partials(p_ptr, p_off_b, grp, N, cols, cmask, acc_w, acc_b, WANT_DW, WANT_DB)
     if FINISH > 0:
