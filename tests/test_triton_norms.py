@@ -333,6 +333,14 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
                            ("layer_norm", 64, 262144, 128)):
         plan = NB.backward_plan(m, n, F32, DEV, op=op)
         assert plan["maxnreg"] == (regs if plan["COOP"] else 64), (op, m, n, plan)
+    # layer_norm's 2-byte rows of up to 16384 at 168 (three programs a multiprocessor: fewer groups)
+    for op, n, dtype, regs in (("layer_norm", 16384, BF16, 168), ("layer_norm", 10000, torch.float16, 168),
+                               ("layer_norm", 32768, BF16, 128), ("rms_norm", 16384, BF16, 128),
+                               ("layer_norm", 16384, F32, 128)):
+        plan = NB.backward_plan(1024, n, dtype, DEV, op=op)
+        assert plan["maxnreg"] == (regs if plan["COOP"] else 64), (op, n, dtype, plan)
+        if plan["COOP"]:
+            assert plan["GR"] * plan["S"] <= NB._resident_per_sm(plan["num_warps"], regs) * NB._sms(DEV)
 
 
 def test_long_row_finish_needs_the_one_launch_exchange():
