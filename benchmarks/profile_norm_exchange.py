@@ -244,7 +244,7 @@ def one(op: str, dtype_name: str, shape: str, variant: str, over: dict) -> str:
     args = (dy, x, w) + ((b,) if b is not None else ()) + (torch.empty_like(x),)
     if variant == "saved":  # what the forward saves
         args += (row_stats(op, x, 1e-5),)
-    plan = NB.backward_plan(m, n, dtype, dev, None, over or None)
+    plan = NB.backward_plan(m, n, dtype, dev, None, over or None, grads=2 if b is not None else 1, op=op)  # what ran
     before = _kernels_seen()
     out = backward(*args)
     kernels = [(c.n_regs, c.n_spills, c.asm["ptx"].count("atom."), c.asm["ptx"].count("bar.sync"),

@@ -195,8 +195,9 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     # 10% off 128 x 131072 (72.3 against 80.0); 8 x 131072 ran 16% slower (a group's two rows
     # either way, at 8 registers spilled), and layer_norm's kernel spills 24-28 and ran 10-19% slower
     # layer_norm's 2-byte rows of up to 16384 (8 chunks or fewer) exchange at 168 registers (three
-    # programs a multiprocessor, not four, and none of the 14-16 spilled at 128): on an H100,
-    # 54.7 us against 57.8 at 1024 x 16384 (H200: 3% less); longer rows ran 1-3% slower
+    # programs a multiprocessor, not four, and none of the 14-16 spilled at 128): on an H100 3-6%
+    # less at N = 10240..16384 (1024 x 16384: 54.6 us against 57.6; the H200: 3%); longer rows
+    # ran 1-4% slower at 160-168, rms_norm's rows of 16384 4% slower
     def launch_shape(exchange: bool) -> tuple[int, int, int]:  # (maxnreg, warps, programs resident)
         lean = exchange and op == "rms_norm" and esz == 4 and n > 65536 and m >= 64
         roomy = exchange and op == "layer_norm" and esz <= 2 and n <= 16384
