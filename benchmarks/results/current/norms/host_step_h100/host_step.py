@@ -1,21 +1,16 @@
-"""Where a training step's host time goes: torch's step against dispatch's Triton step, piece by piece."""
-import cProfile, pstats, statistics, sys, time
+"""Where a training step's host time goes: torch's step against dispatch's Triton step, piece by piece.
+(benchmarks/profile_autograd_host.py also times the backward function called directly with its saved tensors.)"""
+import cProfile, pstats, sys
 import torch
 import torch.nn.functional as F
+sys.path.insert(0, "benchmarks")
 import dispatch
+from profile_call import per_call
 
-def per(fn, reps=300):
-    for _ in range(30):
-        fn()
-    torch.cuda.synchronize()
-    r = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-        r.append((time.perf_counter() - t0) / reps * 1e6)
-    return round(statistics.median(r), 1)
+
+def per(fn):
+    return round(per_call(fn, calls=300, repeats=5), 1)
+
 
 def case(op, m, n, be):
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -41,9 +36,6 @@ def pieces(op, m, n, be):
     def bwd():
         return torch.autograd.grad(y, leaves, dy, retain_graph=True)
     out = dict(step=per(step), fwd=per(f), fwd_nograd=per(fwd_ng), bwd=per(bwd))
-    node = y.grad_fn
-    if hasattr(node, "apply"):  # a Python autograd function's node: its backward alone, on this thread
-        out["node.apply"] = per(lambda: node.apply(dy))
     torch.autograd.set_multithreading_enabled(False)
     out["step_1thread"] = per(step)
     out["bwd_1thread"] = per(bwd)
@@ -56,10 +48,7 @@ for op, m, n in (("rms_norm", 8, 4096), ("layer_norm", 8, 4096), ("layer_norm", 
 
 def prof(op, m, n, what, sort):
     f, leaves, dy = case(op, m, n, "triton")
-    y = f()
-    node = y.grad_fn
-    fns = {"step": lambda: torch.autograd.grad(f(), leaves, dy), "fwd": f, "node.apply": lambda: node.apply(dy)}
-    fn = fns[what]
+    fn = {"step": lambda: torch.autograd.grad(f(), leaves, dy), "fwd": f}[what]
     torch.autograd.set_multithreading_enabled(False)
     for _ in range(50):
         fn()
@@ -74,5 +63,3 @@ def prof(op, m, n, what, sort):
 
 prof("layer_norm", 1024, 16384, "step", "tottime")
 prof("layer_norm", 1024, 16384, "fwd", "cumulative")
-prof("layer_norm", 1024, 16384, "node.apply", "cumulative")
-prof("rms_norm", 8, 4096, "node.apply", "cumulative")
