@@ -10,8 +10,8 @@ writes ``profile.txt``::
 
     python3 benchmarks/profile_call.py --out DIR [--op softmax] [--shape 1x4096] [--dtype bfloat16]
 
-``--op``: softmax, log_softmax, rms_norm (with a weight) or layer_norm (with a weight and a bias),
-over the last dim.
+``--op``: softmax, log_softmax, logsumexp, rms_norm (with a weight) or layer_norm (with a weight and
+a bias), over the last dim.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--out", default="out/profile")
     ap.add_argument("--shape", default="1x4096")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--op", default="softmax", choices=("softmax", "log_softmax") + NORMS)
+    ap.add_argument("--op", default="softmax", choices=("softmax", "log_softmax", "logsumexp") + NORMS)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     shape = tuple(int(s) for s in a.shape.split("x"))
@@ -101,7 +101,7 @@ def main() -> None:
         kernel(x, *kernel_args)
         say(f"  its dispatch_kernel hook's kernel ({backend})", per_call(lambda k=kernel: k(x, *kernel_args)))
         launcher = getattr(kernel, "launcher", None)
-        if launcher is not None:
+        if launcher is not None and a.op != "logsumexp":  # Launcher.launch(x, out): rows out
             out = torch.empty_like(x)
             say("  Launcher.launch(x, out)", per_call(lambda: launcher.launch(x, out)))
             for d in launcher.direct:
