@@ -3,7 +3,8 @@ interpreter accepts programs the compiler rejects, and cannot run the inline PTX
 all): every path of the row kernel ``_softmax_kernel`` (rows, online, split, split_pipe, chunks) for
 each op it serves, with and without ``FAST_EXP`` (onepass, the split paths and chunks also with ``ALIGN``), and every
 variant (plain, EVEN, ONE_PASS with and without TAIL and I32, ACC_2D, PREFETCH, TMA, FAST_EXP, REVERSE, KEEP_X) of
-the three strided kernels compile for sm_90. Each runs in a subprocess without TRITON_INTERPRET."""
+the three strided kernels compile for sm_90; the row kernel also for a call of one row (``M`` the constant 1,
+as Triton passes it) and of one-element rows. Each runs in a subprocess without TRITON_INTERPRET."""
 
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ _ROWS = textwrap.dedent("""
                 sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
                 triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
                                options={"num_warps": warps})
+        # a call of one row: Triton passes an int argument equal to 1 as the constant 1 (no tensor
+        # methods), so each path must build with M = 1 too; one-element rows (N = 1, unit strides)
+        # take the rows path
+        ones = [dict(M=1)] + ([dict(N=1, stride_xm=1, stride_om=1)] if path == 0 else [])
+        for op, one in ((op, one) for op in ops for one in ones):
+            consts = dict(OP=op, HAS_MASK=False, PHASE=0, PATH=path, BLOCK_N=bn, ROWS=rows, SPLIT=split,
+                          NW=warps, NS=1, FAST_EXP=1, ALIGN=0, **one)
+            sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
+            triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": warps})
     print("compiled")
 """)
 

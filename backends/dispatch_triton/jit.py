@@ -390,7 +390,7 @@ def _lse_chunks(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N: tl.c
     n_split = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0).to(tl.int64)
     nprog = tl.num_programs(0)
-    total = M.to(tl.int64) * n_split
+    total = tl.cast(M, tl.int64) * n_split  # M is a constant 1 where the call has one row
     lo = pid * total // nprog
     hi = (pid + 1) * total // nprog
     xr, er = _lse_chunk_load(x_ptr, lo, n_split, hi, N, stride_xm, ALIGN, EVEN, BLOCK_N, V)
