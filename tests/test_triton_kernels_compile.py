@@ -1,7 +1,8 @@
 """The Triton softmax-family kernels build for a real GPU target even where there is none (the
 interpreter accepts programs the compiler rejects, and cannot run the inline PTX of ``FAST_EXP`` at
 all): every path of the row kernel ``_softmax_kernel`` (rows, online, split, split_pipe, chunks) for
-each op it serves, with and without ``FAST_EXP`` (onepass, the split paths and chunks also with ``ALIGN``), and every
+each op it serves, with and without ``FAST_EXP`` (onepass, the split paths and chunks also with ``ALIGN``; chunks
+also ``EVEN``), and every
 variant (plain, EVEN, ONE_PASS with and without TAIL and I32, ACC_2D, PREFETCH, TMA, FAST_EXP, REVERSE, KEEP_X) of
 the three strided kernels compile for sm_90; the row kernel also for a call of one row (``M`` the constant 1,
 as Triton passes it) and of one-element rows. Each runs in a subprocess without TRITON_INTERPRET."""
@@ -23,28 +24,34 @@ _ROWS = textwrap.dedent("""
 
     ptrs = {"x_ptr": "*bf16", "out_ptr": "*bf16", "mask_ptr": "*i8", "ws_ptr": "*fp32", "sync_ptr": "*i32",
             "slot_ptr": "*i64"}
+
+    def build(consts, warps):
+        # every constexpr the kernel declares is one here (its default where the case names none: a
+        # constexpr left out of the signature would be built as an int argument, a program no launch
+        # compiles); named ints (M = 1) are constants too, as Triton passes an int equal to 1
+        consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **consts}
+        missing = [p.name for p in fn.params if p.is_constexpr and p.name not in consts]
+        assert not missing, f"constexprs without a value: {missing}"
+        sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
+        triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": warps})
+
     # (PATH, BLOCK_N, ROWS, SPLIT, warps, ops)
     paths = ((0, 1024, 1, 1, 4, (0, 1, 2)), (1, 1024, 1, 4, 4, (0, 1, 2)), (2, 4096, 1, 1, 4, (0, 1, 2)),
              (3, 4096, 1, 1, 4, (0, 1)), (4, 8192, 1, 1, 4, (2,)))
     for path, bn, rows, split, warps, ops in paths:
+        shape = dict(HAS_MASK=False, PATH=path, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps, NS=1)
         for op in ops:
-            for fast, phase, align in ((0, 0, 0), (1, 0, 0)) + (((1, 2, 0),) if path == 4 else ()) + (
-                    ((1, 0, 1),) if path in (0, 2, 3, 4) else ()):
-                consts = dict(OP=op, HAS_MASK=False, PHASE=phase, PATH=path, BLOCK_N=bn, ROWS=rows, SPLIT=split,
-                              NW=warps, NS=1, FAST_EXP=fast, ALIGN=align)
-                sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-                triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                               options={"num_warps": warps})
-        # a call of one row: Triton passes an int argument equal to 1 as the constant 1 (no tensor
-        # methods), so each path must build with M = 1 too; one-element rows (N = 1, unit strides)
-        # take the rows path
-        ones = [dict(M=1)] + ([dict(N=1, stride_xm=1, stride_om=1)] if path == 0 else [])
-        for op, one in ((op, one) for op in ops for one in ones):
-            consts = dict(OP=op, HAS_MASK=False, PHASE=0, PATH=path, BLOCK_N=bn, ROWS=rows, SPLIT=split,
-                          NW=warps, NS=1, FAST_EXP=1, ALIGN=0, **one)
-            sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-            triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                           options={"num_warps": warps})
+            # (FAST_EXP, PHASE, ALIGN, EVEN)
+            for fast, phase, align, even in ((0, 0, 0, 0), (1, 0, 0, 0)) + (
+                    ((1, 2, 0, 0), (1, 0, 0, 1)) if path == 4 else ()) + (
+                    ((1, 0, 1, 0),) if path in (0, 2, 3, 4) else ()):
+                build(dict(shape, OP=op, PHASE=phase, FAST_EXP=fast, ALIGN=align, EVEN=even), warps)
+            # a call of one row: Triton passes an int argument equal to 1 as the constant 1 (no
+            # tensor methods), so each path must build with M = 1 too; one-element rows (N = 1, unit
+            # strides) take the rows path
+            for one in [dict(M=1)] + ([dict(N=1, stride_xm=1, stride_om=1)] if path == 0 else []):
+                build(dict(shape, OP=op, PHASE=0, FAST_EXP=1, **one), warps)
     print("compiled")
 """)
 
@@ -56,6 +63,10 @@ _STRIDED = textwrap.dedent("""
     from dispatch_triton.strided_jit import _strided_finish, _strided_kernel, _strided_partials
 
     def build(fn, ptrs, consts, warps=4):
+        # every constexpr the kernel declares is one here (its default where the case names none)
+        consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **consts}
+        missing = [p.name for p in fn.params if p.is_constexpr and p.name not in consts]
+        assert not missing, f"{fn.__name__}: constexprs without a value: {missing}"
         sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
         triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": warps})
