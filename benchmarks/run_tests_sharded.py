@@ -48,7 +48,9 @@ def deal(ids: list[str], k: int) -> list[list[str]]:
     return shards
 
 
-OUTCOME = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)\b")
+# a test id: path::name, then its parameters in brackets, which may hold spaces and brackets
+# ("[tilelang-(1, 4096)-torch.float32-softmax]")
+OUTCOME = re.compile(r"^(\S+::[^\s\[]+(?:\[.*?\])?) (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)\b")
 
 
 def finished(log_text: str) -> set[str]:

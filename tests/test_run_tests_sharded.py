@@ -42,8 +42,13 @@ def test_resume_reads_each_outcome_of_a_verbose_log_and_nothing_else():
         "tests/test_a.py::test_y SKIPPED (no GPU) [ 20%]",
         "tests/test_b.py::test_z[1-2] FAILED [ 30%]",
         "tests/test_b.py::test_w XFAIL (known) [ 40%]",
+        "tests/test_c.py::test_v[tilelang-(1, 4096)-torch.float32-softmax] PASSED [ 45%]",  # spaces in its id
+        "tests/test_c.py::test_u[shape=[2, 3]-x] SKIPPED (no GPU) [ 48%]",  # and brackets
         "tests/test_b.py::test_stopped_midway ",  # the run was killed while it ran
+        "tests/test_c.py::test_t[(2, 3)] ",  # so too, with a space in its id
         "FAILED tests/test_b.py::test_z[1-2] - AssertionError",  # the -rfE summary line
     ])
     assert runner.finished(log) == {"tests/test_a.py::test_x[softmax-dtype0]", "tests/test_a.py::test_y",
-                                    "tests/test_b.py::test_z[1-2]", "tests/test_b.py::test_w"}
+                                    "tests/test_b.py::test_z[1-2]", "tests/test_b.py::test_w",
+                                    "tests/test_c.py::test_v[tilelang-(1, 4096)-torch.float32-softmax]",
+                                    "tests/test_c.py::test_u[shape=[2, 3]-x]"}
