@@ -23,8 +23,9 @@ import torch
 from . import _autocast, _backend, _opdecl, _plugins, _settings
 from ._autograd import TORCHS_OWN, differentiable, own_backward, reference_backward
 from ._keys import spec_key
+from ._modes import _refuse_if_forced, _torch_only, _tracing
 from ._opfunc import OpFunction
-from ._select import Decision, Selector, unknown_backend
+from ._select import Decision, Selector
 from ._spec import CallSpec
 from .autotune.cache import default_cache
 from .errors import BackendFaultError, BackendRefusedError, FaultWarning, NoBackendError, PluginError
@@ -671,10 +672,6 @@ def _resolving() -> set:
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # the classes a kernel's output may stand for
 
-_forward_ad = torch.autograd.forward_ad
-_jit_tracing = torch._C._is_tracing
-_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
-
 
 def _capturing(tensors) -> bool:
     """Whether a CUDA graph is being captured on the current stream of these CUDA tensors."""
@@ -691,39 +688,6 @@ def with_needs(spec: CallSpec, needs) -> CallSpec:
     """``spec`` with its tensors wanting a gradient where ``needs`` says (and present)."""
     return attrs.evolve(spec, tensors=[attrs.evolve(t, requires_grad=bool(n) and t.present)
                                        for t, n in zip(spec.tensors, needs)])
-
-
-def _torch_only() -> bool:
-    """Whether a call must run torch's own op, not a backend's kernel: a forward-mode AD level is
-    open (a kernel drops the tangent), torch.jit.trace records (it would record the kernel's
-    empty output), or a torch.func transform runs (vmap, grad, jacrev...: its tensors are wrappers
-    without storage). One Python read and two C calls."""
-    return _forward_ad._current_level >= 0 or _jit_tracing() or _functorch_active()
-
-
-def _refuse_if_forced(spec: CallSpec, name: str) -> None:
-    """Raise for a call forced to backend ``name`` that must run torch's own op (see _torch_only),
-    unless ``name`` is the reference: nothing falls back silently."""
-    backend = _plugins.registry().backends.get(name)
-    if backend is None:
-        raise unknown_backend(name, _plugins.registry().backends)
-    if backend.info.reference:
-        return
-    if _forward_ad._current_level >= 0:
-        why = "a forward-mode AD level is open (a kernel would drop the tangent)"
-    elif _jit_tracing():
-        why = "torch.jit.trace is recording (it would record the kernel's output as a constant)"
-    else:
-        why = "a torch.func transform (vmap, grad, jacrev...) is running (its tensors have no storage for a kernel)"
-    raise BackendRefusedError(
-        f"backend {name!r} was forced but cannot serve {spec.describe()}: {why}, so torch's own op serves it; "
-        "call without forcing a backend there", backend=name, op=spec.op, reason=why, servers=("torch",))
-
-
-def _tracing() -> bool:
-    """Whether torch.compile or torch.export is tracing this call (never true in eager code)."""
-    compiler = getattr(torch, "compiler", None)
-    return compiler is not None and compiler.is_compiling()
 
 
 def _has_views(tensors: tuple) -> bool:
@@ -758,7 +722,6 @@ def _raise_torchs_own(spec: CallSpec, tensors: tuple, refused: BackendRefusedErr
         return
     with torch.no_grad():
         _opdecl.get(spec.op).reference(spec)(*tensors)  # raises torch's error, or returns: then the refusal stands
-
 
 
 def _bucket_key(spec: CallSpec) -> tuple:
