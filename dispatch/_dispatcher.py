@@ -8,7 +8,8 @@ after the lock is released, and a kernel run to check or race a key that calls t
 (which would wait on the lock its thread holds) gets a PluginError, a fault of its backend.
 
 A kernel backend's resolved call runs guarded: checked against the reference on its first call
-and quarantined after a fault (:mod:`dispatch._guard`).
+and quarantined after a fault (:mod:`dispatch._guard`). A call under autocast whose kernel reads its
+half-precision input resolves under a key of its own (:mod:`dispatch._autocast_in_kernel`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import attrs
 import torch
 
 from . import _autocast, _backend, _opdecl, _plugins, _settings
+from ._autocast_in_kernel import AutocastInKernel
 from ._autograd import differentiable
 from ._guard import _RUN_AGAIN, Guard, _bucket_key, _has_views, _resolved
 from ._modes import _refuse_if_forced, _torch_only, _tracing
@@ -30,17 +32,16 @@ from ._opfunc import OpFunction
 from ._select import Decision, Selector
 from ._spec import CallSpec
 from .autotune.cache import default_cache
-from .errors import BackendRefusedError, NoBackendError, PluginError
+from .errors import BackendRefusedError, PluginError
 
 MAX_KEYS_PER_OP = 4096
 # the attribute that marks a compiled forward node's saved buffers with the backend whose forward
 # filled them (Dispatcher.saving_forward): the backward node hands them to that backend's backward only
 SAVED_BY = "_dispatch_saved_by"
-_IN_KERNEL = "autocast, read in the kernel"  # the first part of the key an autocast_in_kernel call resolves under
 _tune_log = logging.getLogger("dispatch.tune")
 
 
-class Dispatcher(Guard):
+class Dispatcher(AutocastInKernel, Guard):
     def __init__(self) -> None:
         self.tables: dict[str, dict[tuple, Callable[..., torch.Tensor]]] = {}
         self.decisions: dict[str, dict[tuple, Decision]] = {}
@@ -136,67 +137,6 @@ class Dispatcher(Guard):
 
             return _compile.call(decl, values, backend)
         return self._serve(decl, key, decl.spec(values), backend, decl.tensors_of(values), views_keyed)
-
-    def _autocast_in_kernel(self, decl: _opdecl.OpDecl, key, values: dict[str, Any], kept: dict[str, Any],
-                            backend: str | None, views_keyed: bool) -> Callable[..., torch.Tensor]:
-        """``fn(*tensors)`` for a call key met under autocast whose op reads its half-precision input
-        in the kernel (:func:`dispatch._autocast.in_kernel`): the call ``kept`` (the other tensors
-        cast as autocast casts them) with a float32 result, resolved under a key of its own."""
-        names = decl.tensor_names
-        cast = _autocast.cast_of(decl, values, kept)
-        fixed = {name: kept[name] for name in kept if name not in names}
-        inner = None if key is None else (_IN_KERNEL, key)
-        table = self.tables.setdefault(decl.name, {})  # (the op's one table: cleared, never replaced)
-
-        def autocast_in_kernel(*tensors: torch.Tensor | None) -> torch.Tensor:
-            if cast:
-                tensors = tuple(t.float() if i in cast else t for i, t in enumerate(tensors))
-            fn = table.get(inner) if inner is not None else None
-            if fn is not None:  # resolved: the hot path
-                return fn(*tensors)
-            return self.in_kernel(decl, inner, dict(fixed, **dict(zip(names, tensors))), backend, views_keyed)
-
-        return autocast_in_kernel
-
-    def in_kernel_key(self, decl: _opdecl.OpDecl, values: dict[str, Any], backend: str | None):
-        """The key a call read in the kernel under autocast resolves under (None: resolved each call)."""
-        key = self.function(decl.name).call_key(values, backend)
-        return None if key is None else (_IN_KERNEL, key)
-
-    def in_kernel(self, decl: _opdecl.OpDecl, inner, values: dict[str, Any], backend: str | None,
-                  views_keyed: bool = False) -> torch.Tensor:
-        """A call of ``values`` whose half-precision input the kernel reads, with a float32 result
-        (``OpDecl.autocast_in_kernel``: an eager call under autocast, or a compiled graph's node of
-        one), resolved under ``inner``, a key that no call as made has (``(_IN_KERNEL, its key)``)."""
-        tensors = decl.tensors_of(values)
-        fn = self.tables.get(decl.name, {}).get(inner) if inner is not None else None
-        if fn is not None:
-            return fn(*tensors)
-        spec, copied = self.in_kernel_spec(decl, values, backend)
-        if copied:  # autocast's float32 call (the input cast too), as without autocast_in_kernel
-            fn = _autocast.through(self.function(decl.name).function, decl, values, (0,), backend)
-            if inner is not None and not _tracing():
-                self.tables.setdefault(decl.name, {})[inner] = fn
-            return fn(*tensors)
-        return self._serve(decl, inner, spec, backend, tensors, views_keyed)
-
-    def in_kernel_spec(self, decl: _opdecl.OpDecl, values: dict[str, Any],
-                       backend: str | None) -> tuple[CallSpec, bool]:
-        """``(spec, copied)`` for a call read in the kernel under autocast: its spec (float32 result),
-        and whether it is made on a float32 copy of the input instead. It is where no kernel backend
-        would serve it (a forced backend that refuses it, or the reference chosen: a kernel may still
-        serve the float32 call) and where the op's ``output`` rule ignores ``spec.out_dtype`` (an op
-        evolved from a norm with an ``output`` of its own)."""
-        spec = decl.spec(values, out_dtype=torch.float32)
-        if spec.out_dtype != torch.float32:
-            return spec, True
-        if _torch_only() or (spec.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            return spec, False  # (torch's op serves it, or the capture's choice: nothing decided here)
-        try:
-            decision = self.decide(spec, backend)
-        except (BackendRefusedError, NoBackendError):
-            return spec, True
-        return spec, _plugins.registry().backends[decision.backend].info.reference
 
     def _serve(self, decl: _opdecl.OpDecl, key, spec: CallSpec, backend: str | None, tensors: tuple,
                views_keyed: bool) -> torch.Tensor:
