@@ -365,7 +365,8 @@ def _training_op(decl: _opdecl.OpDecl, plain):
     output, as the plain node ``plain`` gives it, and the buffers, filled by the kernel where the
     backend it runs has its own backward in the step (:meth:`Dispatcher.saving_forward`), else
     new and unfilled. Its own namespace: no op's name can meet it there."""
-    from ._dispatcher import DISPATCHER, unfilled
+    from ._compiled_nodes import unfilled
+    from ._dispatcher import DISPATCHER
 
     name = decl.name
     lib = _training_library()
@@ -422,7 +423,8 @@ def _backward_op(decl: _opdecl.OpDecl, lib: torch.library.Library):
     forward filled them. The gradients are contiguous (the fake's layout). Also defined as
     ``dispatch::<op>_backward(grad, output, *tensors, args, needs)``, without buffers: the node
     that graphs made before buffers were kept call (an exported program that holds one)."""
-    from ._dispatcher import DISPATCHER, SAVED_BY, with_needs
+    from ._compiled_nodes import SAVED_BY, with_needs
+    from ._dispatcher import DISPATCHER
 
     name = decl.name
     tensors = ", ".join(f"Tensor{'?' if t.optional else ''} {t.name}" for t in decl.tensors)

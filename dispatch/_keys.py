@@ -14,6 +14,8 @@ import torch
 from . import _opdecl
 from ._spec import CallSpec, dtype_name
 
+MAX_KEYS_PER_OP = 4096  # the most keys a table of resolved calls keeps (per op): past it, it starts over
+
 
 def shape_bucket(spec: CallSpec) -> str:
     """The bucket ``spec`` falls in, by its op's declared bucket rule."""
