@@ -90,6 +90,22 @@ _TRITON = textwrap.dedent("""
                                                                  FINISH=finish, FINISH_CW=128, FINISH_BG=32),
                   warps=8)
     build(_column_sum, {"p_ptr": "*fp32", "out0_ptr": "*bf16", "out1_ptr": "*bf16"}, dict(BLOCK_G=128, BLOCK_N=32))
+    # Triton passes an int argument equal to 1 as the constant 1 (N = 1, unit strides...): each kernel
+    # with every int it specializes at 1
+    lane = dict(IS_RMS=False, HAS_WEIGHT=True, HAS_BIAS=True, PHASE=0, ONE_PASS=False, BLOCK_N=4096, ROWS=1, SPLIT=1,
+                PERSIST=0, PREFETCH=1, HINTS=1, COOP=0, STATS=1)
+    wants = dict(IS_RMS=False, HAS_WEIGHT=True, WANT_DW=True, WANT_DB=True)
+    for fn, ptrs, consts, warps in (
+            (_norm_fwd, fwd, dict(lane, ONE_PASS=True, BLOCK_N=1024, ROWS=2), 4), (_norm_fwd, fwd, lane, 4),
+            (_norm_bwd, bwd, dict(wants, BLOCK_N=1024, ROWS=2), 4),
+            (_norm_bwd_sums, bwd, dict(IS_RMS=False, HAS_WEIGHT=True, BLOCK_N=2048, CHUNKS_P2=8), 4),
+            (_norm_bwd_split, bwd, dict(wants, BLOCK_N=2048, CHUNKS_P2=8), 4),
+            (_norm_bwd_coop, bwd, dict(wants, BLOCK_N=2048, CHUNKS_P2=32, SLOT_OFF=64, SAVED=True), 8),
+            (_column_sum, {"p_ptr": "*fp32", "out0_ptr": "*bf16", "out1_ptr": "*bf16"}, dict(BLOCK_G=128, BLOCK_N=32),
+             4)):
+        ones = {p.name: 1 for p in fn.params if not p.is_constexpr and not p.do_not_specialize
+                and not p.name.endswith("_ptr") and p.name != "eps"}
+        build(fn, ptrs, consts | ones, warps)
     print("compiled")
 """)
 

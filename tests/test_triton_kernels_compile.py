@@ -90,6 +90,13 @@ _STRIDED = textwrap.dedent("""
         build(_strided_kernel, io, dict(OP=op, BLOCK_R=128 if tail else 1024, BLOCK_I=16, ONE_PASS=1, EVEN=even,
                                         ACC_2D=0, PREFETCH=0, TMA=0, STAGES=1, FAST_EXP=1, KEEP_X=0, TAIL=tail,
                                         I32=i32), warps=8)
+    # Triton passes an int argument equal to 1 as the constant 1: each kernel with every int at 1
+    for fn, consts in ((_strided_kernel, dict(OP=1, BLOCK_R=64, BLOCK_I=16, ONE_PASS=0, STAGES=3, **flags[1])),
+                       (_strided_finish, dict(OP=2, BLOCK_R=64, BLOCK_I=16, BLOCK_S=8, STAGES=3, REVERSE=0, MERGE_S=8,
+                                              **{k: v for k, v in flags[1].items() if k != "ACC_2D"})),
+                       (_strided_partials, dict(BLOCK_R=64, BLOCK_I=16, STAGES=3, **flags[1]))):
+        ones = {p.name: 1 for p in fn.params if not p.is_constexpr and not p.name.endswith("_ptr")}
+        build(fn, io, {**consts, **ones})
     print("compiled")
 """)
 
