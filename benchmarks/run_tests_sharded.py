@@ -59,10 +59,12 @@ def finished(log_text: str) -> set[str]:
 
 
 def main() -> int:
+    begun = time.time()  # the --timeout counts from here: collecting thousands of tests takes a while
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--out", default=".")
-    ap.add_argument("--timeout", type=float, default=540, help="seconds before the shards are stopped")
+    ap.add_argument("--timeout", type=float, default=540,
+                    help="seconds from the start (collection included) before the shards are stopped")
     ap.add_argument("--resume", default="", help="a previous --out folder: run only what its shard logs lack")
     a, rest = ap.parse_known_args()
     paths = rest or ["tests/"]
@@ -89,7 +91,7 @@ def main() -> int:
         log = open(os.path.join(a.out, f"pytest_shard{i}.log"), "w")
         procs.append((subprocess.Popen([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-rfE", *shard],
                                        stdout=log, stderr=subprocess.STDOUT), log))
-    deadline = start + a.timeout
+    deadline = begun + a.timeout
     for proc, log in procs:
         try:
             proc.wait(timeout=max(1.0, deadline - time.time()))
