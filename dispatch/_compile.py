@@ -3,17 +3,17 @@ in place of the op function (one opaque node per call), while eager calls keep t
 
 How: for op ``name`` this defines ``dispatch::name(Tensor input, Tensor? mask, ..., str args) ->
 Tensor``, whose ``args`` is a JSON text of the call's other arguments (``dim``, ``dtype``, ``backend``...,
-each tagged with its type), and tells Dynamo (``torch._dynamo.substitute_in_graph``) to trace a
-small stand-in that calls that custom op instead of the op function. At run time the custom op
-calls the op function itself, so a compiled graph dispatches exactly as eager does: same decision
-per key, same cache, same explain, the settings and ``use()`` scope in force when it runs. Its
-fake (meta) implementation runs the op's reference on fake tensors (shapes, dtypes and strides as
-torch's, symbolic sizes included). Its backward is a second custom op,
-``dispatch_training::name_backward(grad, output, *tensors, saved, args, needs) -> Tensor[]``,
-which runs the backward of the backend a training call of the op gets when chosen by its device
-time (its own backward kernel, else the op's reference backward; no autograd host cost is weighed,
-as the node pays none), so a compiled training step keeps dispatch's backward kernels too. For an
-op that declares ``saved`` buffers (a norm's row statistics) a training step's forward node is
+each tagged with its type: :mod:`dispatch._compile_args`), and tells Dynamo
+(``torch._dynamo.substitute_in_graph``) to trace a small stand-in that calls that custom op instead
+of the op function. At run time the custom op calls the op function itself, so a compiled graph
+dispatches exactly as eager does: same decision per key, same cache, same explain, the settings and
+``use()`` scope in force when it runs. Its fake (meta) implementation runs the op's reference on
+fake tensors (shapes, dtypes and strides as torch's, symbolic sizes included). Its backward is a
+second custom op, ``dispatch_training::name_backward(grad, output, *tensors, saved, args, needs) ->
+Tensor[]``, which runs the backward of the backend a training call of the op gets when chosen by its
+device time (its own backward kernel, else the op's reference backward; no autograd host cost is
+weighed, as the node pays none), so a compiled training step keeps dispatch's backward kernels too.
+For an op that declares ``saved`` buffers (a norm's row statistics) a training step's forward node is
 ``dispatch_training::name(*tensors, args, needs) -> (Tensor, Tensor[])``, which returns them
 with the output (filled where the step's backward reads them: ``Dispatcher.saving_forward``).
 
@@ -32,10 +32,6 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import json
-import math
-import numbers
-import operator
 import sys
 import threading
 from typing import Any
@@ -43,6 +39,7 @@ from typing import Any
 import torch
 
 from . import _autocast, _native, _opdecl, _settings
+from ._compile_args import _concrete, decode, encode
 from ._out import with_out
 
 _NAMESPACE = "dispatch"
@@ -53,51 +50,6 @@ _lock = threading.RLock()
 _lib: torch.library.Library | None = None
 _training_lib: torch.library.Library | None = None
 _MAX_ENCODINGS = 1024  # decoded ``args`` texts kept per op
-
-
-# -- the non-tensor arguments, as text a graph can carry -------------------------------------------
-
-# the nodes' format, carried in every ``args`` text: torch's caches of compiled graphs key a graph by
-# its text, not by the code of the nodes it calls, so a change to the nodes' schemas or to what they
-# return changes this number, and a graph compiled for other nodes is never taken from the cache
-GRAPH_FORMAT = 2
-_FORMAT = "graph format"  # (not an identifier: no op parameter has this name)
-
-
-def encode(values: dict[str, Any]) -> str:
-    """The call's non-tensor arguments as JSON, each value tagged with its type (and the nodes'
-    format, :data:`GRAPH_FORMAT`)."""
-    return json.dumps({_FORMAT: _tag(GRAPH_FORMAT), **{k: _tag(v) for k, v in values.items()}}, sort_keys=True)
-
-
-def decode(text: str) -> dict[str, Any]:
-    """The values :func:`encode` took, by name (the format left out)."""
-    return {k: _untag(v) for k, v in json.loads(text).items() if k != _FORMAT}
-
-
-def _tag(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return [type(v).__name__ if v is not None else "none", v]
-    if isinstance(v, torch.dtype):
-        return ["dtype", str(v).removeprefix("torch.")]
-    if isinstance(v, (list, tuple)):  # a tuple's subclass (torch.Size) as a tuple
-        return ["list" if isinstance(v, list) else "tuple", [_tag(e) for e in v]]
-    if hasattr(v, "__index__"):
-        return ["int", int(v.__index__())]
-    if isinstance(v, numbers.Real):  # numpy's floats
-        return ["float", float(v)]
-    raise TypeError(f"an argument of type {type(v).__name__} ({v!r}) cannot be passed through a compiled graph; "
-                    "use an int, float, bool, str, torch.dtype, None, or a list/tuple of them")
-
-
-def _untag(tagged: list) -> Any:
-    kind, v = tagged
-    if kind == "dtype":
-        return getattr(torch, v)
-    if kind in ("list", "tuple"):
-        items = [_untag(e) for e in v]
-        return items if kind == "list" else tuple(items)
-    return {"none": lambda _: None, "bool": bool, "int": int, "float": float, "str": str}[kind](v)
 
 
 # -- registration ----------------------------------------------------------------------------------
@@ -515,22 +467,6 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
     exec(compile(source, f"<dispatch compiled op {decl.name}>", "exec"), namespace)  # noqa: S102 - our own template
     return namespace[decl.name]
 
-
-def _concrete(v: Any) -> Any:
-    """``v`` with every symbolic int made an int and every symbolic float a float (traced by Dynamo,
-    which then guards on its value: a call whose ``normalized_shape`` is read off a dynamic input
-    recompiles for a new size, and one given a new ``eps`` for it, as a text argument can't carry
-    a symbol)."""
-    if isinstance(v, dict):
-        return {k: _concrete(e) for k, e in v.items()}
-    if isinstance(v, (list, tuple)):
-        items = [_concrete(e) for e in v]
-        return items if isinstance(v, list) else tuple(items)
-    if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):  # Dynamo sees a symbolic int as an int
-        return operator.index(v)  # Dynamo specializes here (int() would leave it symbolic)
-    if isinstance(v, float):  # Dynamo sees a symbolic float as a float (a float argument, eps, on its second value)
-        return math.fsum((v,))  # Dynamo specializes here (float() would leave it symbolic); the float itself
-    return v
 
 
 def _constant_encode():

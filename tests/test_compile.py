@@ -782,7 +782,7 @@ def test_a_compiled_graph_carries_its_nodes_format_so_a_cache_never_mixes_them(m
     # torch's caches of compiled graphs key a graph by its text, not by the code of the nodes it
     # calls: a graph made for nodes of another format (other schemas, other outputs) must not be
     # taken for these, so the format is part of every node's arguments text
-    import dispatch._compile as compiled
+    import dispatch._compile_args as compiled
 
     def graph_code():
         torch._dynamo.reset()
