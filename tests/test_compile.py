@@ -667,7 +667,7 @@ def test_a_compiled_training_step_hands_the_forward_statistics_to_the_same_backe
     # row statistics); a compiled step's forward node now does too, and the backward node hands
     # them on where the backend that filled them runs the backward: here "keeper", forward and
     # backward. The nodes key their calls natively where the native key is built, else in Python.
-    import dispatch._compile as compiled
+    import dispatch._compile_training as compiled
 
     if node_key == "python":
         monkeypatch.setattr(compiled._native, "tensor_key", lambda: None)
