@@ -49,7 +49,7 @@ from . import _interpreting
 from .direct import DirectLaunch
 from .buffers import _SLOT_OFF, _split_slots
 from .norm_backward_kernels import _column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split, _norm_bwd_sums
-from .norms import _cdiv, _np2, _sms
+from .norm_configs import _cdiv, _np2, _sms
 
 _MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
 _BWD_CHUNK = 2048  # the chunk of long rows in the backward
