@@ -5,7 +5,7 @@ For rms_norm (with weight) and layer_norm (with weight and bias), bf16 and fp32,
 M x N with M*N = 16M (N = 1024, 2048, 4096, 8192, 16384, 65536, 262144) plus 16384 x 4096
 (M*N = 64M), every configuration that ``dispatch_triton.norms.NormLauncher`` accepts from a grid
 (see :func:`grid`) is built, checked against torch and timed, next to torch eager and to a
-same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_triton/norms.py``):
+same-size copy. Grid knobs (keys of a forward config, see ``backends/dispatch_triton/norm_configs.py``):
 
 * rows held in registers (N <= 16384): tile shape ``ROWS`` x ``BLOCK_N`` (``BLOCK_N`` = N's power
   of two) and ``num_warps`` (4..64 elements a thread); ``PERSIST`` (0: a program per tile; p: a
