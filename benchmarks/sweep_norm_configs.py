@@ -67,6 +67,7 @@ import torch.nn.functional as F
 
 from dispatch.backend import Config, compile_all, measure, mismatch
 
+from dispatch_triton import norm_configs as NC
 from dispatch_triton import norms as NT
 from dispatch_triton.norm_kernels import _norm_fwd
 from sweep_harness import (add_arguments, case_rows, clean_us, device_of, header, saver, settings_of,
@@ -207,7 +208,7 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
         # the cooperative path: a row's chunks over a group of programs (8 to 32 elements a thread)
         coop = [(2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)]
         for cbn, warps in coop[:4] if quick else coop:
-            if -(-n // cbn) <= NT._MAX_COOP_CHUNKS:
+            if -(-n // cbn) <= NC._MAX_COOP_CHUNKS:
                 out.append(_cfg(cbn, 1, warps, coop=1))
                 out.append(_cfg(cbn, 1, warps, coop=1, hints=1))
                 # fewer registers a thread, more programs resident (more rows in flight)
@@ -217,8 +218,8 @@ def grid(op: str, m: int, n: int, dtype: torch.dtype, device: torch.device, quic
                 out += [dict(_cfg(cbn, 1, warps, coop=1), WB_EACH=1, **({"REGS": r} if r else {}))
                         for r in (0,) + COOP_REGS]
         nchunks = -(-n // 4096)
-        base = NT._split_for(m, nchunks, device)
-        if m <= NT._MAX_GRID_ROWS:
+        base = NC._split_for(m, nchunks, device)
+        if m <= NC._MAX_GRID_ROWS:
             for s in sorted({base // 2, base, base * 2, base * 4} if not quick else {base, base * 2}):
                 if 2 <= s <= min(64, nchunks):
                     out.append(_cfg(4096, 1, 8, split=s))

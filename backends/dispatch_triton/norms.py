@@ -20,9 +20,7 @@ from dispatch.backend import placeholder, unique_configs
 from . import _interpreting
 from .direct import DirectLaunch
 from .buffers import _split_slots
-from .norm_configs import (  # noqa: F401 (_MAX_COOP_CHUNKS, _MAX_GRID_ROWS, _split_for: re-exported)
-    _MAX_COOP_CHUNKS,
-    _MAX_GRID_ROWS,
+from .norm_configs import (
     _MAX_ONE_PASS,
     _cdiv,
     _cfg,
@@ -31,7 +29,6 @@ from .norm_configs import (  # noqa: F401 (_MAX_COOP_CHUNKS, _MAX_GRID_ROWS, _sp
     _fwd_grid,
     _np2,
     _persist_regs,
-    _split_for,
     config_space,
     coop,
     default_config,
