@@ -16,25 +16,29 @@ import textwrap
 
 import pytest
 
-_ROWS = textwrap.dedent("""
+# what both scripts start with: build(fn, ptrs, consts, warps) compiles a kernel for sm_90, every
+# constexpr it declares a constexpr here (its default where the case names none: one left out of the
+# signature would be built as an int argument, a program no launch compiles); ints the case names
+# (M = 1) are constants too, as Triton passes an int equal to 1
+_BUILD = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    def build(fn, ptrs, consts, warps=4):
+        consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **consts}
+        missing = [p.name for p in fn.params if p.is_constexpr and p.name not in consts]
+        assert not missing, f"{fn.__name__}: constexprs without a value: {missing}"
+        sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
+        triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": warps})
+""")
+
+_ROWS = _BUILD + textwrap.dedent("""
     from dispatch_triton.jit import _softmax_kernel as fn
 
     ptrs = {"x_ptr": "*bf16", "out_ptr": "*bf16", "mask_ptr": "*i8", "ws_ptr": "*fp32", "sync_ptr": "*i32",
             "slot_ptr": "*i64"}
-
-    def build(consts, warps):
-        # every constexpr the kernel declares is one here (its default where the case names none: a
-        # constexpr left out of the signature would be built as an int argument, a program no launch
-        # compiles); named ints (M = 1) are constants too, as Triton passes an int equal to 1
-        consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **consts}
-        missing = [p.name for p in fn.params if p.is_constexpr and p.name not in consts]
-        assert not missing, f"constexprs without a value: {missing}"
-        sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-        triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": warps})
 
     # (PATH, BLOCK_N, ROWS, SPLIT, warps, ops)
     paths = ((0, 1024, 1, 1, 4, (0, 1, 2)), (1, 1024, 1, 4, 4, (0, 1, 2)), (2, 4096, 1, 1, 4, (0, 1, 2)),
@@ -46,30 +50,19 @@ _ROWS = textwrap.dedent("""
             for fast, phase, align, even in ((0, 0, 0, 0), (1, 0, 0, 0)) + (
                     ((1, 2, 0, 0), (1, 0, 0, 1)) if path == 4 else ()) + (
                     ((1, 0, 1, 0),) if path in (0, 2, 3, 4) else ()):
-                build(dict(shape, OP=op, PHASE=phase, FAST_EXP=fast, ALIGN=align, EVEN=even), warps)
+                build(fn, ptrs, dict(shape, OP=op, PHASE=phase, FAST_EXP=fast, ALIGN=align, EVEN=even), warps)
             # a call of one row: Triton passes an int argument equal to 1 as the constant 1 (no
             # tensor methods), so each path must build with M = 1 too; one-element rows (N = 1, unit
             # strides) take the rows path
             for one in [dict(M=1)] + ([dict(N=1, stride_xm=1, stride_om=1)] if path == 0 else []):
-                build(dict(shape, OP=op, PHASE=0, FAST_EXP=1, **one), warps)
+                build(fn, ptrs, dict(shape, OP=op, PHASE=0, FAST_EXP=1, **one), warps)
     print("compiled")
 """)
 
 
-_STRIDED = textwrap.dedent("""
-    import itertools, triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+_STRIDED = _BUILD + textwrap.dedent("""
+    import itertools
     from dispatch_triton.strided_jit import _strided_finish, _strided_kernel, _strided_partials
-
-    def build(fn, ptrs, consts, warps=4):
-        # every constexpr the kernel declares is one here (its default where the case names none)
-        consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **consts}
-        missing = [p.name for p in fn.params if p.is_constexpr and p.name not in consts]
-        assert not missing, f"{fn.__name__}: constexprs without a value: {missing}"
-        sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-        triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": warps})
 
     io = {"x_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32"}
     flags = [dict(EVEN=e, ACC_2D=a, PREFETCH=p, TMA=t, FAST_EXP=f, KEEP_X=k)
