@@ -11,23 +11,13 @@ import sys
 import textwrap
 
 import pytest
+from sm90_build import BUILD
 
-_TRITON = textwrap.dedent("""
-    import inspect, itertools, triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+_TRITON = BUILD + textwrap.dedent("""
+    import itertools
     from dispatch_triton.norm_backward_kernels import (_column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split,
                                                        _norm_bwd_sums)
     from dispatch_triton.norm_kernels import _norm_fwd
-
-    def build(fn, ptrs, consts, warps=4):
-        # constexprs not given take their defaults
-        consts = {p.name: p.default for p in fn.params if p.is_constexpr and p.default is not inspect.Parameter.empty
-                  } | consts
-        sig = {a: "constexpr" if a in consts else ptrs.get(a, "fp32" if a == "eps" else "i32")
-               for a in fn.arg_names}
-        triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": warps})
 
     fwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "b_ptr", "y_ptr")} | {"ws_ptr": "*fp32", "st_ptr": "*fp32"}
     # every path, with and without the rows' statistics saved for the backward (STATS)

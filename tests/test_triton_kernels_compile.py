@@ -15,26 +15,9 @@ import sys
 import textwrap
 
 import pytest
+from sm90_build import BUILD
 
-# what both scripts start with: build(fn, ptrs, consts, warps) compiles a kernel for sm_90, every
-# constexpr it declares a constexpr here (its default where the case names none: one left out of the
-# signature would be built as an int argument, a program no launch compiles); ints the case names
-# (M = 1) are constants too, as Triton passes an int equal to 1
-_BUILD = textwrap.dedent("""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    def build(fn, ptrs, consts, warps=4):
-        consts = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default}, **consts}
-        missing = [p.name for p in fn.params if p.is_constexpr and p.name not in consts]
-        assert not missing, f"{fn.__name__}: constexprs without a value: {missing}"
-        sig = {a: "constexpr" if a in consts else ptrs.get(a, "i32") for a in fn.arg_names}
-        triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": warps})
-""")
-
-_ROWS = _BUILD + textwrap.dedent("""
+_ROWS = BUILD + textwrap.dedent("""
     from dispatch_triton.jit import _softmax_kernel as fn
 
     ptrs = {"x_ptr": "*bf16", "out_ptr": "*bf16", "mask_ptr": "*i8", "ws_ptr": "*fp32", "sync_ptr": "*i32",
@@ -60,7 +43,7 @@ _ROWS = _BUILD + textwrap.dedent("""
 """)
 
 
-_STRIDED = _BUILD + textwrap.dedent("""
+_STRIDED = BUILD + textwrap.dedent("""
     import itertools
     from dispatch_triton.strided_jit import _strided_finish, _strided_kernel, _strided_partials
 
