@@ -534,6 +534,34 @@ def test_logsumexp_over_dim0_takes_wide_blocks_where_r_fills_the_device():
     torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
 
 
+def test_a_small_logsumexp_whose_r_would_be_shared_is_one_launch_by_default():
+    # dim 0 of (512, 64) and (4096, 64): R long enough that the tiles would share it among programs
+    # (partials, then a launch to merge them); small enough to read all of R in one tile a program:
+    # one launch. The second step of logsumexp over dims 0 and 2 of (512, 64, C) is the first.
+    def cfg(rows, cols, itemsize=4):
+        return S.default_config(S.plan("logsumexp", (rows, cols), (cols, 1), (0,)), torch.device("cpu"), itemsize)
+
+    for rows, cols, block_i in ((512, 64, 16), (4096, 64, 8)):
+        c = cfg(rows, cols)
+        assert c.get("ONE_PASS") and c["SPLIT_R"] == 1 and c["BLOCK_R"] == rows and c["BLOCK_I"] == block_i
+    assert cfg(4096, 128)["SPLIT_R"] > 1  # 512K elements: past the bound, R shared
+    assert cfg(8192, 32)["SPLIT_R"] > 1  # R too long for a tile of 8 columns
+    sm = S.plan("softmax", (512, 64), (64, 1), (0,))  # softmax writes along R: not this default
+    assert not S.default_config(sm, torch.device("cpu"), 4).get("ONE_PASS")
+    x = torch.randn(512, 64)
+    x[:300, 3] = -INF  # a run of -inf longer than most of R, then finite values
+    x[:, 4] = -INF
+    x[400, 5] = NAN
+    x[7, 6] = INF
+    x = x.to(DEV)
+    got, want = _run("logsumexp", x, 0, cfg(512, 64))
+    torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=1e-5)
+    y = torch.randn(512, 8, 64, device=DEV, dtype=torch.bfloat16)  # dims 0 and 2: rows of 64, then (512, 8) over 0
+    assert cfg(512, 8).get("ONE_PASS")
+    torch.testing.assert_close(dispatch.logsumexp(y, (0, 2), backend="triton").float(),
+                               torch.logsumexp(y.float(), (0, 2)), **_tol(torch.bfloat16))
+
+
 @pytest.mark.parametrize("extra", [{}, dict(EVEN=1, PREFETCH=1)], ids=["masked", "even_prefetch"])
 def test_r_split_over_more_programs_than_the_default_space_gives(extra):
     x = torch.randn(1024, 16)  # 128 splits of 8 rows: a merge of 128 partials per column

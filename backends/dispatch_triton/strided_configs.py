@@ -152,6 +152,10 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
       (bf16) and 64.3 instead of 76.1 (fp32) (``--grid wide``); dim 0 of 4096 x 4096 (16 blocks, R
       shared by 128) once the finish merged in its own narrow blocks (:func:`merge_block`): the
       partials kernel in 15.0 us instead of 18.1 (``benchmarks/profile_strided.py``).
+    * logsumexp of at most 256K elements where the tiles above would share R (partials and a second
+      launch to merge them): :func:`_one_launch_config`'s one tile of all of R, one launch (the
+      second step of logsumexp over dims that don't collapse, the fp32 (A, B) of step one over A,
+      is such an input).
 
     ``EVEN`` (no masks) is set throughout; it takes effect only where every chunk is full. On a GPU
     so is ``FAST_EXP`` (one ``ex2.approx.ftz`` per exp): 1-9% faster on each of those cases
@@ -172,7 +176,9 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
         cfg = _two_tile_config(p, sms) if two else _one_pass_config(p, itemsize, sms, writes_r)
     else:
         bi = max(16, min(64, i2))
-        cfg = dict(_cfg(bi, 64, 4, split_for(p, bi, 64, device)), ACC_2D=1, PREFETCH=1, EVEN=1)
+        split = split_for(p, bi, 64, device)
+        one = _one_launch_config(p) if split > 1 and not writes_r else None
+        cfg = one or dict(_cfg(bi, 64, 4, split), ACC_2D=1, PREFETCH=1, EVEN=1)
     if cfg.get("ONE_PASS") and not cfg.get("TAIL") and itemsize <= 2 and cfg["num_warps"] >= 4:
         cfg["I32"] = 1  # offsets in 32 bits: 5-8% faster at R = 256 in bf16, within 2% at 512 and 1024
     if _interpreting():
@@ -181,6 +187,28 @@ def default_config(p: StridedPlan, device: torch.device | None = None, itemsize:
     if writes_r and not cfg.get("ONE_PASS") and p.outer * p.R * p.inner * itemsize <= _device_l2_bytes(device):
         cfg["KEEP_X"] = 1
     return cfg
+
+
+_ONE_LAUNCH_MAX = 1 << 18  # elements of a logsumexp that _one_launch_config reads in one launch
+
+
+def _one_launch_config(p: StridedPlan) -> dict | None:
+    """logsumexp of an input of at most ``_ONE_LAUNCH_MAX`` elements whose default would share R
+    among programs (partials, then a second launch to merge them): all of R in one tile of 16
+    columns (8 where R is over 2048), one launch, or None where no such tile is in the tuned space.
+
+    On an H200 (Dec 6), as the second step of logsumexp over dims 0 and 2 of (A, 64, C), an fp32
+    (A, 64) over dim 0: A = 512 in 5.8 us instead of 11.7 (the whole call's device time 19.7 instead
+    of 24.0 in bf16, 25.5 instead of 30.2 in fp32), A = 4096 in 9.3 instead of 11.8 (whole call
+    33.6 instead of 34.0, fp32 46.0 instead of 47.0)
+    (benchmarks/results/current/layouts/several_dims_second_step/)."""
+    if p.outer * p.R * p.inner > _ONE_LAUNCH_MAX:
+        return None
+    r2 = _np2(p.R)
+    for bi in (16, 8):
+        if bi * r2 <= _ONE_PASS_MAX:
+            return dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1)
+    return None
 
 
 def _one_pass_config(p: StridedPlan, itemsize: int, sms: int, writes_r: bool) -> dict:
