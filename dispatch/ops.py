@@ -89,7 +89,10 @@ def _parse_log_softmax(input: torch.Tensor, dim: int = -1, dtype: torch.dtype | 
 
 
 def _parse_logsumexp(input: torch.Tensor, dim, keepdim: bool = False) -> dict:
-    return {"dims": _dims("logsumexp", input, dim, None, keepdim), "keepdim": keepdim}
+    parsed = {"dims": _dims("logsumexp", input, dim, None, keepdim), "keepdim": keepdim}
+    if not (input.is_floating_point() or input.is_complex()):  # integers and bools: torch's default dtype
+        parsed["out_dtype"] = torch.get_default_dtype()
+    return parsed
 
 
 # -- references, outputs, backward ------------------------------------------------------------------

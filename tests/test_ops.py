@@ -151,6 +151,26 @@ def test_integer_input_with_float_dtype_cast_works_like_torch():
     torch.testing.assert_close(dispatch.softmax(x, -1, dtype=torch.float32), torch.softmax(x, -1, dtype=torch.float32))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint8, torch.bool])
+def test_logsumexp_of_integers_and_bools_is_in_torchs_default_dtype(dtype):
+    x = torch.arange(24).reshape(4, 6).remainder(5).to(dtype)
+    for dim, keepdim in ((1, False), (0, True), ((0, 1), False)):
+        want = torch.logsumexp(x, dim, keepdim)
+        got = dispatch.logsumexp(x, dim, keepdim)
+        assert got.dtype == want.dtype == torch.get_default_dtype() and got.shape == want.shape
+        torch.testing.assert_close(got, want)
+    out = torch.empty(4)
+    assert dispatch.logsumexp(x, 1, out=out) is out
+    torch.testing.assert_close(out, torch.logsumexp(x, 1))
+    torch.testing.assert_close(dispatch.logsumexp(x[0, 0], 0), torch.logsumexp(x[0, 0], 0))  # 0-d
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert dispatch.logsumexp(x, 1).dtype == torch.logsumexp(x, 1).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(old)
+
+
 def test_backend_keyword_must_be_a_name():
     with pytest.raises(TypeError, match="'backend' must be a backend name"):
         dispatch.softmax(torch.ones(2, 2), -1, backend=3)
