@@ -6,6 +6,7 @@ import contextvars
 import functools
 import numbers
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Callable
@@ -35,7 +36,7 @@ def _names(value: Iterable[str] | str | None, what: str) -> frozenset[str] | Non
     if value is None:
         return None
     if isinstance(value, str):
-        value = [v for v in value.replace(" ", "").split(",") if v]
+        value = [v for v in re.split(r"[,\s]+", value) if v]  # 'torch,triton', 'torch, triton', 'torch triton'
     try:
         if isinstance(value, (bytes, bytearray, Mapping)):  # (a mapping's keys would pass for names)
             raise TypeError

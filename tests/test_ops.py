@@ -171,6 +171,17 @@ def test_logsumexp_of_integers_and_bools_is_in_torchs_default_dtype(dtype):
         torch.set_default_dtype(old)
 
 
+def test_a_dim_tensor_is_taken_where_torch_takes_it():
+    x = torch.randn(2, 3)
+    for op in ("softmax", "log_softmax"):  # a 0-d tensor is an int to torch; a 1-element one is not
+        torch.testing.assert_close(getattr(dispatch, op)(x, torch.tensor(1)), getattr(torch, op)(x, 1))
+        with pytest.raises(TypeError, match="must be int, not Tensor"):
+            getattr(torch, op)(x, torch.tensor([1]))
+        with pytest.raises(TypeError, match="must be int, not Tensor"):
+            getattr(dispatch, op)(x, torch.tensor([1]))
+    torch.testing.assert_close(dispatch.logsumexp(x, torch.tensor([1])), torch.logsumexp(x, torch.tensor([1])))
+
+
 def test_backend_keyword_must_be_a_name():
     with pytest.raises(TypeError, match="'backend' must be a backend name"):
         dispatch.softmax(torch.ones(2, 2), -1, backend=3)

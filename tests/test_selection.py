@@ -232,6 +232,15 @@ def test_bad_settings_name_the_argument_the_value_and_what_would_work(where, kwa
     assert said in str(caught.value)
 
 
+@pytest.mark.parametrize("names", ["torch,chunked", "torch, chunked", "torch chunked", " torch\tchunked "])
+def test_a_string_of_backend_names_splits_at_commas_and_spaces(chunked, names):
+    x = torch.randn(2, 3)
+    with dispatch.use(allow=names):
+        assert served_by("softmax", x) == "chunked"  # both allowed: the first in the order
+        with dispatch.use(deny=names.replace("torch", "")):  # chunked denied: torch, allowed
+            assert served_by("softmax", x) == "torch"
+
+
 def test_an_allow_list_of_no_names_in_the_env_is_an_error(monkeypatch):
     monkeypatch.setenv("DISPATCH_ALLOW", ",")
     with pytest.raises(ValueError, match="DISPATCH_ALLOW=',' names no backend"):
