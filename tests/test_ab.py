@@ -222,10 +222,12 @@ def test_cli_writes_files_and_exit_codes(tmp_path, capsys):
     assert "failed or raised" in capsys.readouterr().out
     assert main(["ab", "softmax", "--shape", "8x64", "--backends", "nosuch", "-q"]) == 2
     assert "not loaded" in capsys.readouterr().err
-    for flag, path in (("--json", tmp_path / "missing" / "a.json"), ("--plot", tmp_path)):
+    for flag, path in (("--json", tmp_path / "missing" / "a.json"), ("--plot", tmp_path),
+                       ("--plot", tmp_path / "a.txt")):  # a suffix with no plot format
         assert main(args + [flag, str(path)]) == 2  # said before the run, which then does not start
         said = capsys.readouterr()
         assert f"error: {flag} {path}" in said.err and "8x64" not in said.out
+    assert ".png" in said.err and not (tmp_path / "a.txt").exists()
     with pytest.raises(SystemExit) as exc:
         main(["ab", "softmax", "--shape", "8by64"])
     assert exc.value.code == 2

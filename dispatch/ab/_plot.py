@@ -7,6 +7,21 @@ from pathlib import Path
 from ._result import Comparison, dtype_name
 
 
+def plot_problem(path: str | Path) -> str | None:
+    """Why a plot could not be written to ``path`` (matplotlib missing, a suffix it has no format
+    for), or None; checked before a run, so that a long run is not lost to it."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return "plotting needs matplotlib: pip install 'dispatch-ops[plot]'"
+    suffix = Path(path).suffix.lower().lstrip(".")
+    formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
+    if suffix and suffix not in formats:
+        return f"no plot format for the suffix '.{suffix}'; use one of {', '.join('.' + f for f in sorted(formats))}"
+    return None
+
+
 def plot_comparison(comparison: Comparison, path: str | Path) -> Path:
     """Write the plot of ``comparison`` to ``path`` (format by suffix, PNG by default); return it.
 

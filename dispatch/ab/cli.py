@@ -71,6 +71,12 @@ def cmd_ab(args: argparse.Namespace) -> int:
     device = device_flag(args.device)
     for flag in ("json", "csv", "markdown", "plot"):
         check_writable(f"--{flag}", getattr(args, flag))  # before the run, not after it
+    if args.plot:
+        from ._plot import plot_problem
+
+        problem = plot_problem(args.plot)
+        if problem:
+            raise ValueError(f"--plot {args.plot}: {problem}")
     run = compare(args.ops, shapes=args.shape, dtypes=args.dtype or [torch.float32], backends=args.backends,
                   baseline=None if args.baseline.lower() == "none" else args.baseline,
                   dim=-1 if args.dim is None else args.dim,
