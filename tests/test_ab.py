@@ -519,10 +519,13 @@ def test_a_call_only_torchs_kernel_refuses_is_a_user_error_not_an_internal_one(c
     (["explain", "softmax", "--shape", "4x16", "--device", "tpu"], "error: --device 'tpu' is not a device torch knows"),
     (["explain", "rms_norm", "--shape", "4x16", "--arg", "normalized_shape=[17]"],
      "rms_norm on --shape 4x16 --arg normalized_shape=[17]: Given normalized_shape=[17]"),
+    (["explain", "rms_norm", "--shape", "4x16", "--arg", "normalized_shape=16"],
+     "'normalized_shape' of a sample is a list of ints, the input's last dims (got 16); on the command line "
+     "--arg normalized_shape=[16]"),
     (["explain", "softmax", "--shape", "4x16", "--dim", "5"],
      "softmax on --shape 4x16 --dim 5: Dimension out of range"),
     (["explain", "softmax", "--shape", "100000x100000"], "input would take 37.3 GiB"),
-], ids=["cuda", "cuda-index", "ab-cuda", "unknown-device", "normalized-shape", "dim", "huge"])
+], ids=["cuda", "cuda-index", "ab-cuda", "unknown-device", "normalized-shape", "normalized-shape-int", "dim", "huge"])
 def test_cli_user_errors_are_one_line_and_no_internal_error(argv, said, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
