@@ -34,6 +34,22 @@ def test_rms_norm_with_eps_none_on_rows_of_tiny_values(backend):
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_an_eps_beyond_float32_is_served_as_torch_serves_it_or_refused_with_the_reason(backend, op):
+    # torch takes eps=1e300 (float32 arithmetic: rstd 0, the output the bias); a backend serves it
+    # alike or refuses it up front, naming eps: never a fault after a failed build
+    x = _t((3, 16), 0)
+    for eps in (1e300, -1e39):
+        want = getattr(F, op)(x, [16], eps=eps)
+        try:
+            got = getattr(dispatch, op)(x, [16], eps=eps, backend=backend)
+        except dispatch.BackendRefusedError as exc:
+            assert f"eps={eps!r} is beyond float32's range" in str(exc)
+        else:
+            torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("m,n", [(1, 16), (3, 16), (2, 1024)])
 def test_eps_zero_keeps_the_weight_gradient_finite(backend, op, m, n):
     # eps=0 is legal; rows that pad a kernel's tile (past the last row) hold zeros, whose

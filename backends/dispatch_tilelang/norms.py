@@ -15,6 +15,7 @@ spaces and defaults in :mod:`.norm_configs` (their names are this module's too).
 
 from __future__ import annotations
 
+import math
 import threading
 
 import torch
@@ -35,12 +36,13 @@ from .norm_configs import (  # noqa: F401 - the config spaces, named here too
 NORM_OPS = ("rms_norm", "layer_norm")
 DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 TUNABLES = {"cuda": ("block_m", "threads"), "c": ("block_m",)}
+_F32_MAX = torch.finfo(torch.float32).max
 BUILD_KEYS = {"cuda": ("tile_n", "cluster", "smem"), "c": ("tile_n",)}
 
 
 def check(spec, target: str):
     """Can the TileLang norm kernels serve this call on ``target``? A verdict with a reason."""
-    from dispatch.backend import Verdict, dtype_name, norm_layout_refusal, norm_size
+    from dispatch.backend import Verdict, dtype_name, norm_eps, norm_layout_refusal, norm_size
 
     if spec.dtype not in DTYPES:
         return Verdict.no(f"input dtype {dtype_name(spec.dtype)} not served; float32, float16 and bfloat16 are")
@@ -51,6 +53,10 @@ def check(spec, target: str):
         if t.present and (t.dtype != spec.dtype or not t.dense):
             return Verdict.no(f"{t.name} must be contiguous and of the input's dtype ({dtype_name(spec.dtype)}); "
                               f"got {dtype_name(t.dtype)}, strides {list(t.stride)}")
+    eps = float(norm_eps(spec))
+    if math.isfinite(eps) and abs(eps) > _F32_MAX:  # a float32 literal in the kernel: TVM refuses to build it
+        return Verdict.no(f"eps={eps!r} is beyond float32's range, and these kernels hold eps as a float32 "
+                          "constant; torch's kernel serves it")
     n = norm_size(spec)
     if n > MAX_N:
         return Verdict.no(f"normalized size {n} > {MAX_N}, the longest row these kernels walk")
