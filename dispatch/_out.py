@@ -79,5 +79,7 @@ def _check_like_torch(op: str, input: torch.Tensor, third, out: torch.Tensor) ->
                                "pass out=torch.empty(0, dtype=torch.float32), say")
     elif isinstance(third, torch.dtype | None) and out.dtype != (third or input.dtype):
         expected = third or input.dtype
-        raise RuntimeError(f"{op}(): 'out' must have the result's dtype {expected} (got {out.dtype}); pass an "
-                           f"out of {expected}, or dtype={out.dtype} to compute in it")
+        ways = ([f"pass an out of {expected}"] if expected.is_floating_point else []) + (
+            [f"pass dtype={out.dtype} to compute in it"] if out.dtype.is_floating_point else [])
+        raise RuntimeError(f"{op}(): 'out' must have the result's dtype {expected} (got {out.dtype}); "
+                           + (", or ".join(ways) if ways else f"{op} computes in a floating point dtype: pass one as dtype= and an out of it"))

@@ -257,6 +257,27 @@ def test_logsumexp_into_a_finer_out_is_as_precise_as_torchs(dtype):
     torch.testing.assert_close(out, torch.logsumexp(x.double(), 0).float())
 
 
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("x_dtype,out_dtype", [(torch.float32, torch.int32), (torch.int32, torch.float32),
+                                               (torch.int32, torch.int64), (torch.float32, torch.float64)])
+def test_an_out_of_the_wrong_dtype_suggests_only_calls_that_work(op, x_dtype, out_dtype):
+    import re
+
+    x = torch.arange(6).reshape(2, 3).to(x_dtype)
+    out = torch.empty(2, 3, dtype=out_dtype)
+    with pytest.raises(RuntimeError, match="'out' must have the result's dtype") as caught:
+        getattr(dispatch, op)(x, 1, out=out)
+    said = str(caught.value)
+    ways = 0
+    for d in re.findall(r"pass an out of torch\.(\w+)", said):  # each suggestion, taken: torch runs it
+        getattr(torch, op)(x, 1, out=torch.empty(2, 3, dtype=getattr(torch, d)))
+        ways += 1
+    for d in re.findall(r"pass dtype=torch\.(\w+)", said):
+        getattr(torch, op)(x, 1, dtype=getattr(torch, d), out=out)
+        ways += 1
+    assert ways or "computes in a floating point dtype" in said, said
+
+
 def test_out_calls_are_served_by_the_chosen_backend():
     import chunked_backend
 
