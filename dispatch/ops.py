@@ -40,8 +40,8 @@ def _dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
         else:
             raw = (_index(dim),)
         dims = []
-        for d in raw:
-            d = _index(d)
+        for i, d in enumerate(raw):
+            d = int(d) if i and isinstance(d, bool) else _index(d)  # (torch checks only a first bool)
             if not -rank <= d < rank:
                 raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], "
                                  f"but got {d})")

@@ -182,6 +182,19 @@ def test_a_dim_tensor_is_taken_where_torch_takes_it():
     torch.testing.assert_close(dispatch.logsumexp(x, torch.tensor([1])), torch.logsumexp(x, torch.tensor([1])))
 
 
+@pytest.mark.parametrize("dim", [(True, 0), (True,), (0, True), True, [0, True], (0, 1.0), (1, -1), (0, "1")],
+                         ids=str)
+def test_logsumexp_takes_or_refuses_each_dim_form_as_torch_does(dim):
+    x = torch.randn(4, 8)
+    try:
+        want = torch.logsumexp(x, dim)
+    except Exception as exc:  # torch refuses it: the same exception type
+        with pytest.raises(type(exc)):
+            dispatch.logsumexp(x, dim)
+    else:
+        torch.testing.assert_close(dispatch.logsumexp(x, dim), want)
+
+
 def test_backend_keyword_must_be_a_name():
     with pytest.raises(TypeError, match="'backend' must be a backend name"):
         dispatch.softmax(torch.ones(2, 2), -1, backend=3)
