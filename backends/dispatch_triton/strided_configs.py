@@ -198,8 +198,8 @@ def _one_launch_config(p: StridedPlan) -> dict | None:
     columns (8 where R is over 2048), one launch, or None where no such tile is in the tuned space.
 
     On an H200 (Dec 6), as the second step of logsumexp over dims 0 and 2 of (A, 64, C), an fp32
-    (A, 64) over dim 0: A = 512 in 5.8 us instead of 11.7 (the whole call's device time 19.7 instead
-    of 24.0 in bf16, 25.5 instead of 30.2 in fp32), A = 4096 in 9.3 instead of 11.8 (whole call
+    (A, 64) over dim 0: A = 512 in 5.8 us instead of 11.7 (both steps' device time 19.7 instead
+    of 24.0 in bf16, 25.5 instead of 30.2 in fp32), A = 4096 in 9.3 instead of 11.8 (both steps
     33.6 instead of 34.0, fp32 46.0 instead of 47.0)
     (benchmarks/results/current/layouts/several_dims_second_step/)."""
     if p.outer * p.R * p.inner > _ONE_LAUNCH_MAX:
