@@ -81,5 +81,5 @@ def _check_like_torch(op: str, input: torch.Tensor, third, out: torch.Tensor) ->
         expected = third or input.dtype
         ways = ([f"pass an out of {expected}"] if expected.is_floating_point else []) + (
             [f"pass dtype={out.dtype} to compute in it"] if out.dtype.is_floating_point else [])
-        raise RuntimeError(f"{op}(): 'out' must have the result's dtype {expected} (got {out.dtype}); "
-                           + (", or ".join(ways) if ways else f"{op} computes in a floating point dtype: pass one as dtype= and an out of it"))
+        fix = ", or ".join(ways) or f"{op} computes in a floating point dtype: pass one as dtype= and an out of it"
+        raise RuntimeError(f"{op}(): 'out' must have the result's dtype {expected} (got {out.dtype}); {fix}")

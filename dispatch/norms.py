@@ -227,8 +227,9 @@ def _sample(shape, dtype, device, seed=0, *, normalized_shape=None, eps=None, we
     if normalized_shape is None:
         normalized_shape = shape[-1:]
     if not (isinstance(normalized_shape, (list, tuple)) and all(isinstance(d, int) for d in normalized_shape)):
+        last = shape[-1] if shape else 1
         raise TypeError(f"'normalized_shape' of a sample is a list of ints, the input's last dims (got "
-                        f"{normalized_shape!r}); on the command line --arg normalized_shape=[{shape[-1] if shape else 1}]")
+                        f"{normalized_shape!r}); on the command line --arg normalized_shape=[{last}]")
     normalized_shape = tuple(normalized_shape)
     x = torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype).to(device)
     w = (1 + 0.5 * torch.randn(normalized_shape, generator=gen)).to(dtype).to(device) if weight else None

@@ -5,15 +5,18 @@ tiny case under the Triton interpreter (a smoke run; set TRITON_INTERPRET=1).
 
     python3 benchmarks/results/current/layouts/several_dims_second_step/steps_probe.py
 """
-import sys, torch, dispatch
-from dispatch.backend import measure, TuneSettings
+import torch
+
+import dispatch
+from dispatch.backend import TuneSettings, measure
 from dispatch_triton.strided_steps import step_plan, StepLauncher
 from dispatch_triton.strided import StridedLauncher
 from dispatch_triton import strided_configs as sc
 
 dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 S = TuneSettings()
-CASES = [((8, 4, 64), (0, 2))] if dev.type == "cpu" else [((512, 64, 512), (0, 2)), ((4096, 64, 128), (0, 2)), ((16, 64, 32, 256), (1, 3))]
+CASES = [((8, 4, 64), (0, 2))] if dev.type == "cpu" else [
+    ((512, 64, 512), (0, 2)), ((4096, 64, 128), (0, 2)), ((16, 64, 32, 256), (1, 3))]
 for shape, dims in CASES:
     for dt in (torch.bfloat16, torch.float32):
         x = torch.randn(shape, device=dev, dtype=dt)
@@ -27,7 +30,8 @@ for shape, dims in CASES:
         inter = l1.run(x)
         t1 = measure(lambda: l1.run(x), dev, S).median_us
         st2 = sp.steps[1]
-        print(f"{shape} {dims} {str(dt)[6:]}: whole {whole:.1f} us (torch {tc:.1f}); step1 {t1:.1f}; step2 plan {st2.plan}", flush=True)
+        print(f"{shape} {dims} {str(dt)[6:]}: whole {whole:.1f} us (torch {tc:.1f}); step1 {t1:.1f}; "
+              f"step2 plan {st2.plan}", flush=True)
         rows = []
         for cfg in sc.config_space(st2.plan, dev, 4):
             try:
