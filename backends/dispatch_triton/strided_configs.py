@@ -93,7 +93,7 @@ def config_space(p: StridedPlan, device: torch.device | None = None, itemsize: i
     r2 = _np2(p.R)
     for bi in (8, 16, 32, 64, 128, 256, 512, 1024):
         if r2 * bi <= _ONE_PASS_MAX and bi <= max(16, _np2(p.inner)) and bi <= max(64, 2 * _ONE_PASS_SMALL // r2):
-            out.append(dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1))
+            out.append(_one_pass_tile(bi, r2))
     head, tail = head_tail(p.R)
     if tail and head + tail < r2:  # R in two tiles: the fewest warps that hold 96 elements a thread or less
         for bi in (16, 32, 64, 128, 256, 512):
@@ -124,6 +124,11 @@ def head_tail(R: int) -> tuple[int, int]:
 def _one_pass_warps(tile: int) -> int:
     """Warps of a tile holding all of R: 64 elements a thread, 1 to 16 warps."""
     return max(1, min(16, tile // (64 * 32)))
+
+
+def _one_pass_tile(block_i: int, r2: int) -> dict:
+    """The config of a ``block_i``-column tile holding all of R (``r2``, a power of two), read once."""
+    return dict(_cfg(block_i, r2, _one_pass_warps(block_i * r2)), ONE_PASS=1, EVEN=1)
 
 
 def default_config(p: StridedPlan, device: torch.device | None = None, itemsize: int = 2) -> dict:
@@ -207,7 +212,7 @@ def _one_launch_config(p: StridedPlan) -> dict | None:
     r2 = _np2(p.R)
     for bi in (16, 8):
         if bi * r2 <= _ONE_PASS_MAX:
-            return dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1)
+            return _one_pass_tile(bi, r2)
     return None
 
 
@@ -241,7 +246,7 @@ def _one_pass_config(p: StridedPlan, itemsize: int, sms: int, writes_r: bool) ->
     while bi * 2 <= most and (bi * 2 <= least or (
             bi * 2 * r2 <= tile and p.outer * _cdiv(p.inner, bi * 2) >= 2 * sms)):
         bi *= 2
-    return dict(_cfg(bi, r2, _one_pass_warps(bi * r2)), ONE_PASS=1, EVEN=1)
+    return _one_pass_tile(bi, r2)
 
 
 _TWO_TILE_PER_THREAD = 96  # elements a thread of the default's two tiles (TAIL)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from ._result import Comparison, dtype_name
 
+NO_MATPLOTLIB = "plotting needs matplotlib: pip install 'dispatch-ops[plot]'"
+
 
 def plot_problem(path: str | Path) -> str | None:
     """Why a plot could not be written to ``path`` (matplotlib missing, a suffix it has no format
@@ -14,7 +16,7 @@ def plot_problem(path: str | Path) -> str | None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        return "plotting needs matplotlib: pip install 'dispatch-ops[plot]'"
+        return NO_MATPLOTLIB
     suffix = Path(path).suffix.lower().lstrip(".")
     formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
     if suffix and suffix not in formats:
@@ -34,7 +36,7 @@ def plot_comparison(comparison: Comparison, path: str | Path) -> Path:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise ImportError("plotting needs matplotlib: pip install 'dispatch-ops[plot]'") from exc
+        raise ImportError(NO_MATPLOTLIB) from exc
 
     panels = list(dict.fromkeys((r.op, r.dtype) for r in comparison.results))
     cols = min(len(panels), 3) or 1

@@ -7,6 +7,8 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._plot import NO_MATPLOTLIB
+
 
 def _cell(res: Mapping[str, Any] | None, per_call: bool) -> str:
     if res is None:
@@ -83,7 +85,7 @@ def plot_sweep(path: str | Path, meta: Mapping[str, Any], rows: Sequence[Mapping
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise ImportError("plotting needs matplotlib: pip install 'dispatch-ops[plot]'") from exc
+        raise ImportError(NO_MATPLOTLIB) from exc
     groups = sorted({(r["op"], r["dtype"]) for r in rows})
     fig = Figure(figsize=(4.5 * max(len(groups), 1), 4))
     FigureCanvasAgg(fig)
