@@ -15,14 +15,16 @@ dispatch's own pick) is timed two ways:
     (the capture also checks that the contender can be captured; its output is compared with
     torch's after a replay).
 
-Ops (``--ops``): the softmax family over the last dim; rms_norm and layer_norm over the last dim
-with a weight (and a bias for layer_norm), as a model's layers call them. ``--grad`` times a
+Ops (``--ops``): the softmax family (softmax, log_softmax, logsumexp) over ``--dim`` (the last
+dim unless told; several dims, ``--dim 0,2``, for logsumexp); rms_norm and layer_norm over the last
+dim with a weight (and a bias for layer_norm), as a model's layers call them. A shape has any rank
+(``512x64x512``). ``--grad`` times a
 training call instead: the op, then ``torch.autograd.grad`` of its output for every input.
 
 Medians over repeats. Writes ``launch.json`` and ``launch.md`` under ``--out``::
 
     python3 benchmarks/bench_launch.py --out DIR [--shapes 1x4096,32x4096,8x32000,16384x4096]
-        [--dtype bfloat16] [--ops softmax,rms_norm,layer_norm] [--no-compile] [--no-graph] [--rounds 61]
+        [--dtype bfloat16] [--ops softmax,rms_norm,layer_norm] [--dim -1] [--no-compile] [--no-graph] [--rounds 61]
         [--python-key] [--device-timing] [--grad] [--autocast]
 
 ``--autocast`` times every call inside one ``torch.autocast("cuda", dtype=bfloat16)`` region (a
@@ -109,12 +111,12 @@ def torch_op(op: str):
     return getattr(torch.nn.functional if op in NORMS else torch, op)
 
 
-def op_args(op: str, x: torch.Tensor) -> tuple:
-    """The arguments after the input of a call timed for ``op``: the last dim for the softmax
-    family; for the norms, the last dim as ``normalized_shape`` and a weight (and a bias for
-    layer_norm), as a model's layers call them."""
+def op_args(op: str, x: torch.Tensor, dim: int | tuple = -1) -> tuple:
+    """The arguments after the input of a call timed for ``op``: ``dim`` for the softmax family;
+    for the norms, the last dim as ``normalized_shape`` and a weight (and a bias for layer_norm), as
+    a model's layers call them."""
     if op not in NORMS:
-        return (-1,)
+        return (dim,)
     n = x.shape[-1]
     w = torch.randn(n, device=x.device, dtype=x.dtype)
     return ((n,), w) if op == "rms_norm" else ((n,), w, torch.randn(n, device=x.device, dtype=x.dtype))
@@ -164,9 +166,16 @@ def training_calls(op: str, fns: dict, x: torch.Tensor, args: tuple) -> tuple[di
     f32 = [t.detach().float().requires_grad_(True) for t in leaves]
     it = iter(f32[1:])
     args32 = tuple(next(it) if isinstance(v, torch.Tensor) else v for v in args)
-    gy = torch.randn_like(x)
-    ref = torch.autograd.grad(torch_op(op)(f32[0], *args32), f32, gy.float())[0]
+    y32 = torch_op(op)(f32[0], *args32)
+    gy = torch.randn_like(y32).to(x.dtype)  # the output's shape: logsumexp's is not the input's
+    ref = torch.autograd.grad(y32, f32, gy.float())[0]
     return {name: (lambda *a, fn=fn: torch.autograd.grad(fn(*a), leaves, gy)[0]) for name, fn in fns.items()}, ref
+
+
+def shape_text(row: dict) -> str:
+    """``512x64x512``, and ``, dim (0, 2)`` where the softmax family's dim is not the last."""
+    text = "x".join(str(v) for v in row["shape"])
+    return text if row.get("dim", -1) == -1 else f"{text}, dim {row['dim']}"
 
 
 def markdown(rows: list[dict]) -> str:
@@ -186,7 +195,7 @@ def markdown(rows: list[dict]) -> str:
                 cells.append(f"{w:.1f}{paired}" + (" / capture failed" if n in r["errors"] else ""))
             else:
                 cells.append(f"{w:.1f}{paired} / {g:.1f}" + ("" if ok else " WRONG"))
-        lines.append(f"| {r['op']} | {r['shape'][0]}x{r['shape'][1]} | {r['dtype']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r['op']} | {shape_text(r)} | {r['dtype']} | " + " | ".join(cells) + " |")
     return ("Per call, us: wall time of back-to-back eager calls (in brackets: the median over rounds of "
             "its time over torch's in the same round) / device time under CUDA-graph replay "
             f"({GRAPH_CALLS} calls per graph); medians.\n\n" + "\n".join(lines) + "\n")
@@ -196,7 +205,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="1x4096,32x4096,8x32000,16384x4096")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--ops", default="softmax", help="comma-separated: softmax, log_softmax, rms_norm, layer_norm")
+    ap.add_argument("--ops", default="softmax",
+                    help="comma-separated: softmax, log_softmax, logsumexp, rms_norm, layer_norm")
+    ap.add_argument("--dim", default="-1",
+                    help="the softmax family's dim: one (0, -1) or, for logsumexp, several (0,2)")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     ap.add_argument("--no-graph", action="store_true", help="eager wall time only (no CUDA-graph capture)")
     ap.add_argument("--out", default="", help="folder for launch.json and launch.md")
@@ -212,6 +224,20 @@ def main() -> int:
     ap.add_argument("--autocast", action="store_true",
                     help='time every call inside torch.autocast("cuda", dtype=torch.bfloat16)')
     a = ap.parse_args()
+    ops = a.ops.split(",")
+    unknown = [op for op in ops if op not in ("softmax", "log_softmax", "logsumexp") + NORMS]
+    if unknown:
+        ap.error(f"--ops {a.ops!r}: unknown {unknown}; choose among softmax, log_softmax, logsumexp, "
+                 "rms_norm, layer_norm")
+    try:
+        dims = tuple(int(d) for d in a.dim.split(","))
+    except ValueError:
+        ap.error(f"--dim {a.dim!r}: give a dim (-1) or several dims for logsumexp (0,2)")
+    if len(dims) > 1 and set(ops) - {"logsumexp"}:
+        ap.error(f"--dim {a.dim!r}: several dims are for logsumexp only; --ops {a.ops!r} has others")
+    if dims != (-1,) and set(ops) & set(NORMS):
+        ap.error(f"--dim {a.dim!r}: the norms run over the last dim; time them with --dim -1")
+    a.dim = dims[0] if len(dims) == 1 else dims
     if a.autocast:  # one region for the whole run, as a model's forward is (no cast cache: graphs replay)
         with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
             return run(a)
@@ -236,17 +262,19 @@ def run(a: argparse.Namespace) -> int:
     for op in a.ops.split(","):
         fns = contenders(op, not a.no_compile, a.python_key, a.device_timing, a.compiled_pick)
         for shape in a.shapes.split(","):
-            m, n = (int(v) for v in shape.split("x"))
-            x = torch.randn(m, n, device="cuda").to(dtype)
-            args = op_args(op, x)
+            size = [int(v) for v in shape.split("x")]
+            x = torch.randn(size, device="cuda").to(dtype)
+            args = op_args(op, x, a.dim)
             ref = torch_op(op)(x.float(), *(a.float() if isinstance(a, torch.Tensor) else a for a in args))
             calls = fns
             if a.grad:
                 calls, ref = training_calls(op, fns, x, args)
             name = op + (" (forward + backward)" if a.grad else "") + (" (autocast)" if a.autocast else "")
-            row = {"op": name, "shape": [m, n], "dtype": a.dtype,
+            row = {"op": name, "shape": size, "dtype": a.dtype,
                    "wall_us": {}, "wall_spread_us": {},
                    "graph_us": {}, "graph_ok": {}, "errors": {}}
+            if op not in NORMS:
+                row["dim"] = a.dim
             running = {}
             for name, fn in calls.items():
                 try:
@@ -271,7 +299,7 @@ def run(a: argparse.Namespace) -> int:
                     row["errors"][name] = f"graph: {type(exc).__name__}: {str(exc)[:300]}"
             row["pick"] = dispatch.explain(op, x, *args).decision.backend
             rows.append(row)
-            print(f"{op} {m}x{n} {a.dtype}: " + "  ".join(
+            print(f"{name} {shape} {a.dtype}: " + "  ".join(
                 f"{k} {v:.1f}" + (f" ({row['vs_torch_pct'][k]:+.0f}%)" if k in row.get("vs_torch_pct", {}) else "")
                 + f"/{row['graph_us'].get(k, float('nan')):.1f}" for k, v in row["wall_us"].items())
                 + f"  (pick {row['pick']}) {row['errors'] or ''}", flush=True)

@@ -265,6 +265,15 @@ def test_launch_benchmark_runs_and_writes_its_table(tmp_path):
     assert "layer_norm (autocast)" in table and "WRONG" not in table, table
     rows = json.loads((tmp_path / "autocast" / "launch.json").read_text())["rows"]
     assert all(not row["errors"] for row in rows), [row["errors"] for row in rows]
+    # logsumexp over several dims of a 3-D input, eager and as a training call: torch's results
+    for extra, folder in (([], "lse"), (["--grad"], "lse_grad")):
+        proc = subprocess.run([sys.executable, str(script), "--shapes", "16x8x32", "--ops", "logsumexp",
+                               "--dim", "0,2", "--rounds", "3", "--no-compile", "--out", str(tmp_path / folder),
+                               *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        table = (tmp_path / folder / "launch.md").read_text()
+        assert "16x8x32, dim (0, 2)" in table and "WRONG" not in table, table
+        assert "wrong eager result" not in proc.stdout, proc.stdout[-2000:]
 
 
 def test_a_key_met_first_during_capture_is_neither_tuned_nor_checked_and_explain_says_so():
