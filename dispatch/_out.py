@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from . import _autocast
+from .errors import BackendRefusedError
 
 
 def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, backend) -> torch.Tensor:
@@ -30,11 +31,21 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
     if not family and torch.is_grad_enabled() and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in (*values.values(), out)):
         raise _no_autograd(op)
-    if op == "logsumexp" and _finer(out, input):  # torch sums into out: the result as precise as out's dtype
+    upcast = op == "logsumexp" and _finer(out, input)
+    if upcast:  # torch sums into out: the result as precise as out's dtype
         values = {**values, next(iter(values)): input.to(out.dtype)}
     # torch's autocast leaves out= calls as they are; a bad input or dim raises torch's exception here
     with _autocast.leave_as_is(input) if _autocast.on_for(input) else contextlib.nullcontext():
-        result = function(**values, backend=backend)
+        try:
+            result = function(**values, backend=backend)
+        except BackendRefusedError as exc:
+            if not upcast:
+                raise
+            dtype, wanted = (str(t).removeprefix("torch.") for t in (input.dtype, out.dtype))
+            raise BackendRefusedError(
+                f"{exc}. (out= is {wanted}, finer than the {dtype} input: torch then computes logsumexp in "
+                f"{wanted}, and so does dispatch; an out of {dtype} keeps the input's dtype)",
+                backend=exc.backend, op=exc.op, reason=exc.reason, servers=exc.servers) from exc
     if not family and out.dtype != result.dtype:  # (an op of a package: its result's dtype, from its output rule)
         raise RuntimeError(f"{op}(): 'out' must have the result's dtype {result.dtype} (got {out.dtype}); pass "
                            f"an out of {result.dtype}")

@@ -270,6 +270,27 @@ def test_logsumexp_into_a_finer_out_is_as_precise_as_torchs(dtype):
     torch.testing.assert_close(out, torch.logsumexp(x.double(), 0).float())
 
 
+def test_a_forced_backend_refusing_a_finer_logsumexp_out_says_the_out_made_the_call_finer():
+    # a bfloat16 input with a float64 out is computed in float64, as torch does: a backend that has no
+    # float64 kernel refuses, and the message says why the call it names is float64 and what keeps bfloat16
+    from dispatch.errors import BackendRefusedError
+
+    x = _x((4, 6)).to(torch.bfloat16)
+    def serves(t):
+        return {c.name for c in dispatch.explain("logsumexp", t, 1).decision.candidates if c.verdict.ok}
+
+    refusing = sorted(serves(x) - serves(x.double()))
+    if not refusing:
+        pytest.skip("no backend here serves a bfloat16 logsumexp and refuses a float64 one")
+    name = refusing[0]
+    with pytest.raises(BackendRefusedError, match=r"out= is float64, finer than the bfloat16 input") as caught:
+        dispatch.logsumexp(x, 1, out=torch.empty(0, dtype=torch.float64), backend=name)
+    assert "an out of bfloat16 keeps the input's dtype" in str(caught.value)
+    out = torch.empty(0, dtype=torch.bfloat16)  # what the message offers: the backend serves it
+    dispatch.logsumexp(x, 1, out=out, backend=name)
+    torch.testing.assert_close(out, torch.logsumexp(x, 1))
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 @pytest.mark.parametrize("x_dtype,out_dtype", [(torch.float32, torch.int32), (torch.int32, torch.float32),
                                                (torch.int32, torch.int64), (torch.float32, torch.float64)])
