@@ -27,6 +27,16 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def parse_dim(text: str) -> int | tuple[int, ...]:
+    """``"-1"`` -> ``-1``; ``"0,2"`` -> ``(0, 2)`` (several dims, for ops that reduce over several)."""
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--dim must be a dim like -1, or several like 0,2 for logsumexp (got {text!r})") from None
+    return dims[0] if len(dims) == 1 else dims
+
+
 def parse_dtype(text: str) -> torch.dtype:
     dtype = getattr(torch, text, None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -272,7 +282,8 @@ def _add_call_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                         "declares")
     p.add_argument("--shape", type=parse_shape, required=required, help="e.g. 8x128 (the first tensor's)")
     p.add_argument("--dtype", type=parse_dtype, default=torch.float32)
-    p.add_argument("--dim", type=int, default=None, help="for ops with a dim argument (default -1)")
+    p.add_argument("--dim", type=parse_dim, default=None,
+                   help="for ops with a dim argument (default -1); several, 0,2, for logsumexp")
     p.add_argument("--arg", type=parse_arg, action="append", metavar="NAME=VALUE",
                    help="another argument of the op, e.g. --arg keepdim=True (repeat for several)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto (default)")

@@ -502,6 +502,21 @@ def test_a_comparison_of_no_op_or_of_two_dims_is_an_error_and_options_dim_is_the
         assert "--dim 1 and --arg dim=0 both give the dim: give one" in capsys.readouterr().err
 
 
+def test_several_dims_on_the_command_line_reach_logsumexp_and_a_bad_list_is_refused(capsys, tmp_path):
+    out = tmp_path / "ab.json"
+    assert main(["ab", "logsumexp", "--shape", "4x6x8", "--dim", "0,2", "--backends", "torch", "--warmup", "1",
+                 "--rep", "1", "--device", "cpu", "-q", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["dim"] == [0, 2] and row["status"] == "pass", row
+    assert main(["explain", "logsumexp", "--shape", "4x6x8", "--dim", "0,2", "--device", "cpu"]) == 0
+    assert "dims=[0, 2]" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["explain", "logsumexp", "--shape", "4x6x8", "--dim", "0:2", "--device", "cpu"])
+    assert "--dim must be a dim like -1, or several like 0,2 for logsumexp (got '0:2')" in capsys.readouterr().err
+    assert main(["explain", "softmax", "--shape", "4x6x8", "--dim", "0,2", "--device", "cpu"]) == 2
+    assert "softmax on --shape 4x6x8 --dim (0, 2): " in capsys.readouterr().err  # torch's: dim must be an int
+
+
 def test_a_call_only_torchs_kernel_refuses_is_a_user_error_not_an_internal_one(capsys):
     assert main(["ab", "softmax", "--shape", "4x8", "--arg", "dtype=int32", "--device", "cpu", "-q"]) == 2
     err = capsys.readouterr().err

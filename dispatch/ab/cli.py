@@ -16,7 +16,7 @@ example: python -m dispatch ab softmax --shape 4096x4096 --shape 8192x1024 --dty
 
 def add_parser(sub) -> None:
     """Add the ``ab`` subcommand."""
-    from ..cli import parse_arg, parse_dtype, parse_shape
+    from ..cli import parse_arg, parse_dim, parse_dtype, parse_shape
 
     p = sub.add_parser("ab", help="A/B test backends: parity, latency, GB/s",
                        description="A/B test backends on the same inputs: parity with an fp64 reference, "
@@ -30,7 +30,8 @@ def add_parser(sub) -> None:
                    help="float32 (default), float16, bfloat16, float64 (repeat for several)")
     p.add_argument("--backends", default=None, help="comma-separated names (default: every loaded backend)")
     p.add_argument("--baseline", default="torch", help="what speedup is relative to (default torch; 'none')")
-    p.add_argument("--dim", type=int, default=None, help="the reduced dim, for ops that take one (default -1)")
+    p.add_argument("--dim", type=parse_dim, default=None,
+                   help="the reduced dim, for ops that take one (default -1); several, 0,2, for logsumexp")
     p.add_argument("--arg", type=parse_arg, action="append", metavar="NAME=VALUE",
                    help="another argument of the op(s), e.g. --arg keepdim=True (repeat for several)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 or auto (default)")
