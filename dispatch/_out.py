@@ -32,8 +32,8 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
             isinstance(v, torch.Tensor) and v.requires_grad for v in (*values.values(), out)):
         raise _no_autograd(op)
     upcast = op == "logsumexp" and _finer(out, input)
-    if upcast:  # torch sums into out: the result as precise as out's dtype
-        values = {**values, next(iter(values)): input.to(out.dtype)}
+    if upcast:  # torch sums into out: the result as precise as out's dtype (a complex out's real one)
+        values = {**values, next(iter(values)): input.to(_real(out.dtype))}
     # torch's autocast leaves out= calls as they are; a bad input or dim raises torch's exception here
     with _autocast.leave_as_is(input) if _autocast.on_for(input) else contextlib.nullcontext():
         try:
@@ -41,9 +41,9 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
         except BackendRefusedError as exc:
             if not upcast:
                 raise
-            dtype, wanted = (str(t).removeprefix("torch.") for t in (input.dtype, out.dtype))
+            dtype, given, wanted = (str(t).removeprefix("torch.") for t in (input.dtype, out.dtype, _real(out.dtype)))
             raise BackendRefusedError(
-                f"{exc}. (out= is {wanted}, finer than the {dtype} input: torch then computes logsumexp in "
+                f"{exc}. (out= is {given}, finer than the {dtype} input: torch then computes logsumexp in "
                 f"{wanted}, and so does dispatch; an out of {dtype} keeps the input's dtype)",
                 backend=exc.backend, op=exc.op, reason=exc.reason, servers=exc.servers) from exc
     if not family and out.dtype != result.dtype:  # (an op of a package: its result's dtype, from its output rule)
@@ -65,9 +65,16 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
 
 
 def _finer(out: torch.Tensor, input) -> bool:
-    """Whether ``out`` holds floats more precise than the floating tensor ``input``."""
-    return (isinstance(input, torch.Tensor) and input.dtype.is_floating_point and out.dtype.is_floating_point
-            and torch.finfo(out.dtype).eps < torch.finfo(input.dtype).eps)
+    """Whether ``out`` holds floats (or complex numbers of floats) more precise than the floating
+    tensor ``input``."""
+    return (isinstance(input, torch.Tensor) and input.dtype.is_floating_point
+            and (out.dtype.is_floating_point or out.dtype.is_complex)
+            and torch.finfo(_real(out.dtype)).eps < torch.finfo(input.dtype).eps)
+
+
+def _real(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of a complex dtype's parts; a real dtype itself."""
+    return dtype.to_real() if dtype.is_complex else dtype
 
 
 def _no_autograd(op: str) -> RuntimeError:

@@ -47,7 +47,7 @@ def _dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
                                  f"but got {d})")
             dims.append(d % rank)
         if op == "logsumexp" and not dims and ndim > 0:
-            if not keepdim:  # (torch raises for it)
+            if not keepdim and input.numel():  # (torch raises for it; an empty input gives -inf)
                 raise IndexError
             dims = list(range(ndim))  # torch reduces every dim
         if len(set(dims)) != len(dims):

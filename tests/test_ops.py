@@ -195,6 +195,22 @@ def test_logsumexp_takes_or_refuses_each_dim_form_as_torch_does(dim):
         torch.testing.assert_close(dispatch.logsumexp(x, dim), want)
 
 
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0,)], ids=str)
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("backend", [None, "torch", "triton", "tilelang"])
+def test_logsumexp_over_no_dims_of_an_empty_input_reduces_every_dim_as_torch_does(shape, keepdim, backend):
+    # torch: dim=() reduces every dim; without keepdim it refuses a non-empty input, and gives -inf for an empty one
+    if backend is not None and backend not in dispatch.backends():
+        pytest.skip(f"{backend} not loaded")
+    x = torch.empty(shape)
+    want = torch.logsumexp(x, (), keepdim=keepdim)
+    got = dispatch.logsumexp(x, (), keepdim=keepdim, backend=backend)
+    assert got.shape == want.shape and torch.equal(got, want), (got, want)
+    out = torch.empty(5)
+    dispatch.logsumexp(x, [], keepdim=keepdim, out=out)
+    assert torch.equal(out, want)
+
+
 def test_backend_keyword_must_be_a_name():
     with pytest.raises(TypeError, match="'backend' must be a backend name"):
         dispatch.softmax(torch.ones(2, 2), -1, backend=3)
@@ -268,6 +284,19 @@ def test_logsumexp_into_a_finer_out_is_as_precise_as_torchs(dtype):
     dispatch.logsumexp(x, 0, out=out)
     torch.testing.assert_close(out, want)
     torch.testing.assert_close(out, torch.logsumexp(x.double(), 0).float())
+
+
+@pytest.mark.parametrize("out_dtype", [torch.complex64, torch.complex128])
+def test_logsumexp_into_a_complex_out_holds_its_parts_precision(out_dtype):
+    # torch sums a half-precision input into a complex out in the out's precision: not rounded to bfloat16
+    x = (_x((4, 6)) * 5).to(torch.bfloat16)
+    out, want = torch.empty(0, dtype=out_dtype), torch.empty(0, dtype=out_dtype)
+    torch.logsumexp(x, 1, out=want)
+    dispatch.logsumexp(x, 1, out=out)
+    exact = torch.logsumexp(x.double(), 1)
+    assert out.dtype == out_dtype and torch.equal(out.imag, torch.zeros(4, dtype=out.imag.dtype))
+    torch.testing.assert_close(out.real.double(), exact, rtol=1.3e-6, atol=1e-5)  # fp32's, not bf16's 1e-2
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-3)
 
 
 def test_a_forced_backend_refusing_a_finer_logsumexp_out_says_the_out_made_the_call_finer():
