@@ -40,6 +40,14 @@ from .errors import BackendRefusedError, PluginError
 _tune_log = logging.getLogger("dispatch.tune")
 
 
+def overriders(args) -> tuple:
+    """The objects among ``args`` that override torch's functions (``__torch_function__``) and are
+    not tensors: torch's override protocol hands them the call (a Tensor subclass is served by
+    torch's own op instead, which honours its override)."""
+    return tuple(v for v in args if v is not None and not isinstance(v, torch.Tensor)
+                 and hasattr(type(v), "__torch_function__"))
+
+
 class Dispatcher(AutocastInKernel, CompiledNodes, Guard):
     def __init__(self) -> None:
         self.tables: dict[str, dict[tuple, Callable[..., torch.Tensor]]] = {}
@@ -112,6 +120,10 @@ class Dispatcher(AutocastInKernel, CompiledNodes, Guard):
     def miss(self, decl: _opdecl.OpDecl, key_fn, backend, values: dict[str, Any]) -> torch.Tensor:
         """A call whose key is not resolved yet: check its arguments (torch's errors), resolve, run."""
         check_backend_arg(backend)
+        overriding = overriders(decl.tensors_of(values))
+        if overriding:  # an object that overrides torch's functions, not a tensor: its __torch_function__ serves
+            kwargs = values if backend is None else {**values, "backend": backend}
+            return torch.overrides.handle_torch_function(self.function(decl.name).function, overriding, **kwargs)
         try:
             key = key_fn(**values, backend=backend)
             fn = self.tables.get(decl.name, {}).get(key)

@@ -211,6 +211,36 @@ def test_logsumexp_over_no_dims_of_an_empty_input_reduces_every_dim_as_torch_doe
     assert torch.equal(out, want)
 
 
+class _Wrapped:
+    """Not a tensor: an object that overrides torch's functions, as a tensor-like library's type does."""
+
+    def __init__(self, t):
+        self.t = t
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        def unwrap(v):
+            return v.t if isinstance(v, _Wrapped) else v
+
+        kwargs = {k: unwrap(v) for k, v in (kwargs or {}).items()}
+        return _Wrapped(func(*map(unwrap, args), **kwargs))
+
+
+@pytest.mark.parametrize("op,args", [("softmax", (1,)), ("logsumexp", (1,)), ("layer_norm", ([8],))])
+def test_an_object_overriding_torchs_functions_gets_the_call_as_from_torch(op, args):
+    x = _x((4, 8))
+    torch_fn = getattr(torch.nn.functional if op == "layer_norm" else torch, op)
+    want = torch_fn(_Wrapped(x), *args)
+    got = getattr(dispatch, op)(_Wrapped(x), *args)
+    assert isinstance(want, _Wrapped) and isinstance(got, _Wrapped)
+    torch.testing.assert_close(got.t, want.t)
+    if op == "logsumexp":  # out= too: the object's override is handed the whole call, out included
+        out = torch.empty(0)
+        got = dispatch.logsumexp(_Wrapped(x), 1, out=out)
+        assert isinstance(got, _Wrapped) and got.t is out
+        torch.testing.assert_close(out, torch.logsumexp(x, 1))
+
+
 def test_backend_keyword_must_be_a_name():
     with pytest.raises(TypeError, match="'backend' must be a backend name"):
         dispatch.softmax(torch.ones(2, 2), -1, backend=3)
