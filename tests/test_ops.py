@@ -175,10 +175,11 @@ def test_a_dim_tensor_is_taken_where_torch_takes_it():
     x = torch.randn(2, 3)
     for op in ("softmax", "log_softmax"):  # a 0-d tensor is an int to torch; a 1-element one is not
         torch.testing.assert_close(getattr(dispatch, op)(x, torch.tensor(1)), getattr(torch, op)(x, 1))
-        with pytest.raises(TypeError, match="must be int, not Tensor"):
+        with pytest.raises(TypeError) as by_torch:  # (its message differs from one torch to another)
             getattr(torch, op)(x, torch.tensor([1]))
-        with pytest.raises(TypeError, match="must be int, not Tensor"):
+        with pytest.raises(TypeError) as ours:
             getattr(dispatch, op)(x, torch.tensor([1]))
+        assert str(ours.value) == str(by_torch.value)
     torch.testing.assert_close(dispatch.logsumexp(x, torch.tensor([1])), torch.logsumexp(x, torch.tensor([1])))
 
 
@@ -200,13 +201,15 @@ def test_logsumexp_takes_or_refuses_each_dim_form_as_torch_does(dim):
 @pytest.mark.parametrize("backend", [None, "torch", "triton", "tilelang"])
 def test_logsumexp_over_no_dims_of_an_empty_input_reduces_every_dim_as_torch_does(shape, keepdim, backend):
     # torch: dim=() reduces every dim; without keepdim it refuses a non-empty input, and gives -inf for an empty one
-    if backend is not None and backend not in dispatch.backends():
-        pytest.skip(f"{backend} not loaded")
     x = torch.empty(shape)
+    if backend is not None:
+        verdicts = {c.name: c.verdict for c in dispatch.explain("logsumexp", x, (), keepdim).decision.candidates}
+        if backend not in verdicts or not verdicts[backend].ok:
+            pytest.skip(f"{backend} does not serve it here: {verdicts.get(backend)}")
     want = torch.logsumexp(x, (), keepdim=keepdim)
     got = dispatch.logsumexp(x, (), keepdim=keepdim, backend=backend)
     assert got.shape == want.shape and torch.equal(got, want), (got, want)
-    out = torch.empty(5)
+    out = torch.empty(0)
     dispatch.logsumexp(x, [], keepdim=keepdim, out=out)
     assert torch.equal(out, want)
 
