@@ -299,7 +299,7 @@ def run(a: argparse.Namespace) -> int:
                     row["errors"][name] = f"graph: {type(exc).__name__}: {str(exc)[:300]}"
             row["pick"] = dispatch.explain(op, x, *args).decision.backend
             rows.append(row)
-            print(f"{name} {shape} {a.dtype}: " + "  ".join(
+            print(f"{row['op']} {shape} {a.dtype}: " + "  ".join(
                 f"{k} {v:.1f}" + (f" ({row['vs_torch_pct'][k]:+.0f}%)" if k in row.get("vs_torch_pct", {}) else "")
                 + f"/{row['graph_us'].get(k, float('nan')):.1f}" for k, v in row["wall_us"].items())
                 + f"  (pick {row['pick']}) {row['errors'] or ''}", flush=True)
