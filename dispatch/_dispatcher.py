@@ -48,6 +48,18 @@ def overriders(args) -> tuple:
                  and hasattr(type(v), "__torch_function__"))
 
 
+def _tensor_attribute(decl: _opdecl.OpDecl, values: dict[str, Any]) -> bool:
+    """Whether a tensor stands for a number among the call's attributes (``eps=torch.tensor(1e-5)``,
+    ``normalized_shape=[torch.tensor(8)]``): such a call is resolved each time, never stored under a
+    key, which would hold the tensor by identity (its value changed in place would go unseen)."""
+    for name in decl.attribute_names:
+        v = values.get(name)
+        if isinstance(v, torch.Tensor) or (isinstance(v, (list, tuple))
+                                           and any(isinstance(e, torch.Tensor) for e in v)):
+            return True
+    return False
+
+
 class Dispatcher(AutocastInKernel, CompiledNodes, Guard):
     def __init__(self) -> None:
         self.tables: dict[str, dict[tuple, Callable[..., torch.Tensor]]] = {}
@@ -128,6 +140,8 @@ class Dispatcher(AutocastInKernel, CompiledNodes, Guard):
             key = key_fn(**values, backend=backend)
             fn = self.tables.get(decl.name, {}).get(key)
         except (AttributeError, TypeError, RuntimeError):  # an argument we can't key on: resolve each call
+            key = fn = None
+        if key is not None and _tensor_attribute(decl, values):  # keyed by identity, its value could change
             key = fn = None
         if fn is not None:  # resolved under its canonical key (a list or tuple argument)
             return fn(*decl.tensors_of(values))

@@ -682,3 +682,26 @@ def test_a_declared_backward_answering_wrongly_is_the_ops_type_error_not_a_gradi
     finally:
         dispatch.unregister("rowsums")
         dispatch.unregister("grad_rowsum_ops")
+
+
+def test_a_number_given_as_a_tensor_is_read_on_every_call_not_remembered():
+    # a 0-d tensor standing for a number (a dim, an eps, a size in normalized_shape) may change in place
+    # between calls: each call reads its value then, as torch does
+    import torch.nn.functional as F
+
+    x = _x((4, 8))
+    dim = torch.tensor(1)
+    dispatch.softmax(x, dim)
+    dim.fill_(0)
+    torch.testing.assert_close(dispatch.softmax(x, dim), torch.softmax(x, 0))
+    eps = torch.tensor(1e-3)
+    dispatch.layer_norm(x, [8], eps=eps)
+    eps.fill_(100.0)
+    torch.testing.assert_close(dispatch.layer_norm(x, [8], eps=eps), F.layer_norm(x, [8], eps=100.0))
+    size = torch.tensor(8)
+    dispatch.rms_norm(x, [size])
+    size.fill_(4)
+    with pytest.raises(RuntimeError) as by_torch:
+        F.rms_norm(x, [size])
+    with pytest.raises(type(by_torch.value)):
+        dispatch.rms_norm(x, [size])
