@@ -31,6 +31,7 @@ def reference_backward(spec: CallSpec) -> Callable[..., object]:
         leaves = [t.detach().requires_grad_(t.dtype.is_floating_point) if t is not None else None
                   for t in saved[:-1]]
         return _through(reference, grad, leaves, [t is not None and t.requires_grad for t in leaves])
+    backward.reads_output = False  # (autograd through the reference, from the inputs)
     return backward
 
 
@@ -93,17 +94,18 @@ class _BackendFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         call = ctx._forward_cls
-        kept = ctx.saved_tensors  # the present inputs, the output, then the forward's buffers
-        out_at = len(kept) - ctx.n_extra - 1
+        kept = ctx.saved_tensors  # the present inputs, the output (where the backward reads it), the buffers
+        out_at = len(kept) - ctx.n_extra - ctx.keeps_output
         saved = iter(kept[:out_at])
         tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
+        after = kept[out_at:] if ctx.keeps_output else (None, *kept[out_at:])  # (None: the output, not kept)
         if torch.is_grad_enabled() and not call._output_only:  # create_graph=True: gradients that can be
             # differentiated again, through the reference on the saved inputs (a kernel's carry no
             # graph; the op's backward of y alone is torch's ops on y, differentiable as it is)
             reference = _opdecl.get(call._spec.op).reference(call._spec)
             return _through(reference, grad, tensors, ctx.needs_input_grad, True)
         try:
-            grads = call._backward_kernel(grad, *tensors, *kept[out_at:])
+            grads = call._backward_kernel(grad, *tensors, *after)
         except (Exception, KeyboardInterrupt):
             raise
         except BaseException as exc:  # SystemExit in a backend's backward: its fault, not the end of the process
@@ -122,16 +124,25 @@ def _function_for(kernel: Callable[..., torch.Tensor], backward: Callable[..., o
     for the op (``DispatchLayerNorm``, so that a result's ``grad_fn``, ``DispatchLayerNormBackward``,
     and a profile's backward nodes say which op they are), whose forward runs ``kernel`` and saves
     what ``backward`` reads: the present inputs (none where it reads the output alone), the output,
-    and the buffers its ``saves`` asks the forward to fill."""
+    and the buffers its ``saves`` asks the forward to fill. The output is not kept where the
+    backward says it does not read it (``backward.reads_output = False``, a norm's): the caller
+    may then change it in place (``F.layer_norm(x).relu_()``) and still differentiate, as with
+    torch's op. A kernel's output that is a view of its own buffer is handed on detached (not a
+    view to autograd), which may likewise be changed in place."""
     saves = getattr(backward, "saves", None)  # buffers the forward fills for the backward (hookspec)
     output_only = getattr(backward, "output_only", False)  # (the op's backward reads y alone)
+    keeps_output = int(output_only or getattr(backward, "reads_output", True))
 
     def forward(ctx, *tensors):
         extra = tuple(saves(*tensors)) if saves is not None else ()
         y = kernel(*tensors, saved=extra) if extra else kernel(*tensors)
+        if y._is_view() and not any(t is not None and (y._base is t or y._base is t._base) for t in tensors):
+            y = y.detach()  # (a view of the kernel's own buffer: autograd would forbid changing it in place)
         ctx.absent = absent = tuple(output_only or t is None for t in tensors)
         ctx.n_extra = len(extra)
-        ctx.save_for_backward(*(t for t, a in zip(tensors, absent) if not a), y, *extra)
+        ctx.keeps_output = keeps_output
+        ctx.save_for_backward(*(t for t, a in zip(tensors, absent) if not a), *((y,) if keeps_output else ()),
+                              *extra)
         return y
 
     name = "Dispatch" + "".join(part[:1].upper() + part[1:] for part in spec.op.split("_"))

@@ -85,6 +85,8 @@ class Guard:
 
         if hasattr(own, "saves"):  # the buffers its forward fills for it (hookspec)
             backward.saves = own.saves
+        if not getattr(own, "reads_output", True):  # (nor does the reference's backward, its fallback)
+            backward.reads_output = False
         return backward
 
     def _guarded(self, kernel, decision: Decision, key, plain: bool = False):

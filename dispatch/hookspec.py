@@ -141,4 +141,8 @@ def dispatch_backward(op: str, spec: CallSpec) -> Callable[..., torch.Tensor] | 
     without them: a torch.compile'd step hands them on only where the op declares their shapes
     (``OpDecl.saved``) and this backend's forward filled them; otherwise it calls the backward
     with the output alone.
+
+    A backward that never reads the output sets ``backward.reads_output = False``: autograd then
+    does not keep the output (the backward gets None in its place), so a caller may change it in
+    place before the backward, as torch's norms allow (``F.layer_norm(x).relu_()``).
     """

@@ -316,4 +316,5 @@ def partials_backward(op: str, m: int, n: int, dtype: torch.dtype, has_bias: boo
         db = sums[k - 1] if want_b else None
         return (dx, dw) if is_rms else (dx, dw, db)
 
+    backward.reads_output = False  # (the output's slot gets None: the caller may change it in place)
     return backward

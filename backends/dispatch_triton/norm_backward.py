@@ -375,4 +375,5 @@ def make_backward(op: str, m: int, n: int, dtype: torch.dtype, row_stride: int, 
             return (torch.empty(m if is_rms else 2 * m, dtype=torch.float32, device=x.device),)
 
         backward.saves = saves
+    backward.reads_output = False  # (the output's slot gets None: the caller may change it in place)
     return backward
