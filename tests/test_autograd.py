@@ -327,9 +327,11 @@ def test_the_declared_backward_gives_torchs_gradient(op, dtypes, shape, dim):
     torch.testing.assert_close(got, want, rtol=0, atol=0)  # the same kernel, the same bits
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"))])
 @pytest.mark.parametrize("backend", ["triton", "tilelang", None])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
-def test_a_norms_output_changed_in_place_still_differentiates_as_torchs_does(op, backend):
+def test_a_norms_output_changed_in_place_still_differentiates_as_torchs_does(op, backend, device):
     # F.layer_norm(x).relu_(): torch's norms keep the input and statistics, not the output, so the
     # output may be changed in place before the backward; a backend's kernel must allow the same
     import torch.nn.functional as F
@@ -337,8 +339,8 @@ def test_a_norms_output_changed_in_place_still_differentiates_as_torchs_does(op,
     if backend is not None and backend not in dispatch.backends():
         pytest.skip(f"{backend} not loaded")
     for shape in ((4, 8), (2, 3, 8)):  # (a 3-D input: a kernel's output may be a view of its 2-D rows)
-        x = torch.randn(shape, requires_grad=True)
-        w = torch.randn(8, requires_grad=True)
+        x = torch.randn(shape, device=device, requires_grad=True)
+        w = torch.randn(8, device=device, requires_grad=True)
         x_ref, w_ref = (t.detach().clone().requires_grad_() for t in (x, w))
         y = getattr(dispatch, op)(x, [8], w, backend=backend)
         y.mul_(2).relu_()
