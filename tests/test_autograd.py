@@ -342,7 +342,10 @@ def test_a_norms_output_changed_in_place_still_differentiates_as_torchs_does(op,
         x = torch.randn(shape, device=device, requires_grad=True)
         w = torch.randn(8, device=device, requires_grad=True)
         x_ref, w_ref = (t.detach().clone().requires_grad_() for t in (x, w))
-        y = getattr(dispatch, op)(x, [8], w, backend=backend)
+        try:
+            y = getattr(dispatch, op)(x, [8], w, backend=backend)
+        except dispatch.BackendRefusedError as refused:
+            pytest.skip(f"{backend} does not serve it here: {refused.reason}")
         y.mul_(2).relu_()
         y.sum().backward()
         y_ref = getattr(F, op)(x_ref, [8], w_ref)
