@@ -40,14 +40,6 @@ from .errors import BackendRefusedError, PluginError
 _tune_log = logging.getLogger("dispatch.tune")
 
 
-def overriders(args) -> tuple:
-    """The objects among ``args`` that override torch's functions (``__torch_function__``) and are
-    not tensors: torch's override protocol hands them the call (a Tensor subclass is served by
-    torch's own op instead, which honours its override)."""
-    return tuple(v for v in args if v is not None and not isinstance(v, torch.Tensor)
-                 and hasattr(type(v), "__torch_function__"))
-
-
 def _tensor_attribute(decl: _opdecl.OpDecl, values: dict[str, Any]) -> bool:
     """Whether a tensor stands for a number among the call's attributes (``eps=torch.tensor(1e-5)``,
     ``normalized_shape=[torch.tensor(8)]``): such a call is resolved each time, never stored under a
@@ -132,19 +124,19 @@ class Dispatcher(AutocastInKernel, CompiledNodes, Guard):
     def miss(self, decl: _opdecl.OpDecl, key_fn, backend, values: dict[str, Any]) -> torch.Tensor:
         """A call whose key is not resolved yet: check its arguments (torch's errors), resolve, run."""
         check_backend_arg(backend)
-        overriding = overriders(decl.tensors_of(values))
-        if overriding:  # an object that overrides torch's functions, not a tensor: its __torch_function__ serves
-            kwargs = values if backend is None else {**values, "backend": backend}
-            return torch.overrides.handle_torch_function(self.function(decl.name).function, overriding, **kwargs)
         try:
             key = key_fn(**values, backend=backend)
             fn = self.tables.get(decl.name, {}).get(key)
         except (AttributeError, TypeError, RuntimeError):  # an argument we can't key on: resolve each call
             key = fn = None
-        if key is not None and _tensor_attribute(decl, values):  # keyed by identity, its value could change
-            key = fn = None
         if fn is not None:  # resolved under its canonical key (a list or tuple argument)
             return fn(*decl.tensors_of(values))
+        overriding = _opdecl.overriders(decl.tensors_of(values))
+        if overriding:  # an object that overrides torch's functions, not a tensor: its __torch_function__ serves
+            kwargs = values if backend is None else {**values, "backend": backend}
+            return torch.overrides.handle_torch_function(self.function(decl.name).function, overriding, **kwargs)
+        if key is not None and _tensor_attribute(decl, values):  # keyed by identity, its value could change
+            key = None  # (never stored, so never found above)
         views_keyed = getattr(key_fn, "views_keyed", False)
         recast = _autocast.recast(decl, values) if decl.autocast else None
         if recast is not None:  # under torch.autocast: served as the call torch makes (float32)

@@ -360,6 +360,14 @@ class OpDecl:
         return tuple(values[name] for name in self.tensor_names)
 
 
+def overriders(args) -> tuple:
+    """The objects among ``args`` that override torch's functions (``__torch_function__``) and are
+    not tensors: torch's override protocol hands them the call (a Tensor subclass is served by
+    torch's own op instead, which honours its override)."""
+    return tuple(v for v in args if v is not None and not isinstance(v, torch.Tensor)
+                 and hasattr(type(v), "__torch_function__"))
+
+
 # -- the registry of declared ops ----------------------------------------------------------------------
 
 _ops: dict[str, OpDecl] = {}

@@ -15,14 +15,13 @@ from collections.abc import Callable
 import torch
 
 from . import _autocast
+from ._opdecl import overriders
 from .errors import BackendRefusedError
 
 
 def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, backend) -> torch.Tensor:
     """Check ``out`` as torch would, call ``function(**values, backend=backend)`` (the op without
     ``out``) and write its result into ``out``; ``values`` are the call's arguments by name."""
-    from ._dispatcher import overriders
-
     overriding = overriders((*values.values(), out))
     if overriding:  # torch's override protocol: the object's __torch_function__ serves the whole call
         from . import op as public

@@ -6,17 +6,25 @@ from pathlib import Path
 
 from ._result import Comparison, dtype_name
 
-NO_MATPLOTLIB = "plotting needs matplotlib: pip install 'dispatch-ops[plot]'"
+
+def matplotlib_figures():
+    """``(FigureCanvasAgg, Figure)``, matplotlib's classes that the plots draw with; an ImportError
+    saying how to install it where it is missing."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError("plotting needs matplotlib: pip install 'dispatch-ops[plot]'") from exc
+    return FigureCanvasAgg, Figure
 
 
 def plot_problem(path: str | Path) -> str | None:
     """Why a plot could not be written to ``path`` (matplotlib missing, a suffix it has no format
     for), or None; checked before a run, so that a long run is not lost to it."""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        return NO_MATPLOTLIB
+        FigureCanvasAgg, Figure = matplotlib_figures()
+    except ImportError as exc:
+        return str(exc)
     suffix = Path(path).suffix.lower().lstrip(".")
     formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
     if suffix and suffix not in formats:
@@ -31,12 +39,8 @@ def plot_comparison(comparison: Comparison, path: str | Path) -> Path:
     M); a result that failed the parity check is drawn with a red cross; refused and errored
     cases are absent. The dashed line is the copy bandwidth measured in the same run.
     """
-    try:
-        import matplotlib
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise ImportError(NO_MATPLOTLIB) from exc
+    FigureCanvasAgg, Figure = matplotlib_figures()
+    import matplotlib
 
     panels = list(dict.fromkeys((r.op, r.dtype) for r in comparison.results))
     cols = min(len(panels), 3) or 1

@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._plot import NO_MATPLOTLIB
+from ._plot import matplotlib_figures
 
 
 def _cell(res: Mapping[str, Any] | None, per_call: bool) -> str:
@@ -81,11 +81,7 @@ def plot_sweep(path: str | Path, meta: Mapping[str, Any], rows: Sequence[Mapping
 
     Launch-bound rows (M in ``per_call_rows``) are left out: GB/s says nothing about them.
     """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise ImportError(NO_MATPLOTLIB) from exc
+    FigureCanvasAgg, Figure = matplotlib_figures()
     groups = sorted({(r["op"], r["dtype"]) for r in rows})
     fig = Figure(figsize=(4.5 * max(len(groups), 1), 4))
     FigureCanvasAgg(fig)
