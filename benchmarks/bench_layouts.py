@@ -2,12 +2,13 @@
 
 The cases come in families: "dim != -1" (dim 0 of a 2-D tensor, dim 1 of (B, C, H, W)), "strided
 rows" (a transposed view, rows sliced out of wider ones), "few long rows" (vocabulary-sized rows,
-odd N included), "odd N" (rows whose length is not a power of two), "several dims" (logsumexp
-over two dims at once; softmax and log_softmax take one dim, so they are left out there),
-"short rows" (many rows of 64 to 1000: attention scores, a router's experts) and "dtype=float32"
-(rows normalized in fp32 whatever the input's dtype, as attention's ``softmax(scores, -1,
-dtype=torch.float32)``; logsumexp takes no ``dtype=``, so it is left out there). For each
-case, op and dtype these contenders are timed with dispatch's protocol (``dispatch.backend.measure``:
+odd N included), "long rows" (64M elements in rows of 64K-256K), "odd N" (rows whose length is not
+a power of two), "several dims" (logsumexp over two dims at once; softmax and log_softmax take one
+dim, so they are left out there), "short rows" (many rows of 64 to 1000: attention scores, a
+router's experts) and "dtype=float32" (rows normalized in fp32 whatever the input's dtype, as
+attention's ``softmax(scores, -1, dtype=torch.float32)``; logsumexp takes no ``dtype=``, so it is
+left out there). For each case, op and dtype these contenders are timed with dispatch's protocol
+(``dispatch.backend.measure``:
 warm-up, median of repetitions, L2 flushed): torch eager, ``torch.compile`` of the same torch op,
 dispatch's own pick (``dispatch.<op>(x, dim)``; the backend that served it is recorded), and
 dispatch forced to the Triton and to the TileLang backend, with ``dispatch.configure(autotune=True)``
@@ -89,6 +90,10 @@ CASES = {
     "rows_8x128256": Case((8, 128256), -1, "few long rows"),
     "rows_32x151936": Case((32, 151936), -1, "few long rows"),
     "rows_1x262144": Case((1, 262144), -1, "few long rows"),
+    # long rows: the same 64M elements as the sweep's, cut into fewer, longer rows
+    "rows_1024x65536": Case((1024, 65536), -1, "long rows"),
+    "rows_512x131072": Case((512, 131072), -1, "long rows"),
+    "rows_256x262144": Case((256, 262144), -1, "long rows"),
     "rows_4096x1000": Case((4096, 1000), -1, "odd N"),
     "rows_1000x4099": Case((1000, 4099), -1, "odd N"),
     "rows_2048x30001": Case((2048, 30001), -1, "odd N"),
