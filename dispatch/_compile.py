@@ -301,7 +301,7 @@ def register(decl: _opdecl.OpDecl) -> None:
 
 def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
     """What Dynamo traces in place of the op function: the custom op, with the same signature."""
-    from ._opfunc import signature_source
+    from ._opfunc import alias_prelude, signature_source
 
     signature, defaults = signature_source(decl)
     others = [*decl.attribute_names, "backend"]
@@ -320,7 +320,8 @@ def _stand_in(decl: _opdecl.OpDecl, op) -> Any:
     # under torch.autocast, the call torch would make (traced: the casts are nodes of the graph)
     recast, recast_names = _autocast.traced_recast(decl) if decl.autocast else ("", {})
     first = "    _ac_out_dtype = None\n" if decl.autocast_in_kernel else ""
-    source = f"def {decl.name}({signature}):\n{first}{out_check}{recast}    return {call}\n"
+    prelude = alias_prelude(decl)[1:] + "\n" if decl.aliases else ""  # (a call giving an alias: traced too)
+    source = f"def {decl.name}({signature}):\n{prelude}{first}{out_check}{recast}    return {call}\n"
     namespace = {"_op": op, "_encode": _constant_encode(), "_concrete": _concrete, "_with_out": with_out,
                  "_OUT_DTYPE": OUT_DTYPE,
                  **recast_names, **defaults}

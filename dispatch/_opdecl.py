@@ -9,6 +9,7 @@ explain, A/B, the CLI and the conformance kit) is derived from it.
 
 from __future__ import annotations
 
+import enum
 import inspect
 import keyword
 import numbers
@@ -132,6 +133,27 @@ def default_sample(shape: tuple[int, ...], dtype: torch.dtype, device: torch.dev
     return (x,), dict(options)
 
 
+def _alias_pairs(value: Mapping[str, str] | tuple) -> tuple[tuple[str, str], ...]:
+    """``OpDecl.aliases`` as (alias, parameter) pairs."""
+    pairs = tuple(value.items() if isinstance(value, Mapping) else value)
+    if not all(isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(n, str) for n in pair) for pair in pairs):
+        raise TypeError(f"'aliases' must map other keyword names to parameters of 'parse', like "
+                        f"{{'axis': 'dim'}} (got {value!r})")
+    return pairs
+
+
+class _Absent(enum.Enum):
+    """Defaults in an op function's signature that stand for an argument not given: ``REQUIRED``,
+    a required parameter that an alias may stand for; ``UNSET``, an alias (members of an enum, which
+    torch.compile reads as constants)."""
+
+    REQUIRED = "required"
+    UNSET = "unset"
+
+
+REQUIRED, UNSET = _Absent.REQUIRED, _Absent.UNSET
+
+
 def _autocast_pairs(value: Mapping[str, str] | tuple) -> tuple[tuple[str, str], ...]:
     """``OpDecl.autocast`` as sorted (device type, policy) pairs, each checked."""
     pairs = tuple(sorted((value.items() if isinstance(value, Mapping) else value)))
@@ -196,6 +218,11 @@ class OpDecl:
       are cast to float32) or ``"fp32_set_opt_dtype"`` (``dtype=torch.float32`` unless a ``dtype``
       is given). A call made under autocast is then served as that call; a device type without a
       policy takes the call as it is (as torch does for a custom op). See :mod:`dispatch._autocast`.
+    * ``aliases``: other keyword names that torch's function also takes for a parameter (not a
+      tensor's), e.g. numpy's ``{"axis": "dim", "keepdims": "keepdim"}``, which ``torch.softmax`` and
+      ``torch.logsumexp`` accept. A call gives one name or the other; an alias given with its
+      parameter's name is a TypeError, as with a positional argument of a required parameter (a
+      positional argument equal to the parameter's default can't be told from its absence).
     * ``autocast_in_kernel``: under an ``"fp32"`` policy, the first tensor is handed to the kernel
       in its half precision, with the result's dtype (``spec.out_dtype``) float32, rather than as a
       float32 copy: a kernel that reads it and computes in float32 gives the copy's result (the cast
@@ -225,6 +252,7 @@ class OpDecl:
     out: bool = field(default=False, validator=kind_of(bool))
     autocast: tuple[tuple[str, str], ...] = field(default=(), converter=_autocast_pairs)
     autocast_in_kernel: bool = field(default=False, validator=kind_of(bool))
+    aliases: tuple[tuple[str, str], ...] = field(default=(), converter=_alias_pairs)
     doc: str = field(default="", validator=kind_of(str))
 
     @name.validator
@@ -265,6 +293,15 @@ class OpDecl:
         for p in params:
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise ValueError(f"op {self.name!r}: 'parse' must have named parameters only (got {p})")
+        for alias, name in self.aliases:
+            if not alias.isidentifier() or keyword.iskeyword(alias) or alias in (*names, "backend", "out"):
+                raise ValueError(f"op {self.name!r}: alias {alias!r} must be an identifier that is not a Python "
+                                 f"keyword, a parameter of 'parse' ({', '.join(names)}), 'backend' or 'out'")
+            if name not in self.attribute_names:
+                raise ValueError(f"op {self.name!r}: alias {alias!r} must stand for a parameter of 'parse' that is "
+                                 f"not a tensor, one of {', '.join(self.attribute_names)} (got {name!r})")
+        if len({alias for alias, _ in self.aliases}) != len(self.aliases):
+            raise ValueError(f"op {self.name!r}: 'aliases' gives a name twice ({self.aliases})")
 
     @property
     def parameters(self) -> tuple[inspect.Parameter, ...]:
@@ -292,12 +329,34 @@ class OpDecl:
 
     def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The arguments of one call by parameter name, defaults applied (torch's TypeError if they don't bind)."""
+        for alias, name in self.aliases:
+            if alias in kwargs:
+                if name in kwargs:
+                    raise TypeError(f"{self.name}(): got both {name!r} and its alias {alias!r}")
+                kwargs[name] = kwargs.pop(alias)
         try:
             bound = inspect.signature(self.parse).bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}(): {exc}") from None
         bound.apply_defaults()
         return dict(bound.arguments)
+
+    def unalias(self, values: dict[str, Any], given: Mapping[str, Any]) -> tuple:
+        """The parameters' values in order, each alias in ``given`` (``UNSET`` where not given) put
+        under its parameter's name: what an op function called with an alias runs with. ``values``
+        holds ``REQUIRED`` for a required parameter the call left out."""
+        defaults = {p.name: p.default for p in self.parameters}
+        for alias, name in self.aliases:
+            value = given[alias]
+            if value is UNSET:
+                continue
+            if values[name] is not REQUIRED and values[name] is not defaults[name]:
+                raise TypeError(f"{self.name}(): got both {name!r} and its alias {alias!r}")
+            values[name] = value
+        missing = [name for name, value in values.items() if value is REQUIRED]
+        if missing:
+            raise TypeError(f"{self.name}() missing required argument {missing[0]!r}")
+        return tuple(values.values())
 
     def spec(self, values: Mapping[str, Any], grad_enabled: bool | None = None,
              out_dtype: torch.dtype | None = None) -> CallSpec:

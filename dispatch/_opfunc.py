@@ -11,6 +11,9 @@ For an op declared as ``softmax(input, dim=-1, dtype=None)`` this generates::
             return _miss(...)          # resolve the call once; raise torch's errors
         return fn(input)
 
+An op that declares aliases (``OpDecl.aliases``: ``axis`` for ``dim``) takes them as keyword-only
+parameters too; a call giving one has its arguments rebound first (:func:`alias_prelude`).
+
 The key holds each tensor's class, dtype, device, shape and strides (None for an absent optional
 one; the class keeps tensor subclasses, and the fake tensors of tracing, off keys resolved for plain
 tensors; read in C++ by one call where the native key is built, :mod:`dispatch._native`),
@@ -31,7 +34,7 @@ from typing import Any
 import torch
 
 from . import _native
-from ._opdecl import OpDecl
+from ._opdecl import REQUIRED, UNSET, OpDecl
 from ._out import with_out
 from ._settings import current_scope
 
@@ -87,28 +90,59 @@ def key_expression(decl: OpDecl, inline: bool = False, native: bool = False) -> 
     return ", ".join(parts)
 
 
+def _required_aliased(decl: OpDecl) -> list[str]:
+    """The required parameters that take ``REQUIRED`` as their default in the op function: from the
+    first one an alias stands for on (a call may give that one by its alias)."""
+    aliased = {name for _, name in decl.aliases}
+    required = [p.name for p in decl.parameters if p.default is p.empty]
+    first = next((i for i, name in enumerate(required) if name in aliased), len(required))
+    return required[first:]
+
+
 def signature_source(decl: OpDecl) -> tuple[str, dict[str, Any]]:
     """The parameter list of ``dispatch.<op>`` as source (the op's own parameters, then keyword-only
-    ``backend=None`` and, for ops that take it, ``out=None``), with the namespace its defaults need."""
+    ``backend=None``, for ops that take it ``out=None``, and the aliases), with the namespace its
+    defaults need."""
     parts: list[str] = []
     keyword_only = False
+    stand_ins = _required_aliased(decl)
     for p in decl.parameters:
         if p.kind == p.KEYWORD_ONLY and not keyword_only:
             parts.append("*")
             keyword_only = True
-        parts.append(p.name if p.default is p.empty else f"{p.name}=_default_{p.name}")
+        if p.name in stand_ins:
+            parts.append(f"{p.name}=_REQUIRED")
+        else:
+            parts.append(p.name if p.default is p.empty else f"{p.name}=_default_{p.name}")
     parts += ["backend=None"] if keyword_only else ["*", "backend=None"]
     if decl.out:
         parts.append("out=None")
+    parts += [f"{alias}=_UNSET" for alias, _ in decl.aliases]
     defaults = {f"_default_{p.name}": p.default for p in decl.parameters if p.default is not p.empty}
+    if decl.aliases:
+        defaults.update(_REQUIRED=REQUIRED, _UNSET=UNSET, _unalias=decl.unalias)
     return ", ".join(parts), defaults
+
+
+def alias_prelude(decl: OpDecl) -> str:
+    """Source of the first lines of an op function that takes aliases: a call giving one (or
+    leaving out a required parameter an alias may stand for) has its parameters rebound by
+    ``OpDecl.unalias``; any other call reads two or three names more."""
+    if not decl.aliases:
+        return ""
+    names = [p.name for p in decl.parameters]
+    test = " or ".join([f"{alias} is not _UNSET" for alias, _ in decl.aliases]
+                       + [f"{name} is _REQUIRED" for name in _required_aliased(decl)])
+    values = "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}"
+    given = "{" + ", ".join(f"{a!r}: {a}" for a, _ in decl.aliases) + "}"
+    return f"\n    if {test}:\n        {', '.join(names)}, = _unalias({values}, {given})"
 
 
 _TEMPLATE = '''
 def key({params}, backend=None):
     return ({key})
 
-def {name}({signature}):{out_check}
+def {name}({signature}):{prelude}{out_check}
     try:
         fn = _table[({inline_key})]
     except (KeyError, AttributeError, TypeError, RuntimeError):  # RuntimeError: a sparse tensor has no strides
@@ -135,8 +169,8 @@ class OpFunction:
             out_check="" if not decl.out else (
                 f"\n    if out is not None:\n        return _with_out({decl.name!r}, {decl.name}, "
                 "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}, out, backend)"),
-            signature=signature, values="{" + ", ".join(f"{n!r}: {n}" for n in names) + "}",
-            tensors=", ".join(decl.tensor_names))
+            signature=signature, prelude=alias_prelude(decl),
+            values="{" + ", ".join(f"{n!r}: {n}" for n in names) + "}", tensors=", ".join(decl.tensor_names))
         namespace: dict[str, Any] = {
             "_table": table, "_miss": lambda key, backend, values: miss(decl, key, backend, values),
             "_SEQUENCES": _SEQUENCES, "_freeze": freeze, "_grad_enabled": torch.is_grad_enabled,

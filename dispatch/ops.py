@@ -215,21 +215,21 @@ def _row_sample(shape, dtype, device, seed=0, dim=-1, **options):
 _ROWS = (TensorArg("input"),)
 
 SOFTMAX = OpDecl(
-    name="softmax", parse=_parse_softmax, tensors=_ROWS, out=True,
+    name="softmax", parse=_parse_softmax, tensors=_ROWS, out=True, aliases={"axis": "dim"},
     autocast=torch_policy("aten::softmax.int", "fp32_set_opt_dtype"),
     reference=lambda spec: _row_reference(torch.softmax, spec), output=_same_shape, backward=_softmax_backward,
     backward_reads_inputs=False,
     bucket=reduction_bucket, bytes_moved=reduction_bytes, row_size=reduction_row_size, sample=_row_sample,
     doc="``torch.softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOG_SOFTMAX = OpDecl(
-    name="log_softmax", parse=_parse_log_softmax, tensors=_ROWS, out=True,
+    name="log_softmax", parse=_parse_log_softmax, tensors=_ROWS, out=True, aliases={"axis": "dim"},
     autocast=torch_policy("aten::log_softmax.int", "fp32_set_opt_dtype"),
     reference=lambda spec: _row_reference(torch.log_softmax, spec), output=_same_shape,
     backward=_log_softmax_backward, backward_reads_inputs=False, bucket=reduction_bucket, bytes_moved=reduction_bytes,
     row_size=reduction_row_size, sample=_row_sample,
     doc="``torch.log_softmax(input, dim, dtype=dtype)``, served by the best backend for the call.")
 LOGSUMEXP = OpDecl(
-    name="logsumexp", parse=_parse_logsumexp, tensors=_ROWS, out=True,
+    name="logsumexp", parse=_parse_logsumexp, tensors=_ROWS, out=True, aliases={"axis": "dim", "keepdims": "keepdim"},
     autocast=torch_policy("aten::logsumexp", "fp32"),
     reference=_logsumexp_reference,
     output=_reduced_shape, backward=_logsumexp_backward, bucket=reduction_bucket, bytes_moved=reduction_bytes,

@@ -61,6 +61,18 @@ def test_fullgraph_matches_eager_forward_and_backward_with_dynamic_shapes(op):
     assert counter.frame_count == 1  # one compile serves every shape
 
 
+def test_numpys_axis_and_keepdims_compile_in_a_fullgraph_as_in_eager():
+    def f(t):
+        return (dispatch.softmax(t, axis=0) + dispatch.log_softmax(t, axis=0)
+                + dispatch.logsumexp(t, axis=1, keepdims=True) + dispatch.logsumexp(t, 1, keepdims=True))
+
+    explained = torch._dynamo.explain(f)(torch.randn(4, 8))
+    assert explained.graph_break_count == 0
+    x = torch.randn(4, 8)
+    want = torch.softmax(x, 0) + torch.log_softmax(x, 0) + 2 * torch.logsumexp(x, 1, keepdim=True)
+    torch.testing.assert_close(torch.compile(f, backend="aot_eager", fullgraph=True)(x), want)
+
+
 def test_inductor_compiles_a_function_around_the_op():
     compiled = torch.compile(lambda t: dispatch.softmax(t * 3, -1) + 1, fullgraph=True)
     x = torch.randn(6, 10)

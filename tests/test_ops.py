@@ -183,6 +183,84 @@ def test_a_dim_tensor_is_taken_where_torch_takes_it():
     torch.testing.assert_close(dispatch.logsumexp(x, torch.tensor([1])), torch.logsumexp(x, torch.tensor([1])))
 
 
+ALIAS_CALLS = [  # (op, args after the input, kwargs): numpy's names, which torch's functions take too
+    ("softmax", (), {"axis": 0}), ("log_softmax", (), {"axis": 0, "dtype": torch.float32}),
+    ("logsumexp", (), {"axis": 0}), ("logsumexp", (), {"axis": (0, 1)}),
+    ("logsumexp", (), {"axis": 1, "keepdims": True}),
+    ("logsumexp", (0,), {"keepdims": True}), ("logsumexp", (), {"dim": 1, "keepdims": True}),
+    ("logsumexp", (), {"axis": 1, "keepdim": True})]
+
+
+@pytest.mark.parametrize("backend", [None, "torch", "tilelang"])
+@pytest.mark.parametrize("op,args,kwargs", ALIAS_CALLS, ids=lambda v: str(v) if isinstance(v, dict) else None)
+def test_numpys_axis_and_keepdims_are_taken_where_torch_takes_them(op, args, kwargs, backend):
+    x = _x((4, 6))
+    if backend == "tilelang" and not dispatch.backends()["tilelang"].available:
+        pytest.skip("TileLang is not installed")
+    want = getattr(torch, op)(x, *args, **kwargs)
+    torch.testing.assert_close(getattr(dispatch, op)(x, *args, **kwargs, backend=backend), want)
+    # a call is served by its dims as read, not by the names given: a plain call next gets its own result
+    # (softmax's default dim included), and the call again its own
+    torch.testing.assert_close(getattr(dispatch, op)(x, -1, backend=backend), getattr(torch, op)(x, -1))
+    if op != "logsumexp":
+        torch.testing.assert_close(getattr(dispatch, op)(x, backend=backend), getattr(torch, op)(x, -1))
+    torch.testing.assert_close(getattr(dispatch, op)(x, *args, **kwargs, backend=backend), want)
+    out = torch.empty_like(want)
+    assert getattr(dispatch, op)(x, *args, **kwargs, out=out) is out
+    torch.testing.assert_close(out, want)
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, x: m.logsumexp(x, 0, axis=1), lambda m, x: m.logsumexp(x, dim=0, axis=1),
+    lambda m, x: m.logsumexp(x, 0, keepdim=True, keepdims=True), lambda m, x: m.softmax(x, 0, axis=1),
+    lambda m, x: m.log_softmax(x, 0, axis=1), lambda m, x: m.logsumexp(x), lambda m, x: m.logsumexp(x, keepdims=True),
+    lambda m, x: m.softmax(x, axis=5), lambda m, x: m.logsumexp(x, axis=[0, 0]), lambda m, x: m.softmax(x, axis="0")])
+def test_an_alias_given_with_its_parameter_or_a_bad_one_raises_torchs_exception_type(call):
+    x = _x((4, 6))
+    with pytest.raises(Exception) as by_torch:
+        call(torch, x)
+    with pytest.raises(type(by_torch.value)):
+        call(dispatch, x)
+
+
+def test_a_packages_op_declares_aliases_and_every_entry_point_takes_them():
+    from dispatch.backend import OpDecl, TensorArg
+
+    # an alias for a required parameter followed by another required one: both may be given by name
+    decl = OpDecl(name="affine_rows", parse=lambda input, scale, shift, flip=False: {"scale": scale, "shift": shift,
+                                                                                     "flip": flip},
+                  tensors=(TensorArg("input"),), aliases={"factor": "scale", "reverse": "flip"},
+                  reference=lambda spec: lambda input: (input * spec.scale + spec.shift).flip(-1) if spec.flip
+                  else input * spec.scale + spec.shift,
+                  output=lambda spec: (spec.shape, spec.dtype))
+    dispatch.register(op_package(decl), name="affine_rows_ops")
+    try:
+        x = _x((2, 3))
+        torch.testing.assert_close(dispatch.affine_rows(x, factor=2.0, shift=1.0), x * 2 + 1)
+        torch.testing.assert_close(dispatch.affine_rows(x, 3.0, 0.5), x * 3 + 0.5)
+        torch.testing.assert_close(dispatch.affine_rows(x, 2.0, 1.0, reverse=True), (x * 2 + 1).flip(-1))
+        with pytest.raises(TypeError, match=r"affine_rows\(\) missing required argument 'shift'"):
+            dispatch.affine_rows(x, factor=2.0)
+        with pytest.raises(TypeError, match="missing required argument 'scale'"):
+            dispatch.affine_rows(x)
+        with pytest.raises(TypeError, match="got both 'scale' and its alias 'factor'"):
+            dispatch.affine_rows(x, 2.0, 1.0, factor=2.0)
+        assert "affine_rows(2x3 float32" in str(dispatch.explain("affine_rows", x, factor=2.0, shift=1.0))
+    finally:
+        dispatch.unregister("affine_rows_ops")
+
+
+@pytest.mark.parametrize("aliases,said", [
+    ({"x": "input"}, "must stand for a parameter of 'parse' that is not a tensor"),
+    ({"factor": "nothing"}, "must stand for a parameter of 'parse' that is not a tensor"),
+    ({"scale": "scale"}, "must be an identifier that is not a Python keyword, a parameter"),
+    ({"backend": "scale"}, "must be an identifier"), ({"lambda": "scale"}, "must be an identifier"),
+    ({"factor": 1}, "'aliases' must map other keyword names to parameters")])
+def test_aliases_that_could_not_be_called_are_refused_at_the_declaration(aliases, said):
+    with pytest.raises((ValueError, TypeError), match=said):
+        _rowsum(parse=lambda input, scale=1.0: {}, aliases=aliases)
+
+
 @pytest.mark.parametrize("dim", [(True, 0), (True,), (0, True), True, [0, True], (0, 1.0), (1, -1), (0, "1")],
                          ids=str)
 def test_logsumexp_takes_or_refuses_each_dim_form_as_torch_does(dim):
