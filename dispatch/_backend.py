@@ -8,6 +8,7 @@ from typing import Any
 from attrs import frozen
 
 from ._spec import BackendInfo, CallSpec, Verdict
+from .autotune.entries import EntryError, check_tune
 from .autotune.space import EMPTY, Config, Failure, TuneResult, TuneSettings, TuneSpace
 from .errors import BackendFaultError, PluginError
 
@@ -130,6 +131,14 @@ class Backend:
                             settings=settings)
         if result is not None and not isinstance(result, TuneResult):
             raise self._malformed("dispatch_native_tune", result, "a dispatch.autotune.TuneResult or None")
+        if result is not None:
+            try:  # what the cache will store: finite times >= 0
+                check_tune(result.to_json())
+            except EntryError as exc:
+                self._record("dispatch_native_tune", PluginError(
+                    f"backend {self.name!r}: dispatch_native_tune returned a result the cache can't keep: {exc}; "
+                    "dispatch's sweep tuned the space instead"))
+                return None
         if result is not None and result.config not in space.configs:  # (cached, it would be refused as stale)
             # recorded against the hook, and dispatch's own sweep tunes the space instead (a DSL's
             # autotuner keyed more coarsely than the space, say, may hand back another call's winner)

@@ -254,7 +254,8 @@ class Dispatcher(AutocastInKernel, CompiledNodes, Guard):
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # dispatch_kernel or dispatch_backward raised (or exited)
-                fault = _plugins.registry().backends[decision.backend].fault_of(exc)
+                backend = _plugins.registry().backends.get(decision.backend)  # (None: its hook unregistered it)
+                fault = backend.fault_of(exc) if backend is not None else None
                 hook = fault.hook if fault else "dispatch_kernel"
                 self._fault(decision, _backend.raised_in(hook, exc), exc, hook)
                 continue
@@ -268,7 +269,9 @@ class Dispatcher(AutocastInKernel, CompiledNodes, Guard):
         return self.selector(scope, spec).select(spec, forced, scope, self._quarantine.get(qkey))
 
     def _build(self, decision: Decision, key, plain: bool = False) -> Callable[..., torch.Tensor]:
-        backend = _plugins.registry().backends[decision.backend]
+        backend = _plugins.registry().backends.get(decision.backend)
+        if backend is None:  # (one of its own hooks, or another thread, unregistered it since it was chosen)
+            raise PluginError(f"backend {decision.backend!r} was unregistered while the call was being resolved")
         spec = decision.spec
         kernel = backend.kernel(spec.op, spec, decision.config)
         if backend.info.reference:

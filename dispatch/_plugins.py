@@ -300,20 +300,14 @@ _listeners: list[Callable[[], None]] = []
 def registry() -> Registry:
     """The process's registry, loading entry points on first use.
 
-    A plugin that asks for the registry while it is being loaded (from its import or its
-    ``dispatch_backend_info``) gets a :class:`PluginError`, reported as its load failure: the
+    A plugin that asks for the registry (or a refresh) while it is being loaded (from its import
+    or its ``dispatch_backend_info``) gets a :class:`PluginError`, reported as its load failure: the
     loading thread never waits on the lock it holds. Another thread waits for the loading at most
     ``LOAD_WAIT_S`` seconds, then gets a PluginError: the loading may be waiting on it.
     """
     global _registry, _loading_thread
     if _registry is None:
-        if _loading_thread == threading.get_ident():
-            raise PluginError("a plugin asked for the loaded backends or ops while plugins are loading "
-                              "(from its import or dispatch_backend_info); ask in a later hook instead")
-        if not _registry_lock.acquire(timeout=LOAD_WAIT_S):
-            raise PluginError(f"plugins have been loading in another thread for over {LOAD_WAIT_S:g} s; a plugin "
-                              "that, while it is imported, waits on dispatch work done in another thread never "
-                              "finishes loading (`python -m dispatch backends` shows which plugins load)")
+        _lock_registry()
         try:
             if _registry is None:
                 _loading_thread = threading.get_ident()
@@ -328,6 +322,18 @@ def registry() -> Registry:
     return _registry
 
 
+def _lock_registry() -> None:
+    """Take the registry's lock, where the loading thread is not this one (a plugin's import asking
+    for the registry or a refresh: a PluginError), waiting at most ``LOAD_WAIT_S`` seconds."""
+    if _loading_thread == threading.get_ident():
+        raise PluginError("a plugin asked for the loaded backends or ops, or a refresh, while plugins are loading "
+                          "(from its import or dispatch_backend_info); ask in a later hook instead")
+    if not _registry_lock.acquire(timeout=LOAD_WAIT_S):
+        raise PluginError(f"plugins have been loading in another thread for over {LOAD_WAIT_S:g} s; a plugin "
+                          "that, while it is imported, waits on dispatch work done in another thread never "
+                          "finishes loading (`python -m dispatch backends` shows which plugins load)")
+
+
 def on_change(listener: Callable[[], None]) -> None:
     _listeners.append(listener)
 
@@ -340,8 +346,11 @@ def _changed() -> None:
 def refresh() -> Registry:
     """Forget every loaded backend and load entry points again (after a pip install, say)."""
     global _registry
-    with _registry_lock:
+    _lock_registry()
+    try:
         old, _registry = _registry, None
+    finally:
+        _registry_lock.release()
     if old is not None:
         for _plugin, ops in old._op_plugins.values():
             for op in ops:

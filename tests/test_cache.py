@@ -192,8 +192,10 @@ def _rewrite_value(path, value):
     {"backend": "chunked", "timings": {"chunked": "fast"}},
     {"backend": "chunked", "timings": {"chunked": float("nan")}},
     {"backend": "chunked", "spread_us": True},
+    {"backend": "chunked", "spread_us": 10 ** 400},
     "deep",
-], ids=["backend-list", "config-str", "config-nested", "timing-str", "timing-nan", "spread-bool", "deep-nesting"])
+], ids=["backend-list", "config-str", "config-nested", "timing-str", "timing-nan", "spread-bool", "spread-huge-int",
+        "deep-nesting"])
 def test_a_decision_entry_of_the_wrong_shape_is_skipped_once_and_rewritten(value):
     x, cache, files = _race_once()
     path = files["decision:"]
@@ -215,9 +217,10 @@ def test_a_decision_entry_of_the_wrong_shape_is_skipped_once_and_rewritten(value
     {"config": "x", "latency_us": 1.0},
     {"config": {"chunk": 8}, "latency_us": "slow"},
     {"config": {"chunk": 8}, "latency_us": -1.0},
+    {"config": {"chunk": 8}, "latency_us": 10 ** 400},
     {"config": {"chunk": 8}, "latency_us": 1.0, "timings": [{"config": {"chunk": 8}, "median_us": "x"}]},
     {"config": {"chunk": 8}, "latency_us": 1.0, "failures": [{"config": {"chunk": 8}}]},
-], ids=["config-str", "latency-str", "latency-negative", "timing-str", "failure-without-reason"])
+], ids=["config-str", "latency-str", "latency-negative", "latency-huge-int", "timing-str", "failure-without-reason"])
 def test_a_tune_entry_of_the_wrong_shape_is_skipped_with_a_warning_and_retuned(value):
     x, cache, files = _race_once()
     files["decision:"].unlink()
@@ -432,8 +435,8 @@ def test_a_noisy_cached_decision_is_still_used_when_tuning_is_off(fake_timer):
     assert d.cached and d.backend == "chunked" and fake_timer["calls"] == 4
 
 
-@pytest.mark.parametrize("config", [{"chunk": 3}, {"nonsense": 1}, {"chunk": 8, "path": "gone"}],
-                         ids=["value-outside", "unknown-key", "extra-key"])
+@pytest.mark.parametrize("config", [{"chunk": 3}, {"nonsense": 1}, {"chunk": 8, "path": "gone"}, {"chunk": 8.0}],
+                         ids=["value-outside", "unknown-key", "extra-key", "float-for-int"])
 @pytest.mark.parametrize("entry", ["tune", "decision"])
 def test_a_stored_config_outside_the_tune_space_is_not_used(entry, config):
     # a config the backend no longer has (its kernels changed, or the file was edited) is never
@@ -449,7 +452,7 @@ def test_a_stored_config_outside_the_tune_space_is_not_used(entry, config):
         torch.testing.assert_close(dispatch.softmax(x, backend="chunked"), torch.softmax(x, -1))
         torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
     used = dispatch.explain("softmax", x, backend="chunked").decision.config.as_dict()
-    assert used.get("chunk") in (8, 64, 1024) and set(used) == {"chunk"}
+    assert used.get("chunk") in (8, 64, 1024) and type(used["chunk"]) is int and set(used) == {"chunk"}
 
 
 def test_a_cached_winner_that_serves_no_more_is_raced_again_and_the_reason_says_why():

@@ -531,6 +531,44 @@ def test_a_plugin_that_waits_at_import_on_dispatch_work_in_a_thread_is_a_load_fa
     assert "plugins have been loading in another thread for over 1 s" in done.stdout
 
 
+@pytest.mark.parametrize("call", ["dispatch.refresh()", "dispatch.backends()"])
+def test_a_plugin_that_refreshes_or_asks_for_the_backends_at_import_is_a_load_failure_not_a_hang(tmp_path, call):
+    # the loading thread holds the registry lock: the plugin's import must not wait on it
+    (tmp_path / "dispatch_test_refreshes.py").write_text(f"import dispatch\n{call}\n")
+    code = ("import sys, torch, dispatch\n"
+            "from importlib.metadata import EntryPoint\n"
+            "from dispatch import _plugins\n"
+            f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "real = list(_plugins._entry_points())\n"
+            "_plugins._entry_points = lambda: real + [EntryPoint('refreshes', 'dispatch_test_refreshes', "
+            "_plugins.ENTRY_POINT_GROUP)]\n"
+            "torch.testing.assert_close(dispatch.softmax(torch.ones(2, 4), -1), torch.full((2, 4), 0.25))\n"
+            "print([f.error for f in dispatch.load_failures() if f.name == 'refreshes'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "0"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "asked for the loaded backends or ops, or a refresh, while plugins are loading" in done.stdout
+
+
+def test_a_backend_unregistered_by_its_own_hook_mid_call_is_skipped_and_the_call_served():
+    import types
+
+    def check(op, spec):
+        dispatch.unregister("vanishing")
+        return dispatch.Verdict.yes()
+
+    plugin = types.SimpleNamespace(
+        dispatch_backend_info=dispatch.hookimpl(lambda: dispatch.BackendInfo(
+            name="vanishing", version="1", ops=("softmax",), priority={"cpu": 1000})),
+        dispatch_check=dispatch.hookimpl(check),
+        dispatch_kernel=dispatch.hookimpl(lambda op, spec, config: lambda x: torch.softmax(x, -1)))
+    dispatch.register(plugin)
+    x = torch.randn(4, 8)
+    with pytest.warns(dispatch.FaultWarning, match="'vanishing' was unregistered while the call was being resolved"):
+        torch.testing.assert_close(dispatch.softmax(x, -1), torch.softmax(x, -1))
+    assert "vanishing" not in dispatch.backends()
+
+
 def test_unregistering_an_unknown_name_lists_each_registered_name_once():
     with pytest.raises(KeyError, match="no backend or op package named 'nope'") as info:
         dispatch.unregister("nope")

@@ -352,3 +352,41 @@ def test_tune_names_a_backend_that_is_not_loaded_and_an_export_it_cant_write_bef
                  "--export", str(export)]) == 2
     said = capsys.readouterr()
     assert f"error: --export {export}: its folder" in said.err and "tuning 1 calls" not in said.err
+
+
+def test_tables_written_at_once_to_one_file_each_land_whole_and_a_reader_never_sees_a_part(table, tmp_path):
+    # two exports of one file at once (two sweeps, say) each write a temporary file of their own
+    import threading
+
+    from dispatch.autotune.tables import write_table
+
+    file, _ = table
+    device = json.loads(file.read_text())["device"]
+    entries = [(e["key"], e["value"]) for e in json.loads(file.read_text())["entries"]]
+    target = tmp_path / "shared.json"
+    errors, parsed, done = [], [], threading.Event()
+
+    def write(tag):
+        try:
+            for i in range(40):
+                write_table(target, device, entries, command=f"{tag} {i}" + " x" * 4000, created="now")
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    def read():
+        while not done.is_set():
+            if target.exists():
+                parsed.append(json.loads(target.read_text())["command"].split()[0])
+
+    threads = [threading.Thread(target=write, args=(tag,)) for tag in ("a", "b")]
+    reader = threading.Thread(target=read)
+    reader.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reader.join()
+    assert errors == [] and parsed and set(parsed) <= {"a", "b"}
+    assert len(json.loads(target.read_text())["entries"]) == len(entries)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left

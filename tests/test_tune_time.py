@@ -583,7 +583,17 @@ def test_a_tune_space_with_a_value_the_cache_could_not_keep_is_refused_where_it_
     assert TuneSpace(configs=[{"c": 1}, {"c": 2.5, "name": "x", "on": True, "off": None}], default={"c": 1})
 
 
-@pytest.mark.parametrize("fault", ["outside", "writes"])
+NATIVE_FAULTS = {  # what the hook answers -> what the fault it is recorded with says
+    "outside": ({"chunk": 12345}, 1.0, 0.0, "dispatch_native_tune returned config chunk=12345, which is not in the "
+                "tune space it was given (chunk=8, chunk=64, chunk=1024); dispatch's sweep tuned the space instead"),
+    "float-for-int": ({"chunk": 8.0}, 1.0, 0.0, "returned config chunk=8.0, which is not in the tune space"),
+    "infinite": ({"chunk": 8}, float("inf"), 0.0, "returned a result the cache can't keep: 'latency_us' must be a "
+                 "finite number >= 0 (got inf); dispatch's sweep tuned the space instead"),
+    "nan-spread": ({"chunk": 8}, 1.0, float("nan"), "'spread_us' must be a finite number >= 0 (got nan)"),
+}
+
+
+@pytest.mark.parametrize("fault", [*NATIVE_FAULTS, "writes"])
 def test_a_native_tune_hook_answering_outside_its_space_or_writing_its_example_is_named(fault):
     from dispatch.autotune import Config, TuneResult
     from dispatch.tune import tune_call
@@ -595,16 +605,17 @@ def test_a_native_tune_hook_answering_outside_its_space_or_writing_its_example_i
         if fault == "writes":
             example[0].zero_()
             return TuneResult(config=space.default, latency_us=1.0)
-        return TuneResult(config=Config.of(chunk=12345), latency_us=1.0)
+        config, latency, spread, _ = NATIVE_FAULTS[fault]
+        return TuneResult(config=Config.of(config), latency_us=latency, spread_us=spread)
 
     plugin.dispatch_native_tune = dispatch_native_tune
     dispatch.register(plugin)
-    if fault == "outside":  # recorded against the hook; dispatch's sweep tunes the space instead
+    if fault in NATIVE_FAULTS:  # recorded against the hook; dispatch's sweep tunes the space instead
         decision = tune_call("softmax", torch.randn(4, 16), -1, backends="native").decision
         assert decision.backend == "native" and decision.config in (Config.of(chunk=c) for c in (8, 64, 1024))
+        assert type(decision.config["chunk"]) is int
         said = [str(f.error) for f in dispatch.faults() if f.backend == "native"]
-        assert any("dispatch_native_tune returned config chunk=12345, which is not in the tune space it was given "
-                   "(chunk=8, chunk=64, chunk=1024); dispatch's sweep tuned the space instead" in e for e in said), said
+        assert any(NATIVE_FAULTS[fault][3] in e for e in said), said
     else:
         with pytest.raises(dispatch.DispatchError, match="its dispatch_native_tune hook\\) wrote into the example"):
             tune_call("softmax", torch.randn(4, 16), -1, backends="native")

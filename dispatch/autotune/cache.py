@@ -75,6 +75,25 @@ _unwritable: set[Path] = set()
 _unwritable_lock = threading.Lock()
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` by a temporary file of its own in the same folder, then a rename:
+    a reader sees the old file or the new one, never a part, and writers at once don't share a
+    temporary file. The temporary file is never taken for an entry (not ``*.json``), even if a kill
+    leaves it behind; Ctrl-C anywhere here removes it."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class DecisionCache:
     """Entries keyed by a mapping of strings (op, backend, versions, device, dtype, bucket...)."""
 
@@ -194,20 +213,7 @@ class DecisionCache:
         path = self.path_of(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
-            tmp = None
-            try:
-                # the temporary file is never taken for an entry (not *.json), even if a kill
-                # leaves it behind; Ctrl-C anywhere here removes it
-                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
-                with os.fdopen(fd, "w") as f:
-                    f.write(payload)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                if tmp is not None:
-                    Path(tmp).unlink(missing_ok=True)
-                raise
+            write_atomically(path, payload)
         return path
 
     def clear(self) -> int:

@@ -41,7 +41,11 @@ def check_key(key: Any) -> dict[str, str]:
 
 
 def _number(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    try:  # (an int too large for a float: OverflowError)
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+    except OverflowError:
+        ok = False
+    if not ok:
         raise EntryError(f"'{where}' must be a finite number >= 0 (got {_short(value)})")
     return float(value)
 

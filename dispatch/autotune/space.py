@@ -27,11 +27,27 @@ def _as_items(value: Any) -> tuple[tuple[str, Any], ...]:
     raise TypeError(f"'config' must be a mapping of names to values (got {value!r})")
 
 
-@frozen
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type: ``4.0``, ``True`` and ``4`` are equal in Python, but a kernel built
+    with ``block_m=4.0`` or ``True`` is not the one built with ``4``."""
+    return type(a) is type(b) and a == b
+
+
+@frozen(eq=False)
 class Config:
-    """One point of a tune space: parameter names to plain values. Hashable, ordered by name."""
+    """One point of a tune space: parameter names to plain values. Hashable, ordered by name; two
+    configs are equal where each value is equal and of the same type (``4`` is not ``4.0``)."""
 
     items: tuple[tuple[str, Any], ...] = field(converter=_as_items)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Config):
+            return NotImplemented
+        return len(self.items) == len(other.items) and all(
+            k == j and _same(v, w) for (k, v), (j, w) in zip(self.items, other.items))
+
+    def __hash__(self) -> int:
+        return hash(tuple((k, type(v).__name__, v) for k, v in self.items))
 
     @classmethod
     def of(cls, values: Mapping[str, Any] | Config | None = None, **kwargs: Any) -> Config:
@@ -196,4 +212,4 @@ def config_fits(config: Config, space: TuneSpace | None) -> bool:
     wanted = config.as_dict()
     if space is None:
         return not wanted
-    return any(all(k in c.as_dict() and c.as_dict()[k] == v for k, v in wanted.items()) for c in space.configs)
+    return any(all(k in c.as_dict() and _same(c.as_dict()[k], v) for k, v in wanted.items()) for c in space.configs)

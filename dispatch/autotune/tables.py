@@ -27,7 +27,7 @@ from typing import Any
 
 from attrs import frozen
 
-from .cache import SCHEMA, CacheWarning
+from .cache import SCHEMA, CacheWarning, write_atomically
 from .entries import EntryError, check_entry
 
 ENV_TABLES_DIR = "DISPATCH_TABLES_DIR"
@@ -201,7 +201,5 @@ def write_table(file: Path | str, device: str, entries: list[tuple[dict[str, str
                          f"try {str(target / (device_slug(device) + '.json'))!r})")
     payload = {"format": FORMAT, "schema": SCHEMA, "device": device, "command": command, "created": created,
                "entries": [{"key": k, "value": v} for k, v in sorted(checked, key=lambda e: match_key(e[0]))]}
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(payload, sort_keys=True, indent=1) + "\n")
-    os.replace(tmp, target)
+    write_atomically(target, json.dumps(payload, sort_keys=True, indent=1) + "\n")
     return len(checked)
