@@ -35,7 +35,8 @@ def _dims(op: str, input, dim, dtype, keepdim) -> tuple[int, ...]:
         rank = max(ndim, 1)
         if op == "logsumexp" and isinstance(dim, (list, tuple)):
             raw = tuple(dim)
-        elif op != "logsumexp" and isinstance(dim, torch.Tensor) and dim.dim():  # (torch: an int, a 0-d tensor)
+        elif op != "logsumexp" and (isinstance(dim, torch.Tensor) and (dim.dim() or dim.dtype == torch.bool)
+                                    or type(dim).__name__ == "ndarray"):  # (torch: an int, a 0-d int tensor)
             raise TypeError
         else:
             raw = (_index(dim),)

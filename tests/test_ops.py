@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -180,6 +181,14 @@ def test_a_dim_tensor_is_taken_where_torch_takes_it():
         with pytest.raises(TypeError) as ours:
             getattr(dispatch, op)(x, torch.tensor([1]))
         assert str(ours.value) == str(by_torch.value)
+        for dim in (torch.tensor(True), np.array(1), np.int64(1), torch.tensor(1.0)):  # refused or taken, as by torch
+            try:
+                want = getattr(torch, op)(x, dim)
+            except TypeError:
+                with pytest.raises(TypeError):
+                    getattr(dispatch, op)(x, dim)
+            else:
+                torch.testing.assert_close(getattr(dispatch, op)(x, dim), want)
     torch.testing.assert_close(dispatch.logsumexp(x, torch.tensor([1])), torch.logsumexp(x, torch.tensor([1])))
 
 
