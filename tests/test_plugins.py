@@ -508,46 +508,41 @@ def test_a_backend_named_like_a_registered_op_package_is_refused_with_the_reason
         dispatch.register(chunked_backend.make("rowsum_ops"), name="rowsum_ops")
 
 
-def test_a_plugin_that_waits_at_import_on_dispatch_work_in_a_thread_is_a_load_failure_not_a_hang(tmp_path):
-    # the loading thread holds the registry lock while the plugin's import waits on its helper
-    # thread, which waits for the registry: that thread gives up after LOAD_WAIT_S
-    (tmp_path / "dispatch_test_warms.py").write_text(
-        "import concurrent.futures, torch, dispatch\n"
-        "with concurrent.futures.ThreadPoolExecutor(1) as pool:\n"
-        "    pool.submit(dispatch.softmax, torch.randn(2, 3), -1).result()\n")
+def _load_with_an_entry_point(tmp_path, name: str, source: str, before: str = "") -> str:
+    """What a fresh process prints of plugin ``name``'s load failures, where an installed entry point
+    named ``name`` is a module of ``source``, and its first call (run after ``before``) is right."""
+    (tmp_path / f"dispatch_test_{name}.py").write_text(source)
     code = ("import sys, torch, dispatch\n"
             "from importlib.metadata import EntryPoint\n"
             "from dispatch import _plugins\n"
             f"sys.path.insert(0, {str(tmp_path)!r})\n"
             "real = list(_plugins._entry_points())\n"
-            "_plugins._entry_points = lambda: real + [EntryPoint('warms', 'dispatch_test_warms', "
+            f"_plugins._entry_points = lambda: real + [EntryPoint({name!r}, 'dispatch_test_{name}', "
             "_plugins.ENTRY_POINT_GROUP)]\n"
-            "_plugins.LOAD_WAIT_S = 1.0\n"
+            f"{before}"
             "torch.testing.assert_close(dispatch.softmax(torch.ones(2, 4), -1), torch.full((2, 4), 0.25))\n"
-            "print([f.error for f in dispatch.load_failures() if f.name == 'warms'])\n")
+            f"print([f.error for f in dispatch.load_failures() if f.name == {name!r}])\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "0"})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "plugins have been loading in another thread for over 1 s" in done.stdout
+    return done.stdout
+
+
+def test_a_plugin_that_waits_at_import_on_dispatch_work_in_a_thread_is_a_load_failure_not_a_hang(tmp_path):
+    # the loading thread holds the registry lock while the plugin's import waits on its helper
+    # thread, which waits for the registry: that thread gives up after LOAD_WAIT_S
+    said = _load_with_an_entry_point(tmp_path, "warms", "import concurrent.futures, torch, dispatch\n"
+                                     "with concurrent.futures.ThreadPoolExecutor(1) as pool:\n"
+                                     "    pool.submit(dispatch.softmax, torch.randn(2, 3), -1).result()\n",
+                                     before="_plugins.LOAD_WAIT_S = 1.0\n")
+    assert "plugins have been loading in another thread for over 1 s" in said
 
 
 @pytest.mark.parametrize("call", ["dispatch.refresh()", "dispatch.backends()"])
 def test_a_plugin_that_refreshes_or_asks_for_the_backends_at_import_is_a_load_failure_not_a_hang(tmp_path, call):
     # the loading thread holds the registry lock: the plugin's import must not wait on it
-    (tmp_path / "dispatch_test_refreshes.py").write_text(f"import dispatch\n{call}\n")
-    code = ("import sys, torch, dispatch\n"
-            "from importlib.metadata import EntryPoint\n"
-            "from dispatch import _plugins\n"
-            f"sys.path.insert(0, {str(tmp_path)!r})\n"
-            "real = list(_plugins._entry_points())\n"
-            "_plugins._entry_points = lambda: real + [EntryPoint('refreshes', 'dispatch_test_refreshes', "
-            "_plugins.ENTRY_POINT_GROUP)]\n"
-            "torch.testing.assert_close(dispatch.softmax(torch.ones(2, 4), -1), torch.full((2, 4), 0.25))\n"
-            "print([f.error for f in dispatch.load_failures() if f.name == 'refreshes'])\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "DISPATCH_DISABLE_PLUGIN_AUTOLOAD": "0"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "asked for the loaded backends or ops, or a refresh, while plugins are loading" in done.stdout
+    said = _load_with_an_entry_point(tmp_path, "refreshes", f"import dispatch\n{call}\n")
+    assert "asked for the loaded backends or ops, or a refresh, while plugins are loading" in said
 
 
 def test_a_backend_unregistered_by_its_own_hook_mid_call_is_skipped_and_the_call_served():
