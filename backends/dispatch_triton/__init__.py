@@ -12,6 +12,7 @@ in :mod:`dispatch_triton.launch`; reductions over a dim that is not unit-stride 
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import torch
@@ -292,8 +293,10 @@ def dispatch_native_tune(op: str, spec: CallSpec, space: TuneSpace, example: tup
     run_autotuned(op, x2, spec.out_dtype, do_bench=bench)
     tuner = autotuned(op, bench)
     best = Config.of(config_from_triton(tuner.best_config))
-    timings = tuple(Timing(Config.of(config_from_triton(c)), float(t[0] if isinstance(t, (list, tuple)) else t)
-                           * 1e3) for c, t in (getattr(tuner, "configs_timings", None) or {}).items())
+    timed = {c: float(t[0] if isinstance(t, (list, tuple)) else t) * 1e3
+             for c, t in (getattr(tuner, "configs_timings", None) or {}).items()}
+    # (Triton times a config that failed to run as inf: a failure, not a time)
+    timings = tuple(Timing(Config.of(config_from_triton(c)), us) for c, us in timed.items() if math.isfinite(us))
     kernel = dispatch_kernel(op, spec, best)
     measured = measure(lambda: kernel(x), spec.device, settings, best)  # the winner, timed by the protocol
     return TuneResult(config=best, latency_us=measured.median_us, spread_us=measured.spread_us,
