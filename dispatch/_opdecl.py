@@ -327,15 +327,21 @@ class OpDecl:
         tensors = set(self.tensor_names)
         return tuple(p.name for p in self.parameters if p.name not in tensors)
 
-    def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The arguments of one call by parameter name, defaults applied (torch's TypeError if they don't bind)."""
+    def canonical(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with each alias (``aliases``) under its parameter's name; a TypeError where
+        both are given."""
+        kwargs = dict(kwargs)
         for alias, name in self.aliases:
             if alias in kwargs:
                 if name in kwargs:
                     raise TypeError(f"{self.name}(): got both {name!r} and its alias {alias!r}")
                 kwargs[name] = kwargs.pop(alias)
+        return kwargs
+
+    def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The arguments of one call by parameter name, defaults applied (torch's TypeError if they don't bind)."""
         try:
-            bound = inspect.signature(self.parse).bind(*args, **kwargs)
+            bound = inspect.signature(self.parse).bind(*args, **self.canonical(kwargs))
         except TypeError as exc:
             raise TypeError(f"{self.name}(): {exc}") from None
         bound.apply_defaults()

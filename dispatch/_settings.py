@@ -119,7 +119,7 @@ def env_flag(text: str | None, name: str) -> bool | None:
         return True
     if low in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{name} must be 0/1/true/false (got {text!r})")
+    raise ValueError(f"{name} must be 0/1/true/false/yes/no/on/off (got {text!r})")
 
 
 def _group_or_flag(instance, attribute, value) -> None:

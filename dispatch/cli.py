@@ -118,8 +118,11 @@ def _call(args: argparse.Namespace) -> tuple[tuple, dict]:
     if unknown:
         raise ValueError(f"--arg {unknown[0]}: {args.op} takes no such argument; it takes "
                          f"{', '.join(sorted(sample_options(decl))) or 'none'}")
+    given = options
+    options = decl.canonical(given)  # (``--arg axis=0``: dim)
     if args.dim is not None and "dim" in options:
-        raise ValueError(f"--dim {args.dim} and --arg dim={options['dim']!r} both give the dim: give one")
+        named = next(k for k in given if k == "dim" or dict(decl.aliases).get(k) == "dim")
+        raise ValueError(f"--dim {args.dim} and --arg {named}={options['dim']!r} both give the dim: give one")
     if "dim" in decl.attribute_names:
         options.setdefault("dim", -1 if args.dim is None else args.dim)
     elif args.dim is not None:

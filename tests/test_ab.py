@@ -502,6 +502,25 @@ def test_a_comparison_of_no_op_or_of_two_dims_is_an_error_and_options_dim_is_the
         assert "--dim 1 and --arg dim=0 both give the dim: give one" in capsys.readouterr().err
 
 
+def test_numpys_axis_and_keepdims_are_options_and_arguments_of_the_command_line(capsys, tmp_path):
+    run = compare("logsumexp", shapes=["4x8"], backends="torch", warmup=1, rep=1, device="cpu",
+                  options={"axis": 0, "keepdims": True})
+    (row,) = run.rows()
+    assert row["dim"] == 0 and row["rows"] == 8 and row["status"] == "pass", row
+    with pytest.raises(ValueError, match="options: 'dim' and its alias 'axis' are both given; give one"):
+        compare("softmax", shapes=["4x8"], backends="torch", warmup=1, rep=1, device="cpu",
+                options={"axis": 0, "dim": 1})
+    out = tmp_path / "ab.json"
+    assert main(["ab", "softmax", "--shape", "4x8", "--arg", "axis=0", "--backends", "torch", "--warmup", "1",
+                 "--rep", "1", "--device", "cpu", "-q", "--json", str(out)]) == 0
+    assert [r["dim"] for r in json.loads(out.read_text())["results"]] == [0]
+    assert main(["explain", "logsumexp", "--shape", "4x8", "--arg", "axis=1", "--arg", "keepdims=True",
+                 "--device", "cpu"]) == 0
+    assert "logsumexp(4x8 float32, dims=[1], keepdim=True, cpu)" in capsys.readouterr().out
+    assert main(["explain", "softmax", "--shape", "4x8", "--dim", "1", "--arg", "axis=0", "--device", "cpu"]) == 2
+    assert "--dim 1 and --arg axis=0 both give the dim: give one" in capsys.readouterr().err
+
+
 def test_several_dims_on_the_command_line_reach_logsumexp_and_a_bad_list_is_refused(capsys, tmp_path):
     out = tmp_path / "ab.json"
     assert main(["ab", "logsumexp", "--shape", "4x6x8", "--dim", "0,2", "--backends", "torch", "--warmup", "1",

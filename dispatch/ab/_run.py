@@ -90,6 +90,11 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     if unknown:
         raise ValueError(f"options: {unknown[0]!r} is an argument of none of {', '.join(op_names)}; "
                          f"they take {', '.join(sorted(taken)) or 'none'}")
+    aliases = {alias: name for op in op_names for alias, name in _opdecl.get(op).aliases}
+    both = [k for k in options or {} if aliases.get(k) in (options or {})]
+    if both:
+        raise ValueError(f"options: {aliases[both[0]]!r} and its alias {both[0]!r} are both given; give one")
+    options = {aliases.get(k, k): v for k, v in (options or {}).items()}  # (``axis``: dim)
     if dim != -1 and "dim" not in taken:
         raise ValueError(f"'dim' is an argument of none of {', '.join(op_names)} (got dim={dim}); leave it -1")
     if options and "dim" in options and dim != -1 and options["dim"] != dim:
@@ -171,7 +176,7 @@ def make_call(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch
     ``options`` are the op's arguments (softmax's own ``dtype=`` among them) and the factory's."""
     decl = _opdecl.get(op)
     names = sample_options(decl)
-    wanted = {k: v for k, v in options.items() if k in names}
+    wanted = {k: v for k, v in decl.canonical(options).items() if k in names}
     # an op argument named like one of the factory's own parameters (softmax's ``dtype=``, the
     # output's dtype) goes to the call's keywords: the factory's ``dtype`` is the input's
     own = {k: wanted.pop(k) for k in list(wanted) if k in _FACTORY_PARAMS}
@@ -180,12 +185,13 @@ def make_call(op: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch
 
 
 def sample_options(decl: _opdecl.OpDecl) -> set[str]:
-    """The options a case of ``decl`` takes: the op's attributes and its sample factory's own keywords."""
+    """The options a case of ``decl`` takes: the op's attributes (and their aliases) and its sample
+    factory's own keywords."""
     import inspect
 
     own = {p.name for p in inspect.signature(decl.sample).parameters.values()
            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - _FACTORY_PARAMS
-    return set(decl.attribute_names) | own
+    return set(decl.attribute_names) | {alias for alias, _ in decl.aliases} | own
 
 
 class _Case:
