@@ -352,13 +352,8 @@ class OpDecl:
         under its parameter's name: what an op function called with an alias runs with. ``values``
         holds ``REQUIRED`` for a required parameter the call left out."""
         defaults = {p.name: p.default for p in self.parameters}
-        for alias, name in self.aliases:
-            value = given[alias]
-            if value is UNSET:
-                continue
-            if values[name] is not REQUIRED and values[name] is not defaults[name]:
-                raise TypeError(f"{self.name}(): got both {name!r} and its alias {alias!r}")
-            values[name] = value
+        explicit = {n: v for n, v in values.items() if v is not REQUIRED and v is not defaults[n]}
+        values.update(self.canonical({**explicit, **{a: v for a, v in given.items() if v is not UNSET}}))
         missing = [name for name, value in values.items() if value is REQUIRED]
         if missing:
             raise TypeError(f"{self.name}() missing required argument {missing[0]!r}")
