@@ -68,6 +68,8 @@ def _concrete(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         items = [_concrete(e) for e in v]
         return items if isinstance(v, list) else tuple(items)
+    if type(v).__module__ == "numpy" and getattr(v, "ndim", None) == 0:  # a NumPy scalar (torch takes one as a dim)
+        return _concrete(v.tolist())  # (what Dynamo folds: int() and operator.index() of one it does not)
     if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):  # Dynamo sees a symbolic int as an int
         return operator.index(v)  # Dynamo specializes here (int() would leave it symbolic)
     if isinstance(v, float):  # Dynamo sees a symbolic float as a float (a float argument, eps, on its second value)

@@ -53,12 +53,15 @@ class CompiledNodes:
             self._backwards[key] = found
         return found
 
-    def compiled_backward_decision(self, spec: CallSpec, forced: str | None) -> Decision:
+    def compiled_backward_decision(self, spec: CallSpec, forced: str | None, joins: bool = True) -> Decision:
         """The decision whose backward a compiled graph's backward node runs for a training call of
-        ``spec`` (:meth:`backward_kernel`): by device time, from the cards, nothing tuned."""
+        ``spec`` (:meth:`backward_kernel`): by device time, from the cards, nothing tuned. Without
+        ``joins``, under torch.distributed, the group's answer if it was agreed, else this rank's
+        own (no exchange that the other ranks would have to join: what ``explain`` asks)."""
         scope = _settings.current_scope()
         settings = attrs.evolve(_settings.effective(scope), autotune=False, timing="device")
         selector = Selector(_plugins.registry(), default_cache(), settings)
+        selector.joins = joins
         return selector.select(spec, forced, scope, self._quarantine.get(_bucket_key(spec)))
 
     def node_backward(self, key: tuple, backward: tuple[Decision, Callable] | None = None

@@ -149,6 +149,7 @@ class Selector(Tuner):
         super().__init__(registry, cache, settings, progress, report)
         self.tables = shipped_tables() if tables == "shipped" else tables  # None: no shipped decisions
         self.pruned: dict[str, tuple] = {}  # per backend: the configs its tune space dropped, and why
+        self.joins = True  # under torch.distributed: whether a decision the group has not made yet is agreed now
 
     # -- verdicts --------------------------------------------------------------------------------
 

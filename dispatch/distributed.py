@@ -46,6 +46,7 @@ from ._settings import Scope, Settings, current_scope
 from ._spec import CallSpec
 from .autotune.space import EMPTY, Config, Timing
 from .autotune.sweep import pick_backend
+from .errors import FaultWarning
 
 __all__ = ["AgreementWarning", "Group", "current_group"]
 
@@ -84,7 +85,13 @@ def current_group(distributed: object = True) -> Group | None:
     if not dist.is_available() or not dist.is_initialized():
         return None
     group = None if distributed is True else distributed
-    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    try:
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+    except (ValueError, RuntimeError) as exc:  # a group destroyed since configure(distributed=group)
+        warnings.warn(f"the group set by configure(distributed=...) can't be used ({exc}); this rank decides "
+                      "alone (configure(distributed=True) agrees through the default group)", AgreementWarning,
+                      stacklevel=4)
+        return None
     if rank < 0 or size <= 1:
         return None
     if group is None:
@@ -97,11 +104,17 @@ def current_group(distributed: object = True) -> Group | None:
 
 def agreed_decision(selector: Selector, spec: CallSpec, servers: Sequence[Backend],
                     candidates: Sequence[Candidate], bucket: str, dkey: Mapping[str, str]) -> Decision | None:
-    """The group's decision for ``spec``, or None where no group agrees (the caller decides alone)."""
+    """The group's decision for ``spec``, or None where no group agrees (the caller decides alone).
+    A selector that does not join (``Selector.joins``) reads an answer the group wrote and starts
+    no exchange: None where there is none yet."""
     group = current_group(selector.settings.distributed)
     if group is None:
         return None
-    return _Agreement(selector, group, spec, list(servers), list(candidates), bucket, dict(dkey)).run()
+    agreement = _Agreement(selector, group, spec, list(servers), list(candidates), bucket, dict(dkey))
+    if not selector.joins:  # (a look on one rank: the group's answer where written, else none)
+        final = agreement._written()
+        return None if final is None else agreement._apply(final)
+    return agreement.run()
 
 
 def topic(spec: CallSpec, settings: Settings, scope: Scope | None = None) -> str:
@@ -216,13 +229,23 @@ class _Agreement:
                 continue
             served.append({"name": backend.name, "version": backend.info.version,
                            "priority": backend.info.rank(self.spec.device.type), "config": config.as_dict()})
-        names = {s["name"] for s in served}
-        cached = self.selector.cache.get(self.dkey)
-        if not (isinstance(cached, dict) and cached.get("backend") in names):
-            cached = None
+        cached = self._cached_decision({s["name"] for s in served})
         settings = self.selector.settings
         return {"servers": served, "cached": cached, "tune": bool(settings.autotune),
                 "measured": settings.policy == "measured"}
+
+    def _cached_decision(self, names: set[str]) -> dict | None:
+        """This rank's cached decision for the key, where it names a backend this rank serves with a
+        config of that backend's tune space now (else none: :meth:`Selector.usable` warns, as alone)."""
+        cached = self.selector.cache.get(self.dkey)
+        if not (isinstance(cached, dict) and cached.get("backend") in names):
+            return None
+        backend = next(b for b in self.servers if b.name == cached["backend"])
+        try:
+            config = Config.of(cached.get("config") or {})
+        except (TypeError, ValueError):
+            return None
+        return cached if self.selector.usable(backend, self.spec, config, "cached decision") else None
 
     def _local_config(self, backend: Backend) -> Config:
         """The config this rank has for ``backend`` without tuning: its cached tune, or the default."""
@@ -235,7 +258,10 @@ class _Agreement:
     def _race(self, common: list[str]) -> dict[str, Any]:
         """This rank's tuned latency and config for each backend in ``common`` (or why it failed);
         for a call that fits in L2, the latencies of the backends timed in turns, as a local race
-        decides on them (:meth:`Selector.timed_in_turns`)."""
+        decides on them (:meth:`Selector.timed_in_turns`). Tuned afresh: a cached tune result
+        may be another rank's (ranks of one host share a cache directory unless told otherwise,
+        and one key names the same GPU model on every rank), and the group is paced by this
+        rank's own latencies."""
         writer = self._may_write()
         tuner = self.selector if writer else Selector(self.selector.registry, _ReadOnly(self.selector.cache),
                                                       self.selector.settings, self.selector.progress)
@@ -243,13 +269,16 @@ class _Agreement:
         out: dict[str, Any] = {}
         results = {}
         with tuner.shared_inputs(self.spec):
-            _, compiled = tuner.compile_for_race(self.spec, [by_name[name] for name in common])
+            _, compiled = tuner.compile_for_race(self.spec, [by_name[name] for name in common], fresh=True)
             for name in common:
                 try:
-                    results[name] = tuner.tune(by_name[name], self.spec, compiled=compiled.get(name))
+                    results[name] = tuner.tune(by_name[name], self.spec, fresh=True, compiled=compiled.get(name))
                     out[name] = {"latency_us": results[name].latency_us, "config": results[name].config.as_dict()}
                 except Exception as exc:  # this rank's backend faulted: it can't win for the group
                     out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+                    warnings.warn(f"backend {name!r} could not be tuned on rank {self.group.rank} for "
+                                  f"{self.spec.describe()} ({out[name]['error']}); it is left out of the "
+                                  f"{self.group.describe()} race", FaultWarning, stacklevel=5)
             finals = tuner.timed_in_turns(self.spec, [by_name[name] for name in common], results)  # as a local race
         for name, timing in (finals or {}).items():
             out[name]["latency_us"] = timing.median_us
@@ -309,6 +338,9 @@ class _Agreement:
             return {"kind": "static", "backend": others[0], "config": self._config_from_lowest(posted, others[0]),
                     "why": f"{', '.join(common)} could not be tuned on every rank ({failed}); {others[0]}: the "
                            "first in the static order of the other backends every rank serves"}
+        failed = {n: "; ".join(f"rank {r}: {latencies[r][n]['error']}" for r in sorted(latencies)
+                               if "error" in latencies[r].get(n, {}))
+                  for n in common if n not in slowest}
         timings = [Timing(Config.of(name=n), v) for n, v in slowest.items()]
         reference = next((b.name for b in self.servers if b.info.reference), None)
         winner = pick_backend(timings, reference, on_device=races_on_device(self.spec, self.selector.settings.timing)
@@ -319,8 +351,11 @@ class _Agreement:
         if len(common) == 1:
             return {"kind": "tuned", "backend": winner, "config": config,
                     "why": f"first in the static order of the backends every rank serves; config tuned on rank {lowest}"}
+        left_out = "".join(f"; {n} left out, not tuned on every rank ({why})" for n, why in failed.items())
         return {"kind": "raced", "backend": winner, "config": config, "timings": slowest,
-                "why": f"fastest by its slowest rank when every rank raced: {spread}; config tuned on rank {lowest}"}
+                "notes": {n: f"not tuned on every rank: {why}" for n, why in failed.items()},
+                "why": f"fastest by its slowest rank when every rank raced: {spread}; config tuned on rank {lowest}"
+                       + left_out}
 
     def _fallback(self, posted: Mapping[int, dict], missing: Sequence[int]) -> dict:
         common = self._common(posted)
@@ -355,7 +390,9 @@ class _Agreement:
                 return None
         config = Config.of(final.get("config") or {})
         timings = final.get("timings") or {}
-        candidates = [Candidate(c.name, c.verdict, timings.get(c.name)) for c in self.candidates]
+        notes = final.get("notes") if isinstance(final.get("notes"), dict) else {}
+        candidates = [Candidate(c.name, c.verdict, timings.get(c.name), note=str(notes.get(c.name, "")))
+                      for c in self.candidates]
         reason = final.get("why", "")
         if kind in ("cached", "raced") and self._may_write():
             value = {"backend": backend.name, "config": config.as_dict(), "reason": final.get("reason", reason),

@@ -8,6 +8,7 @@ from . import _autocast, _opdecl, _plugins, _settings
 from ._autograd import own_backward
 from ._dispatcher import DISPATCHER, check_backend_arg
 from ._select import Decision
+from .distributed import current_group
 
 
 @frozen
@@ -105,11 +106,13 @@ def _compiled_backward(spec, backend: str | None) -> str | None:
     for a call autograd does not record."""
     if not spec.requires_grad:
         return None
-    try:
-        decision = DISPATCHER.compiled_backward_decision(spec, backend)
+    try:  # (under torch.distributed, what the group agreed; explain on one rank must not start an agreement)
+        decision = DISPATCHER.compiled_backward_decision(spec, backend, joins=False)
     except Exception as exc:  # noqa: BLE001 - said as the node would meet it
         return f"none: {type(exc).__name__}: {exc}"
     said = _backward(decision)
+    if not (decision.agreed or decision.forced) and current_group(_settings.effective().distributed) is not None:
+        said += " (this rank's own choice: its group agrees on it at a compiled step's first backward)"
     if _opdecl.get(spec.op).saved is not None and not _plugins.registry().backends[decision.backend].info.reference:
         try:
             _decision, backward = DISPATCHER.backward_kernel(spec, backend)  # (the node's own, kept)

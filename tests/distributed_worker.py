@@ -29,12 +29,14 @@ import chunked_backend
 # ms each backend sleeps per call, by rank: alone, ranks 0-1 prefer beta and ranks 2-3 alpha;
 # by the slowest rank, alpha takes 3 ms and beta 1 ms, so the group must pick beta.
 DELAY_MS = {"alpha": (3.0, 3.0, 0.0, 0.0), "beta": (0.0, 0.0, 1.0, 1.0)}
+# scenario "borrowed": rank 1 is slow on beta, rank 0 on neither: the group must pick alpha
+DELAY_MS_BORROWED = {"alpha": (1.0, 1.0), "beta": (0.0, 3.0)}
 
 
-def sleepy(name: str, rank: int, priority: int):
+def sleepy(name: str, rank: int, priority: int, delays: dict = DELAY_MS):
     plugin = chunked_backend.make(name, priority=priority)
     inner = plugin.dispatch_kernel
-    delay = DELAY_MS[name][rank % 4] / 1000
+    delay = delays[name][rank % len(delays[name])] / 1000
 
     @dispatch.hookimpl
     def dispatch_kernel(op, spec, config):
@@ -60,7 +62,8 @@ def choose(x: torch.Tensor, record: dict, label: str) -> None:
     record[label] = {"backend": d.backend, "config": d.config.as_dict(), "agreed": d.agreed,
                      "cached": d.cached, "seconds": time.monotonic() - start, "report": str(explanation),
                      "warnings": [str(w.message) for w in seen if "agreed" in str(w.message)
-                                  or "answer" in str(w.message)]}
+                                  or "answer" in str(w.message)],
+                     "all_warnings": [f"{w.category.__name__}: {w.message}" for w in seen]}
 
 
 def main() -> None:
@@ -70,8 +73,9 @@ def main() -> None:
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"file://{store_file}",
                             rank=rank, world_size=world)
-    dispatch.register(sleepy("alpha", rank, priority=60))
-    beta = sleepy("beta", rank, priority=40)
+    delays = DELAY_MS_BORROWED if scenario == "borrowed" else DELAY_MS
+    dispatch.register(sleepy("alpha", rank, priority=60, delays=delays))
+    beta = sleepy("beta", rank, priority=40, delays=delays)
     if not (scenario == "uneven" and rank == world - 1):  # the last rank has no beta there
         dispatch.register(beta)
     if scenario == "uneven":  # gamma would be fastest, but its kernel raises on rank 2
@@ -104,6 +108,9 @@ def main() -> None:
         pair = dist.new_group([0, 1])  # every rank calls new_group; ranks 2 and 3 get a non-member
         dispatch.configure(distributed=pair)
         choose(torch.randn(8, 32, device=device), record, "pair")
+        if rank in (0, 1):  # the group set by configure(distributed=...) destroyed: its ranks decide alone
+            dist.destroy_process_group(pair)
+            choose(torch.randn(8, 16, device=device), record, "destroyed")
     elif scenario == "uneven":  # counts cache writes too (the test shares one cache directory)
         from dispatch.autotune.cache import DecisionCache
 
@@ -112,6 +119,34 @@ def main() -> None:
         DecisionCache.put = lambda self, key, value: (writes.append(key), put(self, key, value))[1]
         choose(x, record, "agreed")
         record["writes"] = len(writes)
+    elif scenario == "borrowed":  # one cache directory for both ranks, which rank 0 has tuned alone
+        if rank == 0:
+            from dispatch import _plugins, _settings
+            from dispatch._select import Selector
+
+            alone = Selector(_plugins.registry(), default_cache(), _settings.effective())
+            spec = dispatch.backend.spec_of("softmax", x, -1)
+            for name in ("alpha", "beta"):
+                alone.tune(_plugins.registry().backends[name], spec)
+        dist.barrier()
+        choose(x, record, "agreed")
+    elif scenario == "stale":  # rank 1 holds a decision whose config is not in alpha's tune space
+        if rank == 1:
+            registry = dispatch._plugins.registry()
+            servers = {n: registry.backends[n].info.version for n in ("alpha", "beta")}
+            default_cache().put(decision_key(dispatch.backend.spec_of("softmax", x, -1), servers),
+                                {"backend": "alpha", "config": {"chunk": 7}, "reason": "edited by hand"})
+        choose(x, record, "agreed")
+    elif scenario == "explain_grad":  # a training call on every rank, then explain on rank 0 only
+        xg = x.clone().requires_grad_()
+        dispatch.softmax(xg).sum().backward()
+        if rank == 0:
+            start = time.monotonic()
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                report = str(dispatch.explain("softmax", xg))
+            record["explain"] = {"seconds": time.monotonic() - start, "report": report,
+                                 "warnings": [str(w.message) for w in seen]}
     elif scenario == "slow_race":  # each rank's own tuning takes longer than the timeout (a slow
         # compile), the higher ranks' a little longer still: the first must wait for them past it
         from dispatch import _tuner

@@ -73,6 +73,15 @@ def test_numpys_axis_and_keepdims_compile_in_a_fullgraph_as_in_eager():
     torch.testing.assert_close(torch.compile(f, backend="aot_eager", fullgraph=True)(x), want)
 
 
+def test_a_numpy_integer_dim_compiles_in_a_fullgraph_as_torchs_op_does():
+    import numpy as np
+
+    x = torch.randn(3, 4)
+    f = torch.compile(lambda t: dispatch.softmax(t, np.int64(0)) + dispatch.logsumexp(t, np.int32(1), keepdim=True),
+                      backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(f(x), torch.softmax(x, 0) + torch.logsumexp(x, 1, keepdim=True))
+
+
 def test_inductor_compiles_a_function_around_the_op():
     compiled = torch.compile(lambda t: dispatch.softmax(t * 3, -1) + 1, fullgraph=True)
     x = torch.randn(6, 10)

@@ -20,15 +20,17 @@ HARD_LIMIT_S = 90  # a job past this is a hang: its processes are killed and the
 
 
 def run_job(tmp_path: Path, scenario: str, world: int = 4, device: str = "cpu", timeout_s: float = 30,
-            shared_cache: bool = False) -> tuple[dict[int, dict], dict[int, int]]:
-    """Run ``scenario`` on ``world`` ranks; (each rank's record, each rank's exit code)."""
+            shared_cache: bool = False, one_directory: bool = False) -> tuple[dict[int, dict], dict[int, int]]:
+    """Run ``scenario`` on ``world`` ranks; (each rank's record, each rank's exit code). The ranks
+    share one cache directory with ``shared_cache`` (only rank 0 writes) or ``one_directory``
+    (every rank writes: what ranks of one host get when ``DISPATCH_CACHE_DIR`` is not set)."""
     out = tmp_path / "out"
     out.mkdir()
     procs = []
     for rank in range(world):
         env = dict(os.environ, DISPATCH_DISABLE_PLUGIN_AUTOLOAD="1", OMP_NUM_THREADS="1",
                    TIMEOUT_S=str(timeout_s), PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-                   DISPATCH_CACHE_DIR=str(tmp_path / (f"cache{rank}" if not shared_cache else "cache")),
+                   DISPATCH_CACHE_DIR=str(tmp_path / ("cache" if shared_cache or one_directory else f"cache{rank}")),
                    DISPATCH_SHARED_CACHE="1" if shared_cache else "0")
         procs.append(subprocess.Popen(
             [sys.executable, str(WORKER), scenario, str(rank), str(world), str(tmp_path / "store"), str(out), device],
@@ -79,6 +81,38 @@ def test_a_warm_cache_on_one_rank_and_cold_ones_agree_without_racing(tmp_path):
     assert pair[2:] == ["", ""], "ranks outside the group decide alone"
     for rank in (1, 2, 3):  # the agreed decision warms the cold ranks' caches
         assert list((tmp_path / f"cache{rank}").rglob("*.json")), f"rank {rank} did not cache the decision"
+    for rank in (0, 1):  # configure(distributed=<a group destroyed since>): a warning, then decided alone
+        destroyed = records[rank]["destroyed"]
+        assert destroyed["agreed"] == "" and destroyed["backend"] in ("alpha", "beta")
+        assert any("AgreementWarning: the group set by configure(distributed=...) can't be used" in w
+                   for w in destroyed["all_warnings"]), destroyed["all_warnings"]
+
+
+@pytest.mark.parametrize("shared_cache", [False, True], ids=["one-directory", "shared-cache"])
+def test_a_race_on_one_cache_directory_is_paced_by_each_ranks_own_timings(tmp_path, shared_cache):
+    # rank 0 tuned both backends alone into the directory both ranks use: rank 1 must not post
+    # rank 0's latencies as its own (beta takes 3 ms a call on rank 1, alpha 1 ms on both)
+    records, _ = run_job(tmp_path, "borrowed", world=2, shared_cache=shared_cache, one_directory=not shared_cache)
+    agreed = {r: rec["agreed"] for r, rec in records.items()}
+    assert len(agreed) == 2 and all("raced" in a["agreed"] for a in agreed.values()), agreed
+    assert {a["backend"] for a in agreed.values()} == {"alpha"}, agreed[0]["report"]
+
+
+def test_a_ranks_cached_decision_holding_a_config_outside_the_tune_space_is_not_the_groups(tmp_path):
+    records, _ = run_job(tmp_path, "stale", world=2)
+    agreed = {r: rec["agreed"] for r, rec in records.items()}
+    assert len(agreed) == 2 and agreed[0]["config"] == agreed[1]["config"]
+    assert agreed[0]["config"] != {"chunk": 7} and "cached" not in agreed[0]["agreed"], agreed[0]
+    assert any("CacheWarning" in w and "{'chunk': 7}" in w and "not used" in w for w in agreed[1]["all_warnings"])
+
+
+def test_explain_of_a_training_call_on_one_rank_after_the_call_does_not_wait_for_the_others(tmp_path):
+    records, _ = run_job(tmp_path, "explain_grad", world=2, timeout_s=20)
+    explained = records[0]["explain"]
+    assert explained["seconds"] < 10, explained  # not the 20 s timeout
+    assert not any("did not answer" in w for w in explained["warnings"]), explained["warnings"]
+    assert "backward in a torch.compile'd step" in explained["report"]
+    assert "this rank's own choice" in explained["report"]
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +128,13 @@ def test_ranks_with_different_backends_agree_on_one_they_all_serve(uneven_job):
     # rank 3 has no beta, gamma faults on rank 2: alpha is the one that works everywhere
     assert {rec["agreed"]["backend"] for rec in records.values()} == {"alpha"}
     assert len({json.dumps(rec["agreed"]["config"]) for rec in records.values()}) == 1
+    # gamma's tune failed on rank 2: that rank warns, and every rank's explain says why gamma lost
+    assert any("FaultWarning: backend 'gamma' could not be tuned on rank 2" in w
+               for w in records[2]["agreed"]["all_warnings"]), records[2]["agreed"]["all_warnings"]
+    for rec in records.values():
+        gamma = next(line for line in rec["agreed"]["report"].splitlines() if " gamma " in line)
+        assert "not tuned on every rank: rank 2:" in gamma, rec["agreed"]["report"]
+        assert "gamma left out, not tuned on every rank" in rec["agreed"]["report"]
 
 
 def test_on_a_shared_cache_directory_only_rank_0_writes(uneven_job):
