@@ -82,6 +82,15 @@ def _through(reference: Callable[..., torch.Tensor], grad: torch.Tensor, tensors
     return tuple(next(grads) if n and t is not None else None for t, n in zip(tensors, needs))
 
 
+_is_legacy_batched = getattr(torch._C._functorch, "is_legacy_batchedtensor", lambda t: False)
+_is_batched = getattr(torch._C._functorch, "is_batchedtensor", lambda t: False)
+
+
+def _batched(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a batch of tensors wrapped for vmap (no storage of its own for a kernel)."""
+    return _is_legacy_batched(t) or _is_batched(t)
+
+
 class _BackendFunction(torch.autograd.Function):
     """A kernel call that autograd records. Each resolved call gets a subclass of its own
     (:func:`_function_for`) holding its kernel, backward and spec as class attributes, so that
@@ -99,11 +108,14 @@ class _BackendFunction(torch.autograd.Function):
         saved = iter(kept[:out_at])
         tensors = tuple(None if absent else next(saved) for absent in ctx.absent)
         after = kept[out_at:] if ctx.keeps_output else (None, *kept[out_at:])  # (None: the output, not kept)
-        if torch.is_grad_enabled() and not call._output_only:  # create_graph=True: gradients that can be
-            # differentiated again, through the reference on the saved inputs (a kernel's carry no
-            # graph; the op's backward of y alone is torch's ops on y, differentiable as it is)
+        if not call._output_only and (torch.is_grad_enabled() or _batched(grad)):
+            # create_graph=True: gradients that can be differentiated again, through the reference on
+            # the saved inputs (a kernel's carry no graph; the op's backward of y alone is torch's ops
+            # on y, differentiable as it is); a batch of grad_outputs (autograd.grad's
+            # is_grads_batched, jacobian(vectorize=True)): a wrapper a kernel can't read, which
+            # torch's ops take as a batch
             reference = _opdecl.get(call._spec.op).reference(call._spec)
-            return _through(reference, grad, tensors, ctx.needs_input_grad, True)
+            return _through(reference, grad, tensors, ctx.needs_input_grad, torch.is_grad_enabled())
         try:
             grads = call._backward_kernel(grad, *tensors, *after)
         except (Exception, KeyboardInterrupt):

@@ -67,8 +67,25 @@ def with_out(op: str, function: Callable[..., torch.Tensor], values: dict, out, 
                           "they have zero elements. You can explicitly reuse an out tensor t by resizing it, "
                           "inplace, to zero elements with t.resize_(0).", UserWarning, stacklevel=3)
         out.resize_(result.shape)
+    if result.requires_grad:  # (softmax and log_softmax: torch records out= calls, with a backward that raises)
+        result = _NoDerivative.apply(result, op)
     out.copy_(result)
     return out
+
+
+class _NoDerivative(torch.autograd.Function):
+    """What torch records for a softmax or log_softmax call with ``out=`` whose input wants a
+    gradient: a node whose backward raises (the gradient does not flow through ``out=``)."""
+
+    @staticmethod
+    def forward(ctx, result, op):
+        ctx.op = op
+        return result.view_as(result)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(f"the derivative of {ctx.op}() with out= is not implemented (as torch's, whose "
+                           f"out= calls autograd can't differentiate); call {ctx.op}() without out= to differentiate")
 
 
 def _finer(out: torch.Tensor, input) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -354,3 +356,57 @@ def test_a_norms_output_changed_in_place_still_differentiates_as_torchs_does(op,
         torch.testing.assert_close(y, y_ref)
         torch.testing.assert_close(x.grad, x_ref.grad)
         torch.testing.assert_close(w.grad, w_ref.grad)
+
+
+@pytest.mark.parametrize("backend", ["triton", "tilelang"])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_a_batch_of_grad_outputs_differentiates_as_torch_does(backend, op):
+    # autograd.grad(is_grads_batched=True) and jacobian(vectorize=True) hand the backward a batch of
+    # grad_outputs wrapped for vmap, which a kernel can't read: the gradients must still be torch's,
+    # with no fault, and the backend must serve the next call
+    import torch.nn.functional as F
+
+    if backend not in dispatch.backends() or not dispatch.backends()[backend].available:
+        pytest.skip(f"{backend} is not available here")
+    torch.manual_seed(0)
+    x0, w0 = torch.randn(3, 8, device=DEVICE), torch.randn(8, device=DEVICE)
+    grads = torch.randn(5, 3, 8, device=DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dispatch.FaultWarning)
+        def batched(module, **kw):
+            x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+            return torch.autograd.grad(getattr(module, op)(x, [8], w, **kw), (x, w), grads, is_grads_batched=True)
+
+        for g, r in zip(batched(dispatch, backend=backend), batched(F)):
+            torch.testing.assert_close(g, r)
+        jac = torch.autograd.functional.jacobian(lambda t: getattr(dispatch, op)(t, [8], w0, backend=backend),
+                                                 x0[:2], vectorize=True)
+        ref = torch.autograd.functional.jacobian(lambda t: getattr(F, op)(t, [8], w0), x0[:2], vectorize=True)
+        torch.testing.assert_close(jac, ref)
+    x = x0.clone().requires_grad_()
+    getattr(dispatch, op)(x, [8], w0, backend=backend).sum().backward()  # the backend still serves
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_out_is_not_differentiated_through_as_torchs_is_not(backend, op):
+    # torch records softmax(x, out=o) with a backward that raises: a loss reaching x only through
+    # out= must raise, not hand x a gradient that torch's own call would refuse
+    x = torch.randn(4, 16, requires_grad=True)
+    for fn in (getattr(torch, op), lambda t, d, out: getattr(dispatch, op)(t, d, out=out, backend=backend)):
+        out = torch.empty(4, 16)
+        result = fn(x, -1, out=out)
+        assert result is out
+        torch.testing.assert_close(out, getattr(torch, op)(x.detach(), -1))
+        with pytest.raises(RuntimeError, match="derivative"):
+            out.sum().backward()
+    assert x.grad is None
+    for fn in (getattr(torch, op), getattr(dispatch, op)):  # compiled: both refuse to build the graph
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda t, o, fn=fn: fn(t, -1, out=o), backend="aot_eager", fullgraph=True)
+        with pytest.raises(Exception, match="derivative|exception"):
+            compiled(x, torch.empty(4, 16))
+    out = torch.empty(4, 16)
+    with torch.no_grad():
+        compiled(x, out)
+    torch.testing.assert_close(out, getattr(torch, op)(x.detach(), -1))
