@@ -22,7 +22,7 @@ from ._backend import Backend, forced_fault
 from ._plugins import Registry
 from ._settings import Scope, Settings
 from ._spec import CallSpec, Verdict
-from ._tuner import Tuner, flushes_l2
+from ._tuner import Tuner, device_bound, flushes_l2
 from .autotune.cache import DecisionCache, decision_trusted
 from .autotune.space import EMPTY, Config, Timing, TuneResult
 from .autotune.sweep import pick_backend, race_verdict
@@ -245,8 +245,16 @@ class Selector(Tuner):
                              + "; ".join(f"{n}: {w}" for n, w in notes.items()))
 
     def _shipped(self, spec, dkey, servers, candidates, bucket) -> Decision | None:
-        """The shipped table's decision for ``dkey`` if its backend serves this call, else None."""
-        found = self.tables.lookup(dkey) if self.tables is not None else None
+        """The shipped table's decision for ``dkey`` if its backend serves this call, else None. A
+        call under ``timing="device"`` that no entry raced by device time matches takes the entry
+        raced by wall time where the call is bound by its device time (:func:`device_bound`)."""
+        if self.tables is None:
+            return None
+        found, by_wall = self.tables.lookup(dkey), ""
+        if found is None and dkey.get("timing") == "device" and device_bound(spec):
+            found = self.tables.lookup({k: v for k, v in dkey.items() if k != "timing"})
+            by_wall = ("raced by wall time, which a call moving the L2's size or more pays in device time; "
+                       "no race by device time shipped; ")
         by_name = {b.name: b for b in servers}
         if found is None or found.value["backend"] not in by_name:
             return None
@@ -256,7 +264,7 @@ class Selector(Tuner):
             return None
         timings = value.get("timings") or {}
         candidates = [Candidate(c.name, c.verdict, timings.get(c.name)) for c in candidates]
-        reason = f"shipped decision ({found.file}: {value.get('reason', '')})"
+        reason = f"shipped decision ({found.file}: {by_wall}{value.get('reason', '')})"
         return Decision(spec, value["backend"], Config.of(value.get("config") or {}), reason, self.settings.policy,
                         candidates, bucket, config_source="shipped table")
 

@@ -54,6 +54,17 @@ def flushes_l2(spec: CallSpec) -> bool:
     return _opdecl.get(spec.op).bytes_of(spec) >= WARM_FRACTION * _l2_bytes(index)
 
 
+def device_bound(spec: CallSpec) -> bool:
+    """Whether a GPU call moves at least the L2's size: it then takes longer on the device (15 us or
+    more on an H100 or H200) than the host takes to launch it, so a race by wall time (back-to-back
+    calls from a flushed L2) measures its device time, and decides as a race by device time would."""
+    if spec.device.type != "cuda":
+        return False
+    index = spec.device.index if spec.device.index is not None else torch.cuda.current_device()
+    l2 = _l2_bytes(index)
+    return l2 > 0 and _opdecl.get(spec.op).bytes_of(spec) >= l2
+
+
 @functools.lru_cache(maxsize=None)
 def _l2_bytes(index: int) -> int:
     return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0))

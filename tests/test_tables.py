@@ -116,6 +116,49 @@ def test_a_table_raced_by_wall_time_does_not_decide_calls_timed_by_device_time(t
 
 
 
+def test_a_call_bound_by_its_device_time_takes_the_wall_timed_entry_where_none_raced_by_device_time(
+        table, fake_timer, monkeypatch, tmp_path):
+    # a call that moves the L2's size or more pays its device time as its wall time, so a table
+    # raced by wall time decides it under timing="device" too, and says how; a smaller call does not
+    from dispatch import _select
+
+    file, _ = table
+    dispatch.configure(timing="device")
+    for bound in (False, True):
+        monkeypatch.setattr(_select, "device_bound", lambda spec, bound=bound: bound)
+        DISPATCHER.reset()
+        dispatch.configure(timing="device")
+        d = decision()
+        if not bound:
+            assert d.config_source != "shipped table"
+            continue
+        assert (d.backend, d.config_source) == ("chunked", "shipped table"), d.reason
+        assert f"shipped decision ({file.name}: raced by wall time" in d.reason
+    device_file = file.with_name("cpu-device-table.json")  # an entry raced by device time comes first
+    monkeypatch.setenv("DISPATCH_TIMING", "device")
+    fake_timer["chunked"] = 30.0  # by device time torch wins
+    assert main(["tune", "--sweep", "softmax:float32:4x64", "--backends", "chunked,torch", "--device", "cpu",
+                 "--export", str(device_file)]) == 0
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "another-fresh-cache"))
+    DISPATCHER.reset()
+    dispatch.configure(timing="device")
+    d = decision()
+    assert (d.backend, d.config_source) == ("torch", "shipped table") and "raced by wall time" not in d.reason
+
+
+def test_device_bound_is_a_gpu_call_moving_at_least_the_l2():
+    from dispatch._tuner import device_bound
+    from dispatch.backend import spec_of
+
+    assert not device_bound(spec_of("softmax", torch.randn(4096, 4096), -1))  # the CPU has no device time
+    if torch.cuda.is_available():
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        small = torch.empty(l2 // 8, device="cuda", dtype=torch.float32).view(1, -1)  # reads + writes L2 / 2
+        large = torch.empty(l2 // 2, device="cuda", dtype=torch.float32).view(1, -1)  # 2 x L2
+        assert not device_bound(spec_of("softmax", small, -1))
+        assert device_bound(spec_of("softmax", large, -1))
+
+
 def test_tune_races_and_exports_by_the_timing_it_is_given_and_says_which(table, fake_timer, monkeypatch, tmp_path,
                                                                         capsys):
     """``tune --timing device`` writes device-timing decisions, which serve device-timed calls and
@@ -334,7 +377,8 @@ def test_every_table_the_package_ships_loads_whole_and_says_how_it_was_made():
         data = json.loads(path.read_text())
         timings = {entry["key"].get("timing", "wall") for entry in data["entries"]}
         assert data["command"].split("python -m dispatch tune ")[0] in ("", "DISPATCH_TIMING=device "), path.name
-        assert (timings == {"device"}) == data["command"].startswith("DISPATCH_TIMING=device"), path.name
+        by_device = data["command"].startswith("DISPATCH_TIMING=device") or " --timing device " in data["command"]
+        assert (timings == {"device"}) == by_device, path.name
 
 
 def test_a_tables_dir_that_names_no_folder_is_said(monkeypatch, tmp_path):
