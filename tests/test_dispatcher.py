@@ -109,6 +109,22 @@ def test_a_race_timed_on_the_device_needs_a_smaller_lead_over_the_reference(kern
     assert pick_backend(timings, "torch").config["name"] == "torch"
 
 
+def test_a_race_won_on_a_tie_says_so_rather_than_fastest():
+    # two kernels within the 2% tie tolerance: the first in the static order wins, and the reason
+    # must not call it the fastest when the other measured less
+    from dispatch.autotune import Config, Timing, pick_backend
+    from dispatch.autotune.sweep import race_verdict
+
+    timings = [Timing(Config.of(name="triton"), 106.1), Timing(Config.of(name="tilelang"), 104.1),
+               Timing(Config.of(name="torch"), 188.6)]
+    best = pick_backend(timings, "torch", on_device=True)
+    assert best.config["name"] == "triton"
+    assert race_verdict(timings, best, "torch", on_device=True) == (
+        "within 2% of the fastest when raced (a tie), and first in the static order")
+    clear = [Timing(Config.of(name="triton"), 100.0), Timing(Config.of(name="tilelang"), 104.1)]
+    assert race_verdict(clear, pick_backend(clear, None), None) == "fastest when raced"
+
+
 def test_a_race_on_the_cpu_keeps_the_launch_bound_margin():
     # CPU times are the host's: whatever the timing asked for, a race there is not one timed on the
     # device, so a backend needs the 10% lead over the reference

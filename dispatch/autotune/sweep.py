@@ -49,8 +49,11 @@ def reference_margin(settings: TuneSettings, on_device: bool) -> float:
 def race_verdict(timings: Sequence[Timing], winner: Timing, reference: str | None,
                  settings: TuneSettings = TuneSettings(), on_device: bool = False) -> str:
     """Why ``winner`` won a race between backends, in a few words (explain and the cache show it)."""
-    if min(t.median_us for t in timings) < winner.median_us * (1.0 - 1e-9) and winner.config.get("name") == reference:
+    slower = min(t.median_us for t in timings) < winner.median_us * (1.0 - 1e-9)
+    if slower and winner.config.get("name") == reference:
         return f"within {reference_margin(settings, on_device):.0%} of the fastest when raced, so the reference"
+    if slower:  # (pick_winner's tie: the first in the static order of those within the tolerance)
+        return f"within {settings.tie_tolerance:.0%} of the fastest when raced (a tie), and first in the static order"
     return "fastest when raced"
 
 
