@@ -17,7 +17,9 @@ chunks are all the CTAs the GPU runs.
 ``--unbound`` adds each chunk-in-shared-memory config's twin built without the kernel's launch
 bound (``smem_rows.launch_bound``; ``benchmarks/smem_kernel_registers.py [--unbound]`` shows a
 thread's registers either way), timed next to it. ``--staged`` adds each one's twin that copies
-its chunk in parts and walks each part for the max as it lands (``smem_rows.program(staged=True)``).
+its chunk in parts and walks each part for the max as it lands (``smem_rows.program(staged=True)``);
+``--poly`` each one's twin that takes a softmax output's exponent by a polynomial
+(``smem_rows.program(poly=True)``).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
     return out
 
 
-TWINS = {"unbound": {"bound": False}, "staged": {"staged": True}}  # a twin's name: how smem_rows.program builds it
+TWINS = {"unbound": {"bound": False}, "staged": {"staged": True}, "poly": {"poly": True}}  # a twin's name: how smem_rows.program builds it
 
 
 def twin_kernels(B, smem_rows, cases, twin: str) -> dict:
@@ -99,6 +101,8 @@ def main() -> None:
     twin_args = ap.add_mutually_exclusive_group()
     twin_args.add_argument("--unbound", action="store_true",
                            help="also each smem config's twin built without the kernel's launch bound")
+    twin_args.add_argument("--poly", action="store_true", help="also each smem config's twin that takes a "
+                           "softmax output's exponent by a polynomial on the FMA pipes (one ex2 an element)")
     twin_args.add_argument("--staged", action="store_true", help="also each smem config's twin that walks its "
                            "chunk for the max part by part as it lands")
     args = ap.parse_args()
@@ -121,7 +125,7 @@ def main() -> None:
         for cfg, why in failed:
             print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
-    twin_name = "unbound" if args.unbound else "staged" if args.staged else ""
+    twin_name = "unbound" if args.unbound else "staged" if args.staged else "poly" if args.poly else ""
     twins = twin_kernels(B, smem_rows, cases, twin_name) if twin_name else {}
 
     records = []

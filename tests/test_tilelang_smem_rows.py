@@ -264,3 +264,24 @@ def test_the_16_kb_floor_is_the_row_family_s_own():
     assert smem_rows.fit_chunk(16384, "bfloat16", 8, 128, smem_rows.MIN_CHUNK_BYTES) == (8192, 2)
     assert (8, 2048) in {(c["cluster"], c["tile_n"]) for c in smem_norm_backward.configs(16384, "bfloat16")}
     assert norm_configs.fit(16384, "bfloat16", smem(4096, 8, threads=128))["cluster"] == 8
+
+
+def test_the_poly_twin_takes_a_softmax_outputs_exponent_without_ex2_and_stores_whole_vectors(monkeypatch):
+    """``poly=True``: the output pass of a softmax whose chunks cover its row takes each exponent by the
+    polynomial (no ``exp2f`` there: the sum's pass keeps its own), and still reads and writes 16 bytes
+    a thread a step; log_softmax, whose output pass takes no exponent, and a row its chunks overrun
+    (the last CTA's tail masked) are built as without it."""
+    from dispatch_tilelang import smem_rows
+
+    monkeypatch.setenv("DISPATCH_TILELANG_CUDA_ARCH", "sm_90")
+
+    def source(op, n, tile, cluster, **twin):
+        return smem_rows.program(op, n, "bfloat16", "bfloat16", tile, cluster, "sm_90", **twin)(
+            block_m=1, threads=256).get_kernel_source()
+
+    plain, poly = source("softmax", 262144, 32768, 8), source("softmax", 262144, 32768, 8, poly=True)
+    assert plain.count("exp2f") - poly.count("exp2f") == 4  # the output pass's, four a float4
+    assert "<< 23" in poly and "__fsub_rn" in poly and "<< 23" not in plain
+    assert poly.count("*(uint4*)(y + ") == plain.count("*(uint4*)(y + ") > 0
+    assert source("log_softmax", 262144, 32768, 8, poly=True) == source("log_softmax", 262144, 32768, 8)
+    assert source("softmax", 151936, 20480, 8, poly=True) == source("softmax", 151936, 20480, 8)

@@ -23,7 +23,7 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import (F32, exp_shifted, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf, rescale_log2,
+from ._numerics import (F32, exp_shifted, exp_shifted_poly, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf, rescale_log2,
                         safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
@@ -176,7 +176,7 @@ def row_words(cluster: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            bound: bool = True, staged: bool = False):
+            bound: bool = True, staged: bool = False, poly: bool = False):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``. Its launch
     bound asks for :func:`launch_bound` CTAs an SM; ``bound=False`` builds it without (a sweep's
@@ -184,7 +184,9 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     :data:`STAGES` parts, each its own ``cp.async`` group, and walks each part for the max as soon
     as it has landed, while the later parts are still in flight: on an H100 it moved the defaults
     by -0.8% to +0.7%, so the shipped kernel waits for the whole chunk
-    (benchmarks/results/current/rows_kernels/smem_rows/staged/).
+    (benchmarks/results/current/rows_kernels/smem_rows/staged/). ``poly=True`` (a sweep's twin)
+    takes a softmax output's exponent by :func:`_numerics.exp2_poly` on the FMA pipes, the sum's by
+    ``ex2``: one ``ex2`` an element, not two.
 
     Each element's exponent is one fused multiply-add, ``x * log2 e - shift * log2 e``, the shift's
     product rounded the same wherever it is taken (``_numerics.exp_shifted``), and the kernel is
@@ -225,6 +227,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                     T.annotate_min_blocks_per_sm(launch_bound(TILE, in_dtype, threads))
                 xs = T.alloc_shared((1, TILE), in_dtype)
                 acc = T.alloc_fragment((1, SUB), F32)
+                xf = T.alloc_fragment((1, SUB), in_dtype)  # (poly: a sub-tile of the chunk, and its output)
+                yf = T.alloc_fragment((1, SUB), out_dtype)
                 m = T.alloc_fragment((1,), F32)
                 s = T.alloc_fragment((1,), F32)
                 sh = T.alloc_fragment((1,), F32)
@@ -235,7 +239,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 shl = T.alloc_fragment((1,), F32)  # the shifts times log2 e
                 gshl = T.alloc_fragment((1,), F32)
                 # one row a CTA: thread t owns the t-th 16-byte vector of a sub-tile; stats in every thread
-                layouts = {acc: _fragment_layout(1, SUB, threads, vec)}
+                layouts = {t: _fragment_layout(1, SUB, threads, vec) for t in (acc, xf, yf)}
                 for stat in (m, s, sh, gm, gs, gsh, fin, shl, gshl):
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
@@ -291,7 +295,13 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 else:
                     for i in T.Parallel(1):
                         fin[i] = log_sum_shifted(gm[i], gs[i], gsh[i], gshl[i]) if log else softmax_scale(gm[i], gs[i])
-                    for k in T.serial(NS):
+                    if poly and not log and C * TILE == N:  # each sub-tile through registers, stored whole
+                        for k in T.serial(NS):
+                            T.copy(xs[0:1, k * SUB:(k + 1) * SUB], xf)
+                            for i, j in T.Parallel(1, SUB):
+                                yf[i, j] = T.cast(exp_shifted_poly(T.cast(xf[i, j], F32), gshl[i]) * fin[i], out_dtype)
+                            T.copy(yf, y[bx:bx + 1, base + k * SUB:base + (k + 1) * SUB])
+                    for k in T.serial(NS if not (poly and not log and C * TILE == N) else 0):
                         for i, j in T.Parallel(1, SUB):
                             if base + k * SUB + j < N:
                                 if log:
