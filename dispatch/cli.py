@@ -39,7 +39,7 @@ def parse_dim(text: str) -> int | tuple[int, ...]:
 
 def parse_dtype(text: str) -> torch.dtype:
     dtype = getattr(torch, text, None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.itemsize < 2:  # (float8: no op)
         raise argparse.ArgumentTypeError(
             f"--dtype must be a floating dtype like float32, float16, bfloat16, float64 (got {text!r})")
     return dtype
@@ -179,6 +179,9 @@ def parse_sweep(text: str) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
             raise argparse.ArgumentTypeError(
                 f"--sweep items must look like OPS:DTYPES:SHAPES, e.g. softmax/logsumexp:bfloat16/float32:8x128/1x4096 "
                 f"(got {item!r})")
+        if any(not alternative for part in parts for alternative in part.split("/")):
+            raise argparse.ArgumentTypeError(f"--sweep {item!r}: an empty alternative between '/'s; name one in "
+                                             "each (a trailing '/' is one)")
         dtypes = [parse_dtype(d) for d in parts[1].split("/")]
         shapes = [parse_shape(s) for s in parts[2].split("/")]
         calls += [(op, dtype, shape) for op in parts[0].split("/") for dtype in dtypes for shape in shapes]

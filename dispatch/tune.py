@@ -70,17 +70,26 @@ def tune_sweep(calls: Sequence[tuple[str, tuple, dict]], backends: str | None = 
 
     ``report`` gets one line per call (also logged at INFO on ``dispatch.tune``), and before it, as
     the call is tuned, a line per backend (indented). A call that only
-    one backend serves is not raced and leaves no entry (its line says so). Every decision is in
-    the cache as soon as it is made, so an interrupted sweep run again measures only what is left.
+    one backend serves is not raced and leaves no entry (its line says so); nor does one that none
+    of ``backends`` serves (its line says why), and the sweep goes on. Every decision is in the
+    cache as soon as it is made, so an interrupted sweep run again measures only what is left.
     """
     from ._dispatcher import DISPATCHER
     from ._keys import decision_key
+    from .errors import NoBackendError
 
     entries = []
     for i, (op, args, kwargs) in enumerate(calls, 1):
         start = time.perf_counter()
-        decision = tune_call(op, *args, backends=backends, lines=(lambda line: report("    " + line)) if report else None,
-                             **kwargs).decision
+        try:
+            decision = tune_call(op, *args, backends=backends,
+                                 lines=(lambda line: report("    " + line)) if report else None, **kwargs).decision
+        except NoBackendError as exc:  # (this call only: the others are still tuned and exported)
+            line = f"[{i}/{len(calls)}] not tuned: {exc} ({time.perf_counter() - start:.1f} s)"
+            _log.info(line)
+            if report is not None:
+                report(line)
+            continue
         registry = _plugins.registry().backends
         servers = {c.name: registry[c.name].info.version for c in decision.candidates if c.verdict.ok}
         key = decision_key(decision.spec, servers, _settings.effective().timing)

@@ -659,3 +659,53 @@ def test_compare_names_a_wrongly_typed_case_argument(bad, said):
     with pytest.raises((TypeError, ValueError)) as info:
         compare(args.pop("op"), device="cpu", warmup=1, rep=1, **args)
     assert said in str(info.value)
+
+
+def test_a_run_keeps_the_ops_arguments_it_was_given_in_every_output(tmp_path):
+    run = compare("logsumexp", shapes=[(4, 16)], backends=["torch"], device="cpu", warmup=1, rep=2,
+                  options={"keepdim": True})
+    assert dict(run.options) == {"dim": -1, "keepdim": True}
+    assert json.loads(run.to_json())["options"] == {"dim": -1, "keepdim": True}
+    run.to_json(tmp_path / "run.json")
+    assert dict(load(tmp_path / "run.json").options) == {"dim": -1, "keepdim": True}
+    rows = list(csv.DictReader(run.to_csv().splitlines()))
+    assert json.loads(rows[0]["options"]) == {"dim": -1, "keepdim": True}
+    assert "keepdim=True" in run.to_markdown()
+    norm = compare("rms_norm", shapes=[(4, 16)], backends=["torch"], device="cpu", warmup=1, rep=2,
+                   options={"eps": 1e-3})
+    assert dict(norm.options) == {"eps": 1e-3}  # (no dim: rms_norm takes none)
+
+
+def test_a_shape_dtype_or_op_named_twice_is_one_case():
+    run = compare(["softmax", "softmax"], shapes=[(4, 16), "4x16"], dtypes=["float32", torch.float32],
+                  backends=["torch"], device="cpu", warmup=1, rep=2)
+    assert len(run.results) == 1 and run.results[0].speedup == pytest.approx(1.0)
+
+
+def test_an_empty_backend_list_is_refused_not_a_run_of_the_baseline_alone(capsys):
+    with pytest.raises(ValueError, match="'backends' must name at least one backend"):
+        compare("softmax", shapes=[(4, 16)], backends=[], device="cpu")
+    for empty in ("", ","):
+        assert main(["ab", "softmax", "--shape", "4x16", "--device", "cpu", "--backends", empty, "-q"]) == 2
+        assert "'backends' must name at least one backend" in capsys.readouterr().err
+
+
+def test_a_dtype_torchs_op_refuses_and_a_dim_out_of_range_say_which_case(capsys):
+    with pytest.raises(ValueError, match=r"softmax on 4x16 float8_e4m3fn.*torch's op refuses it"):
+        compare("softmax", shapes=[(4, 16)], dtypes=[torch.float8_e4m3fn], backends=["torch"], device="cpu")
+    with pytest.raises(SystemExit):  # the CLI takes the dtypes an op can serve
+        main(["ab", "softmax", "--shape", "4x16", "--dtype", "float8_e4m3fn"])
+    assert "--dtype must be a floating dtype" in capsys.readouterr().err
+    assert main(["ab", "softmax", "--shape", "4x16", "--shape", "8", "--dim", "1", "--device", "cpu", "-q",
+                 "--backends", "torch", "--rep", "2", "--warmup", "1"]) == 2
+    assert "softmax on 8 float32" in capsys.readouterr().err
+
+
+def test_the_plot_written_is_the_file_said_and_two_outputs_may_not_share_a_file(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    args = ["ab", "softmax", "--shape", "4x16", "--device", "cpu", "--backends", "torch", "--rep", "2",
+            "--warmup", "1", "-q"]
+    assert main(args + ["--plot", str(tmp_path / "noext")]) == 0
+    assert f"wrote {tmp_path / 'noext.png'}" in capsys.readouterr().out and (tmp_path / "noext.png").exists()
+    assert main(args + ["--json", str(tmp_path / "r"), "--csv", str(tmp_path / "r")]) == 2
+    assert "--json and --csv name one file" in capsys.readouterr().err and not (tmp_path / "r").exists()

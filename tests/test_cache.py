@@ -455,10 +455,12 @@ def test_a_stored_config_outside_the_tune_space_is_not_used(entry, config):
     assert used.get("chunk") in (8, 64, 1024) and type(used["chunk"]) is int and set(used) == {"chunk"}
 
 
-def test_a_cached_winner_that_serves_no_more_is_raced_again_and_the_reason_says_why():
+def test_a_cached_winner_that_is_none_of_its_keys_candidates_is_warned_and_raced_again():
+    # (a key names the backends that served it: a winner outside them was written by hand)
     x, cache, files = _race_once()
     _rewrite_value(files["decision:"], {"backend": "ghost", "config": {}})
     _again(cache)
-    torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
-    reason = dispatch.explain("softmax", x).decision.reason
-    assert "the cached winner 'ghost'" in reason and "timing noise" not in reason
+    with pytest.warns(CacheWarning, match="the decision's backend 'ghost' is not one of its key's candidates"):
+        torch.testing.assert_close(dispatch.softmax(x), torch.softmax(x, -1))
+    decision = dispatch.explain("softmax", x).decision
+    assert decision.backend in ("chunked", "torch") and "fastest when raced" in decision.reason

@@ -120,3 +120,15 @@ def test_a_cache_dir_that_is_a_file_is_an_error_not_an_empty_cache(action, tmp_p
     monkeypatch.setenv("DISPATCH_CACHE_DIR", str(not_a_folder))
     assert main(["cache", action] + ([str(tmp_path / "out.json")] if action == "export" else [])) == 2
     assert f"the cache dir {not_a_folder} is not a folder" in capsys.readouterr().err
+
+
+def test_cache_import_rejects_a_decision_whose_backend_is_not_among_its_keys_candidates(tmp_path, capsys):
+    # no call of that key could be served by it: imported, it would be skipped at every call, unsaid
+    key = {"kind": "decision", "op": "softmax", "candidates": f"torch={dispatch.backends()['torch'].version}"}
+    entries = [{"key": key, "value": {"backend": "nope"}}, {"key": {**key, "op": "log_softmax"},
+                                                          "value": {"backend": "torch"}}]
+    (tmp_path / "in.json").write_text(json.dumps({"schema": 1, "entries": entries}))
+    assert main(["cache", "import", str(tmp_path / "in.json")]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("imported 1, rejected 1: entry 0: the decision's backend 'nope' is not one of its "
+                           "key's candidates (torch)"), line

@@ -33,7 +33,8 @@ def plot_problem(path: str | Path) -> str | None:
 
 
 def plot_comparison(comparison: Comparison, path: str | Path) -> Path:
-    """Write the plot of ``comparison`` to ``path`` (format by suffix, PNG by default); return it.
+    """Write the plot of ``comparison`` to ``path`` (format by suffix; a path without one gets ``.png``);
+    return the path written.
 
     Each backend is a line through its measured cases, sorted by row length N (then row count
     M); a result that failed the parity check is drawn with a red cross; refused and errored
@@ -91,6 +92,8 @@ def plot_comparison(comparison: Comparison, path: str | Path) -> Path:
     fig.suptitle(f"dispatch A/B on {comparison.device_name}", fontsize=10)
     fig.tight_layout()
     path = Path(path)
+    if not path.suffix:  # (matplotlib would add one itself: the file written is the one said)
+        path = path.with_name(path.name + ".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path

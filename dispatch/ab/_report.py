@@ -10,7 +10,7 @@ from typing import Any
 
 from ._result import BackendResult, Comparison, dtype_name, shape_text
 
-CSV_COLUMNS = ("op", "shape", "rows", "row_length", "dtype", "out_dtype", "dim", "backend", "status", "via",
+CSV_COLUMNS = ("op", "shape", "rows", "row_length", "dtype", "out_dtype", "dim", "options", "backend", "status", "via",
                "config", "config_source", "median_us", "spread_us", "reps", "bytes_moved", "gbps", "pct_of_copy",
                "speedup", "max_abs_err", "max_rel_err", "rtol", "atol", "reason", "device", "device_name",
                "copy_gbps")
@@ -37,6 +37,7 @@ def write_csv(comparison: Comparison, path: str | Path | None = None) -> str:
     for row in comparison.rows():
         row = dict(row)
         row["config"] = "" if row["config"] is None else json.dumps(row["config"], sort_keys=True)
+        row["options"] = json.dumps(row["options"], sort_keys=True) if row["options"] else ""
         writer.writerow({k: "" if row[k] is None else row[k] for k in CSV_COLUMNS})
     return _write(buffer.getvalue(), path)
 
@@ -51,7 +52,8 @@ def headline(comparison: Comparison) -> str:
     return (f"{', '.join(comparison.ops)} on {comparison.device} ({comparison.device_name}); copy bandwidth "
             f"{copy_text} ({copy.nbytes // 2**20} MB dst.copy_(src), read+write); warmup {comparison.warmup}, "
             f"rep {comparison.rep}{flush}{', tuned first' if comparison.tuned else ''}; "
-            f"speedup vs {comparison.baseline or 'none'}")
+            f"speedup vs {comparison.baseline or 'none'}"
+            + (f"; {', '.join(f'{k}={v!r}' for k, v in comparison.options.items())}" if comparison.options else ""))
 
 
 def _num(value: float | None, fmt: str, suffix: str = "") -> str:

@@ -214,6 +214,7 @@ class Comparison:
     tuned: bool = False
     flush_l2: bool = True
     versions: Mapping[str, str] = field(factory=dict, converter=_frozen_mapping)
+    options: Mapping[str, Any] = field(factory=dict, converter=_frozen_mapping)  # the ops' other arguments
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -242,7 +243,8 @@ class Comparison:
 
     def rows(self) -> list[dict[str, Any]]:
         """Every result as a flat dict, with the device and the copy bandwidth on each row."""
-        extra = {"device": self.device, "device_name": self.device_name, "copy_gbps": self.copy.gbps}
+        extra = {"device": self.device, "device_name": self.device_name, "copy_gbps": self.copy.gbps,
+                 "options": dict(self.options)}
         return [{**r.as_row(), **extra} for r in self.results]
 
     # -- writing (see _report and _plot) ---------------------------------------------------------
@@ -251,7 +253,7 @@ class Comparison:
         return {
             "schema": SCHEMA, "ops": list(self.ops), "device": self.device, "device_name": self.device_name,
             "baseline": self.baseline, "warmup": self.warmup, "rep": self.rep, "tuned": self.tuned,
-            "flush_l2": self.flush_l2, "versions": dict(self.versions),
+            "flush_l2": self.flush_l2, "versions": dict(self.versions), "options": dict(self.options),
             "copy": {"device": self.copy.device, "nbytes": self.copy.nbytes, "median_us": self.copy.median_us,
                      "spread_us": self.copy.spread_us, "reps": self.copy.reps, "gbps": self.copy.gbps},
             "results": [r.as_row() for r in self.results],
@@ -267,7 +269,7 @@ class Comparison:
                    copy=CopyBandwidth(**copy), results=[BackendResult.from_row(r) for r in data["results"]],
                    baseline=data.get("baseline"), warmup=data.get("warmup", 25), rep=data.get("rep", 50),
                    tuned=data.get("tuned", False), flush_l2=data.get("flush_l2", True),
-                   versions=data.get("versions", {}))
+                   versions=data.get("versions", {}), options=data.get("options", {}))
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The run as JSON text (schema 1); written to ``path`` when given."""

@@ -63,8 +63,8 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
     """
     _check_arguments(tune=tune, flush_l2=flush_l2, warmup=warmup, rep=rep, seed=seed, copy_bytes=copy_bytes,
                      progress=progress, options=options)
-    op_names = (op,) if isinstance(op, str) else tuple(
-        _listed(op, "op", "an op name or a list of them, like 'softmax' or ['softmax', 'log_softmax']"))
+    op_names = (op,) if isinstance(op, str) else tuple(dict.fromkeys(
+        _listed(op, "op", "an op name or a list of them, like 'softmax' or ['softmax', 'log_softmax']")))
     if not op_names:
         raise ValueError("'op' must name at least one op (got none): a comparison of nothing passes nothing")
     _plugins.registry()  # plugins may declare ops
@@ -74,10 +74,11 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
         _opdecl.get(name)  # a ValueError naming the declared ops
     one_shape = isinstance(shapes, str) or (isinstance(shapes, (tuple, list)) and shapes
                                             and all(isinstance(s, int) for s in shapes))
-    shapes = [as_shape(s) for s in _listed(shapes, "shapes", "a list of shapes, like [(4096, 4096)] or ['64x256']",
-                                           one="shape" if one_shape else None)]
-    dtypes = [as_dtype(d) for d in _listed(dtypes, "dtypes", "a list of dtypes, like [torch.bfloat16] or ['float32']",
-                                           one="dtype" if isinstance(dtypes, (str, torch.dtype)) else None)]
+    shapes = list(dict.fromkeys(as_shape(s) for s in _listed(  # (a shape or dtype named twice: one case)
+        shapes, "shapes", "a list of shapes, like [(4096, 4096)] or ['64x256']", one="shape" if one_shape else None)))
+    dtypes = list(dict.fromkeys(as_dtype(d) for d in _listed(
+        dtypes, "dtypes", "a list of dtypes, like [torch.bfloat16] or ['float32']",
+        one="dtype" if isinstance(dtypes, (str, torch.dtype)) else None)))
     if not shapes or not dtypes:
         raise ValueError("'shapes' and 'dtypes' must each name at least one (got "
                          f"{len(shapes)} shapes, {len(dtypes)} dtypes)")
@@ -107,6 +108,14 @@ def compare(op: str | Sequence[str], shapes: Iterable[tuple[int, ...] | str] = (
             return _run(op_names, cases, names, baseline, options, device, tune, settings, copy_bytes, seed, bar)
     return _run(op_names, cases, names, baseline, options, device, tune, settings, copy_bytes, seed,
                 progress or None)
+
+
+def _given(op_names: Sequence[str], options: dict[str, Any]) -> dict[str, Any]:
+    """The ops' arguments a run was given, as the result keeps them: ``dim`` only where an op takes
+    one, and each value as JSON holds it (a dtype by its name, a tuple as a list)."""
+    takes_dim = any("dim" in _opdecl.get(op).attribute_names for op in op_names)
+    return {k: dtype_name(v) if isinstance(v, torch.dtype) else list(v) if isinstance(v, tuple) else v
+            for k, v in options.items() if k != "dim" or takes_dim}
 
 
 def _check_arguments(*, tune, flush_l2, warmup, rep, seed, copy_bytes, progress, options) -> None:
@@ -153,6 +162,9 @@ def _backend_names(backends: Iterable[str] | str | None, baseline: str | None) -
         for n in names:
             if not isinstance(n, str):
                 raise TypeError(f"'backends' must hold backend names, str (got {n!r} in {backends!r})")
+    if backends is not None and not names:
+        raise ValueError(f"'backends' must name at least one backend (got {backends!r}); leave it None to compare "
+                         f"every loaded backend: {', '.join(sorted(loaded)) or 'none'}")
     if baseline is not None:
         names = [baseline] + [n for n in names if n != baseline]
     names = list(dict.fromkeys(names))
@@ -203,17 +215,19 @@ class _Case:
             self.args, self.kwargs = make_call(op, shape, dtype, device, seed, **options)
             values = self.decl.bind(*self.args, **self.kwargs)
             self.spec = self.decl.spec(values, grad_enabled=False)
-        except RuntimeError as exc:  # (ValueError, TypeError and IndexError say it already)
-            raise ValueError(f"{op} on {shape_text(tuple(shape))} {dtype_name(dtype)}"
-                             f"{' with ' + repr(options) if options else ''}: {exc}") from exc
+        except (RuntimeError, IndexError) as exc:  # (a dim out of range: which case, as ValueError and TypeError say)
+            raise ValueError(f"{self.what(op, shape, dtype, options)}: {exc}") from exc
         self.tensors = self.decl.tensors_of(values)
-        try:  # torch's op itself may refuse what the op's checks let through (an integer softmax)
+        try:  # torch's op itself may refuse what the op's checks let through (an integer softmax, a float8 one)
             self.exact = exact_output(self.spec, self.tensors)
+            self.floor = torch_error(self.spec, self.tensors, self.exact)  # what the reference itself meets
         except (RuntimeError, NotImplementedError) as exc:
-            raise ValueError(f"{op} on {shape_text(tuple(shape))} {dtype_name(dtype)}"
-                             f"{' with ' + repr(options) if options else ''}: torch's op refuses it: {exc}") from exc
+            raise ValueError(f"{self.what(op, shape, dtype, options)}: torch's op refuses it: {exc}") from exc
         self.fn = DISPATCHER.function(op).function
-        self.floor = torch_error(self.spec, self.tensors, self.exact)  # what the reference itself meets
+
+    @staticmethod
+    def what(op: str, shape, dtype, options: dict[str, Any]) -> str:
+        return f"{op} on {shape_text(tuple(shape))} {dtype_name(dtype)}{' with ' + repr(options) if options else ''}"
 
 
 class _Run:
@@ -295,7 +309,7 @@ def _run(op_names, cases, names, baseline, options, device, tune, settings, copy
     versions = {n: b.info.version for n, b in _plugins.registry().backends.items() if n in names}
     return Comparison(ops=op_names, device=str(device), device_name=device_description(device), copy=copy,
                       results=results, baseline=baseline, warmup=settings.warmup, rep=settings.rep, tuned=tune,
-                      flush_l2=settings.flush_l2, versions=versions)
+                      flush_l2=settings.flush_l2, versions=versions, options=_given(op_names, options))
 
 
 def _judge(run: _Run, case: _Case, tune: bool, settings: TuneSettings,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+import tempfile
 from pathlib import Path
 
 EPILOG = """\
@@ -72,6 +72,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
     device = device_flag(args.device)
     for flag in ("json", "csv", "markdown", "plot"):
         check_writable(f"--{flag}", getattr(args, flag))  # before the run, not after it
+    named = [(flag, Path(getattr(args, flag)).expanduser().resolve()) for flag in ("json", "csv", "markdown", "plot")
+             if getattr(args, flag)]
+    for i, (flag, path) in enumerate(named):
+        twice = next((other for other, p in named[:i] if p == path), None)
+        if twice is not None:
+            raise ValueError(f"--{twice} and --{flag} name one file, {getattr(args, flag)}: one would overwrite the "
+                             "other; name a file for each")
     if args.plot:
         from ._plot import plot_problem
 
@@ -111,8 +118,11 @@ def check_writable(flag: str, path: str | None) -> None:
         raise ValueError(f"{flag} {path}: that is a folder; name a file in it")
     if not folder.is_dir():
         raise ValueError(f"{flag} {path}: its folder {folder} does not exist (or is not a folder); create it first")
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"{flag} {path}: its folder {folder} is not writable here")
+    try:  # (a file made and removed: os.access says yes to root where writing still fails, as in /proc)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".dispatch-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: its folder {folder} is not writable here ({exc.strerror or exc})") from None
 
 
 def write_outputs(run, *, json=None, csv=None, markdown=None, plot=None) -> int:
@@ -122,8 +132,8 @@ def write_outputs(run, *, json=None, csv=None, markdown=None, plot=None) -> int:
         if not path:
             continue
         try:
-            write(path)
-            print(f"wrote {path}")
+            written = write(path)
+            print(f"wrote {written if isinstance(written, Path) else path}")
         except (ImportError, OSError) as exc:
             print(f"error: cannot write {path}: {exc}", file=sys.stderr)
             status = 2

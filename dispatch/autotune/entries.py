@@ -140,4 +140,9 @@ def check_entry(key: Any, value: Any) -> tuple[dict[str, str], dict[str, Any]]:
     if not isinstance(value, Mapping):
         raise EntryError(f"'value' must be an object (got {_short(value)})")
     (check_decision if key["kind"] == "decision" else check_tune)(value)
+    if key["kind"] == "decision" and "candidates" in key:
+        names = {item.partition("=")[0] for item in key["candidates"].split(",") if item}
+        if value["backend"] not in names:  # (no call of this key can be served by it: never used)
+            raise EntryError(f"the decision's backend {value['backend']!r} is not one of its key's candidates "
+                             f"({', '.join(sorted(names)) or 'none'})")
     return key, dict(value)
