@@ -21,12 +21,14 @@ class Explanation:
     compiled_backward: str | None = None  # and the one a torch.compile'd step's backward node runs
     timing: str = "wall"  # what the call is raced by where it is made (settings, or its use() block)
     autocast: str | None = None  # the call as made, where torch.autocast recast it (the decision is the recast call's)
+    tuned: bool = False  # made by a tune (`python -m dispatch tune`, `tune.tune_call`), which races with autotune on
 
     def __str__(self) -> str:
         d = self.decision
         lines = [] if self.autocast is None else [f"{self.autocast}", "  under torch.autocast, served as:"]
         lines += [f"{d.spec.describe()}",
-                 f"  bucket: {d.bucket}    policy: {d.policy}    autotune: {_settings.settings().autotune}    "
+                 f"  bucket: {d.bucket}    policy: {d.policy}    "
+                 f"autotune: {'on for this tune' if self.tuned else _settings.settings().autotune}    "
                  f"timing: {self.timing}",
                  "  candidates:"]
         for c in d.candidates:
@@ -45,7 +47,9 @@ class Explanation:
             lines.append(f"  backward: {self.backward}")
         if self.compiled_backward is not None:
             lines.append(f"  backward in a torch.compile'd step: {self.compiled_backward}")
-        lines.append(f"  cached decision: {'yes' if d.cached else 'no'}    resolved in this process: "
+        raced = self.tuned and any(c.latency_us is not None for c in d.candidates)
+        cached = "yes" if d.cached else "no (raced now; stored in the cache)" if raced else "no"
+        lines.append(f"  cached decision: {cached}    resolved in this process: "
                      f"{'yes' if self.hot else 'no'}")
         if d.agreed:
             lines.append(f"  agreed by: {d.agreed}")

@@ -60,7 +60,7 @@ def tune_call(op: str, *args, backends: str | None = None, progress: bool = Fals
     from ._dispatcher import DISPATCHER
 
     DISPATCHER.clear()  # calls resolved before the tune now see its decision
-    return Explanation(decision, hot=False, timing=settings.timing)
+    return Explanation(decision, hot=False, timing=settings.timing, tuned=True)
 
 
 def tune_sweep(calls: Sequence[tuple[str, tuple, dict]], backends: str | None = None,

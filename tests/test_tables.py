@@ -452,3 +452,13 @@ def test_a_sweep_goes_on_past_a_call_no_named_backend_serves_and_exports_the_oth
     assert "[1/2] not tuned: no backend can serve softmax(4x64 float16" in err
     data = json.loads(out.read_text())
     assert [e["key"]["dtype"] for e in data["entries"]] == ["float32"]
+
+
+def test_tune_says_it_ran_with_autotune_and_stored_what_it_raced(table, fake_timer, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DISPATCH_CACHE_DIR", str(tmp_path / "cold"))
+    DISPATCHER.reset()
+    assert main(["tune", "softmax", "--shape", "4x64", "--device", "cpu", "--backends", "chunked,torch"]) == 0
+    shown = capsys.readouterr().out
+    assert "autotune: on for this tune" in shown and "cached decision: no (raced now; stored in the cache)" in shown
+    assert main(["tune", "softmax", "--shape", "4x64", "--device", "cpu", "--backends", "chunked,torch"]) == 0
+    assert "cached decision: yes" in capsys.readouterr().out  # the second tune is a lookup
