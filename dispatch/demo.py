@@ -120,8 +120,9 @@ def _check_writable(out: Path) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if (args.warmup is not None and args.warmup < 1) or (args.rep is not None and args.rep < 1):
-        raise ValueError(f"--warmup and --rep must be >= 1 (got {args.warmup}, {args.rep})")
+    for flag, value in (("--warmup", args.warmup), ("--rep", args.rep)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1 (got {value}); leave it out for the default")
     device = device_flag(args.device)
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0 (0: torch's default; got {args.threads})")

@@ -290,6 +290,8 @@ def test_demo_and_tune_refuse_bad_options_before_any_work(tmp_path, capsys, monk
     assert main(["demo", "--threads", "-3", "--out", str(tmp_path / "a")]) == 2
     assert "--threads must be >= 0 (0: torch's default; got -3)" in capsys.readouterr().err
     assert torch.get_num_threads() == threads
+    assert main(["demo", "--warmup", "0", "--out", str(tmp_path / "a")]) == 2
+    assert "--warmup must be >= 1 (got 0)" in capsys.readouterr().err
     blocked = tmp_path / "file"
     blocked.write_text("")  # a file where the folder would go: nothing can be written under it
     assert main(["demo", "--out", str(blocked / "demo"), "-q"]) == 2
