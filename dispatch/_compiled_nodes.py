@@ -60,8 +60,7 @@ class CompiledNodes:
         own (no exchange that the other ranks would have to join: what ``explain`` asks)."""
         scope = _settings.current_scope()
         settings = attrs.evolve(_settings.effective(scope), autotune=False, timing="device")
-        selector = Selector(_plugins.registry(), default_cache(), settings)
-        selector.joins = joins
+        selector = Selector(_plugins.registry(), default_cache(), settings, joins=joins)
         return selector.select(spec, forced, scope, self._quarantine.get(_bucket_key(spec)))
 
     def node_backward(self, key: tuple, backward: tuple[Decision, Callable] | None = None

@@ -13,6 +13,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from attrs import field, frozen
 
@@ -145,11 +146,11 @@ class Selector(Tuner):
 
     def __init__(self, registry: Registry, cache: DecisionCache, settings: Settings,
                  progress: Callable[[str], None] | None = None, tables: ShippedTables | None | str = "shipped",
-                 report: Callable[[str], None] | None = None) -> None:
+                 report: Callable[[str], None] | None = None, joins: bool = True) -> None:
         super().__init__(registry, cache, settings, progress, report)
         self.tables = shipped_tables() if tables == "shipped" else tables  # None: no shipped decisions
         self.pruned: dict[str, tuple] = {}  # per backend: the configs its tune space dropped, and why
-        self.joins = True  # under torch.distributed: whether a decision the group has not made yet is agreed now
+        self.joins = joins  # under torch.distributed: whether a decision the group has not made yet is agreed now
 
     # -- verdicts --------------------------------------------------------------------------------
 
@@ -192,10 +193,9 @@ class Selector(Tuner):
         cached = self.cache.get(dkey)
         may_race = policy == "measured" and self.settings.autotune and len(servers) > 1
         if cached is not None and (not may_race or decision_trusted(cached)):
-            by_name = {b.name: b for b in servers}
-            backend = by_name.get(cached.get("backend"))
-            config = Config.of(cached.get("config") or {})
-            if backend is not None and self.usable(backend, spec, config, "cached decision"):
+            found = self.usable_decision(spec, cached, servers)
+            if found is not None:
+                backend, config = found
                 timings = cached.get("timings") or {}
                 candidates = [Candidate(c.name, c.verdict, timings.get(c.name)) for c in candidates]
                 return Decision(spec, backend.name, config, f"cached decision ({cached.get('reason', '')})",
@@ -243,6 +243,16 @@ class Selector(Tuner):
                             config_source=source, tune=tune, pruned=self.pruned.get(backend.name, ()))
         raise NoBackendError(f"every backend that serves {spec.describe()} failed: "
                              + "; ".join(f"{n}: {w}" for n, w in notes.items()))
+
+    def usable_decision(self, spec: CallSpec, cached: Mapping[str, Any], servers: Sequence[Backend]
+                        ) -> tuple[Backend, Config] | None:
+        """``(backend, config)`` of a cached decision where its backend is one of ``servers`` and its
+        config one of that backend's tune space now (:meth:`usable` warns where it is not); else None."""
+        backend = next((b for b in servers if b.name == cached.get("backend")), None)
+        if backend is None:
+            return None
+        config = Config.of(cached.get("config") or {})
+        return (backend, config) if self.usable(backend, spec, config, "cached decision") else None
 
     def _shipped(self, spec, dkey, servers, candidates, bucket) -> Decision | None:
         """The shipped table's decision for ``dkey`` if its backend serves this call, else None. A

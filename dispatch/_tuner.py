@@ -48,21 +48,25 @@ def flushes_l2(spec: CallSpec) -> bool:
     before it has just written it), so it is timed that way: a flush would charge a kernel that
     runs from L2 in practice for a read from memory, and favour whichever kernel waits on the
     host. Larger calls are timed from a flushed L2 (their input cannot all stay there)."""
-    if spec.device.type != "cuda":
-        return True
-    index = spec.device.index if spec.device.index is not None else torch.cuda.current_device()
-    return _opdecl.get(spec.op).bytes_of(spec) >= WARM_FRACTION * _l2_bytes(index)
+    share = _l2_share(spec)
+    return share is None or share >= WARM_FRACTION
 
 
 def device_bound(spec: CallSpec) -> bool:
     """Whether a GPU call moves at least the L2's size: it then takes longer on the device (15 us or
     more on an H100 or H200) than the host takes to launch it, so a race by wall time (back-to-back
     calls from a flushed L2) measures its device time, and decides as a race by device time would."""
+    share = _l2_share(spec)
+    return spec.device.type == "cuda" and share is not None and share >= 1.0
+
+
+def _l2_share(spec: CallSpec) -> float | None:
+    """The bytes a GPU call moves over its device's L2 size; None off a GPU or where the L2 is unknown."""
     if spec.device.type != "cuda":
-        return False
+        return None
     index = spec.device.index if spec.device.index is not None else torch.cuda.current_device()
     l2 = _l2_bytes(index)
-    return l2 > 0 and _opdecl.get(spec.op).bytes_of(spec) >= l2
+    return _opdecl.get(spec.op).bytes_of(spec) / l2 if l2 > 0 else None
 
 
 @functools.lru_cache(maxsize=None)

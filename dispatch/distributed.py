@@ -238,14 +238,10 @@ class _Agreement:
         """This rank's cached decision for the key, where it names a backend this rank serves with a
         config of that backend's tune space now (else none: :meth:`Selector.usable` warns, as alone)."""
         cached = self.selector.cache.get(self.dkey)
-        if not (isinstance(cached, dict) and cached.get("backend") in names):
+        if not isinstance(cached, dict):
             return None
-        backend = next(b for b in self.servers if b.name == cached["backend"])
-        try:
-            config = Config.of(cached.get("config") or {})
-        except (TypeError, ValueError):
-            return None
-        return cached if self.selector.usable(backend, self.spec, config, "cached decision") else None
+        served = [b for b in self.servers if b.name in names]
+        return cached if self.selector.usable_decision(self.spec, cached, served) is not None else None
 
     def _local_config(self, backend: Backend) -> Config:
         """The config this rank has for ``backend`` without tuning: its cached tune, or the default."""

@@ -23,8 +23,8 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import (F32, exp_shifted, exp_shifted_poly, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf, rescale_log2,
-                        safe_max, softmax_scale)
+from ._numerics import (F32, exp_shifted, exp_shifted_poly, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf,
+                        rescale_log2, safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
 MAX_CLUSTER = 16
@@ -199,6 +199,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     vec = 16 // DTYPE_BYTES[in_dtype]
     lse = op == "logsumexp"
     log = op == "log_softmax"
+    by_poly = poly and op == "softmax" and C * TILE == N  # (the output's exponent; chunks that cover the row)
 
     @tilelang.jit(target=target, out_idx=[1], pass_configs={"tl.enable_fast_math": True})
     def smem_rows(block_m, threads):
@@ -295,21 +296,22 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 else:
                     for i in T.Parallel(1):
                         fin[i] = log_sum_shifted(gm[i], gs[i], gsh[i], gshl[i]) if log else softmax_scale(gm[i], gs[i])
-                    if poly and not log and C * TILE == N:  # each sub-tile through registers, stored whole
+                    if by_poly:  # each sub-tile through registers, stored whole
                         for k in T.serial(NS):
                             T.copy(xs[0:1, k * SUB:(k + 1) * SUB], xf)
                             for i, j in T.Parallel(1, SUB):
                                 yf[i, j] = T.cast(exp_shifted_poly(T.cast(xf[i, j], F32), gshl[i]) * fin[i], out_dtype)
                             T.copy(yf, y[bx:bx + 1, base + k * SUB:base + (k + 1) * SUB])
-                    for k in T.serial(NS if not (poly and not log and C * TILE == N) else 0):
-                        for i, j in T.Parallel(1, SUB):
-                            if base + k * SUB + j < N:
-                                if log:
-                                    y[bx, base + k * SUB + j] = T.cast(
-                                        (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
-                                else:
-                                    y[bx, base + k * SUB + j] = T.cast(
-                                        exp_shifted(T.cast(xs[i, k * SUB + j], F32), gshl[i]) * fin[i], out_dtype)
+                    else:
+                        for k in T.serial(NS):
+                            for i, j in T.Parallel(1, SUB):
+                                if base + k * SUB + j < N:
+                                    if log:
+                                        y[bx, base + k * SUB + j] = T.cast(
+                                            (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
+                                    else:
+                                        y[bx, base + k * SUB + j] = T.cast(
+                                            exp_shifted(T.cast(xs[i, k * SUB + j], F32), gshl[i]) * fin[i], out_dtype)
                 if C > 1:
                     T.cluster_wait()  # no CTA leaves while a copy may still read its `mine`
 

@@ -140,9 +140,13 @@ def check_entry(key: Any, value: Any) -> tuple[dict[str, str], dict[str, Any]]:
     if not isinstance(value, Mapping):
         raise EntryError(f"'value' must be an object (got {_short(value)})")
     (check_decision if key["kind"] == "decision" else check_tune)(value)
-    if key["kind"] == "decision" and "candidates" in key:
-        names = {item.partition("=")[0] for item in key["candidates"].split(",") if item}
-        if value["backend"] not in names:  # (no call of this key can be served by it: never used)
-            raise EntryError(f"the decision's backend {value['backend']!r} is not one of its key's candidates "
-                             f"({', '.join(sorted(names)) or 'none'})")
+    if key["kind"] == "decision" and "candidates" in key and value["backend"] not in candidate_names(key):
+        # (no call of this key can be served by it: it would never be used)
+        raise EntryError(f"the decision's backend {value['backend']!r} is not one of its key's candidates "
+                         f"({', '.join(sorted(candidate_names(key))) or 'none'})")
     return key, dict(value)
+
+
+def candidate_names(key: Mapping[str, str]) -> frozenset[str]:
+    """The backend names of a decision key's ``candidates`` (``name=version,...``)."""
+    return frozenset(item.partition("=")[0] for item in key.get("candidates", "").split(",") if item)
