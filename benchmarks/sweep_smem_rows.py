@@ -19,7 +19,9 @@ bound (``smem_rows.launch_bound``; ``benchmarks/smem_kernel_registers.py [--unbo
 thread's registers either way), timed next to it. ``--staged`` adds each one's twin that copies
 its chunk in parts and walks each part for the max as it lands (``smem_rows.program(staged=True)``);
 ``--poly`` each one's twin that takes a softmax output's exponent by a polynomial
-(``smem_rows.program(poly=True)``).
+(``smem_rows.program(poly=True)``); ``--keep`` each one's twin that takes a softmax's exponentials
+once, kept in shared memory between the sum and the output (``smem_rows.program(keep=True)``).
+Twins may be asked for together; each is timed next to its kernel.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
     return out
 
 
-TWINS = {"unbound": {"bound": False}, "staged": {"staged": True}, "poly": {"poly": True}}  # a twin's name: how smem_rows.program builds it
+TWINS = {"unbound": {"bound": False}, "staged": {"staged": True}, "poly": {"poly": True}, "keep": {"keep": True}}  # a twin's name: how smem_rows.program builds it
 
 
 def twin_kernels(B, smem_rows, cases, twin: str) -> dict:
@@ -98,13 +100,15 @@ def main() -> None:
     ap = race_arguments("softmax", "bfloat16,float32")
     ap.add_argument("--small-chunks", action="store_true",
                     help="also every cluster of 1-16 at 64-256 threads, chunks of any size (few long rows)")
-    twin_args = ap.add_mutually_exclusive_group()
+    twin_args = ap.add_argument_group("twins (any of them)")
     twin_args.add_argument("--unbound", action="store_true",
                            help="also each smem config's twin built without the kernel's launch bound")
     twin_args.add_argument("--poly", action="store_true", help="also each smem config's twin that takes a "
                            "softmax output's exponent by a polynomial on the FMA pipes (one ex2 an element)")
     twin_args.add_argument("--staged", action="store_true", help="also each smem config's twin that walks its "
                            "chunk for the max part by part as it lands")
+    twin_args.add_argument("--keep", action="store_true", help="also each smem config's twin that keeps a softmax's "
+                           "exponentials in shared memory between the sum and the output (one ex2 an element)")
     args = ap.parse_args()
 
     import torch
@@ -125,8 +129,7 @@ def main() -> None:
         for cfg, why in failed:
             print("BUILD FAIL", op, n, dtype, cfg, why[:300], flush=True)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
-    twin_name = "unbound" if args.unbound else "staged" if args.staged else "poly" if args.poly else ""
-    twins = twin_kernels(B, smem_rows, cases, twin_name) if twin_name else {}
+    twins = {name: twin_kernels(B, smem_rows, cases, name) for name in TWINS if getattr(args, name)}
 
     records = []
     save = saver(args.out, "smem_rows", {"command": " ".join(sys.argv), "columns": "op | dtype | M x N"}, records,
@@ -143,11 +146,12 @@ def main() -> None:
         default = C.default_config(op, m, n, dtype, "cuda")
         for cfg in cfgs:
             e = edge_rows(torch, 7, n, tdt, cfg["tile_n"])
-            twin = twins.get((op, n, dtype, tuple(sorted(cfg.items()))))
             kernels = [(label(cfg) + (" (default)" if cfg == default else ""),
                         lambda cfg=cfg: B.build(op, m, n, dtype, dtype, cfg, "cuda"))]
-            if twin is not None:
-                kernels.append((label(cfg) + " " + twin_name, lambda twin=twin: twin))
+            for twin_name, built in twins.items():
+                twin = built.get((op, n, dtype, tuple(sorted(cfg.items()))))
+                if twin is not None:
+                    kernels.append((label(cfg) + " " + twin_name, lambda twin=twin: twin))
             for name, make in kernels:  # a twin is timed only next to its kernel
                 try:
                     k = make()

@@ -285,3 +285,26 @@ def test_the_poly_twin_takes_a_softmax_outputs_exponent_without_ex2_and_stores_w
     assert poly.count("*(uint4*)(y + ") == plain.count("*(uint4*)(y + ") > 0
     assert source("log_softmax", 262144, 32768, 8, poly=True) == source("log_softmax", 262144, 32768, 8)
     assert source("softmax", 151936, 20480, 8, poly=True) == source("softmax", 151936, 20480, 8)
+
+
+def test_the_keep_twin_takes_a_softmaxs_exponentials_once_and_writes_them_over_the_chunk(monkeypatch):
+    """``keep=True``: the sum's pass writes each exponential back over its element in shared memory
+    (whole 16-byte vectors) and the output's pass only scales it, so a softmax takes one ``exp2f`` a
+    value, not two; log_softmax is built as without it, and asking for the polynomial too is refused."""
+    from dispatch_tilelang import smem_rows
+
+    monkeypatch.setenv("DISPATCH_TILELANG_CUDA_ARCH", "sm_90")
+
+    def source(op, n, tile, cluster, **twin):
+        return smem_rows.program(op, n, "bfloat16", "bfloat16", tile, cluster, "sm_90", **twin)(
+            block_m=1, threads=256).get_kernel_source()
+
+    for n, tile, cluster in ((262144, 32768, 8), (151936, 20480, 8)):  # chunks that cover the row, and overrun it
+        plain, keep = source("softmax", n, tile, cluster), source("softmax", n, tile, cluster, keep=True)
+        # the output pass's four a float4 gone; one more a CTA, the factor that carries its chunk's shift
+        assert plain.count("exp2f") - keep.count("exp2f") == 3
+        store = re.compile(r"^\s*\*\(uint4\*\)\(\(\(bfloat16_t\*\)xs\) \+ [^=]*\) = ", re.M)  # a store into the chunk
+        assert store.search(keep) and not store.search(plain)
+    assert source("log_softmax", 262144, 32768, 8, keep=True) == source("log_softmax", 262144, 32768, 8)
+    with pytest.raises(ValueError, match="ask for one"):
+        smem_rows.program("softmax", 262144, "bfloat16", "bfloat16", 32768, 8, "sm_90", poly=True, keep=True)

@@ -23,8 +23,8 @@ import functools
 import tilelang
 import tilelang.language as T
 
-from ._numerics import (F32, exp_shifted, exp_shifted_poly, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf,
-                        rescale_log2, safe_max, softmax_scale)
+from ._numerics import (F32, exp_shifted, exp_shifted_poly, kept_scale, log2_shift, log_sum_shifted,
+                        logsumexp_shifted, neg_inf, rescale_log2, safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, _fragment_layout, _row_stat_layout, share
 
 MAX_CLUSTER = 16
@@ -176,7 +176,7 @@ def row_words(cluster: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            bound: bool = True, staged: bool = False, poly: bool = False):
+            bound: bool = True, staged: bool = False, poly: bool = False, keep: bool = False):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``. Its launch
     bound asks for :func:`launch_bound` CTAs an SM; ``bound=False`` builds it without (a sweep's
@@ -186,7 +186,10 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     by -0.8% to +0.7%, so the shipped kernel waits for the whole chunk
     (benchmarks/results/current/rows_kernels/smem_rows/staged/). ``poly=True`` (a sweep's twin)
     takes a softmax output's exponent by :func:`_numerics.exp2_poly` on the FMA pipes, the sum's by
-    ``ex2``: one ``ex2`` an element, not two.
+    ``ex2``: one ``ex2`` an element, not two. ``keep=True`` (a sweep's twin) takes a softmax's
+    exponentials once: the sum's walk writes each back over its element in shared memory, in the
+    input's dtype, and the output's walk scales it (``_numerics.kept_scale``), as ``smem_cols``
+    does; its output is rounded twice (within an ulp of the dtype, torch's within half of one).
 
     Each element's exponent is one fused multiply-add, ``x * log2 e - shift * log2 e``, the shift's
     product rounded the same wherever it is taken (``_numerics.exp_shifted``), and the kernel is
@@ -194,12 +197,15 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     subtraction, a multiply and a plain ``exp2``, at the defaults' configs on an H100: less time at
     12 of 14 (op, shape) pairs, by 0.4-11%, 5.7% more at log_softmax 512 x 131072
     (benchmarks/results/current/rows_kernels/smem_rows/fast_form/)."""
+    if poly and keep:
+        raise ValueError("poly and keep are two ways to take a softmax output's exponent: ask for one")
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
     N, C, TILE = n_cols, cluster, tile_n
     vec = 16 // DTYPE_BYTES[in_dtype]
     lse = op == "logsumexp"
     log = op == "log_softmax"
     by_poly = poly and op == "softmax" and C * TILE == N  # (the output's exponent; chunks that cover the row)
+    kept = keep and op == "softmax"
 
     @tilelang.jit(target=target, out_idx=[1], pass_configs={"tl.enable_fast_math": True})
     def smem_rows(block_m, threads):
@@ -229,6 +235,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 xs = T.alloc_shared((1, TILE), in_dtype)
                 acc = T.alloc_fragment((1, SUB), F32)
                 xf = T.alloc_fragment((1, SUB), in_dtype)  # (poly: a sub-tile of the chunk, and its output)
+                ef = T.alloc_fragment((1, SUB), F32)  # (keep: a sub-tile's exponentials)
                 yf = T.alloc_fragment((1, SUB), out_dtype)
                 m = T.alloc_fragment((1,), F32)
                 s = T.alloc_fragment((1,), F32)
@@ -240,7 +247,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 shl = T.alloc_fragment((1,), F32)  # the shifts times log2 e
                 gshl = T.alloc_fragment((1,), F32)
                 # one row a CTA: thread t owns the t-th 16-byte vector of a sub-tile; stats in every thread
-                layouts = {t: _fragment_layout(1, SUB, threads, vec) for t in (acc, xf, yf)}
+                layouts = {t: _fragment_layout(1, SUB, threads, vec) for t in (acc, xf, yf, ef)}
                 for stat in (m, s, sh, gm, gs, gsh, fin, shl, gshl):
                     layouts[stat] = _row_stat_layout(1, threads)
                 T.annotate_layout(layouts)
@@ -265,9 +272,18 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                     shl[i] = log2_shift(sh[i])
                 T.fill(acc, 0.0)
                 for k in T.serial(NS):
-                    for i, j in T.Parallel(1, SUB):
-                        acc[i, j] += T.if_then_else(base + k * SUB + j < N,
-                                                    exp_shifted(T.cast(xs[i, k * SUB + j], F32), shl[i]), 0.0)
+                    if kept:  # a sub-tile through registers (whole 16-byte vectors), its exponentials back in its place
+                        T.copy(xs[0:1, k * SUB:(k + 1) * SUB], xf)
+                        for i, j in T.Parallel(1, SUB):
+                            ef[i, j] = T.if_then_else(base + k * SUB + j < N,
+                                                      exp_shifted(T.cast(xf[i, j], F32), shl[i]), 0.0)
+                            acc[i, j] += ef[i, j]
+                            xf[i, j] = T.cast(ef[i, j], in_dtype)
+                        T.copy(xf, xs[0:1, k * SUB:(k + 1) * SUB])
+                    else:
+                        for i, j in T.Parallel(1, SUB):
+                            acc[i, j] += T.if_then_else(base + k * SUB + j < N,
+                                                        exp_shifted(T.cast(xs[i, k * SUB + j], F32), shl[i]), 0.0)
                 T.reduce_sum(acc, s, dim=1)
 
                 if C > 1:
@@ -296,6 +312,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 else:
                     for i in T.Parallel(1):
                         fin[i] = log_sum_shifted(gm[i], gs[i], gsh[i], gshl[i]) if log else softmax_scale(gm[i], gs[i])
+                        if kept:
+                            fin[i] = kept_scale(fin[i], s[i], shl[i], gshl[i])
                     if by_poly:  # each sub-tile through registers, stored whole
                         for k in T.serial(NS):
                             T.copy(xs[0:1, k * SUB:(k + 1) * SUB], xf)
@@ -309,6 +327,9 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                                     if log:
                                         y[bx, base + k * SUB + j] = T.cast(
                                             (T.cast(xs[i, k * SUB + j], F32) - gsh[i]) - fin[i], out_dtype)
+                                    elif kept:
+                                        y[bx, base + k * SUB + j] = T.cast(T.cast(xs[i, k * SUB + j], F32) * fin[i],
+                                                                           out_dtype)
                                     else:
                                         y[bx, base + k * SUB + j] = T.cast(
                                             exp_shifted(T.cast(xs[i, k * SUB + j], F32), gshl[i]) * fin[i], out_dtype)
