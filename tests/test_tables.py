@@ -153,8 +153,8 @@ def test_device_bound_is_a_gpu_call_moving_at_least_the_l2():
     assert not device_bound(spec_of("softmax", torch.randn(4096, 4096), -1))  # the CPU has no device time
     if torch.cuda.is_available():
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        small = torch.empty(l2 // 8, device="cuda", dtype=torch.float32).view(1, -1)  # reads + writes L2 / 2
-        large = torch.empty(l2 // 2, device="cuda", dtype=torch.float32).view(1, -1)  # 2 x L2
+        small = torch.empty(l2 // 16, device="cuda", dtype=torch.float32).view(1, -1)  # reads + writes L2 / 2
+        large = torch.empty(l2 // 4, device="cuda", dtype=torch.float32).view(1, -1)  # reads + writes 2 x L2
         assert not device_bound(spec_of("softmax", small, -1))
         assert device_bound(spec_of("softmax", large, -1))
 
