@@ -19,9 +19,10 @@ bound (``smem_rows.launch_bound``; ``benchmarks/smem_kernel_registers.py [--unbo
 thread's registers either way), timed next to it. ``--staged`` adds each one's twin that copies
 its chunk in parts and walks each part for the max as it lands (``smem_rows.program(staged=True)``);
 ``--poly`` each one's twin that takes a softmax output's exponent by a polynomial
-(``smem_rows.program(poly=True)``); ``--keep`` each one's twin that takes a softmax's exponentials
-once, kept in shared memory between the sum and the output (``smem_rows.program(keep=True)``).
-Twins may be asked for together; each is timed next to its kernel.
+(``smem_rows.program(poly=True)``). Twins may be asked for together; each is timed next to its
+kernel. Softmax's config space holds its configs of up to eight chunks a second time with
+``keep: 1`` (its exponentials kept in shared memory between the sum and the output), labelled
+"... kept".
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def check(torch, y, op, x):
 
 def label(cfg: dict) -> str:
     fam = "smem" if cfg.get("smem") else ("row" if cfg["tile_n"] == 0 else "split")
-    return f"tilelang {fam} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}"
+    return f"tilelang {fam} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}" + (" kept" if cfg.get("keep") else "")
 
 
 def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
@@ -78,14 +79,14 @@ def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
     return out
 
 
-TWINS = {"unbound": {"bound": False}, "staged": {"staged": True}, "poly": {"poly": True}, "keep": {"keep": True}}  # a twin's name: how smem_rows.program builds it
+TWINS = {"unbound": {"bound": False}, "staged": {"staged": True}, "poly": {"poly": True}}  # a twin's name: how smem_rows.program builds it
 
 
 def twin_kernels(B, smem_rows, cases, twin: str) -> dict:
     """Each chunk-in-shared-memory config of ``cases`` built as its ``twin`` (of :data:`TWINS`), on
     a thread pool: {(op, n, dtype, sorted config items): kernel}."""
     jobs = {(op, n, dtype, tuple(sorted(cfg.items()))): (op, n, dtype, cfg)
-            for op, _m, n, dtype, cfgs in cases for cfg in cfgs if cfg.get("smem")}
+            for op, _m, n, dtype, cfgs in cases for cfg in cfgs if cfg.get("smem") and not cfg.get("keep")}
 
     def one(job):
         op, n, dtype, cfg = job
@@ -107,8 +108,6 @@ def main() -> None:
                            "softmax output's exponent by a polynomial on the FMA pipes (one ex2 an element)")
     twin_args.add_argument("--staged", action="store_true", help="also each smem config's twin that walks its "
                            "chunk for the max part by part as it lands")
-    twin_args.add_argument("--keep", action="store_true", help="also each smem config's twin that keeps a softmax's "
-                           "exponentials in shared memory between the sum and the output (one ex2 an element)")
     args = ap.parse_args()
 
     import torch
@@ -151,7 +150,7 @@ def main() -> None:
             for twin_name, built in twins.items():
                 twin = built.get((op, n, dtype, tuple(sorted(cfg.items()))))
                 if twin is not None:
-                    kernels.append((label(cfg) + " " + twin_name, lambda twin=twin: twin))
+                        kernels.append((label(cfg) + " " + twin_name, lambda twin=twin: twin))
             for name, make in kernels:  # a twin is timed only next to its kernel
                 try:
                     k = make()

@@ -149,3 +149,26 @@ def test_matches_torch_on_rows_far_from_zero(op, n_cols, dtypes, cfg):
         before = x.clone()
         check(op, k(x), x)
         assert torch.equal(x, before)
+
+
+KEEP_CASES = [  # softmax keeping its exponentials in shared memory (config key keep: 1)
+    (65536, (torch.bfloat16, torch.float16), {**smem(8192, 8, threads=128), "keep": 1}),  # the default
+    (40960, (torch.bfloat16,), {**smem(10240, 4, threads=128), "keep": 1}),
+    (151936, (torch.bfloat16,), {**smem(20480, 8), "keep": 1}),  # the last chunk padded
+    (65536, (torch.float32,), {**smem(16384, 4, threads=128), "keep": 1}),
+    (32768, (torch.bfloat16,), {**smem(32768, 1), "keep": 1}),  # one CTA a row: no exchange
+]
+
+
+@pytest.mark.parametrize("n_cols,dtypes,cfg", KEEP_CASES, ids=lambda v: str(v) if isinstance(v, int) else None)
+def test_kept_exponentials_match_torch_on_edge_rows_and_rows_far_from_zero(n_cols, dtypes, cfg):
+    """Each chunk's exponentials, taken at its own max and kept in the input's dtype, are carried to
+    the row's max on the way out: rows of -inf, +inf and NaN, a chunk of -inf in a finite row (its
+    factor 0, not 0 x inf), rows far from zero; the input untouched."""
+    for dtype in dtypes:
+        assert C.validate_config("softmax", n_cols, dtype, cfg, "cuda") is None
+        k = B.build("softmax", 7, n_cols, dtype, dtype, cfg, "cuda")
+        for x in (edge_rows(7, n_cols, dtype, cfg["tile_n"]), far_rows(6, n_cols, dtype)):
+            before = x.clone()
+            check("softmax", k(x), x)
+            assert torch.equal(x.nan_to_num(), before.nan_to_num())

@@ -179,8 +179,8 @@ def test_config_spaces_are_valid_deterministic_default_first(target, n_cols, dty
     assert len({tuple(sorted(c.items())) for c in space}) == len(space)
     for cfg in space:
         assert C.validate_config("softmax", n_cols, dtype, cfg, target) is None, cfg
-        # every key, but ``smem``, present only where a config sets it
-        assert set(C.JIT_PARAMS[target] + C.BUILD_KEYS[target]) - set(cfg) <= {"smem"}
+        # every key, but ``smem`` and ``keep``, present only where a config sets them
+        assert set(C.JIT_PARAMS[target] + C.BUILD_KEYS[target]) - set(cfg) <= {"smem", "keep"}
         assert set(cfg) <= set(C.JIT_PARAMS[target] + C.BUILD_KEYS[target])
     if target == "cuda":
         for cfg in space:
@@ -240,7 +240,7 @@ def test_config_space_prunes_rows_and_groups_into_families():
     for key, group in fams.items():
         assert all(C.split_config(c, "cuda")[1] == dict(key) for c in group)
     assert C.split_config({"block_m": 2, "threads": 256, "tile_n": 0, "cluster": 1}, "cuda") == (
-        {"block_m": 2, "threads": 256}, {"tile_n": 0, "cluster": 1, "smem": 0})
+        {"block_m": 2, "threads": 256}, {"tile_n": 0, "cluster": 1, "smem": 0, "keep": 0})
 
 
 def test_jit_program_has_required_tunables_only():

@@ -70,7 +70,7 @@ def test_the_c_target_never_takes_the_key():
     (16392, "bfloat16", (18432, 1)),
     (32000, "bfloat16", (32768, 1)),  # a 32000-word vocabulary
     (32768, "float16", (32768, 1)),
-    (65536, "bfloat16", (16384, 4)),
+    (65536, "bfloat16", (8192, 8)),  # softmax: eight chunks of 8K, each keeping its exponentials
     (131072, "bfloat16", (16384, 8)),
     (151936, "bfloat16", (20480, 8)),
     (262144, "bfloat16", (32768, 8)),
@@ -88,20 +88,52 @@ def test_default_takes_the_family_where_it_led(n_cols, dtype, want):
         assert cfg["tile_n"] * cfg["cluster"] >= n_cols  # one read of the row
 
 
-@pytest.mark.parametrize("n_cols,softmax,log_softmax", [
-    (32768, (32768, 1, 256), (32768, 1, 256)),
-    (40960, (10240, 4, 128), (10240, 4, 128)),  # not eight chunks of 5K (116.2 us against 100.7)
-    (49152, (12288, 4, 128), (12288, 4, 256)),
-    (65536, (16384, 4, 128), (8192, 8, 128)),  # log_softmax: chunks of 8K (82.9-83.8 us against 90.5-93.3)
-    (98304, (12288, 8, 128), (12288, 8, 256)),
-    (131072, (16384, 8, 128), (16384, 8, 256)),  # 256 threads (82.7-83.6 us against 91.0-91.6)
-    (262144, (32768, 8, 256), (32768, 8, 256)),
+@pytest.mark.parametrize("n_cols,logsumexp,log_softmax,softmax", [
+    (32768, (32768, 1, 256), (32768, 1, 256), (32768, 1, 256, 0)),
+    (40960, (10240, 4, 128), (10240, 4, 128), (10240, 4, 128, 1)),  # not eight chunks of 5K (116.2 us against 100.7)
+    (49152, (12288, 4, 128), (12288, 4, 256), (12288, 4, 128, 1)),
+    # log_softmax: chunks of 8K (82.9-83.8 us against 90.5-93.3); softmax, kept: 100.9 against 109.3 (H100)
+    (65536, (16384, 4, 128), (8192, 8, 128), (8192, 8, 128, 1)),
+    (98304, (12288, 8, 128), (12288, 8, 256), (12288, 8, 128, 1)),
+    (131072, (16384, 8, 128), (16384, 8, 256), (16384, 8, 256, 1)),  # 256 threads (82.7-83.6 us against 91.0-91.6)
+    (262144, (32768, 8, 256), (32768, 8, 256), (32768, 8, 256, 0)),  # kept: 0-6% more at every config
 ])
-def test_log_softmax_takes_chunks_of_8k_to_16k_from_32k_to_128k(n_cols, softmax, log_softmax):
-    for op, want in (("softmax", softmax), ("logsumexp", softmax), ("log_softmax", log_softmax)):
+def test_softmaxes_take_chunks_of_8k_to_16k_from_32k_to_128k(n_cols, logsumexp, log_softmax, softmax):
+    """log_softmax and softmax (which keeps its exponentials in shared memory there) take up to eight
+    chunks of at least 8K columns from 32K to 128K; logsumexp the chunks of 16K columns."""
+    for op, want in (("logsumexp", logsumexp + (0,)), ("log_softmax", log_softmax + (0,)), ("softmax", softmax)):
         cfg = C.default_config(op, 1024, n_cols, "bfloat16", "cuda")
-        assert (cfg["tile_n"], cfg["cluster"], cfg["threads"]) == want, (op, cfg)
+        assert (cfg["tile_n"], cfg["cluster"], cfg["threads"], cfg.get("keep", 0)) == want, (op, cfg)
         assert C.validate_config(op, n_cols, "bfloat16", cfg, "cuda") is None
+
+
+def test_keep_is_a_softmax_key_of_the_family_offered_where_it_serves():
+    """``keep: 1``: softmax's chunk-in-shared-memory kernels that keep their exponentials, in the space
+    next to each config of up to eight chunks of rows longer than 32K; a bad value, another op, or
+    another family is refused naming it, and a few rows' default leaves it out (not measured)."""
+    space = C.config_space("softmax", 1024, 65536, "bfloat16", "cuda")
+    kept = [c for c in space if c.get("keep")]
+    plain = {tuple(sorted(c.items())) for c in space if c.get("smem") and not c.get("keep")}
+    assert kept and all(c["smem"] == 1 and c["cluster"] <= 8 for c in kept)
+    assert {tuple(sorted({k: v for k, v in c.items() if k != "keep"}.items())) for c in kept} <= plain
+    fams = C.families(space, "cuda")  # a kept config is its own kernel, next to its twin's
+    kept_fams = [dict(k) for k in fams if dict(k)["keep"]]
+    assert kept_fams and all(tuple(sorted({**k, "keep": 0}.items())) in fams for k in kept_fams)
+    longer = [c for c in C.config_space("softmax", 512, 131072, "bfloat16", "cuda") if c.get("smem")]
+    assert any(c["cluster"] == 16 for c in longer) and not any(c["cluster"] == 16 and c.get("keep") for c in longer)
+    for op in ("log_softmax", "logsumexp"):
+        assert not any(c.get("keep") for c in C.config_space(op, 1024, 65536, "bfloat16", "cuda"))
+    assert not any(c.get("keep") for c in C.config_space("softmax", 1024, 32768, "bfloat16", "cuda"))
+    assert "keep" not in C.default_config("softmax", 4, 65536, "bfloat16", "cuda")
+    cfg = C.default_config("softmax", 1024, 65536, "bfloat16", "cuda")
+    assert "keep must be 0 or 1 (got 2)" in C.validate_config("softmax", 65536, "bfloat16", {**cfg, "keep": 2}, "cuda")
+    assert "not log_softmax with smem=1" in C.validate_config("log_softmax", 65536, "bfloat16", cfg, "cuda")
+    regs = {"block_m": 1, "threads": 512, "tile_n": 8192, "cluster": 8, "keep": 1}
+    assert "not softmax with smem=0" in C.validate_config("softmax", 65536, "bfloat16", regs, "cuda")
+    with pytest.raises(ValueError, match="not log_softmax with smem=1"):
+        B.jit_program("log_softmax", 65536, "bfloat16", "bfloat16", "cuda", cfg)
+    assert "unknown config key(s) ['keep']" in C.validate_config("softmax", 65536, "float32",
+                                                                {"block_m": 1, "tile_n": 2048, "keep": 1}, "c")
 
 
 @pytest.mark.parametrize("n_rows,n_cols,op,want", [

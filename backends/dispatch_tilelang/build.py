@@ -34,7 +34,7 @@ def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str
                 build_keys: Mapping[str, Any] | None = None, row_stride: int = 0):
     """The ``@tilelang.jit`` program of one kernel family; its parameters are ``JIT_PARAMS[target]``, all required.
 
-    ``build_keys`` holds the family's build-time keys (``tile_n``, and ``cluster`` and ``smem`` on cuda); a
+    ``build_keys`` holds the family's build-time keys (``tile_n``, and ``cluster``, ``smem`` and ``keep`` on cuda); a
     full config is accepted too, its JIT keys are ignored here. ``row_stride`` (CUDA only): the
     elements between rows, 0 for dense rows. Calling the program with the JIT
     kwargs compiles (or loads from TileLang's disk cache) a ``JITKernel``; ``tilelang.autotune``
@@ -50,6 +50,9 @@ def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str
     if n_cols < 1:
         raise ValueError(f"n_cols must be >= 1 to compile a kernel (got {n_cols})")
     _check_row_stride(n_cols, row_stride, target)
+    if target == "cuda" and build["keep"] and not (build["smem"] and op == "softmax"):
+        raise ValueError(f"keep=1 keeps a softmax's exponentials in the chunk-in-shared-memory family (smem=1): "
+                         f"not {op} with smem={build['smem']}")
     if target == "cuda" and build["smem"]:
         from . import smem_rows
 
@@ -58,7 +61,8 @@ def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str
         if ins != outs:
             raise ValueError(f"the chunk-in-shared-memory family (smem=1) writes its input's dtype (got {ins} -> {outs}); "
                              "the register families (smem=0) serve a cast")
-        return smem_rows.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch())
+        return smem_rows.program(op, n_cols, ins, outs, build["tile_n"], build["cluster"], cuda_arch(),
+                                 keep=bool(build["keep"]))
     if target == "cuda":
         from . import cuda_kernels
 

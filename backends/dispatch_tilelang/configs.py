@@ -1,9 +1,10 @@
 """Config spaces and default configs of the TileLang row kernels, pruned by row length, dtype and target.
 
 A config is a flat dict. On ``"cuda"``: ``block_m`` and ``threads`` are JIT (tunable)
-parameters; ``tile_n``, ``cluster`` and ``smem`` are build-time keys that pick the kernel family
-(see ``cuda_kernels``; ``smem: 1``, present only where set, the chunk-in-shared-memory family of
-``smem_rows``). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
+parameters; ``tile_n``, ``cluster``, ``smem`` and ``keep`` are build-time keys that pick the kernel
+family (see ``cuda_kernels``; ``smem: 1``, present only where set, the chunk-in-shared-memory family
+of ``smem_rows``; ``keep: 1`` there, softmax only, its kernel that keeps each exponential in shared
+memory between the sum and the output, ``smem_rows.program(keep=True)``). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
 key (see ``cpu_kernels``). Every list is in a deterministic order, and every config in it is
 one ``cuda_kernels.check_launch`` / ``check_cpu_config`` accepts.
 
@@ -40,13 +41,16 @@ CPU_TILE_CHOICES = (512, 2048)
 # The chunk-in-shared-memory family's chunks in the config space, and the longest row its default serves.
 SMEM_MIN_BYTES, SMEM_MAX_BYTES = smem_rows.MIN_CHUNK_BYTES, 64 << 10
 SMEM_MIN_COLS, SMEM_MAX_COLS = 16384, 262144  # the 2-byte rows its default serves
+# Softmax rows longer than this may keep their exponentials in shared memory (config key ``keep``);
+# at 32K one CTA a row runs at copy speed either way.
+KEEP_MIN_COLS = 32768
 # The most rows a CUDA CTA of the whole-row family holds (the tuned space's largest).
 MAX_BLOCK_M = 32
 
 #: Tunable JIT parameters of every program ``build.jit_program`` returns, per target (required, no defaults).
 JIT_PARAMS: dict[str, tuple[str, ...]] = {"cuda": ("block_m", "threads"), "c": ("block_m",)}
 #: Config keys that choose the kernel family at build time; stripped before TileLang sees a config.
-BUILD_KEYS: dict[str, tuple[str, ...]] = {"cuda": ("tile_n", "cluster", "smem"), "c": ("tile_n",)}
+BUILD_KEYS: dict[str, tuple[str, ...]] = {"cuda": ("tile_n", "cluster", "smem", "keep"), "c": ("tile_n",)}
 #: Config keys an autotuner varies within one family.
 TUNABLES: dict[str, tuple[str, ...]] = JIT_PARAMS
 #: JIT parameter name -> config key, where they differ (here they never do).
@@ -139,9 +143,11 @@ def _split_rank(cfg: dict, n_cols: int) -> tuple:
     return (not looped, (cfg["threads"], per_thread) != (512, 16), cfg["cluster"], -cfg["threads"])
 
 
-def _cuda_smem_configs(n_cols: int, dtype: str) -> list[dict]:
+def _cuda_smem_configs(op: str, n_cols: int, dtype: str) -> list[dict]:
     """Chunk-in-shared-memory configs (``smem_rows``): a row in 1-16 chunks (one CTA each, a cluster
-    where more than one) of 16-64 KB, 128 or 256 threads, at most 1/8 of the covered row padding."""
+    where more than one) of 16-64 KB, 128 or 256 threads, at most 1/8 of the covered row padding;
+    for softmax of rows longer than 32K, each of up to eight chunks also with ``keep``
+    (:data:`KEEP_MIN_COLS`)."""
     if not cuda_supports_clusters():  # measured on sm_90 only, where its exchange runs
         return []
     size = DTYPE_BYTES[dtype]
@@ -153,6 +159,8 @@ def _cuda_smem_configs(n_cols: int, dtype: str) -> list[dict]:
             if SMEM_MIN_BYTES <= tile * size <= SMEM_MAX_BYTES and (cluster * tile - n_cols) * 8 <= cluster * tile \
                     and smem_rows.check_launch(n_cols, dtype, tile, cluster, 1, threads) is None:
                 out.append(cfg)
+    if op == "softmax" and n_cols > KEEP_MIN_COLS:
+        out += [dict(c, keep=1) for c in out if c["cluster"] <= 8]
     return out
 
 
@@ -177,10 +185,10 @@ def fit_config(n_cols: int, dtype: Any, config: Mapping[str, Any]) -> dict:
     return config
 
 
-def _smem_config(n_cols: int, dtype: str, cluster: int, threads: int) -> dict:
+def _smem_config(n_cols: int, dtype: str, cluster: int, threads: int, keep: bool = False) -> dict:
     """The config of a row in ``cluster`` chunks, each its share of the row rounded up to a vector a thread."""
     tile = cuda_kernels.share(n_cols, cluster, (16 // DTYPE_BYTES[dtype]) * threads)
-    return {"block_m": 1, "threads": threads, "tile_n": tile, "cluster": cluster, "smem": 1}
+    return {"block_m": 1, "threads": threads, "tile_n": tile, "cluster": cluster, "smem": 1, **({"keep": 1} if keep else {})}
 
 
 def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str, smem: bool = True) -> list[dict]:
@@ -190,7 +198,7 @@ def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str, smem: bool 
     if n_cols <= ROW_FAMILY_MAX_COLS:
         configs += _cuda_row_configs(n_rows, n_cols, dtype)
     if n_cols >= 8192:
-        configs += _cuda_split_configs(n_cols, dtype) + (_cuda_smem_configs(n_cols, dtype) if smem else [])
+        configs += _cuda_split_configs(n_cols, dtype) + (_cuda_smem_configs(op, n_cols, dtype) if smem else [])
     return unique_configs(configs)
 
 
@@ -216,6 +224,12 @@ def _smem_default(op: str, n_rows: int, n_cols: int, dtype: str) -> dict | None:
     of 8K, 82.9-83.8 us in three runs where chunks of 16K took 90.5-93.3; 512 x 131072 in chunks of
     16K at 256 threads, 82.7-83.6 in two where 128 threads took 91.0-91.6; Triton 87.3-89.4; rows of
     40960, 49152 and 98304 level with softmax's rule or ahead, where eight chunks of 5-6K lost up to 15%).
+    softmax of rows of 32K-128K takes the same chunks, 128 threads for chunks of up to 12K, and
+    keeps its exponentials in shared memory (``keep``): one H100, us, against the rule before,
+    1638 x 40960 105.6 against 107.6, 1365 x 49152 105.6 / 108.5, 1024 x 65536 100.9 / 109.3,
+    682 x 98304 101.1 / 104.3, 512 x 131072 101.5 / 104.6; Triton 103.1-111.5
+    (benchmarks/results/current/rows_kernels/smem_rows/keep/). Not measured on an H200; not for
+    few rows (below), nor past 128K, where it took 0-6% more at every config measured.
 
     The best of them had each thread copy 256 bytes (16 vectors); fp32 rows (at best level with
     the register families), odd rows (no 16-byte copies) and GPUs older than sm_90 (not measured)
@@ -232,16 +246,17 @@ def _smem_default(op: str, n_rows: int, n_cols: int, dtype: str) -> dict | None:
     if not cuda_supports_clusters():
         return None
     log_rows = op == "log_softmax" and 32768 < n_cols <= 131072
+    kept = op == "softmax" and KEEP_MIN_COLS < n_cols <= 131072
     if n_cols <= 32768:
         cluster = 1
-    elif log_rows:
+    elif log_rows or kept:
         cluster = min(8, 1 << ((n_cols // 8192).bit_length() - 1))  # chunks of at least 8K columns
     elif n_cols <= 131072:
         cluster = _pow2_ceil(-(-n_cols // 16384))
     else:
         cluster = 8
-    threads = 128 if -(-n_cols // cluster) <= (10240 if log_rows else 16384) else 256
-    cfg = _smem_config(n_cols, dtype, cluster, threads)
+    threads = 128 if -(-n_cols // cluster) <= (10240 if log_rows else 12288 if kept else 16384) else 256
+    cfg = _smem_config(n_cols, dtype, cluster, threads, keep=kept)
     if n_rows <= FEW_ROWS:
         few = max(cluster, min(8, _pow2_ceil(-(-n_cols // FEW_ROWS_CHUNK))))
         wide = 128 if -(-n_cols // few) <= FEW_ROWS_CHUNK else 256
@@ -359,6 +374,7 @@ def split_config(config: Mapping[str, Any], target: str) -> tuple[dict, dict]:
     if target == "cuda":
         build["cluster"] = int(config.pop("cluster", 1))
         build["smem"] = int(config.pop("smem", 0))
+        build["keep"] = int(config.pop("keep", 0))
     unknown = set(config) - set(JIT_PARAMS[target])
     if unknown:
         raise ValueError(f"unknown config key(s) {sorted(unknown)} for target {target!r}; expected {JIT_PARAMS[target] + BUILD_KEYS[target]}")
@@ -390,6 +406,11 @@ def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, An
         return "thread-block clusters (cluster > 1) need an sm_90+ GPU"
     if build["smem"] not in (0, 1):
         return f"smem must be 0 or 1 (got {build['smem']})"
+    if build["keep"] not in (0, 1):
+        return f"keep must be 0 or 1 (got {build['keep']})"
+    if build["keep"] and not (build["smem"] and op == "softmax"):
+        return (f"keep=1 keeps a softmax's exponentials in the chunk-in-shared-memory family (smem=1): "
+                f"not {op} with smem={build['smem']}; leave keep out")
     if build["smem"]:
         if not cuda_supports_clusters():
             return "the chunk-in-shared-memory family (smem=1) runs on sm_90+ GPUs (it was measured there only)"

@@ -3,7 +3,8 @@
 A row is cut into ``cluster`` chunks of ``tile_n`` columns, one CTA each, the CTAs of a row one
 thread-block cluster (sm_90+). A CTA copies its chunk into shared memory with ``cp.async`` (the
 bytes in flight hold no registers), then walks it there three times: the max, the sum of
-``exp(x - max)``, the output. The chunks' (max, sum) pairs travel to every peer with
+``exp(x - max)`` (a softmax with ``keep`` writing each exponential back over its element), the
+output. The chunks' (max, sum) pairs travel to every peer with
 ``cp.async.bulk`` into distributed shared memory, each completing on the peer's mbarrier, so a CTA
 waits only for the pairs it needs. The register-resident family (``cuda_kernels``, ``tile_n > 0``)
 holds the chunk in registers, 16-32 values a thread, which caps the bytes an SM has in flight;
@@ -186,10 +187,12 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     by -0.8% to +0.7%, so the shipped kernel waits for the whole chunk
     (benchmarks/results/current/rows_kernels/smem_rows/staged/). ``poly=True`` (a sweep's twin)
     takes a softmax output's exponent by :func:`_numerics.exp2_poly` on the FMA pipes, the sum's by
-    ``ex2``: one ``ex2`` an element, not two. ``keep=True`` (a sweep's twin) takes a softmax's
-    exponentials once: the sum's walk writes each back over its element in shared memory, in the
-    input's dtype, and the output's walk scales it (``_numerics.kept_scale``), as ``smem_cols``
-    does; its output is rounded twice (within an ulp of the dtype, torch's within half of one).
+    ``ex2``: one ``ex2`` an element, not two (slower than without it at every config measured on an
+    H100, benchmarks/results/current/rows_kernels/smem_rows/keep/). ``keep=True`` (config key
+    ``keep: 1``; softmax only, other ops are built as without it) takes a softmax's exponentials
+    once: the sum's walk writes each back over its element in shared memory, in the input's dtype,
+    and the output's walk scales it (``_numerics.kept_scale``), as ``smem_cols`` does; its output
+    is rounded twice (within an ulp of the dtype, torch's within half of one).
 
     Each element's exponent is one fused multiply-add, ``x * log2 e - shift * log2 e``, the shift's
     product rounded the same wherever it is taken (``_numerics.exp_shifted``), and the kernel is
