@@ -62,7 +62,8 @@ def check(torch, y, op, x):
 
 def label(cfg: dict) -> str:
     fam = "smem" if cfg.get("smem") else ("row" if cfg["tile_n"] == 0 else "split")
-    return f"tilelang {fam} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}" + (" kept" if cfg.get("keep") else "")
+    kept = " kept" if cfg.get("keep") else ""
+    return f"tilelang {fam} c{cfg['cluster']} t{cfg['threads']} tile{cfg['tile_n']}{kept}"
 
 
 def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
@@ -150,7 +151,7 @@ def main() -> None:
             for twin_name, built in twins.items():
                 twin = built.get((op, n, dtype, tuple(sorted(cfg.items()))))
                 if twin is not None:
-                        kernels.append((label(cfg) + " " + twin_name, lambda twin=twin: twin))
+                    kernels.append((label(cfg) + " " + twin_name, lambda twin=twin: twin))
             for name, make in kernels:  # a twin is timed only next to its kernel
                 try:
                     k = make()

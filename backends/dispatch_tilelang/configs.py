@@ -4,9 +4,10 @@ A config is a flat dict. On ``"cuda"``: ``block_m`` and ``threads`` are JIT (tun
 parameters; ``tile_n``, ``cluster``, ``smem`` and ``keep`` are build-time keys that pick the kernel
 family (see ``cuda_kernels``; ``smem: 1``, present only where set, the chunk-in-shared-memory family
 of ``smem_rows``; ``keep: 1`` there, softmax only, its kernel that keeps each exponential in shared
-memory between the sum and the output, ``smem_rows.program(keep=True)``). On ``"c"``: ``block_m`` is the JIT parameter and ``tile_n`` the build-time
-key (see ``cpu_kernels``). Every list is in a deterministic order, and every config in it is
-one ``cuda_kernels.check_launch`` / ``check_cpu_config`` accepts.
+memory between the sum and the output, ``smem_rows.program(keep=True)``). On ``"c"``: ``block_m``
+is the JIT parameter and ``tile_n`` the build-time key (see ``cpu_kernels``). Every list is in a
+deterministic order, and every config in it is one ``cuda_kernels.check_launch`` /
+``check_cpu_config`` accepts.
 
 Lookup (checked arguments, any target): ``config_space`` / ``default_config`` (plain dicts, the
 default first), ``split_config`` / ``families`` (build-time keys apart from JIT parameters) and
@@ -188,7 +189,8 @@ def fit_config(n_cols: int, dtype: Any, config: Mapping[str, Any]) -> dict:
 def _smem_config(n_cols: int, dtype: str, cluster: int, threads: int, keep: bool = False) -> dict:
     """The config of a row in ``cluster`` chunks, each its share of the row rounded up to a vector a thread."""
     tile = cuda_kernels.share(n_cols, cluster, (16 // DTYPE_BYTES[dtype]) * threads)
-    return {"block_m": 1, "threads": threads, "tile_n": tile, "cluster": cluster, "smem": 1, **({"keep": 1} if keep else {})}
+    cfg = {"block_m": 1, "threads": threads, "tile_n": tile, "cluster": cluster, "smem": 1}
+    return {**cfg, "keep": 1} if keep else cfg
 
 
 def cuda_config_space(op: str, n_rows: int, n_cols: int, dtype: str, smem: bool = True) -> list[dict]:
