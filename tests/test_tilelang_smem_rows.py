@@ -110,7 +110,7 @@ def test_softmaxes_take_chunks_of_8k_to_16k_from_32k_to_128k(n_cols, logsumexp, 
 def test_keep_is_a_softmax_key_of_the_family_offered_where_it_serves():
     """``keep: 1``: softmax's chunk-in-shared-memory kernels that keep their exponentials, in the space
     next to each config of up to eight chunks of rows longer than 32K; a bad value, another op, or
-    another family is refused naming it, and a few rows' default leaves it out (not measured)."""
+    another family is refused naming it."""
     space = C.config_space("softmax", 1024, 65536, "bfloat16", "cuda")
     kept = [c for c in space if c.get("keep")]
     plain = {tuple(sorted(c.items())) for c in space if c.get("smem") and not c.get("keep")}
@@ -124,7 +124,8 @@ def test_keep_is_a_softmax_key_of_the_family_offered_where_it_serves():
     for op in ("log_softmax", "logsumexp"):
         assert not any(c.get("keep") for c in C.config_space(op, 1024, 65536, "bfloat16", "cuda"))
     assert not any(c.get("keep") for c in C.config_space("softmax", 1024, 32768, "bfloat16", "cuda"))
-    assert "keep" not in C.default_config("softmax", 4, 65536, "bfloat16", "cuda")
+    assert C.default_config("softmax", 4, 98304, "bfloat16", "cuda")["keep"] == 1  # a few rows' chunks too
+    assert "keep" not in C.default_config("softmax", 4, 262144, "bfloat16", "cuda")
     cfg = C.default_config("softmax", 1024, 65536, "bfloat16", "cuda")
     assert "keep must be 0 or 1 (got 2)" in C.validate_config("softmax", 65536, "bfloat16", {**cfg, "keep": 2}, "cuda")
     assert "not log_softmax with smem=1" in C.validate_config("log_softmax", 65536, "bfloat16", cfg, "cuda")

@@ -230,8 +230,9 @@ def _smem_default(op: str, n_rows: int, n_cols: int, dtype: str) -> dict | None:
     keeps its exponentials in shared memory (``keep``): one H100, us, against the rule before,
     1638 x 40960 105.6 against 107.6, 1365 x 49152 105.6 / 108.5, 1024 x 65536 100.9 / 109.3,
     682 x 98304 101.1 / 104.3, 512 x 131072 101.5 / 104.6; Triton 103.1-111.5
-    (benchmarks/results/current/rows_kernels/smem_rows/keep/). Not measured on an H200; not for
-    few rows (below), nor past 128K, where it took 0-6% more at every config measured.
+    (benchmarks/results/current/rows_kernels/smem_rows/keep/). A few rows' chunks (below) keep
+    too: 8 x 98304 8.4 against 9.1, 4 x 131072 8.6 / 9.2, 8 x 128256 9.4 / 10.3, level at 65536.
+    Not measured on an H200; not past 128K, where it took 0-6% more at every config measured.
 
     The best of them had each thread copy 256 bytes (16 vectors); fp32 rows (at best level with
     the register families), odd rows (no 16-byte copies) and GPUs older than sm_90 (not measured)
@@ -263,7 +264,7 @@ def _smem_default(op: str, n_rows: int, n_cols: int, dtype: str) -> dict | None:
         few = max(cluster, min(8, _pow2_ceil(-(-n_cols // FEW_ROWS_CHUNK))))
         wide = 128 if -(-n_cols // few) <= FEW_ROWS_CHUNK else 256
         for t in (wide, 384 - wide):  # the other where this one's rounding leaves the last CTA nothing
-            cand = _smem_config(n_cols, dtype, few, t)
+            cand = _smem_config(n_cols, dtype, few, t, keep=kept)
             if smem_rows.check_launch(n_cols, dtype, cand["tile_n"], few, 1, t) is None:
                 return cand
     return cfg if smem_rows.check_launch(n_cols, dtype, cfg["tile_n"], cluster, 1, threads) is None else None
