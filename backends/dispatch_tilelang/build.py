@@ -27,7 +27,7 @@ from typing import Any
 from dispatch.backend import PARSE_LOCK
 
 from .availability import DTYPES, _check_op, _check_target, dtype_name, supports
-from .configs import BUILD_KEYS, fit_config, split_config, validate_config
+from .configs import BUILD_KEYS, fit_config, keep_refused, split_config, validate_config
 
 
 def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str,
@@ -50,9 +50,8 @@ def jit_program(op: str, n_cols: int, in_dtype: Any, out_dtype: Any, target: str
     if n_cols < 1:
         raise ValueError(f"n_cols must be >= 1 to compile a kernel (got {n_cols})")
     _check_row_stride(n_cols, row_stride, target)
-    if target == "cuda" and build["keep"] and not (build["smem"] and op == "softmax"):
-        raise ValueError(f"keep=1 keeps a softmax's exponentials in the chunk-in-shared-memory family (smem=1): "
-                         f"not {op} with smem={build['smem']}")
+    if target == "cuda" and (why := keep_refused(op, build)) is not None:
+        raise ValueError(why)
     if target == "cuda" and build["smem"]:
         from . import smem_rows
 

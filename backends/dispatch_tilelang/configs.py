@@ -384,6 +384,14 @@ def split_config(config: Mapping[str, Any], target: str) -> tuple[dict, dict]:
     return config, build
 
 
+def keep_refused(op: str, build: Mapping[str, int]) -> str | None:
+    """Why a config's build keys (:func:`split_config`) may not ask for ``keep``, or None."""
+    if build.get("keep") and not (build.get("smem") and op == "softmax"):
+        return (f"keep=1 keeps a softmax's exponentials in the chunk-in-shared-memory family (smem=1): "
+                f"not {op} with smem={build.get('smem', 0)}; leave keep out")
+    return None
+
+
 def families(configs: list[Mapping[str, Any]], target: str) -> dict[tuple, list[dict]]:
     """Group configs by their build-time keys: each group is one JIT program, tuned on its own."""
     groups: dict[tuple, list[dict]] = {}
@@ -411,9 +419,8 @@ def validate_config(op: str, n_cols: int, in_dtype: Any, config: Mapping[str, An
         return f"smem must be 0 or 1 (got {build['smem']})"
     if build["keep"] not in (0, 1):
         return f"keep must be 0 or 1 (got {build['keep']})"
-    if build["keep"] and not (build["smem"] and op == "softmax"):
-        return (f"keep=1 keeps a softmax's exponentials in the chunk-in-shared-memory family (smem=1): "
-                f"not {op} with smem={build['smem']}; leave keep out")
+    if (why := keep_refused(op, build)) is not None:
+        return why
     if build["smem"]:
         if not cuda_supports_clusters():
             return "the chunk-in-shared-memory family (smem=1) runs on sm_90+ GPUs (it was measured there only)"
