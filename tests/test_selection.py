@@ -509,6 +509,24 @@ def test_the_built_in_cards_send_many_long_rows_to_triton_and_keep_short_rows_as
     assert first("softmax", (65536, 128), 0) == "triton"  # a long dim 0: the strided kernel's figures, not ":long"
 
 
+def test_the_built_in_cards_keep_tens_of_long_rows_off_torch_and_send_those_of_10_mb_or_more_to_triton():
+    """Torch's softmax family runs long rows at 1400-2300 GB/s (H100, H200 races), and with 64-128
+    rows of 64K-98K the cards had sent such calls to it, 1.3-1.5x slower than either kernel (H100:
+    softmax 128x98304 36.6 us against Triton's 24.5, log_softmax 64x65536 17.3 against 12.9). From
+    about 10 MB Triton's split rows led TileLang's at 16-128 rows (16x151936 10.8 against 12.8 us,
+    32x151936 13.9 against 16.6); below, the launch decides as before."""
+    first = _cards_first_choice()
+
+    for op in ("softmax", "log_softmax"):
+        for shape in ((128, 98304), (64, 65536), (256, 65536)):
+            assert first(op, shape) == "triton", (op, shape)
+        for shape in ((16, 151936), (32, 151936), (32, 128256)):
+            assert first(op, shape) == "triton", (op, shape)
+        for shape in ((8, 128256), (4, 131072), (1, 262144)):
+            assert first(op, shape) == "tilelang", (op, shape)
+    assert first("log_softmax", (64, 32768)) == "torch"  # decode-sized rows of 32K: torch's launch, as before
+
+
 def test_a_cast_cost_figure_serves_calls_that_write_another_dtype():
     """A ``":cast"`` figure describes a backend's kernels for calls whose output dtype is not the
     input's (``softmax(x, -1, dtype=torch.float32)`` of bf16 ``x``); same-dtype calls keep the plain

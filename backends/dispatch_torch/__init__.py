@@ -35,7 +35,11 @@ def dispatch_backend_info() -> BackendInfo:
                        # under the one-row times. softmax/log_softmax over few rows longer than 16K (bf16)
                        # take a row's time too: softmax 37.8 us a call at 32x151936, 67 at 1x262144,
                        # log_softmax 24.9 and 45.6, where TileLang and Triton take 11-19
-                       # (benchmarks/results/current/launch/launch_few_long_rows.md, layouts/few_long_rows_cards.md)
+                       # (benchmarks/results/current/launch/launch_few_long_rows.md, layouts/few_long_rows_cards.md);
+                       # per element of the row, softmax 0.22-0.26 ns, log_softmax 0.14-0.19 (H100 and H200), and
+                       # over many long rows 1400-1900 GB/s (softmax) and 1440-2330 (log_softmax): the races in
+                       # dispatch/tables/nvidia-h100-80gb-hbm3*.json and nvidia-h200-smem.json
+                       # (benchmarks/results/current/rows_kernels/few_long_h100/)
                        # Over a dim that is not the last unit-stride one, bf16: softmax/log_softmax
                        # 16-17 GB/s over dim 0 of 4096x4096, 315-595 over dim 1 of (B, C, H, W), 377-393
                        # on a transposed view; logsumexp 92-382 (benchmarks/results/current/layouts/layouts.md),
@@ -48,7 +52,7 @@ def dispatch_backend_info() -> BackendInfo:
                        costs={"cuda": (12.5, 2500.0), "cuda:logsumexp": (80.0, 550.0),
                               "cuda:softmax:cast": (22.0, 1070.0), "cuda:log_softmax:cast": (22.0, 1070.0),
                               "cuda:strided": (12.5, 400.0), "cuda:logsumexp:strided": (80.0, 300.0),
-                              "cuda:softmax:long": (12.5, 2500.0, 0.17), "cuda:log_softmax:long": (12.5, 2500.0, 0.1),
+                              "cuda:softmax:long": (12.5, 1900.0, 0.22), "cuda:log_softmax:long": (12.5, 2100.0, 0.14),
                               "cuda:rms_norm": (15.0, 2500.0, 1.5), "cuda:layer_norm": (16.5, 2500.0, 1.5),
                               "cuda:rms_norm:grad": (140.0, 850.0, 3.0), "cuda:layer_norm:grad": (140.0, 780.0, 3.0)},
                        description="torch's own ops (the reference)", reference=True)

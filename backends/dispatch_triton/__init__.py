@@ -74,9 +74,11 @@ def dispatch_backend_info() -> BackendInfo:
         # (benchmarks/results/current/layouts/two_tiles/)
         # rows longer than 16K, split over programs: 2600-3300 GB/s bf16 (odd lengths 2600-2800),
         # 3000-3600 fp32, with the split launch's extra host time
-        # (benchmarks/results/current/rows_kernels/odd_rows/, long_rows_final.md)
+        # (benchmarks/results/current/rows_kernels/odd_rows/, long_rows_final.md); that host time, a
+        # call back to back against TileLang's long-row call: 1.1-1.9 us more on an H200
+        # (dispatch/tables/nvidia-h200-rows.json), 0-0.6 us on an H100 (rows_kernels/few_long_h100/)
         # over a dim that is not the last, bf16 softmax: 1790-3490 GB/s (benchmarks/results/current/layouts/smem_cols/)
-        costs={"cuda": (13.5, 3700.0), "cuda:long": (18.0, 3000.0), "cuda:strided": (13.5, 2300.0),
+        costs={"cuda": (13.5, 3700.0), "cuda:long": (15.0, 3000.0), "cuda:strided": (13.5, 2300.0),
                "cuda:rms_norm": (13.0, 2900.0), "cuda:layer_norm": (13.0, 2800.0),
                "cuda:rms_norm:grad": (220.0, 1450.0), "cuda:layer_norm:grad": (220.0, 1400.0),
                "cuda:logsumexp:strided": (13.5, 2400.0)},
