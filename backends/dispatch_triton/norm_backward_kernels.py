@@ -539,9 +539,10 @@ def _norm_bwd_coop(
     # once. Pipelined one row ahead (as the softmax split_pipe path): a program publishes the sums
     # of its NEXT row before it awaits this row's, so they have had a whole iteration to arrive,
     # and in the loop the row after next is already loading when the next row's sums wait for its
-    # values (on an H100, 3-8% off rows of 10K-262K at 64 rows or more against loading it after
-    # that publish; layer_norm bf16 256 x 65536 2% slower). Not before the first row's publish:
-    # there it cost 4-32 rows up to 15%. The forward kernels keep the other order (_coop_fwd)
+    # values (on an H100, against loading it after that publish: 1-8% off rows of 10K-262K at 64
+    # rows or more, but layer_norm bf16 256 x 65536 2% slower; 4-32 rows -5% to +3%). Not before
+    # the first row's publish: there it cost 4-32 rows up to 15%. The forward kernel keeps the
+    # other order (_coop_fwd)
     # A program's group comes from a ticket taken in dispatch order, and the tag of its words
     # from the launch's epoch (see dispatch_triton.exchange): only the group holding the
     # highest ticket may wait on programs not yet resident, and the host sizes the grid so that

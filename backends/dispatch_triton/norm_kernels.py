@@ -203,8 +203,8 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, str
     # ahead (as the softmax split_pipe path): the partial of the NEXT row goes out before this
     # row's are awaited, so they have had a whole iteration to arrive, and the row after next is
     # loading meanwhile (its load issued after that partial is out: issued before it in the loop,
-    # as the backward's one-launch kernel does, layer_norm took 7-27% longer at 64-256 rows of
-    # 64K-256K on an H100, but fp32 128 x 131072 6% less; rms_norm level to 6% longer). Tickets, tags
+    # as the backward's one-launch kernel does, layer_norm took 2-27% longer at five of six shapes
+    # of 64-256 rows of 64K-256K on an H100, 6% less at the sixth; rms_norm -2% to +6%). Tickets, tags
     # and co-residency: dispatch_triton.exchange; under the interpreter two launches: PHASE 1
     # publishes, PHASE 2 awaits (tag 1). WB_EACH: the chunk's weight and bias loaded again (from
     # L2) for each row's output rather than held in registers across rows: fewer registers a
