@@ -22,7 +22,7 @@ variants of the kernel:
   that the others wait for; its dx is checked as ``base``'s. Under the interpreter it runs in two
   launches (``run_one_merger``; the tests use that).
 
-A variant replaces the exchange helpers of ``dispatch_triton.norm_backward_kernels`` before the
+A variant replaces the exchange helpers of ``dispatch_triton.norm_backward_coop`` before the
 first compile, so each runs in its own process (the JIT keeps a kernel's dependencies from its
 first compile). Each line also gives the compiled kernel's registers a thread, registers spilled,
 and the PTX's counts of atomics, barriers and volatile loads.
@@ -46,6 +46,7 @@ import triton
 import triton.language as tl
 
 from dispatch_triton import norm_backward as NB
+from dispatch_triton import norm_backward_coop as C
 from dispatch_triton import norm_backward_kernels as K
 from dispatch_triton.exchange import _await_words, _publish_words
 from dispatch_triton.jit import _cvt
@@ -93,7 +94,7 @@ def _publish_about_own_first(x_ptr, slot_ptr, row, S, c, xr, dyr, w, cmask, nc, 
     if HAS_WEIGHT:
         g = g * w
     s1, m2, sgd, sg = K._bwd_partial(xr.to(tl.float32), g, cmask, shift, nc, IS_RMS)
-    K._publish(slot_ptr, SLOT_OFF + (r64 * S + c) * 4, s1, m2, sgd, sg, tag, False)  # four words, rms_norm too
+    C._publish(slot_ptr, SLOT_OFF + (r64 * S + c) * 4, s1, m2, sgd, sg, tag, False)  # four words, rms_norm too
 
 
 @triton.jit
@@ -134,7 +135,7 @@ def _norm_bwd_one_merger(
     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr, WANT_DB: tl.constexpr,
     BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr, SAVED: tl.constexpr = False,
 ):
-    # K._norm_bwd_coop's signature, so that the launcher takes it as is: one launch (the rows'
+    # C._norm_bwd_coop's signature, so that the launcher takes it as is: one launch (the rows'
     # statistics recomputed: run it with the plan's SAVED False)
     tl.static_assert(not SAVED, "the one-merger variant recomputes the statistics: plan SAVED=False")
     _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride_xm, stride_dym, stride_dxm, p_off_b,
@@ -158,20 +159,20 @@ def _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride
                      eps, IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, WANT_DW: tl.constexpr,
                      WANT_DB: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS_P2: tl.constexpr, SLOT_OFF: tl.constexpr,
                      PHASE: tl.constexpr):
-    # K._norm_bwd_coop's groups, rows and pipeline; four words a chunk (rms_norm too), eight a row
+    # C._norm_bwd_coop's groups, rows and pipeline; four words a chunk (rms_norm too), eight a row
     # after them
     DX_TY = dx_ptr.dtype.element_ty
     grp, c, S, n_groups, tag = _group(slot_ptr, N, BLOCK_N, PHASE)
     cols, cmask, w, acc_w, acc_b = K._chunk_start(w_ptr, c, N, HAS_WEIGHT, BLOCK_N)
     nc = tl.maximum(K._part_counts(c, N, BLOCK_N), 1.0)
     # _coop_chunk's IS_RMS=True: the chunks alone, without the row's shift elements
-    xr, dyr, unused, unused2 = K._coop_chunk(x_ptr, dy_ptr, x_ptr, grp, stride_xm, stride_dym, cols, M, N, True,
+    xr, dyr, unused, unused2 = C._coop_chunk(x_ptr, dy_ptr, x_ptr, grp, stride_xm, stride_dym, cols, M, N, True,
                                              False)
     if PHASE != 2:
         if grp < M:
             _publish_about_own_first(x_ptr, slot_ptr, grp, S, c, xr, dyr, w, cmask, nc, stride_xm, tag, SLOT_OFF,
                                      HAS_WEIGHT, IS_RMS, BLOCK_N)
-    xr_n, dyr_n, unused, unused2 = K._coop_chunk(x_ptr, dy_ptr, x_ptr, grp + n_groups, stride_xm, stride_dym, cols, M,
+    xr_n, dyr_n, unused, unused2 = C._coop_chunk(x_ptr, dy_ptr, x_ptr, grp + n_groups, stride_xm, stride_dym, cols, M,
                                                  N, True, False)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
@@ -182,7 +183,7 @@ def _one_merger_body(x_ptr, dx_ptr, dy_ptr, w_ptr, p_ptr, slot_ptr, M, N, stride
         if PHASE != 1:
             if c == 0:
                 _merge_row(x_ptr, slot_ptr, row, S, tag, M, N, stride_xm, eps, SLOT_OFF, IS_RMS, BLOCK_N, CHUNKS_P2)
-        xr_nn, dyr_nn, unused, unused2 = K._coop_chunk(x_ptr, dy_ptr, x_ptr, nrow + n_groups, stride_xm, stride_dym,
+        xr_nn, dyr_nn, unused, unused2 = C._coop_chunk(x_ptr, dy_ptr, x_ptr, nrow + n_groups, stride_xm, stride_dym,
                                                        cols, M, N, True, False)
         if PHASE != 1:
             r64 = tl.cast(row, tl.int64)
@@ -272,9 +273,9 @@ def main() -> int:
         return 2
     variant = sys.argv[1]
     if variant == "nowait":
-        K._gather = _gather_nowait
+        C._gather = _gather_nowait
     elif variant == "local":
-        K._gather, K._publish = _gather_local, _publish_none
+        C._gather, C._publish = _gather_local, _publish_none
     elif variant == "one-merger":  # four words a chunk and eight a row: more than the launcher asks for
         slots = NB._split_slots
         NB._norm_bwd_coop, NB._split_slots = _norm_bwd_one_merger, lambda device, partials: slots(device, 2 * partials)

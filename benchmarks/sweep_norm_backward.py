@@ -74,8 +74,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from dispatch.backend import measure, mismatch, tolerance  # noqa: E402
 from dispatch_triton import norm_backward as NB  # noqa: E402
-from dispatch_triton.norm_backward_kernels import (_norm_bwd, _norm_bwd_coop, _norm_bwd_split,  # noqa: E402
-                                                   _norm_bwd_sums)
+from dispatch_triton.norm_backward_coop import _norm_bwd_coop  # noqa: E402
+from dispatch_triton.norm_backward_kernels import _norm_bwd, _norm_bwd_split, _norm_bwd_sums  # noqa: E402
 from sweep_harness import (add_arguments, case_rows, clean_us, device_of, header, row_stats, saver,  # noqa: E402
                            settings_of, spawn_compilers, summary)
 

@@ -15,8 +15,8 @@ from sm90_build import BUILD
 
 _TRITON = BUILD + textwrap.dedent("""
     import itertools
-    from dispatch_triton.norm_backward_kernels import (_column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split,
-                                                       _norm_bwd_sums)
+    from dispatch_triton.norm_backward_coop import _norm_bwd_coop
+    from dispatch_triton.norm_backward_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_bwd_sums
     from dispatch_triton.norm_kernels import _norm_fwd
 
     fwd = {p: "*bf16" for p in ("x_ptr", "w_ptr", "b_ptr", "y_ptr")} | {"ws_ptr": "*fp32", "st_ptr": "*fp32"}

@@ -31,9 +31,9 @@ _KERNEL_MODULES = ("dispatch_triton.jit", "dispatch_triton.exchange", "dispatch_
                    "dispatch_triton.launch", "dispatch_triton.buffers", "dispatch_triton.autotune",
                    "dispatch_triton.norms", "dispatch_triton.norm_configs", "dispatch_triton.norm_kernels",
                    "dispatch_triton.norm_stats", "dispatch_triton.norm_backward",
-                   "dispatch_triton.norm_backward_kernels", "dispatch_triton.strided",
-                   "dispatch_triton.strided_configs", "dispatch_triton.strided_jit", "dispatch_triton.strided_steps",
-                   "dispatch_triton.window")
+                   "dispatch_triton.norm_backward_kernels", "dispatch_triton.norm_backward_coop",
+                   "dispatch_triton.strided", "dispatch_triton.strided_configs", "dispatch_triton.strided_jit",
+                   "dispatch_triton.strided_steps", "dispatch_triton.window")
 
 
 def _interpreting() -> bool:

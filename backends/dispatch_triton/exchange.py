@@ -1,7 +1,7 @@
 """Partials exchanged between the programs of one Triton launch: tickets and epoch-tagged words.
 
 The split paths of the row kernels (:mod:`dispatch_triton.jit`) and the one-launch norm paths
-(:mod:`dispatch_triton.norm_kernels`, :mod:`dispatch_triton.norm_backward_kernels`) cut a row into
+(:mod:`dispatch_triton.norm_kernels`, :mod:`dispatch_triton.norm_backward_coop`) cut a row into
 chunks held by a group of programs, which must meet: each publishes its chunk's partials and waits
 for the others'.
 

@@ -1,5 +1,6 @@
 """The rms_norm and layer_norm backward on Triton, host side: the launch plan of a call shape and the
-backward it makes (kernels in :mod:`dispatch_triton.norm_backward_kernels`).
+backward it makes (kernels in :mod:`dispatch_triton.norm_backward_kernels` and, for the one launch of
+long rows, :mod:`dispatch_triton.norm_backward_coop`).
 
 Backward (:func:`backward_plan`): rows of up to 8192 elements held in registers by a persistent
 grid (16 elements a thread, 8 for fp32 rows shorter than 4096; tiles of at least 4 KB; 16 warps
@@ -48,7 +49,8 @@ from dispatch.backend import placeholder
 from . import _interpreting
 from .direct import DirectLaunch
 from .buffers import _SLOT_OFF, _split_slots
-from .norm_backward_kernels import _column_sum, _norm_bwd, _norm_bwd_coop, _norm_bwd_split, _norm_bwd_sums
+from .norm_backward_coop import _norm_bwd_coop
+from .norm_backward_kernels import _column_sum, _norm_bwd, _norm_bwd_split, _norm_bwd_sums
 from .norm_configs import _cdiv, _np2, _sms
 
 _MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
