@@ -3,9 +3,9 @@ groups, each holding one chunk of a row, that exchange the partials of a row's c
 four, rms_norm's two; with the forward's statistics, one or two) through epoch-tagged words in the
 stream's slot buffer, as the softmax split path does (see :mod:`dispatch_triton.exchange`).
 
-Its per-chunk arithmetic and the dweight/dbias partials and column sums are those of the
-two-launch backward (:mod:`dispatch_triton.norm_backward_kernels`); the host side is
-:mod:`dispatch_triton.norm_backward`.
+Its per-chunk arithmetic is the two-launch backward's, its dweight/dbias partials and in-launch
+column sums the rows backward's (both in :mod:`dispatch_triton.norm_backward_kernels`); the host
+side is :mod:`dispatch_triton.norm_backward`.
 """
 
 from __future__ import annotations
