@@ -31,6 +31,10 @@ chunk's mean): about the chunk's first element (``chunk-head``), or about its me
 (``two-pass``: two reductions in a row); no element of the row that all its programs load
 (layer_norm only; results in benchmarks/results/current/norms/layer_norm_coop).
 
+``--variant zero-shift`` and ``--variant first-shift`` are the shipped kernel but for the row's shift:
+none (0), or the row's first element alone (one scalar load a program, not the three of the
+median); each still re-checks a chunk whose shift is ill placed, so its output stays right.
+
 ``--no-bias`` drops the bias as well. A variant replaces helpers of
 ``dispatch_triton.norm_kernels`` before the first compile, so each runs in its own process (the
 JIT keeps a kernel's dependencies from its first compile). Under ``TRITON_INTERPRET=1`` with
@@ -53,7 +57,8 @@ from dispatch_triton import norms as NT
 from dispatch_triton.exchange import _await_words, _publish_words, _ticket
 from dispatch_triton.jit import _cvt
 
-VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift", "one-merger", "chunk-head", "two-pass")
+VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift", "one-merger", "chunk-head", "two-pass",
+            "zero-shift", "first-shift")
 LOCAL_TWO_PASS = tl.constexpr(0)  # _coop_fwd_local's default: set by use_variant before the first compile
 
 
@@ -97,6 +102,17 @@ def _row_chunk_no_shift(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
     xr = tl.load(x_ptr + tl.cast(row, tl.int64) * stride + cols, mask=cols < lim, other=0.0,
                  eviction_policy="evict_first")
     return xr, tl.full([], 0.0, tl.float32)
+
+
+@triton.jit
+def _row_chunk_first_shift(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
+    # the row's first element as its shift: one scalar load a program, not three
+    off = tl.cast(row, tl.int64) * stride
+    lim = tl.where(row < M, N, 0)
+    xr = tl.load(x_ptr + off + cols, mask=cols < lim, other=0.0, eviction_policy="evict_first")
+    if IS_RMS:
+        return xr, tl.full([], 0.0, tl.float32)
+    return xr, tl.load(x_ptr + off, mask=lim > 0, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -297,6 +313,9 @@ def use_variant(name: str) -> None:
         K._coop_fwd = _coop_fwd_one_merger
         slots = NT._split_slots
         NT._split_slots = lambda device, partials: slots(device, 2 * partials + 64)
+        return
+    if name in ("zero-shift", "first-shift"):  # the shipped kernel but for its shift (output still right)
+        K._row_chunk = _row_chunk_no_shift if name == "zero-shift" else _row_chunk_first_shift
         return
     if name in ("chunk-head", "two-pass"):
         global LOCAL_TWO_PASS

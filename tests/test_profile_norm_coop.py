@@ -85,9 +85,14 @@ ABSOLUTE_SUMS = pytest.mark.xfail(strict=True, reason=(
     "at 1000 with a spread of 0.01 the chunks' means keep too few digits (error 1.4e-2): not shipped"))
 
 
+ZERO_SHIFT = pytest.mark.xfail(strict=True, reason=(
+    "zero-shift sums x itself: rows at 1000 with a spread of 0.01 lose their digits as absolute sums do"))
+
+
 @pytest.mark.parametrize("variant", [pytest.param("one-merger", marks=ONE_MERGER_ON_GPU),
                                      pytest.param("chunk-head", marks=ABSOLUTE_SUMS),
-                                     pytest.param("two-pass", marks=ABSOLUTE_SUMS)])
+                                     pytest.param("two-pass", marks=ABSOLUTE_SUMS),
+                                     pytest.param("zero-shift", marks=ZERO_SHIFT), "first-shift"])
 def test_alternative_exchanges_keep_rows_far_from_zero_and_massive_elements_exact(variant):
     code = _HARD_ROWS.format(bench=str(SCRIPT.parent), device=DEVICE, variant=variant)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
