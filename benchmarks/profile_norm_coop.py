@@ -75,7 +75,7 @@ def _partial_no_recheck(xr, shift, cmask, nc, IS_RMS: tl.constexpr):
 
 @triton.jit
 def _stats_sum_merge(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
-                     CHUNKS_P2: tl.constexpr):
+                     CHUNKS_P2: tl.constexpr, PACK: tl.constexpr = 0):
     vals, jm = _await_words(slot_ptr, 64 + tl.cast(row, tl.int64) * S * 2, S, tag, 2, CHUNKS_P2)
     a, b = tl.split(vals)
     s1, m2 = K._sum2(a, b)
@@ -83,14 +83,14 @@ def _stats_sum_merge(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def _publish_one_word(slot_ptr, row, S, c, p1, p2, tag, IS_RMS: tl.constexpr):
+def _publish_one_word(slot_ptr, row, S, c, p1, p2, tag, IS_RMS: tl.constexpr, PACK: tl.constexpr = 0):
     k = tl.arange(0, 1)
     _publish_words(slot_ptr, 64 + tl.cast(row, tl.int64) * S + c, tl.zeros([1], tl.float32) + p2, k, tag)
 
 
 @triton.jit
 def _stats_one_word(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
-                    CHUNKS_P2: tl.constexpr):
+                    CHUNKS_P2: tl.constexpr, PACK: tl.constexpr = 0):
     vals, jm = _await_words(slot_ptr, 64 + tl.cast(row, tl.int64) * S, S, tag, 1, CHUNKS_P2)
     zero = tl.full([], 0.0, tl.float32)
     return K._stats(zero, tl.sum(tl.sum(vals, 1), 0), zero, N, eps, True)
@@ -185,8 +185,9 @@ def _chunk_shift(x_ptr, row, stride, c, M, N, BLOCK_N: tl.constexpr, IS_RMS: tl.
 def _coop_fwd_one_merger(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, stride_ym, eps,
                          IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
                          BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr, STATS: tl.constexpr,
-                         WB_EACH: tl.constexpr = 0):
+                         WB_EACH: tl.constexpr = 0, PACK: tl.constexpr = 0):
     tl.static_assert(not STATS, "the one-merger variant does not save the rows' statistics")
+    tl.static_assert(not PACK, "the one-merger variant publishes its own words (no PACK)")
     tl.static_assert(not WB_EACH, "the one-merger variant holds the weight and bias (no WB_EACH)")
     # norm_kernels._coop_fwd's groups, rows and pipeline; a chunk publishes (sum d, M2) about its
     # own first element (two words, rms_norm too); the row's first program merges them
@@ -255,8 +256,9 @@ def _local_partial(xr, x0, cmask, nc, TWO_PASS: tl.constexpr):
 def _coop_fwd_local(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, stride_ym, eps,
                     IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr,
                     BLOCK_N: tl.constexpr, HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr, STATS: tl.constexpr,
-                    WB_EACH: tl.constexpr = 0):
+                    WB_EACH: tl.constexpr = 0, PACK: tl.constexpr = 0):
     tl.static_assert(not IS_RMS, "the local-partial variants are layer_norm's")
+    tl.static_assert(not PACK, "the local-partial variants publish two words a chunk (no PACK)")
     tl.static_assert(not WB_EACH, "the local-partial variants hold the weight and bias (no WB_EACH)")
     # norm_kernels._coop_fwd's groups, rows, pipeline and exchange (two words a chunk, merged by
     # every program of the row), with each chunk's partial taken from its own elements only

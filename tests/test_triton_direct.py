@@ -407,8 +407,8 @@ def test_on_torchs_default_stream_a_split_launch_never_asks_whether_a_graph_is_c
 
 
 def test_a_slot_buffer_is_zeroed_every_epoch_reset_launches(monkeypatch):
-    """Tags are 31-bit: the host zeroes a slot buffer every ``_EPOCH_RESET`` launches counted into it,
-    so a word left by an earlier launch can never carry a later launch's tag."""
+    """The host zeroes a slot buffer every ``_EPOCH_RESET`` launches counted into it, so a word left
+    by an earlier launch can never carry a later launch's tag (a packed word's is 15-bit)."""
     from dispatch_triton import buffers
 
     monkeypatch.setattr(buffers, "_EPOCH_RESET", 3)

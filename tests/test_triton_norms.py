@@ -615,6 +615,56 @@ def test_layer_norm_shift_reads_its_row_only(config, n):
     assert torch.equal(base.isnan(), before.isnan()) and torch.equal(base.nan_to_num(), before.nan_to_num())
 
 
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+@pytest.mark.parametrize("rows", ["normal", "far", "first", "first-and-last"])
+def test_cooperative_path_with_packed_partials(dtype, rows):
+    # PACK: a chunk's (sum d, M2) as one word, each kept to 16 significant bits, for a 2-byte result:
+    # within the dtype's tolerance of float64 and no further from it than the two-word exchange by
+    # more than a rounding of the output. "far": rows at 300 with a spread of 1 (the shift matters);
+    # first / first-and-last: massive elements (the shift lands on them: every chunk's sums are large)
+    m, n = 3, 40000
+    if rows in ("normal", "far"):
+        x = _t((m, n), F32, 23, 1.0, 300.0 if rows == "far" else 0.5).to(dtype)
+    else:
+        x = _massive(m, n, dtype, rows)
+    w, b = _t((n,), dtype, 1, 0.5, 1.0), _t((n,), dtype, 2)
+    ref = F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
+    errs = []
+    for pack in (0, 1):
+        cfg = dict(BLOCK_N=4096, ROWS=1, SPLIT=1, num_warps=4, num_stages=1, COOP=1, PACK=pack)
+        y = N.NormLauncher("layer_norm", m, n, dtype, n, DEV, cfg, 1e-5, True, True, (m, n)).run(x, w, b)
+        torch.testing.assert_close(y.double(), ref, **TOL[BF16])
+        errs.append(float((y.double() - ref).abs().max()))
+    ulp = float(ref.abs().max()) * torch.finfo(dtype).eps
+    assert errs[1] <= errs[0] + ulp, errs
+
+
+def test_packed_and_plain_exchanges_share_a_stream_slot_buffer():
+    # launches of both word formats (and of other shapes) in turn on one stream's slot buffer: no
+    # launch takes a word another left for one of its own (each result as its first, and right)
+    cases = []
+    for i, (m, n, bn, pack) in enumerate(((4, 300, 64, 1), (3, 500, 128, 0), (6, 300, 64, 1), (2, 260, 32, 0))):
+        x, w, b = _t((m, n), BF16, 30 + i, 1.0, 0.5), _t((n,), BF16, 40 + i), _t((n,), BF16, 50 + i)
+        cfg = dict(BLOCK_N=bn, ROWS=1, SPLIT=1, num_warps=1, num_stages=1, COOP=1, PACK=pack)
+        la = N.NormLauncher("layer_norm", m, n, BF16, n, DEV, cfg, 1e-5, True, True, (m, n))
+        first = la.run(x, w, b)
+        torch.testing.assert_close(first.double(), F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5),
+                                   **TOL[BF16])
+        cases.append((la, x, w, b, first))
+    for _ in range(3):
+        for la, x, w, b, first in cases:
+            assert torch.equal(la.run(x, w, b), first)
+
+
+@pytest.mark.parametrize("op,dtype,config", [("rms_norm", BF16, dict(COOP=1)), ("layer_norm", F32, dict(COOP=1)),
+                                             ("layer_norm", BF16, dict(COOP=0))],
+                         ids=["rms_norm", "float32", "not-coop"])
+def test_packed_partials_are_refused_where_they_do_not_apply(op, dtype, config):
+    cfg = dict(BLOCK_N=16, ROWS=1, SPLIT=1, num_warps=1, num_stages=1, PACK=1, **config)
+    with pytest.raises(ValueError, match=r"PACK.*COOP path and a 2-byte result"):
+        N.NormLauncher(op, 2, 64, dtype, 64, DEV, cfg, 1e-5, True, False, (2, 64))
+
+
 def test_cooperative_path_refuses_rows_of_too_many_chunks():
     with pytest.raises(ValueError, match=r"COOP.*at most 128 chunks.*BLOCK_N >= 32"):
         N.NormLauncher("rms_norm", 2, 16 * 129, F32, 16 * 129, DEV,

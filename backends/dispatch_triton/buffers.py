@@ -17,7 +17,7 @@ from dispatch.backend import lasting_zeros
 from .jit import _ROW_OFF
 
 _SLOT_OFF = 64  # the tagged partials in the int64 slot buffer (word 0: epoch << 32 | ticket)
-_EPOCH_RESET = 1 << 30  # launches of a slot buffer before it is zeroed (tags are 31-bit)
+_EPOCH_RESET = 1 << 14  # launches of a slot buffer before it is zeroed (packed words' tags are 15-bit)
 
 _SYNC_LOCK = threading.Lock()
 _SYNC: dict = {}
@@ -148,8 +148,8 @@ def _slot_buffer(device: torch.device, partials_needed: int) -> torch.Tensor:
 
     Each launch of the split path moves the epoch on (on the device), and a partial counts only
     when it carries the launch's tag, so stale words from earlier launches are never mistaken
-    for fresh ones. Tags are 31-bit: the buffer is zeroed every ``_EPOCH_RESET`` launches, far
-    before a tag could come round again (:func:`_tick`, once per launch).
+    for fresh ones. The buffer is zeroed every ``_EPOCH_RESET`` launches, before a packed word's
+    15-bit tag could come round again (:func:`_tick`, once per launch; :mod:`dispatch_triton.exchange`).
     """
     return _counted_slots(_stream_key(device), partials_needed)
 

@@ -225,7 +225,7 @@ def _check_config(config: dict, n: int) -> None:
             raise ValueError(f"config {name} must be a power of two (got {v}) in {config}")
     if rows > 1 and bn < n:
         raise ValueError(f"config ROWS={rows} packs whole rows: BLOCK_N={bn} must be >= N={n}")
-    for name in ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "WB_EACH", "LANES"):
+    for name in ("PREFETCH", "HINTS", "COOP", "ONE_SUM", "WB_EACH", "LANES", "PACK"):
         if int(config.get(name, 0)) not in (0, 1):
             raise ValueError(f"config {name} must be 0 or 1 (got {config[name]})")
     if coop(config) and _cdiv(n, bn) > _MAX_COOP_CHUNKS:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .exchange import _await_words, _publish_words, _ticket
+from .exchange import _await_packed, _await_words, _publish_packed, _publish_words, _ticket
 from .jit import _cvt, _ld
 from .norm_stats import (_centred, _chunk_partial, _chunk_sums, _ill_placed, _lane_stats, _merge_parts,
                          _part_counts, _row_shift, _shift_loads, _shift_of, _stats, _sum2)
@@ -161,11 +161,14 @@ def _row_chunk(x_ptr, row, stride, cols, M, N, IS_RMS: tl.constexpr):
 
 
 @triton.jit
-def _coop_publish(slot_ptr, row, S, c, p1, p2, tag, IS_RMS: tl.constexpr):
+def _coop_publish(slot_ptr, row, S, c, p1, p2, tag, IS_RMS: tl.constexpr, PACK: tl.constexpr = 0):
     # a chunk's partial (_chunk_partial) as tagged words in ONE exchange (exchange._publish_words):
-    # rms_norm needs its sum x^2 only (one word), layer_norm (sum d, M2)
+    # rms_norm needs its sum x^2 only (one word), layer_norm (sum d, M2); PACK: layer_norm's two in
+    # one word (exchange._publish_packed)
     r64 = tl.cast(row, tl.int64)
-    if IS_RMS:
+    if PACK:
+        _publish_packed(slot_ptr, 64 + r64 * S + c, p1, p2, tag)
+    elif IS_RMS:
         k = tl.arange(0, 1)
         _publish_words(slot_ptr, 64 + r64 * S + c, tl.zeros([1], tl.float32) + p2, k, tag)
     else:
@@ -175,7 +178,7 @@ def _coop_publish(slot_ptr, row, S, c, p1, p2, tag, IS_RMS: tl.constexpr):
 
 @triton.jit
 def _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl.constexpr,
-                CHUNKS_P2: tl.constexpr):
+                CHUNKS_P2: tl.constexpr, PACK: tl.constexpr = 0):
     # (mean of d = x - shift, rstd) of a row once its S chunks' partials (_coop_publish) carry this
     # launch's tag (one wait over CHUNKS_P2 >= S lanes), merged in chunk order on every program of
     # the row (so all of them get the same numbers)
@@ -184,6 +187,11 @@ def _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl
     if IS_RMS:
         vals, jm = _await_words(slot_ptr, 64 + r64 * S, S, tag, 1, CHUNKS_P2)  # 0 past the last chunk
         return _stats(zero, tl.sum(tl.sum(vals, 1), 0), zero, N, eps, IS_RMS)
+    elif PACK:
+        a, b, jm = _await_packed(slot_ptr, 64 + r64 * S, S, tag, CHUNKS_P2)
+        n = tl.where(jm, _part_counts(tl.arange(0, CHUNKS_P2), N, BLOCK_N), 0.0)
+        s1, m2 = _merge_parts(a, b, n, IS_RMS)
+        return _stats(s1, m2, zero, N, eps, IS_RMS)
     else:
         vals, jm = _await_words(slot_ptr, 64 + r64 * S * 2, S, tag, 2, CHUNKS_P2)
         a, b = tl.split(vals)
@@ -195,7 +203,8 @@ def _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl
 @triton.jit
 def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS: tl.constexpr,
               HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, PHASE: tl.constexpr, BLOCK_N: tl.constexpr,
-              HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr, STATS: tl.constexpr, WB_EACH: tl.constexpr = 0):
+              HINTS: tl.constexpr, CHUNKS_P2: tl.constexpr, STATS: tl.constexpr, WB_EACH: tl.constexpr = 0,
+              PACK: tl.constexpr = 0):
     # COOP: persistent programs in groups of S = cdiv(N, BLOCK_N), each holding one chunk of a row
     # (and its weight/bias) in registers; a group walks rows grp, grp + G, ... Per row a program
     # publishes its chunk's partial, the group's programs wait for the row's S partials, and each
@@ -208,7 +217,8 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, str
     # and co-residency: dispatch_triton.exchange; under the interpreter two launches: PHASE 1
     # publishes, PHASE 2 awaits (tag 1). WB_EACH: the chunk's weight and bias loaded again (from
     # L2) for each row's output rather than held in registers across rows: fewer registers a
-    # thread, more programs resident
+    # thread, more programs resident. PACK: layer_norm's two partials of a chunk in one word, for a
+    # 2-byte output (exchange._publish_packed)
     OUT_TY = y_ptr.dtype.element_ty
     nprog = tl.num_programs(0)
     S = tl.cdiv(N, BLOCK_N)
@@ -230,18 +240,18 @@ def _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, slot_ptr, st_ptr, M, N, stride_xm, str
     if PHASE != 2:
         if grp < M:
             p1, p2 = _chunk_partial(xr, sh, cmask, nc, IS_RMS)
-            _coop_publish(slot_ptr, grp, S, c, p1, p2, tag, IS_RMS)
+            _coop_publish(slot_ptr, grp, S, c, p1, p2, tag, IS_RMS, PACK)
     xr_n, sh_n = _row_chunk(x_ptr, grp + n_groups, stride_xm, cols, M, N, IS_RMS)
     for row in range(grp, M, n_groups):
         nrow = row + n_groups
         if PHASE != 2:
             if nrow < M:
                 p1, p2 = _chunk_partial(xr_n, sh_n, cmask, nc, IS_RMS)
-                _coop_publish(slot_ptr, nrow, S, c, p1, p2, tag, IS_RMS)
+                _coop_publish(slot_ptr, nrow, S, c, p1, p2, tag, IS_RMS, PACK)
         xr_nn, sh_nn = _row_chunk(x_ptr, nrow + n_groups, stride_xm, cols, M, N, IS_RMS)
         if PHASE != 1:
             row64 = tl.cast(row, tl.int64)
-            mean_d, rstd = _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS, BLOCK_N, CHUNKS_P2)
+            mean_d, rstd = _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS, BLOCK_N, CHUNKS_P2, PACK)
             y = ((xr.to(tl.float32) - sh) - mean_d) * rstd
             # WB_EACH: loaded after the wait (issued before it, they would stay live across it)
             wt, bt = _tile_params(w, b, w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS, WB_EACH)
@@ -273,13 +283,14 @@ def _norm_fwd(
     WB_EACH: tl.constexpr = 0,  # persistent grid, COOP: weight and bias loaded for each tile (row), not held
     STAGES: tl.constexpr = 0,  # persistent grid: > 1, the tile loop pipelined by Triton (loads ahead to shared memory)
     LANES: tl.constexpr = 0,  # chunked and split paths: layer_norm's statistics by lanes (_lane_stats)
+    PACK: tl.constexpr = 0,  # COOP, layer_norm, a 2-byte output: a chunk's two partials in one word
 ):
     OUT_TY = y_ptr.dtype.element_ty
     pid = tl.program_id(0)
     # HINTS (0 or 1): y stored evict_first (_st's 1); long rows: x's first read evict_last (_ld's 2)
     if COOP:  # ws_ptr is the int64 slot buffer of the exchange
         _coop_fwd(x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr, st_ptr, M, N, stride_xm, stride_ym, eps, IS_RMS, HAS_WEIGHT,
-                  HAS_BIAS, PHASE, BLOCK_N, HINTS, CHUNKS_P2, STATS, WB_EACH)
+                  HAS_BIAS, PHASE, BLOCK_N, HINTS, CHUNKS_P2, STATS, WB_EACH, PACK)
     elif ONE_PASS:
         cols = tl.arange(0, BLOCK_N)
         cmask = cols < N

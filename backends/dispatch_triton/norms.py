@@ -61,6 +61,9 @@ class NormLauncher:
         # the result's dtype, the weight's and the bias's: the input's, or float32 for a half-precision
         # input read under autocast (the kernel stores in its output pointer's dtype)
         out_dtype = dtype if out_dtype is None else out_dtype
+        if int(config.get("PACK", 0)) and (op != "layer_norm" or not coop(config) or out_dtype.itemsize != 2):
+            raise ValueError(f"config PACK keeps layer_norm's partials to 16 significant bits, for the COOP "
+                             f"path and a 2-byte result: not {op} with {config} writing {out_dtype}")
         if like_input and out_dtype != dtype:
             raise ValueError(f"'like_input' makes the output like the input: its dtype {dtype} is not "
                              f"'out_dtype' {out_dtype}")
@@ -88,6 +91,7 @@ class NormLauncher:
                     PREFETCH=int(config.get("PREFETCH", 0)), HINTS=int(config.get("HINTS", 0)), COOP=int(is_coop),
                     ONE_SUM=int(config.get("ONE_SUM", 0)), WB_EACH=int(config.get("WB_EACH", 0)),
                     STAGES=int(config.get("STAGES", 0)), LANES=int(config.get("LANES", 0)),
+                    PACK=int(config.get("PACK", 0)),
                     CHUNKS_P2=_np2(_cdiv(n, int(config["BLOCK_N"]))) if is_coop else 0)
         ints = dict(M=m, N=n, stride_xm=row_stride, stride_ym=n, eps=float(eps), N_BUCKET=_np2(n))
         options = dict(num_warps=int(config["num_warps"]), num_stages=int(config.get("num_stages", 1)))
