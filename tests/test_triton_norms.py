@@ -656,6 +656,19 @@ def test_packed_and_plain_exchanges_share_a_stream_slot_buffer():
             assert torch.equal(la.run(x, w, b), first)
 
 
+def test_packed_partials_are_a_tuner_choice_only_where_they_apply():
+    # in the space (not the default) for layer_norm's 2-byte results on the COOP path; never for
+    # rms_norm, fp32, or a 2-byte input written as float32 (autocast), where NormLauncher refuses it
+    def packed(op, dtype, out=None):
+        return [c for c in N.config_space(64, 262144, dtype, None, op, out) if c.get("PACK")]
+
+    space = N.config_space(64, 262144, BF16, None, "layer_norm")
+    assert not space[0].get("PACK") and len(packed("layer_norm", BF16)) == 1
+    assert packed("layer_norm", torch.float16) and N.coop(packed("layer_norm", BF16)[0])
+    assert not packed("rms_norm", BF16) and not packed("layer_norm", F32)
+    assert not packed("layer_norm", BF16, F32)
+
+
 @pytest.mark.parametrize("op,dtype,config", [("rms_norm", BF16, dict(COOP=1)), ("layer_norm", F32, dict(COOP=1)),
                                              ("layer_norm", BF16, dict(COOP=0))],
                          ids=["rms_norm", "float32", "not-coop"])

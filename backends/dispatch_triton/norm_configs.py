@@ -202,6 +202,12 @@ def config_space(m: int, n: int, dtype: torch.dtype, device: torch.device | None
     if not coops:  # rows longer than 128 chunks of these: chunks of a 128th of the row
         bn = _np2(_cdiv(n, _MAX_COOP_CHUNKS))
         coops = [_cfg(bn, 1, 1, min(32, max(4, bn // (256 if dtype == torch.float32 else 512))), COOP=1)]
+    if op == "layer_norm" and dtype != torch.float32 and (out_dtype is None or out_dtype.itemsize == 2):
+        # for the tuner: layer_norm's 2-byte results with a chunk's two partials in one word (PACK).
+        # On an H100 (bf16, 2048-element chunks) 1-4% less time at 16-64 rows of 64K-256K and 256 x
+        # 65536, level at 8 x 131072, 1% more at 512 x 32768 and 6% more at 128 x 131072
+        # (benchmarks/results/current/norms/layer_norm_coop/packed_h100/): not a default
+        coops.append(dict(coops[0], PACK=1))
     many = 2 * m >= 3 * _sms(device)  # rows for 1.5 programs a multiprocessor or more
     # the exchange first, but for 2-byte rows of up to 64K with rows enough: a program per row
     # walking it twice (the second pass mostly from L2) ran 2-4% faster there on the H200 for
