@@ -27,7 +27,9 @@ program's chunk, at most 128 of them a row), ``num_warps``, ``num_stages``. It i
 * ``REGS`` (any path but a persistent one, which sets its own): the registers a thread may use
   (``maxnreg``);
 * ``STAGES`` (a persistent grid): the tile loop pipelined by Triton in 2..8 stages, the next tiles'
-  loads going to shared memory rather than to a register double buffer.
+  loads going to shared memory rather than to a register double buffer;
+* ``PACK`` (``COOP``, layer_norm, a 2-byte result): a chunk's two partials in one exchanged word,
+  each kept to 16 significant bits (``exchange._publish_packed``).
 
 Forward, by the row length's bucket (the default of each; the tune space holds a handful more):
 
