@@ -639,9 +639,13 @@ def test_cooperative_path_with_packed_partials(dtype, rows):
     assert errs[1] <= errs[0] + ulp, errs
 
 
-def test_packed_and_plain_exchanges_share_a_stream_slot_buffer():
-    # launches of both word formats (and of other shapes) in turn on one stream's slot buffer: no
-    # launch takes a word another left for one of its own (each result as its first, and right)
+def test_packed_and_plain_exchanges_share_a_stream_slot_buffer(monkeypatch):
+    # launches of both word formats (and of other shapes) in turn on one stream's slot buffer, which
+    # is zeroed every third launch here: no launch takes a word another left for one of its own
+    # (each result as its first, and right)
+    from dispatch_triton import buffers
+
+    monkeypatch.setattr(buffers, "_EPOCH_RESET", 3)
     cases = []
     for i, (m, n, bn, pack) in enumerate(((4, 300, 64, 1), (3, 500, 128, 0), (6, 300, 64, 1), (2, 260, 32, 0))):
         x, w, b = _t((m, n), BF16, 30 + i, 1.0, 0.5), _t((n,), BF16, 40 + i), _t((n,), BF16, 50 + i)
