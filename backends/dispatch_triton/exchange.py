@@ -105,8 +105,10 @@ def _await_tagged(p, live, tag, PACKED: tl.constexpr = False):
     # _publish_packed, whose tag is their top 16 bits
     if PACKED:
         shift: tl.constexpr = 48
+        spin: tl.constexpr = _SPIN_PACKED
     else:
         shift: tl.constexpr = 32
+        spin: tl.constexpr = _SPIN
     v = tl.load(p, mask=live, other=0, volatile=True)
     bad = tl.sum(tl.ravel((live & ((v >> shift) != tag)).to(tl.int32)), 0)
     while bad > 0:
@@ -116,12 +118,8 @@ def _await_tagged(p, live, tag, PACKED: tl.constexpr = False):
         return v
     else:
         stale = live & ((v >> shift) != tag)
-        if PACKED:
-            fresh = tl.inline_asm_elementwise(_SPIN_PACKED, "=l,l,l,r", [p, tag, stale.to(tl.int32)],
-                                              dtype=tl.int64, is_pure=False, pack=1)
-        else:
-            fresh = tl.inline_asm_elementwise(_SPIN, "=l,l,l,r", [p, tag, stale.to(tl.int32)], dtype=tl.int64,
-                                              is_pure=False, pack=1)
+        fresh = tl.inline_asm_elementwise(spin, "=l,l,l,r", [p, tag, stale.to(tl.int32)], dtype=tl.int64,
+                                          is_pure=False, pack=1)
         return tl.where(stale, fresh, v)
 
 

@@ -187,14 +187,12 @@ def _coop_stats(slot_ptr, row, S, tag, N, eps, IS_RMS: tl.constexpr, BLOCK_N: tl
     if IS_RMS:
         vals, jm = _await_words(slot_ptr, 64 + r64 * S, S, tag, 1, CHUNKS_P2)  # 0 past the last chunk
         return _stats(zero, tl.sum(tl.sum(vals, 1), 0), zero, N, eps, IS_RMS)
-    elif PACK:
-        a, b, jm = _await_packed(slot_ptr, 64 + r64 * S, S, tag, CHUNKS_P2)
-        n = tl.where(jm, _part_counts(tl.arange(0, CHUNKS_P2), N, BLOCK_N), 0.0)
-        s1, m2 = _merge_parts(a, b, n, IS_RMS)
-        return _stats(s1, m2, zero, N, eps, IS_RMS)
     else:
-        vals, jm = _await_words(slot_ptr, 64 + r64 * S * 2, S, tag, 2, CHUNKS_P2)
-        a, b = tl.split(vals)
+        if PACK:
+            a, b, jm = _await_packed(slot_ptr, 64 + r64 * S, S, tag, CHUNKS_P2)
+        else:
+            vals, jm = _await_words(slot_ptr, 64 + r64 * S * 2, S, tag, 2, CHUNKS_P2)
+            a, b = tl.split(vals)
         n = tl.where(jm, _part_counts(tl.arange(0, CHUNKS_P2), N, BLOCK_N), 0.0)
         s1, m2 = _merge_parts(a, b, n, IS_RMS)
         return _stats(s1, m2, zero, N, eps, IS_RMS)  # shift 0: the mean of d
