@@ -343,6 +343,38 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
             assert plan["GR"] * plan["S"] <= NB._resident_per_sm(plan["num_warps"], regs) * NB._sms(DEV)
 
 
+def test_few_long_layer_norm_rows_exchange_in_smaller_chunks(monkeypatch):
+    # a GPU's plan (132 multiprocessors, outside the interpreter): layer_norm's 2-byte rows longer
+    # than 16384, 32 rows or fewer, exchange in 1024-element chunks at 8 elements a thread; more
+    # rows, rms_norm, fp32 and rows of up to 16384 keep 2048 at 16 (fp32: 8); a row whose
+    # 1024-element chunks the device can't hold at once keeps 2048 rather than leave the one launch
+    monkeypatch.setattr(NB, "_sms", lambda device: 132)
+    monkeypatch.setattr(NB, "_interpreting", lambda: False)
+    gpu = torch.device("cuda")
+    for op, m, n, dtype, block in (("layer_norm", 8, 131072, BF16, 1024), ("layer_norm", 32, 32768, torch.float16, 1024),
+                                   ("layer_norm", 1, 262144, BF16, 1024), ("layer_norm", 33, 131072, BF16, 2048),
+                                   ("layer_norm", 8, 16384, BF16, 2048), ("layer_norm", 8, 131072, F32, 2048),
+                                   ("rms_norm", 8, 131072, BF16, 2048), ("layer_norm", 4, 1 << 20, BF16, 2048)):
+        plan = NB.backward_plan(m, n, dtype, gpu, grads=2, op=op)
+        assert plan["COOP"] and plan["BLOCK_N"] == block, (op, m, n, dtype, plan)
+        per_thread = 8 if block == 1024 or dtype == F32 else 16
+        assert plan["BLOCK_N"] // (32 * plan["num_warps"]) == per_thread, (op, m, n, dtype, plan)
+        assert plan["GR"] * plan["S"] <= NB._resident_per_sm(plan["num_warps"], plan["maxnreg"]) * 132
+    # an override of the chunk keeps its own warps rule
+    assert NB.backward_plan(8, 131072, BF16, gpu, overrides=dict(BLOCK_N=2048), grads=2, op="layer_norm")[
+        "num_warps"] == 4
+
+
+@pytest.mark.skipif(DEV.type != "cuda", reason="the one-launch exchange runs on a GPU only")
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+@pytest.mark.parametrize("m,n", [(1, 40000), (5, 131072), (32, 65536 + 100)])
+def test_few_long_layer_norm_rows_backward(m, n, dtype):
+    # the default plan of few long rows (1024-element chunks; a ragged last one) against float64
+    assert NB.backward_plan(m, n, dtype, DEV, grads=2, op="layer_norm")["BLOCK_N"] == 1024
+    _backward_vs_torch("layer_norm", m, n, dtype, None, shift=0.5, tol=1e-2)
+    _backward_vs_torch("layer_norm", m, n, dtype, None, shift=0.5, tol=1e-2, saved=True)
+
+
 def test_long_row_finish_needs_the_one_launch_exchange():
     # FINISH on long rows is refused where the two launches would run them (forced here; the
     # interpreter's every long row), and beyond the one launch's programs

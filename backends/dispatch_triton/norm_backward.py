@@ -56,6 +56,7 @@ from .norm_configs import _cdiv, _np2, _sms
 _MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
 _BWD_CHUNK = 2048  # the chunk of long rows in the backward
 _SPLIT_FINISH = 256  # the programs of the long rows' one launch that take its column sums
+_FEW_ROWS = 32  # layer_norm's 2-byte long rows in 1024-element chunks up to this many rows (backward_plan)
 
 
 def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
@@ -183,7 +184,15 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     # 2-byte dtypes with the L2 hints and the next row loaded ahead (7-15% faster on the H200 at
     # N = 16384..262144; fp32 ran as fast or faster without)
     _check_overrides(over, "split")
-    groups, block = split if split is not None else (0, _BWD_CHUNK)
+    can_coop = cuda and not _interpreting()
+    want = over.get("COOP", can_coop and split is None)
+    # layer_norm's 2-byte rows longer than 16384, 32 rows or fewer, in the one launch: chunks of
+    # 1024 at 8 elements a thread (twice the chunks, half the row groups; at 16 its kernel spills).
+    # On an H100 (ab_few_bwd.py, Dec 7) 7-18% less at 4-32 rows of 131072-262144 (8 x 131072:
+    # 14.1 us against 17.3); rms_norm's rows ran from 13% less to 9% more, fp32 from 8% less to level
+    few = (want and can_coop and split is None and "BLOCK_N" not in over and op == "layer_norm" and esz <= 2
+           and n > 16384 and m <= _FEW_ROWS)
+    groups, block = split if split is not None else (0, _BWD_CHUNK // 2 if few else _BWD_CHUNK)
     block = over.get("BLOCK_N", block)
     if block & (block - 1):
         raise ValueError(f"backward plan override BLOCK_N={block}: not a power of two")
@@ -205,13 +214,17 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         roomy = exchange and op == "layer_norm" and esz <= 2 and n <= 16384
         maxnreg = over.get("maxnreg", (80 if lean else 168 if roomy else 128) if exchange else 64)
         fit = _resident_per_sm(1, maxnreg)  # warps a multiprocessor's registers hold
-        warps = over.get("num_warps", max(1, min(32, fit, block // (512 if exchange and esz <= 2 else 256))))
+        per_warp = 512 if exchange and esz <= 2 and not few else 256  # 16 elements a thread, or 8
+        warps = over.get("num_warps", max(1, min(32, fit, block // per_warp)))
         return maxnreg, warps, _resident_per_sm(warps, maxnreg) * sms
 
-    can_coop = cuda and not _interpreting()
-    want = over.get("COOP", can_coop and split is None)
     maxnreg, warps, resident = launch_shape(want)
     coop = want and can_coop and resident >= chunks
+    if few and not coop:  # (a row's 1024-element chunks more than the device holds at once)
+        few, block = False, _BWD_CHUNK
+        chunks = _cdiv(n, block)
+        maxnreg, warps, resident = launch_shape(want)
+        coop = resident >= chunks
     if want and not coop:
         maxnreg, warps, resident = launch_shape(False)
     groups = over.get("GR", groups)
