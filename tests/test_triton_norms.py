@@ -351,10 +351,11 @@ def test_few_long_layer_norm_rows_exchange_in_smaller_chunks(monkeypatch):
     monkeypatch.setattr(NB, "_sms", lambda device: 132)
     monkeypatch.setattr(NB, "_interpreting", lambda: False)
     gpu = torch.device("cuda")
-    for op, m, n, dtype, block in (("layer_norm", 8, 131072, BF16, 1024), ("layer_norm", 32, 32768, torch.float16, 1024),
-                                   ("layer_norm", 1, 262144, BF16, 1024), ("layer_norm", 33, 131072, BF16, 2048),
-                                   ("layer_norm", 8, 16384, BF16, 2048), ("layer_norm", 8, 131072, F32, 2048),
-                                   ("rms_norm", 8, 131072, BF16, 2048), ("layer_norm", 4, 1 << 20, BF16, 2048)):
+    cases = (("layer_norm", 8, 131072, BF16, 1024), ("layer_norm", 32, 32768, torch.float16, 1024),
+             ("layer_norm", 1, 262144, BF16, 1024), ("layer_norm", 33, 131072, BF16, 2048),
+             ("layer_norm", 8, 16384, BF16, 2048), ("layer_norm", 8, 131072, F32, 2048),
+             ("rms_norm", 8, 131072, BF16, 2048), ("layer_norm", 4, 1 << 20, BF16, 2048))
+    for op, m, n, dtype, block in cases:
         plan = NB.backward_plan(m, n, dtype, gpu, grads=2, op=op)
         assert plan["COOP"] and plan["BLOCK_N"] == block, (op, m, n, dtype, plan)
         per_thread = 8 if block == 1024 or dtype == F32 else 16
