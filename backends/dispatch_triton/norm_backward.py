@@ -17,7 +17,8 @@ first launch's loads are marked evict_last and each program loads its next row a
 on a GPU by default (``COOP``), in one launch whose groups of programs each hold a row's chunks,
 exchange their partials (four words for layer_norm, two for rms_norm, in one vector exchange) and
 read x and dy once, pipelined one row ahead (a program publishes its next row's sums before it
-awaits this row's); 2048-element chunks, 4 warps (fp32: 8), 128 registers a thread (80 for rms_norm's
+awaits this row's); 2048-element chunks, 4 warps (fp32: 8; layer_norm's 2-byte rows, 32 rows or fewer:
+1024-element chunks, 4 warps), 128 registers a thread (80 for rms_norm's
 fp32 rows longer than 65536, from 64 rows: 10-12% faster on an H200). On an H200 that ran
 1.08-1.30x faster than the two launches at N = 16384..262144 (bf16 and fp32) with four scalar
 exchanges a chunk; the exchange as it is now took another 20-27% off rms_norm and 5-13% off
