@@ -345,15 +345,15 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
 
 def test_few_long_layer_norm_rows_exchange_in_smaller_chunks(monkeypatch):
     # a GPU's plan (132 multiprocessors, outside the interpreter): layer_norm's 2-byte rows longer
-    # than 16384, 32 rows or fewer, exchange in 1024-element chunks at 8 elements a thread; more
-    # rows, rms_norm, fp32 and rows of up to 16384 keep 2048 at 16 (fp32: 8); a row whose
+    # than 65536, 32 rows or fewer, exchange in 1024-element chunks at 8 elements a thread; more
+    # rows, rms_norm, fp32 and rows of up to 65536 keep 2048 at 16 (fp32: 8); a row whose
     # 1024-element chunks the device can't hold at once keeps 2048 rather than leave the one launch
     monkeypatch.setattr(NB, "_sms", lambda device: 132)
     monkeypatch.setattr(NB, "_interpreting", lambda: False)
     gpu = torch.device("cuda")
-    cases = (("layer_norm", 8, 131072, BF16, 1024), ("layer_norm", 32, 32768, torch.float16, 1024),
+    cases = (("layer_norm", 8, 131072, BF16, 1024), ("layer_norm", 32, 65537, torch.float16, 1024),
              ("layer_norm", 1, 262144, BF16, 1024), ("layer_norm", 33, 131072, BF16, 2048),
-             ("layer_norm", 8, 16384, BF16, 2048), ("layer_norm", 8, 131072, F32, 2048),
+             ("layer_norm", 8, 65536, BF16, 2048), ("layer_norm", 8, 131072, F32, 2048),
              ("rms_norm", 8, 131072, BF16, 2048), ("layer_norm", 4, 1 << 20, BF16, 2048))
     for op, m, n, dtype, block in cases:
         plan = NB.backward_plan(m, n, dtype, gpu, grads=2, op=op)
@@ -368,7 +368,7 @@ def test_few_long_layer_norm_rows_exchange_in_smaller_chunks(monkeypatch):
 
 @pytest.mark.skipif(DEV.type != "cuda", reason="the one-launch exchange runs on a GPU only")
 @pytest.mark.parametrize("dtype", [BF16, torch.float16])
-@pytest.mark.parametrize("m,n", [(1, 40000), (5, 131072), (32, 65536 + 100)])
+@pytest.mark.parametrize("m,n", [(1, 70000), (5, 131072), (32, 131072 + 300)])
 def test_few_long_layer_norm_rows_backward(m, n, dtype):
     # the default plan of few long rows (1024-element chunks; a ragged last one) against float64
     assert NB.backward_plan(m, n, dtype, DEV, grads=2, op="layer_norm")["BLOCK_N"] == 1024

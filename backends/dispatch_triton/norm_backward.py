@@ -17,8 +17,8 @@ first launch's loads are marked evict_last and each program loads its next row a
 on a GPU by default (``COOP``), in one launch whose groups of programs each hold a row's chunks,
 exchange their partials (four words for layer_norm, two for rms_norm, in one vector exchange) and
 read x and dy once, pipelined one row ahead (a program publishes its next row's sums before it
-awaits this row's); 2048-element chunks, 4 warps (fp32: 8; layer_norm's 2-byte rows, 32 rows or fewer:
-1024-element chunks, 4 warps), 128 registers a thread (80 for rms_norm's
+awaits this row's); 2048-element chunks, 4 warps (fp32: 8; layer_norm's 2-byte rows over 65536, 32 rows or
+fewer: 1024-element chunks, 4 warps), 128 registers a thread (80 for rms_norm's
 fp32 rows longer than 65536, from 64 rows: 10-12% faster on an H200). On an H200 that ran
 1.08-1.30x faster than the two launches at N = 16384..262144 (bf16 and fp32) with four scalar
 exchanges a chunk; the exchange as it is now took another 20-27% off rms_norm and 5-13% off
@@ -187,12 +187,13 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     _check_overrides(over, "split")
     can_coop = cuda and not _interpreting()
     want = over.get("COOP", can_coop and split is None)
-    # layer_norm's 2-byte rows longer than 16384, 32 rows or fewer, in the one launch: chunks of
+    # layer_norm's 2-byte rows longer than 65536, 32 rows or fewer, in the one launch: chunks of
     # 1024 at 8 elements a thread (twice the chunks, half the row groups; at 16 its kernel spills).
     # On an H100 (ab_few_bwd.py, Dec 7) 7-18% less at 4-32 rows of 131072-262144 (8 x 131072:
-    # 14.1 us against 17.3); rms_norm's rows ran from 13% less to 9% more, fp32 from 8% less to level
+    # 14.1 us against 17.3); rms_norm's rows ran from 13% less to 9% more, fp32 from 8% less to 2%
+    # more. Rows of 16K-64K were not measured: they keep 2048
     few = (want and can_coop and split is None and "BLOCK_N" not in over and op == "layer_norm" and esz <= 2
-           and n > 16384 and m <= _FEW_ROWS)
+           and n > 65536 and m <= _FEW_ROWS)
     groups, block = split if split is not None else (0, _BWD_CHUNK // 2 if few else _BWD_CHUNK)
     block = over.get("BLOCK_N", block)
     if block & (block - 1):
