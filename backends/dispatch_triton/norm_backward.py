@@ -188,7 +188,8 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     can_coop = cuda and not _interpreting()
     want = over.get("COOP", can_coop and split is None)
     # layer_norm's 2-byte rows longer than 65536, 32 rows or fewer, in the one launch: chunks of
-    # 1024 at 8 elements a thread (twice the chunks, half the row groups; at 16 its kernel spills).
+    # 1024 at 8 elements a thread (twice the chunks, half the row groups; built for sm_90 at 128
+    # registers, its kernel keeps 200 bytes on the stack at 16 elements a thread, none at 8).
     # On an H100 (ab_few_bwd.py, Dec 7) 7-18% less at 4-32 rows of 131072-262144 (8 x 131072:
     # 14.1 us against 17.3); rms_norm's rows ran from 13% less to 9% more, fp32 from 8% less to 2%
     # more. Rows of 16K-64K were not measured: they keep 2048
