@@ -195,11 +195,10 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     # more. Rows of 16K-64K were not measured: they keep 2048
     few = (want and can_coop and split is None and "BLOCK_N" not in over and op == "layer_norm" and esz <= 2
            and n > 65536 and m <= _FEW_ROWS)
-    groups, block = split if split is not None else (0, _BWD_CHUNK // 2 if few else _BWD_CHUNK)
+    groups, block = split if split is not None else (0, _BWD_CHUNK)
     block = over.get("BLOCK_N", block)
     if block & (block - 1):
         raise ValueError(f"backward plan override BLOCK_N={block}: not a power of two")
-    chunks = _cdiv(n, block)
     # COOP (the default on a GPU): one launch whose groups of programs exchange their sums, 16
     # elements a thread (fp32: 8; 16 spilled 30-68 registers, 5-15% slower on the H200 at
     # N = 16384..262144) at 128 registers (every program resident at once, so a group of the row's
@@ -221,13 +220,13 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         warps = over.get("num_warps", max(1, min(32, fit, block // per_warp)))
         return maxnreg, warps, _resident_per_sm(warps, maxnreg) * sms
 
+    if few:  # where all of a row's 1024-element chunks fit on the device at once; else 2048, as above
+        block = _BWD_CHUNK // 2
+        if launch_shape(True)[2] < _cdiv(n, block):
+            few, block = False, _BWD_CHUNK
+    chunks = _cdiv(n, block)
     maxnreg, warps, resident = launch_shape(want)
     coop = want and can_coop and resident >= chunks
-    if few and not coop:  # (a row's 1024-element chunks more than the device holds at once)
-        few, block = False, _BWD_CHUNK
-        chunks = _cdiv(n, block)
-        maxnreg, warps, resident = launch_shape(want)
-        coop = resident >= chunks
     if want and not coop:
         maxnreg, warps, resident = launch_shape(False)
     groups = over.get("GR", groups)
