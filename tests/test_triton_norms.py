@@ -333,9 +333,10 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
                            ("layer_norm", 64, 262144, 128)):
         plan = NB.backward_plan(m, n, F32, DEV, op=op)
         assert plan["maxnreg"] == (regs if plan["COOP"] else 64), (op, m, n, plan)
-    # layer_norm's 2-byte rows of up to 16384 at 168 (three programs a multiprocessor: fewer groups)
+    # layer_norm's 2-byte rows in 2048-element chunks at 168 (three programs a multiprocessor: fewer
+    # groups)
     for op, n, dtype, regs in (("layer_norm", 16384, BF16, 168), ("layer_norm", 10000, torch.float16, 168),
-                               ("layer_norm", 32768, BF16, 128), ("rms_norm", 16384, BF16, 128),
+                               ("layer_norm", 32768, BF16, 168), ("rms_norm", 16384, BF16, 128),
                                ("layer_norm", 16384, F32, 128)):
         plan = NB.backward_plan(1024, n, dtype, DEV, op=op)
         assert plan["maxnreg"] == (regs if plan["COOP"] else 64), (op, n, dtype, plan)
@@ -343,21 +344,25 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
             assert plan["GR"] * plan["S"] <= NB._resident_per_sm(plan["num_warps"], regs) * NB._sms(DEV)
 
 
-def test_few_long_layer_norm_rows_exchange_in_smaller_chunks(monkeypatch):
-    # a GPU's plan (132 multiprocessors, outside the interpreter): layer_norm's 2-byte rows longer
-    # than 65536, 32 rows or fewer, exchange in 1024-element chunks at 8 elements a thread; more
-    # rows, rms_norm, fp32 and rows of up to 65536 keep 2048 at 16 (fp32: 8); a row whose
-    # 1024-element chunks the device can't hold at once keeps 2048 rather than leave the one launch
+def test_few_long_rows_exchange_in_smaller_chunks(monkeypatch):
+    # a GPU's plan (132 multiprocessors, outside the interpreter): rows longer than 65536, 32 rows
+    # or fewer, exchange in 1024-element chunks at 8 elements a thread (layer_norm's rows and
+    # rms_norm's fp32 rows); more rows, rms_norm's 2-byte rows and rows of up to 65536 keep 2048 at
+    # 16 (fp32: 8), a row whose 1024-element chunks the device can't hold at once too rather than
+    # leave the one launch. layer_norm's 2-byte rows in 2048-element chunks exchange at 168
+    # registers, at 128 where the row's chunks would not fit at once at 168
     monkeypatch.setattr(NB, "_sms", lambda device: 132)
     monkeypatch.setattr(NB, "_interpreting", lambda: False)
     gpu = torch.device("cuda")
-    cases = (("layer_norm", 8, 131072, BF16, 1024), ("layer_norm", 32, 65537, torch.float16, 1024),
-             ("layer_norm", 1, 262144, BF16, 1024), ("layer_norm", 33, 131072, BF16, 2048),
-             ("layer_norm", 8, 65536, BF16, 2048), ("layer_norm", 8, 131072, F32, 2048),
-             ("rms_norm", 8, 131072, BF16, 2048), ("layer_norm", 4, 1 << 20, BF16, 2048))
-    for op, m, n, dtype, block in cases:
-        plan = NB.backward_plan(m, n, dtype, gpu, grads=2, op=op)
-        assert plan["COOP"] and plan["BLOCK_N"] == block, (op, m, n, dtype, plan)
+    cases = (("layer_norm", 8, 131072, BF16, 1024, 128), ("layer_norm", 32, 65537, torch.float16, 1024, 128),
+             ("layer_norm", 1, 262144, BF16, 1024, 128), ("layer_norm", 33, 131072, BF16, 2048, 168),
+             ("layer_norm", 8, 65536, BF16, 2048, 168), ("layer_norm", 8, 131072, F32, 1024, 128),
+             ("rms_norm", 8, 131072, F32, 1024, 128), ("rms_norm", 2, 100000, F32, 1024, 128),
+             ("rms_norm", 33, 131072, F32, 2048, 128), ("rms_norm", 8, 131072, BF16, 2048, 128),
+             ("layer_norm", 4, 1 << 20, BF16, 2048, 128))
+    for op, m, n, dtype, block, regs in cases:
+        plan = NB.backward_plan(m, n, dtype, gpu, grads=2 if op == "layer_norm" else 1, op=op)
+        assert plan["COOP"] and (plan["BLOCK_N"], plan["maxnreg"]) == (block, regs), (op, m, n, dtype, plan)
         per_thread = 8 if block == 1024 or dtype == F32 else 16
         assert plan["BLOCK_N"] // (32 * plan["num_warps"]) == per_thread, (op, m, n, dtype, plan)
         assert plan["GR"] * plan["S"] <= NB._resident_per_sm(plan["num_warps"], plan["maxnreg"]) * 132
@@ -367,13 +372,15 @@ def test_few_long_layer_norm_rows_exchange_in_smaller_chunks(monkeypatch):
 
 
 @pytest.mark.skipif(DEV.type != "cuda", reason="the one-launch exchange runs on a GPU only")
-@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+@pytest.mark.parametrize("op,dtype", [("layer_norm", BF16), ("layer_norm", torch.float16), ("layer_norm", F32),
+                                      ("rms_norm", F32)])
 @pytest.mark.parametrize("m,n", [(1, 70000), (5, 131072), (32, 131072 + 300)])
-def test_few_long_layer_norm_rows_backward(m, n, dtype):
+def test_few_long_rows_backward(op, m, n, dtype):
     # the default plan of few long rows (1024-element chunks; a ragged last one) against float64
-    assert NB.backward_plan(m, n, dtype, DEV, grads=2, op="layer_norm")["BLOCK_N"] == 1024
-    _backward_vs_torch("layer_norm", m, n, dtype, None, shift=0.5, tol=1e-2)
-    _backward_vs_torch("layer_norm", m, n, dtype, None, shift=0.5, tol=1e-2, saved=True)
+    assert NB.backward_plan(m, n, dtype, DEV, grads=2 if op == "layer_norm" else 1, op=op)["BLOCK_N"] == 1024
+    tol = 1e-2 if dtype != F32 else 1e-4
+    _backward_vs_torch(op, m, n, dtype, None, shift=0.5, tol=tol)
+    _backward_vs_torch(op, m, n, dtype, None, shift=0.5, tol=tol, saved=True)
 
 
 def test_long_row_finish_needs_the_one_launch_exchange():

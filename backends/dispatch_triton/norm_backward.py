@@ -57,7 +57,7 @@ from .norm_configs import _cdiv, _np2, _sms
 _MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
 _BWD_CHUNK = 2048  # the chunk of long rows in the backward
 _SPLIT_FINISH = 256  # the programs of the long rows' one launch that take its column sums
-_FEW_ROWS = 32  # layer_norm's 2-byte long rows in 1024-element chunks up to this many rows (backward_plan)
+_FEW_ROWS = 32  # long rows in 1024-element chunks up to this many rows (backward_plan)
 
 
 def _dense_rows(t: torch.Tensor, m: int, n: int) -> tuple[torch.Tensor, int]:
@@ -187,14 +187,16 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     _check_overrides(over, "split")
     can_coop = cuda and not _interpreting()
     want = over.get("COOP", can_coop and split is None)
-    # layer_norm's 2-byte rows longer than 65536, 32 rows or fewer, in the one launch: chunks of
-    # 1024 at 8 elements a thread (twice the chunks, half the row groups; built for sm_90 at 128
-    # registers, its kernel keeps 200 bytes on the stack at 16 elements a thread, none at 8).
-    # On an H100 (ab_few_bwd.py, Dec 7) 7-18% less at 4-32 rows of 131072-262144 (8 x 131072:
-    # 14.1 us against 17.3); rms_norm's rows ran from 13% less to 9% more, fp32 from 8% less to 2%
-    # more. Rows of 16K-64K were not measured: they keep 2048
-    few = (want and can_coop and split is None and "BLOCK_N" not in over and op == "layer_norm" and esz <= 2
-           and n > 65536 and m <= _FEW_ROWS)
+    # rows longer than 65536, 32 rows or fewer, in the one launch (layer_norm's, and rms_norm's
+    # fp32 rows): chunks of 1024 at 8 elements a thread (2-byte rows: twice the chunks, half the row
+    # groups; built for sm_90 at 128 registers, layer_norm's kernel keeps 200 bytes on the stack at
+    # 16 elements a thread, none at 8; fp32 rows: 8 elements a thread either way, at 4 warps, not 8).
+    # On an H100 (ab_few_bwd.py and ab_rounds.py, Dec 7) 2-byte layer_norm 7-18% less at 4-32 rows of
+    # 131072-262144 (8 x 131072: 14.1 us against 17.3), fp32 1-19% less at 18 of 20 calls of 2-32
+    # rows of 100000-262144 (rms_norm 4 x 131072: 13.0 against 15.9), 0.5-2% more at layer_norm's
+    # 2 and 8 x 262144; rms_norm's 2-byte rows ran from 13% less to 9% more. Rows of 16K-64K keep 2048
+    few = (want and can_coop and split is None and "BLOCK_N" not in over and n > 65536 and m <= _FEW_ROWS
+           and (op == "layer_norm" or (op == "rms_norm" and esz == 4)))
     groups, block = split if split is not None else (0, _BWD_CHUNK)
     block = over.get("BLOCK_N", block)
     if block & (block - 1):
@@ -206,14 +208,16 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
     # longer than 65536, 64 rows or more, exchange at 80 registers (three programs a multiprocessor,
     # not two: more row groups). On an H200 that took 12% off 64 x 262144 (71.7 against 81.4 us) and
     # 10% off 128 x 131072 (72.3 against 80.0); 8 x 131072 ran 16% slower (a group's two rows
-    # either way, at 8 registers spilled), and layer_norm's kernel spills 24-28 and ran 10-19% slower
-    # layer_norm's 2-byte rows of up to 16384 (8 chunks or fewer) exchange at 168 registers (three
-    # programs a multiprocessor, not four, and none of the 14-16 spilled at 128): on an H100 3-6%
-    # less at N = 10240..16384 (1024 x 16384: 54.6 us against 57.6; the H200: 3%); longer rows
-    # ran 1-4% slower at 160-168, rms_norm's rows of 16384 4% slower
-    def launch_shape(exchange: bool) -> tuple[int, int, int]:  # (maxnreg, warps, programs resident)
+    # either way, at 8 registers spilled), and layer_norm's kernel spills 24-28 and ran 10-19% slower.
+    # layer_norm's 2-byte rows in 2048-element chunks exchange at 168 registers (three programs a
+    # multiprocessor, not four: fewer row groups), where the row's chunks still fit at once (built
+    # for sm_90, its kernel keeps 200 bytes on the stack at 128, 40 at 168). On an H100 3-6% less
+    # at N = 10240..16384 (1024 x 16384: 54.6 us against 57.6; the H200: 3%) and (ab_rounds.py,
+    # Dec 7, medians of five interleaved rounds) 0.4-13% less at 13 of 13 calls of 8-2048 rows of
+    # 32768-262144 (512 x 32768: 52.4 us against 60.1; 64 x 262144: 57.4 against 60.3), where an
+    # earlier sweep had rows past 16384 1-4% slower. rms_norm's rows ran 1-8% slower at 168
+    def launch_shape(exchange: bool, roomy: bool = False) -> tuple[int, int, int]:  # (maxnreg, warps, resident)
         lean = exchange and op == "rms_norm" and esz == 4 and n > 65536 and m >= 64
-        roomy = exchange and op == "layer_norm" and esz <= 2 and n <= 16384
         maxnreg = over.get("maxnreg", (80 if lean else 168 if roomy else 128) if exchange else 64)
         fit = _resident_per_sm(1, maxnreg)  # warps a multiprocessor's registers hold
         per_warp = 512 if exchange and esz <= 2 and not few else 256  # 16 elements a thread, or 8
@@ -225,7 +229,10 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
         if launch_shape(True)[2] < _cdiv(n, block):
             few, block = False, _BWD_CHUNK
     chunks = _cdiv(n, block)
-    maxnreg, warps, resident = launch_shape(want)
+    roomy = want and op == "layer_norm" and esz <= 2 and not few
+    maxnreg, warps, resident = launch_shape(want, roomy)
+    if roomy and resident < chunks:  # at 168 the row would leave the one launch: 128 keeps it there
+        maxnreg, warps, resident = launch_shape(want)
     coop = want and can_coop and resident >= chunks
     if want and not coop:
         maxnreg, warps, resident = launch_shape(False)
