@@ -55,7 +55,7 @@ import triton.language as tl
 from dispatch_triton import norm_kernels as K
 from dispatch_triton import norms as NT
 from dispatch_triton.exchange import _await_words, _publish_words, _ticket
-from dispatch_triton.jit import _cvt
+from dispatch_triton.row_math import _cvt
 
 VARIANTS = ("base", "no-recheck", "sum-merge", "one-word", "no-shift", "one-merger", "chunk-head", "two-pass",
             "zero-shift", "first-shift")

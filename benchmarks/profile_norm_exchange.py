@@ -49,7 +49,7 @@ from dispatch_triton import norm_backward as NB
 from dispatch_triton import norm_backward_coop as C
 from dispatch_triton import norm_backward_kernels as K
 from dispatch_triton.exchange import _await_words, _publish_words
-from dispatch_triton.jit import _cvt
+from dispatch_triton.row_math import _cvt
 from profile_norm_coop import _about_row_start, _group, _word
 from sweep_harness import row_stats
 

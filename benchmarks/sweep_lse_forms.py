@@ -41,7 +41,8 @@ import triton
 import triton.language as tl
 
 import dispatch
-from dispatch_triton.jit import _exp2_fast, _lse_chunk_load
+from dispatch_triton.lse_chunks import _lse_chunk_load
+from dispatch_triton.row_math import _exp2_fast
 from sweep_harness import race_table, write_race_markdown
 
 LOG2E = 1.4426950408889634

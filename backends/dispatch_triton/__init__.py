@@ -27,7 +27,8 @@ OPS = ("softmax", "log_softmax", "logsumexp", "rms_norm", "layer_norm")  # the o
 NORM_OPS = ("rms_norm", "layer_norm")  # served by dispatch_triton.norms
 SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-_KERNEL_MODULES = ("dispatch_triton.jit", "dispatch_triton.exchange", "dispatch_triton.configs",
+_KERNEL_MODULES = ("dispatch_triton.jit", "dispatch_triton.row_math", "dispatch_triton.lse_chunks",
+                   "dispatch_triton.exchange", "dispatch_triton.configs",
                    "dispatch_triton.launch", "dispatch_triton.buffers", "dispatch_triton.autotune",
                    "dispatch_triton.norms", "dispatch_triton.norm_configs", "dispatch_triton.norm_kernels",
                    "dispatch_triton.norm_stats", "dispatch_triton.norm_backward",

@@ -8,7 +8,8 @@ import torch
 import triton
 
 from .configs import _OP_CODE, _PATH_CODE, _cfg, _cfg_key, _check_op, _n_split, _np2, _universe, config_space
-from .jit import _interpreting, _softmax_kernel
+from . import _interpreting
+from .jit import _softmax_kernel
 from .buffers import _slot_buffer, _sync_buffer
 from .launch import _empty_result, _grid_size, _prepare, placeholder
 

@@ -14,7 +14,7 @@ import torch
 
 from dispatch.backend import lasting_zeros
 
-from .jit import _ROW_OFF
+from .lse_chunks import _ROW_OFF
 
 _SLOT_OFF = 64  # the tagged partials in the int64 slot buffer (word 0: epoch << 32 | ticket)
 _EPOCH_RESET = 1 << 14  # launches of a slot buffer before it is zeroed (packed words' tags are 15-bit)

@@ -1,4 +1,4 @@
-"""The Triton JIT kernel for row softmax, log_softmax and logsumexp, and its device helpers.
+"""The Triton JIT kernel for row softmax, log_softmax and logsumexp, and its paths' device code.
 
 One JIT kernel, ``_softmax_kernel``, holds every path; the path is a tuned constexpr (``PATH``)
 so that one Triton autotuner can choose among all of them:
@@ -22,7 +22,7 @@ so that one Triton autotuner can choose among all of them:
     are held raw (input dtype) and the output is recomputed from them, which leaves registers
     for a second chunk in flight.
 
-``chunks`` (PATH 4, logsumexp only)
+``chunks`` (PATH 4, logsumexp only; :mod:`dispatch_triton.lse_chunks`)
     Persistent programs walk all chunks of all rows, each chunk held in registers while the next
     one loads, and write per-chunk (max, sum) partials; the last chunk of a row to arrive merges
     them (as ``split`` does for logsumexp). Nothing waits, the row is read once, one launch. Rows
@@ -45,7 +45,8 @@ softmax/log_softmax and -inf for logsumexp, a +inf gives NaN rows for softmax/lo
 infinite).
 
 Op and path names and their codes live in :mod:`dispatch_triton.configs`; the host side that
-sizes the grid and launches this kernel in :mod:`dispatch_triton.launch`.
+sizes the grid and launches this kernel in :mod:`dispatch_triton.launch`; the helpers it shares
+with the other kernels (loads, rounding, exp, the merge of partials) in :mod:`dispatch_triton.row_math`.
 """
 
 from __future__ import annotations
@@ -53,131 +54,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import _interpreting
-from .exchange import _MAXS, _await_pairs, _publish, _ticket
+from .exchange import _publish, _ticket
+from .lse_chunks import _ROW_OFF, _lse_chunks
+from .row_math import (_chunk_exps, _combine, _cvt, _eff, _exp, _finish_load, _finish_scale, _gather, _load_raw,
+                       _partial)
 from .window import _read_window, _write_window
-
-_ROW_OFF = tl.constexpr(64)  # logsumexp's per-row arrival counters in the int32 sync buffer
-
-
-# Under the interpreter (a compile-time False on the GPU, so its branches cost nothing there): it
-# truncates fp32 -> bf16 where the GPU rounds to nearest even, so _cvt emulates the GPU; and it runs
-# a reduction's combine function element by element in Python, so several sums are taken one by one
-_INTERPRETED = tl.constexpr(_interpreting())
-
-
-@triton.jit
-def _ld(ptrs, mask, EV: tl.constexpr, other: tl.constexpr = 0.0, EVEN: tl.constexpr = False):
-    # a load (``other`` where masked off; no mask with EVEN) with L2 eviction hint EV: 0 none,
-    # 1 evict_first (read once), 2 evict_last (read again soon)
-    if EV == 1:
-        policy: tl.constexpr = "evict_first"
-    elif EV == 2:
-        policy: tl.constexpr = "evict_last"
-    else:
-        policy: tl.constexpr = ""
-    if EVEN:
-        v = tl.load(ptrs, eviction_policy=policy)
-    else:
-        v = tl.load(ptrs, mask=mask, other=other, eviction_policy=policy)
-    return v
-
-
-@triton.jit
-def _cvt(x, TY: tl.constexpr):
-    if _INTERPRETED:
-        if TY == tl.bfloat16:
-            xf = x.to(tl.float32)
-            b = xf.to(tl.uint32, bitcast=True)
-            b = b + 0x7FFF + ((b >> 16) & 1)
-            r = (b & 0xFFFF0000).to(tl.float32, bitcast=True)
-            x = tl.where(xf != xf, xf, r)
-    return x.to(TY)
-
-
-@triton.jit
-def _load_raw(x_ptr, mask_ptr, xoff, moff, cols, lim, HAS_MASK: tl.constexpr, EVICT: tl.constexpr):
-    # raw (uncast) values of cols < lim, and the keep-mask (x itself when there is none)
-    valid = cols < lim
-    x = tl.load(x_ptr + xoff + cols, mask=valid, other=float("-inf"), eviction_policy=EVICT)
-    if HAS_MASK:
-        keep = tl.load(mask_ptr + moff + cols, mask=valid, other=0, eviction_policy=EVICT)
-    else:
-        keep = x
-    return x, keep
-
-
-@triton.jit
-def _finish_load(x, keep, HAS_MASK: tl.constexpr, OUT_TY: tl.constexpr):
-    x = _cvt(x, OUT_TY).to(tl.float32)  # torch's dtype= casts the input first
-    if HAS_MASK:
-        x = tl.where(keep != 0, x, float("-inf"))
-    return x
-
-
-def fast_exp_of(config: dict) -> int:
-    """A launch config's ``FAST_EXP`` (0 or 1; absent is 0), refused by name under the interpreter,
-    which cannot run the inline PTX of :func:`_exp`."""
-    flag = int(config.get("FAST_EXP", 0))
-    if flag not in (0, 1):
-        raise ValueError(f"'FAST_EXP' must be 0 or 1 (got {config['FAST_EXP']})")
-    if flag and _interpreting():
-        raise ValueError("'FAST_EXP' is inline PTX, which the Triton interpreter does not run: leave it out "
-                         "on the CPU")
-    return flag
-
-
-@triton.jit
-def _exp(x, FAST_EXP: tl.constexpr):
-    """``exp(x)`` in fp32; with ``FAST_EXP`` one ``ex2.approx.ftz`` of ``x * log2(e)`` (results below
-    2**-126 flushed to 0), where ``tl.exp`` also scales inputs whose result would be subnormal.
-    Inline PTX: a GPU only (the launchers refuse it under the interpreter)."""
-    if FAST_EXP:
-        y = _exp2_fast(x * 1.4426950408889634)
-    else:
-        y = tl.exp(x)
-    return y
-
-
-@triton.jit
-def _exp2_fast(v):
-    # 2**v in one ex2.approx.ftz.f32 (inline PTX: a GPU only)
-    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [v], dtype=tl.float32, is_pure=True,
-                                     pack=1)
-
-
-@triton.jit
-def _eff(m):
-    # torch.logsumexp's shift: the max, or 0 where the max is infinite
-    return tl.where(tl.abs(m) == float("inf"), 0.0, m)
-
-
-@triton.jit
-def _merge(pm, ps):
-    # partials (m_i, s_i), s_i = sum exp(x - eff(m_i)) -> (M, eff(M), S = sum exp(x - eff(M)))
-    big_m = tl.max(pm, 0)
-    big_e = _eff(big_m)
-    s = tl.sum(tl.where(ps == 0.0, 0.0, ps * tl.exp(_eff(pm) - big_e)), 0)
-    return big_m, big_e, s
-
-
-@triton.jit
-def _combine(ws_ptr, base, n_split):
-    # the partials of a row from the fp32 workspace (logsumexp's last-arriver combine)
-    j = tl.arange(0, _MAXS)
-    jm = j < n_split
-    pm = tl.load(ws_ptr + (base + j) * 2, mask=jm, other=float("-inf"), cache_modifier=".cg")
-    ps = tl.load(ws_ptr + (base + j) * 2 + 1, mask=jm, other=0.0, cache_modifier=".cg")
-    return _merge(pm, ps)
-
-
-@triton.jit
-def _gather(slot_ptr, base, n_split, tag):
-    # wait for the n_split (max, sum) partials of a row, then merge them
-    pm, ps, jm = _await_pairs(slot_ptr, base, n_split, tag)
-    pm = tl.where(jm, pm, float("-inf"))
-    ps = tl.where(jm, ps, 0.0)
-    return _merge(pm, ps)
 
 
 @triton.jit
@@ -207,16 +88,6 @@ def _seg_stats(x_ptr, mask_ptr, xoff, moff, N, lo, hi, HAS_MASK: tl.constexpr, O
 
 
 @triton.jit
-def _finish_scale(big_m, s, OP: tl.constexpr):
-    # softmax/log_softmax: a row whose max is not finite is NaN throughout, as in torch
-    s = tl.where(tl.abs(big_m) == float("inf"), float("nan"), s)
-    if OP == 0:
-        return 1.0 / s
-    else:
-        return tl.log(s)
-
-
-@triton.jit
 def _chunk_load(x_ptr, mask_ptr, row, stride_xm, stride_mm, c, cols, M, N, HAS_MASK: tl.constexpr,
                 ALIGN: tl.constexpr, BLOCK_N: tl.constexpr, V: tl.constexpr):
     # program c's raw chunk of ``row`` (all -inf past the last row) and its keep-mask; with ALIGN
@@ -230,33 +101,6 @@ def _chunk_load(x_ptr, mask_ptr, row, stride_xm, stride_mm, c, cols, M, N, HAS_M
         x, keep = _load_raw(x_ptr, mask_ptr, r64 * stride_xm, r64 * stride_mm, cols, lim, HAS_MASK, "evict_first")
         xe = tl.full([2 * V], float("-inf"), x.dtype)  # no edges: a constant, nothing is loaded
     return x, keep, xe
-
-
-@triton.jit
-def _chunk_exps(x, xe, ALIGN: tl.constexpr, FAST_EXP: tl.constexpr):
-    # a chunk's max m (fp32 values x, with ALIGN also the row's straddling groups xe), its finite
-    # stand-in m_e, the exps about it (of x, of xe: xe itself without ALIGN) and their sum
-    if ALIGN:
-        m = tl.maximum(tl.max(x, 0), tl.max(xe, 0))
-        m_e = _eff(m)
-        e = _exp(x - m_e, FAST_EXP)
-        ee = _exp(xe - m_e, FAST_EXP)
-        s = tl.sum(e, 0) + tl.sum(ee, 0)
-    else:
-        m = tl.max(x, 0)
-        m_e = _eff(m)
-        e = _exp(x - m_e, FAST_EXP)
-        ee = xe
-        s = tl.sum(e, 0)
-    return m, m_e, e, ee, s
-
-
-@triton.jit
-def _partial(xr, kr, er, HAS_MASK: tl.constexpr, OUT_TY, ALIGN: tl.constexpr, FAST_EXP: tl.constexpr):
-    # a chunk's (max, sum of exp about it) from its raw values (_chunk_load's three)
-    m, _, _, _, s = _chunk_exps(_finish_load(xr, kr, HAS_MASK, OUT_TY), _finish_load(er, er, False, OUT_TY), ALIGN,
-                                FAST_EXP)
-    return m, s
 
 
 @triton.jit
@@ -330,89 +174,6 @@ def _split_pipe(x_ptr, out_ptr, mask_ptr, slot_ptr, M, N, stride_xm, stride_om, 
                          eviction_policy="evict_first")
         xr, kr, er = xr_n, kr_n, er_n
         xr_n, kr_n, er_n = xr_nn, kr_nn, er_nn
-
-
-@triton.jit
-def _lse_chunk_load(x_ptr, t64, n_split, end, N, stride_xm, ALIGN: tl.constexpr, EVEN: tl.constexpr,
-                    BLOCK_N: tl.constexpr, V: tl.constexpr):
-    # chunk t64 of all rows' chunks (all -inf from chunk ``end`` on): its raw values and, with ALIGN,
-    # its window and the row's straddling groups (as _chunk_load). EVEN (every chunk whole): no mask
-    # an element, one predicate for the chunk (nothing loads from ``end`` on; those values are never
-    # used)
-    row = t64 // n_split
-    c = t64 % n_split
-    if EVEN:
-        cols = tl.arange(0, BLOCK_N)
-        if _INTERPRETED:  # its loads take no mask made from a scalar's
-            whole = cols < tl.where(t64 < end, BLOCK_N, 0)
-        else:
-            whole = tl.broadcast_to(t64 < end, [BLOCK_N])
-        x = tl.load(x_ptr + row * stride_xm + c * BLOCK_N + cols, mask=whole, eviction_policy="evict_first")
-        xe = tl.full([2 * V], float("-inf"), x.dtype)
-        return x, xe
-    lim = tl.where(t64 < end, N, 0)
-    if ALIGN:
-        x, xe = _read_window(x_ptr, row, stride_xm, c, lim, BLOCK_N, V)
-    else:
-        x, _ = _load_raw(x_ptr, x_ptr, row * stride_xm, 0, c * BLOCK_N + tl.arange(0, BLOCK_N), lim, False,
-                         "evict_first")
-        xe = tl.full([2 * V], float("-inf"), x.dtype)  # no edges: a constant, nothing is loaded
-    return x, xe
-
-
-@triton.jit
-def _lse_partial(xr, er, OUT_TY, ALIGN: tl.constexpr, FAST_EXP: tl.constexpr):
-    # a chunk's (max, sum of exp about it) from its raw values; with FAST_EXP each exp is one fused
-    # multiply-add and one ex2.approx (exp2(x * log2e - max * log2e))
-    if FAST_EXP:
-        x = _finish_load(xr, xr, False, OUT_TY)
-        m = tl.max(x, 0)
-        if ALIGN:
-            xe = _finish_load(er, er, False, OUT_TY)
-            m = tl.maximum(m, tl.max(xe, 0))
-        ml = _eff(m) * 1.4426950408889634
-        s = tl.sum(_exp2_fast(x * 1.4426950408889634 - ml), 0)
-        if ALIGN:
-            s += tl.sum(_exp2_fast(xe * 1.4426950408889634 - ml), 0)
-    else:
-        m, s = _partial(xr, xr, er, False, OUT_TY, ALIGN, FAST_EXP)
-    return m, s
-
-
-@triton.jit
-def _lse_chunks(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N: tl.constexpr, OUT_TY,
-                FAST_EXP: tl.constexpr, ALIGN: tl.constexpr, EVEN: tl.constexpr, V: tl.constexpr):
-    # PATH 4, logsumexp only, one launch: persistent programs each take a run of consecutive chunks
-    # (program p: chunks [p * T // P, (p + 1) * T // P) of the T = M * n_split chunks of all rows),
-    # each chunk held in registers while the next one is already loading, and write every chunk's
-    # (max, sum) to the workspace. Where a program leaves a row it adds the chunks it took of it to
-    # the row's acq_rel counter (one atomic, and the fence before it, per row a program touches, not
-    # per chunk: the fence waits for the chunk in flight); the program that completes the count
-    # merges the row's partials, writes it and resets the counter. No program ever waits on another.
-    n_split = tl.cdiv(N, BLOCK_N)
-    pid = tl.program_id(0).to(tl.int64)
-    nprog = tl.num_programs(0)
-    total = tl.cast(M, tl.int64) * n_split  # M is a constant 1 where the call has one row
-    lo = pid * total // nprog
-    hi = (pid + 1) * total // nprog
-    xr, er = _lse_chunk_load(x_ptr, lo, n_split, hi, N, stride_xm, ALIGN, EVEN, BLOCK_N, V)
-    taken = 0
-    for t in range(lo, hi):
-        xr_n, er_n = _lse_chunk_load(x_ptr, t + 1, n_split, hi, N, stride_xm, ALIGN, EVEN, BLOCK_N, V)
-        m_c, s_c = _lse_partial(xr, er, OUT_TY, ALIGN, FAST_EXP)
-        tl.store(ws_ptr + t * 2, m_c)
-        tl.store(ws_ptr + t * 2 + 1, s_c)
-        taken += 1
-        if (t % n_split == n_split - 1) | (t == hi - 1):  # this program's last chunk of the row
-            tl.debug_barrier()
-            row = t // n_split
-            old = tl.atomic_add(sync_ptr + _ROW_OFF + row, taken, sem="acq_rel")
-            if old + taken == n_split:
-                big_m, big_e, s = _combine(ws_ptr, row * n_split, n_split)
-                tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
-                tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
-            taken = 0
-        xr, er = xr_n, er_n
 
 
 @triton.jit(do_not_specialize=["N_BUCKET"])

@@ -14,7 +14,9 @@ from .configs import _OP_CODE, _PATH_CODE, MAX_SPLIT, _cdiv, _check_op, _device_
 from .direct import DirectLaunch
 from .buffers import (_captured_zeros, _lse_buffers, _lse_stream_buffers, _slot_entry, _slot_words,
                       _split_slots, _sync_buffer, _tick, per_stream)
-from .jit import _interpreting, _softmax_kernel, fast_exp_of
+from . import _interpreting
+from .jit import _softmax_kernel
+from .row_math import fast_exp_of
 
 
 _IN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from .exchange import _await_words, _publish_words, _ticket
-from .jit import _cvt
+from .row_math import _cvt
 from .norm_backward_kernels import (_bwd_partial, _chunk_dx, _chunk_start, _finish_columns, _merge4, _saved_dx,
                                     _saved_partial, _saved_stats, _store_partials)
 from .norm_stats import _part_counts, _row_shift, _sum2

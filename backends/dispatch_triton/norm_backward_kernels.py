@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from .exchange import _INTERPRETED, _epoch_tag, _ticket
-from .jit import _cvt, _ld
+from .row_math import _cvt, _ld
 from .norm_kernels import _tile_ptrs
 from .norm_stats import _centred, _ill_placed, _part_counts, _row_shift, _stats, _sum2, _sum4
 

@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 
 from .exchange import _await_packed, _await_words, _publish_packed, _publish_words, _ticket
-from .jit import _cvt, _ld
+from .row_math import _cvt, _ld
 from .norm_stats import (_centred, _chunk_partial, _chunk_sums, _ill_placed, _lane_stats, _merge_parts,
                          _part_counts, _row_shift, _shift_loads, _shift_of, _stats, _sum2)
 

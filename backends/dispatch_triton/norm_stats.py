@@ -20,7 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .jit import _INTERPRETED, _ld
+from .row_math import _INTERPRETED, _ld
 
 
 @triton.jit

@@ -18,7 +18,8 @@ from dispatch.backend import StridedPlan, strided_plan
 from .buffers import _split_slots
 from .configs import _cdiv, _check_op, _device_sms, _np2  # noqa: F401 (_device_sms, _np2: re-exported)
 from .direct import DirectLaunch
-from .jit import _interpreting, fast_exp_of
+from . import _interpreting
+from .row_math import fast_exp_of
 from .strided_configs import (  # noqa: F401 (re-exported: the configs this launcher takes)
     _MERGE_TILE,
     _ONE_PASS_MAX,

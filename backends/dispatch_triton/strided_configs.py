@@ -15,7 +15,7 @@ import torch
 from dispatch.backend import StridedPlan, unique_configs
 
 from .configs import _cdiv, _device_l2_bytes, _device_sms, _np2
-from .jit import _interpreting
+from . import _interpreting
 
 TUNABLES = ("BLOCK_I", "BLOCK_R", "SPLIT_R", "num_warps")
 # Kernel variants a config may also name (absent: off, and Triton's default num_stages); see

@@ -61,12 +61,12 @@ import triton
 import triton.language as tl
 
 from .exchange import _await_words, _publish_words, _ticket
-from .jit import _exp, _ld
+from .row_math import _exp, _ld
 
 
 @triton.jit
 def _load(ptrs, mask, other, EVEN: tl.constexpr, EV: tl.constexpr):
-    """A tile in fp32, with L2 eviction hint ``EV`` (as :func:`~dispatch_triton.jit._ld`: 1 evict_first,
+    """A tile in fp32, with L2 eviction hint ``EV`` (as :func:`~dispatch_triton.row_math._ld`: 1 evict_first,
     2 evict_last)."""
     return _ld(ptrs, mask, EV, other, EVEN).to(tl.float32)
 
