@@ -28,6 +28,7 @@ from dispatch.norms import LAYER_NORM, RMS_NORM  # noqa: E402
 
 try:
     from dispatch_triton import norm_backward as NB  # noqa: E402
+    from dispatch_triton import norm_backward_plan as NP  # noqa: E402
     from dispatch_triton import norms as N  # noqa: E402
 except ImportError:  # pragma: no cover - backends/ not installed
     pytest.skip("dispatch_triton is not importable", allow_module_level=True)
@@ -153,8 +154,8 @@ def test_long_row_backward_paths(op, split):
     # 9000 > the rows held in registers: (row groups, chunks of columns) in two launches,
     # a ragged last chunk; 3 groups of 5 rows: groups of unequal row counts
     _backward_vs_torch(op, 5, 9000, F32, split)
-    assert NB.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # long rows: cut in chunks
-    assert NB.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # rows in registers
+    assert NP.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # long rows: cut in chunks
+    assert NP.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # rows in registers
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
@@ -224,7 +225,7 @@ def test_autograd_keeps_the_forwards_statistics_for_long_rows(op):
 @pytest.mark.parametrize("m,n", [(7, 1), (9, 24), (5, 100), (11, 1000)])
 def test_backward_rows_in_registers(op, m, n):
     # several rows per tile (short rows), a row per tile, N = 1; more tiles than programs
-    plan = NB.backward_plan(m, n, F32, torch.device("cpu"))
+    plan = NP.backward_plan(m, n, F32, torch.device("cpu"))
     assert plan["kind"] == "rows" and plan["G"] <= 4
     _backward_vs_torch(op, m, n, F32, None)
 
@@ -252,7 +253,7 @@ def test_backward_bf16_and_absent_parameters(op, affine, split):
 def test_backward_plan_overrides(op, plan, split, dtype):
     # 9 rows of 100: ROWS=1 (the default packs 16 rows of 128 a tile), more tiles than programs
     _backward_vs_torch(op, 9, 100, dtype, split, shift=0.5, tol=1e-4 if dtype == F32 else 3e-2, plan=plan)
-    built = NB.backward_plan(9, 100, dtype, torch.device("cpu"), split, plan)
+    built = NP.backward_plan(9, 100, dtype, torch.device("cpu"), split, plan)
     assert all(built[k] == v for k, v in plan.items())
 
 
@@ -262,7 +263,7 @@ def test_the_one_launch_exchange_runs_on_a_gpu_only(op, dtype):
     # on a GPU, the long-row backward in one launch whose programs exchange their sums (5 chunks a
     # row, 7 rows over 2 groups); the interpreter runs programs one after another, where a group's
     # sums could never meet: there a COOP plan resolves to the two-launch path
-    plan = NB.backward_plan(7, 300, dtype, DEV, (2, 64), dict(COOP=True))
+    plan = NP.backward_plan(7, 300, dtype, DEV, (2, 64), dict(COOP=True))
     assert plan["kind"] == "split" and plan["COOP"] is (DEV.type == "cuda")
     _backward_vs_torch(op, 7, 300, dtype, (2, 64), shift=0.5, tol=1e-4 if dtype == F32 else 3e-2, plan=dict(COOP=True))
     if DEV.type == "cuda":  # again: the next launch's words carry a new tag, the old ones never count
@@ -286,7 +287,7 @@ def test_one_launch_backward_is_exact_whatever_ran_before(op, m, n):
               for s in (0, 3)]
     first = []
     for x, w, dy in inputs:
-        assert NB.backward_plan(m, n, F32, DEV)["COOP"]
+        assert NP.backward_plan(m, n, F32, DEV)["COOP"]
         y, xl, wl, dy = call(x, w, dy)
         first.append(torch.autograd.grad(y, [xl, wl], dy))
         xd = x.double().requires_grad_()
@@ -320,7 +321,7 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
     # a GPU's default for long rows is the one-launch exchange (16 elements a thread, 8 for fp32
     # rows, 128 registers); the interpreter's is the two launches (8 elements a thread)
     for (m, n), dtype in itertools.product(((64, 262144), (1024, 16384)), (BF16, F32)):
-        plan = NB.backward_plan(m, n, dtype, DEV)
+        plan = NP.backward_plan(m, n, dtype, DEV)
         assert plan["kind"] == "split" and plan["COOP"] is (DEV.type == "cuda")
         per_warp = 512 if plan["COOP"] and dtype == BF16 else 256
         assert (plan["maxnreg"], plan["BLOCK_N"] // plan["num_warps"]) == (128 if plan["COOP"] else 64, per_warp)
@@ -331,17 +332,17 @@ def test_long_row_backward_default_exchanges_on_a_gpu_only():
     # programs resident)
     for op, m, n, regs in (("rms_norm", 64, 262144, 80), ("rms_norm", 64, 65536, 128), ("rms_norm", 8, 131072, 128),
                            ("layer_norm", 64, 262144, 128)):
-        plan = NB.backward_plan(m, n, F32, DEV, op=op)
+        plan = NP.backward_plan(m, n, F32, DEV, op=op)
         assert plan["maxnreg"] == (regs if plan["COOP"] else 64), (op, m, n, plan)
     # layer_norm's 2-byte rows in 2048-element chunks at 168 (three programs a multiprocessor: fewer
     # groups)
     for op, n, dtype, regs in (("layer_norm", 16384, BF16, 168), ("layer_norm", 10000, torch.float16, 168),
                                ("layer_norm", 32768, BF16, 168), ("rms_norm", 16384, BF16, 128),
                                ("layer_norm", 16384, F32, 128)):
-        plan = NB.backward_plan(1024, n, dtype, DEV, op=op)
+        plan = NP.backward_plan(1024, n, dtype, DEV, op=op)
         assert plan["maxnreg"] == (regs if plan["COOP"] else 64), (op, n, dtype, plan)
         if plan["COOP"]:
-            assert plan["GR"] * plan["S"] <= NB._resident_per_sm(plan["num_warps"], regs) * NB._sms(DEV)
+            assert plan["GR"] * plan["S"] <= NP._resident_per_sm(plan["num_warps"], regs) * NP._sms(DEV)
 
 
 def test_few_long_rows_exchange_in_smaller_chunks(monkeypatch):
@@ -351,8 +352,8 @@ def test_few_long_rows_exchange_in_smaller_chunks(monkeypatch):
     # 16 (fp32: 8), a row whose 1024-element chunks the device can't hold at once too rather than
     # leave the one launch. layer_norm's 2-byte rows in 2048-element chunks exchange at 168
     # registers, at 128 where the row's chunks would not fit at once at 168
-    monkeypatch.setattr(NB, "_sms", lambda device: 132)
-    monkeypatch.setattr(NB, "_interpreting", lambda: False)
+    monkeypatch.setattr(NP, "_sms", lambda device: 132)
+    monkeypatch.setattr(NP, "_interpreting", lambda: False)
     gpu = torch.device("cuda")
     cases = (("layer_norm", 8, 131072, BF16, 1024, 128), ("layer_norm", 32, 65537, torch.float16, 1024, 128),
              ("layer_norm", 1, 262144, BF16, 1024, 128), ("layer_norm", 33, 131072, BF16, 2048, 168),
@@ -361,13 +362,13 @@ def test_few_long_rows_exchange_in_smaller_chunks(monkeypatch):
              ("rms_norm", 33, 131072, F32, 2048, 128), ("rms_norm", 8, 131072, BF16, 2048, 128),
              ("layer_norm", 4, 1 << 20, BF16, 2048, 128))
     for op, m, n, dtype, block, regs in cases:
-        plan = NB.backward_plan(m, n, dtype, gpu, grads=2 if op == "layer_norm" else 1, op=op)
+        plan = NP.backward_plan(m, n, dtype, gpu, grads=2 if op == "layer_norm" else 1, op=op)
         assert plan["COOP"] and (plan["BLOCK_N"], plan["maxnreg"]) == (block, regs), (op, m, n, dtype, plan)
         per_thread = 8 if block == 1024 or dtype == F32 else 16
         assert plan["BLOCK_N"] // (32 * plan["num_warps"]) == per_thread, (op, m, n, dtype, plan)
-        assert plan["GR"] * plan["S"] <= NB._resident_per_sm(plan["num_warps"], plan["maxnreg"]) * 132
+        assert plan["GR"] * plan["S"] <= NP._resident_per_sm(plan["num_warps"], plan["maxnreg"]) * 132
     # an override of the chunk keeps its own warps rule
-    assert NB.backward_plan(8, 131072, BF16, gpu, overrides=dict(BLOCK_N=2048), grads=2, op="layer_norm")[
+    assert NP.backward_plan(8, 131072, BF16, gpu, overrides=dict(BLOCK_N=2048), grads=2, op="layer_norm")[
         "num_warps"] == 4
 
 
@@ -377,7 +378,7 @@ def test_few_long_rows_exchange_in_smaller_chunks(monkeypatch):
 @pytest.mark.parametrize("m,n", [(1, 70000), (5, 131072), (32, 131072 + 300)])
 def test_few_long_rows_backward(op, m, n, dtype):
     # the default plan of few long rows (1024-element chunks; a ragged last one) against float64
-    assert NB.backward_plan(m, n, dtype, DEV, grads=2 if op == "layer_norm" else 1, op=op)["BLOCK_N"] == 1024
+    assert NP.backward_plan(m, n, dtype, DEV, grads=2 if op == "layer_norm" else 1, op=op)["BLOCK_N"] == 1024
     tol = 1e-2 if dtype != F32 else 1e-4
     _backward_vs_torch(op, m, n, dtype, None, shift=0.5, tol=tol)
     _backward_vs_torch(op, m, n, dtype, None, shift=0.5, tol=tol, saved=True)
@@ -389,12 +390,12 @@ def test_long_row_finish_needs_the_one_launch_exchange():
     if DEV.type != "cuda" and not N._interpreting():
         pytest.skip("checked on the device that runs the plan")
     with pytest.raises(ValueError, match="FINISH=2.*COOP"):
-        NB.backward_plan(9, 100, F32, DEV, split=(2, 64), overrides=dict(FINISH=2))
+        NP.backward_plan(9, 100, F32, DEV, split=(2, 64), overrides=dict(FINISH=2))
     if DEV.type == "cuda":
-        plan = NB.backward_plan(4, 262144, BF16, DEV)
+        plan = NP.backward_plan(4, 262144, BF16, DEV)
         over = 2 * plan["GR"] * plan["S"]
         with pytest.raises(ValueError, match=f"FINISH={over}.*{plan['GR'] * plan['S']} programs"):
-            NB.backward_plan(4, 262144, BF16, DEV, overrides=dict(FINISH=over))
+            NP.backward_plan(4, 262144, BF16, DEV, overrides=dict(FINISH=over))
 
 
 @pytest.mark.parametrize("plan,split,match", [
@@ -1044,7 +1045,7 @@ def test_rms_norm_fp32_long_rows_lean_plan_repeats_its_bits():
     m, n = 64, 262144
     lean = NB.make_backward("rms_norm", m, n, F32, n, 1e-5, True, False)
     wide = NB.make_backward("rms_norm", m, n, F32, n, 1e-5, True, False, plan=dict(maxnreg=128, FINISH=0))
-    assert NB.backward_plan(m, n, F32, DEV, op="rms_norm")["maxnreg"] == 80
+    assert NP.backward_plan(m, n, F32, DEV, op="rms_norm")["maxnreg"] == 80
     x, w, dy = _t((m, n), F32, 31, 1.0, 0.5), _t((n,), F32, 32, 0.5, 1.0), _t((m, n), F32, 33)
     stats = torch.rsqrt(x.double().pow(2).mean(-1) + 1e-5).float()  # as the forward saves them
     first = lean(dy, x, w, None, stats.clone())
@@ -1063,7 +1064,7 @@ def test_long_rows_frozen_parameter_with_the_finish(frozen):
     # long rows' one launch with its column sums finished in it (the default), one of layer_norm's
     # parameters frozen: the other's gradient alone is summed, where dweight's would be
     m, n = 48, 65536
-    plan = NB.backward_plan(m, n, BF16, DEV, grads=1)
+    plan = NP.backward_plan(m, n, BF16, DEV, grads=1)
     assert plan["COOP"] and plan["FINISH"] > 0
     x = _t((m, n), BF16, 21, 1.0, 0.5).requires_grad_()
     w, b = _t((n,), BF16, 22, 0.5, 1.0), _t((n,), BF16, 23)

@@ -31,7 +31,7 @@ _KERNEL_MODULES = ("dispatch_triton.jit", "dispatch_triton.row_math", "dispatch_
                    "dispatch_triton.exchange", "dispatch_triton.configs",
                    "dispatch_triton.launch", "dispatch_triton.buffers", "dispatch_triton.autotune",
                    "dispatch_triton.norms", "dispatch_triton.norm_configs", "dispatch_triton.norm_kernels",
-                   "dispatch_triton.norm_stats", "dispatch_triton.norm_backward",
+                   "dispatch_triton.norm_stats", "dispatch_triton.norm_backward", "dispatch_triton.norm_backward_plan",
                    "dispatch_triton.norm_backward_kernels", "dispatch_triton.norm_backward_coop",
                    "dispatch_triton.strided", "dispatch_triton.strided_configs", "dispatch_triton.strided_jit",
                    "dispatch_triton.strided_steps", "dispatch_triton.window")
