@@ -18,7 +18,8 @@ exchange) and read x and dy once, pipelined one row ahead (a program publishes i
 before it awaits this row's). The chunks: 2048 elements at 4 warps (fp32: 8) and 128 registers a
 thread, with three exceptions: rows over 65536 at 32 rows or fewer (layer_norm's, and rms_norm's
 fp32 rows) in 1024-element chunks at 4 warps; layer_norm's 2-byte rows in 2048-element chunks at 168
-registers; rms_norm's fp32 rows over 65536, from 64 rows, at 80 (10-12% faster on an H200). On an
+registers (128 where the row's chunks would not all fit at once at 168); rms_norm's fp32 rows over
+65536, from 64 rows, at 80 (10-12% faster on an H200). On an
 H200 the one launch ran 1.08-1.30x faster than two at N = 16384..262144 (bf16 and fp32) with four
 scalar exchanges a chunk; the exchange as it is now took another 20-27% off rms_norm and 5-13% off
 layer_norm (bf16). Two launches remain for the interpreter and for rows whose chunks do not all fit
