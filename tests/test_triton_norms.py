@@ -154,8 +154,10 @@ def test_long_row_backward_paths(op, split):
     # 9000 > the rows held in registers: (row groups, chunks of columns) in two launches,
     # a ragged last chunk; 3 groups of 5 rows: groups of unequal row counts
     _backward_vs_torch(op, 5, 9000, F32, split)
-    assert NP.backward_split(2, 262144, torch.device("cpu"))[1] > 1  # long rows: cut in chunks
-    assert NP.backward_split(64, 4096, torch.device("cpu")) == (0, 0)  # rows in registers
+    cpu = torch.device("cpu")
+    long_rows = NP.backward_plan(2, 262144, F32, cpu)
+    assert long_rows["kind"] == "split" and long_rows["S"] > 1  # long rows: cut in chunks
+    assert NP.backward_plan(64, 4096, F32, cpu)["kind"] == "rows"  # rows in registers
 
 
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])

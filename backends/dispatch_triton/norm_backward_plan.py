@@ -235,8 +235,3 @@ def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
                 num_stages=stages, HINTS=over.get("HINTS", esz <= 2), PREFETCH=over.get("PREFETCH", esz <= 2),
                 COOP=coop, SAVED=over.get("SAVED", True), FINISH=finish)
 
-
-def backward_split(m: int, n: int, device: torch.device) -> tuple[int, int]:
-    """``(row groups, chunks per row)`` of the long-row backward, or ``(0, 0)`` for rows held in registers."""
-    plan = backward_plan(m, n, torch.float32, device)
-    return (plan["GR"], plan["S"]) if plan["kind"] == "split" else (0, 0)
