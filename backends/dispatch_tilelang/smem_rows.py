@@ -157,19 +157,27 @@ def trade_words(cluster: int):
     return trade
 
 
-def row_words(cluster: int):
+def row_words(cluster: int, early: bool = False):
     """A TileLang macro, ``mine, peers, got = words(cx)``: the shared memory of a row's exchange (this
     CTA's two words, every peer's, and the barrier that counts one copy from each), allocated at
     the kernel's start and touched there, so that nothing else shares their bytes while peers may
-    copy into ``peers`` (:func:`trade_words` trades them)."""
+    copy into ``peers`` (:func:`trade_words` trades them).
+
+    The barrier is a cluster barrier: the kernel starts with a cluster-wide sync, so that no peer
+    copies to it before it is initialized. ``early=True`` leaves that sync to the kernel: the
+    barrier is the CTA's own (initialized and fenced for the cluster), this macro arrives at the
+    cluster barrier without waiting, and the kernel calls ``T.cluster_wait()`` before its trade
+    (its chunk's copy is then issued before any peer need have started)."""
 
     @T.macro
     def words(cx):
         mine = T.alloc_shared((4,), F32)
         peers = T.alloc_shared((cluster, 4), F32)
-        got = T.alloc_cluster_barrier([cluster])
+        got = T.alloc_barrier([cluster]) if early else T.alloc_cluster_barrier([cluster])
         mine[2] = 0.0
         peers[cx, 2] = 0.0
+        if early:
+            T.cluster_arrive_relaxed()  # (the barrier's init is fenced for the cluster where it is made)
         return mine, peers, got
 
     return words
@@ -177,7 +185,7 @@ def row_words(cluster: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cluster: int, arch: str | None = None,
-            bound: bool = True, staged: bool = False, poly: bool = False, keep: bool = False):
+            bound: bool = True, staged: bool = False, poly: bool = False, keep: bool = False, early: bool = False):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtypes, tile_n, cluster); ``arch`` pins the target as in ``cuda_kernels.program``. Its launch
     bound asks for :func:`launch_bound` CTAs an SM; ``bound=False`` builds it without (a sweep's
@@ -192,7 +200,9 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     ``keep: 1``; softmax only, other ops are built as without it) takes a softmax's exponentials
     once: the sum's walk writes each back over its element in shared memory, in the input's dtype,
     and the output's walk scales it (``_numerics.kept_scale``), as ``smem_cols`` does; its output
-    is rounded twice (within an ulp of the dtype, torch's within half of one).
+    is rounded twice (within an ulp of the dtype, torch's within half of one). ``early=True`` (a
+    sweep's twin) issues the chunk's copy before the cluster's start sync rather than after it
+    (:func:`row_words`).
 
     Each element's exponent is one fused multiply-add, ``x * log2 e - shift * log2 e``, the shift's
     product rounded the same wherever it is taken (``_numerics.exp_shifted``), and the kernel is
@@ -212,7 +222,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
 
     @tilelang.jit(target=target, out_idx=[1], pass_configs={"tl.enable_fast_math": True})
     def smem_rows(block_m, threads):
-        trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
+        trade, words = trade_words(C), row_words(C, early)  # made here: TileLang's autotuner keys only plain free variables
         reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
@@ -292,6 +302,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 if C > 1:
                     mine[0] = m[0]
                     mine[1] = s[0]
+                    if early:
+                        T.cluster_wait()  # every peer's barrier is initialized
                     trade(mine, peers[cx, :], got)
                     for i in T.Parallel(1):
                         gm[i] = neg_inf()
