@@ -345,17 +345,21 @@ def test_the_keep_twin_takes_a_softmaxs_exponentials_once_and_writes_them_over_t
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_the_early_twin_copies_its_chunk_before_the_cluster_sync():
-    """``early=True``: the CTA arrives at the cluster barrier and issues its chunk's copy before any
-    wait on it, and waits once before its trade (so no peer copies into a barrier not yet
-    initialized) and once before leaving; the shipped build syncs the cluster before the copy."""
-    from dispatch_tilelang import smem_rows
+    """``early=True`` (rows and norms): the CTA arrives at the cluster barrier and issues its chunk's
+    copy before any wait on it, and waits once before its trade (so no peer copies into a barrier
+    not yet initialized) and once before leaving; the shipped build syncs the cluster before the copy."""
+    from dispatch_tilelang import smem_norms, smem_rows
 
     def source(op, **twin):
         return smem_rows.program(op, 65536, "bfloat16", "bfloat16", 16384, 4, "sm_90", **twin)(
             block_m=1, threads=128).get_kernel_source()
 
-    for op in ("softmax", "logsumexp"):
-        early, plain = source(op, early=True), source(op)
+    def norm_source(**twin):
+        return smem_norms.program("layer_norm", 262144, "bfloat16", True, True, 1e-5, 16384, 16, "sm_90", **twin)(
+            block_m=1, threads=256).get_kernel_source()
+
+    for early, plain in [(source(op, early=True), source(op)) for op in ("softmax", "logsumexp")] + \
+            [(norm_source(early=True), norm_source())]:
         assert "cluster_sync" not in early and early.count("cluster_wait()") == 2
         copy, trade = early.index("cp_async_gs<16>"), early.index("tma_store_cluster")
         assert early.index("cluster_arrive_relaxed()") < copy < early.index("cluster_wait()") < trade

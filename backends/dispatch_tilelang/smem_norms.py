@@ -69,14 +69,15 @@ def ships_bound(cluster: int, threads: int) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, eps: float, tile_n: int,
-            cluster: int, arch: str | None = None, walks: int = 3, bound: bool | None = None):
+            cluster: int, arch: str | None = None, walks: int = 3, bound: bool | None = None, early: bool = False):
     """The ``@tilelang.jit`` program (tunables ``block_m``, always 1, and ``threads``) of one (op, N,
     dtype, weight/bias present, eps, tile_n, cluster); ``arch`` pins the target as in
     ``cuda_kernels.program``. ``walks``: layer_norm's walks of its chunk in shared memory, 3 or 2
     (see the module's docstring; rms_norm walks it twice either way). ``bound``: whether the
     kernel carries the rows kernel's launch bound (``smem_rows.launch_bound``: the CTAs an SM that
     its chunk in shared memory allows, each thread kept to what they leave); None, as shipped
-    (:func:`ships_bound`), True or False a sweep's twin."""
+    (:func:`ships_bound`), True or False a sweep's twin. ``early=True`` (a sweep's twin) issues the
+    chunk's copy before the cluster's start sync (``smem_rows.row_words``)."""
     if walks not in (2, 3):
         raise ValueError(f"walks must be 2 or 3 (got {walks!r})")
     target = "cuda" if arch is None else {"kind": "cuda", "arch": arch}
@@ -87,7 +88,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
 
     @tilelang.jit(target=target, out_idx=[3])
     def smem_norm(block_m, threads):
-        trade, words = trade_words(C), row_words(C)  # made here: TileLang's autotuner keys only plain free variables
+        trade, words = trade_words(C), row_words(C, early)  # made here: TileLang's autotuner keys only plain free variables
         reason = check_launch(N, dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
@@ -184,6 +185,8 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                 if C > 1:
                     mine[0] = s[0]
                     mine[1] = q[0]
+                    if early:
+                        T.cluster_wait()  # every peer's barrier is initialized
                     trade(mine, peers[cx, :], got)
                     for i in T.Parallel(1):
                         mean[i] = 0.0
