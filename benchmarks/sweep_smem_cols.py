@@ -7,9 +7,10 @@ Every kernel's output is checked against torch first, on the benchmark input and
 whose columns hold -inf, +inf and NaN. ``--bound`` adds each config's twin built with a launch
 bound (``smem_cols.launch_bound``: the CTAs an SM that shared memory and threads allow, a thread
 left 40 registers at least), checked and timed the same way; ``--staged`` its twin that copies
-its tile in parts and walks each part for the max as it lands.
+its tile in parts and walks each part for the max as it lands; ``--early`` its twin that copies
+its tile before its cluster's peers need have started.
 
-    python3 benchmarks/sweep_smem_cols.py --out out/smem_cols [--bound | --staged]
+    python3 benchmarks/sweep_smem_cols.py --out out/smem_cols [--bound | --staged | --early]
 """
 
 from __future__ import annotations
@@ -82,8 +83,10 @@ def main() -> None:
     twin_args.add_argument("--bound", action="store_true", help="also each config's twin built with a launch bound")
     twin_args.add_argument("--staged", action="store_true", help="also each config's twin that walks its tile for "
                            "the max part by part as it lands")
+    twin_args.add_argument("--early", action="store_true", help="also each config's twin that copies its tile "
+                           "before its cluster's peers need have started")
     args = ap.parse_args()
-    twin = "bound" if args.bound else "staged" if args.staged else ""
+    twin = "bound" if args.bound else "staged" if args.staged else "early" if args.early else ""
 
     import tilelang
     import torch

@@ -20,8 +20,8 @@ ship with it), labelled "... bound" or "... unbound" (with ``--two-walks``, laye
 "... walks2 bound" or "... walks2 unbound" too), checked the same way;
 ``benchmarks/smem_kernel_registers.py --norms`` shows a thread's registers either way.
 
-``--early``: each config of a cluster also built with ``early=True`` (its chunk's copy issued
-before the cluster's start sync), labelled "... early".
+``--synced``: each config of a cluster also built with ``early=False`` (its cluster synced before
+its chunk's copy, as shipped before), labelled "... synced".
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def twins(args, op: str, cfg: dict) -> list[tuple[str, dict]]:
     ships = ships_bound(cfg["cluster"], cfg["threads"])
     flip = ("unbound" if ships else "bound", {"bound": not ships})
     out = [flip] if args.bound_twin else []
-    if args.early and cfg["cluster"] > 1:
-        out.append(("early", {"early": True}))
+    if args.synced and cfg["cluster"] > 1:
+        out.append(("synced", {"early": False}))
     if args.two_walks and op == "layer_norm":
         out.append(("walks2", {"walks": 2}))
         if args.bound_twin:
@@ -111,8 +111,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=0, help="seconds after which no case is begun (0: none)")
     ap.add_argument("--two-walks", action="store_true",
                     help="layer_norm: each shared-memory config also with walks=2 (see above)")
-    ap.add_argument("--early", action="store_true",
-                    help="each shared-memory config of a cluster also built with early=True (see above)")
+    ap.add_argument("--synced", action="store_true",
+                    help="each shared-memory config of a cluster also built with early=False (see above)")
     ap.add_argument("--bound-twin", action="store_true",
                     help="each shared-memory config also built the other way as to the launch bound (see above)")
     args = ap.parse_args()

@@ -19,8 +19,8 @@ bound (``smem_rows.launch_bound``; ``benchmarks/smem_kernel_registers.py [--unbo
 thread's registers either way), timed next to it. ``--staged`` adds each one's twin that copies
 its chunk in parts and walks each part for the max as it lands (``smem_rows.program(staged=True)``);
 ``--poly`` each one's twin that takes a softmax output's exponent by a polynomial
-(``smem_rows.program(poly=True)``); ``--early`` each one's twin that issues its chunk's copy before
-the cluster's start sync (``smem_rows.program(early=True)``; kept configs too). Twins may be asked for together; each is timed next to its
+(``smem_rows.program(poly=True)``); ``--synced`` each one's twin that syncs its cluster before it
+copies its chunk (``smem_rows.program(early=False)``, as shipped before; kept configs too). Twins may be asked for together; each is timed next to its
 kernel. Softmax's config space holds its configs of up to eight chunks a second time with
 ``keep: 1`` (its exponentials kept in shared memory between the sum and the output), labelled
 "... kept".
@@ -82,13 +82,13 @@ def small_chunk_configs(C, smem_rows, n: int, dtype: str) -> list[dict]:
 
 
 TWINS = {"unbound": {"bound": False}, "staged": {"staged": True}, "poly": {"poly": True},
-         "early": {"early": True}}  # a twin's name: how smem_rows.program builds it
+         "synced": {"early": False}}  # a twin's name: how smem_rows.program builds it
 
 
 def twin_kernels(B, smem_rows, cases, twin: str) -> dict:
     """Each chunk-in-shared-memory config of ``cases`` built as its ``twin`` (of :data:`TWINS`), on
     a thread pool: {(op, n, dtype, sorted config items): kernel}."""
-    kept = twin == "early"  # (the twin that builds kept configs too)
+    kept = twin == "synced"  # (the twin that builds kept configs too)
     jobs = {(op, n, dtype, tuple(sorted(cfg.items()))): (op, n, dtype, cfg)
             for op, _m, n, dtype, cfgs in cases for cfg in cfgs
             if cfg.get("smem") and (kept or not cfg.get("keep"))}
@@ -114,8 +114,8 @@ def main() -> None:
                            "softmax output's exponent by a polynomial on the FMA pipes (one ex2 an element)")
     twin_args.add_argument("--staged", action="store_true", help="also each smem config's twin that walks its "
                            "chunk for the max part by part as it lands")
-    twin_args.add_argument("--early", action="store_true", help="also each smem config's twin that issues its "
-                           "chunk's copy before the cluster's start sync")
+    twin_args.add_argument("--synced", action="store_true", help="also each smem config's twin that syncs its "
+                           "cluster before it copies its chunk (early=False)")
     args = ap.parse_args()
 
     import torch

@@ -180,15 +180,15 @@ def test_kept_exponentials_match_torch_on_edge_rows_and_rows_far_from_zero(n_col
                                              (151936, smem(20480, 8), False),
                                              (262144, smem(16384, 16, threads=128), False)],
                          ids=["65536-c8-kept", "65536-c4", "151936-c8", "262144-c16"])
-def test_the_early_twin_matches_torch_on_edge_rows(op, n_cols, cfg, keep):
-    """``early=True``: each CTA's chunk copy issued before its peers have started, the cluster's sync
-    waited for only before the trade; edge rows, rows of 1 and 33 (grids of one cluster and more
-    than an SM holds at once), the input untouched."""
+def test_the_synced_twin_matches_torch_on_edge_rows(op, n_cols, cfg, keep):
+    """``early=False`` (the cluster synced before each CTA copies its chunk; the shipped kernels,
+    which copy first, are checked above): edge rows, rows of 1 and 33 (grids of one cluster and
+    more than an SM holds at once), the input untouched."""
     from dispatch_tilelang import smem_rows
 
     dt = "bfloat16"
     k = B.compile_program(lambda: smem_rows.program(op, n_cols, dt, dt, cfg["tile_n"], cfg["cluster"], B.cuda_arch(),
-                                                    early=True, keep=keep), {"block_m": 1, "threads": cfg["threads"]})
+                                                    early=False, keep=keep), {"block_m": 1, "threads": cfg["threads"]})
     for m in (7, 1, 33):
         x = edge_rows(max(m, 7), n_cols, torch.bfloat16, cfg["tile_n"])[:m].contiguous()
         before = x.clone()

@@ -344,23 +344,29 @@ def test_the_keep_twin_takes_a_softmaxs_exponentials_once_and_writes_them_over_t
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_the_early_twin_copies_its_chunk_before_the_cluster_sync():
-    """``early=True`` (rows and norms): the CTA arrives at the cluster barrier and issues its chunk's
-    copy before any wait on it, and waits once before its trade (so no peer copies into a barrier
-    not yet initialized) and once before leaving; the shipped build syncs the cluster before the copy."""
-    from dispatch_tilelang import smem_norms, smem_rows
+def test_a_cluster_copies_its_chunk_before_it_waits_for_its_peers():
+    """Rows, norms, and the column tiles' ``early`` twin: the CTA arrives at the cluster barrier and
+    issues its chunk's copy before any wait on it, and waits once before its trade (so no peer
+    copies into a barrier not yet initialized) and once before leaving; ``early=False`` syncs the
+    cluster before the copy."""
+    from dispatch_tilelang import smem_cols, smem_norms, smem_rows
 
-    def source(op, **twin):
+    def rows(op, **twin):
         return smem_rows.program(op, 65536, "bfloat16", "bfloat16", 16384, 4, "sm_90", **twin)(
             block_m=1, threads=128).get_kernel_source()
 
-    def norm_source(**twin):
+    def norms(**twin):
         return smem_norms.program("layer_norm", 262144, "bfloat16", True, True, 1e-5, 16384, 16, "sm_90", **twin)(
             block_m=1, threads=256).get_kernel_source()
 
-    for early, plain in [(source(op, early=True), source(op)) for op in ("softmax", "logsumexp")] + \
-            [(norm_source(early=True), norm_source())]:
+    def cols(early):
+        return smem_cols.program("softmax", (1, 4096, 4096), "bfloat16", "bfloat16", 64, 512, 8, "sm_90",
+                                 early=early)(threads=128).get_kernel_source()
+
+    pairs = [(rows(op), rows(op, early=False)) for op in ("softmax", "logsumexp")]
+    pairs += [(norms(), norms(early=False)), (cols(True), cols(False))]
+    for early, synced in pairs:
         assert "cluster_sync" not in early and early.count("cluster_wait()") == 2
         copy, trade = early.index("cp_async_gs<16>"), early.index("tma_store_cluster")
         assert early.index("cluster_arrive_relaxed()") < copy < early.index("cluster_wait()") < trade
-        assert plain.index("cluster_sync()") < plain.index("cp_async_gs<16>")
+        assert synced.index("cluster_sync()") < synced.index("cp_async_gs<16>")

@@ -86,7 +86,7 @@ def _column_layout(block_i: int, lanes: int, vec: int, groups: int):
 
 @functools.lru_cache(maxsize=None)
 def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, tile_r: int, cluster: int,
-            arch: str | None = None, bound: bool = False, staged: bool = False):
+            arch: str | None = None, bound: bool = False, staged: bool = False, early: bool = False):
     """The ``@tilelang.jit`` program (tunable ``threads``) of one (op, (outer, R, inner), dtypes, tile).
     ``bound=True`` builds it with a launch bound of :func:`launch_bound` CTAs an SM, a sweep's twin:
     on an H100 it moved the defaults by -2.2% to +1.9% and no bound config led, so the shipped
@@ -94,7 +94,9 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
     sweep's twin) copies the tile in up to ``smem_rows.STAGES`` parts, each its own ``cp.async``
     group, and walks each part for the max as soon as it has landed: on an H100 4.6% slower at the
     default of dim 0 of 4096 x 4096, level elsewhere, so not shipped
-    (benchmarks/results/current/layouts/smem_cols/staged/).
+    (benchmarks/results/current/layouts/smem_cols/staged/). ``early=True`` (a sweep's twin)
+    issues the tile's copy before its cluster's peers need have started, and waits for them only
+    before its trade (``smem_rows.row_words``'s ``early``, as the row kernels ship).
 
     As ``smem_rows.program``'s, each exponent is one fused multiply-add against the shift's product
     (rounded by an IEEE multiply wherever it is taken, so that it is the same number in a column's
@@ -159,11 +161,13 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                     # share its bytes
                     mine = T.alloc_shared((2, BI), F32)
                     peers = T.alloc_shared((C, 2, BI), F32)
-                    got = T.alloc_cluster_barrier([C])
+                    got = T.alloc_barrier([C]) if early else T.alloc_cluster_barrier([C])
                     cs = T.alloc_shared((2, BI), F32)  # each column's shift and factor, merged
                     g = T.alloc_local((3,), F32)  # a column's max, shift, sum
                     peers[cx, 0, 0] = 0.0
                     cs[0, 0] = 0.0
+                    if early:  # (as smem_rows.row_words(early=True))
+                        T.cluster_arrive_relaxed()
                 bo = bx // NI
                 i0 = (bx % NI) * BI
                 r0 = cx * TR
@@ -200,6 +204,8 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                     for j in T.Parallel(BI):
                         mine[0, j] = m[j]
                         mine[1, j] = s[j]
+                    if early:
+                        T.cluster_wait()  # every peer's barrier is initialized
                     trade(mine, peers[cx, :, :], got)
                     # A column's merge once, by thread j (not by each of the `G` threads that hold the
                     # column: their C steps of exp each would outweigh a short tile's own work).
