@@ -20,10 +20,10 @@ thread's registers either way), timed next to it. ``--staged`` adds each one's t
 its chunk in parts and walks each part for the max as it lands (``smem_rows.program(staged=True)``);
 ``--poly`` each one's twin that takes a softmax output's exponent by a polynomial
 (``smem_rows.program(poly=True)``); ``--synced`` each one's twin that syncs its cluster before it
-copies its chunk (``smem_rows.program(early=False)``, as shipped before; kept configs too). Twins may be asked for together; each is timed next to its
-kernel. Softmax's config space holds its configs of up to eight chunks a second time with
-``keep: 1`` (its exponentials kept in shared memory between the sum and the output), labelled
-"... kept".
+copies its chunk (``smem_rows.program(early=False)``, as shipped before; kept configs too). Twins
+may be asked for together; each is timed next to its kernel. Softmax's config space holds its
+configs of up to eight chunks a second time with ``keep: 1`` (its exponentials kept in shared
+memory between the sum and the output), labelled "... kept".
 """
 
 from __future__ import annotations

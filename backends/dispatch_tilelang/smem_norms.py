@@ -92,7 +92,8 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
 
     @tilelang.jit(target=target, out_idx=[3])
     def smem_norm(block_m, threads):
-        trade, words = trade_words(C), row_words(C, early)  # made here: TileLang's autotuner keys only plain free variables
+        # made here: TileLang's autotuner keys only plain free variables
+        trade, words = trade_words(C), row_words(C, early)
         reason = check_launch(N, dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)

@@ -227,7 +227,8 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
 
     @tilelang.jit(target=target, out_idx=[1], pass_configs={"tl.enable_fast_math": True})
     def smem_rows(block_m, threads):
-        trade, words = trade_words(C), row_words(C, early)  # made here: TileLang's autotuner keys only plain free variables
+        # made here: TileLang's autotuner keys only plain free variables
+        trade, words = trade_words(C), row_words(C, early)
         reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
