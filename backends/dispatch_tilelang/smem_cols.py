@@ -119,7 +119,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
     @tilelang.jit(target=target, out_idx=[1], pass_configs={"tl.enable_fast_math": True})
     def smem_cols(threads):
         # a tuple or a macro among the free variables would fail TileLang's autotuner: made here
-        trade = trade_words(C)
+        trade = trade_words(C, early)
         reason = check_launch((outer, R, inner), in_dtype, BI, TR, C, threads)
         if reason is not None:
             raise ValueError(reason)
@@ -204,8 +204,6 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                     for j in T.Parallel(BI):
                         mine[0, j] = m[j]
                         mine[1, j] = s[j]
-                    if early:
-                        T.cluster_wait()  # every peer's barrier is initialized
                     trade(mine, peers[cx, :, :], got)
                     # A column's merge once, by thread j (not by each of the `G` threads that hold the
                     # column: their C steps of exp each would outweigh a short tile's own work).

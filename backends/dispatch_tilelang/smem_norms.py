@@ -93,7 +93,7 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
     @tilelang.jit(target=target, out_idx=[3])
     def smem_norm(block_m, threads):
         # made here: TileLang's autotuner keys only plain free variables
-        trade, words = trade_words(C), row_words(C, early)
+        trade, words = trade_words(C, early), row_words(C, early)
         reason = check_launch(N, dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
@@ -190,8 +190,6 @@ def program(op: str, n_cols: int, dtype: str, has_weight: bool, has_bias: bool, 
                 if C > 1:
                     mine[0] = s[0]
                     mine[1] = q[0]
-                    if early:
-                        T.cluster_wait()  # every peer's barrier is initialized
                     trade(mine, peers[cx, :], got)
                     for i in T.Parallel(1):
                         mean[i] = 0.0

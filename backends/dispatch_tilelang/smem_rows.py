@@ -141,16 +141,19 @@ def swap_words(cluster: int):
     return swap
 
 
-def trade_words(cluster: int):
+def trade_words(cluster: int, early: bool = False):
     """A TileLang macro, ``trade(mine, slot, got)``: a kernel's one exchange (:func:`swap_words`, phase
     0), then a relaxed cluster arrive. The kernel allocates ``mine``, ``peers`` and ``got`` at its
     start (:func:`row_words`) and calls ``T.cluster_wait()`` before it ends, so that no CTA leaves
-    while a copy out of its ``mine`` may be in flight. The exchange of every shared-memory family
-    (``smem_rows``, ``smem_cols``, ``smem_norms``)."""
+    while a copy out of its ``mine`` may be in flight. ``early`` (as the words were made,
+    :func:`row_words`): first wait for every peer to have initialized its barrier. The exchange of
+    every shared-memory family (``smem_rows``, ``smem_cols``, ``smem_norms``)."""
     swap = swap_words(cluster)
 
     @T.macro
     def trade(mine, slot, got):
+        if early:
+            T.cluster_wait()  # every peer's barrier is initialized
         swap(mine, slot, got, 0)
         T.cluster_arrive_relaxed()  # past the wait: every copy out of `mine` has landed
 
@@ -166,8 +169,8 @@ def row_words(cluster: int, early: bool = False):
     No peer may copy into the barrier before it is initialized. ``early=True`` (the row and norm
     kernels) leaves the sync that ensures it to the kernel: the barrier is the CTA's own,
     initialized and fenced for the cluster, this macro arrives at the cluster barrier without
-    waiting, and the kernel calls ``T.cluster_wait()`` just before its trade, so that its chunk's
-    copy is issued before any peer need have started. ``early=False``: a cluster barrier, whose
+    waiting, and :func:`trade_words` of the same ``early`` waits just before the trade, so that the
+    chunk's copy is issued before any peer need have started. ``early=False``: a cluster barrier, whose
     kernel starts with a cluster-wide sync (arrive and wait) before anything else."""
 
     @T.macro
@@ -228,7 +231,7 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
     @tilelang.jit(target=target, out_idx=[1], pass_configs={"tl.enable_fast_math": True})
     def smem_rows(block_m, threads):
         # made here: TileLang's autotuner keys only plain free variables
-        trade, words = trade_words(C), row_words(C, early)
+        trade, words = trade_words(C, early), row_words(C, early)
         reason = check_launch(N, in_dtype, TILE, C, block_m, threads)
         if reason is not None:
             raise ValueError(reason)
@@ -308,8 +311,6 @@ def program(op: str, n_cols: int, in_dtype: str, out_dtype: str, tile_n: int, cl
                 if C > 1:
                     mine[0] = m[0]
                     mine[1] = s[0]
-                    if early:
-                        T.cluster_wait()  # every peer's barrier is initialized
                     trade(mine, peers[cx, :], got)
                     for i in T.Parallel(1):
                         gm[i] = neg_inf()
