@@ -23,7 +23,7 @@ import threading
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import build_on_pool, race_table, saver, write_race_markdown  # noqa: E402
+from sweep_harness import build_on_pool, race_case, saver, write_race_markdown  # noqa: E402
 
 # shape:dim
 CASES = "32x1024x64x64:1,64x256x56x56:1,4096x4096:0,32x2048x2048:1,8x4096x1024:1"
@@ -156,13 +156,9 @@ def main() -> None:
                 continue
             fns[name] = (lambda k=k: k(x.view(key)))
         nbytes = (x.numel() + (x.numel() // key[1] if op == "logsumexp" else x.numel())) * x.element_size()
-        copy_bytes = 2 * x.numel() * x.element_size()  # the copy reads x and writes it
         case = f"{'x'.join(map(str, shape))}, dim {dim}"
-        rows = race_table(fns, args.rounds, nbytes, copy_bytes,
-                          {"op": op, "shape": list(shape), "dim": dim, "dtype": dtype}, f"| {op} | {dtype} | {case}")
-        records += rows
-        save()
-        print("\n".join(r["line"] for r in rows), flush=True)
+        race_case(fns, args, nbytes, x, {"op": op, "shape": list(shape), "dim": dim, "dtype": dtype},
+                  f"| {op} | {dtype} | {case}", records, save)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from sweep_harness import race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import race_arguments, race_case, row_case, row_cases, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "4096x4096,1024x16384,512x32768,256x65536,128x131072,64x262144",
           "float32": "1024x16384,256x65536,64x262144"}
@@ -152,12 +152,7 @@ def main() -> None:
                 continue
             fns[label(c)] = lambda bwd=bwd: bwd(dy, x, w, *extra, None)
         nbytes = 3 * x.numel() * x.element_size() + (2 + len(extra) * 2) * n * x.element_size()
-        copy_bytes = 2 * x.numel() * x.element_size()
-        rows = race_table(fns, args.rounds, nbytes, copy_bytes, {"op": op, "shape": f"{m}x{n}", "dtype": dtype},
-                          f"| {op} | {dtype} | {m}x{n}", args.timer)
-        records += rows
-        save()
-        print("\n".join(r["line"] for r in rows[:12]), flush=True)
+        race_case(fns, args, nbytes, x, *row_case(op, m, n, dtype), records, save, shown=12)
 
 
 if __name__ == "__main__":

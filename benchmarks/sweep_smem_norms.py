@@ -33,7 +33,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import build_on_pool, race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import build_on_pool, race_arguments, race_case, row_case, row_cases, saver, write_race_markdown  # noqa: E402
 
 SHAPES = {"bfloat16": "4096x4096,2048x8192,1024x16384,512x32768,256x65536,128x131072,32x151936,64x262144,4x262144",
           "float32": "1024x16384,256x65536,64x262144"}
@@ -181,12 +181,7 @@ def main() -> None:
             check(torch, fns[name](), op, x, w, b)
         params = len(wb) * n * x.element_size()
         nbytes = 2 * x.numel() * x.element_size() + params
-        copy_bytes = 2 * x.numel() * x.element_size()
-        rows = race_table(fns, args.rounds, nbytes, copy_bytes, {"op": op, "shape": f"{m}x{n}", "dtype": dtype},
-                          f"| {op} | {dtype} | {m}x{n}", args.timer)
-        records += rows
-        save()
-        print("\n".join(r["line"] for r in rows), flush=True)
+        race_case(fns, args, nbytes, x, *row_case(op, m, n, dtype), records, save)
 
 
 if __name__ == "__main__":

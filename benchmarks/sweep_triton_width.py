@@ -21,7 +21,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import race_arguments, race_table, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import race_arguments, race_case, row_case, row_cases, saver, write_race_markdown  # noqa: E402
 from sweep_smem_rows import check, edge_rows  # noqa: E402
 
 SHAPES = {"bfloat16": "1024x65536,512x131072,256x262144", "float32": "1024x65536,256x262144"}
@@ -90,12 +90,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             fns[name] = run
         nbytes = (x.numel() + (m if op == "logsumexp" else x.numel())) * x.element_size()
-        copy_bytes = 2 * x.numel() * x.element_size()  # the copy reads x and writes it
-        rows = race_table(fns, args.rounds, nbytes, copy_bytes, {"op": op, "shape": f"{m}x{n}", "dtype": dtype},
-                          f"| {op} | {dtype} | {m}x{n}", args.timer)
-        records += rows
-        save()
-        print("\n".join(r["line"] for r in rows), flush=True)
+        race_case(fns, args, nbytes, x, *row_case(op, m, n, dtype), records, save)
 
 
 if __name__ == "__main__":
