@@ -33,7 +33,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import build_on_pool, race_arguments, race_case, row_case, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import (build_on_pool, race_arguments, race_case, row_case, row_cases, saver,  # noqa: E402
+                           write_race_markdown)
 
 SHAPES = {"bfloat16": "4096x4096,2048x8192,1024x16384,512x32768,256x65536,128x131072,32x151936,64x262144,4x262144",
           "float32": "1024x16384,256x65536,64x262144"}

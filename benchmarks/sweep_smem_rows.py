@@ -35,7 +35,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "backends"))
 
-from sweep_harness import build_on_pool, race_arguments, race_case, row_case, row_cases, saver, write_race_markdown  # noqa: E402
+from sweep_harness import (build_on_pool, race_arguments, race_case, row_case, row_cases, saver,  # noqa: E402
+                           write_race_markdown)
 
 SHAPES = {"bfloat16": "2048x16384,2097x32000,2048x32768,1024x65536,512x131072,256x151936,256x262144,8x128256,1x262144",
           "float32": "2048x16384,1024x32768,1024x65536"}
