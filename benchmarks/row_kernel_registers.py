@@ -1,19 +1,28 @@
-"""Registers and spills of the Triton row kernel as compiled for this GPU: one line per op and dtype.
+"""Registers and spills of the Triton row kernel as compiled for a GPU: one line per op and dtype.
 
     python3 benchmarks/row_kernel_registers.py --path 3 --block-n 4096 --warps 4 [--maxnreg 168] [--asm DIR]
+    python3 benchmarks/row_kernel_registers.py --arch 90 --path 4 --block-n 4096 --warps 2 --ops logsumexp
 
 ``--path`` is the kernel's PATH code (0 rows, 1 online, 2 split, 3 split_pipe, 4 chunks). A
-program's registers decide how many programs a multiprocessor holds, so a jump here explains a
-jump in a long-row benchmark. ``--asm DIR`` also writes each kernel's PTX and SASS there
-(``<op>_<dtype>.ptx`` / ``.sass``): where the loads of the next rows and the wait for a row's
-partials land in the machine code.
+program's registers decide how many programs a multiprocessor holds, and with them the bytes an
+SM has in flight (each program's chunk of ``BLOCK_N`` elements), so a jump here explains a jump
+in a long-row benchmark. The kernel is compiled as a launch on aligned rows gets it: the
+pointers, the row length and the strides known to be multiples of 16 (Triton's specialization;
+``--unaligned`` leaves the hints out, and its loads narrow). On a GPU it is compiled for that GPU
+and loaded; without one, ``--arch`` names the target (90: H100/H200) and the registers are read
+from the binary. ``--asm DIR`` also writes each kernel's PTX and SASS there (``<op>_<dtype>.ptx``
+/ ``.sass``): where the loads of the next rows and the wait for a row's partials land in the
+machine code.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import subprocess
 import sys
+import tempfile
 
 import torch
 import triton
@@ -23,43 +32,85 @@ from triton.compiler import ASTSource
 from dispatch_triton.jit import _softmax_kernel as fn
 
 _OPS = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
+_ESZ = {"bf16": 2, "fp32": 4}
+SM_REGISTERS, SM_WARPS, SM_PROGRAMS = 65536, 64, 32  # an sm_90 SM's
+_HINTED = ("x_ptr", "out_ptr", "mask_ptr", "ws_ptr", "sync_ptr", "slot_ptr", "N", "stride_xm", "stride_om", "stride_mm")
 
 
-def main() -> None:
+def programs_an_sm(regs: int, warps: int) -> int:
+    """Programs of ``warps`` warps at ``regs`` registers a thread that an sm_90 SM holds (registers are
+    given a warp in blocks of 256)."""
+    per_warp = -(-(regs * 32) // 256) * 256
+    return min(SM_REGISTERS // (per_warp * warps), SM_WARPS // warps, SM_PROGRAMS)
+
+
+def binary_usage(cubin: bytes) -> tuple[int, int]:
+    """``(registers, stack bytes)`` of a kernel's binary, by the ``cuobjdump`` that Triton ships."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
+    if found is None:
+        raise RuntimeError(f"no register count in cuobjdump's output:\n{out}")
+    return int(found[1]), int(found[2])
+
+
+def compile_kernel(op: str, dt: str, a, arch: int):
+    """The row kernel of ``op`` on ``dt`` rows, for ``a``'s path, chunk and warps, compiled for ``sm_<arch>``."""
+    ptrs = {"x_ptr": "*" + dt, "out_ptr": "*" + dt, "mask_ptr": "*i8", "ws_ptr": "*fp32", "sync_ptr": "*i32",
+            "slot_ptr": "*i64"}
+    consts = dict(OP=_OPS[op], HAS_MASK=False, PHASE=0, PATH=a.path, BLOCK_N=a.block_n, ROWS=1, SPLIT=1,
+                  NW=a.warps, NS=1, FAST_EXP=a.fast_exp, ALIGN=0, EVEN=int(a.path == 4 and not a.unaligned))
+    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in fn.arg_names}
+    attrs = {} if a.unaligned else {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in _HINTED}
+    options = {"num_warps": a.warps} | ({"maxnreg": a.maxnreg} if a.maxnreg else {})
+    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                          target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--path", type=int, default=3)
     ap.add_argument("--block-n", type=int, default=4096)
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--maxnreg", type=int, default=None)
     ap.add_argument("--ops", default="softmax,log_softmax")
+    ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--fast-exp", type=int, default=1)
+    ap.add_argument("--unaligned", action="store_true",
+                    help="compile without the hints an aligned launch gets (multiples of 16)")
+    ap.add_argument("--arch", type=int, default=None,
+                    help="compute capability to compile for (90: H100/H200); without a GPU it must be given")
     ap.add_argument("--asm", metavar="DIR", help="write each kernel's PTX and SASS to DIR")
-    a = ap.parse_args()
-    bad = [op for op in a.ops.split(",") if op not in _OPS]
+    a = ap.parse_args(argv)
+    bad = [op for op in a.ops.split(",") if op not in _OPS] + [dt for dt in a.dtypes.split(",") if dt not in _ESZ]
     if bad:
-        ap.error(f"--ops: {bad} not among {sorted(_OPS)}")
-    if not torch.cuda.is_available():
-        sys.exit("row_kernel_registers.py reads the registers of kernels loaded on a GPU: no CUDA device here")
-    cap = triton.runtime.driver.active.get_current_target().arch
-    for dt in ("bf16", "fp32"):
-        ptrs = {"x_ptr": "*" + dt, "out_ptr": "*" + dt, "mask_ptr": "*i8", "ws_ptr": "*fp32", "sync_ptr": "*i32",
-                "slot_ptr": "*i64"}
+        ap.error(f"--ops/--dtypes: {bad} not among {sorted(_OPS)} / {sorted(_ESZ)}")
+    on_gpu = torch.cuda.is_available()
+    if a.arch is None and not on_gpu:
+        sys.exit("row_kernel_registers.py compiles for this machine's GPU, and there is none: "
+                 "--arch 90 compiles for an H100/H200 without one")
+    arch = a.arch or triton.runtime.driver.active.get_current_target().arch
+    for dt in a.dtypes.split(","):
         for op in a.ops.split(","):
-            consts = dict(OP=_OPS[op], HAS_MASK=False, PHASE=0, PATH=a.path, BLOCK_N=a.block_n, ROWS=1, SPLIT=1,
-                          NW=a.warps, NS=1, FAST_EXP=a.fast_exp)
-            sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in fn.arg_names}
-            options = {"num_warps": a.warps} | ({"maxnreg": a.maxnreg} if a.maxnreg else {})
-            k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=GPUTarget("cuda", cap, 32),
-                               options=options)
-            k._init_handles()
+            k = compile_kernel(op, dt, a, arch)
+            if on_gpu and a.arch is None:
+                k._init_handles()
+                regs, spills = k.n_regs, f"{k.n_spills} spills"
+            else:
+                regs, stack = binary_usage(k.asm["cubin"])
+                spills = f"{stack} bytes of stack"
             if a.asm:
                 os.makedirs(a.asm, exist_ok=True)
                 for kind in ("ptx", "sass"):
                     with open(os.path.join(a.asm, f"{op}_{dt}.{kind}"), "w") as f:
                         f.write(k.asm[kind])
-            per_sm = 65536 // (-(-(k.n_regs * 32) // 256) * 256 * a.warps)
-            print(f"{op} {dt} PATH={a.path} BLOCK_N={a.block_n} warps={a.warps} maxnreg={a.maxnreg}: "
-                  f"{k.n_regs} registers, {k.n_spills} spills, {per_sm} programs an SM by registers", flush=True)
+            per_sm = programs_an_sm(regs, a.warps)
+            print(f"{op} {dt} PATH={a.path} BLOCK_N={a.block_n} warps={a.warps} maxnreg={a.maxnreg} sm_{arch}"
+                  f"{' unaligned' if a.unaligned else ''}: {regs} registers, {spills}, {per_sm} programs an SM "
+                  f"by registers ({per_sm * a.block_n * _ESZ[dt] // 1024} KB of chunks)", flush=True)
 
 
 if __name__ == "__main__":
