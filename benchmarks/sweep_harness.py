@@ -66,7 +66,6 @@ def race_table(fns: dict, rounds: int, nbytes: int, copy_bytes: int, case: dict,
     return rows
 
 
-
 def race_case(fns: dict, args, nbytes: int, x, case: dict, label: str, records: list, save,
               shown: int | None = None) -> None:
     """One case of a race: :func:`race_table` of ``fns`` in ``args.rounds`` rounds (by ``args.timer``;
@@ -84,6 +83,7 @@ def row_case(op: str, m: int, n: int, dtype: str) -> tuple[dict, str]:
     """``(case, label)`` of :func:`race_case` for ``op`` over rows: the fields of its rows, and the
     start of their markdown lines."""
     return {"op": op, "shape": f"{m}x{n}", "dtype": dtype}, f"| {op} | {dtype} | {m}x{n}"
+
 
 def built(futures: dict) -> dict:
     """{key: kernel} of ``{key: future}`` builds; a build that raised is printed (``BUILD FAIL key:

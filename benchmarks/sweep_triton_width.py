@@ -3,11 +3,13 @@
 Triton's long rows are cut into chunks of ``BLOCK_N`` elements, one program of ``num_warps`` warps
 a chunk (``split``, ``split_pipe``, logsumexp's ``chunks``), so a thread holds ``BLOCK_N / (32 x
 num_warps)`` elements and has their bytes in flight. The config space holds 16-64 elements a
-thread; at 64, a 2-byte row has half the bytes in flight of a 4-byte one. For each shape: every
-long-row config of the space, each one's twins at twice and at half the elements a thread (half
-and twice the warps), Triton's default through dispatch, torch, and a copy of the same bytes,
-timed with ``triton.testing.do_bench`` (L2 flushed, median) in interleaved rounds. Every kernel's
-output is checked against torch first, on the benchmark input and on rows of -inf, +inf and NaN.
+thread; at the same elements a thread, a 2-byte row has half the bytes of a 4-byte one in flight
+(each element held widened to fp32: benchmarks/results/current/rows_kernels/registers_sm90/).
+For each shape: every long-row config of the space, each one's twins at twice and at half the
+elements a thread (half and twice the warps), Triton's default through dispatch, torch, and a
+copy of the same bytes, timed with ``triton.testing.do_bench`` (L2 flushed, median) in interleaved
+rounds. Every kernel's output is checked against torch first, on the benchmark input and on rows
+of -inf, +inf and NaN.
 
     python3 benchmarks/sweep_triton_width.py --ops logsumexp,softmax --dtypes bfloat16 \\
       --shapes 1024x65536,256x262144 --out out/width
