@@ -22,7 +22,7 @@ import tilelang.language as T
 from ._numerics import (F32, exp_shifted, kept_scale, log2_shift, log_sum_shifted, logsumexp_shifted, neg_inf,
                         rescale_log2, safe_max, softmax_scale)
 from .cuda_kernels import DTYPE_BYTES, share
-from .smem_rows import min_blocks, staged_parts, trade_words
+from .smem_rows import exchange_barrier, min_blocks, staged_parts, trade_words
 
 MAX_CLUSTER = 16
 SMEM_BYTES = 200 * 1024
@@ -119,7 +119,7 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
     @tilelang.jit(target=target, out_idx=[1], pass_configs={"tl.enable_fast_math": True})
     def smem_cols(threads):
         # a tuple or a macro among the free variables would fail TileLang's autotuner: made here
-        trade = trade_words(C, early)
+        trade, barrier = trade_words(C, early), exchange_barrier(C, early)
         reason = check_launch((outer, R, inner), in_dtype, BI, TR, C, threads)
         if reason is not None:
             raise ValueError(reason)
@@ -161,13 +161,11 @@ def program(op: str, key: tuple, in_dtype: str, out_dtype: str, block_i: int, ti
                     # share its bytes
                     mine = T.alloc_shared((2, BI), F32)
                     peers = T.alloc_shared((C, 2, BI), F32)
-                    got = T.alloc_barrier([C]) if early else T.alloc_cluster_barrier([C])
                     cs = T.alloc_shared((2, BI), F32)  # each column's shift and factor, merged
                     g = T.alloc_local((3,), F32)  # a column's max, shift, sum
                     peers[cx, 0, 0] = 0.0
                     cs[0, 0] = 0.0
-                    if early:  # (as smem_rows.row_words(early=True))
-                        T.cluster_arrive_relaxed()
+                    got = barrier()
                 bo = bx // NI
                 i0 = (bx % NI) * BI
                 r0 = cx * TR

@@ -173,18 +173,35 @@ def row_words(cluster: int, early: bool = False):
     chunk's copy is issued before any peer need have started. ``early=False``: a cluster barrier, whose
     kernel starts with a cluster-wide sync (arrive and wait) before anything else."""
 
+    barrier = exchange_barrier(cluster, early)
+
     @T.macro
     def words(cx):
         mine = T.alloc_shared((4,), F32)
         peers = T.alloc_shared((cluster, 4), F32)
-        got = T.alloc_barrier([cluster]) if early else T.alloc_cluster_barrier([cluster])
         mine[2] = 0.0
         peers[cx, 2] = 0.0
-        if early:
-            T.cluster_arrive_relaxed()  # (the barrier's init is fenced for the cluster where it is made)
-        return mine, peers, got
+        return mine, peers, barrier()
 
     return words
+
+
+def exchange_barrier(cluster: int, early: bool):
+    """A TileLang macro, ``got = barrier()``: the barrier a CTA's trade completes on (one copy from
+    each of ``cluster`` peers), made after the kernel's other exchange buffers (:func:`row_words`,
+    ``smem_cols``). ``early``: the CTA's own barrier, its init fenced for the cluster where it is
+    made, and a relaxed arrive at the cluster barrier, whose wait :func:`trade_words` of the same
+    ``early`` takes before the trade; else a cluster barrier (the kernel starts with a cluster-wide
+    sync)."""
+
+    @T.macro
+    def barrier():
+        got = T.alloc_barrier([cluster]) if early else T.alloc_cluster_barrier([cluster])
+        if early:
+            T.cluster_arrive_relaxed()
+        return got
+
+    return barrier
 
 
 @functools.lru_cache(maxsize=None)
