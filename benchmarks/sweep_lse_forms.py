@@ -16,6 +16,12 @@ as Triton's ``chunks`` path does; rows a whole number of chunks), what a chunk c
 - ``unpack``: ``twopass`` with each pair of bf16 widened to fp32 by one shift and one mask (inline PTX)
 - ``packed``: ``twopass`` with two exps in one ``ex2.approx.ftz.bf16x2`` (their arguments rounded to
   bf16: checked against torch below, for the record)
+- ``staged``: ``twopass`` with no chunk held in registers while the next one loads: Triton's software
+  pipeliner (``tl.range(..., num_stages=S)``, each of ``--stages``) copies the next ``S - 1`` chunks
+  into shared memory with ``cp.async`` while one is reduced. Compiled for sm_90 by Triton 3.6, a thread
+  keeps 80 registers at 4096 x 2 from 1 to 6 stages, so an SM holds 192-216 KB of 2-byte chunks in
+  flight at 3-4 stages where the register-held form holds 96 KB. Its programs an SM are capped at
+  what the stages' shared memory lets an SM hold.
 
 next to dispatch's logsumexp on Triton and TileLang (``--paths``: also every config of Triton's
 ``split`` and ``chunks`` paths), ``torch.amax`` (a read-only reduction of the
@@ -46,7 +52,8 @@ from dispatch_triton.row_math import _exp2_fast
 from sweep_harness import race_table, write_race_markdown
 
 LOG2E = 1.4426950408889634
-FORMS = {"read": 0, "max": 1, "twopass": 2, "group": 3, "packed": 4, "unpack": 5}
+FORMS = {"read": 0, "max": 1, "twopass": 2, "group": 3, "packed": 4, "unpack": 5, "staged": 6}
+SM_SMEM = 227 * 1024  # the shared memory an sm_90 SM gives its programs
 _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")  # tl.exp2 there: no inline PTX
 
 
@@ -123,22 +130,49 @@ def _lse_forms(x_ptr, ws_ptr, total, n_split, N, stride, FORM: tl.constexpr, BLO
         xr = xn
 
 
-def form_call(x: torch.Tensor, form: str, block_n: int, warps: int, per_sm: int):
-    """A callable running one form over ``x`` (M x N, contiguous), and the function that merges its
-    partials into the rows' logsumexp (the merge is for checking, not timed)."""
+@triton.jit
+def _lse_staged(x_ptr, ws_ptr, total, n_split, stride, BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+    # ``twopass`` over every chunk of every row (program p: chunks p, p + P, ...), the next STAGES - 1
+    # chunks copied into shared memory by Triton's pipeliner while this one is reduced
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    for t0 in tl.range(pid, total, nprog, num_stages=STAGES):
+        t = tl.cast(t0, tl.int64)
+        xr = tl.load(x_ptr + (t // n_split) * stride + (t % n_split) * BLOCK_N + cols, eviction_policy="evict_first")
+        m, s = _chunk_ms(xr, 2, BLOCK_N, 1)
+        tl.store(ws_ptr + t * 2, m)
+        tl.store(ws_ptr + t * 2 + 1, s)
+
+
+def staged_per_sm(per_sm: int, block_n: int, stages: int, elem_bytes: int) -> int:
+    """``per_sm`` capped at the programs whose ``stages - 1`` chunks in shared memory an SM holds
+    (a persistent program that is not resident would only start when another ends)."""
+    return max(1, min(per_sm, SM_SMEM // (max(stages - 1, 1) * block_n * elem_bytes + 1024)))
+
+
+def form_call(x: torch.Tensor, form: str, block_n: int, warps: int, per_sm: int, stages: int = 3):
+    """A callable running one form over ``x`` (M x N, rows dense), and the function that merges its
+    partials into the rows' logsumexp (the merge is for checking, not timed). ``stages``: the
+    ``staged`` form's."""
     m, n = x.shape
     if n % block_n:
         raise ValueError(f"rows of {n} are not a whole number of {block_n}-element chunks")
     n_split = n // block_n
     total = m * n_split
     ws = torch.empty(total * 2, device=x.device, dtype=torch.float32)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 2
+    if form == "staged":
+        per_sm = staged_per_sm(per_sm, block_n, stages, x.element_size())
     grid = (min(total, sms * per_sm),)
     g = 16 // x.element_size()
 
     def run():
-        _lse_forms[grid](x, ws, total, n_split, n, x.stride(0), FORM=FORMS[form], BLOCK_N=block_n, G=g,
-                         num_warps=warps)
+        if form == "staged":
+            _lse_staged[grid](x, ws, total, n_split, x.stride(0), BLOCK_N=block_n, STAGES=stages, num_warps=warps)
+        else:
+            _lse_forms[grid](x, ws, total, n_split, n, x.stride(0), FORM=FORMS[form], BLOCK_N=block_n, G=g,
+                             num_warps=warps)
         return ws
 
     def merged():
@@ -158,6 +192,7 @@ def main() -> None:
     ap.add_argument("--forms", default=",".join(FORMS))
     ap.add_argument("--configs", default="4096x2x16,4096x2x32,8192x4x8,2048x1x32",
                     help="BLOCK_N x warps x programs an SM, comma-separated")
+    ap.add_argument("--stages", default="3,4", help="the staged form's stages, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timer", choices=("flush", "graph"), default="flush")
     ap.add_argument("--backends", default="triton,tilelang", help="dispatch's backends to race (forced by name)")
@@ -201,14 +236,16 @@ def main() -> None:
                     continue
                 for cfg in args.configs.split(","):
                     bn, w, per = map(int, cfg.split("x"))
-                    run, merged = form_call(x, form, bn, w, per)
-                    if form not in ("read", "max"):
-                        err = (merged() - ref).abs().max().item()
-                        print(f"{dtype} {shape} {form} {cfg}: max error {err:.3g}", flush=True)
-                        if not math.isfinite(err) or err > 0.05:
-                            print("  -> wrong, not timed", flush=True)
-                            continue
-                    fns[f"{form} {cfg}"] = run
+                    for stages in map(int, args.stages.split(",")) if form == "staged" else [0]:
+                        label = f"{form}{stages or ''} {cfg}"
+                        run, merged = form_call(x, form, bn, w, per, stages)
+                        if form not in ("read", "max"):
+                            err = (merged() - ref).abs().max().item()
+                            print(f"{dtype} {shape} {label}: max error {err:.3g}", flush=True)
+                            if not math.isfinite(err) or err > 0.05:
+                                print("  -> wrong, not timed", flush=True)
+                                continue
+                        fns[label] = run
             nbytes = x.numel() * x.element_size()
             case = {"case": f"logsumexp {dtype} {shape}"}
             got = race_table(fns, args.rounds, nbytes, 2 * nbytes, case, case["case"], timer=args.timer)
