@@ -33,7 +33,7 @@ from dispatch_triton.jit import _softmax_kernel as fn
 
 _OPS = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
 _ESZ = {"bf16": 2, "fp32": 4}
-SM_REGISTERS, SM_WARPS, SM_PROGRAMS = 65536, 64, 32  # an sm_90 SM's
+SM_REGISTERS, SM_WARPS, SM_PROGRAMS, SM_SMEM = 65536, 64, 32, 233472  # an sm_90 SM's (shared memory: 228 KB)
 _HINTED = ("x_ptr", "out_ptr", "mask_ptr", "ws_ptr", "sync_ptr", "slot_ptr", "N", "stride_xm", "stride_om", "stride_mm")
 
 
@@ -62,10 +62,10 @@ def compile_kernel(op: str, dt: str, a, arch: int):
     ptrs = {"x_ptr": "*" + dt, "out_ptr": "*" + dt, "mask_ptr": "*i8", "ws_ptr": "*fp32", "sync_ptr": "*i32",
             "slot_ptr": "*i64"}
     consts = dict(OP=_OPS[op], HAS_MASK=False, PHASE=0, PATH=a.path, BLOCK_N=a.block_n, ROWS=1, SPLIT=1,
-                  NW=a.warps, NS=1, FAST_EXP=a.fast_exp, ALIGN=0, EVEN=int(a.path == 4 and not a.unaligned))
+                  NW=a.warps, NS=a.stages, FAST_EXP=a.fast_exp, ALIGN=0, EVEN=int(a.path == 4 and not a.unaligned))
     sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in fn.arg_names}
     attrs = {} if a.unaligned else {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in _HINTED}
-    options = {"num_warps": a.warps} | ({"maxnreg": a.maxnreg} if a.maxnreg else {})
+    options = {"num_warps": a.warps, "num_stages": a.stages} | ({"maxnreg": a.maxnreg} if a.maxnreg else {})
     return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                           target=GPUTarget("cuda", arch, 32), options=options)
 
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--block-n", type=int, default=4096)
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--maxnreg", type=int, default=None)
+    ap.add_argument("--stages", type=int, default=1,
+                    help="num_stages (PATH 4 with 2 or more: the staged chunks, loads pipelined through shared memory)")
     ap.add_argument("--ops", default="softmax,log_softmax")
     ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--fast-exp", type=int, default=1)
@@ -108,9 +110,18 @@ def main(argv: list[str] | None = None) -> None:
                     with open(os.path.join(a.asm, f"{op}_{dt}.{kind}"), "w") as f:
                         f.write(k.asm[kind])
             per_sm = programs_an_sm(regs, a.warps)
-            print(f"{op} {dt} PATH={a.path} BLOCK_N={a.block_n} warps={a.warps} maxnreg={a.maxnreg} sm_{arch}"
-                  f"{' unaligned' if a.unaligned else ''}: {regs} registers, {spills}, {per_sm} programs an SM "
-                  f"by registers ({per_sm * a.block_n * _ESZ[dt] // 1024} KB of chunks)", flush=True)
+            smem = int(k.metadata.shared)
+            staged = ""
+            if a.stages > 1:
+                by_smem = SM_SMEM // (smem + 1024)
+                copies = len(re.findall(r"cp\.async\.c[ag]", k.asm["ptx"]))
+                both = min(per_sm, by_smem)
+                staged = (f"; {smem} bytes of shared memory, {copies} cp.async, {both} programs an SM by both "
+                          f"({both * (a.stages - 1) * a.block_n * _ESZ[dt] // 1024} KB in flight)")
+            print(f"{op} {dt} PATH={a.path} BLOCK_N={a.block_n} warps={a.warps} stages={a.stages} "
+                  f"maxnreg={a.maxnreg} sm_{arch}{' unaligned' if a.unaligned else ''}: {regs} registers, {spills}, "
+                  f"{per_sm} programs an SM by registers ({per_sm * a.block_n * _ESZ[dt] // 1024} KB of chunks)"
+                  f"{staged}", flush=True)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ as Triton's ``chunks`` path does; rows a whole number of chunks), what a chunk c
   what the stages' shared memory lets an SM hold.
 
 next to dispatch's logsumexp on Triton and TileLang (``--paths``: also every config of Triton's
-``split`` and ``chunks`` paths), ``torch.amax`` (a read-only reduction of the
+``split`` and ``chunks`` paths, each ``chunks`` config also staged at each of ``--stages``),
+``torch.amax`` (a read-only reduction of the
 same bytes) and a copy. ``--timer flush`` clears the L2 before each call (memory-bound figures);
 ``--timer graph`` replays calls back to back with no flush, so an input that fits the L2 shows each
 form's compute ceiling in elements a second. Every form's logsumexp (its partials merged on the
@@ -196,7 +197,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timer", choices=("flush", "graph"), default="flush")
     ap.add_argument("--backends", default="triton,tilelang", help="dispatch's backends to race (forced by name)")
-    ap.add_argument("--paths", action="store_true", help="race every config of Triton's split and chunks paths too")
+    ap.add_argument("--paths", action="store_true",
+                    help="race every config of Triton's split and chunks paths too, each chunks config also staged "
+                         "(num_stages: each of --stages)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -224,11 +227,16 @@ def main() -> None:
                     print(f"{dtype} {shape} dispatch {name}: {type(exc).__name__}: {exc}"[:300], flush=True)
             if args.paths:
                 for c in tconfigs.config_space("logsumexp", m, n, dt):
-                    if c["path"] in ("split", "chunks"):
-                        got, launch = tlaunch.prepare("logsumexp", x, dt, c)
+                    if c["path"] not in ("split", "chunks"):
+                        continue
+                    twins = [dict(c, num_stages=st) for st in map(int, args.stages.split(","))] \
+                        if c["path"] == "chunks" and c["num_stages"] == 1 else []
+                    for cfg in [c] + twins:
+                        got, launch = tlaunch.prepare("logsumexp", x, dt, cfg)
                         launch()
                         err = (got.double() - ref).abs().max().item()
-                        label = f"triton {c['path']} {c['BLOCK_N']}x{c['num_warps']}"
+                        label = f"triton {cfg['path']} {cfg['BLOCK_N']}x{cfg['num_warps']}" + (
+                            f" staged{cfg['num_stages']}" if cfg["num_stages"] > 1 else "")
                         print(f"{dtype} {shape} {label}: max error {err:.3g}", flush=True)
                         fns[label] = launch
             for form in [f for f in args.forms.split(",") if f]:

@@ -47,3 +47,25 @@ def test_an_aligned_launch_loads_16_bytes_at_once_and_an_unaligned_one_does_not(
 def test_without_a_gpu_it_asks_for_a_target(registers):
     with pytest.raises(SystemExit, match="--arch 90"):
         registers.main(["--path", "4"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the binary is read where no GPU loads it")
+def test_staged_chunks_copy_their_next_chunks_into_shared_memory(registers, tmp_path):
+    # logsumexp's chunks with num_stages 3: the loads are Triton-pipelined cp.async copies (LDGSTS),
+    # two chunks of shared memory a program, and a thread holds no chunk in flight in registers
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    common = [sys.executable, str(DIR / "row_kernel_registers.py"), "--arch", "90", "--path", "4",
+              "--block-n", "2048", "--warps", "1", "--ops", "logsumexp", "--dtypes", "bf16"]
+    got = {}
+    for stages in (1, 3):
+        folder = tmp_path / f"s{stages}"
+        out = subprocess.run(common + ["--stages", str(stages), "--asm", str(folder)], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        got[stages] = (out, (folder / "logsumexp_bf16.sass").read_text())
+    out, sass = got[3]
+    found = re.search(r"(\d+) registers.*?; (\d+) bytes of shared memory, (\d+) cp\.async", out)
+    assert found, out
+    assert int(found[2]) >= 2 * 2048 * 2 and int(found[3]) > 0 and "LDGSTS" in sass
+    plain = re.search(r"(\d+) registers", got[1][0])
+    assert "LDGSTS" not in got[1][1] and "shared memory" not in got[1][0]
+    assert int(found[1]) < int(plain[1])  # the chunk in flight no longer waits in registers

@@ -222,6 +222,28 @@ SPLIT_PIPE_CFG = C._cfg("split_pipe", 512, 1, 1, 4)  # a row over cdiv(N, 512) p
 CHUNKS_CFG = C._cfg("chunks", 512, 1, 1, 4)  # logsumexp: persistent programs over all chunks, the last merges
 
 
+STAGED_CHUNKS_CFGS = [C._cfg("chunks", 512, 1, 1, 4, s) for s in (2, 3)]  # the next chunks in shared memory
+
+
+@pytest.mark.parametrize("config", STAGED_CHUNKS_CFGS, ids=lambda c: f"stages{c['num_stages']}")
+@pytest.mark.parametrize("dtype,m,n", [(BF16, 7, 2048), (F32, 5, 1500), (BF16, 9, 1099), (F16, 1, 4096),
+                                       (BF16, 3, 512)])
+def test_staged_chunks_merge_every_row_once(config, dtype, m, n):
+    # persistent programs whose runs of chunks start and end inside rows (the interpreter runs two),
+    # rows a whole number of chunks or not, odd lengths off the 16-byte grid read plain, one chunk
+    # a row; -inf over a whole chunk and into the next, NaN, +inf, a lone max in a row's last element
+    x = randn(m, n, dtype, seed=31)
+    x[0, :700] = -INF
+    x[m // 2, 5] = NAN
+    x[m - 1, -1] = 90.0
+    if m > 2:
+        x[1, n // 2] = INF
+    launcher = L.Launcher("logsumexp", m, n, dtype, None, n, x.device, config)
+    assert launcher.align == 0
+    for _ in range(2):  # the rows' counters are back at zero after a launch
+        check("logsumexp", x, dtype, config)
+
+
 ONEPASS_2K_CFG = C._cfg("onepass", 2048, 1, 1, 4)  # one row of up to 2048 a program
 ONEPASS_4K_CFG = C._cfg("onepass", 4096, 1, 1, 4)  # ... of up to 4096: wide enough for windows
 

@@ -26,7 +26,8 @@ so that one Triton autotuner can choose among all of them:
     Persistent programs walk all chunks of all rows, each chunk held in registers while the next
     one loads, and write per-chunk (max, sum) partials; the last chunk of a row to arrive merges
     them (as ``split`` does for logsumexp). Nothing waits, the row is read once, one launch. Rows
-    that are a whole number of chunks (``EVEN``) load without a mask an element.
+    that are a whole number of chunks (``EVEN``) load without a mask an element. With
+    ``num_stages`` > 1 the chunks in flight wait in shared memory, not registers (staged).
 
 The partials of the split paths meet through :mod:`dispatch_triton.exchange` (epoch-tagged words,
 tickets that decide a program's group; the host caps ``n_split`` at the SM count, and one program
@@ -55,7 +56,7 @@ import triton
 import triton.language as tl
 
 from .exchange import _publish, _ticket
-from .lse_chunks import _ROW_OFF, _lse_chunks
+from .lse_chunks import _ROW_OFF, _lse_chunks, _lse_chunks_staged
 from .row_math import (_chunk_exps, _combine, _cvt, _eff, _exp, _finish_load, _finish_scale, _gather, _load_raw,
                        _partial)
 from .window import _read_window, _write_window
@@ -183,7 +184,7 @@ def _softmax_kernel(
     N_BUCKET,  # noqa: ARG001 - autotune key only (bucketed row length)
     OP: tl.constexpr, HAS_MASK: tl.constexpr, PHASE: tl.constexpr,
     PATH: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, SPLIT: tl.constexpr,
-    NW: tl.constexpr, NS: tl.constexpr,  # noqa: ARG001 - mirrors of num_warps/num_stages for the grid
+    NW: tl.constexpr, NS: tl.constexpr,  # mirrors of num_warps/num_stages (the grid; NS: staged chunks)
     FAST_EXP: tl.constexpr = 0,
     ALIGN: tl.constexpr = 0,
     EVEN: tl.constexpr = 0,
@@ -192,7 +193,10 @@ def _softmax_kernel(
     V: tl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth  # elements per 16 bytes (ALIGN)
     tl.static_assert(not (ALIGN and HAS_MASK), "ALIGN reads rows without a mask")
     pid = tl.program_id(0)
-    if PATH == 4:
+    if PATH == 4 and NS > 1:
+        tl.static_assert(not ALIGN, "staged chunks read rows with plain loads")
+        _lse_chunks_staged(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N, OUT_TY, FAST_EXP, EVEN, NS)
+    elif PATH == 4:
         _lse_chunks(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N, OUT_TY, FAST_EXP, ALIGN, EVEN, V)
     elif PATH == 0 and ALIGN:  # one row a program (the launcher's condition), through its window
         _window_row(x_ptr, out_ptr, pid, N, stride_xm, stride_om, OP, OUT_TY, FAST_EXP, BLOCK_N, V)

@@ -153,7 +153,7 @@ ONEPASS_ALIGN_MIN_BN = 4096  # one-row-a-program tiles narrower than this keep t
 
 
 def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_mask: bool, in_dtype: torch.dtype,
-           out_dtype: torch.dtype, rows: int = 1) -> int:
+           out_dtype: torch.dtype, rows: int = 1, stages: int = 1) -> int:
     """1 where the split paths, logsumexp's chunks and the one-row-a-program path (``onepass``,
     ``rows`` 1, tiles of :data:`ONEPASS_ALIGN_MIN_BN` columns or more) read (and write) rows off the
     16-byte grid through aligned windows (``dispatch_triton.window``): a 2-byte dtype, a row length
@@ -163,11 +163,12 @@ def _align(op: str, code: int, N: int, row_stride: int, ns: int, bn: int, has_ma
     to 2580 GB/s but fp32 log_softmax from 3276 to 3155 (benchmarks/results/current/rows_kernels/odd_rows/).
     One row a program, bf16: softmax 16372x4099 (8192-wide tiles) 1645 -> 2117 GB/s, 22362x3001
     (4096) 2844 -> 2972, but log_softmax 44739x1500 (2048) 3006 -> 2703 and 116306x577 (1024)
-    2536 -> 2156: narrower tiles keep the plain loads."""
+    2536 -> 2156: narrower tiles keep the plain loads. logsumexp's staged chunks (``num_stages`` > 1,
+    their loads pipelined through shared memory) read plain."""
     size = in_dtype.itemsize
     v = 16 // size
     if not ALIGN_ROWS or size != 2 or code not in (0, 2, 3, 4) or has_mask or (
-            code == 0 and (rows != 1 or bn < ONEPASS_ALIGN_MIN_BN)):
+            code == 0 and (rows != 1 or bn < ONEPASS_ALIGN_MIN_BN)) or (code == 4 and stages > 1):
         return 0
     if (N % v == 0 and row_stride % v == 0) or ns * bn - N < v - 1:
         return 0
@@ -303,7 +304,8 @@ class Launcher:
         ints = (M, N, self.row_stride, N if op != "logsumexp" else 1, mask_arg.stride(0) if has_mask else 0, _np2(N))
         meta = dict(OP=_OP_CODE[op], HAS_MASK=has_mask, PATH=code, BLOCK_N=bn, ROWS=rows, SPLIT=split, NW=warps,
                     NS=stages, FAST_EXP=fast_exp_of(config),
-                    ALIGN=_align(op, code, N, self.row_stride, ns, bn, has_mask, self.in_dtype, self.out_dtype, rows),
+                    ALIGN=_align(op, code, N, self.row_stride, ns, bn, has_mask, self.in_dtype, self.out_dtype, rows,
+                                 stages),
                     EVEN=int(code == 4 and N % bn == 0))
         self.align = meta["ALIGN"]
         # the grid is sized from the kernel compiled for these arguments' dtypes: stand-ins for x and out

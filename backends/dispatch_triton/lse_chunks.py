@@ -2,6 +2,12 @@
 programs walk all chunks of all rows, each chunk held in registers while the next one loads, and
 write per-chunk (max, sum) partials; the last chunk of a row to arrive merges them. Nothing
 waits, the row is read once, one launch.
+
+With ``num_stages`` S > 1 (``_lse_chunks_staged``) no chunk waits in registers: Triton's software
+pipeliner copies the next S - 1 chunks into shared memory (``cp.async``) while one is reduced, so the
+bytes an SM has in flight are bounded by its shared memory, not its registers (sm_90, Triton 3.6: 80
+registers a thread at 4096 x 2 at any S; at S = 3 an SM holds 192 KB of 2-byte chunks in flight where
+the register-held form holds 96 KB). Its rows are read with plain loads, never through aligned windows.
 """
 
 from __future__ import annotations
@@ -96,3 +102,38 @@ def _lse_chunks(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N: tl.c
                 tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
             taken = 0
         xr, er = xr_n, er_n
+
+
+@triton.jit
+def _lse_chunks_staged(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N: tl.constexpr, OUT_TY,
+                       FAST_EXP: tl.constexpr, EVEN: tl.constexpr, STAGES: tl.constexpr):
+    # PATH 4 with num_stages > 1: the chunks of _lse_chunks, each program's run of them walked by a
+    # loop that Triton pipelines (the next STAGES - 1 chunks in shared memory). The loop holds no
+    # branch, barrier or atomic (any of them keeps the pipeliner out); the rows a program touched
+    # are counted after it, by how many of its chunks fall in each (one atomic a row, as in _lse_chunks)
+    n_split = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0)
+    total = tl.cast(M, tl.int64) * n_split
+    lo = pid * total // nprog
+    hi = (pid + 1) * total // nprog
+    cols = tl.arange(0, BLOCK_N)
+    for t in tl.range(lo, hi, num_stages=STAGES):
+        start = (t % n_split) * BLOCK_N
+        ptr = x_ptr + (t // n_split) * stride_xm + start + cols
+        if EVEN:
+            xr = tl.load(ptr, eviction_policy="evict_first")
+        else:
+            xr = tl.load(ptr, mask=start + cols < N, other=float("-inf"), eviction_policy="evict_first")
+        m_c, s_c = _lse_partial(xr, xr, OUT_TY, 0, FAST_EXP)
+        tl.store(ws_ptr + t * 2, m_c)
+        tl.store(ws_ptr + t * 2 + 1, s_c)
+    tl.debug_barrier()
+    for row in range(lo // n_split, tl.cdiv(hi, n_split)):
+        taken = tl.minimum(hi, (row + 1) * n_split) - tl.maximum(lo, row * n_split)
+        if taken > 0:
+            old = tl.atomic_add(sync_ptr + _ROW_OFF + row, taken.to(tl.int32), sem="acq_rel")
+            if old + taken == n_split:
+                big_m, big_e, s = _combine(ws_ptr, row * n_split, n_split)
+                tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
+                tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
