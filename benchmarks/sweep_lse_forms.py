@@ -185,6 +185,25 @@ def form_call(x: torch.Tensor, form: str, block_n: int, warps: int, per_sm: int,
     return run, merged
 
 
+def path_calls(x: torch.Tensor, stages) -> dict:
+    """``{label: (out, launch)}``: Triton's logsumexp over ``x`` at every config of its ``split`` and
+    ``chunks`` paths in the config space, and each ``chunks`` config again staged at each of
+    ``stages`` (its ``num_stages``)."""
+    from dispatch_triton import configs, launch as tlaunch
+
+    stages = list(stages)
+    out = {}
+    for c in configs.config_space("logsumexp", x.shape[0], x.shape[1], x.dtype):
+        if c["path"] not in ("split", "chunks"):
+            continue
+        twins = [dict(c, num_stages=st) for st in stages] if c["path"] == "chunks" and c["num_stages"] == 1 else []
+        for cfg in [c] + twins:
+            label = f"triton {cfg['path']} {cfg['BLOCK_N']}x{cfg['num_warps']}" + (
+                f" staged{cfg['num_stages']}" if cfg["num_stages"] > 1 else "")
+            out[label] = tlaunch.prepare("logsumexp", x, x.dtype, cfg)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -204,7 +223,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
-    from dispatch_triton import configs as tconfigs, launch as tlaunch
+    from dispatch_triton import launch as tlaunch
 
     rows, meta = [], {"columns": "case", "timer": args.timer, "device": torch.cuda.get_device_name(),
                       "torch": torch.__version__, "triton": triton.__version__, "dispatch_triton": tlaunch.__file__}
@@ -226,19 +245,11 @@ def main() -> None:
                 except Exception as exc:  # noqa: BLE001 - a backend that refuses is said and left out
                     print(f"{dtype} {shape} dispatch {name}: {type(exc).__name__}: {exc}"[:300], flush=True)
             if args.paths:
-                for c in tconfigs.config_space("logsumexp", m, n, dt):
-                    if c["path"] not in ("split", "chunks"):
-                        continue
-                    twins = [dict(c, num_stages=st) for st in map(int, args.stages.split(","))] \
-                        if c["path"] == "chunks" and c["num_stages"] == 1 else []
-                    for cfg in [c] + twins:
-                        got, launch = tlaunch.prepare("logsumexp", x, dt, cfg)
-                        launch()
-                        err = (got.double() - ref).abs().max().item()
-                        label = f"triton {cfg['path']} {cfg['BLOCK_N']}x{cfg['num_warps']}" + (
-                            f" staged{cfg['num_stages']}" if cfg["num_stages"] > 1 else "")
-                        print(f"{dtype} {shape} {label}: max error {err:.3g}", flush=True)
-                        fns[label] = launch
+                for label, (got, launch) in path_calls(x, map(int, args.stages.split(","))).items():
+                    launch()
+                    err = (got.double() - ref).abs().max().item()
+                    print(f"{dtype} {shape} {label}: max error {err:.3g}", flush=True)
+                    fns[label] = launch
             for form in [f for f in args.forms.split(",") if f]:
                 if form in ("packed", "unpack") and dt != torch.bfloat16:
                     continue

@@ -45,3 +45,17 @@ def test_staged_programs_an_sm_are_capped_by_their_shared_memory(forms):
     assert forms.staged_per_sm(32, 4096, 3, 2) == forms.SM_SMEM // per_prog < 32
     assert forms.staged_per_sm(4, 4096, 3, 2) == 4
     assert forms.staged_per_sm(8, 65536, 6, 4) == 1
+
+
+def test_path_calls_race_each_chunks_config_staged_too_and_each_matches_torch(forms):
+    x = (torch.randn(2, 65536) * 3).to(torch.bfloat16)
+    x[1, :5000] = -float("inf")  # a run of -inf longer than a chunk
+    calls = forms.path_calls(x, [2, 3])
+    chunks = [k for k in calls if k.startswith("triton chunks") and "staged" not in k]
+    assert chunks and any(k.startswith("triton split") for k in calls)
+    for k in chunks:
+        assert {f"{k} staged2", f"{k} staged3"} <= set(calls)
+    want = torch.logsumexp(x.double(), -1)
+    for label, (out, launch) in calls.items():
+        launch()
+        torch.testing.assert_close(out.double(), want, rtol=0, atol=0.05, msg=label)
