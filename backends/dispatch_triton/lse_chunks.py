@@ -5,9 +5,10 @@ waits, the row is read once, one launch.
 
 With ``num_stages`` S > 1 (``_lse_chunks_staged``) no chunk waits in registers: Triton's software
 pipeliner copies the next S - 1 chunks into shared memory (``cp.async``) while one is reduced, so the
-bytes an SM has in flight are bounded by its shared memory, not its registers (sm_90, Triton 3.6: 80
-registers a thread at 4096 x 2 at any S; at S = 3 an SM holds 192 KB of 2-byte chunks in flight where
-the register-held form holds 96 KB). Its rows are read with plain loads, never through aligned windows.
+bytes an SM has in flight are bounded by its shared memory, not its registers (sm_90, Triton 3.6,
+bf16 at 4096 x 2: 80 registers a thread at any S against 121; at S = 3 an SM holds 192 KB of chunks
+in flight where the register-held form holds 64 KB). Its rows are read with plain loads, never
+through aligned windows.
 """
 
 from __future__ import annotations
