@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
                 copies = len(re.findall(r"cp\.async\.c[ag]", k.asm["ptx"]))
                 both = min(per_sm, by_smem)
                 staged = (f"; {smem} bytes of shared memory, {copies} cp.async, {both} programs an SM by both "
-                          f"({both * (a.stages - 1) * a.block_n * _ESZ[dt] // 1024} KB in flight)")
+                          f"({both * (a.stages - 1) * a.block_n * _ESZ[dt] // 1024} KB in flight)" if copies else
+                          f"; {smem} bytes of shared memory, 0 cp.async: the loads are not pipelined")
             print(f"{op} {dt} PATH={a.path} BLOCK_N={a.block_n} warps={a.warps} stages={a.stages} "
                   f"maxnreg={a.maxnreg} sm_{arch}{' unaligned' if a.unaligned else ''}: {regs} registers, {spills}, "
                   f"{per_sm} programs an SM by registers ({per_sm * a.block_n * _ESZ[dt] // 1024} KB of chunks)"
