@@ -366,6 +366,7 @@ def test_triton_staged_chunks_match_torch_eager_and_under_graph_replay(stages, d
             out.fill_(float("nan"))
             run()
             assert mismatch(out, torch.logsumexp(x, -1)) is None, cfg
+        assert torch.equal(x, before)  # the input is only read
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             run()
@@ -374,4 +375,3 @@ def test_triton_staged_chunks_match_torch_eager_and_under_graph_replay(stages, d
         torch.cuda.synchronize()
         assert mismatch(out, torch.logsumexp(x, -1)) is None, cfg
         x.copy_(before)
-    assert torch.equal(x, before)
