@@ -20,8 +20,8 @@ as Triton's ``chunks`` path does; rows a whole number of chunks), what a chunk c
   pipeliner (``tl.range(..., num_stages=S)``, each of ``--stages``) copies the next ``S - 1`` chunks
   into shared memory with ``cp.async`` while one is reduced. Compiled for sm_90 by Triton 3.6, a thread
   keeps 80 registers at 4096 x 2 from 1 to 6 stages, so an SM holds 192-216 KB of 2-byte chunks in
-  flight at 3-4 stages where the register-held form holds 96 KB. Its programs an SM are capped at
-  what the stages' shared memory lets an SM hold.
+  flight at 3-4 stages where the shipped register-held kernel holds 64 KB (at most 96 KB at any of
+  its configs). Its programs an SM are capped at what the stages' shared memory lets an SM hold.
 
 next to dispatch's logsumexp on Triton and TileLang (``--paths``: also every config of Triton's
 ``split`` and ``chunks`` paths, each ``chunks`` config also staged at each of ``--stages``),
@@ -54,7 +54,7 @@ from sweep_harness import race_table, write_race_markdown
 
 LOG2E = 1.4426950408889634
 FORMS = {"read": 0, "max": 1, "twopass": 2, "group": 3, "packed": 4, "unpack": 5, "staged": 6}
-SM_SMEM = 227 * 1024  # the shared memory an sm_90 SM gives its programs
+SM_SMEM = 228 * 1024  # an sm_90 SM's shared memory, 1 KB of it reserved a program
 _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")  # tl.exp2 there: no inline PTX
 
 
