@@ -30,18 +30,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from dispatch_triton.jit import _softmax_kernel as fn
+from dispatch_triton.launch import programs_an_sm
 
 _OPS = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
 _ESZ = {"bf16": 2, "fp32": 4}
-SM_REGISTERS, SM_WARPS, SM_PROGRAMS, SM_SMEM = 65536, 64, 32, 233472  # an sm_90 SM's (shared memory: 228 KB)
 _HINTED = ("x_ptr", "out_ptr", "mask_ptr", "ws_ptr", "sync_ptr", "slot_ptr", "N", "stride_xm", "stride_om", "stride_mm")
-
-
-def programs_an_sm(regs: int, warps: int) -> int:
-    """Programs of ``warps`` warps at ``regs`` registers a thread that an sm_90 SM holds (registers are
-    given a warp in blocks of 256)."""
-    per_warp = -(-(regs * 32) // 256) * 256
-    return min(SM_REGISTERS // (per_warp * warps), SM_WARPS // warps, SM_PROGRAMS)
 
 
 def binary_usage(cubin: bytes) -> tuple[int, int]:
@@ -113,9 +106,8 @@ def main(argv: list[str] | None = None) -> None:
             smem = int(k.metadata.shared)
             staged = ""
             if a.stages > 1:
-                by_smem = SM_SMEM // (smem + 1024)
                 copies = len(re.findall(r"cp\.async\.c[ag]", k.asm["ptx"]))
-                both = min(per_sm, by_smem)
+                both = programs_an_sm(regs, a.warps, smem)
                 staged = (f"; {smem} bytes of shared memory, {copies} cp.async, {both} programs an SM by both "
                           f"({both * (a.stages - 1) * a.block_n * _ESZ[dt] // 1024} KB in flight)" if copies else
                           f"; {smem} bytes of shared memory, 0 cp.async: the loads are not pipelined")

@@ -48,13 +48,13 @@ import triton
 import triton.language as tl
 
 import dispatch
+from dispatch_triton.launch import SM_SMEM
 from dispatch_triton.lse_chunks import _lse_chunk_load
 from dispatch_triton.row_math import _exp2_fast
 from sweep_harness import race_table, write_race_markdown
 
 LOG2E = 1.4426950408889634
 FORMS = {"read": 0, "max": 1, "twopass": 2, "group": 3, "packed": 4, "unpack": 5, "staged": 6}
-SM_SMEM = 228 * 1024  # an sm_90 SM's shared memory, 1 KB of it reserved a program
 _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")  # tl.exp2 there: no inline PTX
 
 

@@ -35,16 +35,24 @@ def _estimate_occupancy(path_code: int, block_n: int, warps: int, esz: int) -> i
     return max(1, min(65536 // (regs * threads), 2048 // threads, 32))
 
 
+SM_REGISTERS, SM_WARPS, SM_PROGRAMS, SM_SMEM = 65536, 64, 32, 228 * 1024  # an sm_90 SM's (1 KB of its shared
+# memory reserved a program)
+
+
+def programs_an_sm(regs: int, warps: int, smem: int = 0) -> int:
+    """Programs of ``warps`` warps an sm_90 SM holds at ``regs`` registers a thread (given a warp in
+    blocks of 256) and ``smem`` bytes of shared memory a program, within its warp and program limits."""
+    per_warp = -(-(max(1, regs) * 32) // 256) * 256
+    occ = min(SM_REGISTERS // (per_warp * warps), SM_WARPS // warps, SM_PROGRAMS)
+    if smem:
+        occ = min(occ, SM_SMEM // (smem + 1024))
+    return max(1, occ)
+
+
 def _occupancy_of(kernel, warps: int) -> int:
     """Programs per SM for a compiled kernel (registers, shared memory, threads, block limit)."""
     kernel._init_handles()
-    regs = max(1, int(kernel.n_regs))
-    per_warp = -(-(regs * 32) // 256) * 256
-    occ = min(65536 // (per_warp * warps), 64 // warps, 32)
-    smem = int(getattr(kernel.metadata, "shared", 0) or 0)
-    if smem:
-        occ = min(occ, 233472 // (smem + 1024))
-    return max(1, occ)
+    return programs_an_sm(int(kernel.n_regs), warps, int(getattr(kernel.metadata, "shared", 0) or 0))
 
 
 _OCC: dict = {}

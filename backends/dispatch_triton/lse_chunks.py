@@ -70,6 +70,28 @@ def _lse_partial(xr, er, OUT_TY, ALIGN: tl.constexpr, FAST_EXP: tl.constexpr):
 
 
 @triton.jit
+def _chunk_run(M, N, BLOCK_N: tl.constexpr):
+    # (n_split, lo, hi): this program's run of consecutive chunks, [lo, hi) of the M * n_split
+    # chunks of all rows (program p: [p * T // P, (p + 1) * T // P))
+    n_split = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0).to(tl.int64)
+    nprog = tl.num_programs(0)
+    total = tl.cast(M, tl.int64) * n_split  # M is a constant 1 where the call has one row
+    return n_split, pid * total // nprog, (pid + 1) * total // nprog
+
+
+@triton.jit
+def _arrive(out_ptr, ws_ptr, sync_ptr, row, taken, n_split, OUT_TY):
+    # ``taken`` of ``row``'s chunks have their partials in the workspace: added to the row's acq_rel
+    # counter; the program that completes the count merges the row, writes it and resets the counter
+    old = tl.atomic_add(sync_ptr + _ROW_OFF + row, taken, sem="acq_rel")
+    if old + taken == n_split:
+        big_m, big_e, s = _combine(ws_ptr, row * n_split, n_split)
+        tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
+        tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
+
+
+@triton.jit
 def _lse_chunks(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N: tl.constexpr, OUT_TY,
                 FAST_EXP: tl.constexpr, ALIGN: tl.constexpr, EVEN: tl.constexpr, V: tl.constexpr):
     # PATH 4, logsumexp only, one launch: persistent programs each take a run of consecutive chunks
@@ -79,12 +101,7 @@ def _lse_chunks(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N: tl.c
     # the row's acq_rel counter (one atomic, and the fence before it, per row a program touches, not
     # per chunk: the fence waits for the chunk in flight); the program that completes the count
     # merges the row's partials, writes it and resets the counter. No program ever waits on another.
-    n_split = tl.cdiv(N, BLOCK_N)
-    pid = tl.program_id(0).to(tl.int64)
-    nprog = tl.num_programs(0)
-    total = tl.cast(M, tl.int64) * n_split  # M is a constant 1 where the call has one row
-    lo = pid * total // nprog
-    hi = (pid + 1) * total // nprog
+    n_split, lo, hi = _chunk_run(M, N, BLOCK_N)
     xr, er = _lse_chunk_load(x_ptr, lo, n_split, hi, N, stride_xm, ALIGN, EVEN, BLOCK_N, V)
     taken = 0
     for t in range(lo, hi):
@@ -95,12 +112,7 @@ def _lse_chunks(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_N: tl.c
         taken += 1
         if (t % n_split == n_split - 1) | (t == hi - 1):  # this program's last chunk of the row
             tl.debug_barrier()
-            row = t // n_split
-            old = tl.atomic_add(sync_ptr + _ROW_OFF + row, taken, sem="acq_rel")
-            if old + taken == n_split:
-                big_m, big_e, s = _combine(ws_ptr, row * n_split, n_split)
-                tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
-                tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
+            _arrive(out_ptr, ws_ptr, sync_ptr, t // n_split, taken, n_split, OUT_TY)
             taken = 0
         xr, er = xr_n, er_n
 
@@ -112,12 +124,7 @@ def _lse_chunks_staged(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_
     # loop that Triton pipelines (the next STAGES - 1 chunks in shared memory). The loop holds no
     # branch, barrier or atomic (any of them keeps the pipeliner out); the rows a program touched
     # are counted after it, by how many of its chunks fall in each (one atomic a row, as in _lse_chunks)
-    n_split = tl.cdiv(N, BLOCK_N)
-    pid = tl.program_id(0).to(tl.int64)
-    nprog = tl.num_programs(0)
-    total = tl.cast(M, tl.int64) * n_split
-    lo = pid * total // nprog
-    hi = (pid + 1) * total // nprog
+    n_split, lo, hi = _chunk_run(M, N, BLOCK_N)
     cols = tl.arange(0, BLOCK_N)
     for t in tl.range(lo, hi, num_stages=STAGES):
         start = (t % n_split) * BLOCK_N
@@ -133,8 +140,4 @@ def _lse_chunks_staged(x_ptr, out_ptr, ws_ptr, sync_ptr, M, N, stride_xm, BLOCK_
     for row in range(lo // n_split, tl.cdiv(hi, n_split)):
         taken = tl.minimum(hi, (row + 1) * n_split) - tl.maximum(lo, row * n_split)
         if taken > 0:
-            old = tl.atomic_add(sync_ptr + _ROW_OFF + row, taken.to(tl.int32), sem="acq_rel")
-            if old + taken == n_split:
-                big_m, big_e, s = _combine(ws_ptr, row * n_split, n_split)
-                tl.store(out_ptr + row, _cvt(tl.log(s) + big_e, OUT_TY))
-                tl.atomic_xchg(sync_ptr + _ROW_OFF + row, 0, sem="relaxed")
+            _arrive(out_ptr, ws_ptr, sync_ptr, row, taken.to(tl.int32), n_split, OUT_TY)
