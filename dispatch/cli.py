@@ -1,4 +1,4 @@
-"""The command line: ``python -m dispatch backends|explain|tune|cache|ab|demo``."""
+"""The command line: ``dispatch backends|explain|tune|cache|ab|demo`` (or ``python -m dispatch ...``)."""
 
 from __future__ import annotations
 
@@ -301,8 +301,14 @@ def _add_timing_arg(p: argparse.ArgumentParser, what: str) -> None:
                         f"default: {_settings.ENV_TIMING}, else wall")
 
 
+def _prog() -> str:
+    """How the user called us: ``dispatch`` (the installed script) or ``python -m dispatch``."""
+    return "python -m dispatch" if Path(sys.argv[0]).name == "__main__.py" else "dispatch"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m dispatch", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=_prog(), description="Which backend serves each call, tuning, the decision cache and A/B tests.")
     parser.add_argument("--traceback", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 
