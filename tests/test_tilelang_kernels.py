@@ -296,3 +296,23 @@ def test_second_process_compiles_nothing(tmp_path):
     cold = float(cold_log.split("BUILD_SECONDS")[1].split()[0])
     warm = float(warm_log.split("BUILD_SECONDS")[1].split()[0])
     assert warm < cold
+
+
+def test_a_call_through_dispatch_keeps_tilelangs_compile_logs_out_of_the_users_output(tmp_path):
+    """TileLang sets its logger to INFO when first imported; a call that compiles a kernel through
+    dispatch (the import happens inside it) prints no line a compile, only warnings and above."""
+    script = textwrap.dedent(
+        """
+        import sys, torch, dispatch
+        assert "tilelang" not in sys.modules  # imported by the call below, as in a user's first call
+        x = torch.randn(5, 53)
+        y = dispatch.softmax(x, -1, backend="tilelang")
+        assert torch.allclose(y, torch.softmax(x, -1), atol=1e-5)
+        print("CALLED", dispatch.explain("softmax", x, -1, backend="tilelang").decision.backend)
+        """
+    )
+    env = {**os.environ, "TILELANG_CACHE_DIR": str(tmp_path / "tl-cache"), "DISPATCH_CACHE_DIR": str(tmp_path / "dc")}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CALLED tilelang" in proc.stdout
+    assert "begins to compile kernel" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]

@@ -17,6 +17,7 @@ column a thread.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -45,8 +46,13 @@ _KERNEL_MODULES = ("dispatch_tilelang.build", "dispatch_tilelang.cuda_kernels", 
                    "dispatch_tilelang.smem_norm_backward", "dispatch_tilelang.column_sums")
 
 
+@functools.lru_cache(maxsize=None)
 def _quiet_compiler_logs() -> None:
-    """TileLang logs every compile at INFO on its own handler; keep users' output to warnings."""
+    """TileLang logs every compile at INFO on its own handler; keep users' output to warnings.
+
+    Once a process, after TileLang's import (which sets its level to INFO): a user who wants the
+    compile lines back calls ``tilelang.set_log_level("INFO")`` after the first call.
+    """
     import logging
 
     logging.getLogger("tilelang").setLevel(logging.WARNING)
@@ -124,10 +130,10 @@ def dispatch_check(op: str, spec: CallSpec) -> Verdict:
         return Verdict.no(f"device {spec.device}: TileLang kernels run on CUDA devices and on the CPU (C target)")
     from .availability import available, supports
 
-    _quiet_compiler_logs()
     ok, why = available(target)
     if not ok:
         return Verdict.no(why)
+    _quiet_compiler_logs()  # after available(), which imports TileLang
     if op in NORM_OPS:
         from . import norms
 
