@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+import dispatch
+
 pytest.importorskip("tilelang")
 from dispatch_tilelang import availability as A, build as B, configs as C  # noqa: E402
 
@@ -316,3 +318,21 @@ def test_a_call_through_dispatch_keeps_tilelangs_compile_logs_out_of_the_users_o
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "CALLED tilelang" in proc.stdout
     assert "begins to compile kernel" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+
+
+def test_a_tune_on_the_c_target_compiles_ahead_and_says_how_long_that_took(tmp_path, monkeypatch):
+    """A tune's line and explain split a candidate's tune into compile and timing: TileLang's C-target
+    configs are built ahead, on a pool, and the race only times them."""
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "tl-cache"))  # a cold cache: real compiles
+    from dispatch.tune import tune_call
+
+    lines: list[str] = []
+    x = torch.randn(6, 45)
+    explanation = tune_call("log_softmax", x, -1, backends="tilelang,torch", lines=lines.append)
+    tilelang = next(c for c in explanation.decision.candidates if c.name == "tilelang")
+    assert tilelang.compile_s is not None and tilelang.compile_s > 0.2  # compiling a C kernel takes ~1 s
+    assert tilelang.timing_s is not None and tilelang.timing_s < tilelang.compile_s
+    built = C.config_space("log_softmax", 6, 45, torch.float32, "c")
+    assert any(f"({len(built)} built, 0 failed)" in line for line in lines), lines
+    with dispatch.use(backend="tilelang"):
+        assert torch.allclose(dispatch.log_softmax(x, -1), torch.log_softmax(x, -1), atol=1e-5)

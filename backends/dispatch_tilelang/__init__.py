@@ -253,12 +253,13 @@ NATIVE_AUTOTUNE = bool(env_flag(os.environ.get(_NATIVE_FLAG), _NATIVE_FLAG))
 
 @hookimpl
 def dispatch_precompile(op: str, spec: CallSpec, configs: tuple) -> tuple | None:
-    """On CUDA (softmax family), every config compiled at once on a thread pool
-    (:func:`~dispatch_tilelang.build.build_all`), so that dispatch's sweep only times them; a config
-    that fails to compile is reported and left out. Elsewhere, and when TileLang's own autotuner
-    tunes (it compiles on its own pool): None."""
+    """The softmax family's rows, on CUDA and the C target: every config compiled at once on a
+    thread pool (:func:`~dispatch_tilelang.build.build_all`), so that dispatch's sweep only times
+    them (and a tune's report splits compile from timing); a config that fails to compile is
+    reported and left out. The norms, strided rows, and when TileLang's own autotuner tunes (it
+    compiles on its own pool): None."""
     target = _target(spec)
-    if target != "cuda" or op in NORM_OPS or NATIVE_AUTOTUNE or not _rows(spec):
+    if target is None or op in NORM_OPS or NATIVE_AUTOTUNE or not _rows(spec):
         return None
     from .build import build_all
 
