@@ -82,6 +82,15 @@ def sweep_configs(op: str, n: int, dtype: torch.dtype) -> list[dict]:
     if C._np2(n) >= 32768 and DEV == "cuda":
         # every streamed or split config of a long row again with one ex2.approx per exp
         out += [dict(c, FAST_EXP=1) for c in out if c["path"] != "onepass" and "FAST_EXP" not in c]
+        # 2-byte long rows under a register cap, more chunks in flight an SM (sm_90, Triton 3.6, by
+        # benchmarks/row_kernel_registers.py --maxnreg): softmax split 4096 x 4 warps 79 registers, 6
+        # programs an SM (48 KB of chunks) -> 64: 8 (64 KB, 64 bytes of stack); split_pipe 113, 4 -> 96:
+        # 5; logsumexp's chunks 4096 x 2 warps 121, 8 -> 80: 12 (96 KB, 128 bytes of stack)
+        if dtype.itemsize == 2:
+            caps = {("split", 4): (64, 72), ("split_pipe", 4): (96,), ("chunks", 2): (80, 96)}  # the defaults
+            out += [dict(c, maxnreg=r) for c in out if c.get("FAST_EXP") and c["BLOCK_N"] == 4096
+                    and not (op == "logsumexp" and c["path"] == "split")
+                    for r in caps.get((c["path"], c["num_warps"]), ())]
     seen, uniq = set(), []
     for c in out:
         k = C._cfg_key(c)
@@ -118,7 +127,8 @@ def _warm(task):
         k = J._softmax_kernel.warmup(*args, grid=(1,), OP=C._OP_CODE[op], HAS_MASK=False, PHASE=0, PATH=code,
                                      BLOCK_N=c["BLOCK_N"], ROWS=c["ROWS"], SPLIT=c["SPLIT"], NW=c["num_warps"],
                                      NS=c["num_stages"], FAST_EXP=c.get("FAST_EXP", 0), num_warps=c["num_warps"],
-                                     num_stages=c["num_stages"])
+                                     num_stages=c["num_stages"],
+                                     **({"maxnreg": c["maxnreg"]} if c.get("maxnreg") else {}))
         k._init_handles()
         return (C._cfg_key(c), dname, n, op, int(k.n_regs), int(k.n_spills), int(k.metadata.shared), ns, None)
     except Exception as e:  # noqa: BLE001
@@ -317,8 +327,10 @@ def _grid_of(op, x, c):
     code = C._PATH_CODE[c["path"]]
     if code == 0:
         return C._cdiv(m, c["ROWS"])
-    occ = [v for k, v in L._OCC.items() if k[5:11] == (code, c["BLOCK_N"], c["ROWS"], c["SPLIT"], c["num_warps"],
-                                                       c["num_stages"])]
+    want = {"PATH": code, "BLOCK_N": c["BLOCK_N"], "ROWS": c["ROWS"], "SPLIT": c["SPLIT"], "NW": c["num_warps"],
+            "NS": c["num_stages"]}
+    occ = [v for k, v in L._OCC.items() if want.items() <= dict(k[3]).items()
+           and dict(k[4]).get("maxnreg") == c.get("maxnreg")]  # key: device, dtypes, constexprs, options, hints
     return {"occ": occ[:1], "n_split": C._n_split(code, n, c["BLOCK_N"], c["SPLIT"])}
 
 
@@ -427,7 +439,7 @@ def stage_final(outdir: str, nosplit: bool = False):
 
     def desc(c):
         return (f"{c['path']} BN={c['BLOCK_N']} R={c['ROWS']} S={c['SPLIT']} w={c['num_warps']}"
-                + (" fast-exp" if c.get("FAST_EXP") else ""))
+                + (" fast-exp" if c.get("FAST_EXP") else "") + (f" maxnreg={c['maxnreg']}" if c.get("maxnreg") else ""))
 
     lines = ["| op | dtype | M x N | best config | GB/s | % of copy | via run() | default GB/s | its FAST_EXP twin "
              "| torch GB/s |", "|---|---|---|---|---|---|---|---|---|---|"]

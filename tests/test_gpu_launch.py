@@ -375,3 +375,31 @@ def test_triton_staged_chunks_match_torch_eager_and_under_graph_replay(stages, d
         torch.cuda.synchronize()
         assert mismatch(out, torch.logsumexp(x, -1)) is None, cfg
         x.copy_(before)
+
+
+@pytest.mark.parametrize("op,cfg", [("softmax", dict(path="split", warps=4, caps=(64, 72))),
+                                    ("log_softmax", dict(path="split_pipe", warps=4, caps=(96,))),
+                                    ("logsumexp", dict(path="chunks", warps=2, caps=(80, 96)))], ids=str)
+@pytest.mark.parametrize("shape", [(1024, 65536), (6, 131072), (5, 50257)], ids=str)
+def test_triton_register_capped_configs_match_torch_and_fill_the_sms_they_say(op, cfg, shape):
+    # under maxnreg the kernel spills a few values to the stack and more programs fit an SM: the
+    # grid (sized from the capped kernel) must still hold every row's programs at once, and the
+    # values stay torch's; bf16, an odd vocabulary length among them (off the 16-byte grid)
+    pytest.importorskip("dispatch_triton")
+    if not dispatch.backends()["triton"].available:
+        pytest.skip("triton backend unavailable")
+    from dispatch_triton import configs, launch
+
+    x = _x(shape, torch.bfloat16, seed=7)
+    x[0, :5000] = -float("inf")
+    ref = getattr(torch, op)(x, -1)
+    base = configs._with_fast_exp(configs._cfg(cfg["path"], 4096, 1, 1, cfg["warps"]))
+    grids = {}
+    for reg in (0,) + cfg["caps"]:
+        c = dict(base, maxnreg=reg)
+        out, run = launch.prepare(op, x, torch.bfloat16, c)
+        run()
+        assert mismatch(out, ref) is None, c
+        grids[reg] = launch.Launcher(op, *shape, x.dtype, x.dtype, x.stride(0), x.device, c).grid[0]
+    if shape[0] >= 1024:  # rows enough to fill the GPU: a lower cap never fits fewer programs
+        assert grids[min(cfg["caps"])] >= grids[0], grids

@@ -585,3 +585,58 @@ def test_split_pipe_is_refused_for_logsumexp():
     x = torch.randn(3, 600, device=DEV)
     with pytest.raises(ValueError, match="'split_pipe' writes whole rows.*for logsumexp use"):
         L.run("logsumexp", x, torch.float32, C._cfg("split_pipe", 256, 1, 1, 2))
+
+
+class _Compiled:
+    """What the occupancy probe reads from a compiled kernel: its registers and shared memory."""
+
+    def __init__(self, regs, smem):
+        self.n_regs, self.metadata = regs, type("Meta", (), {"shared": smem})()
+
+    def _init_handles(self):
+        pass
+
+
+def test_the_grid_is_sized_by_the_kernel_the_launch_runs(monkeypatch):
+    """The occupancy that sizes a persistent grid is read from a compile with every constexpr and
+    compile option of the launch: a staged chunk kernel whose rows are a whole number of chunks
+    (EVEN) keeps 80 registers a thread on sm_90 where the ragged one keeps 96 (12 programs an SM
+    against 10), and a register cap (maxnreg) changes how many programs an SM holds."""
+    compiles = []
+
+    class Kernel:
+        @staticmethod
+        def warmup(*args, **kwargs):
+            compiles.append(kwargs)
+            regs = kwargs.get("maxnreg") or (80 if kwargs.get("EVEN") else 96)
+            return _Compiled(regs, 2 * 4096 * 2 + 8)
+
+    monkeypatch.setattr(L, "_softmax_kernel", Kernel)
+    monkeypatch.setattr(L, "_device_sms", lambda device=None: 132)
+    monkeypatch.setattr(L, "_OCC", {})
+    cuda, m, n, bn = torch.device("cuda"), 1024, 65536, 4096
+    args = (torch.empty(0, dtype=BF16), torch.empty(0, dtype=BF16), *[torch.empty(0)] * 4, m, n, n, 1, 0, n)
+    meta = dict(OP=2, HAS_MASK=False, PATH=4, BLOCK_N=bn, ROWS=1, SPLIT=1, NW=2, NS=3, FAST_EXP=1, ALIGN=0, EVEN=1)
+    options = {"num_warps": 2, "num_stages": 3}
+    assert L._grid_size(cuda, m, n, args, meta, options) == 132 * 12
+    assert compiles[-1]["EVEN"] == 1 and compiles[-1]["NS"] == 3 and compiles[-1]["num_stages"] == 3
+    assert L._grid_size(cuda, m, n, args, dict(meta, EVEN=0), options) == 132 * 10  # compiled again, not reused
+    assert L._grid_size(cuda, m, n, args, meta, dict(options, maxnreg=64)) == 132 * 13  # 16 by registers; 17 KB of stages a program caps it
+    assert compiles[-1]["maxnreg"] == 64
+    assert len(compiles) == 3
+    assert L._grid_size(cuda, m, n, args, meta, options) == 132 * 12 and len(compiles) == 3  # measured once
+
+
+@pytest.mark.parametrize("reg", [16, 256, 64.0, True, "64"])
+def test_a_register_cap_out_of_range_is_refused_naming_it(reg):
+    config = dict(SPLIT_CFG, maxnreg=reg)
+    with pytest.raises(ValueError, match=rf"maxnreg must be an int from 24 to 255.*got {reg!r}"):
+        L.run("softmax", randn(3, 1500, F32), F32, config)
+
+
+@pytest.mark.parametrize("op", C.OPS)
+def test_a_register_cap_is_a_config_of_its_own_and_leaves_results_alone(op):
+    base = C._cfg("chunks", 512, 1, 1, 2) if op == "logsumexp" else SPLIT_CFG
+    capped = dict(base, maxnreg=64)
+    assert C._cfg_key(capped) != C._cfg_key(base)
+    check(op, randn(5, 3000, BF16, seed=3), BF16, capped)

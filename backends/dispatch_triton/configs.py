@@ -2,7 +2,9 @@
 
 A config is a plain dict: ``path`` (rows, onepass, online, split_online, split, split_pipe, chunks), ``BLOCK_N``,
 ``ROWS``, ``SPLIT``, ``num_warps``, ``num_stages``, and on a GPU ``FAST_EXP`` (1: one ``ex2.approx``
-per exp; absent means 0). :func:`config_space` lists the candidates of a shape,
+per exp; absent means 0) and ``maxnreg`` (registers a thread, 24-255: more programs an SM, for what
+spills; absent or 0: no cap; none of the spaces below has one yet, a benchmark's sweep may).
+:func:`config_space` lists the candidates of a shape,
 :func:`default_config` picks one without measuring.
 """
 
@@ -280,5 +282,6 @@ def _universe(op: str) -> list[dict]:
 
 
 def _cfg_key(c: dict) -> tuple:
-    return (c["path"], c["BLOCK_N"], c["ROWS"], c["SPLIT"], c["num_warps"], c["num_stages"], int(c.get("FAST_EXP", 0)))
+    return (c["path"], c["BLOCK_N"], c["ROWS"], c["SPLIT"], c["num_warps"], c["num_stages"], int(c.get("FAST_EXP", 0)),
+            int(c.get("maxnreg") or 0))
 

@@ -56,44 +56,46 @@ def _occupancy_of(kernel, warps: int) -> int:
 
 
 _OCC: dict = {}
+# the row kernel's constexprs that a launch sets (PHASE aside): the kernel whose occupancy sizes
+# the grid is compiled with every one of them, so that it is the kernel the launch runs
+_CONSTEXPRS = ("OP", "HAS_MASK", "PATH", "BLOCK_N", "ROWS", "SPLIT", "NW", "NS", "FAST_EXP", "ALIGN", "EVEN")
 
 
-def _capacity(device: torch.device, args: tuple, meta: dict) -> int:
-    """Programs the device holds at once for this launch (measured from the compiled kernel)."""
+def _capacity(device: torch.device, args: tuple, meta: dict, options: dict | None = None) -> int:
+    """Programs the device holds at once for this launch (measured from the compiled kernel: the
+    launch's constexprs, ``meta``, and compile options, ``options``; default num_warps ``NW`` and
+    num_stages ``NS``)."""
     path_code, block_n, warps = meta["PATH"], meta["BLOCK_N"], meta["NW"]
     if device.type != "cuda":
         return 2  # interpreter: two groups, so the persistent row loop is exercised
+    consts = {k: meta[k] for k in _CONSTEXPRS if k in meta}
+    options = dict(options or {"num_warps": warps, "num_stages": meta["NS"]})
     x, out = args[0], args[1]
-    key = (device, x.dtype, out.dtype, meta["OP"], meta["HAS_MASK"], path_code, block_n, meta["ROWS"],
-           meta["SPLIT"], warps, meta["NS"], meta.get("FAST_EXP", 0), meta.get("ALIGN", 0),
+    key = (device, x.dtype, out.dtype, tuple(sorted(consts.items())), tuple(sorted(options.items())),
            tuple(int(a) % 16 == 0 for a in args[6:11]))
     occ = _OCC.get(key)
     if occ is None:
         try:
-            k = _softmax_kernel.warmup(*args, grid=(1,), OP=meta["OP"], HAS_MASK=meta["HAS_MASK"], PHASE=0,
-                                       PATH=path_code, BLOCK_N=block_n, ROWS=meta["ROWS"], SPLIT=meta["SPLIT"],
-                                       NW=warps, NS=meta["NS"], FAST_EXP=meta.get("FAST_EXP", 0),
-                                       ALIGN=meta.get("ALIGN", 0), num_warps=warps,
-                                       num_stages=meta["NS"])
-            occ = _occupancy_of(k, warps)
+            k = _softmax_kernel.warmup(*args, grid=(1,), PHASE=0, **consts, **options)
+            occ = _occupancy_of(k, int(options["num_warps"]))
         except Exception:  # pragma: no cover - fall back to a register estimate
             occ = _estimate_occupancy(path_code, block_n, warps, x.element_size())
         _OCC[key] = occ
     return _device_sms(device) * occ
 
 
-def _grid_size(device, M, N, args, meta) -> int:
+def _grid_size(device, M, N, args, meta, options: dict | None = None) -> int:
     path_code = meta["PATH"]
     if path_code == 0:
         return _cdiv(M, meta["ROWS"])
     ns = _n_split(path_code, N, meta["BLOCK_N"], meta["SPLIT"])
     if path_code == 4:  # logsumexp's chunks: persistent programs over all M * ns chunks
-        return max(1, min(M * ns, _capacity(device, args, meta)))
+        return max(1, min(M * ns, _capacity(device, args, meta, options)))
     if path_code == 2 and meta["OP"] == _OP_CODE["logsumexp"]:
         # one chunk per program: nothing waits, so no program need stay resident for a row's
         # others; a program that loops would pay a round trip (its row's counter) per chunk
         return M * ns
-    return exchange_groups(M, ns, _capacity(device, args, meta)) * ns
+    return exchange_groups(M, ns, _capacity(device, args, meta, options)) * ns
 
 
 def exchange_groups(rows: int, per_group: int, capacity: int) -> int:
@@ -200,6 +202,10 @@ def _validate(config: dict, N: int, device: torch.device, op: str | None = None)
         raise ValueError(f"BLOCK_N must be a power of two, got {bn}")
     if code == 0 and bn < N:
         raise ValueError(f"path {config['path']!r} holds whole rows: BLOCK_N={bn} < N={N}")
+    reg = config.get("maxnreg")
+    if reg is not None and (isinstance(reg, bool) or not isinstance(reg, int) or not (reg == 0 or 24 <= reg <= 255)):
+        raise ValueError(f"maxnreg must be an int from 24 to 255 (registers a thread), or 0 or absent for no cap; "
+                         f"got {reg!r}")
     ns = _n_split(code, N, bn, int(config.get("SPLIT", 1)))
     if ns > MAX_SPLIT:
         raise ValueError(f"{ns} programs per row > {MAX_SPLIT}: use a larger BLOCK_N or SPLIT")
@@ -319,10 +325,12 @@ class Launcher:
         # the grid is sized from the kernel compiled for these arguments' dtypes: stand-ins for x and out
         occ_args = (placeholder(anchor, self.in_dtype), placeholder(anchor, self.out_dtype), mask_arg, ws, sync, slots,
                     *ints)
-        grid = (_grid_size(device, M, N, occ_args, meta),)
+        options = dict(num_warps=warps, num_stages=stages)
+        if config.get("maxnreg") and device.type == "cuda":
+            options["maxnreg"] = int(config["maxnreg"])  # fewer registers a thread: more programs an SM
+        grid = (_grid_size(device, M, N, occ_args, meta, options),)
         self._stand_ins = occ_args[:6]
         int_names = ("M", "N", "stride_xm", "stride_om", "stride_mm", "N_BUCKET")
-        options = dict(num_warps=warps, num_stages=stages)
 
         def launcher(phase: int, fixed: tuple = (), on=grid, writes: int = 1) -> DirectLaunch:
             """The kernel on ``on`` (default: ``grid``) for ``phase``: its JIT path, then its direct
