@@ -91,6 +91,11 @@ def sweep_configs(op: str, n: int, dtype: torch.dtype) -> list[dict]:
             out += [dict(c, maxnreg=r) for c in out if c.get("FAST_EXP") and c["BLOCK_N"] == 4096
                     and not (op == "logsumexp" and c["path"] == "split")
                     for r in caps.get((c["path"], c["num_warps"]), ())]
+            # logsumexp's chunks staged: the next chunks in shared memory (80 registers, 12 programs an SM
+            # at 3 stages, 192 KB in flight; benchmarks/results/current/rows_kernels/lse_staged/)
+            out += [dict(c, num_stages=st) for c in out if c["path"] == "chunks" and c.get("FAST_EXP")
+                    and (c["BLOCK_N"], c["num_warps"]) in C.LSE_CHUNKS and c["num_stages"] == 1
+                    and not c.get("maxnreg") for st in (2, 3)]
     seen, uniq = set(), []
     for c in out:
         k = C._cfg_key(c)
@@ -439,7 +444,8 @@ def stage_final(outdir: str, nosplit: bool = False):
 
     def desc(c):
         return (f"{c['path']} BN={c['BLOCK_N']} R={c['ROWS']} S={c['SPLIT']} w={c['num_warps']}"
-                + (" fast-exp" if c.get("FAST_EXP") else "") + (f" maxnreg={c['maxnreg']}" if c.get("maxnreg") else ""))
+                + (" fast-exp" if c.get("FAST_EXP") else "") + (f" maxnreg={c['maxnreg']}" if c.get("maxnreg") else "")
+                + (f" stages={c['num_stages']}" if c["num_stages"] > 1 else ""))
 
     lines = ["| op | dtype | M x N | best config | GB/s | % of copy | via run() | default GB/s | its FAST_EXP twin "
              "| torch GB/s |", "|---|---|---|---|---|---|---|---|---|---|"]
