@@ -34,6 +34,7 @@ from dispatch_triton.launch import programs_an_sm
 
 _OPS = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
 _ESZ = {"bf16": 2, "fp32": 4}
+_TORCH_NAMES = {"bfloat16": "bf16", "float32": "fp32"}  # the other scripts' spelling, taken too
 _HINTED = ("x_ptr", "out_ptr", "mask_ptr", "ws_ptr", "sync_ptr", "slot_ptr", "N", "stride_xm", "stride_om", "stride_mm")
 
 
@@ -80,9 +81,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="compute capability to compile for (90: H100/H200); without a GPU it must be given")
     ap.add_argument("--asm", metavar="DIR", help="write each kernel's PTX and SASS to DIR")
     a = ap.parse_args(argv)
+    a.dtypes = ",".join(_TORCH_NAMES.get(dt, dt) for dt in a.dtypes.split(","))
     bad = [op for op in a.ops.split(",") if op not in _OPS] + [dt for dt in a.dtypes.split(",") if dt not in _ESZ]
     if bad:
-        ap.error(f"--ops/--dtypes: {bad} not among {sorted(_OPS)} / {sorted(_ESZ)}")
+        ap.error(f"--ops/--dtypes: {bad} not among {sorted(_OPS)} / {sorted(_ESZ)} (or bfloat16, float32)")
     on_gpu = torch.cuda.is_available()
     if a.arch is None and not on_gpu:
         sys.exit("row_kernel_registers.py compiles for this machine's GPU, and there is none: "
