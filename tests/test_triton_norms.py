@@ -1147,3 +1147,15 @@ def test_a_result_dtype_other_than_the_inputs_or_float32_is_refused():
     assert not N.check(spec) and "float32" in N.check(spec).reason
     half = RMS_NORM.spec(RMS_NORM.bind(x.to(BF16), [8], w.to(BF16)), out_dtype=F32)
     assert "weight dtype bfloat16 differs from the result's (float32)" in N.check(half).reason
+
+
+@pytest.mark.parametrize("warps", [1, 2, 4, 8, 16, 32])
+@pytest.mark.parametrize("maxnreg", [None, 24, 32, 40, 64, 80, 128, 168, 255])
+def test_the_backward_counts_no_more_resident_programs_than_a_multiprocessor_holds(warps, maxnreg):
+    # the one-launch exchange waits for every program of a row group: counting more programs than an
+    # sm_90 multiprocessor holds (65536 registers, in blocks of 256 a warp; 64 warps; 32 programs)
+    # would leave some unlaunched while the others wait for them
+    resident = NP._resident_per_sm(warps, maxnreg)
+    regs = maxnreg or 64
+    assert 1 <= resident <= 32 and resident * warps <= 64
+    assert resident * warps * -(-regs * 32 // 256) * 256 <= 65536 or resident == 1

@@ -41,6 +41,7 @@ from __future__ import annotations
 import torch
 
 from . import _interpreting
+from .launch import programs_an_sm
 from .norm_configs import _cdiv, _np2, _sms
 
 _MAX_ONE_PASS_BWD = 8192  # backward holds x, dy, w and two accumulators per element
@@ -81,9 +82,8 @@ def _check_overrides(overrides: dict, kind: str) -> None:
 
 def _resident_per_sm(warps: int, maxnreg: int | None) -> int:
     """Programs of ``warps`` warps resident on a multiprocessor at ``maxnreg`` registers a thread
-    (65536 registers, 64 warps; no ``maxnreg``: counted as 64)."""
-    budget = min(64, 65536 // (32 * maxnreg)) if maxnreg else 32
-    return max(1, budget // warps)
+    (no ``maxnreg``: counted as 64), within its warp and program limits (:func:`launch.programs_an_sm`)."""
+    return programs_an_sm(maxnreg or 64, warps)
 
 
 def backward_plan(m: int, n: int, dtype: torch.dtype, device: torch.device,
