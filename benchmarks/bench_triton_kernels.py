@@ -82,15 +82,18 @@ def sweep_configs(op: str, n: int, dtype: torch.dtype) -> list[dict]:
     if C._np2(n) >= 32768 and DEV == "cuda":
         # every streamed or split config of a long row again with one ex2.approx per exp
         out += [dict(c, FAST_EXP=1) for c in out if c["path"] != "onepass" and "FAST_EXP" not in c]
-        # 2-byte long rows under a register cap, more chunks in flight an SM (sm_90, Triton 3.6, by
-        # benchmarks/row_kernel_registers.py --maxnreg): softmax split 4096 x 4 warps 79 registers, 6
-        # programs an SM (48 KB of chunks) -> 64: 8 (64 KB, 64 bytes of stack); split_pipe 113, 4 -> 96:
-        # 5; logsumexp's chunks 4096 x 2 warps 121, 8 -> 80: 12 (96 KB, 128 bytes of stack)
+        # long rows under a register cap, more chunks in flight an SM (sm_90, Triton 3.6, by
+        # benchmarks/row_kernel_registers.py --maxnreg): bf16 softmax split 4096 x 4 warps 79 registers,
+        # 6 programs an SM (48 KB of chunks) -> 64: 8 (64 KB, 64 bytes of stack); bf16 split_pipe 113, 4
+        # -> 96: 5; bf16 logsumexp chunks 4096 x 2 warps 121, 8 -> 80: 12 (96 KB, 128 bytes of stack);
+        # fp32 split_pipe 2048 x 4 (the fp32 default) 80, 6 -> 64: 8 (56 bytes); fp32 split 4096 x 4 126,
+        # 4 -> 96: 5 (16 bytes)
+        caps = {(2, "split", 4096, 4): (64, 72), (2, "split_pipe", 4096, 4): (96,), (2, "chunks", 4096, 2): (80, 96),
+                (4, "split_pipe", 2048, 4): (64,), (4, "split", 4096, 4): (96,)}
+        out += [dict(c, maxnreg=r) for c in out if c.get("FAST_EXP")
+                and not (op == "logsumexp" and c["path"] == "split")
+                for r in caps.get((dtype.itemsize, c["path"], c["BLOCK_N"], c["num_warps"]), ())]
         if dtype.itemsize == 2:
-            caps = {("split", 4): (64, 72), ("split_pipe", 4): (96,), ("chunks", 2): (80, 96)}  # the defaults
-            out += [dict(c, maxnreg=r) for c in out if c.get("FAST_EXP") and c["BLOCK_N"] == 4096
-                    and not (op == "logsumexp" and c["path"] == "split")
-                    for r in caps.get((c["path"], c["num_warps"]), ())]
             # logsumexp's chunks staged: the next chunks in shared memory (80 registers, 12 programs an SM
             # at 3 stages, 192 KB in flight; benchmarks/results/current/rows_kernels/lse_staged/)
             out += [dict(c, num_stages=st) for c in out if c["path"] == "chunks" and c.get("FAST_EXP")
