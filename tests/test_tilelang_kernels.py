@@ -323,7 +323,8 @@ def test_a_call_through_dispatch_keeps_tilelangs_compile_logs_out_of_the_users_o
 def test_a_tune_on_the_c_target_compiles_ahead_and_says_how_long_that_took(tmp_path, monkeypatch):
     """A tune's line and explain split a candidate's tune into compile and timing: TileLang's C-target
     configs are built ahead, on a pool, and the race only times them."""
-    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "tl-cache"))  # a cold cache: real compiles
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "tl-cache"))  # cold caches: real compiles
+    monkeypatch.setattr(B, "_BUILT", {})
     from dispatch.tune import tune_call
 
     lines: list[str] = []
