@@ -32,6 +32,14 @@ mixed-precision model's: the norms and the softmax family then return float32, a
 
 ``--device-timing`` adds dispatch's pick in a ``use(timing="device")`` block: the kernel chosen
 for code that CUDA graphs replay (its graph column is the one to read).
+
+``--triton-twin K=V[,K=V]`` (repeatable; the softmax family over the last dim of 2-D shapes) adds
+Triton's row kernel at its default config for the shape (``triton default``) and at that config
+with the given keys changed (``num_stages=3``, ``maxnreg=64``, ``path=chunks``), each through the
+launcher a resolved call runs: what a candidate config would cost a caller before it ships::
+
+    python3 benchmarks/bench_launch.py --ops logsumexp --shapes 1024x65536,256x262144 \
+        --triton-twin num_stages=3 --triton-twin maxnreg=80 --out DIR
 """
 
 from __future__ import annotations
@@ -155,6 +163,38 @@ def contenders(op: str, compile_too: bool, python_key: bool = False, device_timi
     return out
 
 
+def parse_twin(spec: str) -> dict:
+    """``"num_stages=3,maxnreg=64"`` -> ``{"num_stages": 3, "maxnreg": 64}`` (ints where they parse)."""
+    over = {}
+    for item in spec.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ValueError(f"--triton-twin {spec!r}: expected KEY=VALUE[,KEY=VALUE], e.g. num_stages=3,maxnreg=64")
+        value = value.strip()
+        over[key.strip()] = int(value) if value.lstrip("-").isdigit() else value
+    return over
+
+
+def triton_twins(op: str, x: torch.Tensor, specs: list[str]) -> dict:
+    """``{name: fn(x, *args)}``: Triton's row kernel over the rows of a 2-D ``x`` at its default config
+    (``triton default``) and at that config changed by each of ``specs`` (``triton K=V``), each
+    through a :class:`dispatch_triton.launch.Launcher`'s ``run``, the path of a resolved call. A
+    twin whose config the launcher refuses raises when called (the row reports it)."""
+    from dispatch_triton import configs, launch
+
+    m, n = x.shape
+    base = configs.default_config(op, m, n, x.dtype)
+    out = {}
+    for label, over in [("triton default", {})] + [(f"triton {spec}", parse_twin(spec)) for spec in specs]:
+        try:
+            run = launch.Launcher(op, m, n, x.dtype, x.dtype, x.stride(0), x.device, dict(base, **over)).run
+        except ValueError as exc:
+            def run(x, exc=exc):
+                raise exc
+        out[label] = lambda x, *args, run=run: run(x)
+    return out
+
+
 def training_calls(op: str, fns: dict, x: torch.Tensor, args: tuple) -> tuple[dict, torch.Tensor]:
     """``({name: fn(x, *args)}, reference)``: each contender's call as a training step runs it, the
     op and then ``torch.autograd.grad`` of its output (against a fixed random gradient) for the
@@ -223,6 +263,9 @@ def main() -> int:
                     help="also time dispatch's pick inside a torch.compile'd function")
     ap.add_argument("--autocast", action="store_true",
                     help='time every call inside torch.autocast("cuda", dtype=torch.bfloat16)')
+    ap.add_argument("--triton-twin", action="append", default=[], metavar="K=V[,K=V]",
+                    help="also time Triton's row kernel at its default config for the shape and at that config "
+                         "with these keys changed (repeatable; softmax family, last dim, 2-D shapes)")
     a = ap.parse_args()
     ops = a.ops.split(",")
     unknown = [op for op in ops if op not in ("softmax", "log_softmax", "logsumexp") + NORMS]
@@ -238,6 +281,14 @@ def main() -> int:
     if dims != (-1,) and set(ops) & set(NORMS):
         ap.error(f"--dim {a.dim!r}: the norms run over the last dim; time them with --dim -1")
     a.dim = dims[0] if len(dims) == 1 else dims
+    if a.triton_twin:
+        try:
+            for spec in a.triton_twin:
+                parse_twin(spec)
+        except ValueError as exc:
+            ap.error(str(exc))
+        if dims != (-1,) or set(ops) & set(NORMS) or a.grad or any(len(s.split("x")) != 2 for s in a.shapes.split(",")):
+            ap.error("--triton-twin times the softmax family's row kernel: --dim -1, 2-D --shapes, no norms, no --grad")
     if a.autocast:  # one region for the whole run, as a model's forward is (no cast cache: graphs replay)
         with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
             return run(a)
@@ -266,7 +317,7 @@ def run(a: argparse.Namespace) -> int:
             x = torch.randn(size, device="cuda").to(dtype)
             args = op_args(op, x, a.dim)
             ref = torch_op(op)(x.float(), *(a.float() if isinstance(a, torch.Tensor) else a for a in args))
-            calls = fns
+            calls = fns if not a.triton_twin else {**fns, **triton_twins(op, x, a.triton_twin)}
             if a.grad:
                 calls, ref = training_calls(op, fns, x, args)
             name = op + (" (forward + backward)" if a.grad else "") + (" (autocast)" if a.autocast else "")
@@ -289,6 +340,9 @@ def run(a: argparse.Namespace) -> int:
                 row["wall_us"][name], row["wall_spread_us"][name] = median, spread
             if "torch" in samples:
                 row["vs_torch_pct"] = paired_pct(samples, "torch")
+            if "triton default" in samples:  # each twin's wall time over the default's, paired by round
+                row["vs_triton_default_pct"] = {k: v for k, v in paired_pct(samples, "triton default").items()
+                                                if k.startswith("triton ")}
             for name, fn in calls.items():
                 if a.no_graph or name not in running:
                     continue
