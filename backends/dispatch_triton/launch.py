@@ -31,8 +31,7 @@ def _estimate_occupancy(path_code: int, block_n: int, warps: int, esz: int) -> i
         regs = per * (1 + (0.5 if esz == 2 else 1.0)) + 40
     else:
         regs = per * (2 + 2 * esz / 4) + 40
-    regs = min(255, int(-(-regs // 8) * 8))
-    return max(1, min(65536 // (regs * threads), 2048 // threads, 32))
+    return programs_an_sm(min(255, int(-(-regs // 8) * 8)), warps)
 
 
 SM_REGISTERS, SM_WARPS, SM_PROGRAMS, SM_SMEM = 65536, 64, 32, 228 * 1024  # an sm_90 SM's (1 KB of its shared
